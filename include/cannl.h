@@ -1,0 +1,270 @@
+/* cannl: a tensor compiler and deep-learning framework in C11 — the public API.
+ *
+ * Everything a user touches goes through a context (cn_ctx): it owns the arena that holds graph
+ * and compile metadata (nodes, projections, assignments), the tensor buffers, the options of the
+ * backends and the last error. Handles are opaque and live until the context is destroyed, except
+ * routines, which have their own cn_routine_free.
+ *
+ * Errors are values: a function that can fail returns a cn_status (or NULL for a constructor) and
+ * leaves a precise message in the context, read with cn_ctx_error. Nothing in the library aborts
+ * or exits on user input.
+ *
+ * This header covers the foundation: precisions, primitive ops, tensor nodes, index maps and
+ * projections records, the assignments IR, and routines compiled for a backend (the reference
+ * interpreter or generated C). */
+#ifndef CANNL_H
+#define CANNL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status codes and the context ---------------------------------------------------------- */
+
+typedef enum {
+  CN_OK = 0,
+  CN_ERR_INVALID,     /* an argument or record is inconsistent (bad projections, bad index, ...) */
+  CN_ERR_UNSUPPORTED, /* an op is not defined for a precision, or a feature is not available */
+  CN_ERR_NOMEM,       /* an allocation failed */
+  CN_ERR_COMPILE,     /* the C compiler or the loader rejected generated code */
+  CN_ERR_IO,          /* a file or directory could not be read or written */
+  CN_ERR_RUNTIME,     /* a routine could not run (unbound or out-of-range static index, ...) */
+} cn_status;
+
+typedef struct cn_ctx cn_ctx;
+
+typedef enum { CN_LOG_DEBUG = 0, CN_LOG_INFO = 1, CN_LOG_WARN = 2, CN_LOG_ERROR = 3 } cn_log_level;
+
+/* A logging hook: receives every message at or above the level given to cn_ctx_set_log. */
+typedef void (*cn_log_fn)(void *user, cn_log_level level, const char *message);
+
+/* Creates a context, or returns NULL when memory is exhausted. */
+cn_ctx *cn_ctx_create(void);
+/* Releases the context and everything it owns (arena, buffers, compiled routines). */
+void cn_ctx_destroy(cn_ctx *ctx);
+/* The message of the last failure ("" if none). Valid until the next failing call. */
+const char *cn_ctx_error(const cn_ctx *ctx);
+/* The status of the last failure (CN_OK if none since cn_ctx_clear_error). */
+cn_status cn_ctx_status(const cn_ctx *ctx);
+void cn_ctx_clear_error(cn_ctx *ctx);
+void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_level);
+
+/* Options of the generated-C backend (copied):
+ *   "cc"        compiler command (default: $CC, else "cc")
+ *   "cflags"    flags (default "-O3 -march=native -shared -fPIC -std=c11")
+ *   "cache_dir" where generated sources and compiled objects are kept (default: $CANNL_CACHE_DIR,
+ *               else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else /tmp/cannl-cache) */
+cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
+const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
+
+/* Counters, for tests and tuning. */
+typedef enum {
+  CN_STAT_COMPILER_RUNS, /* times the C compiler was invoked */
+  CN_STAT_CACHE_HITS,    /* compiled objects found in the cache */
+  CN_STAT_ROUTINE_RUNS,
+} cn_stat;
+uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
+
+/* ---- Precisions (table: include/cannl/precisions.def) -------------------------------------- */
+
+typedef struct {
+  uint32_t v[4];
+} cn_u4x32; /* a 128-bit cell of precision uint4x32 */
+
+typedef enum {
+#define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank) CN_PREC_##ID,
+#include "cannl/precisions.def"
+  CN_PREC_COUNT
+} cn_prec;
+
+typedef enum { CN_PKIND_INT, CN_PKIND_UINT, CN_PKIND_FLOAT, CN_PKIND_BITS } cn_prec_kind;
+
+const char *cn_prec_name(cn_prec prec);
+size_t cn_prec_bytes(cn_prec prec);
+cn_prec_kind cn_prec_kind_of(cn_prec prec);
+/* The dominant of two precisions (promotion order of the table). */
+cn_prec cn_prec_promote(cn_prec a, cn_prec b);
+/* Looks a precision up by name; false if there is none. */
+bool cn_prec_from_name(const char *name, cn_prec *out);
+/* Conversions of one stored cell. Float to integer truncates toward zero and saturates to the
+ * target's range (NaN gives 0); integer to narrower integer wraps; bfloat16 and half round to
+ * nearest even; fp8 is E5M2 (bias 15), rounding to nearest even. uint4x32 cells convert as in
+ * ocannl-notes §7.2 (into) and by their first word(s) (out of). */
+double cn_prec_cell_to_double(cn_prec prec, const void *cell);
+void cn_prec_cell_from_double(cn_prec prec, double value, void *cell);
+uint16_t cn_prec_single_to_bfloat16(float x);
+float cn_prec_bfloat16_to_single(uint16_t bits);
+uint16_t cn_prec_single_to_half(float x);
+float cn_prec_half_to_single(uint16_t bits);
+uint8_t cn_prec_single_to_fp8(float x);
+float cn_prec_fp8_to_single(uint8_t bits);
+
+/* ---- Primitive ops (table: include/cannl/ops.def) ------------------------------------------ */
+
+typedef enum {
+#define CN_OP(ID, name, infix, arity, accum, logic, neutral, kinds, flags, fexpr, iexpr, bexpr)     \
+  CN_OP_##ID,
+#include "cannl/ops.def"
+  CN_OP_COUNT
+} cn_op;
+
+const char *cn_op_name(cn_op op);
+/* The infix spelling in the notations, or NULL. */
+const char *cn_op_infix(cn_op op);
+int cn_op_arity(cn_op op);
+/* True if the op can be an accumulation operator (=op / =:op); Arg2 only as `=:`. */
+bool cn_op_can_accumulate(cn_op op);
+/* The neutral element of the op as an accumulator, as a value of precision prec. */
+double cn_op_neutral(cn_op op, cn_prec prec);
+/* True if the op is defined on the precision. */
+bool cn_op_supports(cn_op op, cn_prec prec);
+bool cn_op_from_name(const char *name, cn_op *out);
+/* Evaluates a scalar op with the reference semantics (double for float precisions, exact
+ * 64-bit integers, 128-bit words for uint4x32). Cells are stored cells of precision prec (for
+ * CN_OPF_TO_PREC ops the operand is uint4x32 and the result is of precision prec; the vectorized
+ * uint4x32_to_prec_uniform writes 16/bytes(prec) cells). */
+cn_status cn_op_eval(cn_ctx *ctx, cn_op op, cn_prec prec, const void *const *args, void *result);
+
+/* ---- Tensor nodes -------------------------------------------------------------------------- */
+
+typedef struct cn_node cn_node;
+
+typedef enum {
+  CN_MEM_MATERIALIZED, /* a host-visible buffer: set and read with cn_node_set/get_values */
+  CN_MEM_LOCAL,        /* scratch owned by each routine that uses it, not visible outside */
+} cn_memory_mode;
+
+/* A node of the given precision and dims (rank <= CN_MAX_RANK; dims >= 0). Its buffers are
+ * allocated, zero-filled, on first use. */
+#define CN_MAX_RANK 16
+cn_node *cn_node_create(cn_ctx *ctx, const char *label, cn_prec prec, int rank,
+                        const int64_t *dims);
+int cn_node_id(const cn_node *node);
+const char *cn_node_label(const cn_node *node);
+cn_prec cn_node_prec(const cn_node *node);
+int cn_node_rank(const cn_node *node);
+int64_t cn_node_dim(const cn_node *node, int axis);
+int64_t cn_node_numel(const cn_node *node); /* product of the (unpadded) dims */
+/* Padding margins of one axis: the buffer holds left + dim + right cells along it while the
+ * node's shape stays dim. Must be set before the node's buffer is first used. */
+cn_status cn_node_set_padding(cn_node *node, int axis, int64_t left, int64_t right);
+int64_t cn_node_padding(const cn_node *node, int axis, bool right);
+cn_status cn_node_set_memory(cn_node *node, cn_memory_mode mode);
+cn_memory_mode cn_node_memory(const cn_node *node);
+/* Host values of the unpadded cells in row-major order, converted from/to double. `merge`
+ * selects the node's merge buffer instead of its value buffer. */
+cn_status cn_node_set_values(cn_node *node, bool merge, const double *values, size_t count);
+cn_status cn_node_get_values(cn_node *node, bool merge, double *values, size_t count);
+/* Raw stored cells (count * cn_prec_bytes), unpadded, row-major. */
+cn_status cn_node_set_cells(cn_node *node, bool merge, const void *cells, size_t count);
+cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_t count);
+
+/* ---- Index maps and projections ------------------------------------------------------------ */
+
+/* A symbol is a loop or index variable: a product-space iterator, or a static index bound by the
+ * caller before a routine runs (with range > 0 checked on binding). */
+typedef int cn_symbol;
+cn_symbol cn_symbol_create(cn_ctx *ctx, const char *name, int64_t range);
+const char *cn_symbol_name(const cn_ctx *ctx, cn_symbol sym);
+
+#define CN_MAX_AFFINE_TERMS 4
+typedef enum { CN_IDX_FIXED, CN_IDX_ITER, CN_IDX_AFFINE } cn_index_kind;
+/* One axis of an index map: Fixed(offset) | Iter(syms[0]) | Affine(sum coeffs[i]*syms[i] +
+ * offset). Canonical form (seed 000): an Affine has at least one term, no zero coefficient, no
+ * repeated symbol, and is never a single unit-coefficient term with offset 0 (that is an Iter);
+ * the constructors normalize to it. */
+typedef struct {
+  cn_index_kind kind;
+  int n_terms;
+  cn_symbol syms[CN_MAX_AFFINE_TERMS];
+  int64_t coeffs[CN_MAX_AFFINE_TERMS];
+  int64_t offset;
+} cn_index;
+
+cn_index cn_index_fixed(int64_t position);
+cn_index cn_index_iter(cn_symbol sym);
+/* Sums duplicate symbols, drops zero terms, and returns the canonical form. More than
+ * CN_MAX_AFFINE_TERMS distinct symbols yields kind CN_IDX_AFFINE with n_terms = -1, which every
+ * consumer rejects as invalid. */
+cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coeffs, int64_t offset);
+
+/* The projections record of one assignment (seed 001 "What we compile to"): a product space of
+ * iterators with sizes, and for the LHS and each of up to 3 RHS tensors its dims and one index
+ * per axis. Dims are the unpadded shape; indices may reach into padding margins. */
+typedef struct cn_proj cn_proj;
+typedef struct {
+  int rank;
+  const int64_t *dims;
+  const cn_index *map;
+} cn_proj_tensor;
+cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
+                        const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
+                        const cn_proj_tensor *rhs);
+/* Derived properties of the LHS map (seed 001): every LHS cell written by some product point /
+ * by at most one. Both are decided conservatively for affine maps (a "false" may be a cell
+ * that is in fact covered, never the converse). */
+bool cn_proj_lhs_surjective(const cn_proj *proj);
+bool cn_proj_lhs_injective(const cn_proj *proj);
+/* A readable dump: product space, then each tensor's dims and map. Arena-owned. */
+const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj);
+
+/* ---- Assignments IR ------------------------------------------------------------------------ */
+
+typedef struct cn_asgn cn_asgn;
+typedef struct {
+  cn_node *node;
+  bool merge; /* the node's merge buffer instead of its value */
+} cn_buffer;
+
+/* lhs <accum>= op(rhs...), with `=:` clearing to accum's neutral element first when
+ * init_neutral (seed 002 Accum_op). The projections record's LHS / RHS entries correspond to
+ * lhs / rhs[i]. */
+cn_asgn *cn_asgn_accum(cn_ctx *ctx, bool init_neutral, cn_op accum, cn_node *lhs, cn_op op,
+                       const cn_buffer *rhs, const cn_proj *proj);
+/* lhs[...] = vec_op(rhs[...]), writing length = 16/bytes(lhs prec) cells per product point: the
+ * LHS map addresses the first of them, the rest follow in row-major order (the LHS must be
+ * unpadded and the group must stay inside it). */
+cn_asgn *cn_asgn_vec_unop(cn_ctx *ctx, cn_op op, cn_node *lhs, cn_buffer rhs, const cn_proj *proj);
+cn_asgn *cn_asgn_fetch_constant(cn_ctx *ctx, cn_node *lhs, double value);
+cn_asgn *cn_asgn_fetch_constant_bits(cn_ctx *ctx, cn_node *lhs, uint64_t bits);
+/* Cell with row-major offset o gets values[o % count]. */
+cn_asgn *cn_asgn_fetch_constant_fill(cn_ctx *ctx, cn_node *lhs, const double *values,
+                                     size_t count);
+cn_asgn *cn_asgn_fetch_range_over_offsets(cn_ctx *ctx, cn_node *lhs);
+/* lhs[...] = sliced[batch_index, ...]; lhs has the dims of sliced without the leading axis. */
+cn_asgn *cn_asgn_fetch_slice(cn_ctx *ctx, cn_node *lhs, cn_symbol batch_index, cn_node *sliced);
+cn_asgn *cn_asgn_fetch_embed_symbol(cn_ctx *ctx, cn_node *lhs, cn_symbol sym);
+cn_asgn *cn_asgn_fetch_embed_self_id(cn_ctx *ctx, cn_node *lhs);
+/* Fills with *dim, read when the assignment is lowered (a size solved later by inference). */
+cn_asgn *cn_asgn_fetch_embed_dim(cn_ctx *ctx, cn_node *lhs, const int64_t *dim);
+cn_asgn *cn_asgn_seq(cn_ctx *ctx, int count, cn_asgn *const *items);
+cn_asgn *cn_asgn_comment(cn_ctx *ctx, const char *text, cn_asgn *body);
+cn_asgn *cn_asgn_noop(cn_ctx *ctx);
+/* The assignments in %cd syntax (`c =:+ a * b;`), one per line. Arena-owned. */
+const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
+
+/* ---- Routines ------------------------------------------------------------------------------ */
+
+typedef enum { CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
+typedef struct cn_routine cn_routine;
+
+/* Lowers, optimizes and compiles an assignments tree for a backend. */
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name);
+/* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */
+cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
+cn_status cn_routine_run(cn_routine *routine);
+/* The loop IR (after optimization) and, for the C backend, the generated source. Owned by the
+ * routine. */
+const char *cn_routine_loops(const cn_routine *routine);
+const char *cn_routine_source(const cn_routine *routine);
+void cn_routine_free(cn_routine *routine);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CANNL_H */

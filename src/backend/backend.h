@@ -1,0 +1,28 @@
+/* The backend interface: compile a loop-IR procedure, run it on buffers, release it.
+ *
+ * A backend receives buffers in the procedure's param order (each the start of the node's padded
+ * buffer, in the node's stored precision) and the values of its free symbols in free_syms order.
+ * New backends (OpenCL, CUDA) implement the same three functions; the routine layer above
+ * handles buffer allocation, binding and validation. */
+#ifndef CN_BACKEND_H
+#define CN_BACKEND_H
+
+#include "loops/loops.h"
+
+typedef struct {
+  const char *name;
+  /* On success *compiled is backend-owned state; *source (may be NULL) is text describing what
+   * was compiled (the generated C), owned by the compiled state. */
+  cn_status (*compile)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled, const char **source);
+  cn_status (*run)(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms);
+  void (*release)(void *compiled);
+} cn_backend;
+
+extern const cn_backend cn_backend_interp;
+extern const cn_backend cn_backend_c;
+
+/* Generates the C source of a procedure (used by cn_backend_c; exposed for golden tests).
+ * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`. */
+cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out);
+
+#endif

@@ -1,0 +1,103 @@
+/* Internal core of cannl: the context structure, arenas, error reporting, logging, the internal
+ * assert and a growable string builder. Every module includes this header.
+ *
+ * Invariants: every failing function records its message with cn_fail() before returning the
+ * status; arena memory lives until cn_ctx_destroy; CN_ASSERT guards internal invariants only
+ * (never user input) and aborts with file:line. */
+#ifndef CN_CORE_H
+#define CN_CORE_H
+
+#include "cannl.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CN_ASSERT(cond)                                                                            \
+  do {                                                                                             \
+    if (!(cond)) cn_assert_fail(__FILE__, __LINE__, #cond);                                        \
+  } while (0)
+_Noreturn void cn_assert_fail(const char *file, int line, const char *expr);
+
+#if defined(__GNUC__)
+#define CN_PRINTF(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
+#else
+#define CN_PRINTF(fmt_idx, args_idx)
+#endif
+
+/* ---- Arena: bump allocation in linked blocks, released in one call ---- */
+typedef struct cn_arena_block cn_arena_block;
+typedef struct {
+  cn_arena_block *head;
+  size_t total_bytes;
+} cn_arena;
+void cn_arena_init(cn_arena *arena);
+/* Zero-filled, aligned to 16 bytes; NULL on exhaustion (no message: use cn_alloc for that). */
+void *cn_arena_alloc(cn_arena *arena, size_t bytes);
+void cn_arena_release(cn_arena *arena);
+
+/* ---- Growable string builder (malloc-backed; a failed allocation makes it sticky-failed) ---- */
+typedef struct {
+  char *data;
+  size_t len, cap;
+  bool failed;
+} cn_sbuf;
+void cn_sbuf_puts(cn_sbuf *sb, const char *s);
+void cn_sbuf_putc(cn_sbuf *sb, char c);
+void cn_sbuf_printf(cn_sbuf *sb, const char *fmt, ...) CN_PRINTF(2, 3);
+void cn_sbuf_vprintf(cn_sbuf *sb, const char *fmt, va_list ap);
+void cn_sbuf_indent(cn_sbuf *sb, int levels); /* two spaces per level */
+/* Moves the text into the context's arena and frees the builder; NULL (with a CN_ERR_NOMEM
+ * message) if the builder failed or the copy cannot be made. */
+const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb);
+void cn_sbuf_free(cn_sbuf *sb);
+
+/* ---- The context ---- */
+typedef struct {
+  const char *name;
+  int64_t range; /* 0: unbounded */
+} cn_symbol_info;
+
+struct cn_routine;
+
+struct cn_ctx {
+  cn_arena arena;
+  cn_status status;
+  char error[4096];
+  cn_log_fn log_fn;
+  void *log_user;
+  cn_log_level log_min;
+  char *opt_cc, *opt_cflags, *opt_cache_dir; /* malloc'd; NULL means the default */
+  uint64_t stats[CN_STAT_ROUTINE_RUNS + 1];
+  int next_node_id;
+  cn_symbol_info *symbols; /* malloc'd, grown by doubling */
+  int n_symbols, cap_symbols;
+  cn_node **nodes; /* every node, for releasing buffers; malloc'd */
+  int n_nodes, cap_nodes;
+  struct cn_routine *routines; /* live routines, freed at destroy */
+  /* Test hook: when > 0, counts down on every allocation through cn_alloc / cn_malloc and the
+   * allocation that reaches 0 fails, so error paths can be exercised. */
+  long fail_alloc_countdown;
+};
+
+/* Records a failure: status plus printf-style message. Returns status for `return cn_fail(...)`. */
+cn_status cn_fail(cn_ctx *ctx, cn_status status, const char *fmt, ...) CN_PRINTF(3, 4);
+void cn_log(cn_ctx *ctx, cn_log_level level, const char *fmt, ...) CN_PRINTF(3, 4);
+
+/* Arena allocation with a CN_ERR_NOMEM message on failure. */
+void *cn_alloc(cn_ctx *ctx, size_t bytes);
+char *cn_strdup(cn_ctx *ctx, const char *s);
+/* malloc/calloc/realloc for data with its own lifetime (buffers), with the same failure
+ * handling (and the same test hook). Free with free(). */
+void *cn_malloc(cn_ctx *ctx, size_t bytes);
+void *cn_calloc(cn_ctx *ctx, size_t count, size_t size);
+void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes);
+/* Registers a node for buffer release at destroy. */
+cn_status cn_ctx_register_node(cn_ctx *ctx, cn_node *node);
+const cn_symbol_info *cn_ctx_symbol(const cn_ctx *ctx, cn_symbol sym); /* NULL if invalid */
+
+/* Overflow-checked size arithmetic: false on overflow. */
+bool cn_mul_size(size_t a, size_t b, size_t *out);
+
+#endif

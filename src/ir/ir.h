@@ -1,0 +1,120 @@
+/* The high-level IR: tensor nodes, index maps, projections records and assignments
+ * (seed 002 `Assignments.t`, generalized), with the analyses the lowering needs.
+ *
+ * Invariants: a cn_proj is immutable once created and owns copies of its arrays (arena); slot 0
+ * is the LHS and slots 1..n_rhs the RHS tensors, so a slot permutation is an index shuffle;
+ * every cn_index stored in a record is canonical (cn_index_affine); an assignment is validated on
+ * construction (arity, accumulator, precision support, dims against the nodes, index ranges
+ * within the padded buffers), so the lowering can assume a consistent tree. */
+#ifndef CN_IR_H
+#define CN_IR_H
+
+#include "core/core.h"
+#include "numeric/numeric.h"
+
+struct cn_node {
+  cn_ctx *ctx;
+  int id;
+  const char *label; /* arena */
+  cn_prec prec;
+  int rank;
+  int64_t dims[CN_MAX_RANK];
+  int64_t pad[CN_MAX_RANK][2]; /* [axis][0] left, [axis][1] right */
+  cn_memory_mode mode;
+  void *value, *merge; /* malloc'd padded buffers, NULL until first use */
+  bool buffers_used;   /* set once a buffer exists: padding is then frozen */
+};
+
+/* Cells of the padded buffer, and row-major strides over the padded dims. */
+int64_t cn_node_padded_dim(const cn_node *node, int axis);
+size_t cn_node_buffer_cells(const cn_node *node);
+void cn_node_strides(const cn_node *node, int64_t *strides);
+/* The buffer (allocated zero-filled on first use); NULL with an error on failure. */
+void *cn_node_buffer(cn_node *node, bool merge);
+/* "label" (#id) for messages; arena-owned. */
+const char *cn_node_describe(const cn_node *node);
+
+#define CN_SLOT_LHS 0
+#define CN_MAX_SLOTS 4
+typedef struct {
+  int rank;
+  int64_t *dims;
+  cn_index *map;
+} cn_proj_slot;
+
+struct cn_proj {
+  int n_product;
+  cn_symbol *iters;
+  int64_t *sizes;
+  int n_rhs;
+  cn_proj_slot slot[CN_MAX_SLOTS];
+};
+
+/* Inclusive range [*lo, *hi] an index takes over the product space (free symbols range over their
+ * declared range; false if a free symbol has no range or the index is invalid). */
+bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj, int64_t *lo,
+                     int64_t *hi);
+/* The size of a product iterator in proj, or 0 if sym is not one of its iterators. */
+int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym);
+bool cn_index_mentions(const cn_index *idx, cn_symbol sym);
+void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx);
+
+typedef enum {
+  CN_ASGN_NOOP,
+  CN_ASGN_SEQ,
+  CN_ASGN_COMMENT,
+  CN_ASGN_ACCUM,
+  CN_ASGN_VEC_UNOP,
+  CN_ASGN_FETCH
+} cn_asgn_kind;
+
+typedef enum {
+  CN_FETCH_CONSTANT,
+  CN_FETCH_CONSTANT_BITS,
+  CN_FETCH_CONSTANT_FILL,
+  CN_FETCH_RANGE_OVER_OFFSETS,
+  CN_FETCH_SLICE,
+  CN_FETCH_EMBED_SYMBOL,
+  CN_FETCH_EMBED_SELF_ID,
+  CN_FETCH_EMBED_DIM
+} cn_fetch_kind;
+
+struct cn_asgn {
+  cn_asgn_kind kind;
+  union {
+    struct {
+      int count;
+      cn_asgn **items;
+    } seq;
+    struct {
+      const char *text;
+      cn_asgn *body;
+    } comment;
+    struct {
+      bool init_neutral;
+      cn_op accum, op;
+      cn_node *lhs;
+      cn_buffer rhs[3]; /* cn_op_arity(op) of them */
+      const cn_proj *proj;
+    } accum;
+    struct {
+      cn_op op;
+      cn_node *lhs;
+      cn_buffer rhs;
+      const cn_proj *proj;
+    } vec;
+    struct {
+      cn_fetch_kind kind;
+      cn_node *lhs;
+      double constant;      /* CONSTANT */
+      uint64_t bits;        /* CONSTANT_BITS */
+      const double *fill;   /* CONSTANT_FILL (arena copy) */
+      size_t n_fill;
+      cn_symbol sym;        /* SLICE batch index, EMBED_SYMBOL */
+      cn_node *sliced;      /* SLICE */
+      const int64_t *dim;   /* EMBED_DIM */
+    } fetch;
+  } u;
+};
+
+#endif

@@ -1,0 +1,99 @@
+/* The loop IR: nested for-loops, cell writes and scalar expressions (seed 001 "What we compile
+ * to", after the projections are spent), the lowering from assignments, and simplification.
+ *
+ * Invariants: loop bounds are constants, `from` inclusive and `to` exclusive; every cell access
+ * names its buffer and one canonical cn_index per axis of the node, in logical coordinates (the
+ * padding offset is added by the backends); every expression carries the precision it is
+ * computed in, and operands of another precision are converted where they are used (backends
+ * apply cn_value_convert / cn_conv_c); a procedure lists every buffer it touches as a parameter,
+ * so backends need no knowledge of nodes beyond dims, padding and precision. Lower stages
+ * (backends) include this header; this header never includes a backend. */
+#ifndef CN_LOOPS_H
+#define CN_LOOPS_H
+
+#include "ir/ir.h"
+
+typedef enum {
+  CN_LE_GET,        /* a cell of a buffer */
+  CN_LE_CONST,      /* a constant, already a value of prec */
+  CN_LE_INDEX,      /* the value of an index expression (Embed_index), prec is the index prec */
+  CN_LE_OP,         /* a primitive op over 1-3 arguments */
+} cn_le_kind;
+
+/* The precision of embedded indices (ocannl-notes §7.2: uint32, so that conversion to uint4x32
+ * spreads the bits). */
+#define CN_INDEX_PREC CN_PREC_UINT32
+
+typedef struct cn_ll_expr cn_ll_expr;
+struct cn_ll_expr {
+  cn_le_kind kind;
+  cn_prec prec; /* the precision the value is computed in */
+  union {
+    struct {
+      int param; /* index into the procedure's params */
+      cn_index *idx; /* rank of the node */
+    } get;
+    cn_value constant;
+    cn_index index;
+    struct {
+      cn_op op;
+      cn_ll_expr *args[3];
+    } op;
+  } u;
+};
+
+typedef enum { CN_LL_SEQ, CN_LL_COMMENT, CN_LL_FOR, CN_LL_SET, CN_LL_SET_VEC } cn_ll_kind;
+
+typedef struct cn_ll_stmt cn_ll_stmt;
+struct cn_ll_stmt {
+  cn_ll_kind kind;
+  union {
+    struct {
+      int count;
+      cn_ll_stmt **items;
+    } seq;
+    const char *comment;
+    struct {
+      cn_symbol sym;
+      int64_t from, to; /* from inclusive, to exclusive */
+      cn_ll_stmt *body;
+    } loop;
+    struct {
+      int param;
+      cn_index *idx;
+      cn_ll_expr *value; /* converted to the node's precision on store */
+    } set;
+    struct {
+      cn_op op; /* a CN_OPF_VEC op */
+      int param;
+      cn_index *idx; /* the first of `length` row-major cells */
+      int length;
+      cn_ll_expr *arg; /* uint4x32 */
+    } vec;
+  } u;
+};
+
+/* A buffer the procedure reads or writes; nodes with CN_MEM_LOCAL are scratch (the routine
+ * supplies a private buffer), the others are the nodes' own buffers. */
+typedef struct {
+  cn_node *node;
+  bool merge;
+} cn_ll_param;
+
+typedef struct {
+  const char *name; /* a C identifier */
+  cn_ll_stmt *body;
+  int n_params;
+  cn_ll_param *params; /* ordered by node id, value before merge */
+  int n_free_syms;
+  cn_symbol *free_syms; /* static indices read (not loop variables), ascending */
+} cn_ll_proc;
+
+/* Lowers an (already validated) assignments tree. name must be a C identifier. */
+cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);
+/* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), in place. */
+cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc);
+/* Readable text of the procedure (arena-owned). */
+const char *cn_ll_to_string(cn_ctx *ctx, const cn_ll_proc *proc);
+
+#endif

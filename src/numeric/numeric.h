@@ -1,0 +1,105 @@
+/* Numeric core: the precision and op tables as data, scalar values, conversions between
+ * precisions and the reference evaluation of primitive ops.
+ *
+ * The semantics here and in generated C are one: the expressions of include/cannl/ops.def and the
+ * helpers of builtins.h are compiled into this module and emitted into generated code, and
+ * cn_value_convert and cn_conv_c implement the same conversion rules (documented in
+ * docs/ARCHITECTURE.md, "Precisions"). */
+#ifndef CN_NUMERIC_H
+#define CN_NUMERIC_H
+
+#include "core/core.h"
+#include "numeric/builtins.h"
+
+typedef enum { CN_ACCUM_NO, CN_ACCUM_ACC, CN_ACCUM_ACC_INIT } cn_accum_kind;
+typedef enum {
+  CN_LOGIC_POINTWISE,
+  CN_LOGIC_NONE,
+  CN_LOGIC_COMPOSE_ACC,
+  CN_LOGIC_DEDICATED
+} cn_logic;
+
+/* Precision kinds an op supports (ops.def "kinds"). */
+#define CN_KF 1u
+#define CN_KI 2u
+#define CN_KB 4u
+/* Op flags (ops.def "flags"). */
+#define CN_OPF_TO_PREC 1u
+#define CN_OPF_VEC 2u
+#define CN_OPF_COND 4u
+
+typedef struct {
+  const char *name;
+  const char *infix;
+  int arity;
+  cn_accum_kind accum;
+  cn_logic logic;
+  double neutral;
+  unsigned kinds, flags;
+  const char *fexpr, *iexpr, *bexpr; /* stringized templates over a, b, c; "CN_NA" if none */
+} cn_op_info;
+extern const cn_op_info cn_op_table[CN_OP_COUNT];
+
+typedef struct {
+  const char *name;
+  size_t bytes;
+  const char *store_c, *compute_c;
+  cn_prec_kind kind;
+  int rank;
+} cn_prec_info;
+extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
+
+/* The kind bit (CN_KF/CN_KI/CN_KB) of a precision. */
+unsigned cn_prec_kind_bit(cn_prec prec);
+
+/* A scalar in the reference semantics: f for FLOAT kinds (always double), i for INT, u for UINT,
+ * w for BITS. */
+typedef union {
+  double f;
+  int64_t i;
+  uint64_t u;
+  cn_u4x32 w;
+} cn_value;
+
+cn_value cn_value_load(cn_prec prec, const void *cell);
+void cn_value_store(cn_prec prec, cn_value v, void *cell);
+/* Converts a compute value of precision `from` to one of precision `to`, exactly as generated
+ * code does (cn_conv_c). */
+cn_value cn_value_convert(cn_prec from, cn_prec to, cn_value v);
+/* A double constant as a value of prec: float kinds keep it; integer kinds truncate and saturate
+ * to the stored range (so -inf is the smallest value), NaN gives 0; BITS gives {lo, hi, 0, 0} of
+ * the saturated int64. */
+cn_value cn_value_of_double(cn_prec prec, double x);
+double cn_value_to_double(cn_prec prec, cn_value v);
+/* A 64-bit pattern as a value of prec (Constant_bits): integer kinds take it (truncated to the
+ * stored width on store), BITS gives {lo, hi, 0, 0}, float kinds convert the signed integer. */
+cn_value cn_value_of_bits(cn_prec prec, uint64_t bits);
+/* Truth of a value (a condition): != 0, NaN is true; for BITS any nonzero word. */
+bool cn_value_truth(cn_prec prec, cn_value v);
+
+/* Evaluates op on arguments already converted to prec (for CN_OPF_TO_PREC ops args[0] is the
+ * uint4x32 operand and the result has precision prec; for CN_OPF_COND ops args[0] is the condition
+ * converted to prec as 1 or 0). The op must support prec (CN_ASSERT). Not for CN_OPF_VEC ops. */
+cn_value cn_eval_op(cn_op op, cn_prec prec, const cn_value *args);
+/* The vectorized uint4x32_to_prec_uniform: writes 16/bytes(prec) values of precision prec. */
+int cn_eval_vec_op(cn_op op, cn_prec prec, cn_u4x32 arg, cn_value *out);
+int cn_vec_length(cn_prec prec); /* 16 / bytes(prec) */
+
+/* ---- C spellings for generated code (all write into sb) ---- */
+/* Converts the C expression `expr`, of the compute type of `from`, to the compute type of `to`. */
+void cn_conv_c(cn_sbuf *sb, cn_prec from, cn_prec to, const char *expr);
+/* A stored cell lvalue `cell` read as a compute value / a compute value written into it. */
+void cn_load_c(cn_sbuf *sb, cn_prec prec, const char *cell);
+void cn_store_c(cn_sbuf *sb, cn_prec prec, const char *cell, const char *value);
+/* A literal of the compute type of prec (for BITS: a compound literal). */
+void cn_const_c(cn_sbuf *sb, cn_prec prec, cn_value v);
+/* The op applied to operand expressions (already of the right compute types): the table's
+ * template with a, b, c substituted (parenthesized), or the cn_u4x32_to_<prec>_uniform call for
+ * CN_OPF_TO_PREC ops. */
+void cn_op_c(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args);
+
+/* The text of builtins.h, prepended to every generated C file. */
+extern const char cn_builtins_source[];
+extern const size_t cn_builtins_source_len;
+
+#endif
