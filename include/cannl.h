@@ -71,9 +71,12 @@ uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
 
 /* ---- Precisions (table: include/cannl/precisions.def) -------------------------------------- */
 
+#ifndef CN_U4X32_DEFINED /* also defined by the generated-C prelude (src/numeric/builtins.h) */
+#define CN_U4X32_DEFINED
 typedef struct {
   uint32_t v[4];
 } cn_u4x32; /* a 128-bit cell of precision uint4x32 */
+#endif
 
 typedef enum {
 #define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank) CN_PREC_##ID,
@@ -106,7 +109,7 @@ float cn_prec_fp8_to_single(uint8_t bits);
 /* ---- Primitive ops (table: include/cannl/ops.def) ------------------------------------------ */
 
 typedef enum {
-#define CN_OP(ID, name, infix, arity, accum, logic, neutral, kinds, flags, fexpr, iexpr, bexpr)     \
+#define CN_OP(ID, name, infix, arity, accum, logic, neutral, kinds, flags, fexpr, iexpr, bexpr)    \
   CN_OP_##ID,
 #include "cannl/ops.def"
   CN_OP_COUNT
@@ -232,8 +235,7 @@ cn_asgn *cn_asgn_vec_unop(cn_ctx *ctx, cn_op op, cn_node *lhs, cn_buffer rhs, co
 cn_asgn *cn_asgn_fetch_constant(cn_ctx *ctx, cn_node *lhs, double value);
 cn_asgn *cn_asgn_fetch_constant_bits(cn_ctx *ctx, cn_node *lhs, uint64_t bits);
 /* Cell with row-major offset o gets values[o % count]. */
-cn_asgn *cn_asgn_fetch_constant_fill(cn_ctx *ctx, cn_node *lhs, const double *values,
-                                     size_t count);
+cn_asgn *cn_asgn_fetch_constant_fill(cn_ctx *ctx, cn_node *lhs, const double *values, size_t count);
 cn_asgn *cn_asgn_fetch_range_over_offsets(cn_ctx *ctx, cn_node *lhs);
 /* lhs[...] = sliced[batch_index, ...]; lhs has the dims of sliced without the leading axis. */
 cn_asgn *cn_asgn_fetch_slice(cn_ctx *ctx, cn_node *lhs, cn_symbol batch_index, cn_node *sliced);

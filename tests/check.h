@@ -50,7 +50,7 @@ static int check_passed_, check_failed_;
   do {                                                                                             \
     const char *a_ = (actual), *e_ = (expected);                                                   \
     int ok_ = a_ && e_ && strcmp(a_, e_) == 0;                                                     \
-    CHECK_MSG(ok_, "%s =\n%s\nexpected\n%s", #actual, a_ ? a_ : "(null)", e_ ? e_ : "(null)");    \
+    CHECK_MSG(ok_, "%s =\n%s\nexpected\n%s", #actual, a_ ? a_ : "(null)", e_ ? e_ : "(null)");     \
   } while (0)
 
 /* The string contains the substring. */
@@ -58,7 +58,7 @@ static int check_passed_, check_failed_;
   do {                                                                                             \
     const char *a_ = (actual), *n_ = (needle);                                                     \
     int ok_ = a_ && n_ && strstr(a_, n_) != NULL;                                                  \
-    CHECK_MSG(ok_, "%s = \"%s\" lacks \"%s\"", #actual, a_ ? a_ : "(null)", n_);                  \
+    CHECK_MSG(ok_, "%s = \"%s\" lacks \"%s\"", #actual, a_ ? a_ : "(null)", n_);                   \
   } while (0)
 
 #define CHECK_DONE()                                                                               \

@@ -59,7 +59,13 @@ typedef struct {
   int64_t range; /* 0: unbounded */
 } cn_symbol_info;
 
-struct cn_routine;
+/* Cleanups run (newest first) by cn_ctx_destroy: how objects of higher layers (routines) that
+ * own resources are released with the context without the core knowing them. */
+typedef struct cn_cleanup {
+  void (*fn)(void *arg);
+  void *arg;
+  struct cn_cleanup *prev, *next;
+} cn_cleanup;
 
 struct cn_ctx {
   cn_arena arena;
@@ -75,7 +81,7 @@ struct cn_ctx {
   int n_symbols, cap_symbols;
   cn_node **nodes; /* every node, for releasing buffers; malloc'd */
   int n_nodes, cap_nodes;
-  struct cn_routine *routines; /* live routines, freed at destroy */
+  cn_cleanup *cleanups; /* newest first */
   /* Test hook: when > 0, counts down on every allocation through cn_alloc / cn_malloc and the
    * allocation that reaches 0 fails, so error paths can be exercised. */
   long fail_alloc_countdown;
@@ -93,8 +99,14 @@ char *cn_strdup(cn_ctx *ctx, const char *s);
 void *cn_malloc(cn_ctx *ctx, size_t bytes);
 void *cn_calloc(cn_ctx *ctx, size_t count, size_t size);
 void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes);
-/* Registers a node for buffer release at destroy. */
+/* Registers a node for buffer release at destroy: cn_ctx_destroy calls cn_node_free_buffers
+ * (implemented by the IR module, src/ir/node.c) on every registered node. */
 cn_status cn_ctx_register_node(cn_ctx *ctx, cn_node *node);
+void cn_node_free_buffers(cn_node *node);
+/* Registers fn(arg) to run at destroy; NULL (with an error) on allocation failure. */
+cn_cleanup *cn_ctx_add_cleanup(cn_ctx *ctx, void (*fn)(void *), void *arg);
+/* Unregisters without running it. */
+void cn_ctx_remove_cleanup(cn_ctx *ctx, cn_cleanup *cleanup);
 const cn_symbol_info *cn_ctx_symbol(const cn_ctx *ctx, cn_symbol sym); /* NULL if invalid */
 
 /* Overflow-checked size arithmetic: false on overflow. */

@@ -34,7 +34,7 @@ void *cn_node_buffer(cn_node *node, bool merge);
 /* "label" (#id) for messages; arena-owned. */
 const char *cn_node_describe(const cn_node *node);
 
-#define CN_SLOT_LHS 0
+#define CN_SLOT_LHS  0
 #define CN_MAX_SLOTS 4
 typedef struct {
   int rank;
@@ -106,13 +106,13 @@ struct cn_asgn {
     struct {
       cn_fetch_kind kind;
       cn_node *lhs;
-      double constant;      /* CONSTANT */
-      uint64_t bits;        /* CONSTANT_BITS */
-      const double *fill;   /* CONSTANT_FILL (arena copy) */
+      double constant;    /* CONSTANT */
+      uint64_t bits;      /* CONSTANT_BITS */
+      const double *fill; /* CONSTANT_FILL (arena copy) */
       size_t n_fill;
-      cn_symbol sym;        /* SLICE batch index, EMBED_SYMBOL */
-      cn_node *sliced;      /* SLICE */
-      const int64_t *dim;   /* EMBED_DIM */
+      cn_symbol sym;      /* SLICE batch index, EMBED_SYMBOL */
+      cn_node *sliced;    /* SLICE */
+      const int64_t *dim; /* EMBED_DIM */
     } fetch;
   } u;
 };

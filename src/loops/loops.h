@@ -14,10 +14,10 @@
 #include "ir/ir.h"
 
 typedef enum {
-  CN_LE_GET,        /* a cell of a buffer */
-  CN_LE_CONST,      /* a constant, already a value of prec */
-  CN_LE_INDEX,      /* the value of an index expression (Embed_index), prec is the index prec */
-  CN_LE_OP,         /* a primitive op over 1-3 arguments */
+  CN_LE_GET,   /* a cell of a buffer */
+  CN_LE_CONST, /* a constant, already a value of prec */
+  CN_LE_INDEX, /* the value of an index expression (Embed_index), prec is the index prec */
+  CN_LE_OP,    /* a primitive op over 1-3 arguments */
 } cn_le_kind;
 
 /* The precision of embedded indices (ocannl-notes §7.2: uint32, so that conversion to uint4x32
@@ -30,7 +30,7 @@ struct cn_ll_expr {
   cn_prec prec; /* the precision the value is computed in */
   union {
     struct {
-      int param; /* index into the procedure's params */
+      int param;     /* index into the procedure's params */
       cn_index *idx; /* rank of the node */
     } get;
     cn_value constant;

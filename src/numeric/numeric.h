@@ -25,8 +25,8 @@ typedef enum {
 #define CN_KB 4u
 /* Op flags (ops.def "flags"). */
 #define CN_OPF_TO_PREC 1u
-#define CN_OPF_VEC 2u
-#define CN_OPF_COND 4u
+#define CN_OPF_VEC     2u
+#define CN_OPF_COND    4u
 
 typedef struct {
   const char *name;
@@ -76,6 +76,11 @@ double cn_value_to_double(cn_prec prec, cn_value v);
 cn_value cn_value_of_bits(cn_prec prec, uint64_t bits);
 /* Truth of a value (a condition): != 0, NaN is true; for BITS any nonzero word. */
 bool cn_value_truth(cn_prec prec, cn_value v);
+
+/* The precision argument `arg` of op is computed in, given the op's result precision and the
+ * argument's own precision: uint4x32 for CN_OPF_TO_PREC ops, the argument's own for the condition
+ * of CN_OPF_COND ops, the result precision otherwise. Both backends convert by this rule. */
+cn_prec cn_op_operand_prec(cn_op op, cn_prec result, int arg, cn_prec arg_prec);
 
 /* Evaluates op on arguments already converted to prec (for CN_OPF_TO_PREC ops args[0] is the
  * uint4x32 operand and the result has precision prec; for CN_OPF_COND ops args[0] is the condition
