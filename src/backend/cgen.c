@@ -1,0 +1,578 @@
+/* C source generation for the generated-C backend: one loop-IR procedure becomes a C11 translation
+ * unit with the numeric prelude (builtins.h), a static function doing the work and an exported
+ * entry point taking the buffers and free-symbol values as arrays.
+ *
+ * The text is deterministic (a function of the procedure, the node geometry and the symbol names
+ * only) because it doubles as the compile-cache key and as the golden text of tests. Invariants
+ * of the output: every identifier the procedure contributes (buffer parameters, loop variables,
+ * free-symbol parameters) is distinct from the others, from C keywords, from the names the
+ * generated expressions call (the ops' templates, the math library, the prelude's cn_ helpers and
+ * the standard macros the prelude's headers define), so no user label or symbol name can break
+ * compilation; cell offsets are one folded linear expression in the padded row-major buffer;
+ * every conversion between precisions goes through cn_conv_c, every load and store through
+ * cn_load_c / cn_store_c, so the semantics stay those of src/numeric. */
+#include "backend/backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The generator's own block-local names: the "cn_" prefix is never given to user names. */
+#define CGEN_LANES "cn_lanes"
+#define CGEN_LANE  "cn_lane"
+
+typedef struct {
+  cn_ctx *ctx;
+  const cn_ll_proc *proc;
+  cn_sbuf *out;
+  const char **param_names;        /* per param */
+  int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
+  const char **sym_names; /* per symbol of the context; NULL when the routine does not use it */
+  bool *written;          /* per param: some statement stores into it */
+  int n_syms;             /* symbols of the context: every symbol the procedure names is below */
+} cgen;
+
+/* ---- Identifiers ---- */
+
+static bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+static bool is_upper_word(const char *s) {
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || is_digit(*s) || *s == '_')) return false;
+  return true;
+}
+
+static bool starts_with(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Prefixes of the object-like macros <stdint.h> and <math.h> define (INT64_MAX, UINT32_C, FP_NAN,
+ * HUGE_VALF, M_PI, ...): an all-capitals name starting with one of them could be a macro. */
+static bool looks_like_std_macro(const char *s) {
+  static const char *const prefixes[] = {"INT",   "UINT", "PTRDIFF_", "SIZE_", "WCHAR_",
+                                         "WINT_", "SIG_", "FP_",      "M_",    "MATH_",
+                                         "HUGE_", "FLT_", "DBL_",     "LDBL_", "CMPLX"};
+  if (!is_upper_word(s)) return false;
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+    if (starts_with(s, prefixes[i])) return true;
+  return false;
+}
+
+/* A C identifier made of `text`: ASCII letters and digits kept, anything else '_'; an "n" is
+ * prefixed when the result would start with a digit or an underscore (reserved spellings), when it
+ * is empty, or when it has the shape of a name of the prelude (cn_, CN_) or of a standard macro, so
+ * that appending a suffix always makes a name free. Arena-owned; NULL on exhaustion. */
+static char *shape_identifier(cn_ctx *ctx, const char *text, const char *suffix) {
+  size_t n = strlen(text), k = strlen(suffix);
+  char *s = cn_alloc(ctx, n + k + 2);
+  if (!s) return NULL;
+  char *p = s + 1;
+  for (size_t i = 0; i < n; i++) p[i] = is_alpha(text[i]) || is_digit(text[i]) ? text[i] : '_';
+  memcpy(p + n, suffix, k + 1);
+  if (n == 0 || !is_alpha(p[0]) || starts_with(p, "cn_") || starts_with(p, "CN_") ||
+      looks_like_std_macro(p)) {
+    s[0] = 'n';
+    return s;
+  }
+  return p;
+}
+
+/* True if name is one of the space-separated words of list. */
+static bool in_word_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    while (*p == ' ') p++;
+    const char *end = p;
+    while (*end && *end != ' ') end++;
+    if ((size_t)(end - p) == n && memcmp(p, name, n) == 0) return true;
+    p = end;
+  }
+  return false;
+}
+
+/* Names of <math.h>, <complex.h> and <tgmath.h>: functions, function-like and object-like macros
+ * (the float and long double variants of the functions end in 'f' and 'l'). */
+static bool is_math_name(const char *name) {
+  static const char names[] =
+      "acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 expm1 frexp "
+      "ilogb ldexp log log10 log1p log2 logb modf scalbn scalbln cbrt fabs hypot pow sqrt erf erfc "
+      "lgamma tgamma ceil floor nearbyint rint lrint llrint round lround llround trunc fmod "
+      "remainder remquo copysign nan nextafter nexttoward fdim fmax fmin fma carg cimag conj cproj "
+      "creal cabs cexp clog cpow csqrt csin ccos ctan casin cacos catan csinh ccosh ctanh casinh "
+      "cacosh catanh isnan isinf isfinite isnormal signbit fpclassify isgreater isgreaterequal "
+      "isless islessequal islessgreater isunordered math_errhandling complex imaginary I INFINITY "
+      "NAN";
+  if (in_word_list(names, name)) return true;
+  size_t n = strlen(name);
+  char base[32];
+  if (n < 2 || n > sizeof base || (name[n - 1] != 'f' && name[n - 1] != 'l')) return false;
+  memcpy(base, name, n - 1);
+  base[n - 1] = '\0';
+  return in_word_list(names, base);
+}
+
+/* C11 keywords, plus the C23 ones and the <stdbool.h> / <stdalign.h> / <stdnoreturn.h> macros,
+ * so the text stays valid for any -std the user chooses. */
+static bool is_keyword(const char *name) {
+  static const char keywords[] =
+      "auto break case char const continue default do double else enum extern float for goto if "
+      "inline int long register restrict return short signed sizeof static struct switch typedef "
+      "union unsigned void volatile while bool true false alignas alignof noreturn static_assert "
+      "thread_local nullptr constexpr typeof typeof_unqual asm";
+  return in_word_list(keywords, name);
+}
+
+/* True if `name` is called, as name(...), in one of the op templates of ops.def: generated
+ * expressions spell those calls, so a variable of that name would shadow them. */
+static bool called_by_op_template(const char *name) {
+  size_t n = strlen(name);
+  for (int op = 0; op < CN_OP_COUNT; op++) {
+    const char *templates[3] = {cn_op_table[op].fexpr, cn_op_table[op].iexpr,
+                                cn_op_table[op].bexpr};
+    for (int t = 0; t < 3; t++) {
+      const char *s = templates[t];
+      while (*s) {
+        if (!is_alpha(*s) && *s != '_') {
+          s++;
+          continue;
+        }
+        const char *start = s;
+        while (is_alpha(*s) || is_digit(*s) || *s == '_') s++;
+        const char *after = s;
+        while (*after == ' ') after++;
+        if ((size_t)(s - start) == n && memcmp(start, name, n) == 0 && *after == '(') return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* A name that generated code may not use for a variable. Appending "_<digits>" or "_" makes any
+ * reserved name free (shape_identifier already excluded the prefix-reserved families). */
+static bool is_reserved(const char *name) {
+  size_t n = strlen(name);
+  return is_keyword(name) || is_math_name(name) || called_by_op_template(name) ||
+         (n >= 2 && name[n - 2] == '_' && name[n - 1] == 't'); /* int64_t, float_t, ... */
+}
+
+/* Buffer names: label + "_" + id (+ "_merge"). The trailing id makes them distinct from each
+ * other, and from every name of is_reserved, which never ends in a digit or "_merge". */
+static cn_status name_params(cgen *g) {
+  const cn_ll_proc *proc = g->proc;
+  for (int k = 0; k < proc->n_params; k++) {
+    const cn_node *node = proc->params[k].node;
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "_%d%s", node->id, proc->params[k].merge ? "_merge" : "");
+    g->param_names[k] = shape_identifier(g->ctx, node->label ? node->label : "", suffix);
+    if (!g->param_names[k]) return g->ctx->status;
+  }
+  return CN_OK;
+}
+
+static void mark_symbol(const cgen *g, bool *used, cn_symbol sym) {
+  CN_ASSERT(sym >= 0 && sym < g->n_syms);
+  used[sym] = true;
+}
+
+static void mark_index_symbols(const cgen *g, bool *used, const cn_index *idx) {
+  if (idx->kind == CN_IDX_FIXED) return;
+  int terms = idx->kind == CN_IDX_ITER ? 1 : idx->n_terms;
+  CN_ASSERT(terms >= 1 && terms <= CN_MAX_AFFINE_TERMS);
+  for (int t = 0; t < terms; t++) mark_symbol(g, used, idx->syms[t]);
+}
+
+static void mark_access(cgen *g, bool *used, int param, const cn_index *idx) {
+  CN_ASSERT(param >= 0 && param < g->proc->n_params);
+  int rank = g->proc->params[param].node->rank;
+  for (int d = 0; d < rank; d++) mark_index_symbols(g, used, &idx[d]);
+}
+
+static void mark_expr(cgen *g, bool *used, const cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET: mark_access(g, used, e->u.get.param, e->u.get.idx); return;
+  case CN_LE_CONST: return;
+  case CN_LE_INDEX: mark_index_symbols(g, used, &e->u.index); return;
+  case CN_LE_OP:
+    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(g, used, e->u.op.args[a]);
+    return;
+  }
+  CN_ASSERT(!"unknown expression kind");
+}
+
+/* Marks the symbols the statement mentions and the params it writes. */
+static void mark_stmt(cgen *g, bool *used, const cn_ll_stmt *s) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(g, used, s->u.seq.items[i]);
+    return;
+  case CN_LL_COMMENT: return;
+  case CN_LL_FOR:
+    mark_symbol(g, used, s->u.loop.sym);
+    mark_stmt(g, used, s->u.loop.body);
+    return;
+  case CN_LL_SET:
+    mark_access(g, used, s->u.set.param, s->u.set.idx);
+    mark_expr(g, used, s->u.set.value);
+    g->written[s->u.set.param] = true;
+    return;
+  case CN_LL_SET_VEC:
+    mark_access(g, used, s->u.vec.param, s->u.vec.idx);
+    mark_expr(g, used, s->u.vec.arg);
+    g->written[s->u.vec.param] = true;
+    return;
+  }
+  CN_ASSERT(!"unknown statement kind");
+}
+
+static bool name_taken(const cgen *g, const char *name, int n_syms, cn_symbol before) {
+  for (int k = 0; k < g->proc->n_params; k++)
+    if (strcmp(g->param_names[k], name) == 0) return true;
+  for (cn_symbol s = 0; s < before && s < n_syms; s++)
+    if (g->sym_names[s] && strcmp(g->sym_names[s], name) == 0) return true;
+  return false;
+}
+
+/* Symbol names: the symbol's own name when it is free; "_<id>" appended when two symbols of the
+ * routine share it or it clashes with a buffer or a reserved name; then, in symbol order, "_"
+ * appended while a (pathological) clash remains. Deterministic: depends on names and ids only. */
+static cn_status name_symbols(cgen *g) {
+  cn_ctx *ctx = g->ctx;
+  int n_syms = g->n_syms;
+  bool *used = cn_alloc(ctx, sizeof(bool) * (size_t)(n_syms > 0 ? n_syms : 1));
+  const char **base = cn_alloc(ctx, sizeof(char *) * (size_t)(n_syms > 0 ? n_syms : 1));
+  g->sym_names = cn_alloc(ctx, sizeof(char *) * (size_t)(n_syms > 0 ? n_syms : 1));
+  if (!used || !base || !g->sym_names) return ctx->status;
+  for (int i = 0; i < g->proc->n_free_syms; i++) mark_symbol(g, used, g->proc->free_syms[i]);
+  mark_stmt(g, used, g->proc->body);
+  for (cn_symbol s = 0; s < n_syms; s++)
+    if (used[s] && !(base[s] = shape_identifier(ctx, cn_symbol_name(ctx, s), "")))
+      return ctx->status;
+  for (cn_symbol s = 0; s < n_syms; s++) {
+    if (!used[s]) continue;
+    bool clash = is_reserved(base[s]) || name_taken(g, base[s], 0, 0);
+    for (cn_symbol t = 0; t < n_syms && !clash; t++)
+      clash = t != s && used[t] && strcmp(base[s], base[t]) == 0;
+    cn_sbuf name = {0};
+    cn_sbuf_puts(&name, base[s]);
+    if (clash) cn_sbuf_printf(&name, "_%d", s);
+    while (!name.failed && (is_reserved(name.data) || name_taken(g, name.data, n_syms, s)))
+      cn_sbuf_putc(&name, '_');
+    if (!(g->sym_names[s] = cn_sbuf_finish(ctx, &name))) return ctx->status;
+  }
+  return CN_OK;
+}
+
+/* ---- Linear offset expressions ---- */
+
+#define CGEN_MAX_TERMS (CN_MAX_RANK * CN_MAX_AFFINE_TERMS)
+
+/* sum coeffs[t] * syms[t] + constant, one term per symbol, in order of first appearance. */
+typedef struct {
+  int n;
+  cn_symbol syms[CGEN_MAX_TERMS];
+  int64_t coeffs[CGEN_MAX_TERMS];
+  int64_t constant;
+} linear;
+
+static void linear_add_term(linear *l, cn_symbol sym, int64_t coeff) {
+  for (int t = 0; t < l->n; t++)
+    if (l->syms[t] == sym) {
+      l->coeffs[t] += coeff;
+      return;
+    }
+  CN_ASSERT(l->n < CGEN_MAX_TERMS);
+  l->syms[l->n] = sym;
+  l->coeffs[l->n++] = coeff;
+}
+
+/* Adds scale * idx. */
+static void linear_add_index(linear *l, const cn_index *idx, int64_t scale) {
+  switch (idx->kind) {
+  case CN_IDX_FIXED: break;
+  case CN_IDX_ITER: linear_add_term(l, idx->syms[0], scale); break;
+  case CN_IDX_AFFINE:
+    CN_ASSERT(idx->n_terms >= 1 && idx->n_terms <= CN_MAX_AFFINE_TERMS);
+    for (int t = 0; t < idx->n_terms; t++) linear_add_term(l, idx->syms[t], idx->coeffs[t] * scale);
+    break;
+  }
+  l->constant += idx->offset * scale;
+}
+
+/* Magnitude of a coefficient, exact even for INT64_MIN. */
+static unsigned long long magnitude(int64_t v) {
+  return v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+}
+
+static void print_term(cn_sbuf *sb, bool first, int64_t coeff, const char *name) {
+  if (!first)
+    cn_sbuf_puts(sb, coeff < 0 ? " - " : " + ");
+  else if (coeff < 0)
+    cn_sbuf_putc(sb, '-');
+  if (magnitude(coeff) != 1) cn_sbuf_printf(sb, "%llu * ", magnitude(coeff));
+  cn_sbuf_puts(sb, name);
+}
+
+/* Prints the expression ("5 * i + k", "2 * o + k + 1", "0"); `extra` (may be NULL) is a further
+ * unit term placed before the constant. */
+static void print_linear(const cgen *g, cn_sbuf *sb, const linear *l, const char *extra) {
+  bool first = true;
+  for (int t = 0; t < l->n; t++) {
+    if (l->coeffs[t] == 0) continue;
+    print_term(sb, first, l->coeffs[t], g->sym_names[l->syms[t]]);
+    first = false;
+  }
+  if (extra) {
+    print_term(sb, first, 1, extra);
+    first = false;
+  }
+  if (first)
+    cn_sbuf_printf(sb, "%lld", (long long)l->constant);
+  else if (l->constant != 0)
+    cn_sbuf_printf(sb, " %c %llu", l->constant < 0 ? '-' : '+', magnitude(l->constant));
+}
+
+/* "buf[offset]" of a cell: sum_d (idx_d + left_d) * stride_d, plus `extra`. */
+static void print_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
+                       const char *extra) {
+  const cn_node *node = g->proc->params[param].node;
+  linear l = {0};
+  for (int d = 0; d < node->rank; d++) {
+    linear_add_index(&l, &idx[d], g->strides[param][d]);
+    l.constant += node->pad[d][0] * g->strides[param][d];
+  }
+  cn_sbuf_printf(sb, "%s[", g->param_names[param]);
+  print_linear(g, sb, &l, extra);
+  cn_sbuf_putc(sb, ']');
+}
+
+/* ---- Expressions and statements ---- */
+
+static const char *text_of(const cn_sbuf *sb) {
+  return sb->data ? sb->data : "";
+}
+
+static void emit_expr(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e);
+
+/* The expression converted from its precision to `to`. */
+static void emit_converted(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to) {
+  if (e->prec == to) {
+    emit_expr(g, sb, e);
+    return;
+  }
+  cn_sbuf value = {0};
+  emit_expr(g, &value, e);
+  if (value.failed)
+    sb->failed = true;
+  else
+    cn_conv_c(sb, e->prec, to, text_of(&value));
+  cn_sbuf_free(&value);
+}
+
+static void emit_expr(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET: {
+    cn_sbuf cell = {0};
+    print_cell(g, &cell, e->u.get.param, e->u.get.idx, NULL);
+    if (cell.failed)
+      sb->failed = true;
+    else
+      cn_load_c(sb, g->proc->params[e->u.get.param].node->prec, text_of(&cell));
+    cn_sbuf_free(&cell);
+    return;
+  }
+  case CN_LE_CONST: cn_const_c(sb, e->prec, e->u.constant); return;
+  case CN_LE_INDEX: {
+    /* A value of CN_INDEX_PREC: the index wrapped to 32 bits, in its int64 compute type. */
+    linear l = {0};
+    linear_add_index(&l, &e->u.index, 1);
+    cn_sbuf_puts(sb, "(int64_t)(uint32_t)(");
+    print_linear(g, sb, &l, NULL);
+    cn_sbuf_putc(sb, ')');
+    return;
+  }
+  case CN_LE_OP: {
+    cn_op op = e->u.op.op;
+    int arity = cn_op_arity(op);
+    cn_sbuf args[3] = {{0}};
+    const char *texts[3] = {"", "", ""};
+    bool failed = false;
+    for (int a = 0; a < arity; a++) {
+      const cn_ll_expr *arg = e->u.op.args[a];
+      emit_converted(g, &args[a], arg, cn_op_operand_prec(op, e->prec, a, arg->prec));
+      failed = failed || args[a].failed;
+      texts[a] = text_of(&args[a]);
+    }
+    if (failed)
+      sb->failed = true;
+    else
+      cn_op_c(sb, op, e->prec, texts);
+    for (int a = 0; a < arity; a++) cn_sbuf_free(&args[a]);
+    return;
+  }
+  }
+  CN_ASSERT(!"unknown expression kind");
+}
+
+/* A comment that cannot end early or nest: "*" "/" and "/" "*" are split, line breaks flattened. */
+static void emit_comment(cn_sbuf *sb, const char *text) {
+  cn_sbuf_puts(sb, "/* ");
+  for (const char *p = text; *p; p++) {
+    char c = *p == '\n' || *p == '\r' ? ' ' : *p;
+    cn_sbuf_putc(sb, c);
+    if ((c == '*' && p[1] == '/') || (c == '/' && p[1] == '*')) cn_sbuf_putc(sb, ' ');
+  }
+  cn_sbuf_puts(sb, " */\n");
+}
+
+static void emit_set(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  int param = s->u.set.param;
+  cn_prec prec = g->proc->params[param].node->prec;
+  cn_sbuf cell = {0}, value = {0};
+  print_cell(g, &cell, param, s->u.set.idx, NULL);
+  emit_converted(g, &value, s->u.set.value, prec);
+  if (cell.failed || value.failed) {
+    sb->failed = true;
+  } else {
+    cn_sbuf_indent(sb, depth);
+    cn_store_c(sb, prec, text_of(&cell), text_of(&value));
+    cn_sbuf_puts(sb, ";\n");
+  }
+  cn_sbuf_free(&cell);
+  cn_sbuf_free(&value);
+}
+
+/* One uint4x32 word spread over `length` consecutive cells by the prelude's vectorized helper. */
+static void emit_set_vec(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  int param = s->u.vec.param;
+  cn_prec prec = g->proc->params[param].node->prec;
+  int length = s->u.vec.length;
+  CN_ASSERT(cn_op_table[s->u.vec.op].flags & CN_OPF_VEC);
+  CN_ASSERT(length == cn_vec_length(prec));
+  cn_sbuf cell = {0}, word = {0}, store = {0};
+  print_cell(g, &cell, param, s->u.vec.idx, CGEN_LANE);
+  emit_converted(g, &word, s->u.vec.arg, CN_PREC_UINT4X32);
+  if (!cell.failed) cn_store_c(&store, prec, text_of(&cell), CGEN_LANES "[" CGEN_LANE "]");
+  if (cell.failed || word.failed || store.failed) {
+    sb->failed = true;
+  } else {
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "{\n");
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "%s " CGEN_LANES "[%d];\n", cn_prec_table[prec].compute_c, length);
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "cn_u4x32_to_%s_uniform_vec(%s, " CGEN_LANES ");\n",
+                   cn_prec_table[prec].name, text_of(&word));
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "for (int " CGEN_LANE " = 0; " CGEN_LANE " < %d; ++" CGEN_LANE ") %s;\n",
+                   length, text_of(&store));
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "}\n");
+  }
+  cn_sbuf_free(&cell);
+  cn_sbuf_free(&word);
+  cn_sbuf_free(&store);
+}
+
+static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) emit_stmt(g, depth, s->u.seq.items[i]);
+    return;
+  case CN_LL_COMMENT:
+    cn_sbuf_indent(sb, depth);
+    emit_comment(sb, s->u.comment ? s->u.comment : "");
+    return;
+  case CN_LL_FOR: {
+    const char *var = g->sym_names[s->u.loop.sym];
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_printf(sb, "for (int64_t %s = %lld; %s < %lld; ++%s) {\n", var,
+                   (long long)s->u.loop.from, var, (long long)s->u.loop.to, var);
+    emit_stmt(g, depth + 1, s->u.loop.body);
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "}\n");
+    return;
+  }
+  case CN_LL_SET: emit_set(g, depth, s); return;
+  case CN_LL_SET_VEC: emit_set_vec(g, depth, s); return;
+  }
+  CN_ASSERT(!"unknown statement kind");
+}
+
+/* The C type of a buffer parameter, without restrict: "const float *". */
+static void print_param_type(const cgen *g, cn_sbuf *sb, int param) {
+  cn_prec prec = g->proc->params[param].node->prec;
+  cn_sbuf_printf(sb, "%s%s *", g->written[param] ? "" : "const ", cn_prec_table[prec].store_c);
+}
+
+static void emit_routine(const cgen *g) {
+  const cn_ll_proc *proc = g->proc;
+  cn_sbuf *sb = g->out;
+  cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
+  cn_sbuf_printf(sb, "static void %s(", proc->name);
+  for (int k = 0; k < proc->n_params; k++) {
+    if (k > 0) cn_sbuf_puts(sb, ", ");
+    print_param_type(g, sb, k);
+    cn_sbuf_printf(sb, "restrict %s", g->param_names[k]);
+  }
+  for (int i = 0; i < proc->n_free_syms; i++)
+    cn_sbuf_printf(sb, "%sint64_t %s", proc->n_params + i > 0 ? ", " : "",
+                   g->sym_names[proc->free_syms[i]]);
+  if (proc->n_params + proc->n_free_syms == 0) cn_sbuf_puts(sb, "void");
+  cn_sbuf_puts(sb, ") {\n");
+  emit_stmt(g, 1, proc->body);
+  cn_sbuf_puts(sb, "}\n");
+
+  const char *entry_params = "(void *const *buffers, const int64_t *syms)";
+  cn_sbuf_printf(sb, "void %s_entry%s;\n", proc->name, entry_params);
+  cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
+  if (proc->n_params == 0) cn_sbuf_puts(sb, "  (void)buffers;\n");
+  if (proc->n_free_syms == 0) cn_sbuf_puts(sb, "  (void)syms;\n");
+  cn_sbuf_printf(sb, "  %s(", proc->name);
+  for (int k = 0; k < proc->n_params; k++) {
+    if (k > 0) cn_sbuf_puts(sb, ", ");
+    cn_sbuf_putc(sb, '(');
+    print_param_type(g, sb, k);
+    cn_sbuf_printf(sb, ")buffers[%d]", k);
+  }
+  for (int i = 0; i < proc->n_free_syms; i++)
+    cn_sbuf_printf(sb, "%ssyms[%d]", proc->n_params + i > 0 ? ", " : "", i);
+  cn_sbuf_puts(sb, ");\n}\n");
+}
+
+cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
+  CN_ASSERT(proc && proc->name && proc->body && proc->n_params >= 0 && proc->n_free_syms >= 0);
+  size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
+  cgen g = {.ctx = ctx, .proc = proc, .out = out, .n_syms = ctx->n_symbols};
+  g.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
+  g.strides = cn_alloc(ctx, sizeof(*g.strides) * n_params);
+  g.written = cn_alloc(ctx, sizeof(bool) * n_params);
+  if (!g.param_names || !g.strides || !g.written) return ctx->status;
+  for (int k = 0; k < proc->n_params; k++) {
+    CN_ASSERT(proc->params[k].node != NULL);
+    cn_node_strides(proc->params[k].node, g.strides[k]);
+  }
+  cn_status status = name_params(&g);
+  if (status == CN_OK) status = name_symbols(&g);
+  if (status != CN_OK) return status;
+
+  cn_sbuf_printf(out, "/* Generated by cannl: routine %s. Do not edit. */\n", proc->name);
+  cn_sbuf_puts(out, "#include <stdint.h>\n#include <tgmath.h>\n");
+  /* A routine uses few of the prelude's helpers: the rest must not trip -Wall -Werror in the
+   * user's flags (clang warns about unused static inline functions of a main file). */
+  cn_sbuf_puts(out, "#pragma GCC diagnostic push\n"
+                    "#pragma GCC diagnostic ignored \"-Wunused-function\"\n");
+  cn_sbuf_puts(out, cn_builtins_source);
+  if (cn_builtins_source_len > 0 && cn_builtins_source[cn_builtins_source_len - 1] != '\n')
+    cn_sbuf_putc(out, '\n');
+  cn_sbuf_puts(out, "#pragma GCC diagnostic pop\n");
+  emit_routine(&g);
+  if (out->failed)
+    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory generating C for routine '%s'", proc->name);
+  return CN_OK;
+}
