@@ -1,0 +1,560 @@
+/* Index maps and projections records: the canonical constructors of cn_index, the validated
+ * construction of cn_proj, the range of an index over a product space, the surjectivity and
+ * injectivity analyses of the LHS map (seed 001 "What we compile to") and the readable dumps.
+ *
+ * Invariants: every index returned by a constructor is canonical (seed 000: Fixed for no term,
+ * Iter for one unit term without offset, otherwise Affine with 1..CN_MAX_AFFINE_TERMS terms,
+ * nonzero coefficients, distinct symbols ordered by id), or invalid (Affine with n_terms = -1);
+ * a cn_proj holds arena copies of its arrays, only canonical indices, only symbols of its
+ * context, and pairwise distinct iterators. The analyses are conservative: they may answer false
+ * for a map that has the property, never true for one that lacks it. */
+#include "ir/ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CN_STR_(x) #x
+#define CN_STR(x)  CN_STR_(x)
+
+/* ---- Checked arithmetic (overflow makes an index invalid or an analysis answer false) ---- */
+
+static bool add_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+static bool mul_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+static bool abs_i64(int64_t a, int64_t *out) {
+  if (a == INT64_MIN) return false;
+  *out = a < 0 ? -a : a;
+  return true;
+}
+
+/* ---- Canonical constructors ---- */
+
+static cn_index invalid_index(void) {
+  cn_index idx;
+  memset(&idx, 0, sizeof idx);
+  idx.kind = CN_IDX_AFFINE;
+  idx.n_terms = -1;
+  return idx;
+}
+
+cn_index cn_index_fixed(int64_t position) {
+  cn_index idx;
+  memset(&idx, 0, sizeof idx);
+  idx.kind = CN_IDX_FIXED;
+  idx.offset = position;
+  return idx;
+}
+
+cn_index cn_index_iter(cn_symbol sym) {
+  cn_index idx;
+  memset(&idx, 0, sizeof idx);
+  idx.kind = CN_IDX_ITER;
+  idx.n_terms = 1;
+  idx.syms[0] = sym;
+  idx.coeffs[0] = 1;
+  return idx;
+}
+
+/* Quadratic in n_terms, without allocation: each symbol's total is summed at its first
+ * occurrence, so a symbol whose coefficients cancel never takes a slot, and only the surviving
+ * distinct symbols count against CN_MAX_AFFINE_TERMS. A partial sum that overflows makes the
+ * index invalid. Terms are kept ordered by symbol id, so equal affine forms compare equal. */
+cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coeffs,
+                         int64_t offset) {
+  if (n_terms < 0 || (n_terms > 0 && (!syms || !coeffs))) return invalid_index();
+  cn_index idx;
+  memset(&idx, 0, sizeof idx);
+  idx.offset = offset;
+  for (int t = 0; t < n_terms; t++) {
+    bool seen = false;
+    for (int e = 0; e < t && !seen; e++) seen = syms[e] == syms[t];
+    if (seen) continue;
+    int64_t total = 0;
+    for (int e = t; e < n_terms; e++)
+      if (syms[e] == syms[t] && !add_i64(total, coeffs[e], &total)) return invalid_index();
+    if (total == 0) continue;
+    if (idx.n_terms == CN_MAX_AFFINE_TERMS) return invalid_index();
+    int pos = idx.n_terms;
+    while (pos > 0 && idx.syms[pos - 1] > syms[t]) {
+      idx.syms[pos] = idx.syms[pos - 1];
+      idx.coeffs[pos] = idx.coeffs[pos - 1];
+      pos--;
+    }
+    idx.syms[pos] = syms[t];
+    idx.coeffs[pos] = total;
+    idx.n_terms++;
+  }
+  if (idx.n_terms == 0) return cn_index_fixed(offset);
+  if (idx.n_terms == 1 && idx.coeffs[0] == 1 && offset == 0) return cn_index_iter(idx.syms[0]);
+  idx.kind = CN_IDX_AFFINE;
+  return idx;
+}
+
+bool cn_index_mentions(const cn_index *idx, cn_symbol sym) {
+  for (int t = 0; t < idx->n_terms; t++)
+    if (idx->syms[t] == sym) return true;
+  return false;
+}
+
+/* ---- Printing ---- */
+
+/* True if another symbol of the record (an iterator or a symbol of a map) has sym's name: the
+ * dump then appends #id so that the two stay distinguishable. */
+static bool name_is_shared(const cn_ctx *ctx, const cn_proj *proj, cn_symbol sym) {
+  if (!proj) return false;
+  const char *name = cn_symbol_name(ctx, sym);
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->iters[p] != sym && strcmp(cn_symbol_name(ctx, proj->iters[p]), name) == 0)
+      return true;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    for (int a = 0; a < proj->slot[s].rank; a++) {
+      const cn_index *idx = &proj->slot[s].map[a];
+      for (int t = 0; t < idx->n_terms; t++)
+        if (idx->syms[t] != sym && strcmp(cn_symbol_name(ctx, idx->syms[t]), name) == 0)
+          return true;
+    }
+  return false;
+}
+
+static void print_symbol(cn_sbuf *sb, const cn_ctx *ctx, const cn_proj *proj, cn_symbol sym) {
+  cn_sbuf_puts(sb, cn_symbol_name(ctx, sym));
+  if (name_is_shared(ctx, proj, sym)) cn_sbuf_printf(sb, "#%d", sym);
+}
+
+/* The magnitude of a negative int64 as unsigned, valid for INT64_MIN too. */
+static unsigned long long magnitude(int64_t v) {
+  return v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+}
+
+/* `i`, `3`, `2*o + k - 1`, `-i + 4`; proj (or NULL) disambiguates shared names. */
+static void print_index(cn_sbuf *sb, const cn_ctx *ctx, const cn_proj *proj, const cn_index *idx) {
+  if (idx->n_terms < 0) {
+    cn_sbuf_puts(sb, "<invalid index>");
+    return;
+  }
+  if (idx->n_terms == 0) {
+    cn_sbuf_printf(sb, "%lld", (long long)idx->offset);
+    return;
+  }
+  for (int t = 0; t < idx->n_terms; t++) {
+    int64_t c = idx->coeffs[t];
+    if (t == 0)
+      cn_sbuf_puts(sb, c < 0 ? "-" : "");
+    else
+      cn_sbuf_puts(sb, c < 0 ? " - " : " + ");
+    if (magnitude(c) != 1) cn_sbuf_printf(sb, "%llu*", magnitude(c));
+    print_symbol(sb, ctx, proj, idx->syms[t]);
+  }
+  if (idx->offset != 0)
+    cn_sbuf_printf(sb, " %c %llu", idx->offset < 0 ? '-' : '+', magnitude(idx->offset));
+}
+
+void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx) {
+  print_index(sb, ctx, NULL, idx);
+}
+
+/* ---- Projections records ---- */
+
+static const char *slot_name(int slot) {
+  static const char *const names[CN_MAX_SLOTS] = {"lhs", "rhs1", "rhs2", "rhs3"};
+  return names[slot];
+}
+
+/* Checks one index as given by the caller (it may have been written as a struct literal) and
+ * stores its canonical form. */
+static bool copy_index(cn_ctx *ctx, const cn_index *given, int slot, int axis, cn_index *out) {
+  const char *malformed = NULL;
+  if (given->n_terms == -1)
+    malformed = "is invalid (more than " CN_STR(CN_MAX_AFFINE_TERMS) " distinct symbols, or a "
+                                                                     "coefficient overflowed)";
+  else if (given->n_terms < -1 || given->n_terms > CN_MAX_AFFINE_TERMS)
+    malformed = "has a term count outside 0.." CN_STR(CN_MAX_AFFINE_TERMS);
+  else if (given->kind == CN_IDX_FIXED && given->n_terms != 0)
+    malformed = "is Fixed but has terms";
+  else if (given->kind == CN_IDX_ITER &&
+           (given->n_terms != 1 || given->coeffs[0] != 1 || given->offset != 0))
+    malformed = "is Iter but not a single unit term without offset";
+  else if (given->kind == CN_IDX_AFFINE && given->n_terms == 0)
+    malformed = "is Affine without terms";
+  else if (given->kind != CN_IDX_FIXED && given->kind != CN_IDX_ITER &&
+           given->kind != CN_IDX_AFFINE)
+    malformed = "has an unknown kind";
+  if (malformed) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: the index of axis %d of %s %s", axis,
+            slot_name(slot), malformed);
+    return false;
+  }
+  for (int t = 0; t < given->n_terms; t++)
+    if (!cn_ctx_symbol(ctx, given->syms[t])) {
+      cn_fail(ctx, CN_ERR_INVALID,
+              "projections: the index of axis %d of %s mentions symbol %d, which does not exist "
+              "in this context",
+              axis, slot_name(slot), given->syms[t]);
+      return false;
+    }
+  *out = cn_index_affine(given->n_terms, given->syms, given->coeffs, given->offset);
+  if (out->n_terms < 0) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "projections: the coefficients of the index of axis %d of %s overflow when summed",
+            axis, slot_name(slot));
+    return false;
+  }
+  return true;
+}
+
+static bool copy_tensor(cn_ctx *ctx, const cn_proj_tensor *given, int slot, cn_proj_slot *out) {
+  const char *name = slot_name(slot);
+  if (given->rank < 0 || given->rank > CN_MAX_RANK) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %s has rank %d, outside 0..%d", name, given->rank,
+            CN_MAX_RANK);
+    return false;
+  }
+  if (given->rank > 0 && (!given->dims || !given->map)) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %s has rank %d but its %s array is NULL", name,
+            given->rank, given->dims ? "map" : "dims");
+    return false;
+  }
+  int rank = given->rank;
+  out->rank = rank;
+  /* Arrays of at least one element, so that a rank-0 slot still has non-NULL pointers. */
+  out->dims = cn_alloc(ctx, (size_t)(rank ? rank : 1) * sizeof(int64_t));
+  out->map = cn_alloc(ctx, (size_t)(rank ? rank : 1) * sizeof(cn_index));
+  if (!out->dims || !out->map) return false;
+  for (int a = 0; a < rank; a++) {
+    if (given->dims[a] < 0) {
+      cn_fail(ctx, CN_ERR_INVALID, "projections: dim %lld of axis %d of %s is negative",
+              (long long)given->dims[a], a, name);
+      return false;
+    }
+    out->dims[a] = given->dims[a];
+    if (!copy_index(ctx, &given->map[a], slot, a, &out->map[a])) return false;
+  }
+  return true;
+}
+
+cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
+                        const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
+                        const cn_proj_tensor *rhs) {
+  if (!ctx) return NULL;
+  if (n_product < 0) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d product iterators (negative)", n_product);
+    return NULL;
+  }
+  if (n_rhs < 0 || n_rhs > CN_MAX_SLOTS - 1) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d RHS tensors, expected 0..%d", n_rhs,
+            CN_MAX_SLOTS - 1);
+    return NULL;
+  }
+  if (n_product > 0 && (!iterators || !sizes)) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d product iterators but the %s array is NULL",
+            n_product, iterators ? "sizes" : "iterators");
+    return NULL;
+  }
+  if (n_rhs > 0 && !rhs) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d RHS tensors but the rhs array is NULL", n_rhs);
+    return NULL;
+  }
+  for (int p = 0; p < n_product; p++) {
+    if (!cn_ctx_symbol(ctx, iterators[p])) {
+      cn_fail(ctx, CN_ERR_INVALID,
+              "projections: product iterator %d is symbol %d, which does not exist in this context",
+              p, iterators[p]);
+      return NULL;
+    }
+    for (int q = 0; q < p; q++)
+      if (iterators[q] == iterators[p]) {
+        cn_fail(ctx, CN_ERR_INVALID,
+                "projections: iterator '%s' appears twice in the product space (positions %d and "
+                "%d)",
+                cn_symbol_name(ctx, iterators[p]), q, p);
+        return NULL;
+      }
+    if (sizes[p] < 0) {
+      cn_fail(ctx, CN_ERR_INVALID, "projections: iterator '%s' has negative size %lld",
+              cn_symbol_name(ctx, iterators[p]), (long long)sizes[p]);
+      return NULL;
+    }
+  }
+  cn_proj *proj = cn_alloc(ctx, sizeof *proj);
+  if (!proj) return NULL;
+  size_t n = (size_t)(n_product ? n_product : 1);
+  proj->iters = cn_alloc(ctx, n * sizeof(cn_symbol));
+  proj->sizes = cn_alloc(ctx, n * sizeof(int64_t));
+  if (!proj->iters || !proj->sizes) return NULL;
+  proj->n_product = n_product;
+  if (n_product > 0) {
+    memcpy(proj->iters, iterators, (size_t)n_product * sizeof(cn_symbol));
+    memcpy(proj->sizes, sizes, (size_t)n_product * sizeof(int64_t));
+  }
+  proj->n_rhs = n_rhs;
+  if (!copy_tensor(ctx, &lhs, CN_SLOT_LHS, &proj->slot[CN_SLOT_LHS])) return NULL;
+  for (int r = 0; r < n_rhs; r++)
+    if (!copy_tensor(ctx, &rhs[r], r + 1, &proj->slot[r + 1])) return NULL;
+  return proj;
+}
+
+static int iter_position(const cn_proj *proj, cn_symbol sym) {
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->iters[p] == sym) return p;
+  return -1;
+}
+
+int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym) {
+  int p = iter_position(proj, sym);
+  return p < 0 ? 0 : proj->sizes[p];
+}
+
+static bool product_is_empty(const cn_proj *proj) {
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->sizes[p] == 0) return true;
+  return false;
+}
+
+/* Each term c*s ranges over c*[0, n-1] (n the iterator's size, or the free symbol's range);
+ * the sum of the per-term ranges is exact for an affine form of distinct symbols, since the
+ * symbols vary independently. Over an empty product space no index is ever evaluated: the range
+ * is empty (lo > hi), which validation accepts. */
+bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj, int64_t *lo,
+                     int64_t *hi) {
+  if (idx->n_terms < 0) return false;
+  int64_t low = idx->offset, high = idx->offset;
+  for (int t = 0; t < idx->n_terms; t++) {
+    int p = iter_position(proj, idx->syms[t]);
+    int64_t extent;
+    if (p >= 0) {
+      extent = proj->sizes[p];
+    } else {
+      const cn_symbol_info *info = cn_ctx_symbol(ctx, idx->syms[t]);
+      if (!info || info->range <= 0) return false;
+      extent = info->range;
+    }
+    if (extent == 0) continue; /* an empty product space: handled below */
+    int64_t span;
+    if (!mul_i64(idx->coeffs[t], extent - 1, &span)) return false;
+    if (!add_i64(span < 0 ? low : high, span, span < 0 ? &low : &high)) return false;
+  }
+  if (product_is_empty(proj)) {
+    *lo = 0;
+    *hi = -1;
+    return true;
+  }
+  *lo = low;
+  *hi = high;
+  return true;
+}
+
+/* ---- Surjectivity and injectivity of the LHS map ---- */
+
+/* The terms of an index that vary over the product space: iterators of size 1 are always 0 and
+ * drop out; free symbols are reported through *free_symbol (constant during a run, but of
+ * unknown value). */
+typedef struct {
+  int n;
+  int pos[CN_MAX_AFFINE_TERMS]; /* product position of the iterator */
+  int64_t coeff[CN_MAX_AFFINE_TERMS];
+} varying_terms;
+
+static varying_terms varying(const cn_proj *proj, const cn_index *idx, bool *free_symbol) {
+  varying_terms v = {0};
+  for (int t = 0; t < idx->n_terms; t++) {
+    int p = iter_position(proj, idx->syms[t]);
+    if (p < 0) {
+      if (free_symbol) *free_symbol = true;
+      continue;
+    }
+    if (proj->sizes[p] <= 1) continue;
+    v.pos[v.n] = p;
+    v.coeff[v.n++] = idx->coeffs[t];
+  }
+  return v;
+}
+
+/* Sorts terms by |coefficient| ascending (insertion sort: at most CN_MAX_AFFINE_TERMS). False if
+ * a magnitude overflows. */
+static bool sort_by_magnitude(varying_terms *v, int64_t *mag) {
+  for (int t = 0; t < v->n; t++)
+    if (!abs_i64(v->coeff[t], &mag[t])) return false;
+  for (int t = 1; t < v->n; t++)
+    for (int u = t; u > 0 && mag[u - 1] > mag[u]; u--) {
+      int64_t m = mag[u];
+      mag[u] = mag[u - 1];
+      mag[u - 1] = m;
+      int p = v->pos[u];
+      v->pos[u] = v->pos[u - 1];
+      v->pos[u - 1] = p;
+      int64_t c = v->coeff[u];
+      v->coeff[u] = v->coeff[u - 1];
+      v->coeff[u - 1] = c;
+    }
+  return true;
+}
+
+/* The varying iterators an LHS map mentions (at most CN_MAX_RANK * CN_MAX_AFFINE_TERMS), so
+ * that the analyses keep per-iterator state in fixed arrays whatever the product space. */
+#define MAX_MENTIONED (CN_MAX_RANK * CN_MAX_AFFINE_TERMS)
+typedef struct {
+  int n;
+  int pos[MAX_MENTIONED];
+} mentioned_set;
+
+static int mentioned_slot(mentioned_set *set, int pos) {
+  for (int k = 0; k < set->n; k++)
+    if (set->pos[k] == pos) return k;
+  CN_ASSERT(set->n < MAX_MENTIONED);
+  set->pos[set->n] = pos;
+  return set->n++;
+}
+
+/* Injectivity. Iterators of size <= 1 take a single value and need nothing; an empty product
+ * space writes nothing and is vacuously injective. The others must be "determined" by the LHS
+ * address: an Iter(s) axis determines s; an Affine axis determines all its not yet determined
+ * iterators at once when, ordered by |coefficient|, each |c_k| exceeds the sum of |c_j|*(n_j-1)
+ * over the smaller ones (a mixed-radix numeral: two tuples giving the same value would differ
+ * first, from the top, at some k where |c_k| <= |sum of smaller differences| < |c_k|); terms of
+ * already determined iterators and free symbols (constant during a run) are known and move to
+ * the left side. Axes are revisited until nothing changes. Injective iff every iterator of size
+ * > 1 ends determined. (Interleave's 2*i is injective; the convolution input map o + k with
+ * both sizes > 1 is not: 1 > 1*(n_o - 1) fails.) */
+bool cn_proj_lhs_injective(const cn_proj *proj) {
+  if (!proj) return false;
+  if (product_is_empty(proj)) return true;
+  const cn_proj_slot *lhs = &proj->slot[CN_SLOT_LHS];
+  mentioned_set set = {0};
+  varying_terms terms[CN_MAX_RANK];
+  for (int a = 0; a < lhs->rank; a++) {
+    terms[a] = varying(proj, &lhs->map[a], NULL);
+    for (int t = 0; t < terms[a].n; t++) mentioned_slot(&set, terms[a].pos[t]);
+  }
+  /* An iterator of size > 1 the map does not mention is a reduction axis. */
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->sizes[p] > 1) {
+      bool found = false;
+      for (int k = 0; k < set.n && !found; k++) found = set.pos[k] == p;
+      if (!found) return false;
+    }
+  bool determined[MAX_MENTIONED] = {false};
+  int n_determined = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int a = 0; a < lhs->rank; a++) {
+      varying_terms open = {0};
+      for (int t = 0; t < terms[a].n; t++)
+        if (!determined[mentioned_slot(&set, terms[a].pos[t])]) {
+          open.pos[open.n] = terms[a].pos[t];
+          open.coeff[open.n++] = terms[a].coeff[t];
+        }
+      if (open.n == 0) continue;
+      int64_t mag[CN_MAX_AFFINE_TERMS];
+      if (!sort_by_magnitude(&open, mag)) continue;
+      int64_t smaller = 0; /* the largest |value| the smaller terms can add */
+      bool radix = true;
+      for (int t = 0; t < open.n && radix; t++) {
+        int64_t span;
+        radix = mag[t] > smaller && mul_i64(mag[t], proj->sizes[open.pos[t]] - 1, &span) &&
+                add_i64(smaller, span, &smaller);
+      }
+      if (!radix) continue;
+      for (int t = 0; t < open.n; t++) determined[mentioned_slot(&set, open.pos[t])] = true;
+      n_determined += open.n;
+      changed = true;
+    }
+  }
+  return n_determined == set.n;
+}
+
+/* True if the varying terms of an axis, plus offset, reach every position of [0, d-1]. Terms of
+ * negative coefficient c over [0, n-1] reach c*(n-1)..0, the same set as |c|*[0, n-1] shifted by
+ * c*(n-1), so the reachable set is shift + {sum |c_i| t_i}. With terms by |c| ascending that set
+ * is the whole interval [0, sum |c_i|(n_i-1)] when the smallest |c| is 1 and each next |c_k| is
+ * at most 1 + the span of the previous ones (each step fills the gaps of the last); otherwise it
+ * is answered as not covering (conservative). */
+static bool axis_covered(const cn_proj *proj, varying_terms v, int64_t offset, int64_t d) {
+  int64_t mag[CN_MAX_AFFINE_TERMS];
+  if (!sort_by_magnitude(&v, mag)) return false;
+  int64_t low = offset, span_total = 0;
+  for (int t = 0; t < v.n; t++) {
+    int64_t n1 = proj->sizes[v.pos[t]] - 1, span, limit;
+    if (!add_i64(span_total, 1, &limit) || mag[t] > limit) return false; /* 1 for the first */
+    if (!mul_i64(mag[t], n1, &span) || !add_i64(span_total, span, &span_total)) return false;
+    if (v.coeff[t] < 0 && !add_i64(low, -span, &low)) return false;
+  }
+  int64_t high;
+  if (!add_i64(low, span_total, &high)) return false;
+  return low <= 0 && high >= d - 1;
+}
+
+/* Surjectivity. An LHS without cells is covered; otherwise an empty product space covers
+ * nothing. Iterators of size 1 are constant 0 and drop out of the indices. The per-axis test
+ * (axis_covered: Fixed(c) covers only d = 1 with c = 0, Iter(s) iff size(s) >= d, Affine iff its
+ * reachable set is an interval containing [0, d-1]) is sound when the axes vary independently,
+ * i.e. when no varying iterator appears in two axes: one that does (a diagonal i => ii) fails
+ * unless every axis it appears in has size 1 and offset 0 — then the point with all their
+ * iterators at 0 addresses position 0 on each of them at once, and those iterators appear in no
+ * other axis. A free symbol in the LHS map has an unknown value: not covered. */
+bool cn_proj_lhs_surjective(const cn_proj *proj) {
+  if (!proj) return false;
+  const cn_proj_slot *lhs = &proj->slot[CN_SLOT_LHS];
+  for (int a = 0; a < lhs->rank; a++)
+    if (lhs->dims[a] == 0) return true;
+  if (product_is_empty(proj)) return false;
+  mentioned_set set = {0};
+  int uses[MAX_MENTIONED] = {0};
+  varying_terms terms[CN_MAX_RANK];
+  for (int a = 0; a < lhs->rank; a++) {
+    bool free_symbol = false;
+    terms[a] = varying(proj, &lhs->map[a], &free_symbol);
+    if (free_symbol) return false;
+    for (int t = 0; t < terms[a].n; t++) uses[mentioned_slot(&set, terms[a].pos[t])]++;
+  }
+  for (int a = 0; a < lhs->rank; a++) {
+    bool shared = false;
+    for (int t = 0; t < terms[a].n; t++)
+      shared = shared || uses[mentioned_slot(&set, terms[a].pos[t])] > 1;
+    if (shared) {
+      if (lhs->dims[a] != 1 || lhs->map[a].offset != 0) return false;
+    } else if (!axis_covered(proj, terms[a], lhs->map[a].offset, lhs->dims[a])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- Dump ---- */
+
+static void print_dims(cn_sbuf *sb, int rank, const int64_t *dims) {
+  cn_sbuf_putc(sb, '[');
+  for (int a = 0; a < rank; a++) cn_sbuf_printf(sb, "%s%lld", a ? ", " : "", (long long)dims[a]);
+  cn_sbuf_putc(sb, ']');
+}
+
+const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj) {
+  if (!ctx) return NULL;
+  if (!proj) {
+    cn_fail(ctx, CN_ERR_INVALID, "cn_proj_to_string: the projections record is NULL");
+    return NULL;
+  }
+  cn_sbuf sb = {0};
+  cn_sbuf_puts(&sb, "product space:");
+  if (proj->n_product == 0) cn_sbuf_puts(&sb, " (none)");
+  for (int p = 0; p < proj->n_product; p++) {
+    cn_sbuf_putc(&sb, ' ');
+    print_symbol(&sb, ctx, proj, proj->iters[p]);
+    cn_sbuf_printf(&sb, "=%lld", (long long)proj->sizes[p]);
+  }
+  cn_sbuf_putc(&sb, '\n');
+  for (int s = 0; s <= proj->n_rhs; s++) {
+    const cn_proj_slot *slot = &proj->slot[s];
+    cn_sbuf_printf(&sb, "%-4s ", slot_name(s));
+    print_dims(&sb, slot->rank, slot->dims);
+    cn_sbuf_puts(&sb, ": (");
+    for (int a = 0; a < slot->rank; a++) {
+      if (a) cn_sbuf_puts(&sb, ", ");
+      print_index(&sb, ctx, proj, &slot->map[a]);
+    }
+    cn_sbuf_puts(&sb, ")\n");
+  }
+  return cn_sbuf_finish(ctx, &sb);
+}
