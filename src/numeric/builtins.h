@@ -1,0 +1,574 @@
+/* cannl builtins: the scalar helpers that define cannl's numeric semantics, shared verbatim by
+ * the library and by generated C.
+ *
+ * This file is compiled into the library (src/numeric/numeric.h includes it) and its whole text
+ * is prepended to every generated C file after `#include <stdint.h>` and `#include <tgmath.h>`.
+ * Invariants that follow from that double life:
+ *   - self-contained C11: only <stdint.h>, <string.h> and <math.h>; no cannl header;
+ *   - every function is `static inline` and every name starts with `cn_`;
+ *   - math calls are explicitly typed (powf for float, pow on doubles, ...), so they mean the same
+ *     with or without <tgmath.h>;
+ *   - no undefined behaviour for any input: integer arithmetic wraps through uint64_t, division
+ *     and remainder by zero give 0, float-to-integer conversions saturate (NaN gives 0), and
+ *     unsigned-to-signed conversions go through cn_u64_as_i64 (no implementation-defined
+ *     narrowing either, so the library and any C compiler agree bit for bit).
+ *
+ * Contents: half / bfloat16 / fp8 (E5M2) storage conversions; the per-precision families named
+ * by the `lc` column of include/cannl/precisions.def (cn_load_<lc>, cn_store_<lc>,
+ * cn_<lc>_to_u4x32, cn_u4x32_to_<lc>_uniform, cn_u4x32_to_<lc>_uniform_vec); integer helpers
+ * (cn_iadd ...); cn_pow, cn_max, cn_min; the two threefry4x32 variants (ocannl-notes §7). */
+#ifndef CN_BUILTINS_H
+#define CN_BUILTINS_H
+
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+/* Generated C uses only some of these helpers: no unused-function warnings for them (clang warns
+ * about unused static inline functions of the main file, which the prelude is). */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#endif
+
+#ifndef CN_U4X32_DEFINED /* also defined by include/cannl.h */
+#define CN_U4X32_DEFINED
+typedef struct {
+  uint32_t v[4];
+} cn_u4x32; /* a 128-bit cell of precision uint4x32 */
+#endif
+
+/* ---- Bit patterns ---- */
+
+static inline uint32_t cn_f32_bits(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+static inline float cn_f32_of_bits(uint32_t bits) {
+  float x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+static inline uint64_t cn_f64_bits(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+/* The two's-complement reading of a 64-bit pattern, without implementation-defined conversion
+ * (compilers reduce it to nothing). */
+static inline int64_t cn_u64_as_i64(uint64_t u) {
+  return u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)~u - 1;
+}
+static inline uint32_t cn_rotl32(uint32_t x, unsigned r) {
+  r &= 31u;
+  return r ? (x << r) | (x >> (32u - r)) : x;
+}
+
+/* ---- half (IEEE binary16), bfloat16 and fp8 (E5M2: 1 sign, 5 exponent, 2 mantissa bits, bias 15)
+ * Stores round to nearest even, overflow to infinity, keep subnormals, and keep a NaN a quiet NaN
+ * with the sign and the top payload bits. fp8 E5M2 is the top byte of a half, so loading an fp8
+ * loads the half with that byte on top; storing rounds from float directly (no double rounding). */
+
+static inline float cn_load_half(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu,
+           mantissa = h & 0x3FFu;
+  if (exponent == 0x1Fu) return cn_f32_of_bits(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent == 0) {
+    float magnitude = (float)mantissa * 0x1p-24f; /* exact */
+    return sign ? -magnitude : magnitude;
+  }
+  return cn_f32_of_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+/* Rounds the magnitude bits `abs_bits` of a finite float to a format with `mantissa_bits` bits of
+ * mantissa and the half's 5-bit exponent (bias 15): the result is the format's bits without the
+ * sign; a result of 0x1F << mantissa_bits is infinity. */
+static inline uint32_t cn_round_to_e5(uint32_t abs_bits, unsigned mantissa_bits) {
+  unsigned drop = 23u - mantissa_bits; /* mantissa bits dropped from a float */
+  if (abs_bits >= 0x47800000u) return 0x1Fu << mantissa_bits; /* >= 2^16: infinity */
+  if (abs_bits >= 0x38800000u) {                              /* >= 2^-14: normal */
+    uint32_t rebased = (abs_bits - 0x38000000u) >> drop;      /* exponent bias 127 -> 15 */
+    uint32_t rest = abs_bits & ((1u << drop) - 1u), tie = 1u << (drop - 1u);
+    if (rest > tie || (rest == tie && (rebased & 1u))) rebased++; /* may carry into infinity */
+    return rebased;
+  }
+  /* Subnormal: the multiple of 2^(-14 - mantissa_bits) nearest to the value. */
+  uint32_t exponent = abs_bits >> 23;
+  /* value = significand * 2^(e - 150) (a float subnormal: e = 1 without the implicit bit), so the
+   * count of quanta 2^(-14 - m) is significand >> (136 - m - e). */
+  unsigned shift = 136u - mantissa_bits - (exponent ? exponent : 1u);
+  if (shift > 24u) return 0; /* less than half a quantum */
+  uint32_t significand = (abs_bits & 0x7FFFFFu) | (exponent ? 0x800000u : 0u);
+  uint32_t q = significand >> shift, rest = significand & ((1u << shift) - 1u),
+           tie = 1u << (shift - 1u);
+  if (rest > tie || (rest == tie && (q & 1u))) q++; /* may become the smallest normal: correct */
+  return q;
+}
+
+static inline uint16_t cn_store_half(float x) {
+  uint32_t bits = cn_f32_bits(x), sign = (bits >> 16) & 0x8000u, abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((abs_bits >> 13) & 0x1FFu));
+  return (uint16_t)(sign | cn_round_to_e5(abs_bits, 10));
+}
+
+static inline float cn_load_bfloat16(uint16_t b) {
+  return cn_f32_of_bits((uint32_t)b << 16);
+}
+static inline uint16_t cn_store_bfloat16(float x) {
+  uint32_t bits = cn_f32_bits(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((bits >> 16) | 0x40u); /* quiet NaN */
+  return (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static inline float cn_load_fp8(uint8_t f) {
+  return cn_load_half((uint16_t)((unsigned)f << 8));
+}
+static inline uint8_t cn_store_fp8(float x) {
+  uint32_t bits = cn_f32_bits(x), sign = (bits >> 24) & 0x80u, abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return (uint8_t)(sign | 0x7Eu | ((abs_bits >> 21) & 1u));
+  return (uint8_t)(sign | cn_round_to_e5(abs_bits, 2));
+}
+
+/* ---- Float to integer: truncate toward zero, saturate to [lo, hi], NaN gives 0 ---- */
+
+static inline int64_t cn_ftoi(double x, int64_t lo, int64_t hi) {
+  if (isnan(x)) return 0;
+  if (x <= (double)lo) return lo;
+  if (x >= (double)hi) return hi; /* (double)INT64_MAX is 2^63: below it the cast is defined */
+  return (int64_t)x;
+}
+static inline uint64_t cn_ftou(double x, uint64_t hi) {
+  if (!(x > 0.0)) return 0; /* also NaN */
+  if (x >= (double)hi) return hi;
+  return (uint64_t)x;
+}
+
+/* ---- Loads and stores of each precision: stored cell <-> compute value. Integer stores wrap to
+ * the stored width; single, int64, uint64, double and uint4x32 are stored as computed. ---- */
+
+static inline int64_t cn_load_byte(uint8_t x) {
+  return x;
+}
+static inline uint8_t cn_store_byte(int64_t x) {
+  return (uint8_t)x;
+}
+static inline int64_t cn_load_uint16(uint16_t x) {
+  return x;
+}
+static inline uint16_t cn_store_uint16(int64_t x) {
+  return (uint16_t)x;
+}
+static inline int64_t cn_load_int32(int32_t x) {
+  return x;
+}
+static inline int32_t cn_store_int32(int64_t x) {
+  uint32_t u = (uint32_t)x;
+  return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 0x80000000u) + INT32_MIN;
+}
+static inline int64_t cn_load_uint32(uint32_t x) {
+  return x;
+}
+static inline uint32_t cn_store_uint32(int64_t x) {
+  return (uint32_t)x;
+}
+static inline int64_t cn_load_int64(int64_t x) {
+  return x;
+}
+static inline int64_t cn_store_int64(int64_t x) {
+  return x;
+}
+static inline uint64_t cn_load_uint64(uint64_t x) {
+  return x;
+}
+static inline uint64_t cn_store_uint64(uint64_t x) {
+  return x;
+}
+static inline cn_u4x32 cn_load_uint4x32(cn_u4x32 x) {
+  return x;
+}
+static inline cn_u4x32 cn_store_uint4x32(cn_u4x32 x) {
+  return x;
+}
+static inline float cn_load_single(float x) {
+  return x;
+}
+static inline float cn_store_single(float x) {
+  return x;
+}
+static inline double cn_load_double(double x) {
+  return x;
+}
+static inline double cn_store_double(double x) {
+  return x;
+}
+
+/* ---- Integer arithmetic on int64_t and uint64_t: wrapping, total (no trap, no UB) ---- */
+
+static inline int64_t cn_iadd_i64(int64_t a, int64_t b) {
+  return cn_u64_as_i64((uint64_t)a + (uint64_t)b);
+}
+static inline uint64_t cn_iadd_u64(uint64_t a, uint64_t b) {
+  return a + b;
+}
+static inline int64_t cn_isub_i64(int64_t a, int64_t b) {
+  return cn_u64_as_i64((uint64_t)a - (uint64_t)b);
+}
+static inline uint64_t cn_isub_u64(uint64_t a, uint64_t b) {
+  return a - b;
+}
+static inline int64_t cn_imul_i64(int64_t a, int64_t b) {
+  return cn_u64_as_i64((uint64_t)a * (uint64_t)b);
+}
+static inline uint64_t cn_imul_u64(uint64_t a, uint64_t b) {
+  return a * b;
+}
+static inline int64_t cn_ineg_i64(int64_t a) {
+  return cn_u64_as_i64(0u - (uint64_t)a);
+}
+static inline uint64_t cn_ineg_u64(uint64_t a) {
+  return 0u - a;
+}
+/* Division by zero gives 0; INT64_MIN / -1 wraps to INT64_MIN. */
+static inline int64_t cn_idiv_i64(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return cn_ineg_i64(a);
+  return a / b;
+}
+static inline uint64_t cn_idiv_u64(uint64_t a, uint64_t b) {
+  return b == 0 ? 0 : a / b;
+}
+/* C's truncated remainder (sign of the dividend); by zero gives 0; x % -1 is 0. */
+static inline int64_t cn_imod_i64(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;
+  return a % b;
+}
+static inline uint64_t cn_imod_u64(uint64_t a, uint64_t b) {
+  return b == 0 ? 0 : a % b;
+}
+/* Exponentiation by squaring, wrapping. */
+static inline uint64_t cn_ipow_u64(uint64_t a, uint64_t b) {
+  uint64_t result = 1;
+  while (b) {
+    if (b & 1u) result *= a;
+    b >>= 1;
+    a *= a;
+  }
+  return result;
+}
+/* A negative exponent gives the integer part of 1 / a^-b: 1 for a = 1, +-1 for a = -1 by the
+ * parity of b, otherwise 0 (also for a = 0). */
+static inline int64_t cn_ipow_i64(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (b & 1) ? -1 : 1;
+    return 0;
+  }
+  return cn_u64_as_i64(cn_ipow_u64((uint64_t)a, (uint64_t)b));
+}
+
+/* clang-format off */
+#define cn_iadd(a, b) _Generic((a), int64_t: cn_iadd_i64, uint64_t: cn_iadd_u64)((a), (b))
+#define cn_isub(a, b) _Generic((a), int64_t: cn_isub_i64, uint64_t: cn_isub_u64)((a), (b))
+#define cn_imul(a, b) _Generic((a), int64_t: cn_imul_i64, uint64_t: cn_imul_u64)((a), (b))
+#define cn_ineg(a)    _Generic((a), int64_t: cn_ineg_i64, uint64_t: cn_ineg_u64)((a))
+#define cn_idiv(a, b) _Generic((a), int64_t: cn_idiv_i64, uint64_t: cn_idiv_u64)((a), (b))
+#define cn_imod(a, b) _Generic((a), int64_t: cn_imod_i64, uint64_t: cn_imod_u64)((a), (b))
+#define cn_ipow(a, b) _Generic((a), int64_t: cn_ipow_i64, uint64_t: cn_ipow_u64)((a), (b))
+/* clang-format on */
+
+/* ---- pow: an integer exponent (finite, |b| < 2^31) is OCaml's int_pow, by repeated squaring
+ * with 1 / int_pow(a, -b) for a negative one (so pow(-8, 3) = -512 and pow(2, -2) = 0.25);
+ * any other exponent goes to pow / powf (so pow(-8, 1/3.) is NaN). ---- */
+
+static inline float cn_int_pow_f32(float a, int32_t n) {
+  uint32_t k = n < 0 ? 0u - (uint32_t)n : (uint32_t)n;
+  float result = 1.0f;
+  while (k) {
+    if (k & 1u) result *= a;
+    k >>= 1;
+    a *= a;
+  }
+  return n < 0 ? 1.0f / result : result;
+}
+static inline double cn_int_pow_f64(double a, int32_t n) {
+  uint32_t k = n < 0 ? 0u - (uint32_t)n : (uint32_t)n;
+  double result = 1.0;
+  while (k) {
+    if (k & 1u) result *= a;
+    k >>= 1;
+    a *= a;
+  }
+  return n < 0 ? 1.0 / result : result;
+}
+static inline float cn_pow_f32(float a, float b) {
+  if (fabsf(b) < 2147483648.0f && truncf(b) == b) return cn_int_pow_f32(a, (int32_t)b);
+  return powf(a, b);
+}
+static inline double cn_pow_f64(double a, double b) {
+  if (fabs(b) < 2147483648.0 && trunc(b) == b) return cn_int_pow_f64(a, (int32_t)b);
+  return pow(a, b);
+}
+/* clang-format off */
+#define cn_pow(a, b) _Generic((a), float: cn_pow_f32, double: cn_pow_f64)((a), (b))
+/* clang-format on */
+
+/* ---- max / min: NaN if either operand is NaN (OCaml's Float.max / Float.min); on floats
+ * max(-0, +0) = +0 and min(-0, +0) = -0. ---- */
+
+static inline float cn_max_f32(float a, float b) {
+  if (isnan(a)) return a;
+  if (isnan(b)) return b;
+  if (a == b) return signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+static inline double cn_max_f64(double a, double b) {
+  if (isnan(a)) return a;
+  if (isnan(b)) return b;
+  if (a == b) return signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+static inline float cn_min_f32(float a, float b) {
+  if (isnan(a)) return a;
+  if (isnan(b)) return b;
+  if (a == b) return signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+static inline double cn_min_f64(double a, double b) {
+  if (isnan(a)) return a;
+  if (isnan(b)) return b;
+  if (a == b) return signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+static inline int64_t cn_max_i64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+static inline uint64_t cn_max_u64(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+static inline int64_t cn_min_i64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+static inline uint64_t cn_min_u64(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
+/* clang-format off */
+#define cn_max(a, b)                                                                               \
+  _Generic((a), float: cn_max_f32, double: cn_max_f64, int64_t: cn_max_i64, uint64_t: cn_max_u64)  \
+      ((a), (b))
+#define cn_min(a, b)                                                                               \
+  _Generic((a), float: cn_min_f32, double: cn_min_f64, int64_t: cn_min_i64, uint64_t: cn_min_u64)  \
+      ((a), (b))
+/* clang-format on */
+
+/* ---- threefry4x32 as OCANNL defines it (ocannl-notes §7.1; not Random123's): the first
+ * argument is the key. Rotations are the Threefry-2x32 constants; each round does two mix steps,
+ * each followed by swapping x1 and x3. ---- */
+
+static inline void cn_threefry_round(uint32_t x[4], unsigned r0, unsigned r1, unsigned r2,
+                                     unsigned r3) {
+  uint32_t t;
+  x[0] += x[1];
+  x[1] = cn_rotl32(x[1], r0) ^ x[0];
+  x[2] += x[3];
+  x[3] = cn_rotl32(x[3], r1) ^ x[2];
+  t = x[1], x[1] = x[3], x[3] = t;
+  x[0] += x[1];
+  x[1] = cn_rotl32(x[1], r2) ^ x[0];
+  x[2] += x[3];
+  x[3] = cn_rotl32(x[3], r3) ^ x[2];
+  t = x[1], x[1] = x[3], x[3] = t;
+}
+static inline void cn_threefry_init(cn_u4x32 key, cn_u4x32 ctr, uint32_t ks[5], uint32_t x[4]) {
+  ks[4] = 0x1BD11BDAu;
+  for (int i = 0; i < 4; i++) {
+    ks[i] = key.v[i];
+    ks[4] ^= key.v[i];
+    x[i] = ctr.v[i] + ks[i];
+  }
+}
+/* Two rounds and one key injection (the default variant). */
+static inline cn_u4x32 cn_threefry4x32_light(cn_u4x32 key, cn_u4x32 ctr) {
+  uint32_t ks[5];
+  cn_u4x32 out;
+  cn_threefry_init(key, ctr, ks, out.v);
+  cn_threefry_round(out.v, 13, 15, 26, 6);
+  cn_threefry_round(out.v, 17, 29, 16, 24);
+  out.v[0] += ks[1];
+  out.v[1] += ks[2];
+  out.v[2] += ks[3];
+  out.v[3] += ks[4] + 1u;
+  return out;
+}
+/* Five blocks of four rounds, each followed by a key injection (20 rounds). */
+static inline cn_u4x32 cn_threefry4x32_crypto(cn_u4x32 key, cn_u4x32 ctr) {
+  uint32_t ks[5];
+  cn_u4x32 out;
+  cn_threefry_init(key, ctr, ks, out.v);
+  for (uint32_t s = 1; s <= 5; s++) {
+    cn_threefry_round(out.v, 13, 15, 26, 6);
+    cn_threefry_round(out.v, 17, 29, 16, 24);
+    cn_threefry_round(out.v, 13, 15, 26, 6);
+    cn_threefry_round(out.v, 17, 29, 16, 24);
+    for (uint32_t i = 0; i < 4; i++) out.v[i] += ks[(s + i) % 5u];
+    out.v[3] += s;
+  }
+  return out;
+}
+
+/* ---- Into uint4x32, by the source precision (ocannl-notes §7.2), from its compute value.
+ * int32/uint32 spread the word (2-round threefry shows periodicity on plain counters);
+ * int64/uint64 give {lo, hi, 0, 0}; single/double give their raw IEEE bits; byte/uint16 give
+ * {(uint32)x, 0, 0, 0}; half/bfloat16/fp8 give {x truncated and saturated to uint32, 0, 0, 0}
+ * (the value, as OCANNL's (uint32)x cast, made total). ---- */
+
+static inline cn_u4x32 cn_u4x32_spread(uint32_t u) {
+  cn_u4x32 w = {{u, u ^ 0x9E3779B9u, u ^ 0x6C078965u, u ^ cn_rotl32(u, 16)}};
+  return w;
+}
+static inline cn_u4x32 cn_u4x32_of_u64(uint64_t x) {
+  cn_u4x32 w = {{(uint32_t)x, (uint32_t)(x >> 32), 0, 0}};
+  return w;
+}
+static inline cn_u4x32 cn_byte_to_u4x32(int64_t x) {
+  return cn_u4x32_of_u64((uint32_t)x);
+}
+static inline cn_u4x32 cn_uint16_to_u4x32(int64_t x) {
+  return cn_u4x32_of_u64((uint32_t)x);
+}
+static inline cn_u4x32 cn_int32_to_u4x32(int64_t x) {
+  return cn_u4x32_spread((uint32_t)x);
+}
+static inline cn_u4x32 cn_uint32_to_u4x32(int64_t x) {
+  return cn_u4x32_spread((uint32_t)x);
+}
+static inline cn_u4x32 cn_int64_to_u4x32(int64_t x) {
+  return cn_u4x32_of_u64((uint64_t)x);
+}
+static inline cn_u4x32 cn_uint64_to_u4x32(uint64_t x) {
+  return cn_u4x32_of_u64(x);
+}
+static inline cn_u4x32 cn_uint4x32_to_u4x32(cn_u4x32 x) {
+  return x;
+}
+static inline cn_u4x32 cn_half_to_u4x32(float x) {
+  return cn_u4x32_of_u64((uint64_t)cn_ftoi(x, 0, UINT32_MAX));
+}
+static inline cn_u4x32 cn_bfloat16_to_u4x32(float x) {
+  return cn_u4x32_of_u64((uint64_t)cn_ftoi(x, 0, UINT32_MAX));
+}
+static inline cn_u4x32 cn_fp8_to_u4x32(float x) {
+  return cn_u4x32_of_u64((uint64_t)cn_ftoi(x, 0, UINT32_MAX));
+}
+static inline cn_u4x32 cn_single_to_u4x32(float x) {
+  return cn_u4x32_of_u64(cn_f32_bits(x));
+}
+static inline cn_u4x32 cn_double_to_u4x32(double x) {
+  return cn_u4x32_of_u64(cn_f64_bits(x));
+}
+
+/* ---- Out of uint4x32 (ocannl-notes §7.3), into the compute type of the target. Scalar
+ * (uniform1): one value from the first word(s). Floats are uniform in [0, 1): single and
+ * bfloat16 from the upper 24 bits of v0, half from the low 16 bits of v0, double from v1:v0
+ * (rounding to the stored format happens on store and may give 1.0, as in OCANNL). fp8 takes the
+ * low byte of v0 as raw fp8 bits (OCANNL's choice; not a value in [0, 1)). Integers take v0
+ * (64-bit ones v1:v0) wrapped to their width. ---- */
+
+static inline uint64_t cn_u4x32_lo64(cn_u4x32 w) {
+  return (uint64_t)w.v[1] << 32 | w.v[0];
+}
+static inline float cn_u4x32_unit24(uint32_t word) {
+  return (float)(word >> 8) * 0x1p-24f;
+}
+static inline float cn_u4x32_unit16(uint32_t bits16) {
+  return (float)bits16 * 0x1p-16f;
+}
+static inline double cn_u4x32_unit64(uint64_t bits) {
+  return (double)bits * 0x1p-64;
+}
+
+static inline int64_t cn_u4x32_to_byte_uniform(cn_u4x32 w) {
+  return w.v[0] & 0xFFu;
+}
+static inline int64_t cn_u4x32_to_uint16_uniform(cn_u4x32 w) {
+  return w.v[0] & 0xFFFFu;
+}
+static inline int64_t cn_u4x32_to_int32_uniform(cn_u4x32 w) {
+  return cn_load_int32(cn_store_int32(w.v[0]));
+}
+static inline int64_t cn_u4x32_to_uint32_uniform(cn_u4x32 w) {
+  return w.v[0];
+}
+static inline int64_t cn_u4x32_to_int64_uniform(cn_u4x32 w) {
+  return cn_u64_as_i64(cn_u4x32_lo64(w));
+}
+static inline uint64_t cn_u4x32_to_uint64_uniform(cn_u4x32 w) {
+  return cn_u4x32_lo64(w);
+}
+static inline cn_u4x32 cn_u4x32_to_uint4x32_uniform(cn_u4x32 w) {
+  return w;
+}
+static inline float cn_u4x32_to_half_uniform(cn_u4x32 w) {
+  return cn_u4x32_unit16(w.v[0] & 0xFFFFu);
+}
+static inline float cn_u4x32_to_bfloat16_uniform(cn_u4x32 w) {
+  return cn_u4x32_unit24(w.v[0]);
+}
+static inline float cn_u4x32_to_fp8_uniform(cn_u4x32 w) {
+  return cn_load_fp8((uint8_t)(w.v[0] & 0xFFu));
+}
+static inline float cn_u4x32_to_single_uniform(cn_u4x32 w) {
+  return cn_u4x32_unit24(w.v[0]);
+}
+static inline double cn_u4x32_to_double_uniform(cn_u4x32 w) {
+  return cn_u4x32_unit64(cn_u4x32_lo64(w));
+}
+
+/* Vectorized (uniform): 16 / bytes(target) lanes from one word, lane order as OCANNL's
+ * uint4x32_to_<prec>_uniform_vec: little-endian bytes / 16-bit halves of v0..v3, then words,
+ * then the 64-bit pairs v1:v0, v3:v2. */
+static inline void cn_u4x32_to_byte_uniform_vec(cn_u4x32 w, int64_t *out) {
+  for (int i = 0; i < 16; i++) out[i] = (w.v[i / 4] >> (8 * (i % 4))) & 0xFFu;
+}
+static inline void cn_u4x32_to_uint16_uniform_vec(cn_u4x32 w, int64_t *out) {
+  for (int i = 0; i < 8; i++) out[i] = (w.v[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+}
+static inline void cn_u4x32_to_int32_uniform_vec(cn_u4x32 w, int64_t *out) {
+  for (int i = 0; i < 4; i++) out[i] = cn_load_int32(cn_store_int32(w.v[i]));
+}
+static inline void cn_u4x32_to_uint32_uniform_vec(cn_u4x32 w, int64_t *out) {
+  for (int i = 0; i < 4; i++) out[i] = w.v[i];
+}
+static inline void cn_u4x32_to_int64_uniform_vec(cn_u4x32 w, int64_t *out) {
+  out[0] = cn_u64_as_i64((uint64_t)w.v[1] << 32 | w.v[0]);
+  out[1] = cn_u64_as_i64((uint64_t)w.v[3] << 32 | w.v[2]);
+}
+static inline void cn_u4x32_to_uint64_uniform_vec(cn_u4x32 w, uint64_t *out) {
+  out[0] = (uint64_t)w.v[1] << 32 | w.v[0];
+  out[1] = (uint64_t)w.v[3] << 32 | w.v[2];
+}
+static inline void cn_u4x32_to_uint4x32_uniform_vec(cn_u4x32 w, cn_u4x32 *out) {
+  out[0] = w;
+}
+static inline void cn_u4x32_to_half_uniform_vec(cn_u4x32 w, float *out) {
+  for (int i = 0; i < 8; i++) out[i] = cn_u4x32_unit16((w.v[i / 2] >> (16 * (i % 2))) & 0xFFFFu);
+}
+static inline void cn_u4x32_to_bfloat16_uniform_vec(cn_u4x32 w, float *out) {
+  for (int i = 0; i < 8; i++) out[i] = cn_u4x32_unit16((w.v[i / 2] >> (16 * (i % 2))) & 0xFFFFu);
+}
+static inline void cn_u4x32_to_fp8_uniform_vec(cn_u4x32 w, float *out) {
+  for (int i = 0; i < 16; i++) out[i] = cn_load_fp8((uint8_t)(w.v[i / 4] >> (8 * (i % 4))));
+}
+static inline void cn_u4x32_to_single_uniform_vec(cn_u4x32 w, float *out) {
+  for (int i = 0; i < 4; i++) out[i] = cn_u4x32_unit24(w.v[i]);
+}
+static inline void cn_u4x32_to_double_uniform_vec(cn_u4x32 w, double *out) {
+  out[0] = cn_u4x32_unit64((uint64_t)w.v[1] << 32 | w.v[0]);
+  out[1] = cn_u4x32_unit64((uint64_t)w.v[3] << 32 | w.v[2]);
+}
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif /* CN_BUILTINS_H */
