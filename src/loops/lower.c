@@ -1,0 +1,636 @@
+/* Lowering of an assignments tree to a loop-IR procedure (ocannl-notes §2.3 "Lowering
+ * semantics", seed 001 "What we compile to", seed 003 on padding, Set_from_vec and fetches).
+ *
+ * An Accum_op becomes, in order: resets of the padding margins of the RHS buffers it reads (to the
+ * accumulator's neutral element, so a padded read contributes nothing), a pre-fill of the LHS
+ * with that neutral element exactly when init_neutral and the LHS map is not both surjective and
+ * injective, and the loop nest over the product space whose body is `lhs := f(rhs...)` when
+ * init_neutral and the map is injective, `lhs := lhs ⊕ f(rhs...)` otherwise.
+ *
+ * Invariants: the tree was validated by its constructors (arity, precisions, index ranges), so
+ * violations are internal bugs (CN_ASSERT); every buffer touched appears once in params, ordered
+ * by node id with the value before the merge buffer; the loops of an assignment bind the
+ * projections record's own iterators, and the nests over a node's axes (margins, pre-fills,
+ * fetches) bind one routine-private symbol per axis position — nests are never nested inside one
+ * another, so a symbol is never rebound while bound; the lowering adds no precision conversions
+ * (expressions carry their precision and the backends convert by cn_op_operand_prec); everything
+ * the procedure holds lives in the context arena. */
+#include "loops/loops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Propagates a failure (its message is already recorded in the context). */
+#define TRY(expr)                                                                                  \
+  do {                                                                                             \
+    cn_status try_status_ = (expr);                                                                \
+    if (try_status_ != CN_OK) return try_status_;                                                  \
+  } while (0)
+
+/* Constant_fill is unrolled into one statement per cell; beyond this it would bloat the IR. */
+#define LOWER_MAX_FILL_CELLS 65536
+
+typedef struct {
+  cn_ctx *ctx;
+  const cn_ll_param *params;
+  int n_params;
+  cn_symbol axis_syms[CN_MAX_RANK]; /* created on first use; -1 until then */
+} lower_state;
+
+/* A statement list growing in the arena (doubling; the abandoned arrays stay in the arena). */
+typedef struct {
+  cn_ll_stmt **items;
+  int count, cap;
+} stmt_list;
+
+static cn_status list_push(cn_ctx *ctx, stmt_list *list, cn_ll_stmt *stmt) {
+  if (list->count == list->cap) {
+    int cap = list->cap ? 2 * list->cap : 8;
+    cn_ll_stmt **items = cn_alloc(ctx, (size_t)cap * sizeof *items);
+    if (!items) return CN_ERR_NOMEM;
+    if (list->count) memcpy(items, list->items, (size_t)list->count * sizeof *items);
+    list->items = items;
+    list->cap = cap;
+  }
+  list->items[list->count++] = stmt;
+  return CN_OK;
+}
+
+static cn_ll_stmt *list_to_seq(cn_ctx *ctx, const stmt_list *list) {
+  cn_ll_stmt *seq = cn_alloc(ctx, sizeof *seq);
+  if (!seq) return NULL;
+  seq->kind = CN_LL_SEQ;
+  seq->u.seq.count = list->count;
+  seq->u.seq.items = list->items;
+  return seq;
+}
+
+/* ---- Parameters ---- */
+
+static int count_buffers(const cn_asgn *asgn) {
+  if (!asgn) return 0;
+  switch (asgn->kind) {
+  case CN_ASGN_NOOP: return 0;
+  case CN_ASGN_SEQ: {
+    int n = 0;
+    for (int i = 0; i < asgn->u.seq.count; i++) n += count_buffers(asgn->u.seq.items[i]);
+    return n;
+  }
+  case CN_ASGN_COMMENT: return count_buffers(asgn->u.comment.body);
+  case CN_ASGN_ACCUM: return 1 + cn_op_arity(asgn->u.accum.op);
+  case CN_ASGN_VEC_UNOP: return 2;
+  case CN_ASGN_FETCH: return asgn->u.fetch.kind == CN_FETCH_SLICE ? 2 : 1;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown assignment kind");
+}
+
+static void collect_buffers(const cn_asgn *asgn, cn_ll_param *out, int *n) {
+  if (!asgn) return;
+  switch (asgn->kind) {
+  case CN_ASGN_NOOP: return;
+  case CN_ASGN_SEQ:
+    for (int i = 0; i < asgn->u.seq.count; i++) collect_buffers(asgn->u.seq.items[i], out, n);
+    return;
+  case CN_ASGN_COMMENT: collect_buffers(asgn->u.comment.body, out, n); return;
+  case CN_ASGN_ACCUM:
+    out[(*n)++] = (cn_ll_param){asgn->u.accum.lhs, false};
+    for (int i = 0; i < cn_op_arity(asgn->u.accum.op); i++)
+      out[(*n)++] = (cn_ll_param){asgn->u.accum.rhs[i].node, asgn->u.accum.rhs[i].merge};
+    return;
+  case CN_ASGN_VEC_UNOP:
+    out[(*n)++] = (cn_ll_param){asgn->u.vec.lhs, false};
+    out[(*n)++] = (cn_ll_param){asgn->u.vec.rhs.node, asgn->u.vec.rhs.merge};
+    return;
+  case CN_ASGN_FETCH:
+    out[(*n)++] = (cn_ll_param){asgn->u.fetch.lhs, false};
+    if (asgn->u.fetch.kind == CN_FETCH_SLICE)
+      out[(*n)++] = (cn_ll_param){asgn->u.fetch.sliced, false};
+    return;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown assignment kind");
+}
+
+static int compare_params(const void *pa, const void *pb) {
+  const cn_ll_param *a = pa, *b = pb;
+  if (a->node->id != b->node->id) return a->node->id < b->node->id ? -1 : 1;
+  return (int)a->merge - (int)b->merge;
+}
+
+static cn_status collect_params(cn_ctx *ctx, const cn_asgn *asgn, cn_ll_proc *proc) {
+  int total = count_buffers(asgn);
+  proc->n_params = 0;
+  proc->params = cn_alloc(ctx, (size_t)(total ? total : 1) * sizeof *proc->params);
+  if (!proc->params) return CN_ERR_NOMEM;
+  int n = 0;
+  collect_buffers(asgn, proc->params, &n);
+  CN_ASSERT(n == total);
+  qsort(proc->params, (size_t)n, sizeof *proc->params, compare_params);
+  int unique = 0;
+  for (int i = 0; i < n; i++) {
+    if (unique > 0 && compare_params(&proc->params[unique - 1], &proc->params[i]) == 0) continue;
+    proc->params[unique++] = proc->params[i];
+  }
+  proc->n_params = unique;
+  return CN_OK;
+}
+
+static int param_index(const lower_state *st, const cn_node *node, bool merge) {
+  int lo = 0, hi = st->n_params - 1;
+  cn_ll_param key = {(cn_node *)node, merge};
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int c = compare_params(&st->params[mid], &key);
+    if (c == 0) return mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "buffer missing from the parameters");
+}
+
+/* ---- Building blocks ---- */
+
+static cn_ll_expr *expr_new(cn_ctx *ctx, cn_le_kind kind, cn_prec prec) {
+  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
+  if (!e) return NULL;
+  e->kind = kind;
+  e->prec = prec;
+  return e;
+}
+
+static cn_ll_expr *expr_get(lower_state *st, const cn_node *node, bool merge, cn_index *idx) {
+  cn_ll_expr *e = expr_new(st->ctx, CN_LE_GET, node->prec);
+  if (!e) return NULL;
+  e->u.get.param = param_index(st, node, merge);
+  e->u.get.idx = idx;
+  return e;
+}
+
+static cn_ll_expr *expr_const(cn_ctx *ctx, cn_prec prec, cn_value value) {
+  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, prec);
+  if (e) e->u.constant = value;
+  return e;
+}
+
+static cn_ll_expr *expr_index(cn_ctx *ctx, cn_index index) {
+  cn_ll_expr *e = expr_new(ctx, CN_LE_INDEX, CN_INDEX_PREC);
+  if (e) e->u.index = index;
+  return e;
+}
+
+static cn_ll_expr *expr_op2(cn_ctx *ctx, cn_op op, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b) {
+  cn_ll_expr *e = expr_new(ctx, CN_LE_OP, prec);
+  if (!e) return NULL;
+  e->u.op.op = op;
+  e->u.op.args[0] = a;
+  e->u.op.args[1] = b;
+  return e;
+}
+
+static cn_ll_stmt *stmt_set(lower_state *st, const cn_node *node, cn_index *idx,
+                            cn_ll_expr *value) {
+  if (!value) return NULL;
+  cn_ll_stmt *s = cn_alloc(st->ctx, sizeof *s);
+  if (!s) return NULL;
+  s->kind = CN_LL_SET;
+  s->u.set.param = param_index(st, node, false);
+  s->u.set.idx = idx;
+  s->u.set.value = value;
+  return s;
+}
+
+static cn_ll_stmt *stmt_comment(cn_ctx *ctx, const char *text) {
+  if (!text) return NULL;
+  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
+  if (!s) return NULL;
+  s->kind = CN_LL_COMMENT;
+  s->u.comment = text;
+  return s;
+}
+
+/* Wraps body in loops, syms[0] outermost; a NULL `from` starts every loop at 0. */
+static cn_ll_stmt *wrap_loops(cn_ctx *ctx, int n, const cn_symbol *syms, const int64_t *from,
+                              const int64_t *to, cn_ll_stmt *body) {
+  for (int d = n - 1; d >= 0 && body; d--) {
+    cn_ll_stmt *loop = cn_alloc(ctx, sizeof *loop);
+    if (!loop) return NULL;
+    loop->kind = CN_LL_FOR;
+    loop->u.loop.sym = syms[d];
+    loop->u.loop.from = from ? from[d] : 0;
+    loop->u.loop.to = to[d];
+    loop->u.loop.body = body;
+    body = loop;
+  }
+  return body;
+}
+
+/* The routine-private loop symbols of the first `rank` axis positions. */
+static cn_status axis_symbols(lower_state *st, int rank, cn_symbol *syms) {
+  for (int d = 0; d < rank; d++) {
+    if (st->axis_syms[d] < 0) {
+      char name[16];
+      snprintf(name, sizeof name, "i%d", d);
+      st->axis_syms[d] = cn_symbol_create(st->ctx, name, 0);
+      if (st->axis_syms[d] < 0) return cn_ctx_status(st->ctx);
+    }
+    syms[d] = st->axis_syms[d];
+  }
+  return CN_OK;
+}
+
+/* Iter(syms[d]) per axis; never NULL on success, even for rank 0. */
+static cn_index *iter_indices(cn_ctx *ctx, int rank, const cn_symbol *syms) {
+  cn_index *idx = cn_alloc(ctx, (size_t)(rank ? rank : 1) * sizeof *idx);
+  if (!idx) return NULL;
+  for (int d = 0; d < rank; d++) idx[d] = cn_index_iter(syms[d]);
+  return idx;
+}
+
+static const char *op_spelling(cn_op op) {
+  return cn_op_table[op].infix ? cn_op_table[op].infix : cn_op_table[op].name;
+}
+
+static cn_status push_comment(cn_ctx *ctx, stmt_list *out, const char *what, const cn_node *node,
+                              cn_op accum) {
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "%s '%s' (#%d) to the neutral of %s", what, node->label ? node->label : "",
+                 node->id, op_spelling(accum));
+  cn_ll_stmt *comment = stmt_comment(ctx, cn_sbuf_finish(ctx, &sb));
+  if (!comment) return CN_ERR_NOMEM;
+  return list_push(ctx, out, comment);
+}
+
+/* One loop nest over a box of a node's logical index space, setting every cell to `value`;
+ * nothing for an empty box. */
+static cn_status fill_box(lower_state *st, stmt_list *out, const cn_node *node, bool merge,
+                          const int64_t *from, const int64_t *to, cn_value value) {
+  for (int d = 0; d < node->rank; d++)
+    if (from[d] >= to[d]) return CN_OK;
+  cn_symbol syms[CN_MAX_RANK];
+  TRY(axis_symbols(st, node->rank, syms));
+  cn_index *idx = iter_indices(st->ctx, node->rank, syms);
+  cn_ll_stmt *set = cn_alloc(st->ctx, sizeof *set);
+  cn_ll_expr *constant = expr_const(st->ctx, node->prec, value);
+  if (!idx || !set || !constant) return CN_ERR_NOMEM;
+  set->kind = CN_LL_SET;
+  set->u.set.param = param_index(st, node, merge);
+  set->u.set.idx = idx;
+  set->u.set.value = constant;
+  cn_ll_stmt *nest = wrap_loops(st->ctx, node->rank, syms, from, to, set);
+  if (!nest) return CN_ERR_NOMEM;
+  return list_push(st->ctx, out, nest);
+}
+
+/* Resets the padding margins of a buffer as disjoint boxes: the boxes of axis d hold the cells
+ * whose first axis lying in a margin is d (earlier axes inside [0, dim), later ones anywhere). */
+static cn_status reset_margins(lower_state *st, stmt_list *out, const cn_node *node, bool merge,
+                               cn_value value) {
+  int64_t from[CN_MAX_RANK], to[CN_MAX_RANK];
+  for (int d = 0; d < node->rank; d++) {
+    for (int e = 0; e < node->rank; e++) {
+      from[e] = e < d ? 0 : -node->pad[e][0];
+      to[e] = e < d ? node->dims[e] : node->dims[e] + node->pad[e][1];
+    }
+    from[d] = -node->pad[d][0];
+    to[d] = 0;
+    TRY(fill_box(st, out, node, merge, from, to, value));
+    from[d] = node->dims[d];
+    to[d] = node->dims[d] + node->pad[d][1];
+    TRY(fill_box(st, out, node, merge, from, to, value));
+  }
+  return CN_OK;
+}
+
+static bool node_is_padded(const cn_node *node) {
+  for (int d = 0; d < node->rank; d++)
+    if (node->pad[d][0] || node->pad[d][1]) return true;
+  return false;
+}
+
+/* ---- Assignments ---- */
+
+static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
+  cn_ctx *ctx = st->ctx;
+  const cn_proj *proj = asgn->u.accum.proj;
+  cn_node *lhs = asgn->u.accum.lhs;
+  const cn_buffer *rhs = asgn->u.accum.rhs;
+  cn_op accum = asgn->u.accum.accum, op = asgn->u.accum.op;
+  bool init_neutral = asgn->u.accum.init_neutral;
+  int arity = cn_op_arity(op);
+  double neutral = cn_op_table[accum].neutral;
+
+  for (int i = 0; i < arity; i++) {
+    if (!node_is_padded(rhs[i].node)) continue;
+    bool seen = false; /* one reset per buffer, even when an operand is read twice */
+    for (int j = 0; j < i; j++) seen |= rhs[j].node == rhs[i].node && rhs[j].merge == rhs[i].merge;
+    if (seen) continue;
+    TRY(push_comment(ctx, out, "reset padding of", rhs[i].node, accum));
+    TRY(reset_margins(st, out, rhs[i].node, rhs[i].merge,
+                      cn_value_of_double(rhs[i].node->prec, neutral)));
+  }
+
+  bool injective = cn_proj_lhs_injective(proj);
+  if (init_neutral && !(cn_proj_lhs_surjective(proj) && injective)) {
+    TRY(push_comment(ctx, out, "clear", lhs, accum));
+    int64_t from[CN_MAX_RANK], to[CN_MAX_RANK];
+    for (int d = 0; d < lhs->rank; d++) {
+      from[d] = -lhs->pad[d][0];
+      to[d] = lhs->dims[d] + lhs->pad[d][1];
+    }
+    TRY(fill_box(st, out, lhs, false, from, to, cn_value_of_double(lhs->prec, neutral)));
+  }
+
+  cn_ll_expr *inner;
+  if (op == CN_OP_ID) {
+    inner = expr_get(st, rhs[0].node, rhs[0].merge, proj->slot[1].map);
+    if (!inner) return CN_ERR_NOMEM;
+  } else {
+    inner = expr_new(ctx, CN_LE_OP, lhs->prec);
+    if (!inner) return CN_ERR_NOMEM;
+    inner->u.op.op = op;
+    for (int i = 0; i < arity; i++) {
+      inner->u.op.args[i] = expr_get(st, rhs[i].node, rhs[i].merge, proj->slot[1 + i].map);
+      if (!inner->u.op.args[i]) return CN_ERR_NOMEM;
+    }
+  }
+  cn_index *lhs_map = proj->slot[CN_SLOT_LHS].map;
+  cn_ll_expr *value = inner;
+  if (!(init_neutral && injective)) {
+    cn_ll_expr *prior = expr_get(st, lhs, false, lhs_map);
+    value = prior ? expr_op2(ctx, accum, lhs->prec, prior, inner) : NULL;
+  }
+  cn_ll_stmt *set = stmt_set(st, lhs, lhs_map, value);
+  cn_ll_stmt *nest = wrap_loops(ctx, proj->n_product, proj->iters, NULL, proj->sizes, set);
+  if (!nest) return CN_ERR_NOMEM;
+  return list_push(ctx, out, nest);
+}
+
+static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
+  cn_ctx *ctx = st->ctx;
+  const cn_proj *proj = asgn->u.vec.proj;
+  cn_node *lhs = asgn->u.vec.lhs;
+  cn_ll_expr *arg = expr_get(st, asgn->u.vec.rhs.node, asgn->u.vec.rhs.merge, proj->slot[1].map);
+  cn_ll_stmt *set = cn_alloc(ctx, sizeof *set);
+  if (!arg || !set) return CN_ERR_NOMEM;
+  set->kind = CN_LL_SET_VEC;
+  set->u.vec.op = asgn->u.vec.op;
+  set->u.vec.param = param_index(st, lhs, false);
+  set->u.vec.idx = proj->slot[CN_SLOT_LHS].map;
+  set->u.vec.length = cn_vec_length(lhs->prec);
+  set->u.vec.arg = arg;
+  cn_ll_stmt *nest = wrap_loops(ctx, proj->n_product, proj->iters, NULL, proj->sizes, set);
+  if (!nest) return CN_ERR_NOMEM;
+  return list_push(ctx, out, nest);
+}
+
+/* The row-major offset of the cell at `syms` in the node's logical dims (size-1 axes add
+ * nothing), as an index-precision expression: a sum of affine pieces of at most
+ * CN_MAX_AFFINE_TERMS terms each, since one cn_index holds no more. */
+static cn_ll_expr *offset_expr(cn_ctx *ctx, const cn_node *node, const cn_symbol *syms) {
+  int64_t strides[CN_MAX_RANK];
+  int64_t stride = 1;
+  for (int d = node->rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= node->dims[d];
+  }
+  cn_symbol terms[CN_MAX_RANK];
+  int64_t coeffs[CN_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < node->rank; d++) {
+    if (node->dims[d] == 1) continue;
+    terms[n] = syms[d];
+    coeffs[n++] = strides[d];
+  }
+  if (n == 0) return expr_index(ctx, cn_index_fixed(0));
+  cn_ll_expr *sum = NULL;
+  for (int start = 0; start < n; start += CN_MAX_AFFINE_TERMS) {
+    int count = n - start < CN_MAX_AFFINE_TERMS ? n - start : CN_MAX_AFFINE_TERMS;
+    cn_ll_expr *piece = expr_index(ctx, cn_index_affine(count, terms + start, coeffs + start, 0));
+    if (!piece) return NULL;
+    sum = sum ? expr_op2(ctx, CN_OP_ADD, CN_INDEX_PREC, sum, piece) : piece;
+    if (!sum) return NULL;
+  }
+  return sum;
+}
+
+/* Constant_fill, unrolled: one Set with fixed indices per cell, in row-major order. */
+static cn_status lower_constant_fill(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
+  cn_ctx *ctx = st->ctx;
+  cn_node *lhs = asgn->u.fetch.lhs;
+  /* The cell count, saturated just above the limit so that it cannot overflow. */
+  int64_t cells = 1;
+  for (int d = 0; d < lhs->rank; d++)
+    if (lhs->dims[d] == 0) cells = 0;
+  for (int d = 0; d < lhs->rank && cells > 0 && cells <= LOWER_MAX_FILL_CELLS; d++)
+    cells = lhs->dims[d] > LOWER_MAX_FILL_CELLS / cells ? LOWER_MAX_FILL_CELLS + 1
+                                                        : cells * lhs->dims[d];
+  if (cells > LOWER_MAX_FILL_CELLS)
+    return cn_fail(ctx, CN_ERR_UNSUPPORTED,
+                   "constant fill of '%s' (#%d): the node has more than %d cells, too many to "
+                   "unroll",
+                   lhs->label ? lhs->label : "", lhs->id, LOWER_MAX_FILL_CELLS);
+  CN_ASSERT(cells == 0 || asgn->u.fetch.n_fill > 0);
+  int64_t pos[CN_MAX_RANK] = {0};
+  for (int64_t offset = 0; offset < cells; offset++) {
+    cn_index *idx = cn_alloc(ctx, (size_t)(lhs->rank ? lhs->rank : 1) * sizeof *idx);
+    if (!idx) return CN_ERR_NOMEM;
+    for (int d = 0; d < lhs->rank; d++) idx[d] = cn_index_fixed(pos[d]);
+    double x = asgn->u.fetch.fill[(size_t)offset % asgn->u.fetch.n_fill];
+    cn_ll_expr *value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, x));
+    cn_ll_stmt *set = stmt_set(st, lhs, idx, value);
+    if (!set) return CN_ERR_NOMEM;
+    TRY(list_push(ctx, out, set));
+    for (int d = lhs->rank - 1; d >= 0; d--) {
+      if (++pos[d] < lhs->dims[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return CN_OK;
+}
+
+static cn_status lower_fetch(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
+  cn_ctx *ctx = st->ctx;
+  cn_node *lhs = asgn->u.fetch.lhs;
+  if (asgn->u.fetch.kind == CN_FETCH_CONSTANT_FILL) return lower_constant_fill(st, asgn, out);
+
+  cn_symbol syms[CN_MAX_RANK];
+  TRY(axis_symbols(st, lhs->rank, syms));
+  cn_index *idx = iter_indices(ctx, lhs->rank, syms);
+  if (!idx) return CN_ERR_NOMEM;
+  cn_ll_expr *value = NULL;
+  switch (asgn->u.fetch.kind) {
+  case CN_FETCH_CONSTANT:
+    value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, asgn->u.fetch.constant));
+    break;
+  case CN_FETCH_CONSTANT_BITS:
+    value = expr_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, asgn->u.fetch.bits));
+    break;
+  case CN_FETCH_RANGE_OVER_OFFSETS: value = offset_expr(ctx, lhs, syms); break;
+  case CN_FETCH_SLICE: {
+    const cn_node *sliced = asgn->u.fetch.sliced;
+    CN_ASSERT(sliced->rank == lhs->rank + 1);
+    cn_index *src = cn_alloc(ctx, (size_t)sliced->rank * sizeof *src);
+    if (!src) return CN_ERR_NOMEM;
+    src[0] = cn_index_iter(asgn->u.fetch.sym);
+    for (int d = 0; d < lhs->rank; d++) src[d + 1] = idx[d];
+    value = expr_get(st, sliced, false, src);
+    break;
+  }
+  case CN_FETCH_EMBED_SYMBOL: value = expr_index(ctx, cn_index_iter(asgn->u.fetch.sym)); break;
+  case CN_FETCH_EMBED_SELF_ID:
+    value = expr_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, (uint64_t)lhs->id));
+    break;
+  case CN_FETCH_EMBED_DIM:
+    value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, (double)*asgn->u.fetch.dim));
+    break;
+  case CN_FETCH_CONSTANT_FILL: cn_assert_fail(__FILE__, __LINE__, "constant fill lowered above");
+  }
+  cn_ll_stmt *set = stmt_set(st, lhs, idx, value);
+  cn_ll_stmt *nest = wrap_loops(ctx, lhs->rank, syms, NULL, lhs->dims, set);
+  if (!nest) return CN_ERR_NOMEM;
+  return list_push(ctx, out, nest);
+}
+
+static cn_status lower_asgn(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
+  if (!asgn) return CN_OK;
+  switch (asgn->kind) {
+  case CN_ASGN_NOOP: return CN_OK;
+  case CN_ASGN_SEQ:
+    for (int i = 0; i < asgn->u.seq.count; i++) TRY(lower_asgn(st, asgn->u.seq.items[i], out));
+    return CN_OK;
+  case CN_ASGN_COMMENT: {
+    /* The comment heads its body's statements, all spliced into the enclosing sequence. */
+    const char *text = asgn->u.comment.text ? asgn->u.comment.text : "";
+    cn_ll_stmt *comment = stmt_comment(st->ctx, cn_strdup(st->ctx, text));
+    if (!comment) return CN_ERR_NOMEM;
+    TRY(list_push(st->ctx, out, comment));
+    return lower_asgn(st, asgn->u.comment.body, out);
+  }
+  case CN_ASGN_ACCUM: return lower_accum(st, asgn, out);
+  case CN_ASGN_VEC_UNOP: return lower_vec(st, asgn, out);
+  case CN_ASGN_FETCH: return lower_fetch(st, asgn, out);
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown assignment kind");
+}
+
+/* ---- Free symbols ---- */
+
+typedef struct {
+  int *bound; /* per symbol: enclosing loops binding it */
+  bool *used; /* per symbol: read while unbound */
+  int n_symbols;
+} free_scan;
+
+static void scan_index(free_scan *fs, const cn_index *idx) {
+  if (idx->kind == CN_IDX_FIXED) return;
+  CN_ASSERT(idx->n_terms >= 1);
+  for (int t = 0; t < idx->n_terms; t++) {
+    cn_symbol sym = idx->syms[t];
+    CN_ASSERT(sym >= 0 && sym < fs->n_symbols);
+    if (!fs->bound[sym]) fs->used[sym] = true;
+  }
+}
+
+static void scan_access(free_scan *fs, int rank, const cn_index *idx) {
+  for (int d = 0; d < rank; d++) scan_index(fs, &idx[d]);
+}
+
+static void scan_expr(free_scan *fs, const cn_ll_proc *proc, const cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET: scan_access(fs, proc->params[e->u.get.param].node->rank, e->u.get.idx); return;
+  case CN_LE_CONST: return;
+  case CN_LE_INDEX: scan_index(fs, &e->u.index); return;
+  case CN_LE_OP:
+    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) scan_expr(fs, proc, e->u.op.args[a]);
+    return;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown expression kind");
+}
+
+static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) scan_stmt(fs, proc, s->u.seq.items[i]);
+    return;
+  case CN_LL_COMMENT: return;
+  case CN_LL_FOR:
+    fs->bound[s->u.loop.sym]++;
+    scan_stmt(fs, proc, s->u.loop.body);
+    fs->bound[s->u.loop.sym]--;
+    return;
+  case CN_LL_SET:
+    scan_access(fs, proc->params[s->u.set.param].node->rank, s->u.set.idx);
+    scan_expr(fs, proc, s->u.set.value);
+    return;
+  case CN_LL_SET_VEC:
+    scan_access(fs, proc->params[s->u.vec.param].node->rank, s->u.vec.idx);
+    scan_expr(fs, proc, s->u.vec.arg);
+    return;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
+}
+
+static cn_status collect_free_syms(cn_ctx *ctx, cn_ll_proc *proc) {
+  free_scan fs = {.n_symbols = ctx->n_symbols};
+  size_t n = (size_t)(fs.n_symbols ? fs.n_symbols : 1);
+  fs.bound = cn_calloc(ctx, n, sizeof *fs.bound);
+  fs.used = cn_calloc(ctx, n, sizeof *fs.used);
+  cn_status status = CN_OK;
+  if (!fs.bound || !fs.used) {
+    status = CN_ERR_NOMEM;
+    goto done;
+  }
+  scan_stmt(&fs, proc, proc->body);
+  int count = 0;
+  for (int s = 0; s < fs.n_symbols; s++) count += fs.used[s];
+  proc->n_free_syms = count;
+  proc->free_syms = cn_alloc(ctx, (size_t)(count ? count : 1) * sizeof *proc->free_syms);
+  if (!proc->free_syms) {
+    status = CN_ERR_NOMEM;
+    goto done;
+  }
+  count = 0;
+  for (int s = 0; s < fs.n_symbols; s++)
+    if (fs.used[s]) proc->free_syms[count++] = s;
+done:
+  free(fs.bound);
+  free(fs.used);
+  return status;
+}
+
+/* ---- Entry point ---- */
+
+static bool is_c_identifier(const char *name) {
+  if (!name ||
+      !(name[0] == '_' || (name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z')))
+    return false;
+  for (const char *c = name + 1; *c; c++)
+    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+          (*c >= '0' && *c <= '9')))
+      return false;
+  return true;
+}
+
+cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out) {
+  *out = NULL;
+  if (!is_c_identifier(name))
+    return cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier",
+                   name ? name : "(null)");
+  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
+  if (!proc) return CN_ERR_NOMEM;
+  proc->name = cn_strdup(ctx, name);
+  if (!proc->name) return CN_ERR_NOMEM;
+  TRY(collect_params(ctx, asgn, proc));
+
+  lower_state st = {.ctx = ctx, .params = proc->params, .n_params = proc->n_params};
+  for (int d = 0; d < CN_MAX_RANK; d++) st.axis_syms[d] = -1;
+  stmt_list body = {0};
+  TRY(lower_asgn(&st, asgn, &body));
+  proc->body = list_to_seq(ctx, &body);
+  if (!proc->body) return CN_ERR_NOMEM;
+  TRY(collect_free_syms(ctx, proc));
+  *out = proc;
+  return CN_OK;
+}

@@ -1,0 +1,170 @@
+/* Simplification of a loop-IR procedure, in place (ocannl-notes §2.8 "Simplify"): constant
+ * folding, the algebraic identities x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 and x ** 1, and the
+ * removal of statements that do nothing (empty loops, empty sequences).
+ *
+ * Invariants: a rewrite never changes a result. Folding evaluates with the backends' own rules
+ * (each argument converted by cn_op_operand_prec, cn_eval_op), so a folded constant is the value
+ * the backends would compute; an identity drops the op only when the kept operand already has the
+ * op's precision, because otherwise the op is where that operand gets converted; a constant is
+ * compared to 0 or 1 after conversion to the precision the op reads it in. Sequences come out
+ * flat and non-empty (but the procedure's body, which stays an empty sequence when nothing is
+ * left). New arrays are allocated in the arena. */
+#include "loops/loops.h"
+
+#include <string.h>
+
+static bool is_const(const cn_ll_expr *e) {
+  return e->kind == CN_LE_CONST;
+}
+
+/* True if `e` is a constant equal to `target` once converted to the precision `op` reads its
+ * argument `arg` in. */
+static bool const_equals(const cn_ll_expr *op_expr, int arg, double target) {
+  const cn_ll_expr *e = op_expr->u.op.args[arg];
+  if (!is_const(e)) return false;
+  cn_prec prec = cn_op_operand_prec(op_expr->u.op.op, op_expr->prec, arg, e->prec);
+  if (cn_prec_kind_of(prec) == CN_PKIND_BITS) return false;
+  cn_value v = e->prec == prec ? e->u.constant : cn_value_convert(e->prec, prec, e->u.constant);
+  return cn_value_to_double(prec, v) == target;
+}
+
+/* The operand kept by an identity, or NULL if none applies. */
+static cn_ll_expr *identity_operand(const cn_ll_expr *e) {
+  cn_ll_expr *a = e->u.op.args[0], *b = e->u.op.args[1];
+  cn_ll_expr *kept = NULL;
+  switch (e->u.op.op) {
+  case CN_OP_ADD:
+    if (const_equals(e, 1, 0.0))
+      kept = a;
+    else if (const_equals(e, 0, 0.0))
+      kept = b;
+    break;
+  case CN_OP_MUL:
+    if (const_equals(e, 1, 1.0))
+      kept = a;
+    else if (const_equals(e, 0, 1.0))
+      kept = b;
+    break;
+  case CN_OP_SUB: kept = const_equals(e, 1, 0.0) ? a : NULL; break;
+  case CN_OP_DIV:
+  case CN_OP_POW: kept = const_equals(e, 1, 1.0) ? a : NULL; break;
+  default: break;
+  }
+  return kept && kept->prec == e->prec ? kept : NULL;
+}
+
+/* Replaces an op over constants by its value (the expression node is rewritten in place). */
+static void fold_op(cn_ll_expr *e) {
+  cn_op op = e->u.op.op;
+  const cn_op_info *info = &cn_op_table[op];
+  if ((info->flags & CN_OPF_VEC) || !cn_op_supports(op, e->prec)) return;
+  cn_value args[3] = {{0}};
+  for (int a = 0; a < info->arity; a++) {
+    const cn_ll_expr *arg = e->u.op.args[a];
+    if (!is_const(arg)) return;
+    cn_prec prec = cn_op_operand_prec(op, e->prec, a, arg->prec);
+    cn_value v =
+        arg->prec == prec ? arg->u.constant : cn_value_convert(arg->prec, prec, arg->u.constant);
+    /* The condition of a CN_OPF_COND op reaches cn_eval_op as 1 or 0 of the op's precision. */
+    if ((info->flags & CN_OPF_COND) && a == 0)
+      v = cn_value_of_double(e->prec, cn_value_truth(prec, v) ? 1.0 : 0.0);
+    args[a] = v;
+  }
+  cn_value result = cn_eval_op(op, e->prec, args);
+  e->kind = CN_LE_CONST;
+  e->u.constant = result;
+}
+
+/* Simplifies bottom-up and returns the expression to use in place of e. */
+static cn_ll_expr *simplify_expr(cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET:
+  case CN_LE_CONST: return e;
+  case CN_LE_INDEX:
+    if (e->u.index.kind == CN_IDX_FIXED) {
+      /* An index value is its 32-bit wrap (the meaning of CN_INDEX_PREC). */
+      int64_t offset = e->u.index.offset;
+      e->kind = CN_LE_CONST;
+      e->u.constant.i = (int64_t)(uint32_t)offset;
+    }
+    return e;
+  case CN_LE_OP: {
+    int arity = cn_op_arity(e->u.op.op);
+    for (int a = 0; a < arity; a++) e->u.op.args[a] = simplify_expr(e->u.op.args[a]);
+    fold_op(e);
+    if (e->kind != CN_LE_OP || arity != 2) return e;
+    cn_ll_expr *kept = identity_operand(e);
+    return kept ? kept : e;
+  }
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown expression kind");
+}
+
+/* Simplifies a statement in place; *empty tells that it does nothing and can be dropped. */
+static cn_status simplify_stmt(cn_ctx *ctx, cn_ll_stmt *s, bool *empty) {
+  *empty = false;
+  switch (s->kind) {
+  case CN_LL_SEQ: {
+    /* Drop what does nothing, in place; a nested sequence (already flat and non-empty) is then
+     * spliced into a new array. */
+    int kept = 0, total = 0;
+    bool nested = false;
+    for (int i = 0; i < s->u.seq.count; i++) {
+      cn_ll_stmt *item = s->u.seq.items[i];
+      bool item_empty;
+      cn_status status = simplify_stmt(ctx, item, &item_empty);
+      if (status != CN_OK) return status;
+      if (item_empty) continue;
+      s->u.seq.items[kept++] = item;
+      nested |= item->kind == CN_LL_SEQ;
+      total += item->kind == CN_LL_SEQ ? item->u.seq.count : 1;
+    }
+    if (nested) {
+      cn_ll_stmt **items = cn_alloc(ctx, (size_t)total * sizeof *items);
+      if (!items) return CN_ERR_NOMEM;
+      int n = 0;
+      for (int i = 0; i < kept; i++) {
+        cn_ll_stmt *item = s->u.seq.items[i];
+        if (item->kind != CN_LL_SEQ) {
+          items[n++] = item;
+          continue;
+        }
+        memcpy(items + n, item->u.seq.items, (size_t)item->u.seq.count * sizeof *items);
+        n += item->u.seq.count;
+      }
+      s->u.seq.items = items;
+    }
+    s->u.seq.count = total;
+    *empty = total == 0;
+    return CN_OK;
+  }
+  case CN_LL_COMMENT: return CN_OK;
+  case CN_LL_FOR: {
+    if (s->u.loop.from >= s->u.loop.to) {
+      *empty = true;
+      return CN_OK;
+    }
+    bool body_empty;
+    cn_status status = simplify_stmt(ctx, s->u.loop.body, &body_empty);
+    if (status != CN_OK) return status;
+    *empty = body_empty; /* a loop whose body does nothing does nothing */
+    return CN_OK;
+  }
+  case CN_LL_SET: s->u.set.value = simplify_expr(s->u.set.value); return CN_OK;
+  case CN_LL_SET_VEC: s->u.vec.arg = simplify_expr(s->u.vec.arg); return CN_OK;
+  }
+  cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
+}
+
+cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc) {
+  bool empty;
+  cn_status status = simplify_stmt(ctx, proc->body, &empty);
+  if (status != CN_OK) return status;
+  if (empty) {
+    /* The body stays a statement: an empty sequence. */
+    proc->body->kind = CN_LL_SEQ;
+    proc->body->u.seq.count = 0;
+    proc->body->u.seq.items = NULL;
+  }
+  return CN_OK;
+}

@@ -1,0 +1,195 @@
+/* Routines: an assignments tree lowered to the loop IR, simplified and compiled for one backend,
+ * plus what running it needs (static-index bindings and private scratch for local nodes).
+ *
+ * Invariants: a routine holds its procedure (arena) and the loop-IR text (arena) for as long as
+ * the context lives, and owns, through malloc, its struct, its binding and buffer tables, the
+ * scratch of every CN_MEM_LOCAL parameter and the backend's compiled state; all of those are
+ * released exactly once, by cn_routine_free or, for routines the user did not free, by the
+ * cleanup registered with the context (removed by cn_routine_free). A routine runs only once
+ * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
+ * symbol has a range. Local scratch is zeroed before every run, so a run's result depends only on
+ * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`). */
+#include "backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cn_routine {
+  cn_ctx *ctx;
+  const char *name; /* arena */
+  const cn_backend *backend;
+  const cn_ll_proc *proc; /* arena */
+  const char *loops;      /* arena: the loop IR after simplification */
+  void *compiled;         /* backend-owned state, NULL until compiled */
+  const char *source;     /* owned by `compiled`; NULL for the interpreter */
+  void **scratch;         /* per param: malloc'd zero-filled buffer for local nodes, else NULL */
+  size_t *scratch_bytes;  /* per param */
+  void **buffers;         /* per param: what the backend runs on (filled by cn_routine_run) */
+  int64_t *sym_values;    /* per free symbol */
+  bool *sym_bound;        /* per free symbol */
+  cn_cleanup *cleanup;    /* registered with the context while the routine is alive */
+};
+
+static bool is_c_identifier(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
+  for (s++; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
+
+/* Releases everything the routine owns except its cleanup registration. */
+static void routine_release(cn_routine *r) {
+  if (r->compiled) r->backend->release(r->compiled);
+  if (r->scratch)
+    for (int i = 0; i < r->proc->n_params; i++) free(r->scratch[i]);
+  free(r->scratch);
+  free(r->scratch_bytes);
+  free(r->buffers);
+  free(r->sym_values);
+  free(r->sym_bound);
+  free(r);
+}
+
+/* The context's cleanup: runs at cn_ctx_destroy, which frees the registration itself. */
+static void routine_cleanup(void *arg) {
+  routine_release(arg);
+}
+
+/* Allocates the per-param and per-symbol tables and the local scratch buffers. */
+static cn_status routine_alloc_tables(cn_routine *r) {
+  cn_ctx *ctx = r->ctx;
+  const cn_ll_proc *proc = r->proc;
+  r->scratch = cn_calloc(ctx, (size_t)proc->n_params, sizeof(void *));
+  r->scratch_bytes = cn_calloc(ctx, (size_t)proc->n_params, sizeof(size_t));
+  r->buffers = cn_calloc(ctx, (size_t)proc->n_params, sizeof(void *));
+  r->sym_values = cn_calloc(ctx, (size_t)proc->n_free_syms, sizeof(int64_t));
+  r->sym_bound = cn_calloc(ctx, (size_t)proc->n_free_syms, sizeof(bool));
+  if (!r->scratch || !r->scratch_bytes || !r->buffers || !r->sym_values || !r->sym_bound)
+    return ctx->status;
+  for (int i = 0; i < proc->n_params; i++) {
+    const cn_node *node = proc->params[i].node;
+    if (node->mode != CN_MEM_LOCAL) continue;
+    size_t bytes;
+    if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes))
+      return cn_fail(ctx, CN_ERR_NOMEM, "routine '%s': scratch of %s is too large", r->name,
+                     cn_node_describe(node));
+    r->scratch[i] = cn_calloc(ctx, bytes ? bytes : 1, 1);
+    if (!r->scratch[i]) return ctx->status;
+    r->scratch_bytes[i] = bytes;
+  }
+  return CN_OK;
+}
+
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name) {
+  if (!ctx) return NULL;
+  if (!name) name = "routine";
+  if (!is_c_identifier(name)) {
+    cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier", name);
+    return NULL;
+  }
+  if (!asgn) {
+    cn_fail(ctx, CN_ERR_INVALID, "routine '%s': no assignments to compile", name);
+    return NULL;
+  }
+  const cn_backend *impl;
+  switch (backend) {
+  case CN_BACKEND_INTERP: impl = &cn_backend_interp; break;
+  case CN_BACKEND_C: impl = &cn_backend_c; break;
+  default:
+    cn_fail(ctx, CN_ERR_INVALID, "routine '%s': unknown backend kind %d", name, (int)backend);
+    return NULL;
+  }
+
+  const char *name_copy = cn_strdup(ctx, name);
+  if (!name_copy) return NULL;
+  cn_ll_proc *proc;
+  if (cn_ll_lower(ctx, asgn, name_copy, &proc) != CN_OK) return NULL;
+  if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
+  const char *loops = cn_ll_to_string(ctx, proc);
+  if (!loops) return NULL;
+
+  cn_routine *r = cn_calloc(ctx, 1, sizeof *r);
+  if (!r) return NULL;
+  r->ctx = ctx;
+  r->name = name_copy;
+  r->backend = impl;
+  r->proc = proc;
+  r->loops = loops;
+  if (routine_alloc_tables(r) != CN_OK ||
+      impl->compile(ctx, proc, &r->compiled, &r->source) != CN_OK) {
+    routine_release(r);
+    return NULL;
+  }
+  r->cleanup = cn_ctx_add_cleanup(ctx, routine_cleanup, r);
+  if (!r->cleanup) {
+    routine_release(r);
+    return NULL;
+  }
+  cn_log(ctx, CN_LOG_DEBUG, "compiled routine '%s' for backend %s (%d buffers, %d symbols)",
+         r->name, impl->name, proc->n_params, proc->n_free_syms);
+  return r;
+}
+
+/* The position of sym among the procedure's free symbols, or -1. */
+static int free_sym_slot(const cn_ll_proc *proc, cn_symbol sym) {
+  for (int i = 0; i < proc->n_free_syms; i++)
+    if (proc->free_syms[i] == sym) return i;
+  return -1;
+}
+
+cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value) {
+  cn_ctx *ctx = routine->ctx;
+  int slot = free_sym_slot(routine->proc, sym);
+  if (slot < 0)
+    return cn_fail(ctx, CN_ERR_INVALID, "routine '%s' does not read symbol '%s'", routine->name,
+                   cn_symbol_name(ctx, sym));
+  const cn_symbol_info *info = cn_ctx_symbol(ctx, sym);
+  CN_ASSERT(info != NULL);
+  if (info->range > 0 && (value < 0 || value >= info->range))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "routine '%s': value %lld of symbol '%s' is outside its range [0, %lld)",
+                   routine->name, (long long)value, info->name, (long long)info->range);
+  routine->sym_values[slot] = value;
+  routine->sym_bound[slot] = true;
+  return CN_OK;
+}
+
+cn_status cn_routine_run(cn_routine *routine) {
+  cn_ctx *ctx = routine->ctx;
+  const cn_ll_proc *proc = routine->proc;
+  for (int i = 0; i < proc->n_free_syms; i++)
+    if (!routine->sym_bound[i])
+      return cn_fail(ctx, CN_ERR_RUNTIME, "routine '%s': symbol '%s' is not bound", routine->name,
+                     cn_symbol_name(ctx, proc->free_syms[i]));
+  for (int i = 0; i < proc->n_params; i++) {
+    if (routine->scratch[i]) {
+      memset(routine->scratch[i], 0, routine->scratch_bytes[i]);
+      routine->buffers[i] = routine->scratch[i];
+      continue;
+    }
+    routine->buffers[i] = cn_node_buffer(proc->params[i].node, proc->params[i].merge);
+    if (!routine->buffers[i]) return ctx->status;
+  }
+  cn_status status =
+      routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
+  if (status != CN_OK) return status;
+  ctx->stats[CN_STAT_ROUTINE_RUNS]++;
+  return CN_OK;
+}
+
+const char *cn_routine_loops(const cn_routine *routine) {
+  return routine->loops;
+}
+
+const char *cn_routine_source(const cn_routine *routine) {
+  return routine->source;
+}
+
+void cn_routine_free(cn_routine *routine) {
+  if (!routine) return;
+  cn_ctx_remove_cleanup(routine->ctx, routine->cleanup);
+  routine_release(routine);
+}
