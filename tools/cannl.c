@@ -1,0 +1,186 @@
+/* The `cannl` command: the version, the primitive-op and precision tables (generated from the
+ * library's accessors, so they cannot drift from include/cannl/ops.def and precisions.def), and
+ * the demo of examples/demo.c with a choice of backend and of what to print.
+ *
+ * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage error
+ * (message on stderr). Only the public API (cannl.h) is used. */
+#include "cannl.h"
+
+#define CANNL_DEMO_NO_MAIN
+#include "../examples/demo.c"
+
+#include <stdarg.h>
+#include <string.h>
+
+#ifndef CANNL_VERSION
+#error "CANNL_VERSION is defined by CMakeLists.txt from the project version"
+#endif
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+static const char usage_text[] =
+    "usage: cannl <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  help          print this text\n"
+    "  ops           the primitive-op table: name, infix spelling, arity, accumulation,\n"
+    "                neutral element, precision kinds\n"
+    "  precisions    the precision table: name, bytes, kind, promotion order\n"
+    "  demo [--backend interp|c] [--emit=asgn|loops|c]\n"
+    "                a matrix multiplication and a padded 2-D convolution built through the\n"
+    "                C API and run on both backends (or the one given); --emit prints only\n"
+    "                the assignments, the loop IR or the generated C\n"
+    "\n"
+    "options:\n"
+    "  --version     print the version\n";
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static int
+usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("cannl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs(" (try 'cannl help')\n", stderr);
+  return EXIT_USAGE;
+}
+
+/* "float int bits": the kinds of precision the op is defined on. */
+static void op_kinds(cn_op op, char *out, size_t size) {
+  bool on_float = false, on_int = false, on_bits = false;
+  for (int p = 0; p < CN_PREC_COUNT; p++) {
+    if (!cn_op_supports(op, (cn_prec)p)) continue;
+    switch (cn_prec_kind_of((cn_prec)p)) {
+    case CN_PKIND_FLOAT: on_float = true; break;
+    case CN_PKIND_INT:
+    case CN_PKIND_UINT: on_int = true; break;
+    case CN_PKIND_BITS: on_bits = true; break;
+    }
+  }
+  snprintf(out, size, "%s%s%s", on_float ? "float " : "", on_int ? "int " : "",
+           on_bits ? "bits" : "");
+}
+
+static int cmd_ops(void) {
+  int name_width = 4;
+  for (int op = 0; op < CN_OP_COUNT; op++) {
+    int len = (int)strlen(cn_op_name((cn_op)op));
+    if (len > name_width) name_width = len;
+  }
+  printf("%-*s  %-5s  %-5s  %-5s  %-7s  %s\n", name_width, "name", "infix", "arity", "accum",
+         "neutral", "precisions");
+  for (int i = 0; i < CN_OP_COUNT; i++) {
+    cn_op op = (cn_op)i;
+    const char *infix = cn_op_infix(op);
+    bool accumulates = cn_op_can_accumulate(op);
+    char neutral[32] = "-", kinds[32];
+    if (accumulates) snprintf(neutral, sizeof neutral, "%g", cn_op_neutral(op, CN_PREC_DOUBLE));
+    op_kinds(op, kinds, sizeof kinds);
+    printf("%-*s  %-5s  %-5d  %-5s  %-7s  %s\n", name_width, cn_op_name(op), infix ? infix : "-",
+           cn_op_arity(op), accumulates ? "yes" : "no", neutral, kinds);
+  }
+  return 0;
+}
+
+static const char *kind_name(cn_prec_kind kind) {
+  switch (kind) {
+  case CN_PKIND_INT: return "int";
+  case CN_PKIND_UINT: return "uint";
+  case CN_PKIND_FLOAT: return "float";
+  case CN_PKIND_BITS: return "bits";
+  }
+  return "?";
+}
+
+/* The promotion rank of a precision: how many other precisions it dominates. */
+static int promotion_rank(cn_prec prec) {
+  int rank = 0;
+  for (int q = 0; q < CN_PREC_COUNT; q++)
+    if ((cn_prec)q != prec && cn_prec_promote(prec, (cn_prec)q) == prec) rank++;
+  return rank;
+}
+
+static int cmd_precisions(void) {
+  printf("%-9s  %-5s  %-5s  %s\n", "name", "bytes", "kind", "promotion rank");
+  const char *by_rank[CN_PREC_COUNT] = {0};
+  for (int p = 0; p < CN_PREC_COUNT; p++) {
+    int rank = promotion_rank((cn_prec)p);
+    printf("%-9s  %-5zu  %-5s  %d\n", cn_prec_name((cn_prec)p), cn_prec_bytes((cn_prec)p),
+           kind_name(cn_prec_kind_of((cn_prec)p)), rank);
+    if (rank >= 0 && rank < CN_PREC_COUNT) by_rank[rank] = cn_prec_name((cn_prec)p);
+  }
+  fputs("\npromotion order (of two precisions the later one dominates):\n ", stdout);
+  for (int r = 0; r < CN_PREC_COUNT; r++)
+    printf(" %s%s", r ? "< " : "", by_rank[r] ? by_rank[r] : "?");
+  putchar('\n');
+  return 0;
+}
+
+/* The value of `--name value` or `--name=value` at argv[*i], advancing *i past it; NULL if
+ * argv[*i] is not that option. *missing is set when the option has no value. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+  size_t len = strlen(name);
+  const char *arg = argv[*i];
+  if (strncmp(arg, name, len) != 0) return NULL;
+  if (arg[len] == '=') return arg + len + 1;
+  if (arg[len] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static int cmd_demo(int argc, char **argv) {
+  demo_options opts = {.interp = true, .c = true, .emit = DEMO_EMIT_ALL};
+  for (int i = 2; i < argc; i++) {
+    bool missing = false;
+    const char *backend = option_value(argc, argv, &i, "--backend", &missing);
+    const char *emit = backend ? NULL : option_value(argc, argv, &i, "--emit", &missing);
+    if (missing) return usage_error("option '%s' needs a value", argv[i]);
+    if (backend) {
+      bool interp = strcmp(backend, "interp") == 0, c = strcmp(backend, "c") == 0;
+      if (!interp && !c) return usage_error("unknown backend '%s' (known: interp, c)", backend);
+      opts.interp = interp;
+      opts.c = c;
+    } else if (emit) {
+      if (strcmp(emit, "asgn") == 0)
+        opts.emit = DEMO_EMIT_ASGN;
+      else if (strcmp(emit, "loops") == 0)
+        opts.emit = DEMO_EMIT_LOOPS;
+      else if (strcmp(emit, "c") == 0)
+        opts.emit = DEMO_EMIT_C;
+      else
+        return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", emit);
+    } else {
+      return usage_error("unknown demo option '%s'", argv[i]);
+    }
+  }
+  if (opts.emit == DEMO_EMIT_C && !opts.c)
+    return usage_error("--emit=c needs the C backend, not --backend interp");
+  return demo_run(&opts, stdout) == 0 ? 0 : EXIT_RUNTIME;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
+  if (argc > 2) return usage_error("unexpected argument '%s'", argv[2]);
+  if (strcmp(cmd, "--version") == 0) {
+    printf("cannl %s\n", CANNL_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "ops") == 0) return cmd_ops();
+  if (strcmp(cmd, "precisions") == 0) return cmd_precisions();
+  return usage_error("unknown command '%s'", cmd);
+}
