@@ -63,6 +63,17 @@ static void test_projection_errors(void) {
   CHECK_HAS(cn_ctx_error(ctx), "exp");
   CHECK_HAS(cn_ctx_error(ctx), "int32");
 
+  /* where with a uint4x32 condition: a 128-bit word has no truth value. */
+  cn_node *w = cn_node_create(ctx, "w", CN_PREC_UINT4X32, 2, d23);
+  cn_proj *three =
+      cn_proj_create(ctx, 2, (cn_symbol[]){i, j}, (int64_t[]){2, 3}, (cn_proj_tensor){2, d23, ij},
+                     3, (cn_proj_tensor[]){{2, d23, ij}, {2, d23, ij}, {2, d23, ij}});
+  CHECK(cn_asgn_accum(ctx, true, CN_OP_ARG2, a, CN_OP_WHERE,
+                      (cn_buffer[]){{w, false}, {a, false}, {a, false}}, three) == NULL);
+  CHECK(cn_ctx_status(ctx) == CN_ERR_UNSUPPORTED);
+  CHECK_HAS(cn_ctx_error(ctx), "'w'");
+  CHECK_HAS(cn_ctx_error(ctx), "uint4x32");
+
   /* Bad records: duplicate iterators, a negative size, more RHS than 3, an unknown symbol. */
   CHECK(cn_proj_create(ctx, 2, (cn_symbol[]){i, i}, (int64_t[]){2, 2}, (cn_proj_tensor){2, d22, ik},
                        0, NULL) == NULL);

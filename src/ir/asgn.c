@@ -190,6 +190,13 @@ cn_asgn *cn_asgn_accum(cn_ctx *ctx, bool init_neutral, cn_op accum, cn_node *lhs
     if (!check_node(ctx, what, rhs_names[r], rhs[r].node)) return NULL;
   if (!check_supports(ctx, "op", op, lhs) || !check_supports(ctx, "accumulator", accum, lhs))
     return NULL;
+  /* A condition keeps its own precision (CN_OPF_COND), and a 128-bit word has no truth value. */
+  if ((cn_op_table[op].flags & CN_OPF_COND) &&
+      cn_prec_kind_of(rhs[0].node->prec) == CN_PKIND_BITS) {
+    cn_fail(ctx, CN_ERR_UNSUPPORTED, "op %s: the condition %s cannot be of precision %s",
+            cn_op_name(op), cn_node_describe(rhs[0].node), cn_prec_name(rhs[0].node->prec));
+    return NULL;
+  }
   if (!check_slot(ctx, proj, CN_SLOT_LHS, "lhs", lhs)) return NULL;
   for (int r = 0; r < arity; r++)
     if (!check_slot(ctx, proj, r + 1, rhs_names[r], rhs[r].node)) return NULL;
