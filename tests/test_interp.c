@@ -319,13 +319,15 @@ static cn_u4x32 spread(uint32_t u) {
 
 /* Set_vec: half lanes of threefry words (key constant, counter the spread loop index) against the
  * builtins called directly and against the §7.3 rule for the low halves; single lanes of words
- * read from a uint4x32 node against (v[j] >> 8) * 2^-24. */
+ * read from a uint4x32 node, and of uint32 indices converted (spread) to uint4x32 on the way,
+ * against (v[j] >> 8) * 2^-24. */
 static void test_set_vec(void) {
   cn_ctx *ctx = cn_ctx_create();
   int64_t n_half = 32, n_single = 8, n_words = 2;
   cn_node *h = cn_node_create(ctx, "h", CN_PREC_HALF, 1, &n_half);
   cn_node *s = cn_node_create(ctx, "s", CN_PREC_SINGLE, 1, &n_single);
   cn_node *g = cn_node_create(ctx, "g", CN_PREC_UINT4X32, 1, &n_words);
+  cn_node *spread_lanes = cn_node_create(ctx, "spread_lanes", CN_PREC_SINGLE, 1, &n_single);
   const cn_u4x32 g_words[2] = {{{0x00000000u, 0xFFFFFFFFu, 0x80000000u, 0x12345678u}},
                                {{0x00000100u, 0x7FFFFF00u, 0xC0000000u, 0x000000FFu}}};
   CHECK_INT(cn_node_set_cells(g, false, g_words, 2), CN_OK);
@@ -339,8 +341,13 @@ static void test_set_vec(void) {
       loop(ctx, q, 0, 2,
            set_vec(ctx, 1, idx_list(ctx, 1, affine1(q, 4, 0)), 4,
                    get(ctx, 2, CN_PREC_UINT4X32, idx_list(ctx, 1, cn_index_iter(q)))));
-  cn_node *nodes[3] = {h, s, g};
-  CHECK_INT(run_proc(ctx, proc_new(ctx, seq(ctx, 2, halves, singles), 3, nodes, 0, NULL), NULL),
+  cn_ll_stmt *spread_singles = loop(
+      ctx, q, 0, 2,
+      set_vec(ctx, 3, idx_list(ctx, 1, affine1(q, 4, 0)), 4, index_expr(ctx, affine1(q, 1, 1))));
+  cn_node *nodes[4] = {h, s, g, spread_lanes};
+  CHECK_INT(run_proc(ctx,
+                     proc_new(ctx, seq(ctx, 3, halves, singles, spread_singles), 4, nodes, 0, NULL),
+                     NULL),
             CN_OK);
 
   uint16_t got[32];
@@ -365,6 +372,12 @@ static void test_set_vec(void) {
     for (int lane = 0; lane < 4; lane++)
       CHECK_NEAR(singles_got[w * 4 + lane], ldexp((double)(g_words[w].v[lane] >> 8), -24), 0);
   CHECK_NEAR(singles_got[1], 0.99999994039535522, 0); /* (2^24 - 1) / 2^24 */
+  CHECK_INT(cn_node_get_cells(spread_lanes, false, singles_got, 8), CN_OK);
+  for (int w = 0; w < 2; w++) {
+    cn_u4x32 word = spread((uint32_t)w + 1);
+    for (int lane = 0; lane < 4; lane++)
+      CHECK_NEAR(singles_got[w * 4 + lane], ldexp((double)(word.v[lane] >> 8), -24), 0);
+  }
   cn_ctx_destroy(ctx);
 }
 
