@@ -194,6 +194,8 @@ cn_index cn_index_iter(cn_symbol sym);
  * CN_MAX_AFFINE_TERMS distinct symbols yields kind CN_IDX_AFFINE with n_terms = -1, which every
  * consumer rejects as invalid. */
 cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coeffs, int64_t offset);
+/* Equality of canonical indices (the order of affine terms does not matter). */
+bool cn_index_equal(const cn_index *a, const cn_index *b);
 
 /* The projections record of one assignment (seed 001 "What we compile to"): a product space of
  * iterators with sizes, and for the LHS and each of up to 3 RHS tensors its dims and one index
@@ -212,6 +214,12 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
  * that is in fact covered, never the converse). */
 bool cn_proj_lhs_surjective(const cn_proj *proj);
 bool cn_proj_lhs_injective(const cn_proj *proj);
+/* The record of an assignment whose tensors are named by slot (seed 001 "slot" naming: lhs, t,
+ * v, g = slot 0; t1, v1, g1 = slot 1; ...): its LHS is the original's slot lhs_slot and its RHS
+ * i the original's slot rhs_slots[i], with the same product space. E.g. the gradient g1 =+ g * v2
+ * of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). */
+cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
+                         const int *rhs_slots);
 /* A readable dump: product space, then each tensor's dims and map. Arena-owned. */
 const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj);
 

@@ -269,6 +269,23 @@ void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes) {
 }
 
 /* Grows a malloc'd array to hold at least `need` elements (doubling). */
+bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return true;
+  int new_cap = *cap ? *cap : 16;
+  while (new_cap < need) {
+    if (new_cap > INT32_MAX / 2) return cn_fail(ctx, CN_ERR_NOMEM, "too many objects"), false;
+    new_cap *= 2;
+  }
+  size_t bytes;
+  if (!cn_mul_size((size_t)new_cap, elem, &bytes)) return nomem(ctx, SIZE_MAX), false;
+  void *fresh = cn_alloc(ctx, bytes);
+  if (!fresh) return false;
+  if (*arr && *cap) memcpy(fresh, *arr, (size_t)*cap * elem);
+  *arr = fresh;
+  *cap = new_cap;
+  return true;
+}
+
 static bool grow(cn_ctx *ctx, void **items, int *cap, int need, size_t elem) {
   if (need <= *cap) return true;
   int new_cap = *cap ? *cap : 16;

@@ -94,6 +94,9 @@ void cn_log(cn_ctx *ctx, cn_log_level level, const char *fmt, ...) CN_PRINTF(3, 
 /* Arena allocation with a CN_ERR_NOMEM message on failure. */
 void *cn_alloc(cn_ctx *ctx, size_t bytes);
 char *cn_strdup(cn_ctx *ctx, const char *s);
+/* Grows an arena array *arr of *cap elements so that it holds at least `need` (doubling; the old
+ * block stays in the arena). False with a CN_ERR_NOMEM message on failure. */
+bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem);
 /* malloc/calloc/realloc for data with its own lifetime (buffers), with the same failure
  * handling (and the same test hook). Free with free(). */
 void *cn_malloc(cn_ctx *ctx, size_t bytes);

@@ -296,6 +296,47 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
   return proj;
 }
 
+/* The slots are re-addressed, never re-derived: every map is the original's, so a gradient
+ * assignment reads the forward operation's loops (seed 001, last section). */
+cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
+                         const int *rhs_slots) {
+  if (!ctx) return NULL;
+  if (!proj) {
+    cn_fail(ctx, CN_ERR_INVALID, "slot permutation of a NULL projections record");
+    return NULL;
+  }
+  if (n_rhs < 0 || n_rhs > CN_MAX_SLOTS - 1 || (n_rhs > 0 && !rhs_slots)) {
+    cn_fail(ctx, CN_ERR_INVALID, "slot permutation: %d RHS slots, expected 0..%d", n_rhs,
+            CN_MAX_SLOTS - 1);
+    return NULL;
+  }
+  int want[CN_MAX_SLOTS];
+  want[0] = lhs_slot;
+  for (int r = 0; r < n_rhs; r++) want[r + 1] = rhs_slots[r];
+  cn_proj_tensor t[CN_MAX_SLOTS];
+  for (int i = 0; i <= n_rhs; i++) {
+    if (want[i] < 0 || want[i] > proj->n_rhs) {
+      cn_fail(ctx, CN_ERR_INVALID,
+              "slot permutation: %s asks for slot %d, but the record has slots 0..%d", slot_name(i),
+              want[i], proj->n_rhs);
+      return NULL;
+    }
+    const cn_proj_slot *from = &proj->slot[want[i]];
+    t[i] = (cn_proj_tensor){from->rank, from->dims, from->map};
+  }
+  return cn_proj_create(ctx, proj->n_product, proj->iters, proj->sizes, t[0], n_rhs, t + 1);
+}
+
+bool cn_index_equal(const cn_index *a, const cn_index *b) {
+  if (a->kind != b->kind || a->n_terms != b->n_terms || a->offset != b->offset) return false;
+  for (int t = 0; t < a->n_terms; t++) {
+    int u = 0;
+    while (u < b->n_terms && b->syms[u] != a->syms[t]) u++;
+    if (u == b->n_terms || b->coeffs[u] != a->coeffs[t]) return false;
+  }
+  return true;
+}
+
 static int iter_position(const cn_proj *proj, cn_symbol sym) {
   for (int p = 0; p < proj->n_product; p++)
     if (proj->iters[p] == sym) return p;

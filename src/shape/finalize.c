@@ -1,0 +1,301 @@
+/* Finalization (shape.h, cn_shape_finalize): once online propagation is stuck, close what is
+ * left in stages, each retried after propagation digests the previous one's binding: leaves close
+ * upward to the least upper bound of their uses (rows, then dims), results close to the fewest
+ * axes their operands need, Total_elems closes its row, and finally guessing: a parameter's open
+ * dimension is an error, other row variables become "no more axes" and dim variables their
+ * minimum size.
+ *
+ * Invariants: each stage makes at most one binding and reports R_DONE when it did, so the cheap
+ * principled stages always run before any guess; finalization is not trailed (a failure leaves
+ * the environment partially closed). */
+#include "shape/solver.h"
+
+#include <string.h>
+
+static bool same_dim(cn_shape_env *env, cn_dim *a, cn_dim *b) {
+  a = cn_dim_resolve(env, a);
+  b = cn_dim_resolve(env, b);
+  if (a == b) return true;
+  if (a->kind == CN_DIM_VAR && b->kind == CN_DIM_VAR) return a->var == b->var;
+  return a->kind == CN_DIM_SOLVED && b->kind == CN_DIM_SOLVED && a->size == b->size &&
+         (!a->label || !b->label || strcmp(a->label, b->label) == 0);
+}
+
+/* Leaves close upward: a row variable w whose every pending use is "flat row ⊑ w" becomes the
+ * least upper bound of those rows (the common right-aligned axes; dims that disagree become a
+ * fresh dim with the same inequalities, closed in turn). */
+static result close_row_upward(cn_shape_env *env) {
+  for (int w = 0; w < env->n_rows; w++) {
+    if (env->row_bind[w]) continue;
+    int uses = 0, m = INT_MAX;
+    bool blocked = false;
+    for (int i = 0; i < env->n_pend && !blocked; i++) {
+      pending *p = &env->pend[i];
+      if (p->c.kind != CN_SC_ROW_INEQ) continue;
+      cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
+      if (!sup || !sub) return R_FAIL;
+      if (sub->var == w) blocked = true;
+      if (sup->var != w) continue;
+      if (sub->var >= 0 || sup->n_lead || sup->n_trail) {
+        blocked = true;
+        break;
+      }
+      uses++;
+      if (sub->n_trail < m) m = sub->n_trail;
+    }
+    if (blocked || !uses) continue;
+    cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(m + 1));
+    if (!dims) return R_FAIL;
+    for (int j = 0; j < m; j++) {
+      cn_dim *first = NULL;
+      bool agree = true;
+      for (int i = 0; i < env->n_pend; i++) {
+        pending *p = &env->pend[i];
+        if (p->c.kind != CN_SC_ROW_INEQ) continue;
+        cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
+        if (!sup || !sub) return R_FAIL;
+        if (sup->var != w) continue;
+        cn_dim *d = sub->trail[sub->n_trail - m + j];
+        if (!first)
+          first = d;
+        else if (!same_dim(env, first, d))
+          agree = false;
+      }
+      dims[j] = agree ? first : cn_dim_var(env);
+      if (!dims[j]) return R_FAIL;
+    }
+    cn_row *to = cn_row_make(env, 0, NULL, -1, m, dims);
+    if (!to) return R_FAIL;
+    if (!cn_sv_set_row(env, w, to)) return R_FAIL;
+    env->events++;
+    return R_DONE;
+  }
+  return R_PEND;
+}
+
+/* A dim variable whose every pending use is "solved ⊑ v" becomes their least upper bound: the
+ * common size, or 1 when they differ (1 broadcasts to every size). */
+static result close_dim_upward(cn_shape_env *env) {
+  for (int i = 0; i < env->n_pend; i++) {
+    pending *p = &env->pend[i];
+    if (p->c.kind != CN_SC_DIM_INEQ) continue;
+    cn_dim *v = cn_dim_resolve(env, p->c.d2);
+    if (!v || v->kind != CN_DIM_VAR) continue;
+    cn_dim *lub = NULL;
+    bool blocked = false;
+    for (int j = 0; j < env->n_pend && !blocked; j++) {
+      pending *q = &env->pend[j];
+      if (q->c.kind != CN_SC_DIM_INEQ) continue;
+      cn_dim *sup = cn_dim_resolve(env, q->c.d2), *sub = cn_dim_resolve(env, q->c.d1);
+      if (sub->kind == CN_DIM_VAR && sub->var == v->var) blocked = true;
+      if (sup->kind != CN_DIM_VAR || sup->var != v->var) continue;
+      if (sub->kind != CN_DIM_SOLVED) {
+        blocked = true;
+      } else if (!lub) {
+        lub = sub;
+      } else if (!same_dim(env, lub, sub) && !(lub = cn_dim_solved(env, 1, NULL))) {
+        return R_FAIL;
+      }
+    }
+    if (blocked || !lub) continue;
+    if (!cn_sv_set_dim(env, v->var, lub)) return R_FAIL;
+    env->events++;
+    return R_DONE;
+  }
+  return R_PEND;
+}
+
+/* Results close to the fewest axes their operands need: a row variable v that is the sub of
+ * pending "L v T ⊑ closed row" constraints gets as many fresh dims as the longest such operand
+ * leaves uncovered (operands that still have a row variable are ignored here). */
+static result close_row_to_operands(cn_shape_env *env) {
+  for (int v = 0; v < env->n_rows; v++) {
+    if (env->row_bind[v]) continue;
+    int need = -1;
+    bool blocked = false;
+    for (int i = 0; i < env->n_pend && !blocked; i++) {
+      pending *p = &env->pend[i];
+      if (p->c.kind != CN_SC_ROW_INEQ) continue;
+      cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
+      if (!sup || !sub) return R_FAIL;
+      if (sub->var != v || sup->var >= 0) continue;
+      int uncovered = sup->n_trail - sub->n_trail - sub->n_lead;
+      if (uncovered < 0) uncovered = 0;
+      if (uncovered > need) need = uncovered;
+    }
+    if (blocked || need < 0) continue;
+    cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
+    if (!dims) return R_FAIL;
+    for (int j = 0; j < need; j++)
+      if (!(dims[j] = cn_dim_var(env))) return R_FAIL;
+    cn_row *to = cn_row_make(env, 0, NULL, -1, need, dims);
+    if (!to) return R_FAIL;
+    if (!cn_sv_set_row(env, v, to)) return R_FAIL;
+    env->events++;
+    return R_DONE;
+  }
+  return R_PEND;
+}
+
+/* Total_elems closes the row variable of a row whose other dims are all known: to one axis
+ * holding the rest when the count is known (none when nothing is left); when the count is still a
+ * variable, first rows that already have axes close to no more (their product then gives the
+ * count, as for the outputs of a vector conversion), then a bare row variable closes to one axis
+ * that the count will size (the cells it converts). */
+static result close_total(cn_shape_env *env) {
+  for (int sweep = 0; sweep < 3; sweep++) {
+    for (int i = 0; i < env->n_pend; i++) {
+      pending *p = &env->pend[i];
+      if (p->c.kind != CN_SC_TOTAL) continue;
+      cn_row *r = cn_row_resolve(env, p->c.r1);
+      cn_dim *v = p->c.d1 ? cn_dim_resolve(env, p->c.d1) : NULL;
+      if (!r || (p->c.d1 && !v)) return R_FAIL;
+      if (r->var < 0) continue;
+      int n = r->n_lead + r->n_trail;
+      int64_t product = 1, num = p->c.count;
+      bool all = true;
+      for (int j = 0; j < n; j++) {
+        cn_dim *d = j < r->n_lead ? r->lead[j] : r->trail[j - r->n_lead];
+        if (d->kind != CN_DIM_SOLVED)
+          all = false;
+        else
+          product *= d->size;
+      }
+      bool known = !v || v->kind == CN_DIM_SOLVED;
+      if (v && known) num = v->size * p->c.coeff / p->c.denom;
+      if (!all || known != (sweep == 0) || (sweep == 1 && n == 0) || (sweep == 2 && n > 0))
+        continue;
+      if (known && num % product) continue; /* reported once the row closes otherwise */
+      cn_dim *rest = NULL;
+      if (sweep == 2 || (sweep == 0 && num / product != 1)) {
+        rest = sweep == 2 ? cn_dim_var(env) : cn_dim_solved(env, num / product, NULL);
+        if (!rest) return R_FAIL;
+      }
+      cn_row *to = cn_row_make(env, 0, NULL, -1, rest ? 1 : 0, &rest);
+      if (!to || !cn_sv_set_row(env, r->var, to)) return R_FAIL;
+      env->events++;
+      return R_DONE;
+    }
+  }
+  return R_PEND;
+}
+
+static bool row_has_var(cn_shape_env *env, const cn_row *r, int *row_var, cn_dim **dim_var,
+                        int *axis) {
+  cn_row *res = cn_row_resolve(env, r);
+  if (!res) return false;
+  *row_var = res->var;
+  *dim_var = NULL;
+  for (int i = 0; i < res->n_lead + res->n_trail; i++) {
+    cn_dim *d = i < res->n_lead ? res->lead[i] : res->trail[i - res->n_lead];
+    if (d->kind == CN_DIM_VAR || d->kind == CN_DIM_AFFINE) {
+      *dim_var = d;
+      *axis = res->var >= 0 && i >= res->n_lead ? -(res->n_lead + res->n_trail - i) : i;
+      break;
+    }
+  }
+  return res->var >= 0 || *dim_var;
+}
+
+static cn_dim *first_var_in(cn_shape_env *env, cn_dim *d) {
+  d = cn_dim_resolve(env, d);
+  if (d->kind == CN_DIM_VAR) return d;
+  if (d->kind == CN_DIM_AFFINE) {
+    cn_dim *o = first_var_in(env, d->affine.over);
+    if (o) return o;
+    if (d->affine.conv) return first_var_in(env, d->affine.kernel);
+  }
+  return NULL;
+}
+
+static result bind_guess_row(cn_shape_env *env, int rv) {
+  cn_row *empty = cn_row_make(env, 0, NULL, -1, 0, NULL);
+  if (!empty) return R_FAIL;
+  if (!cn_sv_set_row(env, rv, empty)) return R_FAIL;
+  env->events++;
+  return R_DONE;
+}
+
+static result bind_guess_dim(cn_shape_env *env, cn_dim *d) {
+  cn_dim *v = first_var_in(env, d);
+  CN_ASSERT(v);
+  cn_dim *guessed = cn_dim_solved(env, env->dim_min[v->var], NULL);
+  if (!guessed) return R_FAIL;
+  if (!cn_sv_set_dim(env, v->var, guessed)) return R_FAIL;
+  env->events++;
+  return R_DONE;
+}
+
+static result param_undetermined(cn_shape_env *env, const cn_shape *sh, int k, bool dim, int axis) {
+  if (dim)
+    cn_fail(env->ctx, CN_ERR_INVALID,
+            "shape inference: dimension %d of the %s row of parameter \"%s\" (#%d) is not "
+            "determined: give it (shape so far: %s)",
+            axis, cn_row_kind_name((cn_row_kind)k), sh->label, sh->id, cn_shape_str(env, sh));
+  else
+    cn_fail(env->ctx, CN_ERR_INVALID,
+            "shape inference: the number of %s axes of parameter \"%s\" (#%d) is not "
+            "determined: give its %s dims (shape so far: %s)",
+            cn_row_kind_name((cn_row_kind)k), sh->label, sh->id, cn_row_kind_name((cn_row_kind)k),
+            cn_shape_str(env, sh));
+  return R_FAIL;
+}
+
+/* Guessing, once nothing can be inferred: a parameter's open dimension is an error (parameters
+ * refuse to be guessed); then a non-parameter's row variable closes to "no more axes" and its
+ * dim variables to size 1 (or their minimum); then variables only pending constraints mention;
+ * a parameter's row variable that nothing bounded even after that is an error. */
+static result guess(cn_shape_env *env) {
+  static const int passes[3] = {1, 0, 1}; /* is_param of the shapes each pass looks at */
+  for (int pass = 0; pass < 3; pass++) {
+    for (int i = 0; i < env->n_shapes; i++) {
+      cn_shape *sh = env->shapes[i];
+      if (sh->is_param != passes[pass]) continue;
+      for (int k = 0; k < CN_N_ROWS; k++) {
+        int rv, axis = 0;
+        cn_dim *dv;
+        if (!row_has_var(env, sh->rows[k], &rv, &dv, &axis)) {
+          if (env->ctx->status == CN_ERR_NOMEM) return R_FAIL;
+          continue;
+        }
+        if (pass == 0 && dv) return param_undetermined(env, sh, k, true, axis);
+        if (pass == 2) return param_undetermined(env, sh, k, dv != NULL, axis);
+        if (pass == 1) return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
+      }
+    }
+    if (pass != 1) continue;
+    /* variables that only pending constraints mention (spec axes that no tensor keeps) */
+    for (int i = 0; i < env->n_pend; i++) {
+      pending *p = &env->pend[i];
+      cn_dim *ds[2] = {p->c.d1, p->c.d2};
+      for (int j = 0; j < 2; j++)
+        if (ds[j] && first_var_in(env, ds[j])) return bind_guess_dim(env, ds[j]);
+      cn_row *rs[2] = {p->c.r1, p->c.r2};
+      for (int j = 0; j < 2; j++) {
+        int rv, axis;
+        cn_dim *dv;
+        if (!rs[j] || !row_has_var(env, rs[j], &rv, &dv, &axis)) continue;
+        return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
+      }
+    }
+  }
+  return R_PEND;
+}
+
+cn_status cn_shape_finalize(cn_shape_env *env) {
+  result (*const stages[])(cn_shape_env *) = {close_row_upward, close_dim_upward,
+                                              close_row_to_operands, close_total, guess};
+  for (;;) {
+    cn_status st = cn_shape_propagate(env);
+    if (st != CN_OK) return st;
+    result r = R_PEND;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && r == R_PEND; i++) r = stages[i](env);
+    if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
+    if (r == R_PEND) break;
+  }
+  if (env->n_pend) {
+    return cn_sv_pending_conflict(env, &env->pend[0],
+                                  "a constraint remains unsatisfiable after closing");
+  }
+  return CN_OK;
+}
