@@ -274,6 +274,112 @@ const char *cn_routine_loops(const cn_routine *routine);
 const char *cn_routine_source(const cn_routine *routine);
 void cn_routine_free(cn_routine *routine);
 
+/* ---- Tensors, autodiff, training ------------------------------------------------------------ */
+
+/* A graph owns tensors: their shapes are inferred as they are built (seed 001/002), their
+ * nodes, projections and code are produced when first asked for. Arena-owned by the context. */
+typedef struct cn_graph cn_graph;
+typedef struct cn_tensor cn_tensor;
+
+cn_graph *cn_graph_create(cn_ctx *ctx);
+cn_ctx *cn_graph_ctx(const cn_graph *g);
+/* The value precision of tensors built from now on (default single). */
+void cn_graph_set_prec(cn_graph *g, cn_prec prec);
+/* The global random seed (default 42); fails once random init code has been built. */
+cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed);
+
+/* The axes of one row: n < 0 leaves the row to inference; a size 0 leaves that axis's size to
+ * inference. labels may be NULL. */
+typedef struct {
+  int n;
+  const int64_t *dims;
+  const char *const *labels;
+} cn_axes;
+typedef struct {
+  cn_axes batch, input, output;
+} cn_dims;
+#define CN_AXES_INFER ((cn_axes){-1, NULL, NULL})
+#define CN_AXES_NONE  ((cn_axes){0, NULL, NULL})
+
+typedef enum { CN_GRAD_IF_NEEDED, CN_GRAD_PROHIBIT, CN_GRAD_REQUIRE } cn_grad_spec;
+
+/* Terminals. A number fills whatever shape it meets (a scalar). Data: a literal with the given
+ * rows (dims given: Exact), or, with dims NULL, values laid into whatever axes inference assigns
+ * (Total_elems, a reshape). */
+cn_tensor *cn_tensor_number(cn_graph *g, double value);
+cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, const double *values,
+                          size_t count);
+/* A parameter: differentiable, its value initialized by init's value (NULL: the default
+ * 0.5 * (uniform1 - 0.5)); dims NULL or rows with n < 0 are inferred, but a parameter's
+ * dimension that nothing determines is an error at materialization. */
+cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, cn_tensor *init);
+
+/* Fetch terminals: each cell's row-major offset (uint32; shape inferred), the tensor's own node
+ * id as a uint4x32 word {id, 0, 0, 0}, and a static index symbol's value (scalars). */
+cn_tensor *cn_tensor_range_over_offsets(cn_graph *g);
+cn_tensor *cn_tensor_embed_self_id(cn_graph *g);
+cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym);
+/* Counter-based random values in [0, 1) at the graph's precision, shape inferred (seed 000):
+ * uniform1 = uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed),
+ * range_over_offsets)), one value per cell; uniform_at hashes an extra counter tensor into the
+ * key; uniform is the vectorized conversion (16 / bytes(prec) values per hashed cell). */
+cn_tensor *cn_tensor_uniform1(cn_graph *g);
+cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter);
+cn_tensor *cn_tensor_uniform(cn_graph *g);
+
+/* Pointwise application of a primitive op with broadcasting (seed 002 "."): arity 1, 2 or 3. */
+cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args);
+/* Generalized einsum with 1, 2 or 3 operands: v =:accum prim(v1, ...) over the spec's
+ * projections; e.g. `+*` is (ADD, MUL), `++` (ADD, ID), `@^+` (MAX, ADD), `@^^` (MAX, ID).
+ * Strides and dilations are integers in the spec; an affine axis without '<' or '=' is valid. */
+cn_tensor *cn_tensor_einsum(cn_graph *g, const char *spec, cn_op accum, cn_op prim, int n_args,
+                            cn_tensor *const *args);
+/* The same with the compose logic (`*`: rhs2's output axes feed rhs1's input axes) or the
+ * transpose logic (unary, input and output rows swapped). */
+cn_tensor *cn_tensor_compose(cn_graph *g, cn_op accum, cn_op prim, cn_tensor *a, cn_tensor *b);
+cn_tensor *cn_tensor_transpose(cn_graph *g, cn_tensor *a);
+/* Everything built from t is not differentiated through t. */
+cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t);
+/* The leftmost batch axis of t at a static index symbol (`@|`). */
+cn_tensor *cn_tensor_batch_slice(cn_graph *g, cn_tensor *t, cn_symbol index);
+
+cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
+const char *cn_tensor_label(const cn_tensor *t);
+int cn_tensor_id(const cn_tensor *t);
+bool cn_tensor_is_diff(const cn_tensor *t);
+/* "2|3->4" (batch|input->output); unsolved parts print as variables. Arena-owned. */
+const char *cn_tensor_shape(const cn_tensor *t);
+/* The nodes (materializing the graph first): NULL with a message if shapes do not close. The
+ * gradient is NULL for a tensor without one. */
+cn_node *cn_tensor_value(cn_tensor *t);
+cn_node *cn_tensor_grad(cn_tensor *t);
+
+/* Code. Each materializes the graph and returns an assignments tree to compile with
+ * cn_routine_compile (trees can be joined with cn_asgn_seq into one routine).
+ *   forward: the forward code of t, each sub-expression once, parameters only read;
+ *   init_params: the init code of the parameters t depends on (transitively) that no earlier
+ *     call handed out;
+ *   backprop: zero every gradient of loss's graph, loss.grad =: 1, then the gradient
+ *     assignments in reverse order;
+ *   grad_update: forward then backprop;
+ *   sgd_update: for each parameter p of loss: delta =: p.grad + weight_decay * p; with momentum
+ *     m =: momentum * m + delta and delta = nesterov ? delta + momentum * m : m; then
+ *     p =- learning_rate * delta, where learning_rate is a tensor expression (its forward code
+ *     comes first), so a schedule over a step symbol works. */
+cn_asgn *cn_graph_forward(cn_graph *g, cn_tensor *t);
+cn_asgn *cn_graph_init_params(cn_graph *g, cn_tensor *t);
+cn_asgn *cn_graph_backprop(cn_graph *g, cn_tensor *loss);
+cn_asgn *cn_graph_grad_update(cn_graph *g, cn_tensor *loss);
+typedef struct {
+  cn_tensor *learning_rate;
+  double momentum, weight_decay;
+  bool nesterov;
+} cn_sgd;
+cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
+/* The parameters of t (its params set), in creation order; returns the count, writes at most
+ * cap. */
+int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,151 @@
+/* The graph: tensor creation (shape and shape-logic operation recorded at once, so inference is
+ * online), materialization (finalize shapes, infer every operation's projections, freeze the
+ * padding, create value and gradient nodes with the final dims and margins, copy literal data)
+ * and the accessors of the public API. See tensor.h for the lifecycle. */
+#include "tensor/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+cn_graph *cn_graph_create(cn_ctx *ctx) {
+  cn_graph *g = cn_alloc(ctx, sizeof *g);
+  if (!g) return NULL;
+  g->ctx = ctx;
+  g->prec = CN_PREC_SINGLE;
+  g->seed = 42;
+  if (!(g->shapes = cn_shape_env_new(ctx)) || !(g->projs = cn_proj_env_new(g->shapes))) return NULL;
+  return g;
+}
+
+cn_ctx *cn_graph_ctx(const cn_graph *g) {
+  return g->ctx;
+}
+
+void cn_graph_set_prec(cn_graph *g, cn_prec prec) {
+  g->prec = prec;
+}
+
+cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed) {
+  if (g->seed_tensor)
+    return cn_fail(g->ctx, CN_ERR_INVALID,
+                   "the random seed is already part of built tensors; set it before building "
+                   "random initializers");
+  g->seed = seed;
+  return CN_OK;
+}
+
+cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn_prec prec,
+                         const cn_shape_row_spec *rows, cn_shape_kind logic,
+                         const cn_shape_args *args, int n_args, cn_tensor *const *operands) {
+  cn_ctx *ctx = g->ctx;
+  for (int i = 0; i < n_args; i++)
+    if (!operands[i] || operands[i]->g != g) {
+      cn_fail(ctx, CN_ERR_INVALID, "building \"%s\": operand %d is %s", label ? label : "", i + 1,
+              operands[i] ? "from another graph" : "NULL");
+      return NULL;
+    }
+  if (!cn_arena_grow(ctx, (void **)&g->tensors, &g->cap_tensors, g->n_tensors + 1,
+                     sizeof(cn_tensor *)))
+    return NULL;
+  cn_tensor *t = cn_alloc(ctx, sizeof *t);
+  if (!t) return NULL;
+  t->g = g;
+  t->id = g->n_tensors + 1;
+  t->label = cn_strdup(ctx, label ? label : "");
+  t->prec = prec;
+  t->kind = kind;
+  t->n_args = n_args;
+  for (int i = 0; i < n_args; i++) t->args[i] = operands[i];
+  if (!t->label) return NULL;
+  bool is_param = kind == CN_TK_PARAM;
+  if (!(t->shape = cn_shape_new(g->shapes, t->label, is_param, rows))) return NULL;
+  cn_shape *rhs[3];
+  for (int i = 0; i < n_args; i++) rhs[i] = operands[i]->shape;
+  if (!(t->sop = cn_shape_add_op(g->shapes, logic, args, t->shape, rhs, n_args))) return NULL;
+  g->tensors[g->n_tensors++] = t;
+  return t;
+}
+
+/* The node of a final shape, in memory order, with the frozen margins. */
+static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
+  int64_t dims[CN_MAX_RANK];
+  int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK);
+  if (rank < 0) return NULL;
+  char label[256];
+  snprintf(label, sizeof label, "%s%s", t->label, suffix);
+  cn_node *n = cn_node_create(g->ctx, label, t->prec, rank, dims);
+  for (int a = 0; n && a < rank; a++) {
+    int64_t m[2];
+    cn_proj_padding(g->projs, t->shape, a, m);
+    if ((m[0] || m[1]) && cn_node_set_padding(n, a, m[0], m[1]) != CN_OK) return NULL;
+  }
+  return n;
+}
+
+cn_status cn_graph_materialize(cn_graph *g) {
+  if (g->n_materialized == g->n_tensors) return CN_OK;
+  cn_status st = cn_shape_finalize(g->shapes);
+  if (st != CN_OK) return st;
+  for (int i = g->n_materialized; i < g->n_tensors; i++) {
+    cn_tensor *t = g->tensors[i];
+    if (!(t->proj = cn_proj_infer(g->projs, t->sop, t->has_slice ? &t->slice : NULL)))
+      return g->ctx->status;
+  }
+  cn_proj_freeze_padding(g->projs);
+  for (int i = g->n_materialized; i < g->n_tensors; i++) {
+    cn_tensor *t = g->tensors[i];
+    if (!(t->value = make_node(g, t, ""))) return g->ctx->status;
+    if (t->diff && !(t->grad = make_node(g, t, ".grad"))) return g->ctx->status;
+    if (t->kind == CN_TK_DATA) {
+      size_t numel = (size_t)cn_node_numel(t->value);
+      if (t->n_values != numel && (t->n_values == 0 || numel % t->n_values != 0))
+        return cn_fail(g->ctx, CN_ERR_INVALID,
+                       "\"%s\" (#%d) has %zu values for %zu cells (shape %s)", t->label, t->id,
+                       t->n_values, numel, cn_tensor_shape(t));
+      double *v = cn_malloc(g->ctx, numel ? numel * sizeof *v : sizeof *v);
+      if (!v) return CN_ERR_NOMEM;
+      for (size_t c = 0; c < numel; c++) v[c] = t->values[c % t->n_values];
+      st = cn_node_set_values(t->value, false, v, numel);
+      free(v);
+      if (st != CN_OK) return st;
+    }
+  }
+  g->n_materialized = g->n_tensors;
+  return CN_OK;
+}
+
+/* ---- Accessors --------------------------------------------------------------------------------
+ */
+
+cn_status cn_tensor_set_label(cn_tensor *t, const char *label) {
+  const char *copy = cn_strdup(t->g->ctx, label ? label : "");
+  if (!copy) return CN_ERR_NOMEM;
+  t->label = copy;
+  t->shape->label = copy;
+  return CN_OK;
+}
+
+const char *cn_tensor_label(const cn_tensor *t) {
+  return t->label;
+}
+int cn_tensor_id(const cn_tensor *t) {
+  return t->id;
+}
+bool cn_tensor_is_diff(const cn_tensor *t) {
+  return t->diff;
+}
+
+const char *cn_tensor_shape(const cn_tensor *t) {
+  return cn_shape_str(t->g->shapes, t->shape);
+}
+
+cn_node *cn_tensor_value(cn_tensor *t) {
+  return cn_graph_materialize(t->g) == CN_OK ? t->value : NULL;
+}
+
+cn_node *cn_tensor_grad(cn_tensor *t) {
+  if (cn_graph_materialize(t->g) != CN_OK) return NULL;
+  if (!t->grad) cn_fail(t->g->ctx, CN_ERR_INVALID, "\"%s\" (#%d) has no gradient", t->label, t->id);
+  return t->grad;
+}

@@ -1,0 +1,255 @@
+/* Tensor constructors of the core library: numbers, data literals, parameters (with the default
+ * random init), pointwise application of any primitive op, einsum with 1-3 operands, compose,
+ * transpose, stop_gradient, batch slices, the fetch terminals and counter-based random
+ * initialization assembled as seed 000 describes it:
+ *   uniform1 = uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed),
+ * range_over_offsets)) with the light (2-round) threefry, as OCANNL wires it (ocannl-notes §7.4).
+ *
+ * Invariants: a result's precision is the promotion of its operands' (uint4x32 wins, so hashes
+ * stay words), except the uint4x32 conversions, which produce the graph's precision; a tensor is
+ * differentiable iff some operand is and the op has a derivative in that operand (parameters
+ * always, constants and fetches never). */
+#include "tensor/tensor.h"
+
+#include "numeric/numeric.h"
+#include "shape/einsum.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const cn_shape_row_spec scalar_rows[CN_N_ROWS] = {
+    {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
+
+static bool any_diff(cn_op prim, int n, cn_tensor *const *args) {
+  for (int i = 0; i < n; i++)
+    if (args[i]->diff && cn_op_differentiable(prim, i)) return true;
+  return false;
+}
+
+static cn_prec result_prec(cn_graph *g, cn_op prim, int n, cn_tensor *const *args) {
+  if (cn_op_table[prim].flags & CN_OPF_TO_PREC) return g->prec;
+  cn_prec p = args[0]->prec;
+  for (int i = 1; i < n; i++) p = cn_prec_promote(p, args[i]->prec);
+  return p;
+}
+
+cn_tensor *cn_tensor_number(cn_graph *g, double value) {
+  char label[64];
+  snprintf(label, sizeof label, "%g", value);
+  cn_tensor *t =
+      cn_tensor_new(g, label, CN_TK_NUMBER, g->prec, scalar_rows, CN_SL_TERMINAL, NULL, 0, NULL);
+  if (t) t->number = value;
+  return t;
+}
+
+static void rows_of(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]) {
+  const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
+  for (int k = 0; k < CN_N_ROWS; k++)
+    rows[k] = (cn_shape_row_spec){axes[k]->n >= 0, axes[k]->n > 0 ? axes[k]->n : 0, axes[k]->dims,
+                                  axes[k]->labels};
+}
+
+cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, const double *values,
+                          size_t count) {
+  cn_ctx *ctx = g->ctx;
+  if (!values || count == 0) {
+    cn_fail(ctx, CN_ERR_INVALID, "data \"%s\": no values", label ? label : "");
+    return NULL;
+  }
+  cn_shape_args args;
+  memset(&args, 0, sizeof args);
+  cn_shape_kind logic = CN_SL_RESHAPE;
+  if (dims) {
+    const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
+    for (int k = 0; k < CN_N_ROWS; k++) {
+      if (axes[k]->n < 0) {
+        cn_fail(ctx, CN_ERR_INVALID, "data \"%s\": its %s row must be given", label ? label : "",
+                cn_row_kind_name((cn_row_kind)k));
+        return NULL;
+      }
+      args.n_dims[k] = axes[k]->n;
+      args.dims[k] = axes[k]->dims;
+      args.labels[k] = axes[k]->labels;
+    }
+    logic = CN_SL_DATA;
+  } else {
+    args.total = (int64_t)count;
+  }
+  double *copy = cn_alloc(ctx, count * sizeof *copy);
+  if (!copy) return NULL;
+  memcpy(copy, values, count * sizeof *copy);
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_DATA, g->prec, NULL, logic, &args, 0, NULL);
+  if (t) {
+    t->values = copy;
+    t->n_values = count;
+  }
+  return t;
+}
+
+/* ---- Fetch terminals and random init ------------------------------------------------------- */
+
+static cn_tensor *fetch(cn_graph *g, const char *label, cn_prec prec, cn_tensor_fetch kind,
+                        const cn_shape_row_spec *rows) {
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_FETCH, prec, rows, CN_SL_TERMINAL, NULL, 0, NULL);
+  if (t) t->fetch = kind;
+  return t;
+}
+
+cn_tensor *cn_tensor_range_over_offsets(cn_graph *g) {
+  return fetch(g, "range_over_offsets", CN_PREC_UINT32, CN_TF_RANGE_OVER_OFFSETS, NULL);
+}
+
+cn_tensor *cn_tensor_embed_self_id(cn_graph *g) {
+  return fetch(g, "embed_self_id", CN_PREC_UINT4X32, CN_TF_EMBED_SELF_ID, scalar_rows);
+}
+
+cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym) {
+  cn_tensor *t = fetch(g, cn_symbol_name(g->ctx, sym), g->prec, CN_TF_EMBED_SYMBOL, scalar_rows);
+  if (t) t->sym = sym;
+  return t;
+}
+
+static cn_tensor *seed_tensor(cn_graph *g) {
+  if (g->seed_tensor) return g->seed_tensor;
+  cn_tensor *t = cn_tensor_new(g, "random_seed", CN_TK_NUMBER, CN_PREC_UINT4X32, scalar_rows,
+                               CN_SL_TERMINAL, NULL, 0, NULL);
+  if (t) {
+    t->number_bits = true;
+    t->bits = g->seed;
+  }
+  return g->seed_tensor = t;
+}
+
+static cn_tensor *binop(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
+  return cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b});
+}
+
+/* threefry(threefry(embed_self_id, seed)[, counter], range_over_offsets): one word per cell. */
+static cn_tensor *random_bits(cn_graph *g, cn_tensor *counter) {
+  cn_tensor *id = cn_tensor_embed_self_id(g), *seed = seed_tensor(g);
+  if (!id || !seed) return NULL;
+  cn_tensor *key = binop(g, CN_OP_THREEFRY_LIGHT, id, seed);
+  if (key && counter) key = binop(g, CN_OP_THREEFRY_LIGHT, key, counter);
+  cn_tensor *range = key ? cn_tensor_range_over_offsets(g) : NULL;
+  return range ? binop(g, CN_OP_THREEFRY_LIGHT, key, range) : NULL;
+}
+
+cn_tensor *cn_tensor_uniform1(cn_graph *g) {
+  cn_tensor *bits = random_bits(g, NULL);
+  return bits ? cn_tensor_apply(g, CN_OP_UNIFORM1, 1, &bits) : NULL;
+}
+
+cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter) {
+  if (!counter) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "uniform_at: NULL counter");
+    return NULL;
+  }
+  cn_tensor *bits = random_bits(g, counter);
+  return bits ? cn_tensor_apply(g, CN_OP_UNIFORM1, 1, &bits) : NULL;
+}
+
+cn_tensor *cn_tensor_uniform(cn_graph *g) {
+  cn_tensor *bits = random_bits(g, NULL);
+  if (!bits) return NULL;
+  cn_shape_args args;
+  memset(&args, 0, sizeof args);
+  args.coeff = (int64_t)(16 / cn_prec_bytes(g->prec));
+  cn_tensor *t =
+      cn_tensor_new(g, "uniform", CN_TK_VEC, g->prec, NULL, CN_SL_VEC_CONVERT, &args, 1, &bits);
+  if (t) t->prim = CN_OP_UNIFORM;
+  return t;
+}
+
+/* ---- Parameters ------------------------------------------------------------------------------ */
+
+cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, cn_tensor *init) {
+  if (!init) { /* 0.5 * (uniform1 - 0.5), in [-0.25, 0.25) */
+    cn_tensor *u = cn_tensor_uniform1(g), *half = u ? cn_tensor_number(g, 0.5) : NULL;
+    cn_tensor *centered = half ? binop(g, CN_OP_SUB, u, half) : NULL;
+    cn_tensor *half2 = centered ? cn_tensor_number(g, 0.5) : NULL;
+    init = half2 ? binop(g, CN_OP_MUL, half2, centered) : NULL;
+    if (!init) return NULL;
+  }
+  cn_shape_row_spec rows[CN_N_ROWS];
+  if (dims) rows_of(dims, rows);
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_PARAM, g->prec, dims ? rows : NULL, CN_SL_POINTWISE,
+                               NULL, 1, &init);
+  if (!t) return NULL;
+  t->is_param = t->diff = true;
+  t->accum = CN_OP_ADD;
+  t->prim = CN_OP_ID;
+  return t;
+}
+
+/* ---- Operations ---------------------------------------------------------------------------- */
+
+static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
+                           const cn_shape_args *args, cn_op accum, cn_op prim, int n,
+                           cn_tensor *const *operands) {
+  cn_ctx *ctx = g->ctx;
+  if (n != cn_op_arity(prim)) {
+    cn_fail(ctx, CN_ERR_INVALID, "%s takes %d operand(s), got %d", cn_op_name(prim),
+            cn_op_arity(prim), n);
+    return NULL;
+  }
+  if (!cn_op_can_accumulate(accum)) {
+    cn_fail(ctx, CN_ERR_INVALID, "%s is not an accumulation operator", cn_op_name(accum));
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (!operands[i]) {
+      cn_fail(ctx, CN_ERR_INVALID, "%s: operand %d is NULL", cn_op_name(prim), i + 1);
+      return NULL;
+    }
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_ACCUM, result_prec(g, prim, n, operands), NULL,
+                               logic, args, n, operands);
+  if (!t) return NULL;
+  t->accum = accum;
+  t->prim = prim;
+  t->diff = any_diff(prim, n, operands);
+  return t;
+}
+
+cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args) {
+  if (n_args < 1 || n_args > 3 || !args) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "apply %s: %d operands", cn_op_name(op), n_args);
+    return NULL;
+  }
+  return accum_op(g, cn_op_name(op), CN_SL_POINTWISE, NULL, CN_OP_ADD, op, n_args, args);
+}
+
+cn_tensor *cn_tensor_einsum(cn_graph *g, const char *spec, cn_op accum, cn_op prim, int n_args,
+                            cn_tensor *const *args) {
+  cn_shape_args sargs;
+  memset(&sargs, 0, sizeof sargs);
+  if (!(sargs.spec = cn_einsum_parse(g->ctx, spec))) return NULL;
+  return accum_op(g, spec, CN_SL_EINSUM, &sargs, accum, prim, n_args, args);
+}
+
+cn_tensor *cn_tensor_compose(cn_graph *g, cn_op accum, cn_op prim, cn_tensor *a, cn_tensor *b) {
+  return accum_op(g, "compose", CN_SL_COMPOSE, NULL, accum, prim, 2, (cn_tensor *[]){a, b});
+}
+
+cn_tensor *cn_tensor_transpose(cn_graph *g, cn_tensor *a) {
+  return accum_op(g, "transpose", CN_SL_TRANSPOSE, NULL, CN_OP_ADD, CN_OP_ID, 1, &a);
+}
+
+cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t) {
+  cn_tensor *r = accum_op(g, "stop_gradient", CN_SL_POINTWISE, NULL, CN_OP_ADD, CN_OP_ID, 1, &t);
+  if (r) r->diff = false;
+  return r;
+}
+
+cn_tensor *cn_tensor_batch_slice(cn_graph *g, cn_tensor *t, cn_symbol index) {
+  if (!cn_ctx_symbol(g->ctx, index)) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "batch slice: symbol %d does not exist", index);
+    return NULL;
+  }
+  cn_tensor *r = accum_op(g, "batch_slice", CN_SL_BATCH_SLICE, NULL, CN_OP_ADD, CN_OP_ID, 1, &t);
+  if (r) {
+    r->has_slice = true;
+    r->slice = cn_index_iter(index);
+  }
+  return r;
+}

@@ -1,0 +1,101 @@
+/* Tensors and the graph that owns them (issue 5): differentiable tensors whose forward and
+ * backward code are assignments built from the operation's inferred projections (seed 001 "From
+ * what you write to the projections"), parameters with held-out init code, and the code
+ * gathering behind the public cn_graph_* functions.
+ *
+ * Lifecycle: building a tensor adds its shape and its shape-logic operation to the graph's shape
+ * environment (inference is online); the first request for code or nodes materializes every
+ * tensor built so far: shapes are finalized, each operation's projections inferred, padding
+ * margins frozen, and value (and gradient) nodes created with the final dims and margins.
+ * Tensors built later are materialized by the next request.
+ *
+ * Invariants: everything lives in the context arena except node buffers; a tensor's operands
+ * were built before it (the graph is acyclic in creation order); `diff` is fixed at creation
+ * (a gradient node exists iff diff); after materialization `proj` is the operation's record
+ * with slot 0 the tensor and slot i its operand i. */
+#ifndef CN_TENSOR_H
+#define CN_TENSOR_H
+
+#include "proj/proj.h"
+
+typedef enum {
+  CN_TK_NUMBER, /* a constant filling its (inferred) shape: Fetch Constant */
+  CN_TK_DATA,   /* host values copied into the node at materialization */
+  CN_TK_FETCH,  /* a fetch op: range_over_offsets, embed_self_id, embed_symbol, embed_dim */
+  CN_TK_ACCUM,  /* v =:accum prim(v1, ...) over the operation's projections */
+  CN_TK_VEC,    /* v = vec_op(v1): a vectorized conversion (Set_vec_unop) */
+  CN_TK_PARAM   /* a parameter: v =: init (held out of forward code) */
+} cn_tensor_kind;
+
+typedef enum {
+  CN_TF_RANGE_OVER_OFFSETS,
+  CN_TF_EMBED_SELF_ID,
+  CN_TF_EMBED_SYMBOL,
+  CN_TF_EMBED_DIM
+} cn_tensor_fetch;
+
+struct cn_tensor {
+  cn_graph *g;
+  int id; /* 1-based, in creation order; embed_self_id embeds it */
+  const char *label;
+  cn_prec prec;
+  cn_tensor_kind kind;
+  cn_shape *shape;
+  cn_shape_op *sop; /* its shape-logic operation */
+  int n_args;
+  cn_tensor *args[3];
+  cn_op accum, prim; /* ACCUM, VEC (prim) */
+  double number;     /* NUMBER */
+  bool number_bits;  /* NUMBER: the raw bits `bits` (Fetch Constant_bits) instead */
+  uint64_t bits;
+  double *values; /* DATA: row-major values (count = numel, or repeated when shorter) */
+  size_t n_values;
+  cn_tensor_fetch fetch; /* FETCH */
+  cn_symbol sym;       /* FETCH embed_symbol; batch slice by a symbol */
+  int embed_axis;      /* FETCH embed_dim: memory-order axis of args[0] */
+  bool has_slice;      /* ACCUM batch slice: slice index below */
+  cn_index slice;
+  bool diff;     /* has a gradient */
+  bool is_param; /* held out of forward code; init code gathered by cn_graph_init_params */
+  bool seeded;   /* a parameter whose init code was already handed out */
+  int materialized;
+  cn_node *value, *grad;
+  cn_node *sgd_momentum; /* a parameter's momentum buffer, created by the first sgd_update */
+  cn_proj *proj;
+  unsigned visit; /* traversal mark (graph epoch) */
+};
+
+struct cn_graph {
+  cn_ctx *ctx;
+  cn_shape_env *shapes;
+  cn_proj_env *projs;
+  cn_prec prec;
+  cn_tensor **tensors;
+  int n_tensors, cap_tensors;
+  int n_materialized;
+  bool padding_frozen;
+  unsigned epoch;
+  uint32_t seed;
+  cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
+};
+
+/* Records a new tensor (label copied; shape from rows, NULL = all inferred) and its operation.
+ * NULL with a message on a shape conflict or a bad argument. */
+cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn_prec prec,
+                         const cn_shape_row_spec *rows, cn_shape_kind logic,
+                         const cn_shape_args *args, int n_args, cn_tensor *const *operands);
+/* Materializes every tensor built so far (see the lifecycle above). */
+cn_status cn_graph_materialize(cn_graph *g);
+
+/* ---- Assignments from projections (deriv.c) ---- */
+/* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */
+cn_asgn *cn_tensor_forward_asgn(cn_tensor *t);
+/* Appends to *out the backprop of t into the gradients of its differentiable operands. */
+cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap);
+/* Whether the derivative table gives op a gradient in operand (0-based). */
+bool cn_op_differentiable(cn_op op, int operand);
+/* The pointwise record of `target` against refs (each right-aligned, size-1 or missing axes
+ * broadcast): for updates written outside an operation (SGD). */
+cn_proj *cn_pointwise_proj(cn_ctx *ctx, cn_node *target, int n_refs, cn_node *const *refs);
+
+#endif
