@@ -268,16 +268,25 @@ void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes) {
   return p ? p : nomem(ctx, bytes);
 }
 
-/* Grows a malloc'd array to hold at least `need` elements (doubling). */
-bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
-  if (need <= *cap) return true;
-  int new_cap = *cap ? *cap : 16;
-  while (new_cap < need) {
-    if (new_cap > INT32_MAX / 2) return cn_fail(ctx, CN_ERR_NOMEM, "too many objects"), false;
-    new_cap *= 2;
+/* The doubled capacity for `need` elements and its size in bytes; false (message set) when
+ * either would overflow. */
+static bool grown_capacity(cn_ctx *ctx, int cap, int need, size_t elem, int *new_cap,
+                           size_t *bytes) {
+  int n = cap ? cap : 16;
+  while (n < need) {
+    if (n > INT32_MAX / 2) return cn_fail(ctx, CN_ERR_NOMEM, "too many objects"), false;
+    n *= 2;
   }
+  if (!cn_mul_size((size_t)n, elem, bytes)) return nomem(ctx, SIZE_MAX), false;
+  *new_cap = n;
+  return true;
+}
+
+bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
+  int new_cap;
   size_t bytes;
-  if (!cn_mul_size((size_t)new_cap, elem, &bytes)) return nomem(ctx, SIZE_MAX), false;
+  if (need <= *cap) return true;
+  if (!grown_capacity(ctx, *cap, need, elem, &new_cap, &bytes)) return false;
   void *fresh = cn_alloc(ctx, bytes);
   if (!fresh) return false;
   if (*arr && *cap) memcpy(fresh, *arr, (size_t)*cap * elem);
@@ -286,15 +295,12 @@ bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
   return true;
 }
 
+/* Grows a malloc'd array to hold at least `need` elements (doubling). */
 static bool grow(cn_ctx *ctx, void **items, int *cap, int need, size_t elem) {
-  if (need <= *cap) return true;
-  int new_cap = *cap ? *cap : 16;
-  while (new_cap < need) {
-    if (new_cap > INT32_MAX / 2) return cn_fail(ctx, CN_ERR_NOMEM, "too many objects"), false;
-    new_cap *= 2;
-  }
+  int new_cap;
   size_t bytes;
-  if (!cn_mul_size((size_t)new_cap, elem, &bytes)) return nomem(ctx, SIZE_MAX), false;
+  if (need <= *cap) return true;
+  if (!grown_capacity(ctx, *cap, need, elem, &new_cap, &bytes)) return false;
   void *p = cn_realloc(ctx, *items, bytes);
   if (!p) return false;
   *items = p;

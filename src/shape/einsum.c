@@ -1,14 +1,17 @@
 /* The einsum spec parser, printer and structural equality (see einsum.h for the grammar).
  *
  * The parser is a hand-written recursive descent over the text with one character of lookahead;
- * every failure goes through `syntax_error`, which records the 1-based column and a caret line,
- * so no input can leave a half-built tree behind (the caller gets NULL and the message).
+ * every syntax failure goes through `syntax_error`, which records the 1-based column and a caret
+ * line (an allocation failure leaves cn_alloc's CN_ERR_NOMEM), so no input can leave a half-built
+ * tree behind (the caller gets NULL and the message).
  * Normalizations, so that printing and parsing round-trip: an affine axis with stride 1, no
  * stride name, no offset and no kernel is a plain label; "..." records the row variable of its
  * row kind ("batch", "input", "output") with `ellipsis` set.
  * The printer uses single-char mode whenever every label is one letter, no axis is affine and no
  * two fixed indices touch; otherwise multi-char mode with ", " between axes, adding a trailing
- * comma to the first non-empty row when nothing else would select multi-char mode. */
+ * comma to the first non-empty row when nothing else would select multi-char mode. It expects
+ * the parser's normal forms (an AFFINE axis has a stride, offset or kernel; stride 1 and
+ * dilation 1 beside a name; dilation 1 and no name without a kernel). */
 #include "shape/einsum.h"
 
 #include <ctype.h>
@@ -39,13 +42,21 @@ static void syntax_error(parser *p, size_t at, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
+  /* The echoed spec turns line breaks into spaces and keeps tabs in the caret line, so the caret
+   * stands under the column in a terminal. */
   cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "einsum spec \"%s\": %s at column %zu\n  %s\n  ", p->text, what, at + 1,
-                 p->text);
+  cn_sbuf_printf(&sb, "einsum spec \"%s\": %s at column %zu\n  ", p->text, what, at + 1);
+  for (size_t i = 0; p->text[i]; i++)
+    cn_sbuf_putc(&sb, isspace((unsigned char)p->text[i]) && p->text[i] != '\t' ? ' ' : p->text[i]);
+  cn_sbuf_puts(&sb, "\n  ");
   for (size_t i = 0; i < at; i++) cn_sbuf_putc(&sb, p->text[i] == '\t' ? '\t' : ' ');
   cn_sbuf_putc(&sb, '^');
-  const char *msg = cn_sbuf_finish(p->ctx, &sb);
-  cn_fail(p->ctx, CN_ERR_INVALID, "%s", msg ? msg : what);
+  /* Without memory for the builder the message still names the problem and the column. */
+  if (sb.failed)
+    cn_fail(p->ctx, CN_ERR_INVALID, "einsum spec: %s at column %zu", what, at + 1);
+  else
+    cn_fail(p->ctx, CN_ERR_INVALID, "%s", sb.data);
+  cn_sbuf_free(&sb);
 }
 
 static void unexpected(parser *p) {
@@ -79,11 +90,17 @@ static bool at_row_end(parser *p) {
          (c == '-' && p->text[p->pos + 1] == '>');
 }
 
+/* An identifier naming a label, a kernel, a stride, a dilation or a row variable, at an
+ * identifier start; a lone '_' is the placeholder and names nothing. */
 static const char *ident(parser *p) {
   skip_space(p);
   size_t start = p->pos;
   while (is_ident_char(p->text[p->pos])) p->pos++;
   size_t n = p->pos - start;
+  if (n == 1 && p->text[start] == '_') {
+    syntax_error(p, start, "'_' is a placeholder, not a name");
+    return NULL;
+  }
   char *s = cn_alloc(p->ctx, n + 1);
   if (!s) {
     p->failed = true;
@@ -395,6 +412,10 @@ cn_einsum *cn_einsum_parse(cn_ctx *ctx, const char *spec) {
   if (!e || !(e->text = cn_strdup(ctx, spec))) return NULL;
   p.text = e->text;
   e->multichar = p.multichar;
+  if (peek(&p) == '\0') {
+    syntax_error(&p, p.pos, "empty spec");
+    return NULL;
+  }
   while (true) {
     if (!parse_shape(&p, &e->rhs[e->n_rhs])) return NULL;
     e->n_rhs++;
@@ -410,7 +431,9 @@ cn_einsum *cn_einsum_parse(cn_ctx *ctx, const char *spec) {
       p.pos += 2;
       break;
     }
-    unexpected(&p);
+    /* A shape stops only at ';', '=>' or the end of the text. */
+    CN_ASSERT(peek(&p) == '\0');
+    syntax_error(&p, p.pos, "missing '=>'");
     return NULL;
   }
   if (!parse_shape(&p, &e->lhs)) return NULL;
@@ -430,7 +453,7 @@ static void print_coefficient(cn_sbuf *sb, int64_t value, const char *name) {
     cn_sbuf_printf(sb, "%lld*", (long long)value);
 }
 
-static void print_axis(cn_sbuf *sb, const cn_es_axis *ax) {
+void cn_einsum_axis_print(cn_sbuf *sb, const cn_es_axis *ax) {
   switch (ax->kind) {
   case CN_ES_LABEL: cn_sbuf_puts(sb, ax->label); break;
   case CN_ES_FIXED: cn_sbuf_printf(sb, "%lld", (long long)ax->fixed); break;
@@ -470,7 +493,7 @@ static void print_row(printer *pr, const cn_es_row *row) {
         else
           cn_sbuf_printf(pr->sb, "..%s..", row->row_var);
       } else {
-        print_axis(pr->sb, part == 0 ? &row->leading[i] : &row->trailing[i]);
+        cn_einsum_axis_print(pr->sb, part == 0 ? &row->leading[i] : &row->trailing[i]);
       }
     }
   }

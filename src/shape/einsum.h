@@ -13,8 +13,10 @@
  *            + stride offset, + dilation d * kernel label; s and d are integers or names bound
  *            by the caller.
  * Mode: multi-char when the spec contains any of , * + ^ & < or an '=' not followed by '>'
- * (axes are comma-separated identifiers); otherwise single-char (each letter an axis, a run of
- * digits one fixed index). Whitespace separates tokens and is otherwise ignored.
+ * (axes are comma-separated identifiers, commas around a row variable optional, one trailing
+ * comma per row allowed); otherwise single-char (each letter an axis, a run of digits one fixed
+ * index). Whitespace separates tokens and is otherwise ignored. A lone '_' is the placeholder and
+ * never a name; concatenation ('^') is rejected.
  *
  * Invariants: a parsed spec owns its strings (context arena); cn_einsum_print writes a canonical
  * text that parses back to an equal tree (cn_einsum_equal); a row without a row variable has all
@@ -78,7 +80,10 @@ typedef struct {
 cn_einsum *cn_einsum_parse(cn_ctx *ctx, const char *spec);
 /* The canonical text (multi-char mode when the tree needs it, single-char mode otherwise). */
 void cn_einsum_print(cn_sbuf *sb, const cn_einsum *spec);
-/* Structural equality ignoring columns and the original text. */
+/* One axis as the spec would write it ("2*oh<+kh"). */
+void cn_einsum_axis_print(cn_sbuf *sb, const cn_es_axis *ax);
+/* Structural equality ignoring columns, the original text and the mode (`multichar`: the printer
+ * may choose the other mode for the same tree). */
 bool cn_einsum_equal(const cn_einsum *a, const cn_einsum *b);
 
 #endif

@@ -430,33 +430,6 @@ static int spec_pos(const cn_es_row *r, int len, int axis) {
   return SPEC_IN_VAR;
 }
 
-static void es_int(cn_sbuf *sb, const char *name, int64_t value) {
-  if (name)
-    cn_sbuf_printf(sb, "%s*", name);
-  else if (value != 1)
-    cn_sbuf_printf(sb, "%lld*", (long long)value);
-}
-
-static void es_axis_print(cn_sbuf *sb, const cn_es_axis *ax) {
-  switch (ax->kind) {
-  case CN_ES_LABEL: cn_sbuf_puts(sb, ax->label); break;
-  case CN_ES_FIXED: cn_sbuf_printf(sb, "%lld", (long long)ax->fixed); break;
-  case CN_ES_PLACEHOLDER: cn_sbuf_putc(sb, '_'); break;
-  case CN_ES_AFFINE:
-    es_int(sb, ax->stride_name, ax->stride);
-    cn_sbuf_puts(sb, ax->label);
-    if (ax->conv == CN_ES_CONV_VALID) cn_sbuf_putc(sb, '<');
-    if (ax->conv == CN_ES_CONV_PADDED) cn_sbuf_putc(sb, '=');
-    if (ax->stride_offset) cn_sbuf_printf(sb, "+%lld", (long long)ax->stride_offset);
-    if (ax->kernel) {
-      cn_sbuf_putc(sb, '+');
-      es_int(sb, ax->dilation_name, ax->dilation);
-      cn_sbuf_puts(sb, ax->kernel);
-    }
-    break;
-  }
-}
-
 static void es_var_print(cn_sbuf *sb, const cn_es_row *r) {
   if (r->ellipsis)
     cn_sbuf_puts(sb, "...");
@@ -468,7 +441,7 @@ static void es_row_print(cn_sbuf *sb, const cn_es_row *r, bool multichar) {
   const char *sep = multichar ? ", " : "";
   for (int i = 0; i < r->n_leading; i++) {
     if (i) cn_sbuf_puts(sb, sep);
-    es_axis_print(sb, &r->leading[i]);
+    cn_einsum_axis_print(sb, &r->leading[i]);
   }
   if (r->row_var) {
     if (r->n_leading) cn_sbuf_puts(sb, sep);
@@ -476,7 +449,7 @@ static void es_row_print(cn_sbuf *sb, const cn_es_row *r, bool multichar) {
   }
   for (int i = 0; i < r->n_trailing; i++) {
     if (i || r->n_leading || r->row_var) cn_sbuf_puts(sb, sep);
-    es_axis_print(sb, &r->trailing[i]);
+    cn_einsum_axis_print(sb, &r->trailing[i]);
   }
 }
 
@@ -527,7 +500,7 @@ static void describe_spec(cn_sbuf *sb, cn_shape_env *env, const site *s, cn_dim 
     ax = s->spec_pos < r->n_leading ? &r->leading[s->spec_pos]
                                     : &r->trailing[s->spec_pos - r->n_leading];
     cn_sbuf_puts(sb, "spec axis '");
-    es_axis_print(sb, ax);
+    cn_einsum_axis_print(sb, ax);
     cn_sbuf_putc(sb, '\'');
   } else if (s->spec_pos == SPEC_IN_VAR && r->row_var) {
     cn_sbuf_puts(sb, "spec row variable '");

@@ -51,9 +51,9 @@ struct cn_tensor {
   double *values; /* DATA: row-major values (count = numel, or repeated when shorter) */
   size_t n_values;
   cn_tensor_fetch fetch; /* FETCH */
-  cn_symbol sym;       /* FETCH embed_symbol; batch slice by a symbol */
-  int embed_axis;      /* FETCH embed_dim: memory-order axis of args[0] */
-  bool has_slice;      /* ACCUM batch slice: slice index below */
+  cn_symbol sym;         /* FETCH embed_symbol; batch slice by a symbol */
+  int embed_axis;        /* FETCH embed_dim: memory-order axis of args[0] */
+  bool has_slice;        /* ACCUM batch slice: slice index below */
   cn_index slice;
   bool diff;     /* has a gradient */
   bool is_param; /* held out of forward code; init code gathered by cn_graph_init_params */
