@@ -8,10 +8,11 @@
  * stride name, no offset and no kernel is a plain label; "..." records the row variable of its
  * row kind ("batch", "input", "output") with `ellipsis` set.
  * The printer uses single-char mode whenever every label is one letter, no axis is affine and no
- * two fixed indices touch; otherwise multi-char mode with ", " between axes, adding a trailing
- * comma to the first non-empty row when nothing else would select multi-char mode. It expects
- * the parser's normal forms (an AFFINE axis has a stride, offset or kernel; stride 1 and
- * dilation 1 beside a name; dilation 1 and no name without a kernel). */
+ * two fixed indices touch; otherwise multi-char mode with ", " between axes and spaced
+ * separators ("a, b | c -> d; e => f"), adding a trailing comma to the first non-empty row when
+ * nothing else would select multi-char mode. It expects the parser's normal forms (an AFFINE
+ * axis has a stride, offset or kernel; stride 1 and dilation 1 beside a name; dilation 1 and no
+ * name without a kernel). */
 #include "shape/einsum.h"
 
 #include <ctype.h>
@@ -473,11 +474,29 @@ void cn_einsum_axis_print(cn_sbuf *sb, const cn_es_axis *ax) {
   }
 }
 
+/* Multi-char text puts ", " between axes and one space on each side of '|', '->' and '=>' and
+ * after ';', except at the ends of the text: a separator leaves a space pending that the next
+ * item writes. */
 typedef struct {
   cn_sbuf *sb;
+  size_t start; /* where the spec's text begins in sb */
   bool multichar;
-  bool force_comma; /* multi-char without any comma or operator: one trailing comma */
+  bool force_comma;   /* multi-char without any comma or operator: one trailing comma */
+  bool pending_space; /* a separator was written; the next item is preceded by a space */
 } printer;
+
+static void put_item(printer *pr) {
+  if (pr->pending_space) cn_sbuf_putc(pr->sb, ' ');
+  pr->pending_space = false;
+}
+
+static void put_separator(printer *pr, const char *sep, bool space_before) {
+  if (pr->multichar) {
+    if (pr->sb->len > pr->start && (space_before || pr->pending_space)) cn_sbuf_putc(pr->sb, ' ');
+    pr->pending_space = true;
+  }
+  cn_sbuf_puts(pr->sb, sep);
+}
 
 static void print_row(printer *pr, const cn_es_row *row) {
   int n = row->n_leading + row->n_trailing + (row->row_var ? 1 : 0);
@@ -486,6 +505,7 @@ static void print_row(printer *pr, const cn_es_row *row) {
     if (part == 1 && !row->row_var) continue;
     int count = part == 0 ? row->n_leading : part == 2 ? row->n_trailing : 1;
     for (int i = 0; i < count; i++, item++) {
+      put_item(pr);
       if (item && pr->multichar) cn_sbuf_puts(pr->sb, ", ");
       if (part == 1) {
         if (row->ellipsis)
@@ -506,11 +526,11 @@ static void print_row(printer *pr, const cn_es_row *row) {
 static void print_shape(printer *pr, const cn_es_shape *sh) {
   if (sh->has_batch) {
     print_row(pr, &sh->batch);
-    cn_sbuf_puts(pr->sb, pr->multichar ? " | " : "|");
+    put_separator(pr, "|", true);
   }
   if (sh->has_input) {
     print_row(pr, &sh->input);
-    cn_sbuf_puts(pr->sb, pr->multichar ? " -> " : "->");
+    put_separator(pr, "->", true);
   }
   print_row(pr, &sh->output);
 }
@@ -548,12 +568,12 @@ static bool row_needs_multichar(const cn_es_row *row, bool *has_comma, bool *has
 void cn_einsum_print(cn_sbuf *sb, const cn_einsum *spec) {
   bool needs = false, has_comma = false, has_operator = false;
   FOR_EACH_ROW(spec, row, { needs |= row_needs_multichar(row, &has_comma, &has_operator); })
-  printer pr = {sb, needs, needs && !has_comma && !has_operator};
+  printer pr = {sb, sb->len, needs, needs && !has_comma && !has_operator, false};
   for (int i = 0; i < spec->n_rhs; i++) {
-    if (i) cn_sbuf_puts(sb, pr.multichar ? "; " : ";");
+    if (i) put_separator(&pr, ";", false);
     print_shape(&pr, &spec->rhs[i]);
   }
-  cn_sbuf_puts(sb, pr.multichar ? " => " : "=>");
+  put_separator(&pr, "=>", true);
   print_shape(&pr, &spec->lhs);
 }
 
