@@ -361,6 +361,7 @@ static void name_ellipsis(cn_es_row *row, const char *kind) {
 
 static bool parse_shape(parser *p, cn_es_shape *sh) {
   memset(sh, 0, sizeof *sh);
+  skip_space(p);
   sh->column = (int)p->pos + 1;
   cn_es_row first, second;
   if (!parse_row(p, &first)) return false;
