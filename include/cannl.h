@@ -353,6 +353,28 @@ const char *cn_tensor_shape(const cn_tensor *t);
  * gradient is NULL for a tensor without one. */
 cn_node *cn_tensor_value(cn_tensor *t);
 cn_node *cn_tensor_grad(cn_tensor *t);
+/* The tensor's values (or its gradient's) as a readable grid (a block per batch cell, output
+ * cells as rows, input cells as columns, long axes elided in the middle), or as one JSON line
+ * {"label", "batch", "input", "output", "values" (memory order, full precision)}. Arena-owned;
+ * NULL with a message if the tensor cannot be materialized. */
+const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
+
+/* A node of its own, written only by standalone updates (a %cd inline declaration, an optimizer
+ * state): zero-filled, not differentiable, rows given or inferred from the updates. */
+cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims);
+
+/* Standalone assignments (seed 001's producer regime): `lhs <accum>= prim(args...)`, `=:` when
+ * init, contributing their own constraint to inference through `logic`: "." pointwise (also
+ * when NULL), "@" compose, "T" transpose (unary), or an einsum spec. A reference names a
+ * tensor's value or its gradient. The assignment's code is produced after materialization. */
+typedef struct {
+  cn_tensor *tensor;
+  bool grad;
+} cn_tref;
+typedef struct cn_update cn_update;
+cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim, int n_args,
+                           const cn_tref *args, const char *logic);
+cn_asgn *cn_graph_update_code(cn_graph *g, cn_update *u);
 
 /* Code. Each materializes the graph and returns an assignments tree to compile with
  * cn_routine_compile (trees can be joined with cn_asgn_seq into one routine).
@@ -379,6 +401,84 @@ cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
 /* The parameters of t (its params set), in creation order; returns the count, writes at most
  * cap. */
 int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
+
+/* ---- The operation library (src/tensor/library.c) ----
+ * Structured operations composed from the constructors above, so each has the gradient of its
+ * pieces. Primitive ops have no wrappers: use cn_tensor_apply with CN_OP_RELU etc. */
+
+/* `*`: compose with (ADD, MUL), rhs2's output axes feeding rhs1's input axes. */
+cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
+/* `**.`: a to the power p, pointwise (p is a number: no gradient flows into it). */
+cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p);
+/* Einsum forms: einsum1 `++` (ADD, ID), einsum2 `+*` (ADD, MUL), einsum3 (ADD, MUL3: the sum of
+ * triple products), outer_sum `+++` (ADD, ADD), einmax1 `@^^` (MAX, ID), tropical `@^+`
+ * (MAX, ADD: max-plus). Under MAX the gradient goes to every operand cell attaining the max. */
+cn_tensor *cn_tensor_einsum1(cn_graph *g, const char *spec, cn_tensor *a);
+cn_tensor *cn_tensor_einsum2(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+cn_tensor *cn_tensor_einsum3(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b,
+                             cn_tensor *c);
+cn_tensor *cn_tensor_outer_sum(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+cn_tensor *cn_tensor_einmax1(cn_graph *g, const char *spec, cn_tensor *a);
+cn_tensor *cn_tensor_tropical(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+/* The leftmost batch axis of t at a constant index (the einsum "i...|...->... => ...|...->..."
+ * with i the index): the axis has at least index + 1 positions. */
+cn_tensor *cn_tensor_batch_slice_at(cn_graph *g, cn_tensor *t, int64_t index);
+
+/* Index terminals at the graph's precision, never differentiable: range holds 0 .. n-1 along
+ * one output axis of size n; range_of_shape has the given rows (all must be given) and each cell
+ * its row-major offset in memory order (batch, output, input); offsets is the same with the
+ * shape inferred. embed_dim is a scalar holding the size of t's axis `axis` (memory order) once
+ * inference has solved it; t is read for its shape only, not computed. */
+cn_tensor *cn_tensor_range(cn_graph *g, int64_t n);
+cn_tensor *cn_tensor_range_of_shape(cn_graph *g, const cn_dims *dims);
+cn_tensor *cn_tensor_offsets(cn_graph *g);
+cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
+
+/* Along the last output axis (seed 000 "Striding without a kernel"): interleave puts a's cells at
+ * the even positions and b's at the odd ones (a and b of equal shape; the result's axis is twice
+ * as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must have even size). */
+cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
+cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
+cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
+
+/* 2-D convolution. x: any batch axes and output axes (h, w, ic); kernel: input axes (kh, kw, ic)
+ * and output axis oc (memory order [oc, kh, kw, ic]; typically a parameter); bias: NULL or
+ * output axis oc. Result: x's batch axes, output axes (oh, ow, oc), with
+ *   y[oh, ow, oc] = bias[oc] + sum_{kh, kw, ic} x[S*oh + D*kh - left, S*ow + D*kw - left, ic]
+ *                                                * kernel[oc, kh, kw, ic]
+ * for stride S and dilation D. Padded (default): h = S*oh, out-of-range cells read 0, with
+ * left = e - (e+1)/2 for the kernel extent e = D*(k-1) (the right margin is (e+1)/2; the
+ * buffer's margins are the maximum over its readers). Valid: left = 0 and h = S*(oh-1) + 1 + e.
+ * Zeroed fields of opts (or opts NULL) mean stride 1, dilation 1, padded. */
+typedef struct {
+  int64_t stride, dilation;
+  bool valid;
+} cn_conv2d;
+cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_tensor *bias,
+                            const cn_conv2d *opts);
+/* Pooling over windows of window x window cells moved by stride (0: stride = window), valid
+ * mode: x has any batch axes and output axes (h, w, channels...) with h = stride*(oh-1) + window
+ * (likewise w); the result has output axes (oh, ow, channels...). max_pool2d is tropical with a
+ * zero kernel (its gradient goes to the cells attaining each max), avg_pool2d the einsum with a
+ * kernel of 1/window^2. */
+cn_tensor *cn_tensor_max_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
+cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
+/* exp(x - max) / sum(exp(x - max)) over all output axes of x, for each batch and input position
+ * (the max is reduced with einmax1 and not differentiated: the softmax does not depend on it). */
+cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
+
+/* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
+ * uniform_at and arithmetic, so they are deterministic like those:
+ *   normal: standard normal by Box-Muller, sqrt(-2 ln(1 - u1)) * cos(2 pi u2), from two uniform1
+ *     streams (normal_at: two uniform_at(counter) streams);
+ *   xavier: uniform in [-b, b) with b = sqrt(6 / (fan_in + fan_out));
+ *   kaiming_uniform: uniform in [-b, b) with b = sqrt(6 / fan_in) (variance 2 / fan_in);
+ *   kaiming_normal: normal with standard deviation sqrt(2 / fan_in). */
+cn_tensor *cn_tensor_normal(cn_graph *g);
+cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter);
+cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
+cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
+cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
 
 #ifdef __cplusplus
 }

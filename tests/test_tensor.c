@@ -76,7 +76,83 @@ static void test_micrograd(cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
+/* Formatting: JSON in memory order (batch, output, input) and the grid. */
+static void test_format(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  double v[12];
+  for (int i = 0; i < 12; i++) v[i] = i + 0.5;
+  v[11] = 1.0 / 3;
+  cn_dims dims = {{1, (int64_t[]){2}, NULL}, {1, (int64_t[]){3}, NULL}, {1, (int64_t[]){2}, NULL}};
+  cn_tensor *t = cn_tensor_data(g, "t\"q", &dims, v, 12);
+  CHECK_STR(t ? cn_tensor_format(t, false, true) : NULL,
+            "{\"label\": \"t\\\"q\", \"batch\": [2], \"input\": [3], \"output\": [2], "
+            "\"values\": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, "
+            "0.33333333333333331]}");
+  CHECK_STR(t ? cn_tensor_format(t, false, false) : NULL,
+            "\"t\"q\" (#1) 2|3->2\n"
+            "batch 0:\n"
+            "          0.5         1.5         2.5\n"
+            "          3.5         4.5         5.5\n"
+            "batch 1:\n"
+            "          6.5         7.5         8.5\n"
+            "          9.5        10.5     0.33333\n");
+  CHECK(t && cn_tensor_format(t, true, true) == NULL); /* data has no gradient */
+  CHECK_HAS(cn_ctx_error(ctx), "has no gradient");
+  cn_ctx_destroy(ctx);
+}
+
+/* Standalone updates (seed 001's producer regime), the SGD skeleton written out:
+ *   {delta} =: p.grad + (wd *. p);  p =- lr * delta ~logic:"."
+ * and an einsum-logic update writing a diagonal into a fresh buffer (its shape inferred). */
+static void test_updates(cn_backend_kind backend) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims vec3 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *p =
+      cn_tensor_param(g, "p", &vec3, cn_tensor_data(g, "p0", &vec3, (double[]){1, 2, 3}, 3));
+  cn_tensor *c = cn_tensor_data(g, "c", &vec3, (double[]){0.5, -1, 2}, 3);
+  cn_tensor *loss = cn_tensor_einsum(g, "i;i=>", CN_OP_ADD, CN_OP_MUL, 2, (cn_tensor *[]){p, c});
+  cn_tensor *decay = op2(g, CN_OP_MUL, num(g, 0.1), cn_tensor_stop_gradient(g, p));
+  cn_tensor *delta = cn_tensor_buffer(g, "sgd_delta", NULL);
+  cn_tensor *lr = num(g, 0.5);
+  cn_tensor *diag = cn_tensor_buffer(g, "diag", NULL);
+  cn_update *u1 = cn_graph_update(g, (cn_tref){delta, false}, true, CN_OP_ADD, CN_OP_ADD, 2,
+                                  (cn_tref[]){{p, true}, {decay, false}}, ".");
+  cn_update *u2 = cn_graph_update(g, (cn_tref){p, false}, false, CN_OP_SUB, CN_OP_MUL, 2,
+                                  (cn_tref[]){{lr, false}, {delta, false}}, NULL);
+  cn_update *u3 = cn_graph_update(g, (cn_tref){diag, false}, true, CN_OP_ADD, CN_OP_ID, 1,
+                                  (cn_tref[]){{delta, false}}, "i=>ii");
+  CHECK_MSG(loss && u1 && u2 && u3, "%s", cn_ctx_error(ctx));
+  CHECK(cn_graph_update(g, (cn_tref){c, true}, true, CN_OP_ADD, CN_OP_ID, 1,
+                        (cn_tref[]){{p, false}}, NULL) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "\"c\".grad does not exist");
+  if (loss && u1 && u2 && u3) {
+    run(ctx, cn_graph_init_params(g, loss), backend, "upd_init");
+    run(ctx, cn_graph_grad_update(g, loss), backend, "upd_grad");
+    cn_asgn *steps[5] = {cn_graph_forward(g, decay), cn_graph_forward(g, lr),
+                         cn_graph_update_code(g, u1), cn_graph_update_code(g, u2),
+                         cn_graph_update_code(g, u3)};
+    bool ok = steps[0] && steps[1] && steps[2] && steps[3] && steps[4];
+    CHECK_MSG(ok, "%s", cn_ctx_error(ctx));
+    if (ok) run(ctx, cn_asgn_seq(ctx, 5, steps), backend, "upd_sgd");
+    CHECK_STR(cn_tensor_shape(diag), "|->3,3");
+    double got[9], want_p[3], pv[3] = {1, 2, 3}, cv[3] = {0.5, -1, 2};
+    for (int i = 0; i < 3; i++) want_p[i] = pv[i] - 0.5 * (cv[i] + 0.1 * pv[i]);
+    CHECK(cn_node_get_values(cn_tensor_value(p), false, got, 3) == CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], want_p[i], 1e-12);
+    CHECK(cn_node_get_values(cn_tensor_value(diag), false, got, 9) == CN_OK);
+    for (int i = 0; i < 9; i++)
+      CHECK_NEAR(got[i], i % 4 == 0 ? cv[i / 4] + 0.1 * pv[i / 4] : 0, 1e-12);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  test_format();
+  for (int b = 0; b < 2; b++) test_updates(backends[b]);
   for (int b = 0; b < 2; b++) test_micrograd(backends[b]);
   CHECK_DONE();
 }

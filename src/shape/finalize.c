@@ -1,7 +1,8 @@
 /* Finalization (shape.h, cn_shape_finalize): once online propagation is stuck, close what is
  * left in stages, each retried after propagation digests the previous one's binding: leaves close
  * upward to the least upper bound of their uses (rows, then dims), results close to the fewest
- * axes their operands need, Total_elems closes its row, and finally guessing: a parameter's open
+ * axes their operands need, Total_elems closes its row, intermediates whose operand rows are
+ * still open close upward to their uses, and finally guessing: a parameter's open
  * dimension is an error, other row variables become "no more axes" and dim variables their
  * minimum size.
  *
@@ -23,8 +24,11 @@ static bool same_dim(cn_shape_env *env, cn_dim *a, cn_dim *b) {
 
 /* Leaves close upward: a row variable w whose every pending use is "flat row ⊑ w" becomes the
  * least upper bound of those rows (the common right-aligned axes; dims that disagree become a
- * fresh dim with the same inequalities, closed in turn). */
-static result close_row_upward(cn_shape_env *env) {
+ * fresh dim with the same inequalities, closed in turn). With `through`, w may also be the result
+ * (sub) of constraints whose operand still has a row variable: an intermediate between a
+ * parameter and a use that fixes its axes (`w * x` in `b + w * x`) takes the axes of its uses,
+ * which then reach the parameter as it closes upward in turn. */
+static result close_row_upward_(cn_shape_env *env, bool through) {
   for (int w = 0; w < env->n_rows; w++) {
     if (env->row_bind[w]) continue;
     int uses = 0, m = INT_MAX;
@@ -34,7 +38,7 @@ static result close_row_upward(cn_shape_env *env) {
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return R_FAIL;
-      if (sub->var == w) blocked = true;
+      if (sub->var == w && (!through || sup->var < 0)) blocked = true;
       if (sup->var != w) continue;
       if (sub->var >= 0 || sup->n_lead || sup->n_trail) {
         blocked = true;
@@ -71,6 +75,15 @@ static result close_row_upward(cn_shape_env *env) {
     return R_DONE;
   }
   return R_PEND;
+}
+
+static result close_row_upward(cn_shape_env *env) {
+  return close_row_upward_(env, false);
+}
+
+/* Runs only when the leaves, the results and Total_elems are closed, just before guessing. */
+static result close_row_through(cn_shape_env *env) {
+  return close_row_upward_(env, true);
 }
 
 /* A dim variable whose every pending use is "solved ⊑ v" becomes their least upper bound: the
@@ -283,8 +296,9 @@ static result guess(cn_shape_env *env) {
 }
 
 cn_status cn_shape_finalize(cn_shape_env *env) {
-  result (*const stages[])(cn_shape_env *) = {close_row_upward, close_dim_upward,
-                                              close_row_to_operands, close_total, guess};
+  result (*const stages[])(cn_shape_env *) = {close_row_upward,      close_dim_upward,
+                                              close_row_to_operands, close_total,
+                                              close_row_through,     guess};
   for (;;) {
     cn_status st = cn_shape_propagate(env);
     if (st != CN_OK) return st;

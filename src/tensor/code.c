@@ -56,10 +56,16 @@ static cn_asgn *fetch_code(cn_tensor *t) {
   case CN_TF_EMBED_SELF_ID: return cn_asgn_fetch_embed_self_id(ctx, t->value);
   case CN_TF_EMBED_SYMBOL: return cn_asgn_fetch_embed_symbol(ctx, t->value, t->sym);
   case CN_TF_EMBED_DIM: {
-    /* the operand's axis, read when lowered: its size is final once materialized */
+    /* the axis of args[0] (referenced for its shape, not an operand: n_args is 0), read when
+     * lowered: its size is final once materialized */
     int64_t *dim = cn_alloc(ctx, sizeof *dim);
     if (!dim) return NULL;
-    *dim = cn_node_dim(t->args[0]->value, t->embed_axis);
+    cn_tensor *of = t->args[0];
+    if ((*dim = cn_node_dim(of->value, t->embed_axis)) < 0) {
+      cn_fail(ctx, CN_ERR_INVALID, "embed_dim: \"%s\" (#%d) has no axis %d (shape %s)", of->label,
+              of->id, t->embed_axis, cn_tensor_shape(of));
+      return NULL;
+    }
     return cn_asgn_fetch_embed_dim(ctx, t->value, dim);
   }
   }
@@ -73,7 +79,8 @@ static cn_status own_code(cn_tensor *t, asgn_list *out) {
   case CN_TK_NUMBER:
     return add(out, t->number_bits ? cn_asgn_fetch_constant_bits(ctx, t->value, t->bits)
                                    : cn_asgn_fetch_constant(ctx, t->value, t->number));
-  case CN_TK_DATA: return CN_OK; /* copied into the node at materialization */
+  case CN_TK_DATA: return CN_OK;   /* copied into the node at materialization */
+  case CN_TK_BUFFER: return CN_OK; /* written by standalone updates only */
   case CN_TK_FETCH: return add(out, fetch_code(t));
   case CN_TK_ACCUM:
   case CN_TK_PARAM: return add(out, cn_tensor_forward_asgn(t));

@@ -84,7 +84,7 @@ static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
 }
 
 cn_status cn_graph_materialize(cn_graph *g) {
-  if (g->n_materialized == g->n_tensors) return CN_OK;
+  if (g->n_materialized == g->n_tensors && g->n_updates_materialized == g->n_updates) return CN_OK;
   cn_status st = cn_shape_finalize(g->shapes);
   if (st != CN_OK) return st;
   for (int i = g->n_materialized; i < g->n_tensors; i++) {
@@ -92,6 +92,11 @@ cn_status cn_graph_materialize(cn_graph *g) {
     if (!(t->proj = cn_proj_infer(g->projs, t->sop, t->has_slice ? &t->slice : NULL)))
       return g->ctx->status;
   }
+  for (int i = g->n_updates_materialized; i < g->n_updates; i++) {
+    cn_update *u = g->updates[i];
+    if (!(u->proj = cn_proj_infer(g->projs, u->sop, NULL))) return g->ctx->status;
+  }
+  g->n_updates_materialized = g->n_updates;
   cn_proj_freeze_padding(g->projs);
   for (int i = g->n_materialized; i < g->n_tensors; i++) {
     cn_tensor *t = g->tensors[i];

@@ -202,8 +202,12 @@ static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
       cn_fail(ctx, CN_ERR_INVALID, "%s: operand %d is NULL", cn_op_name(prim), i + 1);
       return NULL;
     }
-  cn_tensor *t = cn_tensor_new(g, label, CN_TK_ACCUM, result_prec(g, prim, n, operands), NULL,
-                               logic, args, n, operands);
+  cn_prec prec = result_prec(g, prim, n, operands);
+  /* 128-bit words do not add: a pointwise op producing uint4x32 (the threefry hashes) is the
+   * plain `=:` (Arg2), which needs no neutral element since the pointwise LHS map is bijective */
+  if (logic == CN_SL_POINTWISE && accum == CN_OP_ADD && cn_prec_kind_of(prec) == CN_PKIND_BITS)
+    accum = CN_OP_ARG2;
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_ACCUM, prec, NULL, logic, args, n, operands);
   if (!t) return NULL;
   t->accum = accum;
   t->prim = prim;

@@ -24,7 +24,8 @@ typedef enum {
   CN_TK_FETCH,  /* a fetch op: range_over_offsets, embed_self_id, embed_symbol, embed_dim */
   CN_TK_ACCUM,  /* v =:accum prim(v1, ...) over the operation's projections */
   CN_TK_VEC,    /* v = vec_op(v1): a vectorized conversion (Set_vec_unop) */
-  CN_TK_PARAM   /* a parameter: v =: init (held out of forward code) */
+  CN_TK_PARAM,  /* a parameter: v =: init (held out of forward code) */
+  CN_TK_BUFFER  /* a node written only by standalone updates (zero-filled at creation) */
 } cn_tensor_kind;
 
 typedef enum {
@@ -65,6 +66,19 @@ struct cn_tensor {
   unsigned visit; /* traversal mark (graph epoch) */
 };
 
+/* A standalone assignment (seed 001's producer regime): it contributes its own constraint to
+ * shape and projection inference through its logic, and its record is inferred with the
+ * tensors' at materialization. */
+struct cn_update {
+  cn_tref lhs;
+  bool init;
+  cn_op accum, prim;
+  int n_args;
+  cn_tref args[3];
+  cn_shape_op *sop;
+  cn_proj *proj;
+};
+
 struct cn_graph {
   cn_ctx *ctx;
   cn_shape_env *shapes;
@@ -73,6 +87,8 @@ struct cn_graph {
   cn_tensor **tensors;
   int n_tensors, cap_tensors;
   int n_materialized;
+  cn_update **updates;
+  int n_updates, cap_updates, n_updates_materialized;
   bool padding_frozen;
   unsigned epoch;
   uint32_t seed;
@@ -84,8 +100,11 @@ struct cn_graph {
 cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn_prec prec,
                          const cn_shape_row_spec *rows, cn_shape_kind logic,
                          const cn_shape_args *args, int n_args, cn_tensor *const *operands);
-/* Materializes every tensor built so far (see the lifecycle above). */
+/* Materializes every tensor and update built so far (see the lifecycle above). */
 cn_status cn_graph_materialize(cn_graph *g);
+/* The node a reference designates (after materialization); NULL with a message if it is a
+ * gradient the tensor does not have. */
+cn_node *cn_tref_node(cn_tref ref);
 
 /* ---- Assignments from projections (deriv.c) ---- */
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */

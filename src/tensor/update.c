@@ -1,0 +1,103 @@
+/* Standalone assignments (seed 001 "producer regime"): an update names tensors' values or
+ * gradients by reference, contributes its own shape constraint through its logic ("." pointwise,
+ * "@" compose, "T" transpose, an einsum spec), gets its projections inferred with the tensors' at
+ * materialization, and lowers to one Accum_op. Buffers are the nodes such updates introduce
+ * (a %cd inline declaration, an optimizer's state). */
+#include "tensor/tensor.h"
+
+#include "shape/einsum.h"
+
+#include <string.h>
+
+static const cn_shape_row_spec *rows_or_null(const cn_dims *dims, cn_shape_row_spec rows[3]) {
+  if (!dims) return NULL;
+  const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
+  for (int k = 0; k < CN_N_ROWS; k++)
+    rows[k] = (cn_shape_row_spec){axes[k]->n >= 0, axes[k]->n > 0 ? axes[k]->n : 0, axes[k]->dims,
+                                  axes[k]->labels};
+  return rows;
+}
+
+cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims) {
+  cn_shape_row_spec rows[CN_N_ROWS];
+  return cn_tensor_new(g, label, CN_TK_BUFFER, g->prec, rows_or_null(dims, rows), CN_SL_TERMINAL,
+                       NULL, 0, NULL);
+}
+
+cn_node *cn_tref_node(cn_tref ref) {
+  if (!ref.grad) return ref.tensor->value;
+  if (!ref.tensor->grad)
+    cn_fail(ref.tensor->g->ctx, CN_ERR_INVALID, "\"%s\" (#%d) has no gradient", ref.tensor->label,
+            ref.tensor->id);
+  return ref.tensor->grad;
+}
+
+static bool check_ref(cn_graph *g, cn_tref ref, const char *what) {
+  if (!ref.tensor || ref.tensor->g != g) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "update: the %s is %s", what,
+            ref.tensor ? "a tensor of another graph" : "NULL");
+    return false;
+  }
+  if (ref.grad && !ref.tensor->diff) {
+    cn_fail(g->ctx, CN_ERR_INVALID,
+            "update: the %s \"%s\".grad does not exist (not differentiable)", what,
+            ref.tensor->label);
+    return false;
+  }
+  return true;
+}
+
+cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim, int n_args,
+                           const cn_tref *args, const char *logic) {
+  cn_ctx *ctx = g->ctx;
+  if (n_args < 1 || n_args > 3 || n_args != cn_op_arity(prim)) {
+    cn_fail(ctx, CN_ERR_INVALID, "update: %s takes %d operand(s), got %d", cn_op_name(prim),
+            cn_op_arity(prim), n_args);
+    return NULL;
+  }
+  if (!check_ref(g, lhs, "target")) return NULL;
+  for (int i = 0; i < n_args; i++)
+    if (!check_ref(g, args[i], "operand")) return NULL;
+  cn_shape_kind kind = CN_SL_POINTWISE;
+  cn_shape_args sargs;
+  memset(&sargs, 0, sizeof sargs);
+  if (logic && strcmp(logic, "@") == 0) {
+    kind = CN_SL_COMPOSE;
+  } else if (logic && strcmp(logic, "T") == 0) {
+    kind = CN_SL_TRANSPOSE;
+  } else if (logic && strcmp(logic, ".") != 0) {
+    kind = CN_SL_EINSUM;
+    if (!(sargs.spec = cn_einsum_parse(ctx, logic))) return NULL;
+  }
+  cn_update *u = cn_alloc(ctx, sizeof *u);
+  if (!u || !cn_arena_grow(ctx, (void **)&g->updates, &g->cap_updates, g->n_updates + 1,
+                           sizeof(cn_update *)))
+    return NULL;
+  cn_shape *rhs[3];
+  for (int i = 0; i < n_args; i++) {
+    u->args[i] = args[i];
+    rhs[i] = args[i].tensor->shape;
+  }
+  u->lhs = lhs;
+  u->init = init;
+  u->accum = accum;
+  u->prim = prim;
+  u->n_args = n_args;
+  if (!(u->sop = cn_shape_add_op(g->shapes, kind, &sargs, lhs.tensor->shape, rhs, n_args)))
+    return NULL;
+  g->updates[g->n_updates++] = u;
+  return u;
+}
+
+cn_asgn *cn_graph_update_code(cn_graph *g, cn_update *u) {
+  if (!u) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "update code of a NULL update");
+    return NULL;
+  }
+  if (cn_graph_materialize(g) != CN_OK) return NULL;
+  cn_buffer buf[3];
+  for (int i = 0; i < u->n_args; i++) buf[i] = (cn_buffer){cn_tref_node(u->args[i]), false};
+  cn_node *lhs = cn_tref_node(u->lhs);
+  if (!lhs) return NULL;
+  return cn_asgn_accum(g->ctx, u->init, u->accum, lhs, u->prim, buf, u->proj);
+}
