@@ -51,7 +51,6 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
   cn_tensor *t = cn_alloc(ctx, sizeof *t);
   if (!t) return NULL;
   t->g = g;
-  t->id = g->n_tensors + 1;
   t->label = cn_strdup(ctx, label ? label : "");
   t->prec = prec;
   t->kind = kind;
@@ -60,6 +59,7 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
   if (!t->label) return NULL;
   bool is_param = kind == CN_TK_PARAM;
   if (!(t->shape = cn_shape_new(g->shapes, t->label, is_param, rows))) return NULL;
+  t->id = t->shape->id; /* so that shape messages name the tensor by its own id */
   cn_shape *rhs[3];
   for (int i = 0; i < n_args; i++) rhs[i] = operands[i]->shape;
   if (!(t->sop = cn_shape_add_op(g->shapes, logic, args, t->shape, rhs, n_args))) return NULL;

@@ -37,7 +37,7 @@ typedef enum {
 
 struct cn_tensor {
   cn_graph *g;
-  int id; /* 1-based, in creation order; embed_self_id embeds it */
+  int id; /* its shape's id: 1-based, increasing in creation order */
   const char *label;
   cn_prec prec;
   cn_tensor_kind kind;
