@@ -1064,6 +1064,50 @@ cn_status cn_shape_solve(cn_shape_env *env, const cn_shape_op *op, const cn_shap
   return CN_OK;
 }
 
+static const cn_shape *super_shape(const pending *p) {
+  if (!p->op || p->c.b.slot < 0) return NULL;
+  return p->c.b.slot == 0 ? p->op->lhs : p->op->rhs[p->c.b.slot - 1];
+}
+
+/* Two pending `w ⊑ R1`, `w ⊑ R2` over one open result row w with closed operand rows: w must
+ * broadcast to both, so their right-aligned solved dims must agree or be 1. Checked for the
+ * constraints of the operation just added, so a pointwise operation over operands that can
+ * never broadcast together fails when it is built, not at finalization. */
+static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op) {
+  for (int i = 0; i < env->n_pend; i++) {
+    const pending *p = &env->pend[i];
+    if (p->done || p->op != op || p->c.kind != CN_SC_ROW_INEQ) continue;
+    cn_row *w = cn_row_resolve(env, p->c.r1), *r1 = cn_row_resolve(env, p->c.r2);
+    if (!w || !r1) return CN_ERR_NOMEM;
+    if (w->var < 0 || w->n_lead || w->n_trail || r1->var >= 0) continue;
+    for (int j = 0; j < env->n_pend; j++) {
+      const pending *q = &env->pend[j];
+      if (j == i || q->done || q->c.kind != CN_SC_ROW_INEQ || (q->op == op && j < i)) continue;
+      cn_row *w2 = cn_row_resolve(env, q->c.r1), *r2 = cn_row_resolve(env, q->c.r2);
+      if (!w2 || !r2) return CN_ERR_NOMEM;
+      if (w2->var != w->var || w2->n_lead || w2->n_trail || r2->var >= 0) continue;
+      int n = r1->n_trail < r2->n_trail ? r1->n_trail : r2->n_trail;
+      for (int k = 1; k <= n; k++) {
+        cn_dim *a = cn_dim_resolve(env, r1->trail[r1->n_trail - k]);
+        cn_dim *b = cn_dim_resolve(env, r2->trail[r2->n_trail - k]);
+        if (!a || !b) return CN_ERR_NOMEM;
+        if (a->kind != CN_DIM_SOLVED || b->kind != CN_DIM_SOLVED || a->size == b->size ||
+            a->size == 1 || b->size == 1)
+          continue;
+        const cn_shape *sa = super_shape(p), *sb = super_shape(q);
+        char what[320];
+        snprintf(what, sizeof what,
+                 "operands that cannot broadcast together: axis %d of the %s row has size %lld in "
+                 "\"%s\" (#%d) and %lld in \"%s\" (#%d)",
+                 -k, cn_row_kind_name(q->c.b.row), (long long)a->size, sa ? sa->label : "?",
+                 sa ? sa->id : 0, (long long)b->size, sb ? sb->label : "?", sb ? sb->id : 0);
+        return cn_sv_pending_conflict(env, q, what);
+      }
+    }
+  }
+  return CN_OK;
+}
+
 cn_status cn_shape_propagate(cn_shape_env *env) {
   long before;
   do {
@@ -1171,7 +1215,7 @@ cn_shape_op *cn_shape_add_op(cn_shape_env *env, cn_shape_kind kind, const cn_sha
   bool ok = true;
   for (int i = 0; i < op->n_constraints && ok; i++)
     ok = cn_shape_solve(env, op, &op->constraints[i]) == CN_OK;
-  ok = ok && cn_shape_propagate(env) == CN_OK;
+  ok = ok && cn_shape_propagate(env) == CN_OK && check_joint_bounds(env, op) == CN_OK;
   env->trailing = false;
   if (!ok) {
     rollback(env, n_pend);
