@@ -150,7 +150,26 @@ static void test_updates(cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
+/* Operands that can never broadcast together are rejected by the call that builds the
+ * operation, naming both, and the graph stays usable. */
+static void test_broadcast_conflict(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d6 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){6}, NULL}};
+  cn_dims d8 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){8}, NULL}};
+  double v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  cn_tensor *a = cn_tensor_data(g, "a", &d6, v, 6), *b = cn_tensor_data(g, "b", &d8, v, 8);
+  CHECK(op2(g, CN_OP_ADD, a, b) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "axis -1 of the output row has size 6 in \"a\" (#1) and 8 in "
+                               "\"b\" (#2)");
+  cn_tensor *n = op1(g, CN_OP_NEG, a);
+  CHECK_MSG(n && cn_tensor_value(n) != NULL, "%s", cn_ctx_error(ctx));
+  CHECK_STR(n ? cn_tensor_shape(n) : NULL, "|->6");
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  test_broadcast_conflict();
   test_format();
   for (int b = 0; b < 2; b++) test_updates(backends[b]);
   for (int b = 0; b < 2; b++) test_micrograd(backends[b]);
