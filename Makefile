@@ -6,7 +6,9 @@
 #   make build     configure build/ (RelWithDebInfo) and build everything
 #   make test      gcc build + ctest; ASan+UBSan build (build-asan/) + ctest; clang build
 #                  (build-clang/) + ctest; clang-format check; valgrind run of test_routine
-#   make demo      build and run the demo (examples/demo.c)
+#   make demo      build and run the half-moons training demo (examples/moons.c; writes
+#                  build/moons.svg)
+#   make bench     install python3-torch when missing, build, run the benchmarks (bench/)
 #   make install   install under PREFIX (default /usr/local)
 #   make format    clang-format every C file in place
 #   make clean     remove the build directories
@@ -18,8 +20,8 @@ DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
-.PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind demo install \
-        format clean
+.PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind demo bench \
+        install format clean
 
 deps:
 	@missing=""; \
@@ -67,7 +69,19 @@ test-valgrind: build
 	  build/test_routine
 
 demo: build
-	build/example_demo
+	build/example_moons build/moons.svg
+
+# The PyTorch baseline of bench_moons comes from Debian's python3-torch (large, so only here,
+# never a dependency of `make test`).
+bench: deps
+	@dpkg -s python3-torch 2>/dev/null | grep -q '^Status: install ok installed' || { \
+	  echo "installing: python3-torch"; \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    python3-torch; }
+	$(MAKE) --no-print-directory build
+	build/bench_bench_matmul
+	build/bench_bench_moons
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -1,0 +1,94 @@
+/* Benchmark: one half-moons training step (forward + backward + SGD update of a batch of 10 on
+ * the MLP 2 -> 16 -> 16 -> 1 of examples/moons.c, included here) as cannl's compiled routine on
+ * generated C, and the same model and step in PyTorch (bench_moons.py next to this file, run by
+ * /usr/bin/python3 from this program, one thread). Each side runs the first epoch's 80 steps as a
+ * warm-up and then times the 6400 steps of the full training run (80 epochs, the learning-rate
+ * schedule included; compilation is not timed); the
+ * benchmark prints both times per step and their ratio. Without python3-torch it says so and
+ * prints cannl's time only (`make bench` installs it). It fails (exit 1) only if cannl fails. */
+#define MOONS_NO_MAIN
+#include "../examples/moons.c"
+
+#include <time.h>
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  bool ran, missing;
+  double step_us, final_loss;
+  char version[64];
+} torch_result;
+
+/* Runs the PyTorch side; `ran` is false (with `missing` when torch is not installed) if it could
+ * not produce a time. */
+static torch_result run_torch(int steps) {
+  torch_result r = {false, false, 0, 0, ""};
+  const char *file = __FILE__, *slash = strrchr(file, '/');
+  int dir = slash ? (int)(slash - file + 1) : 0;
+  char cmd[4096];
+  if (strchr(file, '\'') ||
+      snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%.*sbench_moons.py' %d 2>&1", dir, file,
+               steps) >= (int)sizeof cmd)
+    return r;
+  FILE *p = popen(cmd, "r");
+  if (!p) return r;
+  char line[512];
+  bool have_time = false, have_loss = false;
+  while (fgets(line, sizeof line, p)) {
+    if (strncmp(line, "torch=missing", 13) == 0) r.missing = true;
+    if (sscanf(line, "step_us=%lf", &r.step_us) == 1) have_time = true;
+    if (sscanf(line, "final_epoch_loss=%lf", &r.final_loss) == 1) have_loss = true;
+    if (sscanf(line, "version=%63s", r.version) == 1) continue;
+    if (!have_time && !r.missing && strncmp(line, "threads=", 8) != 0)
+      fprintf(stderr, "bench_moons: python: %s", line);
+  }
+  int status = pclose(p);
+  r.ran = status == 0 && have_time && have_loss;
+  return r;
+}
+
+int main(void) {
+  enum { STEPS = MOONS_EPOCHS * MOONS_BATCHES };
+  static moons m;
+  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  cn_status st = moons_build(&m, &cfg);
+  double loss, epoch_loss[MOONS_EPOCHS], elapsed = 0;
+  /* warm-up: the first epoch's steps; then the whole run, as the demo trains */
+  for (int s = 0; s < MOONS_BATCHES && st == CN_OK; s++) st = moons_train_step(&m, s, &loss);
+  if (st == CN_OK) {
+    double start = now_seconds();
+    st = moons_train(&m, epoch_loss, NULL, NULL);
+    elapsed = now_seconds() - start;
+  }
+  static double f[MOONS_POINTS];
+  if (st == CN_OK) st = moons_eval(&m, MOONS_POINTS, m.xy, f);
+  if (st != CN_OK) {
+    fprintf(stderr, "bench_moons: %s\n", m.ctx ? cn_ctx_error(m.ctx) : "out of memory");
+    moons_destroy(&m);
+    return 1;
+  }
+  double cannl_us = elapsed * 1e6 / STEPS;
+  printf("half-moons training step (forward + backward + SGD update, batch %d, MLP 2-%d-%d-1), "
+         "mean over %d steps after a warm-up epoch\n",
+         MOONS_BATCH, MOONS_HIDDEN, MOONS_HIDDEN, STEPS);
+  printf("  cannl, generated C  %10.3f us   (final epoch loss %.5f, accuracy %.2f%%)\n", cannl_us,
+         epoch_loss[MOONS_EPOCHS - 1], 100 * moons_accuracy(&m, f));
+  moons_destroy(&m);
+  torch_result t = run_torch(STEPS);
+  if (t.ran) {
+    printf("  PyTorch %-11s %10.3f us   (final epoch loss %.5f; one thread)\n", t.version,
+           t.step_us, t.final_loss);
+    printf("  ratio               %10.1f x (PyTorch / cannl)\n",
+           cannl_us > 0 ? t.step_us / cannl_us : INFINITY);
+  } else if (t.missing) {
+    printf("  PyTorch: python3-torch is not installed (`make bench` installs it); cannl's time "
+           "only\n");
+  } else {
+    printf("  PyTorch: /usr/bin/python3 could not run bench_moons.py; cannl's time only\n");
+  }
+  return 0;
+}

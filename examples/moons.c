@@ -1,0 +1,554 @@
+/* The half-moons classifier, trained end to end (`make demo`): 800 points of two noisy
+ * interleaved half circles, an MLP 2 -> 16 -> 16 -> 1 with relu, the hinge loss
+ * relu(1 - y * f(x)) averaged over batches of 10, SGD with weight decay 1e-4 and a learning rate
+ * decaying linearly from 0.2 to 0.1 over the 80 epochs. It prints a progress bar with the running
+ * loss, the epoch loss curve, the final training accuracy and an ASCII map of the decision
+ * boundary, and writes an SVG of the points with the boundary (argv[1], default moons.svg next to
+ * the program). Options: --seed=N (the data generator's seed), --interp (the reference
+ * interpreter instead of generated C). Exits 1 if anything fails or the run misses the goal
+ * (final epoch loss < 0.1, training accuracy >= 98%), 2 on a bad command line.
+ *
+ * The model is written as OCANNL writes it: `w3 * relu(b2 + w2 * relu(b1 + w1 * x))` with only
+ * the biases' output size given; the rest (w1's input from the data, the hidden sizes of w1 and
+ * w2, w3's shape from the loss) is inferred. The data is one tensor with batch axes
+ * [80 steps, 10], sliced per step by the static index symbol batch_n; the learning rate is a tensor
+ * expression over a second symbol, step_n. Forward, backward and update are one routine, compiled
+ * once and run 6400 times with the two symbols bound.
+ *
+ * tests/test_moons.c and bench/bench_moons.c include this file with MOONS_NO_MAIN defined, so the
+ * data generator, the model and the training loop exist once; everything above the
+ * MOONS_NO_MAIN section is used by both. */
+#include "cannl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+  MOONS_POINTS = 800,
+  MOONS_BATCH = 10,
+  MOONS_BATCHES = MOONS_POINTS / MOONS_BATCH, /* steps per epoch */
+  MOONS_HIDDEN = 16,
+  MOONS_EPOCHS = 80,
+};
+#define MOONS_NOISE        0.1
+#define MOONS_LR_START     0.2
+#define MOONS_LR_END       0.1
+#define MOONS_WEIGHT_DECAY 1e-4
+#define MOONS_SEED         1
+#define MOONS_PI           3.14159265358979323846
+
+/* ---- The data ------------------------------------------------------------------------------ */
+
+/* splitmix64: a seeded, portable generator, so every machine sees the same points. */
+static uint64_t moons_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* In [0, 1), 53 bits. */
+static double moons_uniform(uint64_t *state) {
+  return (double)(moons_next(state) >> 11) * 0x1p-53;
+}
+
+/* A standard normal sample (Box-Muller; 1 - u lies in (0, 1], so the log is finite). */
+static double moons_gaussian(uint64_t *state) {
+  double u = 1.0 - moons_uniform(state), v = moons_uniform(state);
+  return sqrt(-2.0 * log(u)) * cos(2.0 * MOONS_PI * v);
+}
+
+/* Point i is (x, y) = xy[2i], xy[2i+1] with label labels[i]: even points lie on the upper half
+ * circle (cos t, sin t), label +1; odd points on the lower one (1 - cos t, 0.5 - sin t), label -1;
+ * t uniform in [0, pi) and Gaussian noise of standard deviation `noise` on each coordinate. The
+ * interleaving puts five points of each class in every batch of 10. */
+static void moons_generate(uint64_t seed, double noise, double *xy, double *labels) {
+  uint64_t state = seed;
+  for (int i = 0; i < MOONS_POINTS; i++) {
+    double t = MOONS_PI * moons_uniform(&state);
+    bool upper = i % 2 == 0;
+    double x = upper ? cos(t) : 1.0 - cos(t), y = upper ? sin(t) : 0.5 - sin(t);
+    xy[2 * i] = x + noise * moons_gaussian(&state);
+    xy[2 * i + 1] = y + noise * moons_gaussian(&state);
+    labels[i] = upper ? 1.0 : -1.0;
+  }
+}
+
+/* ---- The model ----------------------------------------------------------------------------- */
+
+typedef struct {
+  int epochs;    /* the learning rate decays over all of them */
+  uint64_t seed; /* the data generator's seed */
+  cn_backend_kind backend;
+} moons_config;
+
+typedef struct {
+  moons_config cfg;
+  cn_ctx *ctx;
+  cn_graph *g;
+  double xy[2 * MOONS_POINTS], labels[MOONS_POINTS];
+  cn_symbol batch_n, step_n;
+  cn_tensor *w1, *b1, *w2, *b2, *w3;
+  cn_tensor *loss, *learning_rate;
+  cn_routine *step; /* forward + backward + SGD update of one batch */
+} moons;
+
+/* Helpers that propagate a NULL without building anything, so the first failure's message is
+ * the one left in the context. */
+static cn_tensor *moons_op2(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
+  return a && b ? cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b}) : NULL;
+}
+static cn_tensor *moons_relu(cn_graph *g, cn_tensor *a) {
+  return a ? cn_tensor_apply(g, CN_OP_RELU, 1, &a) : NULL;
+}
+static cn_tensor *moons_matmul(cn_graph *g, cn_tensor *w, cn_tensor *x) {
+  return w && x ? cn_tensor_compose(g, CN_OP_ADD, CN_OP_MUL, w, x) : NULL;
+}
+
+/* f(x) = w3 * relu(b2 + w2 * relu(b1 + w1 * x)): one output per example (x's batch axes). */
+static cn_tensor *moons_mlp(moons *m, cn_tensor *x) {
+  cn_graph *g = m->g;
+  cn_tensor *h1 = moons_relu(g, moons_op2(g, CN_OP_ADD, m->b1, moons_matmul(g, m->w1, x)));
+  cn_tensor *h2 = moons_relu(g, moons_op2(g, CN_OP_ADD, m->b2, moons_matmul(g, m->w2, h1)));
+  return moons_matmul(g, m->w3, h2);
+}
+
+static cn_status moons_fail(cn_ctx *ctx) {
+  return cn_ctx_status(ctx) != CN_OK ? cn_ctx_status(ctx) : CN_ERR_INVALID;
+}
+
+/* Builds the graph, compiles the init and step routines and initializes the parameters. On
+ * failure the context holds the message; moons_destroy releases everything either way. */
+static cn_status moons_build(moons *m, const moons_config *cfg) {
+  m->cfg = *cfg;
+  moons_generate(cfg->seed, MOONS_NOISE, m->xy, m->labels);
+  if (!(m->ctx = cn_ctx_create())) return CN_ERR_NOMEM;
+  cn_ctx *ctx = m->ctx;
+  cn_graph *g = m->g = cn_graph_create(ctx);
+  if (!g) return moons_fail(ctx);
+  int64_t total_steps = (int64_t)cfg->epochs * MOONS_BATCHES;
+  m->batch_n = cn_symbol_create(ctx, "batch_n", MOONS_BATCHES);
+  m->step_n = cn_symbol_create(ctx, "step_n", total_steps);
+  if (m->batch_n < 0 || m->step_n < 0) return moons_fail(ctx);
+
+  /* the data: batch axes [steps per epoch, batch], the points' coordinates as one output axis */
+  const int64_t batch_dims[2] = {MOONS_BATCHES, MOONS_BATCH}, coords = 2;
+  const cn_dims points_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, {1, &coords, NULL}};
+  const cn_dims labels_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, CN_AXES_NONE};
+  cn_tensor *points = cn_tensor_data(g, "moons", &points_dims, m->xy, 2 * MOONS_POINTS);
+  cn_tensor *classes =
+      points ? cn_tensor_data(g, "moons_classes", &labels_dims, m->labels, MOONS_POINTS) : NULL;
+  if (!classes) return moons_fail(ctx);
+  cn_tensor *x = cn_tensor_batch_slice(g, points, m->batch_n);
+  cn_tensor *y = x ? cn_tensor_batch_slice(g, classes, m->batch_n) : NULL;
+  if (!y) return moons_fail(ctx);
+
+  /* parameters: only the biases' output size is given; the default init is 0.5 (uniform1 - 0.5) */
+  const int64_t hidden = MOONS_HIDDEN;
+  const cn_dims bias_dims = {CN_AXES_NONE, CN_AXES_NONE, {1, &hidden, NULL}};
+  if (!(m->w1 = cn_tensor_param(g, "w1", NULL, NULL)) ||
+      !(m->b1 = cn_tensor_param(g, "b1", &bias_dims, NULL)) ||
+      !(m->w2 = cn_tensor_param(g, "w2", NULL, NULL)) ||
+      !(m->b2 = cn_tensor_param(g, "b2", &bias_dims, NULL)) ||
+      !(m->w3 = cn_tensor_param(g, "w3", NULL, NULL)))
+    return moons_fail(ctx);
+
+  /* hinge loss, summed over the batch by an einsum and divided by the batch size */
+  cn_tensor *margin = moons_relu(g, moons_op2(g, CN_OP_SUB, cn_tensor_number(g, 1),
+                                              moons_op2(g, CN_OP_MUL, y, moons_mlp(m, x))));
+  cn_tensor *sum =
+      margin ? cn_tensor_einsum(g, "...|... => 0", CN_OP_ADD, CN_OP_ID, 1, &margin) : NULL;
+  m->loss = moons_op2(g, CN_OP_DIV, sum, cn_tensor_number(g, MOONS_BATCH));
+  /* learning_rate = start - (start - end) * step_n / total_steps */
+  cn_tensor *progress = moons_op2(g, CN_OP_DIV, cn_tensor_embed_symbol(g, m->step_n),
+                                  cn_tensor_number(g, (double)total_steps));
+  m->learning_rate = moons_op2(
+      g, CN_OP_SUB, cn_tensor_number(g, MOONS_LR_START),
+      moons_op2(g, CN_OP_MUL, cn_tensor_number(g, MOONS_LR_START - MOONS_LR_END), progress));
+  if (!m->loss || !m->learning_rate || cn_tensor_set_label(m->loss, "loss") != CN_OK ||
+      cn_tensor_set_label(m->learning_rate, "learning_rate") != CN_OK)
+    return moons_fail(ctx);
+
+  cn_asgn *init = cn_graph_init_params(g, m->loss);
+  cn_routine *init_routine =
+      init ? cn_routine_compile(ctx, init, cfg->backend, "moons_init") : NULL;
+  if (!init_routine || cn_routine_run(init_routine) != CN_OK) return moons_fail(ctx);
+  cn_routine_free(init_routine);
+
+  const cn_sgd sgd = {m->learning_rate, 0.0, MOONS_WEIGHT_DECAY, false};
+  cn_asgn *parts[2] = {cn_graph_grad_update(g, m->loss), NULL};
+  parts[1] = parts[0] ? cn_graph_sgd_update(g, m->loss, &sgd) : NULL;
+  cn_asgn *step = parts[1] ? cn_asgn_seq(ctx, 2, parts) : NULL;
+  m->step = step ? cn_routine_compile(ctx, step, cfg->backend, "moons_step") : NULL;
+  return m->step ? CN_OK : moons_fail(ctx);
+}
+
+/* One training step (global step number `step`, batch step % 80); *loss is the batch's loss
+ * before the update. */
+static cn_status moons_train_step(moons *m, int64_t step, double *loss) {
+  if (cn_routine_bind(m->step, m->batch_n, step % MOONS_BATCHES) != CN_OK ||
+      cn_routine_bind(m->step, m->step_n, step) != CN_OK || cn_routine_run(m->step) != CN_OK)
+    return moons_fail(m->ctx);
+  cn_node *value = cn_tensor_value(m->loss);
+  return value ? cn_node_get_values(value, false, loss, 1) : moons_fail(m->ctx);
+}
+
+/* Called after every step with the epoch, the steps done in it and its running mean loss. */
+typedef void (*moons_progress_fn)(void *user, int epoch, int step_in_epoch, double running_loss);
+
+/* All epochs; epoch_loss[e] is the mean batch loss of epoch e. */
+static cn_status moons_train(moons *m, double *epoch_loss, moons_progress_fn progress, void *user) {
+  int64_t step = 0;
+  for (int e = 0; e < m->cfg.epochs; e++) {
+    double sum = 0;
+    for (int b = 0; b < MOONS_BATCHES; b++, step++) {
+      double loss;
+      cn_status st = moons_train_step(m, step, &loss);
+      if (st != CN_OK) return st;
+      sum += loss;
+      if (progress) progress(user, e, b + 1, sum / (b + 1));
+    }
+    epoch_loss[e] = sum / MOONS_BATCHES;
+  }
+  return CN_OK;
+}
+
+/* f at n points (xy as moons_generate lays them out), by a forward routine over all of them. */
+static cn_status moons_eval(moons *m, size_t n, const double *xy, double *f) {
+  const int64_t batch = (int64_t)n, coords = 2;
+  const cn_dims dims = {{1, &batch, NULL}, CN_AXES_NONE, {1, &coords, NULL}};
+  cn_tensor *x = cn_tensor_data(m->g, "eval_points", &dims, xy, 2 * n);
+  cn_tensor *out = x ? moons_mlp(m, x) : NULL;
+  cn_asgn *forward = out ? cn_graph_forward(m->g, out) : NULL;
+  cn_routine *r =
+      forward ? cn_routine_compile(m->ctx, forward, m->cfg.backend, "moons_eval") : NULL;
+  if (!r || cn_routine_run(r) != CN_OK) return moons_fail(m->ctx);
+  cn_routine_free(r);
+  cn_node *value = cn_tensor_value(out);
+  return value ? cn_node_get_values(value, false, f, n) : moons_fail(m->ctx);
+}
+
+/* The fraction of the training points on the right side of the boundary, given f at them. */
+static double moons_accuracy(const moons *m, const double *f) {
+  int correct = 0;
+  for (int i = 0; i < MOONS_POINTS; i++) correct += (f[i] > 0) == (m->labels[i] > 0);
+  return (double)correct / MOONS_POINTS;
+}
+
+static void moons_destroy(moons *m) {
+  cn_ctx_destroy(m->ctx); /* also frees the step routine */
+  m->ctx = NULL;
+}
+
+#ifndef MOONS_NO_MAIN
+/* ---- The demo: progress, plots, the SVG ---------------------------------------------------- */
+
+#include <time.h>
+#include <unistd.h>
+
+/* The plotted region: both moons with their noise. */
+#define MAP_X0 (-1.6)
+#define MAP_X1 2.6
+#define MAP_Y0 (-1.1)
+#define MAP_Y1 1.6
+enum {
+  MAP_COLS = 72, /* the ASCII map */
+  MAP_ROWS = 24,
+  SVG_NX = 168, /* SVG grid cells; f is evaluated at their corners */
+  SVG_NY = 108,
+  SVG_W = 672,
+  SVG_H = 432,
+  PLOT_ROWS = 12,
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  int epochs;
+  bool tty;
+} progress_state;
+
+/* A bar redrawn in place on a terminal; a line every 10 epochs otherwise. */
+static void show_progress(void *user, int epoch, int step_in_epoch, double running_loss) {
+  const progress_state *p = user;
+  bool epoch_done = step_in_epoch == MOONS_BATCHES;
+  if (!p->tty) {
+    if (epoch_done && ((epoch + 1) % 10 == 0 || epoch + 1 == p->epochs))
+      printf("epoch %3d/%d  loss %.5f\n", epoch + 1, p->epochs, running_loss);
+    return;
+  }
+  if (step_in_epoch % 8 != 0) return;
+  enum { WIDTH = 40 };
+  double done = (epoch + (double)step_in_epoch / MOONS_BATCHES) / p->epochs;
+  int filled = (int)(done * WIDTH + 0.5);
+  char bar[WIDTH + 1];
+  for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+  bar[WIDTH] = '\0';
+  printf("\r[%s] epoch %3d/%d  running loss %.5f", bar, epoch + 1, p->epochs, running_loss);
+  if (epoch_done && epoch + 1 == p->epochs) putchar('\n');
+  fflush(stdout);
+}
+
+/* The epoch losses on a log scale, one column per epoch (means of neighbours when there are more
+ * epochs than columns). A loss of exactly 0 (every margin met) has no logarithm: it is a '0' on
+ * the axis line. */
+static void plot_losses(const double *loss, int epochs) {
+  enum { MAX_COLS = 80 };
+  int cols = epochs < MAX_COLS ? epochs : MAX_COLS;
+  double col[MAX_COLS], lo = INFINITY, hi = -INFINITY;
+  for (int c = 0; c < cols; c++) {
+    int e0 = c * epochs / cols, e1 = (c + 1) * epochs / cols;
+    double s = 0;
+    for (int e = e0; e < e1; e++) s += loss[e];
+    col[c] = s > 0 ? log10(s / (e1 - e0)) : -INFINITY;
+    if (s > 0) {
+      lo = fmin(lo, col[c]);
+      hi = fmax(hi, col[c]);
+    }
+  }
+  if (!(hi >= lo)) lo = hi = 0; /* every loss is 0 */
+  if (hi - lo < 1e-9) hi = lo + 1;
+  printf("\nepoch loss (log scale)\n");
+  for (int r = 0; r < PLOT_ROWS; r++) {
+    double top = hi - (hi - lo) * r / PLOT_ROWS, bottom = hi - (hi - lo) * (r + 1) / PLOT_ROWS;
+    if (r == 0 || r == PLOT_ROWS - 1 || r == PLOT_ROWS / 2)
+      printf("%9.2e |", pow(10, r == PLOT_ROWS - 1 ? lo : top));
+    else
+      printf("%9s |", "");
+    for (int c = 0; c < cols; c++) {
+      bool here = col[c] <= top && (col[c] > bottom || (r == PLOT_ROWS - 1 && col[c] >= lo));
+      putchar(here ? '*' : ' ');
+    }
+    putchar('\n');
+  }
+  printf("%9s +", "");
+  for (int c = 0; c < cols; c++) putchar(col[c] == -INFINITY ? '0' : '-');
+  printf("\n%9s  1%*d (epoch; 0 on the axis: loss exactly 0)\n", "", cols - 1, epochs);
+}
+
+static double map_x(int col, int cols) {
+  return MAP_X0 + (MAP_X1 - MAP_X0) * col / cols;
+}
+static double map_y(int row, int rows) {
+  return MAP_Y1 - (MAP_Y1 - MAP_Y0) * row / rows;
+}
+
+/* '.' where the model says +1 (upper moon), ' ' where it says -1; points drawn over it as 'o'
+ * (+1) and 'x' (-1), in capitals when misclassified. f holds the cell centers' values. */
+static void draw_map(const moons *m, const double *f_cells, const double *f_points) {
+  char grid[MAP_ROWS][MAP_COLS + 1];
+  for (int r = 0; r < MAP_ROWS; r++) {
+    for (int c = 0; c < MAP_COLS; c++) grid[r][c] = f_cells[r * MAP_COLS + c] > 0 ? '.' : ' ';
+    grid[r][MAP_COLS] = '\0';
+  }
+  for (int i = 0; i < MOONS_POINTS; i++) {
+    int c = (int)floor((m->xy[2 * i] - MAP_X0) / (MAP_X1 - MAP_X0) * MAP_COLS);
+    int r = (int)floor((MAP_Y1 - m->xy[2 * i + 1]) / (MAP_Y1 - MAP_Y0) * MAP_ROWS);
+    if (c < 0 || c >= MAP_COLS || r < 0 || r >= MAP_ROWS) continue;
+    bool upper = m->labels[i] > 0, wrong = (f_points[i] > 0) != upper;
+    grid[r][c] = upper ? (wrong ? 'O' : 'o') : (wrong ? 'X' : 'x');
+  }
+  printf("\ndecision boundary ('.' = class +1, blank = class -1; o/x points of +1/-1, capitals "
+         "misclassified)\n+");
+  for (int c = 0; c < MAP_COLS; c++) putchar('-');
+  printf("+\n");
+  for (int r = 0; r < MAP_ROWS; r++) printf("|%s|\n", grid[r]);
+  putchar('+');
+  for (int c = 0; c < MAP_COLS; c++) putchar('-');
+  printf("+\n");
+}
+
+static double svg_px(double x) {
+  return (x - MAP_X0) / (MAP_X1 - MAP_X0) * SVG_W;
+}
+static double svg_py(double y) {
+  return (MAP_Y1 - y) / (MAP_Y1 - MAP_Y0) * SVG_H;
+}
+
+/* Where f changes sign along an edge from (x0, y0, f0) to (x1, y1, f1): linear interpolation. */
+static void zero_on_edge(double x0, double y0, double f0, double x1, double y1, double f1,
+                         double *x, double *y) {
+  double t = f0 / (f0 - f1);
+  *x = x0 + t * (x1 - x0);
+  *y = y0 + t * (y1 - y0);
+}
+
+/* The SVG: cells shaded by the sign of f at their centre (runs merged per row), the boundary
+ * f = 0 by marching squares over the corner values, then the points. */
+static bool write_svg(const char *path, const moons *m, const double *f_corners,
+                      const double *f_points, double accuracy, double final_loss) {
+  FILE *out = fopen(path, "w");
+  if (!out) return false;
+  fprintf(out,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+          "viewBox=\"0 0 %d %d\">\n<rect width=\"%d\" height=\"%d\" fill=\"#fbe3e3\"/>\n",
+          SVG_W, SVG_H + 24, SVG_W, SVG_H + 24, SVG_W, SVG_H);
+  double cw = (double)SVG_W / SVG_NX, ch = (double)SVG_H / SVG_NY;
+  for (int r = 0; r < SVG_NY; r++) {
+    for (int c = 0; c < SVG_NX;) {
+      const double *f = f_corners + r * (SVG_NX + 1) + c;
+      if (f[0] + f[1] + f[SVG_NX + 1] + f[SVG_NX + 2] <= 0) {
+        c++;
+        continue;
+      }
+      int start = c;
+      for (; c < SVG_NX; c++) {
+        const double *g = f_corners + r * (SVG_NX + 1) + c;
+        if (g[0] + g[1] + g[SVG_NX + 1] + g[SVG_NX + 2] <= 0) break;
+      }
+      fprintf(out,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#dde8f6\"/>\n",
+              start * cw, r * ch, (c - start) * cw + 0.5, ch + 0.5);
+    }
+  }
+  fprintf(out, "<path fill=\"none\" stroke=\"#222\" stroke-width=\"2\" d=\"");
+  for (int r = 0; r < SVG_NY; r++)
+    for (int c = 0; c < SVG_NX; c++) {
+      /* corners in order around the cell: top-left, top-right, bottom-right, bottom-left */
+      const int idx[4] = {r * (SVG_NX + 1) + c, r * (SVG_NX + 1) + c + 1,
+                          (r + 1) * (SVG_NX + 1) + c + 1, (r + 1) * (SVG_NX + 1) + c};
+      const double cx[4] = {c, c + 1, c + 1, c}, cy[4] = {r, r, r + 1, r + 1};
+      double px[4], py[4];
+      int n = 0;
+      for (int k = 0; k < 4; k++) {
+        int k2 = (k + 1) % 4;
+        double f0 = f_corners[idx[k]], f1 = f_corners[idx[k2]];
+        if ((f0 > 0) != (f1 > 0)) {
+          zero_on_edge(cx[k], cy[k], f0, cx[k2], cy[k2], f1, &px[n], &py[n]);
+          n++;
+        }
+      }
+      for (int k = 0; k + 1 < n; k += 2)
+        fprintf(out, "M%.1f %.1fL%.1f %.1f", px[k] * cw, py[k] * ch, px[k + 1] * cw,
+                py[k + 1] * ch);
+    }
+  fprintf(out, "\"/>\n");
+  for (int i = 0; i < MOONS_POINTS; i++) {
+    bool upper = m->labels[i] > 0, wrong = (f_points[i] > 0) != upper;
+    fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"%s/>\n", svg_px(m->xy[2 * i]),
+            svg_py(m->xy[2 * i + 1]), upper ? "#1f5fb4" : "#c62828",
+            wrong ? " stroke=\"#000\" stroke-width=\"1.5\"" : "");
+  }
+  fprintf(out,
+          "<text x=\"8\" y=\"%d\" font-family=\"sans-serif\" font-size=\"14\">cannl half moons: "
+          "MLP 2-16-16-1, final epoch loss %.4f, training accuracy %.2f%%</text>\n</svg>\n",
+          SVG_H + 17, final_loss, 100 * accuracy);
+  return fclose(out) == 0;
+}
+
+/* The default SVG path: moons.svg in the program's directory (the build directory). */
+static char *default_svg_path(const char *argv0) {
+  const char *slash = strrchr(argv0, '/');
+  size_t dir = slash ? (size_t)(slash - argv0 + 1) : 0;
+  char *path = malloc(dir + sizeof "moons.svg");
+  if (path) {
+    memcpy(path, argv0, dir);
+    memcpy(path + dir, "moons.svg", sizeof "moons.svg");
+  }
+  return path;
+}
+
+static int usage(const char *argv0) {
+  fprintf(stderr, "usage: %s [--seed=N] [--interp] [out.svg]\n", argv0);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  const char *svg_arg = NULL;
+  for (int i = 1; i < argc; i++) {
+    char *end;
+    if (strncmp(argv[i], "--seed=", 7) == 0) {
+      cfg.seed = strtoull(argv[i] + 7, &end, 10);
+      if (end == argv[i] + 7 || *end) return usage(argv[0]);
+    } else if (strcmp(argv[i], "--interp") == 0) {
+      cfg.backend = CN_BACKEND_INTERP;
+    } else if (argv[i][0] == '-' || svg_arg) {
+      return usage(argv[0]);
+    } else {
+      svg_arg = argv[i];
+    }
+  }
+  char *svg_path = svg_arg ? NULL : default_svg_path(argv[0]);
+  /* the points, the ASCII map's cell centres and the SVG grid's corners, evaluated together */
+  size_t n_cells = MAP_ROWS * MAP_COLS, n_corners = (SVG_NX + 1) * (SVG_NY + 1);
+  size_t n_eval = MOONS_POINTS + n_cells + n_corners;
+  double *eval_xy = malloc(2 * n_eval * sizeof *eval_xy), *f = malloc(n_eval * sizeof *f);
+  double epoch_loss[MOONS_EPOCHS];
+  moons *m = calloc(1, sizeof *m);
+  if (!m || !eval_xy || !f || (!svg_arg && !svg_path)) {
+    fputs("moons: out of memory\n", stderr);
+    free(m);
+    free(eval_xy);
+    free(f);
+    free(svg_path);
+    return 1;
+  }
+  const char *backend = cfg.backend == CN_BACKEND_C ? "generated C" : "the interpreter";
+  printf("cannl half moons: %d points (noise %.1f, seed %llu), MLP 2-%d-%d-1 with relu, hinge "
+         "loss, batch %d, SGD (weight decay %g, learning rate %.1f -> %.1f) for %d epochs on %s\n",
+         MOONS_POINTS, MOONS_NOISE, (unsigned long long)cfg.seed, MOONS_HIDDEN, MOONS_HIDDEN,
+         MOONS_BATCH, MOONS_WEIGHT_DECAY, MOONS_LR_START, MOONS_LR_END, cfg.epochs, backend);
+  double t0 = now_seconds();
+  cn_status st = moons_build(m, &cfg);
+  double t1 = now_seconds();
+  if (st == CN_OK) {
+    printf("parameters: w1 %s, b1 %s, w2 %s, b2 %s, w3 %s (batch|input->output)\n",
+           cn_tensor_shape(m->w1), cn_tensor_shape(m->b1), cn_tensor_shape(m->w2),
+           cn_tensor_shape(m->b2), cn_tensor_shape(m->w3));
+    printf("built and compiled in %.2f s; training %d steps\n", t1 - t0,
+           cfg.epochs * MOONS_BATCHES);
+    progress_state progress = {cfg.epochs, isatty(STDOUT_FILENO) != 0};
+    st = moons_train(m, epoch_loss, show_progress, &progress);
+  }
+  double t2 = now_seconds();
+  if (st == CN_OK) {
+    memcpy(eval_xy, m->xy, sizeof m->xy);
+    double *cell = eval_xy + 2 * MOONS_POINTS, *corner = cell + 2 * n_cells;
+    for (int r = 0; r < MAP_ROWS; r++)
+      for (int c = 0; c < MAP_COLS; c++) {
+        cell[2 * (r * MAP_COLS + c)] = (map_x(c, MAP_COLS) + map_x(c + 1, MAP_COLS)) / 2;
+        cell[2 * (r * MAP_COLS + c) + 1] = (map_y(r, MAP_ROWS) + map_y(r + 1, MAP_ROWS)) / 2;
+      }
+    for (int r = 0; r <= SVG_NY; r++)
+      for (int c = 0; c <= SVG_NX; c++) {
+        corner[2 * (r * (SVG_NX + 1) + c)] = map_x(c, SVG_NX);
+        corner[2 * (r * (SVG_NX + 1) + c) + 1] = map_y(r, SVG_NY);
+      }
+    st = moons_eval(m, n_eval, eval_xy, f);
+  }
+  int rc = 1;
+  if (st == CN_OK) {
+    double accuracy = moons_accuracy(m, f), final_loss = epoch_loss[cfg.epochs - 1];
+    printf("trained in %.2f s (%.1f us per step)\n", t2 - t1,
+           (t2 - t1) * 1e6 / (cfg.epochs * MOONS_BATCHES));
+    plot_losses(epoch_loss, cfg.epochs);
+    printf("\nfinal epoch loss %.5f\ntraining accuracy %.2f%% (%d of %d points)\n", final_loss,
+           100 * accuracy, (int)lround(accuracy * MOONS_POINTS), MOONS_POINTS);
+    draw_map(m, f + MOONS_POINTS, f);
+    const char *path = svg_arg ? svg_arg : svg_path;
+    bool met = final_loss < 0.1 && accuracy >= 0.98;
+    if (write_svg(path, m, f + MOONS_POINTS + n_cells, f, accuracy, final_loss)) {
+      printf("wrote %s\n", path);
+      rc = met ? 0 : 1;
+    } else {
+      fprintf(stderr, "moons: cannot write %s\n", path);
+    }
+    printf("goal (final epoch loss < 0.1, accuracy >= 98%%): %s\n", met ? "met" : "MISSED");
+  } else {
+    fprintf(stderr, "moons: %s\n", m->ctx ? cn_ctx_error(m->ctx) : "out of memory");
+  }
+  moons_destroy(m);
+  free(m);
+  free(eval_xy);
+  free(f);
+  free(svg_path);
+  return rc;
+}
+#endif
