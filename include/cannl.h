@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -363,6 +364,10 @@ const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
  * state): zero-filled, not differentiable, rows given or inferred from the updates. */
 cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims);
 
+/* t's gradient as a (non-differentiable) tensor of t's shape, to read in expressions (the %cd
+ * `p.grad` inside an embedded expression); it is computed by backprop, never by forward code. */
+cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t);
+
 /* Standalone assignments (seed 001's producer regime): `lhs <accum>= prim(args...)`, `=:` when
  * init, contributing their own constraint to inference through `logic`: "." pointwise (also
  * when NULL), "@" compose, "T" transpose (unary), or an einsum spec. A reference names a
@@ -479,6 +484,34 @@ cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter);
 cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
 cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
+
+/* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */
+
+typedef struct {
+  cn_backend_kind backend;
+  bool json;                          /* print tensors as JSON lines (cn_tensor_format) */
+  bool emit_asgn, emit_loops, emit_c; /* print each compiled routine's code */
+  FILE *out;                          /* NULL: stdout */
+} cn_notation_options;
+/* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
+cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
+                          const cn_notation_options *opts);
+/* Parses a script without running it (a syntax error is reported as by cn_notation_run). */
+cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text);
+/* Names the text refers to: a tensor, or (tensor NULL) a host number. */
+typedef struct {
+  const char *name;
+  cn_tensor *tensor;
+  double number;
+} cn_notation_binding;
+/* A %op expression, e.g. cn_notation_op(g, "relu({w} * x + {b; o = [16]})", 1,
+ * &(cn_notation_binding){"x", x}). */
+cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
+                          const cn_notation_binding *bindings);
+/* %cd assignments, e.g. cn_notation_cd(g, "c =:+ a * b ~logic:\"@\"", 3, bindings); the tree is
+ * ready to compile (the graph is materialized). */
+cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
+                        const cn_notation_binding *bindings);
 
 #ifdef __cplusplus
 }

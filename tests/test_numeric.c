@@ -810,7 +810,7 @@ static void test_spellings(void) {
   CHECK_STR(spell_op(CN_OP_EXP, CN_PREC_SINGLE, "x", "", ""), "exp(x)");
   CHECK_STR(spell_op(CN_OP_FMA, CN_PREC_INT64, "x", "y", "z"), "cn_iadd(cn_imul(x, y), z)");
   CHECK_STR(spell_op(CN_OP_FMA, CN_PREC_DOUBLE, "a", "b", "c"), "fma(a, b, c)");
-  CHECK_STR(spell_op(CN_OP_WHERE, CN_PREC_SINGLE, "c", "b", "a"), "(c != 0 ? b : a)");
+  CHECK_STR(spell_op(CN_OP_WHERE, CN_PREC_SINGLE, "c", "b", "a"), "cn_select(c != 0, b, a)");
   CHECK_STR(spell_op(CN_OP_THREEFRY_LIGHT, CN_PREC_UINT4X32, "key", "ctr", ""),
             "cn_threefry4x32_light(key, ctr)");
   CHECK_STR(spell_op(CN_OP_UNIFORM1, CN_PREC_HALF, "w[i]", "", ""),

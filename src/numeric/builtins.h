@@ -361,6 +361,29 @@ static inline uint64_t cn_min_u64(uint64_t a, uint64_t b) {
       ((a), (b))
 /* clang-format on */
 
+/* ---- select: `cond ? a : b` with both a and b evaluated, for the templates of where and the
+ * gates. As a plain conditional over loads, GCC 12 at -O3 with AVX2 if-converts it into masked
+ * loads and can pair a load with the mask of other lanes (wrong where / relu_gate results in
+ * generated C); operands evaluated up front vectorize as blends instead. ---- */
+
+static inline float cn_select_f32(int cond, float a, float b) {
+  return cond ? a : b;
+}
+static inline double cn_select_f64(int cond, double a, double b) {
+  return cond ? a : b;
+}
+static inline int64_t cn_select_i64(int cond, int64_t a, int64_t b) {
+  return cond ? a : b;
+}
+static inline uint64_t cn_select_u64(int cond, uint64_t a, uint64_t b) {
+  return cond ? a : b;
+}
+/* clang-format off */
+#define cn_select(cond, a, b)                                                                      \
+  _Generic((a), float: cn_select_f32, double: cn_select_f64, int64_t: cn_select_i64,               \
+           uint64_t: cn_select_u64)((cond), (a), (b))
+/* clang-format on */
+
 /* ---- threefry4x32 as OCANNL defines it (ocannl-notes §7.1; not Random123's): the first
  * argument is the key. Rotations are the Threefry-2x32 constants; each round does two mix steps,
  * each followed by swapping x1 and x3. ---- */

@@ -81,6 +81,7 @@ static cn_status own_code(cn_tensor *t, asgn_list *out) {
                                    : cn_asgn_fetch_constant(ctx, t->value, t->number));
   case CN_TK_DATA: return CN_OK;   /* copied into the node at materialization */
   case CN_TK_BUFFER: return CN_OK; /* written by standalone updates only */
+  case CN_TK_VIEW: return CN_OK;   /* another tensor's gradient, computed by backprop */
   case CN_TK_FETCH: return add(out, fetch_code(t));
   case CN_TK_ACCUM:
   case CN_TK_PARAM: return add(out, cn_tensor_forward_asgn(t));

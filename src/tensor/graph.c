@@ -100,7 +100,10 @@ cn_status cn_graph_materialize(cn_graph *g) {
   cn_proj_freeze_padding(g->projs);
   for (int i = g->n_materialized; i < g->n_tensors; i++) {
     cn_tensor *t = g->tensors[i];
-    if (!(t->value = make_node(g, t, ""))) return g->ctx->status;
+    if (t->kind == CN_TK_VIEW)
+      t->value = t->args[0]->grad;
+    else if (!(t->value = make_node(g, t, "")))
+      return g->ctx->status;
     if (t->diff && !(t->grad = make_node(g, t, ".grad"))) return g->ctx->status;
     if (t->kind == CN_TK_DATA) {
       size_t numel = (size_t)cn_node_numel(t->value);

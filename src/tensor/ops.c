@@ -43,6 +43,25 @@ cn_tensor *cn_tensor_number(cn_graph *g, double value) {
   return t;
 }
 
+/* A row with n > 0 axes must give their sizes. *numel: the cell count when every row and size
+ * is given, else -1. */
+static bool dims_given(cn_ctx *ctx, const char *what, const char *label, const cn_dims *dims,
+                       int64_t *numel) {
+  const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
+  *numel = 1;
+  for (int k = 0; k < CN_N_ROWS; k++) {
+    if (axes[k]->n > 0 && !axes[k]->dims) {
+      cn_fail(ctx, CN_ERR_INVALID, "%s \"%s\": its %s row has %d axes but no sizes (NULL)", what,
+              label ? label : "", cn_row_kind_name((cn_row_kind)k), axes[k]->n);
+      return false;
+    }
+    if (axes[k]->n < 0) *numel = -1;
+    for (int a = 0; a < axes[k]->n && *numel >= 0; a++)
+      *numel = axes[k]->dims[a] > 0 ? *numel * axes[k]->dims[a] : -1;
+  }
+  return true;
+}
+
 static void rows_of(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]) {
   const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
   for (int k = 0; k < CN_N_ROWS; k++)
@@ -71,6 +90,15 @@ cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, c
       args.n_dims[k] = axes[k]->n;
       args.dims[k] = axes[k]->dims;
       args.labels[k] = axes[k]->labels;
+    }
+    /* sizes known now: a count that cannot fill them is reported here, not at materialization
+     * (where it would fail every later request of the graph) */
+    int64_t numel;
+    if (!dims_given(ctx, "data", label, dims, &numel)) return NULL;
+    if (numel > 0 && (uint64_t)numel % count != 0) {
+      cn_fail(ctx, CN_ERR_INVALID, "data \"%s\": %zu values cannot fill its %lld cells",
+              label ? label : "", count, (long long)numel);
+      return NULL;
     }
     logic = CN_SL_DATA;
   } else {
@@ -164,6 +192,8 @@ cn_tensor *cn_tensor_uniform(cn_graph *g) {
 /* ---- Parameters ------------------------------------------------------------------------------ */
 
 cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, cn_tensor *init) {
+  int64_t numel;
+  if (dims && !dims_given(g->ctx, "parameter", label, dims, &numel)) return NULL;
   if (!init) { /* 0.5 * (uniform1 - 0.5), in [-0.25, 0.25) */
     cn_tensor *u = cn_tensor_uniform1(g), *half = u ? cn_tensor_number(g, 0.5) : NULL;
     cn_tensor *centered = half ? binop(g, CN_OP_SUB, u, half) : NULL;

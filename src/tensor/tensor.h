@@ -25,7 +25,8 @@ typedef enum {
   CN_TK_ACCUM,  /* v =:accum prim(v1, ...) over the operation's projections */
   CN_TK_VEC,    /* v = vec_op(v1): a vectorized conversion (Set_vec_unop) */
   CN_TK_PARAM,  /* a parameter: v =: init (held out of forward code) */
-  CN_TK_BUFFER  /* a node written only by standalone updates (zero-filled at creation) */
+  CN_TK_BUFFER, /* a node written only by standalone updates (zero-filled at creation) */
+  CN_TK_VIEW    /* args[0]'s gradient node as a value (n_args 0: read, never computed) */
 } cn_tensor_kind;
 
 typedef enum {

@@ -7,6 +7,7 @@
 
 #include "shape/einsum.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const cn_shape_row_spec *rows_or_null(const cn_dims *dims, cn_shape_row_spec rows[3]) {
@@ -22,6 +23,22 @@ cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims)
   cn_shape_row_spec rows[CN_N_ROWS];
   return cn_tensor_new(g, label, CN_TK_BUFFER, g->prec, rows_or_null(dims, rows), CN_SL_TERMINAL,
                        NULL, 0, NULL);
+}
+
+cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t) {
+  if (!t || t->g != g || !t->diff) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "gradient of %s%s%s: %s", t ? "\"" : "", t ? t->label : "NULL",
+            t ? "\"" : "", t && t->g != g ? "a tensor of another graph" : "not differentiable");
+    return NULL;
+  }
+  cn_shape_args args;
+  memset(&args, 0, sizeof args);
+  if (!(args.spec = cn_einsum_parse(g->ctx, "...|...->... => ...|...->..."))) return NULL;
+  char label[256];
+  snprintf(label, sizeof label, "%s.grad", t->label);
+  cn_tensor *v = cn_tensor_new(g, label, CN_TK_VIEW, t->prec, NULL, CN_SL_EINSUM, &args, 1, &t);
+  if (v) v->n_args = 0; /* read for its node only: args[0] keeps the tensor */
+  return v;
 }
 
 cn_node *cn_tref_node(cn_tref ref) {
