@@ -344,6 +344,11 @@ cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t);
 /* The leftmost batch axis of t at a static index symbol (`@|`). */
 cn_tensor *cn_tensor_batch_slice(cn_graph *g, cn_tensor *t, cn_symbol index);
 
+/* Whether t has a gradient: PROHIBIT (e.g. a frozen parameter: backprop stops there and SGD
+ * leaves it alone), REQUIRE (a gradient node even when nothing below t needs one), IF_NEEDED (the
+ * default: parameters always, operations when an operand has one). Only before t is used by
+ * another tensor or materialized. */
+cn_status cn_tensor_set_grad_spec(cn_tensor *t, cn_grad_spec spec);
 cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
 const char *cn_tensor_label(const cn_tensor *t);
 int cn_tensor_id(const cn_tensor *t);

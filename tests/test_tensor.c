@@ -168,7 +168,34 @@ static void test_broadcast_conflict(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Gradient specs: a frozen (prohibited) parameter gets no gradient and SGD leaves it; a required
+ * gradient on data exists and receives its contribution; the spec is refused once used. */
+static void test_grad_spec(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_tensor *frozen = scalar_param(g, "frozen", 3), *w = scalar_param(g, "w", 2);
+  cn_tensor *x = cn_tensor_data(g, "x", &scalar, (double[]){5}, 1);
+  CHECK(cn_tensor_set_grad_spec(frozen, CN_GRAD_PROHIBIT) == CN_OK);
+  CHECK(cn_tensor_set_grad_spec(x, CN_GRAD_REQUIRE) == CN_OK);
+  cn_tensor *y = op2(g, CN_OP_MUL, op2(g, CN_OP_MUL, frozen, w), x);
+  CHECK(cn_tensor_set_grad_spec(w, CN_GRAD_PROHIBIT) != CN_OK);
+  CHECK_HAS(cn_ctx_error(ctx), "must be set before the tensor is used");
+  CHECK(!cn_tensor_is_diff(frozen) && cn_tensor_is_diff(x) && cn_tensor_is_diff(y));
+  run(ctx, cn_graph_init_params(g, y), CN_BACKEND_INTERP, "spec_init");
+  run(ctx, cn_graph_grad_update(g, y), CN_BACKEND_INTERP, "spec_grad");
+  CHECK_NEAR(value_of(w, true), 15, 0);
+  CHECK_NEAR(value_of(x, true), 6, 0);
+  CHECK(cn_tensor_grad(frozen) == NULL);
+  cn_sgd sgd = {num(g, 0.1), 0, 0, false};
+  run(ctx, cn_graph_sgd_update(g, y, &sgd), CN_BACKEND_INTERP, "spec_sgd");
+  CHECK_NEAR(value_of(frozen, false), 3, 0);
+  CHECK_NEAR(value_of(w, false), 2 - 0.1 * 15, 1e-12);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  test_grad_spec();
   test_broadcast_conflict();
   test_format();
   for (int b = 0; b < 2; b++) test_updates(backends[b]);

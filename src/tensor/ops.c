@@ -245,6 +245,26 @@ static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
   return t;
 }
 
+cn_status cn_tensor_set_grad_spec(cn_tensor *t, cn_grad_spec spec) {
+  cn_graph *g = t->g;
+  bool used = t->value != NULL;
+  for (int i = 0; i < g->n_tensors && !used; i++)
+    for (int k = 0; k < g->tensors[i]->n_args; k++) used |= g->tensors[i]->args[k] == t;
+  if (used)
+    return cn_fail(g->ctx, CN_ERR_INVALID,
+                   "the gradient spec of \"%s\" (#%d) must be set before the tensor is used",
+                   t->label, t->id);
+  switch (spec) {
+  case CN_GRAD_PROHIBIT: t->diff = false; break;
+  case CN_GRAD_REQUIRE: t->diff = true; break;
+  case CN_GRAD_IF_NEEDED:
+    t->diff = t->is_param || (t->kind == CN_TK_ACCUM && !t->stops_gradient &&
+                              any_diff(t->prim, t->n_args, t->args));
+    break;
+  }
+  return CN_OK;
+}
+
 cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args) {
   if (n_args < 1 || n_args > 3 || !args) {
     cn_fail(g->ctx, CN_ERR_INVALID, "apply %s: %d operands", cn_op_name(op), n_args);
@@ -271,7 +291,7 @@ cn_tensor *cn_tensor_transpose(cn_graph *g, cn_tensor *a) {
 
 cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t) {
   cn_tensor *r = accum_op(g, "stop_gradient", CN_SL_POINTWISE, NULL, CN_OP_ADD, CN_OP_ID, 1, &t);
-  if (r) r->diff = false;
+  if (r) r->diff = false, r->stops_gradient = true;
   return r;
 }
 

@@ -57,9 +57,10 @@ struct cn_tensor {
   int embed_axis;        /* FETCH embed_dim: memory-order axis of args[0] */
   bool has_slice;        /* ACCUM batch slice: slice index below */
   cn_index slice;
-  bool diff;     /* has a gradient */
-  bool is_param; /* held out of forward code; init code gathered by cn_graph_init_params */
-  bool seeded;   /* a parameter whose init code was already handed out */
+  bool diff;           /* has a gradient */
+  bool stops_gradient; /* stop_gradient: never differentiable through */
+  bool is_param;       /* held out of forward code; init code gathered by cn_graph_init_params */
+  bool seeded;         /* a parameter whose init code was already handed out */
   int materialized;
   cn_node *value, *grad;
   cn_node *sgd_momentum; /* a parameter's momentum buffer, created by the first sgd_update */
