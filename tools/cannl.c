@@ -1,15 +1,17 @@
-/* The `cannl` command: the version, the primitive-op and precision tables (generated from the
- * library's accessors, so they cannot drift from include/cannl/ops.def and precisions.def), and
- * the demo of examples/demo.c with a choice of backend and of what to print.
+/* The `cannl` command: runs `.cnl` scripts (`cannl run`), prints the version, the primitive-op
+ * and precision tables (generated from the library's accessors, so they cannot drift from
+ * include/cannl/ops.def and precisions.def), and the demo of examples/demo.c with a choice of
+ * backend and of what to print.
  *
- * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage error
- * (message on stderr). Only the public API (cannl.h) is used. */
+ * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse
+ * error (message on stderr). Only the public API (cannl.h) is used. */
 #include "cannl.h"
 
 #define CANNL_DEMO_NO_MAIN
 #include "../examples/demo.c"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef CANNL_VERSION
@@ -26,6 +28,10 @@ static const char usage_text[] =
     "  ops           the primitive-op table: name, infix spelling, arity, accumulation,\n"
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
+    "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
+    "                run a script in the cannl notation (docs/notation.md); --json prints each\n"
+    "                printed tensor as one JSON line; --emit prints the code of every routine\n"
+    "                run (repeatable); the default backend is c\n"
     "  demo [--backend interp|c] [--emit=asgn|loops|c]\n"
     "                a matrix multiplication and a padded 2-D convolution built through the\n"
     "                C API and run on both backends (or the one given); --emit prints only\n"
@@ -164,6 +170,86 @@ static int cmd_demo(int argc, char **argv) {
   return demo_run(&opts, stdout) == 0 ? 0 : EXIT_RUNTIME;
 }
 
+/* The whole file, NUL-terminated (malloc'd), or NULL. */
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0;
+  char *text = malloc(cap);
+  while (text) {
+    n += fread(text + n, 1, cap - n - 1, f);
+    if (n < cap - 1) break;
+    char *bigger = realloc(text, cap *= 2);
+    if (!bigger) free(text);
+    text = bigger;
+  }
+  if (text) text[n] = '\0';
+  fclose(f);
+  return text;
+}
+
+static int cmd_run(int argc, char **argv) {
+  cn_notation_options opts = {.backend = CN_BACKEND_C};
+  const char *file = NULL, *inline_text = NULL;
+  for (int i = 2; i < argc; i++) {
+    bool missing = false;
+    const char *backend = option_value(argc, argv, &i, "--backend", &missing);
+    const char *emit = backend ? NULL : option_value(argc, argv, &i, "--emit", &missing);
+    if (missing) return usage_error("option '%s' needs a value", argv[i]);
+    if (backend) {
+      if (strcmp(backend, "interp") == 0)
+        opts.backend = CN_BACKEND_INTERP;
+      else if (strcmp(backend, "c") == 0)
+        opts.backend = CN_BACKEND_C;
+      else
+        return usage_error("unknown backend '%s' (known: interp, c)", backend);
+    } else if (emit) {
+      if (strcmp(emit, "asgn") == 0)
+        opts.emit_asgn = true;
+      else if (strcmp(emit, "loops") == 0)
+        opts.emit_loops = true;
+      else if (strcmp(emit, "c") == 0)
+        opts.emit_c = true;
+      else
+        return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", emit);
+    } else if (strcmp(argv[i], "--json") == 0) {
+      opts.json = true;
+    } else if (strcmp(argv[i], "-e") == 0) {
+      if (i + 1 >= argc) return usage_error("option '-e' needs a value");
+      inline_text = argv[++i];
+    } else if (argv[i][0] == '-' || file) {
+      return usage_error("unexpected argument '%s'", argv[i]);
+    } else {
+      file = argv[i];
+    }
+  }
+  if (!file == !inline_text) return usage_error("run takes a script file or -e TEXT");
+  if (opts.emit_c && opts.backend != CN_BACKEND_C)
+    return usage_error("--emit=c needs the C backend, not --backend interp");
+  char *text = file ? read_file(file) : NULL;
+  if (file && !text) {
+    fprintf(stderr, "cannl: cannot read '%s'\n", file);
+    return EXIT_USAGE;
+  }
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
+  const char *name = file ? file : "<-e>", *source = file ? text : inline_text;
+  int status = 0;
+  if (!g) {
+    fputs("cannl: out of memory\n", stderr);
+    status = EXIT_RUNTIME;
+  } else if (cn_notation_check(ctx, name, source) != CN_OK) {
+    fprintf(stderr, "%s\n", cn_ctx_error(ctx));
+    status = EXIT_USAGE;
+  } else if (cn_notation_run(g, name, source, &opts) != CN_OK) {
+    fprintf(stderr, "%s\n", cn_ctx_error(ctx));
+    status = EXIT_RUNTIME;
+  }
+  cn_ctx_destroy(ctx);
+  free(text);
+  return status;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -171,6 +257,7 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
   if (argc > 2) return usage_error("unexpected argument '%s'", argv[2]);
   if (strcmp(cmd, "--version") == 0) {
     printf("cannl %s\n", CANNL_VERSION);

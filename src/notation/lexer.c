@@ -1,0 +1,471 @@
+/* The notation's lexer and its positioned error messages (see lexer.h, notation.h).
+ *
+ * Tokens follow OCaml's lexical conventions where the notation borrows them: identifiers may
+ * contain primes, numbers may contain underscores, strings take OCaml's escapes, an operator is
+ * the longest run of operator characters (so `=:+`, `*.`, `!..`, `@^+` are single tokens), `~name`
+ * and `~name:` are label tokens, `(* *)` comments nest and skip string literals inside them.
+ * `#` starts a comment to the end of the line (the notation has no `#` operators).
+ *
+ * Invariants: columns count bytes from 1; every error goes through cn_nt_fail_at, so the message
+ * always has the FILE:LINE:COL prefix, the source line and a caret; a decoded string never
+ * contains NUL (the escapes that would produce one are rejected). */
+#include "notation/lexer.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Positioned messages ------------------------------------------------------------------- */
+
+/* Long lines are shown as a window around the column, so the message stays within the
+ * context's buffer and a terminal line. */
+enum { WINDOW = 160, WINDOW_BEFORE = 80 };
+
+static bool utf8_continuation(unsigned char c) {
+  return c >= 0x80 && c < 0xc0;
+}
+
+/* The source line `line` and a caret under byte column `col`: tabs are kept in the caret line
+ * and a multi-byte UTF-8 character counts once, so the caret stands under the column on a
+ * terminal. */
+static void put_line_and_caret(cn_sbuf *sb, const char *text, int line, int col) {
+  const char *p = text;
+  for (int l = 1; l < line && *p; p++)
+    if (*p == '\n') l++;
+  size_t len = strcspn(p, "\n");
+  while (len > 0 && p[len - 1] == '\r') len--;
+  size_t c = col > 1 ? (size_t)col - 1 : 0;
+  if (c > len) c = len;
+  size_t from = 0, to = len;
+  if (len > WINDOW) {
+    from = c > WINDOW_BEFORE ? c - WINDOW_BEFORE : 0;
+    while (from < c && utf8_continuation((unsigned char)p[from])) from++;
+    to = from + WINDOW < len ? from + WINDOW : len;
+  }
+  for (size_t i = from; i < to; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    cn_sbuf_putc(sb, (ch < 0x20 && ch != '\t') || ch == 0x7f ? ' ' : (char)ch);
+  }
+  cn_sbuf_putc(sb, '\n');
+  for (size_t i = from; i < c; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if (ch == '\t')
+      cn_sbuf_putc(sb, '\t');
+    else if (!utf8_continuation(ch))
+      cn_sbuf_putc(sb, ' ');
+  }
+  cn_sbuf_putc(sb, '^');
+}
+
+cn_status cn_nt_fail_at(cn_ctx *ctx, cn_nt_pos pos, const char *fmt, ...) {
+  char what[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  const char *file = pos.src && pos.src->file ? pos.src->file : "<input>";
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "%s:%d:%d: %s\n", file, pos.line, pos.col, what);
+  if (pos.src && pos.src->text) put_line_and_caret(&sb, pos.src->text, pos.line, pos.col);
+  /* Without memory for the builder the message still has the position and the problem. */
+  if (sb.failed)
+    cn_fail(ctx, CN_ERR_INVALID, "%s:%d:%d: %s", file, pos.line, pos.col, what);
+  else
+    cn_fail(ctx, CN_ERR_INVALID, "%s", sb.data);
+  cn_sbuf_free(&sb);
+  return CN_ERR_INVALID;
+}
+
+/* ---- Character classes --------------------------------------------------------------------- */
+
+static bool is_op_char(char c) {
+  return c != '\0' && strchr("!$%&*+-./:<=>?@^|~", c) != NULL;
+}
+static bool is_ident_start(char c) {
+  return isalpha((unsigned char)c) || c == '_';
+}
+static bool is_ident_char(char c) {
+  return isalnum((unsigned char)c) || c == '_' || c == '\'';
+}
+static bool is_label_start(char c) { /* ~name, ?name: lowercase as in OCaml */
+  return islower((unsigned char)c) || c == '_';
+}
+
+static const struct {
+  const char *word;
+  tk_kind kind;
+} reserved[] = {
+    {"let", TK_LET},           {"in", TK_IN},     {"if", TK_IF},       {"then", TK_THEN},
+    {"else", TK_ELSE},         {"true", TK_TRUE}, {"false", TK_FALSE}, {"print", TK_PRINT},
+    {"backprop", TK_BACKPROP}, {"run", TK_RUN},   {"sgd", TK_SGD},     {"set_seed", TK_SET_SEED},
+};
+
+const char *cn_nt_reserved_word(tk_kind kind) {
+  for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+    if (reserved[i].kind == kind) return reserved[i].word;
+  return NULL;
+}
+
+/* ---- The lexer ----------------------------------------------------------------------------- */
+
+void cn_nt_lexer_init(cn_nt_lexer *lx, cn_ctx *ctx, const cn_nt_source *src) {
+  memset(lx, 0, sizeof *lx);
+  lx->ctx = ctx;
+  lx->src = src;
+  lx->line = 1;
+  lx->end_line = lx->end_col = 1;
+}
+
+static int column_of(const cn_nt_lexer *lx, size_t offset) {
+  return (int)(offset - lx->line_start) + 1;
+}
+
+static bool error_here(cn_nt_lexer *lx, size_t offset, const char *fmt, ...) CN_PRINTF(3, 4);
+/* An error at `offset`, which lies on the lexer's current line. */
+static bool error_here(cn_nt_lexer *lx, size_t offset, const char *fmt, ...) {
+  char what[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  cn_nt_pos pos = {lx->src, lx->line, column_of(lx, offset)};
+  cn_nt_fail_at(lx->ctx, pos, "%s", what);
+  return false;
+}
+
+static char at(const cn_nt_lexer *lx, size_t offset) {
+  return lx->src->text[offset];
+}
+
+/* Consumes the newline at lx->pos. */
+static void newline(cn_nt_lexer *lx) {
+  lx->pos++;
+  lx->line++;
+  lx->line_start = lx->pos;
+}
+
+/* Inside a comment, a string literal is skipped whole (OCaml's rule, so that "*)" in a string
+ * does not end the comment). False if it is not terminated. */
+static bool skip_string_in_comment(cn_nt_lexer *lx) {
+  lx->pos++;
+  for (;;) {
+    char c = at(lx, lx->pos);
+    if (c == '\0') return false;
+    if (c == '"') {
+      lx->pos++;
+      return true;
+    }
+    if (c == '\n') {
+      newline(lx);
+      continue;
+    }
+    if (c == '\\' && at(lx, lx->pos + 1) == '\n') {
+      lx->pos++;
+      newline(lx);
+      continue;
+    }
+    lx->pos += c == '\\' && at(lx, lx->pos + 1) != '\0' ? 2 : 1;
+  }
+}
+
+/* At "(*": skips a nested comment. */
+static bool skip_comment(cn_nt_lexer *lx) {
+  int line = lx->line, col = column_of(lx, lx->pos);
+  int depth = 0;
+  for (;;) {
+    char c = at(lx, lx->pos);
+    if (c == '\0') {
+      cn_nt_pos pos = {lx->src, line, col};
+      cn_nt_fail_at(lx->ctx, pos, "unterminated comment");
+      return false;
+    }
+    if (c == '(' && at(lx, lx->pos + 1) == '*') {
+      depth++;
+      lx->pos += 2;
+    } else if (c == '*' && at(lx, lx->pos + 1) == ')') {
+      lx->pos += 2;
+      if (--depth == 0) return true;
+    } else if (c == '\n') {
+      newline(lx);
+    } else if (c == '"') {
+      if (!skip_string_in_comment(lx)) {
+        cn_nt_pos pos = {lx->src, line, col};
+        cn_nt_fail_at(lx->ctx, pos, "unterminated comment (a string inside it is not closed)");
+        return false;
+      }
+    } else if (c == '\'' && at(lx, lx->pos + 1) != '\0' && at(lx, lx->pos + 2) == '\'') {
+      lx->pos += 3; /* a character literal such as '"' */
+    } else {
+      lx->pos++;
+    }
+  }
+}
+
+static bool skip_blanks(cn_nt_lexer *lx) {
+  for (;;) {
+    char c = at(lx, lx->pos);
+    if (c == '\n') {
+      newline(lx);
+    } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+      lx->pos++;
+    } else if (c == '#') {
+      while (at(lx, lx->pos) != '\0' && at(lx, lx->pos) != '\n') lx->pos++;
+    } else if (c == '(' && at(lx, lx->pos + 1) == '*') {
+      if (!skip_comment(lx)) return false;
+    } else {
+      return true;
+    }
+  }
+}
+
+static char *copy_text(cn_nt_lexer *lx, size_t from, size_t len) {
+  char *s = cn_alloc(lx->ctx, len + 1);
+  if (s) memcpy(s, lx->src->text + from, len);
+  return s;
+}
+
+/* Numbers: digits with underscores, an optional fraction and exponent; a letter right after is
+ * an error (OCaml's literal suffixes are not supported). */
+static bool lex_number(cn_nt_lexer *lx, cn_nt_token *out) {
+  size_t start = lx->pos;
+  bool is_float = false;
+  while (isdigit((unsigned char)at(lx, lx->pos)) || at(lx, lx->pos) == '_') lx->pos++;
+  if (at(lx, lx->pos) == '.') {
+    is_float = true;
+    lx->pos++;
+    while (isdigit((unsigned char)at(lx, lx->pos)) || at(lx, lx->pos) == '_') lx->pos++;
+  }
+  if (at(lx, lx->pos) == 'e' || at(lx, lx->pos) == 'E') {
+    is_float = true;
+    lx->pos++;
+    if (at(lx, lx->pos) == '+' || at(lx, lx->pos) == '-') lx->pos++;
+    if (!isdigit((unsigned char)at(lx, lx->pos)))
+      return error_here(lx, start, "invalid number literal: the exponent has no digits");
+    while (isdigit((unsigned char)at(lx, lx->pos)) || at(lx, lx->pos) == '_') lx->pos++;
+  }
+  if (is_ident_char(at(lx, lx->pos))) {
+    size_t end = lx->pos;
+    while (is_ident_char(at(lx, end))) end++;
+    return error_here(lx, start, "invalid number literal '%.*s'", (int)(end - start),
+                      lx->src->text + start);
+  }
+  char digits[400];
+  size_t n = 0;
+  for (size_t i = start; i < lx->pos; i++) {
+    if (at(lx, i) == '_') continue;
+    if (n + 1 >= sizeof digits) return error_here(lx, start, "number literal too long");
+    digits[n++] = at(lx, i);
+  }
+  digits[n] = '\0';
+  if (is_float) {
+    out->kind = TK_FLOAT;
+    out->fval = strtod(digits, NULL);
+    if (!isfinite(out->fval)) return error_here(lx, start, "float literal out of range");
+    return true;
+  }
+  int64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    int d = digits[i] - '0';
+    if (v > (INT64_MAX - d) / 10) return error_here(lx, start, "integer literal too large");
+    v = v * 10 + d;
+  }
+  out->kind = TK_INT;
+  out->ival = v;
+  out->fval = (double)v;
+  return true;
+}
+
+static int hex_value(char c) {
+  if (isdigit((unsigned char)c)) return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* One escape after the backslash at lx->pos; writes the byte to *byte, or sets *skip for a
+ * backslash-newline (which, as in OCaml, also skips the next line's leading blanks). */
+static bool lex_escape(cn_nt_lexer *lx, char *byte, bool *skip) {
+  size_t bs = lx->pos;
+  char c = at(lx, bs + 1);
+  *skip = false;
+  int value = -1;
+  size_t width = 2;
+  switch (c) {
+  case '\\': value = '\\'; break;
+  case '"': value = '"'; break;
+  case '\'': value = '\''; break;
+  case 'n': value = '\n'; break;
+  case 't': value = '\t'; break;
+  case 'b': value = '\b'; break;
+  case 'r': value = '\r'; break;
+  case ' ': value = ' '; break;
+  case '\n':
+    lx->pos++;
+    newline(lx);
+    while (at(lx, lx->pos) == ' ' || at(lx, lx->pos) == '\t') lx->pos++;
+    *skip = true;
+    return true;
+  case 'x':
+    if (hex_value(at(lx, bs + 2)) >= 0 && hex_value(at(lx, bs + 3)) >= 0) {
+      value = hex_value(at(lx, bs + 2)) * 16 + hex_value(at(lx, bs + 3));
+      width = 4;
+    }
+    break;
+  default:
+    if (isdigit((unsigned char)c) && isdigit((unsigned char)at(lx, bs + 2)) &&
+        isdigit((unsigned char)at(lx, bs + 3))) {
+      value = (c - '0') * 100 + (at(lx, bs + 2) - '0') * 10 + (at(lx, bs + 3) - '0');
+      width = 4;
+      if (value > 255)
+        return error_here(lx, bs, "escape '\\%.3s' is above 255", lx->src->text + bs + 1);
+    }
+    break;
+  }
+  if (value < 0) {
+    if (c == '\0' || c == '\r') return error_here(lx, bs, "invalid escape in string");
+    if (!isprint((unsigned char)c))
+      return error_here(lx, bs, "invalid escape '\\' followed by byte 0x%02x in string",
+                        (unsigned)(unsigned char)c);
+    return error_here(lx, bs, "invalid escape '\\%c' in string", c);
+  }
+  if (value == 0) return error_here(lx, bs, "a string cannot contain a NUL character");
+  *byte = (char)value;
+  lx->pos += width;
+  return true;
+}
+
+static bool lex_string(cn_nt_lexer *lx, cn_nt_token *out) {
+  size_t start = lx->pos;
+  int line = lx->line, col = column_of(lx, start);
+  /* The decoded text is never longer than the raw text up to the closing quote. */
+  size_t end = start + 1;
+  while (at(lx, end) != '"') {
+    if (at(lx, end) == '\0') {
+      cn_nt_pos pos = {lx->src, line, col};
+      cn_nt_fail_at(lx->ctx, pos, "unterminated string literal");
+      return false;
+    }
+    end += at(lx, end) == '\\' && at(lx, end + 1) != '\0' ? 2 : 1;
+  }
+  char *s = cn_alloc(lx->ctx, end - start);
+  if (!s) return false;
+  size_t n = 0;
+  lx->pos = start + 1;
+  while (at(lx, lx->pos) != '"') {
+    char c = at(lx, lx->pos);
+    if (c == '\\') {
+      char byte = 0;
+      bool skip;
+      if (!lex_escape(lx, &byte, &skip)) return false;
+      if (!skip) s[n++] = byte;
+    } else if (c == '\n') {
+      s[n++] = c;
+      newline(lx);
+    } else {
+      s[n++] = c;
+      lx->pos++;
+    }
+  }
+  lx->pos++;
+  out->kind = TK_STRING;
+  out->text = s;
+  return true;
+}
+
+/* ~name, ~name:, ?name, ?name: at the '~' or '?'. */
+static bool lex_label(cn_nt_lexer *lx, cn_nt_token *out, bool optional) {
+  size_t name = lx->pos + 1, end = name;
+  while (is_ident_char(at(lx, end))) end++;
+  if (!(out->text = copy_text(lx, name, end - name))) return false;
+  lx->pos = end;
+  bool colon = at(lx, end) == ':' && at(lx, end + 1) != ':' && at(lx, end + 1) != '=';
+  if (colon) lx->pos++;
+  out->kind =
+      optional ? (colon ? TK_OPTLABEL_COLON : TK_OPTLABEL) : (colon ? TK_LABEL_COLON : TK_LABEL);
+  return true;
+}
+
+static bool lex_token(cn_nt_lexer *lx, cn_nt_token *out) {
+  size_t start = lx->pos;
+  char c = at(lx, start), next = at(lx, start + 1);
+  if (isdigit((unsigned char)c)) return lex_number(lx, out);
+  if (c == '"') return lex_string(lx, out);
+  if (is_ident_start(c)) {
+    size_t end = start;
+    while (is_ident_char(at(lx, end))) end++;
+    lx->pos = end;
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+      if (strlen(reserved[i].word) == end - start &&
+          memcmp(reserved[i].word, lx->src->text + start, end - start) == 0) {
+        out->kind = reserved[i].kind;
+        return true;
+      }
+    out->kind = TK_IDENT;
+    return (out->text = copy_text(lx, start, end - start)) != NULL;
+  }
+  if (c == '\'') {
+    if ((isalnum((unsigned char)next) || next == '_') && at(lx, start + 2) == '\'') {
+      lx->pos += 3;
+      out->kind = TK_CHAR;
+      return (out->text = copy_text(lx, start + 1, 1)) != NULL;
+    }
+    return error_here(lx, start,
+                      "invalid character literal: a dimension label is one letter, "
+                      "digit or '_' in quotes, as in 'q'");
+  }
+  if ((c == '~' || c == '?') && is_label_start(next)) return lex_label(lx, out, c == '?');
+  if (c == '?' && !is_op_char(next)) {
+    lx->pos++;
+    out->kind = TK_QUESTION;
+    return true;
+  }
+  static const struct {
+    char c, next;
+    tk_kind kind;
+  } punct[] = {{'[', '|', TK_LBRACKET_BAR}, {'|', ']', TK_BAR_RBRACKET}, {';', ';', TK_SEMISEMI},
+               {'(', 0, TK_LPAREN},         {')', 0, TK_RPAREN},         {'[', 0, TK_LBRACKET},
+               {']', 0, TK_RBRACKET},       {'{', 0, TK_LBRACE},         {'}', 0, TK_RBRACE},
+               {';', 0, TK_SEMI},           {',', 0, TK_COMMA}};
+  for (size_t i = 0; i < sizeof punct / sizeof punct[0]; i++)
+    if (punct[i].c == c && (!punct[i].next || punct[i].next == next)) {
+      lx->pos += punct[i].next ? 2 : 1;
+      out->kind = punct[i].kind;
+      return true;
+    }
+  if (is_op_char(c)) {
+    size_t end = start + 1;
+    while (is_op_char(at(lx, end)) && !(at(lx, end) == '|' && at(lx, end + 1) == ']')) end++;
+    lx->pos = end;
+    if (end - start == 1 && c == '.') {
+      out->kind = TK_DOT;
+      return true;
+    }
+    out->kind = TK_OP;
+    return (out->text = copy_text(lx, start, end - start)) != NULL;
+  }
+  if (isprint((unsigned char)c)) return error_here(lx, start, "unexpected character '%c'", c);
+  return error_here(lx, start, "unexpected byte 0x%02x", (unsigned)(unsigned char)c);
+}
+
+bool cn_nt_lex(cn_nt_lexer *lx, cn_nt_token *out) {
+  memset(out, 0, sizeof *out);
+  if (!skip_blanks(lx)) return false;
+  size_t start = lx->pos;
+  if (at(lx, start) == '\0') {
+    out->kind = TK_EOF;
+    out->line = lx->end_line;
+    out->col = lx->end_col;
+    out->offset = start;
+    return true;
+  }
+  out->line = lx->line;
+  out->col = column_of(lx, start);
+  out->offset = start;
+  if (!lex_token(lx, out)) return false;
+  out->len = lx->pos - start;
+  lx->end_line = lx->line;
+  lx->end_col = column_of(lx, lx->pos);
+  return true;
+}
