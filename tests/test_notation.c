@@ -201,6 +201,11 @@ static void test_c_api(void) {
       cn_routine_free(r);
     }
   }
+  /* the %cd printer spells a gate accumulation as seed 002 does, so it parses back */
+  cn_asgn *gate =
+      cn_notation_cd(g, "acc =?/ x", 2, (cn_notation_binding[]){{"acc", acc, 0}, {"x", x, 0}});
+  CHECK_MSG(gate != NULL, "%s", cn_ctx_error(ctx));
+  CHECK_HAS(gate ? cn_asgn_to_string(ctx, gate) : NULL, "acc =?/ x");
   CHECK(cn_notation_op(g, "relu (", 0, NULL) == NULL);
   CHECK_HAS(cn_ctx_error(ctx), "<cn_op>:1:");
   cn_ctx_destroy(ctx);

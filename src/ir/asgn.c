@@ -487,11 +487,10 @@ static void print_string_literal(cn_sbuf *sb, const char *text) {
   cn_sbuf_putc(sb, '"');
 }
 
-/* `=:+`, `=-`; a clear-only accumulator (Arg2) is the plain `=:`. */
+/* `=:+`, `=-`, `=?/` (seed 002's spelling); a clear-only accumulator (Arg2) is the plain `=:`. */
 static void print_accum_operator(cn_sbuf *sb, cn_op accum, bool init_neutral) {
-  cn_sbuf_puts(sb, init_neutral ? "=:" : "=");
-  if (cn_op_table[accum].accum == CN_ACCUM_ACC_INIT) return;
-  cn_sbuf_puts(sb, cn_op_infix(accum) ? cn_op_infix(accum) : cn_op_name(accum));
+  char text[16];
+  cn_sbuf_puts(sb, cn_op_assign_spelling(accum, init_neutral, text, sizeof text) ? text : "=?");
 }
 
 /* `a * b` for a binary op with an infix spelling, `x` for id, otherwise the curried

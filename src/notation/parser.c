@@ -29,42 +29,25 @@ enum { MAX_NAMES = 256 };
 
 /* ---- Operator tables ------------------------------------------------------------------------ */
 
-/* Seed 002's assignment operators ("Primitive operations", column "Assignments"): `=` then `:`
- * when the LHS is cleared to the accumulator's neutral element first, then the operator. */
-static const struct {
-  const char *text;
-  cn_op accum;
-  bool clear;
-} assign_ops[] = {
-    {"=:", CN_OP_ARG2, true},         {"=+", CN_OP_ADD, false},
-    {"=:+", CN_OP_ADD, true},         {"=-", CN_OP_SUB, false},
-    {"=:-", CN_OP_SUB, true},         {"=*", CN_OP_MUL, false},
-    {"=:*", CN_OP_MUL, true},         {"=/", CN_OP_DIV, false},
-    {"=:/", CN_OP_DIV, true},         {"=**", CN_OP_POW, false},
-    {"=:**", CN_OP_POW, true},        {"=?/", CN_OP_RELU_GATE, false},
-    {"=:?/", CN_OP_RELU_GATE, true},  {"=?^", CN_OP_SAT01_GATE, false},
-    {"=:?^", CN_OP_SAT01_GATE, true}, {"=||", CN_OP_OR, false},
-    {"=:||", CN_OP_OR, true},         {"=&&", CN_OP_AND, false},
-    {"=:&&", CN_OP_AND, true},        {"=@^", CN_OP_MAX, false},
-    {"=:@^", CN_OP_MAX, true},        {"=^^", CN_OP_MIN, false},
-    {"=:^^", CN_OP_MIN, true},
-};
-enum { N_ASSIGN_OPS = sizeof assign_ops / sizeof assign_ops[0] };
-
+/* Seed 002's assignment operators are derived from the op table (cn_op_assign_spelling): `=`
+ * then `:` when the LHS is cleared to the accumulator's neutral element first, then the op. */
 bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear) {
-  for (int i = 0; op && i < N_ASSIGN_OPS; i++)
-    if (strcmp(assign_ops[i].text, op) == 0) {
-      if (accum) *accum = assign_ops[i].accum;
-      if (clear) *clear = assign_ops[i].clear;
-      return true;
-    }
+  char text[16];
+  for (int i = 0; op && i < CN_OP_COUNT; i++)
+    for (int c = 0; c < 2; c++)
+      if (cn_op_assign_spelling((cn_op)i, c, text, sizeof text) && strcmp(text, op) == 0) {
+        if (accum) *accum = (cn_op)i;
+        if (clear) *clear = c;
+        return true;
+      }
   return false;
 }
 
 const char *cn_nt_assign_spelling(cn_op accum, bool clear) {
-  for (int i = 0; i < N_ASSIGN_OPS; i++)
-    if (assign_ops[i].accum == accum && assign_ops[i].clear == clear) return assign_ops[i].text;
-  return NULL;
+  static char spellings[CN_OP_COUNT][2][16];
+  if ((int)accum < 0 || accum >= CN_OP_COUNT) return NULL;
+  char *text = spellings[accum][clear];
+  return cn_op_assign_spelling(accum, clear, text, sizeof spellings[0][0]) ? text : NULL;
 }
 
 cn_nt_prec cn_nt_infix_prec(const char *op) {

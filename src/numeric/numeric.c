@@ -503,6 +503,17 @@ bool cn_op_can_accumulate(cn_op op) {
   return valid_op(op) && cn_op_table[op].accum != CN_ACCUM_NO;
 }
 
+bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap) {
+  if (!cn_op_can_accumulate(accum) || cap == 0) return false;
+  if (cn_op_table[accum].accum == CN_ACCUM_ACC_INIT) {
+    if (!clear) return false;
+    return snprintf(out, cap, "=:") < (int)cap;
+  }
+  const char *infix = cn_op_table[accum].infix ? cn_op_table[accum].infix : cn_op_table[accum].name;
+  if (infix[0] == '-' && infix[1]) infix++;
+  return snprintf(out, cap, "=%s%s", clear ? ":" : "", infix) < (int)cap;
+}
+
 double cn_op_neutral(cn_op op, cn_prec prec) {
   if (!valid_op(op) || !valid_prec(prec)) return NAN;
   return cn_value_to_double(prec, cn_value_of_double(prec, cn_op_table[op].neutral));

@@ -49,6 +49,12 @@ typedef struct {
 } cn_prec_info;
 extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
 
+/* The %cd assignment operator that accumulates with `accum` (seed 002's table): "=" then ":" when
+ * the LHS is cleared first, then the op's infix without a leading '-' (relu_gate's "-?/" gives
+ * "=?/"); a clear-only accumulator (Arg2) is the plain "=:". False when accum has no such form.
+ * Writes at most cap bytes (NUL included). */
+bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
+
 /* The kind bit (CN_KF/CN_KI/CN_KB) of a precision. */
 unsigned cn_prec_kind_bit(cn_prec prec);
 
