@@ -140,30 +140,36 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
   return argv[++*i];
 }
 
+/* Reads `--backend interp|c` or `--emit asgn|loops|c` at argv[*i]: 1 when it is one of them
+ * (*backend = 0 interp, 1 c; *emit = 0 asgn, 1 loops, 2 c), 0 when argv[*i] is neither, -1 after
+ * printing a usage error. */
+static int backend_or_emit(int argc, char **argv, int *i, int *backend, int *emit) {
+  static const char *const backends[] = {"interp", "c"}, *const emits[] = {"asgn", "loops", "c"};
+  bool missing = false;
+  const char *b = option_value(argc, argv, i, "--backend", &missing);
+  const char *e = b || missing ? NULL : option_value(argc, argv, i, "--emit", &missing);
+  if (missing) return usage_error("option '%s' needs a value", argv[*i]), -1;
+  for (int k = 0; b && k < 2; k++)
+    if (strcmp(b, backends[k]) == 0) return *backend = k, 1;
+  for (int k = 0; e && k < 3; k++)
+    if (strcmp(e, emits[k]) == 0) return *emit = k, 1;
+  if (b) return usage_error("unknown backend '%s' (known: interp, c)", b), -1;
+  if (e) return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", e), -1;
+  return 0;
+}
+
 static int cmd_demo(int argc, char **argv) {
   demo_options opts = {.interp = true, .c = true, .emit = DEMO_EMIT_ALL};
+  static const demo_emit emit_kinds[3] = {DEMO_EMIT_ASGN, DEMO_EMIT_LOOPS, DEMO_EMIT_C};
   for (int i = 2; i < argc; i++) {
-    bool missing = false;
-    const char *backend = option_value(argc, argv, &i, "--backend", &missing);
-    const char *emit = backend ? NULL : option_value(argc, argv, &i, "--emit", &missing);
-    if (missing) return usage_error("option '%s' needs a value", argv[i]);
-    if (backend) {
-      bool interp = strcmp(backend, "interp") == 0, c = strcmp(backend, "c") == 0;
-      if (!interp && !c) return usage_error("unknown backend '%s' (known: interp, c)", backend);
-      opts.interp = interp;
-      opts.c = c;
-    } else if (emit) {
-      if (strcmp(emit, "asgn") == 0)
-        opts.emit = DEMO_EMIT_ASGN;
-      else if (strcmp(emit, "loops") == 0)
-        opts.emit = DEMO_EMIT_LOOPS;
-      else if (strcmp(emit, "c") == 0)
-        opts.emit = DEMO_EMIT_C;
-      else
-        return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", emit);
-    } else {
-      return usage_error("unknown demo option '%s'", argv[i]);
+    int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
+    if (got < 0) return EXIT_USAGE;
+    if (got == 0) return usage_error("unknown demo option '%s'", argv[i]);
+    if (backend >= 0) {
+      opts.interp = backend == 0;
+      opts.c = backend == 1;
     }
+    if (emit >= 0) opts.emit = emit_kinds[emit];
   }
   if (opts.emit == DEMO_EMIT_C && !opts.c)
     return usage_error("--emit=c needs the C backend, not --backend interp");
@@ -192,26 +198,13 @@ static int cmd_run(int argc, char **argv) {
   cn_notation_options opts = {.backend = CN_BACKEND_C};
   const char *file = NULL, *inline_text = NULL;
   for (int i = 2; i < argc; i++) {
-    bool missing = false;
-    const char *backend = option_value(argc, argv, &i, "--backend", &missing);
-    const char *emit = backend ? NULL : option_value(argc, argv, &i, "--emit", &missing);
-    if (missing) return usage_error("option '%s' needs a value", argv[i]);
-    if (backend) {
-      if (strcmp(backend, "interp") == 0)
-        opts.backend = CN_BACKEND_INTERP;
-      else if (strcmp(backend, "c") == 0)
-        opts.backend = CN_BACKEND_C;
-      else
-        return usage_error("unknown backend '%s' (known: interp, c)", backend);
-    } else if (emit) {
-      if (strcmp(emit, "asgn") == 0)
-        opts.emit_asgn = true;
-      else if (strcmp(emit, "loops") == 0)
-        opts.emit_loops = true;
-      else if (strcmp(emit, "c") == 0)
-        opts.emit_c = true;
-      else
-        return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", emit);
+    int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
+    if (got < 0) return EXIT_USAGE;
+    if (got > 0) {
+      if (backend >= 0) opts.backend = backend == 0 ? CN_BACKEND_INTERP : CN_BACKEND_C;
+      if (emit == 0) opts.emit_asgn = true;
+      if (emit == 1) opts.emit_loops = true;
+      if (emit == 2) opts.emit_c = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       opts.json = true;
     } else if (strcmp(argv[i], "-e") == 0) {

@@ -233,10 +233,7 @@ static cn_tensor *window_of(cn_graph *g, int64_t window, double fill) {
       {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 2, dims, NULL}};
   char label[64];
   snprintf(label, sizeof label, "window_%g", fill);
-  cn_tensor *t =
-      cn_tensor_new(g, label, CN_TK_NUMBER, g->prec, rows, CN_SL_TERMINAL, NULL, 0, NULL);
-  if (t) t->number = fill;
-  return t;
+  return cn_tensor_constant(g, label, fill, rows);
 }
 
 static cn_tensor *pool2d(cn_graph *g, const char *what, cn_tensor *x, int64_t window,

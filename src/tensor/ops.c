@@ -37,10 +37,7 @@ static cn_prec result_prec(cn_graph *g, cn_op prim, int n, cn_tensor *const *arg
 cn_tensor *cn_tensor_number(cn_graph *g, double value) {
   char label[64];
   snprintf(label, sizeof label, "%g", value);
-  cn_tensor *t =
-      cn_tensor_new(g, label, CN_TK_NUMBER, g->prec, scalar_rows, CN_SL_TERMINAL, NULL, 0, NULL);
-  if (t) t->number = value;
-  return t;
+  return cn_tensor_constant(g, label, value, scalar_rows);
 }
 
 /* A row with n > 0 axes must give their sizes. *numel: the cell count when every row and size
@@ -62,11 +59,21 @@ static bool dims_given(cn_ctx *ctx, const char *what, const char *label, const c
   return true;
 }
 
-static void rows_of(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]) {
+const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]) {
+  if (!dims) return NULL;
   const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
   for (int k = 0; k < CN_N_ROWS; k++)
     rows[k] = (cn_shape_row_spec){axes[k]->n >= 0, axes[k]->n > 0 ? axes[k]->n : 0, axes[k]->dims,
                                   axes[k]->labels};
+  return rows;
+}
+
+cn_tensor *cn_tensor_constant(cn_graph *g, const char *label, double value,
+                              const cn_shape_row_spec *rows) {
+  cn_tensor *t =
+      cn_tensor_new(g, label, CN_TK_NUMBER, g->prec, rows, CN_SL_TERMINAL, NULL, 0, NULL);
+  if (t) t->number = value;
+  return t;
 }
 
 cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, const double *values,
@@ -202,9 +209,8 @@ cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, 
     if (!init) return NULL;
   }
   cn_shape_row_spec rows[CN_N_ROWS];
-  if (dims) rows_of(dims, rows);
-  cn_tensor *t = cn_tensor_new(g, label, CN_TK_PARAM, g->prec, dims ? rows : NULL, CN_SL_POINTWISE,
-                               NULL, 1, &init);
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_PARAM, g->prec, cn_dims_rows(dims, rows),
+                               CN_SL_POINTWISE, NULL, 1, &init);
   if (!t) return NULL;
   t->is_param = t->diff = true;
   t->accum = CN_OP_ADD;

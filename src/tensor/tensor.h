@@ -102,6 +102,11 @@ struct cn_graph {
 cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn_prec prec,
                          const cn_shape_row_spec *rows, cn_shape_kind logic,
                          const cn_shape_args *args, int n_args, cn_tensor *const *operands);
+/* The shape rows of a cn_dims (NULL dims: NULL, all rows inferred); rows is the storage. */
+const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]);
+/* A constant filling the given rows (NULL: inferred): Fetch Constant, not differentiable. */
+cn_tensor *cn_tensor_constant(cn_graph *g, const char *label, double value,
+                              const cn_shape_row_spec *rows);
 /* Materializes every tensor and update built so far (see the lifecycle above). */
 cn_status cn_graph_materialize(cn_graph *g);
 /* The node a reference designates (after materialization); NULL with a message if it is a

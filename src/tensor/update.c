@@ -10,18 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const cn_shape_row_spec *rows_or_null(const cn_dims *dims, cn_shape_row_spec rows[3]) {
-  if (!dims) return NULL;
-  const cn_axes *axes[CN_N_ROWS] = {&dims->batch, &dims->input, &dims->output};
-  for (int k = 0; k < CN_N_ROWS; k++)
-    rows[k] = (cn_shape_row_spec){axes[k]->n >= 0, axes[k]->n > 0 ? axes[k]->n : 0, axes[k]->dims,
-                                  axes[k]->labels};
-  return rows;
-}
-
 cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims) {
   cn_shape_row_spec rows[CN_N_ROWS];
-  return cn_tensor_new(g, label, CN_TK_BUFFER, g->prec, rows_or_null(dims, rows), CN_SL_TERMINAL,
+  return cn_tensor_new(g, label, CN_TK_BUFFER, g->prec, cn_dims_rows(dims, rows), CN_SL_TERMINAL,
                        NULL, 0, NULL);
 }
 
