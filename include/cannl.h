@@ -210,6 +210,38 @@ typedef struct {
 cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
                         const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
                         const cn_proj_tensor *rhs);
+
+/* Tile's valid index sets (seed 003 "Valid Indices"), as an extension of the product space:
+ *   - each iterator ranges over [lo, hi), which may start below 0 (a plain record is lo = 0,
+ *     hi = size);
+ *   - constraints `0 <= expr < bound`, expr an index over product iterators (or static indices
+ *     with a range);
+ *   - valid_only: besides the constraints, a point is visited only if every index of every slot
+ *     (the LHS included) lies within its tensor's unpadded dims, and out-of-range indices are then
+ *     not an error at construction; without it the maps must stay within the padded buffers over
+ *     the whole box, as for cn_proj_create;
+ *   - zero_unreached: with `=:`, LHS cells that no visited point writes end as 0 while written
+ *     cells start from the accumulator's neutral element (Tile's initialization, seed 003
+ *     "Skipping"); without it `=:` gives every cell the neutral element first, as usual.
+ * An assignment visits exactly the points of the box where every constraint (and, with
+ * valid_only, every bound) holds. Constraints or valid_only make cn_proj_lhs_surjective answer
+ * false (it cannot see through them); injectivity is unaffected (fewer points stay injective). */
+typedef struct {
+  cn_index expr;
+  int64_t bound; /* the constraint holds where 0 <= expr < bound */
+} cn_proj_constraint;
+typedef struct {
+  int n_product;
+  const cn_symbol *iterators;
+  const int64_t *lo; /* first value of each iterator; NULL: all 0 */
+  const int64_t *hi; /* one past the last value; hi >= lo */
+  int n_constraints;
+  const cn_proj_constraint *constraints;
+  bool valid_only;
+  bool zero_unreached;
+} cn_proj_space;
+cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_tensor lhs,
+                               int n_rhs, const cn_proj_tensor *rhs);
 /* Derived properties of the LHS map (seed 001): every LHS cell written by some product point /
  * by at most one. Both are decided conservatively for affine maps (a "false" may be a cell
  * that is in fact covered, never the converse). */
@@ -218,10 +250,13 @@ bool cn_proj_lhs_injective(const cn_proj *proj);
 /* The record of an assignment whose tensors are named by slot (seed 001 "slot" naming: lhs, t,
  * v, g = slot 0; t1, v1, g1 = slot 1; ...): its LHS is the original's slot lhs_slot and its RHS
  * i the original's slot rhs_slots[i], with the same product space. E.g. the gradient g1 =+ g * v2
- * of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). */
+ * of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). Ranges, constraints
+ * and flags are kept, and under valid_only the bounds of a dropped slot become constraints, so the
+ * new record visits the same points. */
 cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
                          const int *rhs_slots);
-/* A readable dump: product space, then each tensor's dims and map. Arena-owned. */
+/* A readable dump: product space (a ranged iterator as `j=-1..2`), constraints and flags when
+ * present, then each tensor's dims and map. Arena-owned. */
 const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj);
 
 /* ---- Assignments IR ------------------------------------------------------------------------ */
@@ -266,6 +301,8 @@ typedef struct cn_routine cn_routine;
 /* Lowers, optimizes and compiles an assignments tree for a backend. */
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name);
+/* Whether the routine reads the static index symbol (binding one it does not read fails). */
+bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
 /* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */
 cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
 cn_status cn_routine_run(cn_routine *routine);
@@ -489,6 +526,16 @@ cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter);
 cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
 cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
+
+/* ---- Datasets (src/tensor/datasets.c) -------------------------------------------------------- */
+
+/* n points of two noisy interleaved half circles ("half moons"), the same for a given seed on
+ * every machine (splitmix64, Box-Muller). Point i is (xy[2i], xy[2i+1]) with label labels[i]:
+ * even points lie on the upper half circle (cos t, sin t), label +1; odd points on the lower one
+ * (1 - cos t, 0.5 - sin t), label -1; t is uniform in [0, pi) and each coordinate gets Gaussian
+ * noise of standard deviation `noise`. The interleaving gives every batch of an even number of
+ * consecutive points as many points of each class. xy holds 2n values, labels n. */
+void cn_dataset_half_moons(uint64_t seed, double noise, size_t n, double *xy, double *labels);
 
 /* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */
 

@@ -213,6 +213,11 @@ static void mark_stmt(cgen *g, bool *used, const cn_ll_stmt *s) {
     mark_symbol(g, used, s->u.loop.sym);
     mark_stmt(g, used, s->u.loop.body);
     return;
+  case CN_LL_IF:
+    for (int c = 0; c < s->u.guard.n_conds; c++)
+      mark_index_symbols(g, used, &s->u.guard.conds[c].expr);
+    mark_stmt(g, used, s->u.guard.body);
+    return;
   case CN_LL_SET:
     mark_access(g, used, s->u.set.param, s->u.set.idx);
     mark_expr(g, used, s->u.set.value);
@@ -478,6 +483,37 @@ static void emit_set_vec(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf_free(&store);
 }
 
+static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
+
+/* `if (0 <= 2 * i + j && 2 * i + j < 5 && j == 1) {`: each condition's expression in int64_t
+ * (loop variables and static indices are int64_t; lowering keeps guarded values in range). */
+static void emit_guard(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "if (");
+  for (int c = 0; c < s->u.guard.n_conds; c++) {
+    const cn_ll_cond *cond = &s->u.guard.conds[c];
+    linear l = {0};
+    linear_add_index(&l, &cond->expr, 1);
+    if (c) cn_sbuf_puts(sb, " && ");
+    if (cond->lo != INT64_MAX && cond->lo + 1 == cond->hi) {
+      print_linear(g, sb, &l, NULL);
+      cn_sbuf_printf(sb, " == %lld", (long long)cond->lo);
+      continue;
+    }
+    cn_sbuf_printf(sb, "%lld <= ", (long long)cond->lo);
+    print_linear(g, sb, &l, NULL);
+    cn_sbuf_puts(sb, " && ");
+    print_linear(g, sb, &l, NULL);
+    cn_sbuf_printf(sb, " < %lld", (long long)cond->hi);
+  }
+  if (s->u.guard.n_conds == 0) cn_sbuf_puts(sb, "1");
+  cn_sbuf_puts(sb, ") {\n");
+  emit_stmt(g, depth + 1, s->u.guard.body);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+}
+
 static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf *sb = g->out;
   switch (s->kind) {
@@ -498,6 +534,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
     cn_sbuf_puts(sb, "}\n");
     return;
   }
+  case CN_LL_IF: emit_guard(g, depth, s); return;
   case CN_LL_SET: emit_set(g, depth, s); return;
   case CN_LL_SET_VEC: emit_set_vec(g, depth, s); return;
   }

@@ -124,6 +124,11 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
     k->bound[sym] = 0;
     return;
   }
+  case CN_LL_IF:
+    CN_ASSERT(s->u.guard.n_conds == 0 || s->u.guard.conds != NULL);
+    for (int c = 0; c < s->u.guard.n_conds; c++) check_index(k, &s->u.guard.conds[c].expr);
+    check_stmt(k, s->u.guard.body);
+    return;
   case CN_LL_SET:
     check_access(k, s->u.set.param, s->u.set.idx);
     check_expr(k, s->u.set.value);
@@ -279,6 +284,14 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
     }
     return;
   }
+  case CN_LL_IF:
+    for (int c = 0; c < s->u.guard.n_conds; c++) {
+      const cn_ll_cond *cond = &s->u.guard.conds[c];
+      int64_t v = index_value(m->env, &cond->expr);
+      if (v < cond->lo || v >= cond->hi) return;
+    }
+    exec_stmt(m, s->u.guard.body);
+    return;
   case CN_LL_SET: {
     int param = s->u.set.param;
     cn_prec prec = m->params[param].prec;

@@ -5,9 +5,11 @@
  * clear-only ones, Arg2, only as `=:`), the op's arity equals the record's RHS count, the op and
  * the accumulator are defined on the LHS precision, every slot's dims equal its node's dims, every
  * index stays within its node's padded extent over the product space (free symbols over their
- * declared range), a vectorized write stays inside its unpadded LHS, every node belongs to the
- * assignment's context; a failed constructor returns NULL with a message naming the tensors,
- * axes and sizes involved. Assignments, and the arrays and text they hold, live in the arena. */
+ * declared range; for a valid_only record, within int64, since out-of-range points are skipped),
+ * a vectorized write stays inside its unpadded LHS (and never takes a valid_only record), every
+ * node belongs to the assignment's context; a failed constructor returns NULL with a message naming
+ * the tensors, axes and sizes involved. Assignments, and the arrays and text they hold, live in the
+ * arena. */
 #include "ir/ir.h"
 
 #include <math.h>
@@ -87,7 +89,8 @@ static void fail_no_bounds(cn_ctx *ctx, const cn_proj *proj, const cn_index *idx
 }
 
 /* The slot's dims are the node's, and every index stays within the padded extent
- * [-pad_left, dim + pad_right - 1] of its axis wherever it is evaluated. */
+ * [-pad_left, dim + pad_right - 1] of its axis wherever it is evaluated — or, for a valid_only
+ * record, is merely bounded (its out-of-range points are never visited). */
 static bool check_slot(cn_ctx *ctx, const cn_proj *proj, int slot_index, const char *slot,
                        const cn_node *node) {
   const cn_proj_slot *s = &proj->slot[slot_index];
@@ -105,7 +108,7 @@ static bool check_slot(cn_ctx *ctx, const cn_proj *proj, int slot_index, const c
     int64_t lo, hi;
     bool bounded = cn_index_bounds(ctx, &s->map[a], proj, &lo, &hi);
     int64_t first = -node->pad[a][0], last = node->dims[a] + node->pad[a][1] - 1;
-    if (bounded && (lo > hi || (lo >= first && hi <= last))) continue;
+    if (bounded && (proj->valid_only || lo > hi || (lo >= first && hi <= last))) continue;
     cn_sbuf text = {0};
     cn_index_print(&text, ctx, &s->map[a]);
     const char *index_text = text.failed || !text.data ? "?" : text.data;
@@ -254,6 +257,13 @@ cn_asgn *cn_asgn_vec_unop(cn_ctx *ctx, cn_op op, cn_node *lhs, cn_buffer rhs, co
             "vectorized assignment: %s takes 1 operand but the projections record has %d RHS "
             "tensors",
             cn_op_name(op), proj->n_rhs);
+    return NULL;
+  }
+  /* A group of cells is written from its first cell's index: a bound on that index alone would
+   * not keep the group inside the LHS. */
+  if (proj->valid_only) {
+    cn_fail(ctx, CN_ERR_UNSUPPORTED,
+            "vectorized assignment: %s cannot use a valid_only projections record", cn_op_name(op));
     return NULL;
   }
   if (!check_node(ctx, what, "lhs", lhs) || !check_node(ctx, what, "rhs1", rhs.node) ||

@@ -1,13 +1,15 @@
 /* Index maps and projections records: the canonical constructors of cn_index, the validated
- * construction of cn_proj, the range of an index over a product space, the surjectivity and
- * injectivity analyses of the LHS map (seed 001 "What we compile to") and the readable dumps.
+ * construction of cn_proj (with seed 003's ranged iterators, constraints and valid-only flag),
+ * the range of an index over a product space, the surjectivity and injectivity analyses of the
+ * LHS map (seed 001 "What we compile to") and the readable dumps.
  *
  * Invariants: every index returned by a constructor is canonical (seed 000: Fixed for no term,
  * Iter for one unit term without offset, otherwise Affine with 1..CN_MAX_AFFINE_TERMS terms,
  * nonzero coefficients, distinct symbols ordered by id), or invalid (Affine with n_terms = -1);
  * a cn_proj holds arena copies of its arrays, only canonical indices, only symbols of its
- * context, and pairwise distinct iterators. The analyses are conservative: they may answer false
- * for a map that has the property, never true for one that lacks it. */
+ * context, pairwise distinct iterators whose ranges fit in int64, and constraints whose symbols
+ * all have values (iterators, or static indices with a range). The analyses are conservative: they
+ * may answer false for a map that has the property, never true for one that lacks it. */
 #include "ir/ir.h"
 
 #include <stdlib.h>
@@ -116,6 +118,11 @@ static bool name_is_shared(const cn_ctx *ctx, const cn_proj *proj, cn_symbol sym
         if (idx->syms[t] != sym && strcmp(cn_symbol_name(ctx, idx->syms[t]), name) == 0)
           return true;
     }
+  for (int k = 0; k < proj->n_constraints; k++) {
+    const cn_index *idx = &proj->constraints[k].expr;
+    for (int t = 0; t < idx->n_terms; t++)
+      if (idx->syms[t] != sym && strcmp(cn_symbol_name(ctx, idx->syms[t]), name) == 0) return true;
+  }
   return false;
 }
 
@@ -156,6 +163,64 @@ void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx) {
   print_index(sb, ctx, NULL, idx);
 }
 
+/* ---- Ranges of indices over a record's box ---- */
+
+static int iter_position(const cn_proj *proj, cn_symbol sym) {
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->iters[p] == sym) return p;
+  return -1;
+}
+
+int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym) {
+  int p = iter_position(proj, sym);
+  return p < 0 ? 0 : proj->sizes[p];
+}
+
+static bool product_is_empty(const cn_proj *proj) {
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->sizes[p] == 0) return true;
+  return false;
+}
+
+/* Each term c*s ranges between c*first and c*last (an iterator's first and last values, or 0
+ * and range - 1 for a free symbol); the sum of the per-term ranges is exact for an affine form of
+ * distinct symbols, since the symbols vary independently. Over an empty product space no index
+ * is ever evaluated: the range is empty (lo > hi), which validation accepts. */
+bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj, int64_t *lo,
+                     int64_t *hi) {
+  if (idx->n_terms < 0) return false;
+  int64_t low = idx->offset, high = idx->offset;
+  for (int t = 0; t < idx->n_terms; t++) {
+    int p = iter_position(proj, idx->syms[t]);
+    int64_t first = 0, extent;
+    if (p >= 0) {
+      first = proj->lo[p];
+      extent = proj->sizes[p];
+    } else {
+      const cn_symbol_info *info = cn_ctx_symbol(ctx, idx->syms[t]);
+      if (!info || info->range <= 0) return false;
+      extent = info->range;
+    }
+    if (extent == 0) continue; /* an empty product space: handled below */
+    int64_t at_first, at_last; /* first + extent - 1 is the range's end minus 1: no overflow */
+    if (!mul_i64(idx->coeffs[t], first, &at_first) ||
+        !mul_i64(idx->coeffs[t], first + (extent - 1), &at_last))
+      return false;
+    bool rising = at_first <= at_last;
+    if (!add_i64(low, rising ? at_first : at_last, &low) ||
+        !add_i64(high, rising ? at_last : at_first, &high))
+      return false;
+  }
+  if (product_is_empty(proj)) {
+    *lo = 0;
+    *hi = -1;
+    return true;
+  }
+  *lo = low;
+  *hi = high;
+  return true;
+}
+
 /* ---- Projections records ---- */
 
 static const char *slot_name(int slot) {
@@ -164,8 +229,8 @@ static const char *slot_name(int slot) {
 }
 
 /* Checks one index as given by the caller (it may have been written as a struct literal) and
- * stores its canonical form. */
-static bool copy_index(cn_ctx *ctx, const cn_index *given, int slot, int axis, cn_index *out) {
+ * stores its canonical form; `what` names it in messages ("the index of axis 1 of rhs2"). */
+static bool copy_index(cn_ctx *ctx, const cn_index *given, const char *what, cn_index *out) {
   const char *malformed = NULL;
   if (given->n_terms == -1)
     malformed = "is invalid (more than " CN_STR(CN_MAX_AFFINE_TERMS) " distinct symbols, or a "
@@ -183,23 +248,19 @@ static bool copy_index(cn_ctx *ctx, const cn_index *given, int slot, int axis, c
            given->kind != CN_IDX_AFFINE)
     malformed = "has an unknown kind";
   if (malformed) {
-    cn_fail(ctx, CN_ERR_INVALID, "projections: the index of axis %d of %s %s", axis,
-            slot_name(slot), malformed);
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %s %s", what, malformed);
     return false;
   }
   for (int t = 0; t < given->n_terms; t++)
     if (!cn_ctx_symbol(ctx, given->syms[t])) {
       cn_fail(ctx, CN_ERR_INVALID,
-              "projections: the index of axis %d of %s mentions symbol %d, which does not exist "
-              "in this context",
-              axis, slot_name(slot), given->syms[t]);
+              "projections: %s mentions symbol %d, which does not exist in this context", what,
+              given->syms[t]);
       return false;
     }
   *out = cn_index_affine(given->n_terms, given->syms, given->coeffs, given->offset);
   if (out->n_terms < 0) {
-    cn_fail(ctx, CN_ERR_INVALID,
-            "projections: the coefficients of the index of axis %d of %s overflow when summed",
-            axis, slot_name(slot));
+    cn_fail(ctx, CN_ERR_INVALID, "projections: the coefficients of %s overflow when summed", what);
     return false;
   }
   return true;
@@ -230,15 +291,44 @@ static bool copy_tensor(cn_ctx *ctx, const cn_proj_tensor *given, int slot, cn_p
       return false;
     }
     out->dims[a] = given->dims[a];
-    if (!copy_index(ctx, &given->map[a], slot, a, &out->map[a])) return false;
+    char what[64];
+    snprintf(what, sizeof what, "the index of axis %d of %s", a, name);
+    if (!copy_index(ctx, &given->map[a], what, &out->map[a])) return false;
   }
   return true;
 }
 
-cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
-                        const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
-                        const cn_proj_tensor *rhs) {
-  if (!ctx) return NULL;
+/* What a record holds besides the product box and the slots (the seed 003 extension). */
+typedef struct {
+  int n_constraints;
+  const cn_proj_constraint *constraints;
+  bool valid_only, zero_unreached;
+} proj_extra;
+
+/* A constraint's symbols must have values wherever it is evaluated: product iterators, or
+ * static indices with a range (the same rule as for maps, checked through cn_index_bounds). */
+static bool check_constraint(cn_ctx *ctx, const cn_proj *proj, int k) {
+  const cn_index *expr = &proj->constraints[k].expr;
+  int64_t lo, hi;
+  if (cn_index_bounds(ctx, expr, proj, &lo, &hi)) return true;
+  for (int t = 0; t < expr->n_terms; t++) {
+    const cn_symbol_info *info = cn_ctx_symbol(ctx, expr->syms[t]);
+    if (iter_position(proj, expr->syms[t]) < 0 && (!info || info->range <= 0)) {
+      cn_fail(ctx, CN_ERR_INVALID,
+              "projections: constraint %d uses '%s', which is not a product iterator and has no "
+              "range",
+              k, cn_symbol_name(ctx, expr->syms[t]));
+      return false;
+    }
+  }
+  cn_fail(ctx, CN_ERR_INVALID, "projections: constraint %d overflows 64-bit integers", k);
+  return false;
+}
+
+/* The common construction: lo NULL means every iterator starts at 0. */
+static cn_proj *proj_build(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
+                           const int64_t *lo, const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
+                           const cn_proj_tensor *rhs, const proj_extra *extra) {
   if (n_product < 0) {
     cn_fail(ctx, CN_ERR_INVALID, "projections: %d product iterators (negative)", n_product);
     return NULL;
@@ -255,6 +345,11 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
   }
   if (n_rhs > 0 && !rhs) {
     cn_fail(ctx, CN_ERR_INVALID, "projections: %d RHS tensors but the rhs array is NULL", n_rhs);
+    return NULL;
+  }
+  if (extra->n_constraints < 0 || (extra->n_constraints > 0 && !extra->constraints)) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d constraints%s", extra->n_constraints,
+            extra->n_constraints < 0 ? " (negative)" : " but the constraints array is NULL");
     return NULL;
   }
   for (int p = 0; p < n_product; p++) {
@@ -282,18 +377,75 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
   if (!proj) return NULL;
   size_t n = (size_t)(n_product ? n_product : 1);
   proj->iters = cn_alloc(ctx, n * sizeof(cn_symbol));
+  proj->lo = cn_alloc(ctx, n * sizeof(int64_t)); /* zero-filled: the default start */
   proj->sizes = cn_alloc(ctx, n * sizeof(int64_t));
-  if (!proj->iters || !proj->sizes) return NULL;
+  size_t n_cons = (size_t)(extra->n_constraints ? extra->n_constraints : 1);
+  proj->constraints = cn_alloc(ctx, n_cons * sizeof(cn_proj_constraint));
+  if (!proj->iters || !proj->lo || !proj->sizes || !proj->constraints) return NULL;
   proj->n_product = n_product;
   if (n_product > 0) {
     memcpy(proj->iters, iterators, (size_t)n_product * sizeof(cn_symbol));
+    if (lo) memcpy(proj->lo, lo, (size_t)n_product * sizeof(int64_t));
     memcpy(proj->sizes, sizes, (size_t)n_product * sizeof(int64_t));
   }
   proj->n_rhs = n_rhs;
   if (!copy_tensor(ctx, &lhs, CN_SLOT_LHS, &proj->slot[CN_SLOT_LHS])) return NULL;
   for (int r = 0; r < n_rhs; r++)
     if (!copy_tensor(ctx, &rhs[r], r + 1, &proj->slot[r + 1])) return NULL;
+  proj->valid_only = extra->valid_only;
+  proj->zero_unreached = extra->zero_unreached;
+  for (int k = 0; k < extra->n_constraints; k++) {
+    char what[48];
+    snprintf(what, sizeof what, "constraint %d", k);
+    if (!copy_index(ctx, &extra->constraints[k].expr, what, &proj->constraints[k].expr))
+      return NULL;
+    proj->constraints[k].bound = extra->constraints[k].bound;
+    proj->n_constraints = k + 1;
+    if (!check_constraint(ctx, proj, k)) return NULL;
+  }
   return proj;
+}
+
+cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
+                        const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
+                        const cn_proj_tensor *rhs) {
+  if (!ctx) return NULL;
+  proj_extra none = {0};
+  return proj_build(ctx, n_product, iterators, NULL, sizes, lhs, n_rhs, rhs, &none);
+}
+
+cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_tensor lhs,
+                               int n_rhs, const cn_proj_tensor *rhs) {
+  if (!ctx) return NULL;
+  if (!space) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: the product space description is NULL");
+    return NULL;
+  }
+  int n = space->n_product;
+  if (n > 0 && (!space->iterators || !space->hi)) {
+    cn_fail(ctx, CN_ERR_INVALID, "projections: %d product iterators but the %s array is NULL", n,
+            space->iterators ? "hi" : "iterators");
+    return NULL;
+  }
+  int64_t *sizes = n > 0 ? cn_alloc(ctx, (size_t)n * sizeof *sizes) : NULL;
+  if (n > 0 && !sizes) return NULL;
+  for (int p = 0; p < n; p++) {
+    int64_t lo = space->lo ? space->lo[p] : 0;
+    bool fits = space->hi[p] >= lo && !__builtin_sub_overflow(space->hi[p], lo, &sizes[p]);
+    if (fits) continue;
+    const cn_symbol_info *info = cn_ctx_symbol(ctx, space->iterators[p]);
+    cn_fail(ctx, CN_ERR_INVALID, "projections: iterator '%s' has range [%lld, %lld), %s",
+            info ? info->name : "?", (long long)lo, (long long)space->hi[p],
+            space->hi[p] < lo ? "which ends before it starts" : "too wide for 64-bit integers");
+    return NULL;
+  }
+  proj_extra extra = {space->n_constraints, space->constraints, space->valid_only,
+                      space->zero_unreached};
+  return proj_build(ctx, n, space->iterators, space->lo, sizes, lhs, n_rhs, rhs, &extra);
+}
+
+bool cn_proj_has_conditions(const cn_proj *proj) {
+  return proj->n_constraints > 0 || proj->valid_only;
 }
 
 /* The slots are re-addressed, never re-derived: every map is the original's, so a gradient
@@ -324,7 +476,24 @@ cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_r
     const cn_proj_slot *from = &proj->slot[want[i]];
     t[i] = (cn_proj_tensor){from->rank, from->dims, from->map};
   }
-  return cn_proj_create(ctx, proj->n_product, proj->iters, proj->sizes, t[0], n_rhs, t + 1);
+  /* The visited points must stay the same: under valid_only, the bounds of a slot the new record
+   * drops become constraints (a bound 0 <= index < dim is a constraint's form). */
+  bool kept[CN_MAX_SLOTS] = {false};
+  for (int i = 0; i <= n_rhs; i++) kept[want[i]] = true;
+  int n_cons = proj->n_constraints;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    if (proj->valid_only && !kept[s]) n_cons += proj->slot[s].rank;
+  cn_proj_constraint *cons = cn_alloc(ctx, (size_t)(n_cons ? n_cons : 1) * sizeof *cons);
+  if (!cons) return NULL;
+  if (proj->n_constraints > 0)
+    memcpy(cons, proj->constraints, (size_t)proj->n_constraints * sizeof *cons);
+  n_cons = proj->n_constraints;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    for (int a = 0; proj->valid_only && !kept[s] && a < proj->slot[s].rank; a++)
+      cons[n_cons++] = (cn_proj_constraint){proj->slot[s].map[a], proj->slot[s].dims[a]};
+  proj_extra extra = {n_cons, cons, proj->valid_only, proj->zero_unreached};
+  return proj_build(ctx, proj->n_product, proj->iters, proj->lo, proj->sizes, t[0], n_rhs, t + 1,
+                    &extra);
 }
 
 bool cn_index_equal(const cn_index *a, const cn_index *b) {
@@ -337,61 +506,11 @@ bool cn_index_equal(const cn_index *a, const cn_index *b) {
   return true;
 }
 
-static int iter_position(const cn_proj *proj, cn_symbol sym) {
-  for (int p = 0; p < proj->n_product; p++)
-    if (proj->iters[p] == sym) return p;
-  return -1;
-}
-
-int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym) {
-  int p = iter_position(proj, sym);
-  return p < 0 ? 0 : proj->sizes[p];
-}
-
-static bool product_is_empty(const cn_proj *proj) {
-  for (int p = 0; p < proj->n_product; p++)
-    if (proj->sizes[p] == 0) return true;
-  return false;
-}
-
-/* Each term c*s ranges over c*[0, n-1] (n the iterator's size, or the free symbol's range);
- * the sum of the per-term ranges is exact for an affine form of distinct symbols, since the
- * symbols vary independently. Over an empty product space no index is ever evaluated: the range
- * is empty (lo > hi), which validation accepts. */
-bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj, int64_t *lo,
-                     int64_t *hi) {
-  if (idx->n_terms < 0) return false;
-  int64_t low = idx->offset, high = idx->offset;
-  for (int t = 0; t < idx->n_terms; t++) {
-    int p = iter_position(proj, idx->syms[t]);
-    int64_t extent;
-    if (p >= 0) {
-      extent = proj->sizes[p];
-    } else {
-      const cn_symbol_info *info = cn_ctx_symbol(ctx, idx->syms[t]);
-      if (!info || info->range <= 0) return false;
-      extent = info->range;
-    }
-    if (extent == 0) continue; /* an empty product space: handled below */
-    int64_t span;
-    if (!mul_i64(idx->coeffs[t], extent - 1, &span)) return false;
-    if (!add_i64(span < 0 ? low : high, span, span < 0 ? &low : &high)) return false;
-  }
-  if (product_is_empty(proj)) {
-    *lo = 0;
-    *hi = -1;
-    return true;
-  }
-  *lo = low;
-  *hi = high;
-  return true;
-}
-
 /* ---- Surjectivity and injectivity of the LHS map ---- */
 
-/* The terms of an index that vary over the product space: iterators of size 1 are always 0 and
- * drop out; free symbols are reported through *free_symbol (constant during a run, but of
- * unknown value). */
+/* The terms of an index that vary over the product space, each iterator counted from its first
+ * value (see start_value): iterators of size 1 are constant and drop out; free symbols are reported
+ * through *free_symbol (constant during a run, but of unknown value). */
 typedef struct {
   int n;
   int pos[CN_MAX_AFFINE_TERMS]; /* product position of the iterator */
@@ -411,6 +530,21 @@ static varying_terms varying(const cn_proj *proj, const cn_index *idx, bool *fre
     v.coeff[v.n++] = idx->coeffs[t];
   }
   return v;
+}
+
+/* The value of an index with every iterator at its first value and free symbols at 0; with it,
+ * the index is that value plus the sum of coeff * (iterator - first), each factor in
+ * [0, size - 1]. False on overflow. */
+static bool start_value(const cn_proj *proj, const cn_index *idx, int64_t *out) {
+  int64_t v = idx->offset;
+  for (int t = 0; t < idx->n_terms; t++) {
+    int p = iter_position(proj, idx->syms[t]);
+    int64_t shift;
+    if (p >= 0 && (!mul_i64(idx->coeffs[t], proj->lo[p], &shift) || !add_i64(v, shift, &v)))
+      return false;
+  }
+  *out = v;
+  return true;
 }
 
 /* Sorts terms by |coefficient| ascending (insertion sort: at most CN_MAX_AFFINE_TERMS). False if
@@ -506,12 +640,12 @@ bool cn_proj_lhs_injective(const cn_proj *proj) {
   return n_determined == set.n;
 }
 
-/* True if the varying terms of an axis, plus offset, reach every position of [0, d-1]. Terms of
- * negative coefficient c over [0, n-1] reach c*(n-1)..0, the same set as |c|*[0, n-1] shifted by
- * c*(n-1), so the reachable set is shift + {sum |c_i| t_i}. With terms by |c| ascending that set
- * is the whole interval [0, sum |c_i|(n_i-1)] when the smallest |c| is 1 and each next |c_k| is
- * at most 1 + the span of the previous ones (each step fills the gaps of the last); otherwise it
- * is answered as not covering (conservative). */
+/* True if the varying terms of an axis, plus its start value `offset`, reach every position of [0,
+ * d-1]. Terms of negative coefficient c over [0, n-1] reach c*(n-1)..0, the same set as |c|*[0,
+ * n-1] shifted by c*(n-1), so the reachable set is shift + {sum |c_i| t_i}. With terms by |c|
+ * ascending that set is the whole interval [0, sum |c_i|(n_i-1)] when the smallest |c| is 1 and
+ * each next |c_k| is at most 1 + the span of the previous ones (each step fills the gaps of the
+ * last); otherwise it is answered as not covering (conservative). */
 static bool axis_covered(const cn_proj *proj, varying_terms v, int64_t offset, int64_t d) {
   int64_t mag[CN_MAX_AFFINE_TERMS];
   if (!sort_by_magnitude(&v, mag)) return false;
@@ -527,16 +661,19 @@ static bool axis_covered(const cn_proj *proj, varying_terms v, int64_t offset, i
   return low <= 0 && high >= d - 1;
 }
 
-/* Surjectivity. An LHS without cells is covered; otherwise an empty product space covers
- * nothing. Iterators of size 1 are constant 0 and drop out of the indices. The per-axis test
+/* Surjectivity. A record with constraints or valid_only visits an unknown part of its box: not
+ * covered (conservative). An LHS without cells is covered; otherwise an empty product space
+ * covers nothing. Iterators of size 1 are constant and drop out of the indices, every iterator
+ * counted from its first value (start_value). The per-axis test
  * (axis_covered: Fixed(c) covers only d = 1 with c = 0, Iter(s) iff size(s) >= d, Affine iff its
  * reachable set is an interval containing [0, d-1]) is sound when the axes vary independently,
  * i.e. when no varying iterator appears in two axes: one that does (a diagonal i => ii) fails
- * unless every axis it appears in has size 1 and offset 0 — then the point with all their
- * iterators at 0 addresses position 0 on each of them at once, and those iterators appear in no
- * other axis. A free symbol in the LHS map has an unknown value: not covered. */
+ * unless every axis it appears in has size 1 and start value 0 — then the point with all their
+ * iterators at their first values addresses position 0 on each of them at once, and those
+ * iterators appear in no other axis. A free symbol in the LHS map has an unknown value: not
+ * covered. */
 bool cn_proj_lhs_surjective(const cn_proj *proj) {
-  if (!proj) return false;
+  if (!proj || cn_proj_has_conditions(proj)) return false;
   const cn_proj_slot *lhs = &proj->slot[CN_SLOT_LHS];
   for (int a = 0; a < lhs->rank; a++)
     if (lhs->dims[a] == 0) return true;
@@ -554,9 +691,11 @@ bool cn_proj_lhs_surjective(const cn_proj *proj) {
     bool shared = false;
     for (int t = 0; t < terms[a].n; t++)
       shared = shared || uses[mentioned_slot(&set, terms[a].pos[t])] > 1;
+    int64_t start;
+    if (!start_value(proj, &lhs->map[a], &start)) return false;
     if (shared) {
-      if (lhs->dims[a] != 1 || lhs->map[a].offset != 0) return false;
-    } else if (!axis_covered(proj, terms[a], lhs->map[a].offset, lhs->dims[a])) {
+      if (lhs->dims[a] != 1 || start != 0) return false;
+    } else if (!axis_covered(proj, terms[a], start, lhs->dims[a])) {
       return false;
     }
   }
@@ -583,9 +722,23 @@ const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj) {
   for (int p = 0; p < proj->n_product; p++) {
     cn_sbuf_putc(&sb, ' ');
     print_symbol(&sb, ctx, proj, proj->iters[p]);
-    cn_sbuf_printf(&sb, "=%lld", (long long)proj->sizes[p]);
+    if (proj->lo[p] == 0)
+      cn_sbuf_printf(&sb, "=%lld", (long long)proj->sizes[p]);
+    else /* from..to, `to` exclusive as in the loop IR */
+      cn_sbuf_printf(&sb, "=%lld..%lld", (long long)proj->lo[p],
+                     (long long)(proj->lo[p] + proj->sizes[p]));
   }
   cn_sbuf_putc(&sb, '\n');
+  for (int k = 0; k < proj->n_constraints; k++) {
+    cn_sbuf_puts(&sb, k ? ", " : "constraints: ");
+    cn_sbuf_puts(&sb, "0 <= ");
+    print_index(&sb, ctx, proj, &proj->constraints[k].expr);
+    cn_sbuf_printf(&sb, " < %lld", (long long)proj->constraints[k].bound);
+  }
+  if (proj->n_constraints > 0) cn_sbuf_putc(&sb, '\n');
+  if (proj->valid_only || proj->zero_unreached)
+    cn_sbuf_printf(&sb, "flags:%s%s\n", proj->valid_only ? " valid_only" : "",
+                   proj->zero_unreached ? " zero_unreached" : "");
   for (int s = 0; s <= proj->n_rhs; s++) {
     const cn_proj_slot *slot = &proj->slot[s];
     cn_sbuf_printf(&sb, "%-4s ", slot_name(s));

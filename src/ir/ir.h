@@ -5,7 +5,8 @@
  * is the LHS and slots 1..n_rhs the RHS tensors, so a slot permutation is an index shuffle;
  * every cn_index stored in a record is canonical (cn_index_affine); an assignment is validated on
  * construction (arity, accumulator, precision support, dims against the nodes, index ranges
- * within the padded buffers), so the lowering can assume a consistent tree. */
+ * within the padded buffers — for a valid_only record only that they are bounded, since the
+ * lowering guards out-of-range points away), so the lowering can assume a consistent tree. */
 #ifndef CN_IR_H
 #define CN_IR_H
 
@@ -42,19 +43,31 @@ typedef struct {
   cn_index *map;
 } cn_proj_slot;
 
+/* Iterator p ranges over [lo[p], lo[p] + sizes[p]) (lo is 0 for cn_proj_create, so `sizes` keeps
+ * its meaning of a value count for every consumer). The constraints and valid_only restrict the
+ * visited points to a subset of that box (seed 003 "Valid Indices"); zero_unreached changes what
+ * `=:` leaves in LHS cells no visited point writes (0 instead of the neutral element). */
 struct cn_proj {
   int n_product;
   cn_symbol *iters;
+  int64_t *lo;
   int64_t *sizes;
   int n_rhs;
   cn_proj_slot slot[CN_MAX_SLOTS];
+  int n_constraints;
+  cn_proj_constraint *constraints;
+  bool valid_only, zero_unreached;
 };
 
-/* Inclusive range [*lo, *hi] an index takes over the product space (free symbols range over their
- * declared range; false if a free symbol has no range or the index is invalid). */
+/* True if the record visits a subset of its box (constraints or valid_only). */
+bool cn_proj_has_conditions(const cn_proj *proj);
+
+/* Inclusive range [*lo, *hi] an index takes over the product space's box (iterators over their
+ * ranges, free symbols over their declared range; false if a free symbol has no range, the index
+ * is invalid or the range overflows). */
 bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj, int64_t *lo,
                      int64_t *hi);
-/* The size of a product iterator in proj, or 0 if sym is not one of its iterators. */
+/* The number of values of a product iterator in proj, or 0 if sym is not one of its iterators. */
 int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym);
 bool cn_index_mentions(const cn_index *idx, cn_symbol sym);
 void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx);

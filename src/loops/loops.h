@@ -1,9 +1,12 @@
 /* The loop IR: nested for-loops, cell writes and scalar expressions (seed 001 "What we compile
  * to", after the projections are spent), the lowering from assignments, and simplification.
  *
- * Invariants: loop bounds are constants, `from` inclusive and `to` exclusive; every cell access
- * names its buffer and one canonical cn_index per axis of the node, in logical coordinates (the
- * padding offset is added by the backends); every expression carries the precision it is
+ * Invariants: loop bounds are constants, `from` inclusive and `to` exclusive; a guard (CN_LL_IF)
+ * is a conjunction of affine conditions `lo <= index < hi` with constant lo, hi, and its body runs
+ * exactly when all of them hold (the lowering puts them where Tile's valid index sets, seed 003,
+ * need them, so a cell access under a guard may be out of range when the guard fails); every cell
+ * access names its buffer and one canonical cn_index per axis of the node, in logical coordinates
+ * (the padding offset is added by the backends); every expression carries the precision it is
  * computed in, and operands of another precision are converted where they are used (backends
  * apply cn_value_convert / cn_conv_c); a procedure lists every buffer it touches as a parameter,
  * so backends need no knowledge of nodes beyond dims, padding and precision. Lower stages
@@ -42,7 +45,13 @@ struct cn_ll_expr {
   } u;
 };
 
-typedef enum { CN_LL_SEQ, CN_LL_COMMENT, CN_LL_FOR, CN_LL_SET, CN_LL_SET_VEC } cn_ll_kind;
+typedef enum { CN_LL_SEQ, CN_LL_COMMENT, CN_LL_FOR, CN_LL_IF, CN_LL_SET, CN_LL_SET_VEC } cn_ll_kind;
+
+/* One condition of a guard: lo <= expr < hi, expr over loop variables and free symbols. */
+typedef struct {
+  cn_index expr;
+  int64_t lo, hi;
+} cn_ll_cond;
 
 typedef struct cn_ll_stmt cn_ll_stmt;
 struct cn_ll_stmt {
@@ -58,6 +67,11 @@ struct cn_ll_stmt {
       int64_t from, to; /* from inclusive, to exclusive */
       cn_ll_stmt *body;
     } loop;
+    struct {
+      int n_conds; /* >= 1 after lowering; the simplifier removes a guard left without one */
+      cn_ll_cond *conds;
+      cn_ll_stmt *body; /* run when every condition holds */
+    } guard;
     struct {
       int param;
       cn_index *idx;
@@ -91,7 +105,9 @@ typedef struct {
 
 /* Lowers an (already validated) assignments tree. name must be a C identifier. */
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);
-/* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), in place. */
+/* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), guard conditions
+ * decided by the ranges of loop variables and static indices (always true: dropped; always false:
+ * the guard with its body), in place. */
 cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc);
 /* Readable text of the procedure (arena-owned). */
 const char *cn_ll_to_string(cn_ctx *ctx, const cn_ll_proc *proc);

@@ -1,11 +1,15 @@
 /* Lowering of an assignments tree to a loop-IR procedure (ocannl-notes §2.3 "Lowering
- * semantics", seed 001 "What we compile to", seed 003 on padding, Set_from_vec and fetches).
+ * semantics", seed 001 "What we compile to", seed 003 on padding, Set_from_vec and fetches, and
+ * the Tile seed's valid index sets).
  *
  * An Accum_op becomes, in order: resets of the padding margins of the RHS buffers it reads (to the
- * accumulator's neutral element, so a padded read contributes nothing), a pre-fill of the LHS
- * with that neutral element exactly when init_neutral and the LHS map is not both surjective and
- * injective, and the loop nest over the product space whose body is `lhs := f(rhs...)` when
- * init_neutral and the map is injective, `lhs := lhs ⊕ f(rhs...)` otherwise.
+ * accumulator's neutral element, so a padded read contributes nothing; not under valid_only,
+ * which never reads a margin), a pre-fill of the LHS with that neutral element exactly when
+ * init_neutral and the LHS map is not both surjective and injective (with zero_unreached: 0, then
+ * the neutral element in the cells a visited point writes), and the loop nest over the product
+ * space — tightened, with guards for what the ranges cannot express (plan_nest) — whose body is
+ * `lhs := f(rhs...)` when init_neutral and the map is injective, `lhs := lhs ⊕ f(rhs...)`
+ * otherwise. The LHS analyses look at the tightened box (plan_view).
  *
  * Invariants: the tree was validated by its constructors (arity, precisions, index ranges), so
  * violations are internal bugs (CN_ASSERT); every buffer touched appears once in params, ordered
@@ -309,7 +313,295 @@ static bool node_is_padded(const cn_node *node) {
   return false;
 }
 
+/* ---- Valid index sets (seed 003): ranges, tightening, guards ---- */
+
+/* The loops of a record and the guards inside them. A record's conditions are its constraints
+ * (0 <= expr < bound) and, under valid_only, every slot index within its tensor's dims; the box
+ * starts as the iterators' ranges and is tightened by interval propagation: for a condition
+ * lo <= sum c_k x_k + rest < hi and one of its iterators x (coefficient c), every point of the
+ * box has c*x in [lo - max(rest), hi - 1 - min(rest)], which bounds x by a floor and a ceiling
+ * division. This removes only points violating the condition, and makes a condition on a single
+ * iterator exact (it holds on the whole tightened range). After tightening, a condition the box
+ * implies is dropped, one it contradicts empties the nest, and the others become guards placed
+ * just inside the loop of their innermost iterator (outside every loop when they mention none),
+ * so a failing guard skips the loops below it. Loop bounds stay constants. */
+typedef struct {
+  int n;
+  int64_t *from, *to; /* per iterator: the tightened range [from, to) */
+  int n_guards;
+  cn_ll_cond *guards;
+  int *level; /* per guard: position of its innermost iterator, -1 when it mentions none */
+  bool empty; /* the record visits no point */
+} nest_plan;
+
+/* Tightening rounds: each round only shrinks ranges and every round is sound on its own, so a
+ * bound keeps the lowering linear in the record's size (the seed's forms settle in two). */
+#define PLAN_MAX_ROUNDS 16
+
+/* floor(a / b) and ceil(a / b) for b != 0; false on overflow (INT64_MIN / -1). */
+static bool floor_div(int64_t a, int64_t b, int64_t *out) {
+  if (b == -1 && a == INT64_MIN) return false;
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) q--;
+  *out = q;
+  return true;
+}
+static bool ceil_div(int64_t a, int64_t b, int64_t *out) {
+  if (b == -1 && a == INT64_MIN) return false;
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) == (b < 0))) q++;
+  *out = q;
+  return true;
+}
+
+static int iter_pos(const cn_proj *proj, cn_symbol sym) {
+  for (int p = 0; p < proj->n_product; p++)
+    if (proj->iters[p] == sym) return p;
+  return -1;
+}
+
+/* The range [*lo, *hi] of idx over the box, leaving out term `skip` (-1: none); false when a free
+ * symbol has no range or the arithmetic overflows. */
+static bool interval_of(const cn_ctx *ctx, const cn_proj *proj, const nest_plan *plan,
+                        const cn_index *idx, int skip, int64_t *lo, int64_t *hi) {
+  int64_t low = idx->offset, high = idx->offset;
+  for (int t = 0; t < idx->n_terms; t++) {
+    if (t == skip) continue;
+    int p = iter_pos(proj, idx->syms[t]);
+    int64_t first, last;
+    if (p >= 0) {
+      first = plan->from[p];
+      last = plan->to[p] - 1;
+    } else {
+      const cn_symbol_info *info = cn_ctx_symbol(ctx, idx->syms[t]);
+      if (!info || info->range <= 0) return false;
+      first = 0;
+      last = info->range - 1;
+    }
+    int64_t a, b;
+    if (__builtin_mul_overflow(idx->coeffs[t], first, &a) ||
+        __builtin_mul_overflow(idx->coeffs[t], last, &b))
+      return false;
+    if (__builtin_add_overflow(low, a < b ? a : b, &low) ||
+        __builtin_add_overflow(high, a < b ? b : a, &high))
+      return false;
+  }
+  *lo = low;
+  *hi = high;
+  return true;
+}
+
+/* Shrinks the range of the iterator of term t of a condition; true if it changed. */
+static bool tighten_term(const cn_ctx *ctx, const cn_proj *proj, nest_plan *plan,
+                         const cn_ll_cond *cond, int t) {
+  int p = iter_pos(proj, cond->expr.syms[t]);
+  if (p < 0) return false;
+  int64_t c = cond->expr.coeffs[t], rest_lo, rest_hi, a, b, x_lo, x_hi;
+  if (!interval_of(ctx, proj, plan, &cond->expr, t, &rest_lo, &rest_hi)) return false;
+  /* c*x in [a, b] */
+  if (__builtin_sub_overflow(cond->lo, rest_hi, &a) || __builtin_sub_overflow(cond->hi, 1, &b) ||
+      __builtin_sub_overflow(b, rest_lo, &b))
+    return false;
+  if (c > 0 ? !ceil_div(a, c, &x_lo) || !floor_div(b, c, &x_hi)
+            : !ceil_div(b, c, &x_lo) || !floor_div(a, c, &x_hi))
+    return false;
+  bool changed = false;
+  if (x_lo > plan->from[p]) {
+    plan->from[p] = x_lo;
+    changed = true;
+  }
+  if (x_hi < plan->to[p] - 1) {
+    plan->to[p] = x_hi + 1;
+    changed = true;
+  }
+  if (plan->from[p] >= plan->to[p]) {
+    plan->to[p] = plan->from[p];
+    plan->empty = true;
+  }
+  return changed;
+}
+
+/* Adds lo <= expr < hi, intersecting it with an earlier condition on the same expression. */
+static void add_cond(cn_ll_cond *conds, int *n, cn_index expr, int64_t lo, int64_t hi) {
+  for (int k = 0; k < *n; k++)
+    if (cn_index_equal(&conds[k].expr, &expr)) {
+      if (lo > conds[k].lo) conds[k].lo = lo;
+      if (hi < conds[k].hi) conds[k].hi = hi;
+      return;
+    }
+  conds[(*n)++] = (cn_ll_cond){expr, lo, hi};
+}
+
+static cn_status plan_nest(cn_ctx *ctx, const cn_proj *proj, nest_plan *plan) {
+  int n = proj->n_product;
+  size_t n_alloc = (size_t)(n ? n : 1);
+  int max_conds = proj->n_constraints;
+  for (int s = 0; proj->valid_only && s <= proj->n_rhs; s++) max_conds += proj->slot[s].rank;
+  size_t c_alloc = (size_t)(max_conds ? max_conds : 1);
+  *plan = (nest_plan){.n = n};
+  plan->from = cn_alloc(ctx, n_alloc * sizeof *plan->from);
+  plan->to = cn_alloc(ctx, n_alloc * sizeof *plan->to);
+  plan->guards = cn_alloc(ctx, c_alloc * sizeof *plan->guards);
+  plan->level = cn_alloc(ctx, c_alloc * sizeof *plan->level);
+  if (!plan->from || !plan->to || !plan->guards || !plan->level) return CN_ERR_NOMEM;
+  for (int p = 0; p < n; p++) {
+    plan->from[p] = proj->lo[p];
+    plan->to[p] = proj->lo[p] + proj->sizes[p];
+    plan->empty = plan->empty || proj->sizes[p] == 0;
+  }
+  if (plan->empty) return CN_OK;
+  cn_ll_cond *conds = plan->guards; /* filtered in place below */
+  int n_conds = 0;
+  for (int k = 0; k < proj->n_constraints; k++)
+    add_cond(conds, &n_conds, proj->constraints[k].expr, 0, proj->constraints[k].bound);
+  for (int s = 0; proj->valid_only && s <= proj->n_rhs; s++)
+    for (int a = 0; a < proj->slot[s].rank; a++)
+      add_cond(conds, &n_conds, proj->slot[s].map[a], 0, proj->slot[s].dims[a]);
+
+  bool changed = true;
+  for (int round = 0; changed && !plan->empty && round < PLAN_MAX_ROUNDS; round++) {
+    changed = false;
+    for (int k = 0; k < n_conds && !plan->empty; k++)
+      for (int t = 0; t < conds[k].expr.n_terms && !plan->empty; t++)
+        changed |= tighten_term(ctx, proj, plan, &conds[k], t);
+  }
+  if (plan->empty) return CN_OK;
+
+  for (int k = 0; k < n_conds; k++) {
+    int64_t lo, hi;
+    if (interval_of(ctx, proj, plan, &conds[k].expr, -1, &lo, &hi)) {
+      if (lo >= conds[k].lo && hi < conds[k].hi) continue; /* implied by the box */
+      if (hi < conds[k].lo || lo >= conds[k].hi || conds[k].lo >= conds[k].hi) {
+        plan->empty = true;
+        return CN_OK;
+      }
+    }
+    int level = -1;
+    for (int t = 0; t < conds[k].expr.n_terms; t++) {
+      int p = iter_pos(proj, conds[k].expr.syms[t]);
+      if (p > level) level = p;
+    }
+    plan->guards[plan->n_guards] = conds[k];
+    plan->level[plan->n_guards++] = level;
+  }
+  return CN_OK;
+}
+
+/* The guard of the plan's conditions at `level` around body (body itself when there are none). */
+static cn_ll_stmt *wrap_guard(cn_ctx *ctx, const nest_plan *plan, int level, cn_ll_stmt *body) {
+  int count = 0;
+  for (int g = 0; g < plan->n_guards; g++) count += plan->level[g] == level;
+  if (count == 0 || !body) return body;
+  cn_ll_stmt *guard = cn_alloc(ctx, sizeof *guard);
+  cn_ll_cond *conds = cn_alloc(ctx, (size_t)count * sizeof *conds);
+  if (!guard || !conds) return NULL;
+  count = 0;
+  for (int g = 0; g < plan->n_guards; g++)
+    if (plan->level[g] == level) conds[count++] = plan->guards[g];
+  guard->kind = CN_LL_IF;
+  guard->u.guard.n_conds = count;
+  guard->u.guard.conds = conds;
+  guard->u.guard.body = body;
+  return guard;
+}
+
+/* The nest of the plan around body: loops in product order (but those `omit` marks, which
+ * neither body nor any guard mentions), each guard inside the loop of its innermost iterator. */
+static cn_ll_stmt *plan_loops(cn_ctx *ctx, const cn_proj *proj, const nest_plan *plan,
+                              const bool *omit, cn_ll_stmt *body) {
+  for (int d = plan->n - 1; d >= 0 && body; d--) {
+    body = wrap_guard(ctx, plan, d, body);
+    if (body && !(omit && omit[d]))
+      body = wrap_loops(ctx, 1, &proj->iters[d], &plan->from[d], &plan->to[d], body);
+  }
+  return wrap_guard(ctx, plan, -1, body);
+}
+
+/* The record restricted to the plan's box, without conditions: what the LHS analyses see. Every
+ * visited point is in the box, so injectivity on it holds for the visited points; when the plan
+ * has no guards the visited points are the box, so surjectivity carries over too. */
+static cn_status plan_view(cn_ctx *ctx, const cn_proj *proj, const nest_plan *plan, cn_proj *view) {
+  *view = *proj;
+  view->n_constraints = 0;
+  view->valid_only = false;
+  size_t n_alloc = (size_t)(plan->n ? plan->n : 1);
+  view->lo = plan->from;
+  view->sizes = cn_alloc(ctx, n_alloc * sizeof *view->sizes);
+  if (!view->sizes) return CN_ERR_NOMEM;
+  for (int p = 0; p < plan->n; p++) view->sizes[p] = plan->empty ? 0 : plan->to[p] - plan->from[p];
+  return CN_OK;
+}
+
 /* ---- Assignments ---- */
+
+/* The plan's nest around body, appended to out; nothing when a record with conditions visits no
+ * point (a plain record keeps its empty loops, which the simplifier removes, as before). */
+static cn_status push_nest(cn_ctx *ctx, stmt_list *out, const cn_proj *proj, const nest_plan *plan,
+                           const bool *omit, cn_ll_stmt *body) {
+  if (plan->empty && cn_proj_has_conditions(proj)) return CN_OK;
+  cn_ll_stmt *nest = body ? plan_loops(ctx, proj, plan, omit, body) : NULL;
+  if (!nest) return CN_ERR_NOMEM;
+  return list_push(ctx, out, nest);
+}
+
+static cn_status push_text(cn_ctx *ctx, stmt_list *out, cn_sbuf *sb) {
+  cn_ll_stmt *comment = stmt_comment(ctx, cn_sbuf_finish(ctx, sb));
+  if (!comment) return CN_ERR_NOMEM;
+  return list_push(ctx, out, comment);
+}
+
+/* The LHS before the loop nest of `=:`. Plain: every cell (margins included) to the neutral
+ * element. zero_unreached (seed 003: cells no valid point writes are 0, written cells start from
+ * the aggregation's identity): every cell to 0, then — unless the map is injective (each written
+ * cell is then assigned exactly once) or the neutral element is 0 — a marking pass, the same nest
+ * as the assignment's without the loops of iterators that neither the LHS map nor a guard
+ * mentions, storing the neutral element into each cell a visited point writes. The pass costs
+ * one traversal of the visited points projected on those iterators (guards and constant stores,
+ * no reads) and no memory; a reached-mask would need a scratch node per assignment, a pass to
+ * clear it and one to apply it. */
+static cn_status prefill_lhs(lower_state *st, stmt_list *out, const cn_asgn *asgn,
+                             const nest_plan *plan, bool surjective, bool injective) {
+  cn_ctx *ctx = st->ctx;
+  const cn_proj *proj = asgn->u.accum.proj;
+  cn_node *lhs = asgn->u.accum.lhs;
+  cn_op accum = asgn->u.accum.accum;
+  cn_value neutral = cn_value_of_double(lhs->prec, cn_op_table[accum].neutral);
+  bool zero = proj->zero_unreached && !surjective;
+  int64_t from[CN_MAX_RANK], to[CN_MAX_RANK];
+  for (int d = 0; d < lhs->rank; d++) {
+    from[d] = -lhs->pad[d][0];
+    to[d] = lhs->dims[d] + lhs->pad[d][1];
+  }
+  if (!zero) {
+    TRY(push_comment(ctx, out, "clear", lhs, accum));
+    return fill_box(st, out, lhs, false, from, to, neutral);
+  }
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "clear '%s' (#%d) to 0: cells no valid point writes stay 0",
+                 lhs->label ? lhs->label : "", lhs->id);
+  TRY(push_text(ctx, out, &sb));
+  TRY(fill_box(st, out, lhs, false, from, to, cn_value_of_double(lhs->prec, 0.0)));
+  if (injective || !cn_value_truth(lhs->prec, neutral) || plan->empty) return CN_OK;
+  sb = (cn_sbuf){0};
+  cn_sbuf_printf(&sb, "cells of '%s' (#%d) that a valid point writes start from the neutral of %s",
+                 lhs->label ? lhs->label : "", lhs->id, op_spelling(accum));
+  TRY(push_text(ctx, out, &sb));
+  /* Which cells are reached depends only on the iterators the LHS map or a guard mentions: the
+   * others (non-empty ranges, as the plan is not empty) need no loop. */
+  cn_index *lhs_map = proj->slot[CN_SLOT_LHS].map;
+  bool *omit = cn_alloc(ctx, (size_t)(plan->n ? plan->n : 1) * sizeof *omit);
+  if (!omit) return CN_ERR_NOMEM;
+  for (int p = 0; p < plan->n; p++) {
+    bool used = false;
+    for (int d = 0; d < lhs->rank && !used; d++)
+      used = cn_index_mentions(&lhs_map[d], proj->iters[p]);
+    for (int g = 0; g < plan->n_guards && !used; g++)
+      used = cn_index_mentions(&plan->guards[g].expr, proj->iters[p]);
+    omit[p] = !used;
+  }
+  return push_nest(ctx, out, proj, plan, omit,
+                   stmt_set(st, lhs, lhs_map, expr_const(ctx, lhs->prec, neutral)));
+}
 
 static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
   cn_ctx *ctx = st->ctx;
@@ -321,7 +613,8 @@ static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *ou
   int arity = cn_op_arity(op);
   double neutral = cn_op_table[accum].neutral;
 
-  for (int i = 0; i < arity; i++) {
+  /* Under valid_only every read is within the unpadded dims: margins are never read. */
+  for (int i = 0; i < arity && !proj->valid_only; i++) {
     if (!node_is_padded(rhs[i].node)) continue;
     bool seen = false; /* one reset per buffer, even when an operand is read twice */
     for (int j = 0; j < i; j++) seen |= rhs[j].node == rhs[i].node && rhs[j].merge == rhs[i].merge;
@@ -331,16 +624,14 @@ static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *ou
                       cn_value_of_double(rhs[i].node->prec, neutral)));
   }
 
-  bool injective = cn_proj_lhs_injective(proj);
-  if (init_neutral && !(cn_proj_lhs_surjective(proj) && injective)) {
-    TRY(push_comment(ctx, out, "clear", lhs, accum));
-    int64_t from[CN_MAX_RANK], to[CN_MAX_RANK];
-    for (int d = 0; d < lhs->rank; d++) {
-      from[d] = -lhs->pad[d][0];
-      to[d] = lhs->dims[d] + lhs->pad[d][1];
-    }
-    TRY(fill_box(st, out, lhs, false, from, to, cn_value_of_double(lhs->prec, neutral)));
-  }
+  nest_plan plan;
+  cn_proj view;
+  TRY(plan_nest(ctx, proj, &plan));
+  TRY(plan_view(ctx, proj, &plan, &view));
+  bool injective = cn_proj_lhs_injective(&view);
+  bool surjective = plan.n_guards == 0 && cn_proj_lhs_surjective(&view);
+  if (init_neutral && !(surjective && injective))
+    TRY(prefill_lhs(st, out, asgn, &plan, surjective, injective));
 
   cn_ll_expr *inner;
   if (op == CN_OP_ID) {
@@ -361,10 +652,7 @@ static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *ou
     cn_ll_expr *prior = expr_get(st, lhs, false, lhs_map);
     value = prior ? expr_op2(ctx, accum, lhs->prec, prior, inner) : NULL;
   }
-  cn_ll_stmt *set = stmt_set(st, lhs, lhs_map, value);
-  cn_ll_stmt *nest = wrap_loops(ctx, proj->n_product, proj->iters, NULL, proj->sizes, set);
-  if (!nest) return CN_ERR_NOMEM;
-  return list_push(ctx, out, nest);
+  return push_nest(ctx, out, proj, &plan, NULL, stmt_set(st, lhs, lhs_map, value));
 }
 
 static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
@@ -380,9 +668,9 @@ static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out)
   set->u.vec.idx = proj->slot[CN_SLOT_LHS].map;
   set->u.vec.length = cn_vec_length(lhs->prec);
   set->u.vec.arg = arg;
-  cn_ll_stmt *nest = wrap_loops(ctx, proj->n_product, proj->iters, NULL, proj->sizes, set);
-  if (!nest) return CN_ERR_NOMEM;
-  return list_push(ctx, out, nest);
+  nest_plan plan;
+  TRY(plan_nest(ctx, proj, &plan));
+  return push_nest(ctx, out, proj, &plan, NULL, set);
 }
 
 /* The row-major offset of the cell at `syms` in the node's logical dims (size-1 axes add
@@ -559,6 +847,10 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
     fs->bound[s->u.loop.sym]++;
     scan_stmt(fs, proc, s->u.loop.body);
     fs->bound[s->u.loop.sym]--;
+    return;
+  case CN_LL_IF:
+    for (int c = 0; c < s->u.guard.n_conds; c++) scan_index(fs, &s->u.guard.conds[c].expr);
+    scan_stmt(fs, proc, s->u.guard.body);
     return;
   case CN_LL_SET:
     scan_access(fs, proc->params[s->u.set.param].node->rank, s->u.set.idx);

@@ -8,6 +8,10 @@
  *   for i in 0..3:
  *     for j in 0..4:
  *       c[i, j] := a[i, j - 1] + b[i, j] * 2
+ *   for i in 0..3:
+ *     for k in 0..4:
+ *       if 0 <= i - k < 3 and 2*i + k == 4:
+ *         c[i, k] := a[i, k - 1]
  *
  * Invariants: the text is deterministic (no addresses, nothing dependent on allocation); a name
  * means one thing within a procedure — a symbol is printed by its name, and by name#id when
@@ -16,7 +20,8 @@
  * merge buffer; the parameter list always shows ids. Infix ops print infix, parenthesized only
  * where the usual binding of + - * / % ** requires it (other infix operators parenthesize every
  * compound operand); other ops print as name(args). Constants print in the shortest form that
- * reads back to the same value. */
+ * reads back to the same value. A guard prints its conditions joined by `and`, one that admits a
+ * single value as `expr == value`. */
 #include "loops/loops.h"
 
 #include <inttypes.h>
@@ -99,6 +104,10 @@ static void mark_stmt(printer *p, const cn_ll_stmt *s) {
     CN_ASSERT(s->u.loop.sym >= 0 && s->u.loop.sym < p->ctx->n_symbols);
     p->sym_used[s->u.loop.sym] = true;
     mark_stmt(p, s->u.loop.body);
+    return;
+  case CN_LL_IF:
+    for (int c = 0; c < s->u.guard.n_conds; c++) mark_index(p, &s->u.guard.conds[c].expr);
+    mark_stmt(p, s->u.guard.body);
     return;
   case CN_LL_SET:
     mark_access(p, s->u.set.param, s->u.set.idx);
@@ -298,6 +307,31 @@ static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
     print_symbol(p, s->u.loop.sym);
     cn_sbuf_printf(sb, " in %" PRId64 "..%" PRId64 ":\n", s->u.loop.from, s->u.loop.to);
     const cn_ll_stmt *body = s->u.loop.body;
+    if (body->kind == CN_LL_SEQ && body->u.seq.count == 0) {
+      cn_sbuf_indent(sb, depth + 1);
+      cn_sbuf_puts(sb, "pass\n");
+    }
+    print_stmt(p, body, depth + 1);
+    return;
+  }
+  case CN_LL_IF: {
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "if ");
+    for (int c = 0; c < s->u.guard.n_conds; c++) {
+      const cn_ll_cond *cond = &s->u.guard.conds[c];
+      if (c) cn_sbuf_puts(sb, " and ");
+      if (cond->lo != INT64_MAX && cond->lo + 1 == cond->hi) {
+        print_index(p, &cond->expr);
+        cn_sbuf_printf(sb, " == %" PRId64, cond->lo);
+        continue;
+      }
+      cn_sbuf_printf(sb, "%" PRId64 " <= ", cond->lo);
+      print_index(p, &cond->expr);
+      cn_sbuf_printf(sb, " < %" PRId64, cond->hi);
+    }
+    if (s->u.guard.n_conds == 0) cn_sbuf_puts(sb, "true");
+    cn_sbuf_puts(sb, ":\n");
+    const cn_ll_stmt *body = s->u.guard.body;
     if (body->kind == CN_LL_SEQ && body->u.seq.count == 0) {
       cn_sbuf_indent(sb, depth + 1);
       cn_sbuf_puts(sb, "pass\n");

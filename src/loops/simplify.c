@@ -1,6 +1,9 @@
 /* Simplification of a loop-IR procedure, in place (ocannl-notes §2.8 "Simplify"): constant
- * folding, the algebraic identities x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 and x ** 1, and the
- * removal of statements that do nothing (empty loops, empty sequences).
+ * folding, the algebraic identities x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 and x ** 1, guard
+ * conditions decided by the symbols' ranges (loop variables over their loops, static indices over
+ * their declared ranges: a condition that always holds is dropped, a guard with one that never
+ * holds is removed with its body, a guard left without conditions becomes its body), and the
+ * removal of statements that do nothing (empty loops, empty guards, empty sequences).
  *
  * Invariants: a rewrite never changes a result. Folding evaluates with the backends' own rules
  * (each argument converted by cn_op_operand_prec, cn_eval_op), so a folded constant is the value
@@ -11,6 +14,7 @@
  * left). New arrays are allocated in the arena. */
 #include "loops/loops.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static bool is_const(const cn_ll_expr *e) {
@@ -100,8 +104,58 @@ static cn_ll_expr *simplify_expr(cn_ll_expr *e) {
   cn_assert_fail(__FILE__, __LINE__, "unknown expression kind");
 }
 
+/* The ranges symbols take where a statement runs: loop variables over their loop, free symbols
+ * (static indices) over their declared range; a symbol without either is unknown. */
+typedef struct {
+  cn_ctx *ctx;
+  int64_t *lo, *hi; /* per symbol, inclusive */
+  bool *known;
+} simplifier;
+
+/* The range of an index where every symbol is known; false otherwise or on overflow. */
+static bool index_range(const simplifier *sim, const cn_index *idx, int64_t *lo, int64_t *hi) {
+  int64_t low = idx->offset, high = idx->offset;
+  for (int t = 0; t < idx->n_terms; t++) {
+    cn_symbol sym = idx->syms[t];
+    if (!sim->known[sym]) return false;
+    int64_t a, b;
+    if (__builtin_mul_overflow(idx->coeffs[t], sim->lo[sym], &a) ||
+        __builtin_mul_overflow(idx->coeffs[t], sim->hi[sym], &b) ||
+        __builtin_add_overflow(low, a < b ? a : b, &low) ||
+        __builtin_add_overflow(high, a < b ? b : a, &high))
+      return false;
+  }
+  *lo = low;
+  *hi = high;
+  return true;
+}
+
+/* Drops the conditions of a guard that always hold; *never tells that one never holds. */
+static void simplify_conds(const simplifier *sim, cn_ll_stmt *s, bool *never) {
+  *never = false;
+  int kept = 0;
+  for (int c = 0; c < s->u.guard.n_conds; c++) {
+    cn_ll_cond cond = s->u.guard.conds[c];
+    int64_t lo, hi;
+    if (cond.lo >= cond.hi) {
+      *never = true;
+      return;
+    }
+    if (index_range(sim, &cond.expr, &lo, &hi)) {
+      if (lo >= cond.lo && hi < cond.hi) continue;
+      if (hi < cond.lo || lo >= cond.hi) {
+        *never = true;
+        return;
+      }
+    }
+    s->u.guard.conds[kept++] = cond;
+  }
+  s->u.guard.n_conds = kept;
+}
+
 /* Simplifies a statement in place; *empty tells that it does nothing and can be dropped. */
-static cn_status simplify_stmt(cn_ctx *ctx, cn_ll_stmt *s, bool *empty) {
+static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
+  cn_ctx *ctx = sim->ctx;
   *empty = false;
   switch (s->kind) {
   case CN_LL_SEQ: {
@@ -112,7 +166,7 @@ static cn_status simplify_stmt(cn_ctx *ctx, cn_ll_stmt *s, bool *empty) {
     for (int i = 0; i < s->u.seq.count; i++) {
       cn_ll_stmt *item = s->u.seq.items[i];
       bool item_empty;
-      cn_status status = simplify_stmt(ctx, item, &item_empty);
+      cn_status status = simplify_stmt(sim, item, &item_empty);
       if (status != CN_OK) return status;
       if (item_empty) continue;
       s->u.seq.items[kept++] = item;
@@ -144,10 +198,34 @@ static cn_status simplify_stmt(cn_ctx *ctx, cn_ll_stmt *s, bool *empty) {
       *empty = true;
       return CN_OK;
     }
+    cn_symbol sym = s->u.loop.sym;
+    int64_t lo = sim->lo[sym], hi = sim->hi[sym];
+    bool known = sim->known[sym];
+    sim->lo[sym] = s->u.loop.from;
+    sim->hi[sym] = s->u.loop.to - 1;
+    sim->known[sym] = true;
     bool body_empty;
-    cn_status status = simplify_stmt(ctx, s->u.loop.body, &body_empty);
+    cn_status status = simplify_stmt(sim, s->u.loop.body, &body_empty);
+    sim->lo[sym] = lo;
+    sim->hi[sym] = hi;
+    sim->known[sym] = known;
     if (status != CN_OK) return status;
     *empty = body_empty; /* a loop whose body does nothing does nothing */
+    return CN_OK;
+  }
+  case CN_LL_IF: {
+    bool never, body_empty;
+    simplify_conds(sim, s, &never);
+    if (never) {
+      *empty = true;
+      return CN_OK;
+    }
+    cn_status status = simplify_stmt(sim, s->u.guard.body, &body_empty);
+    if (status != CN_OK) return status;
+    *empty = body_empty;
+    /* A guard left without conditions is its body (a sequence stays flat: the enclosing
+     * sequence splices it). */
+    if (!body_empty && s->u.guard.n_conds == 0) *s = *s->u.guard.body;
     return CN_OK;
   }
   case CN_LL_SET: s->u.set.value = simplify_expr(s->u.set.value); return CN_OK;
@@ -157,8 +235,27 @@ static cn_status simplify_stmt(cn_ctx *ctx, cn_ll_stmt *s, bool *empty) {
 }
 
 cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc) {
+  size_t n = (size_t)(ctx->n_symbols ? ctx->n_symbols : 1);
+  simplifier sim = {ctx, cn_calloc(ctx, n, sizeof(int64_t)), cn_calloc(ctx, n, sizeof(int64_t)),
+                    cn_calloc(ctx, n, sizeof(bool))};
+  cn_status status = CN_OK;
+  if (!sim.lo || !sim.hi || !sim.known) {
+    status = CN_ERR_NOMEM;
+    goto done;
+  }
+  for (int i = 0; i < proc->n_free_syms; i++) {
+    const cn_symbol_info *info = cn_ctx_symbol(ctx, proc->free_syms[i]);
+    if (!info || info->range <= 0) continue;
+    sim.lo[proc->free_syms[i]] = 0;
+    sim.hi[proc->free_syms[i]] = info->range - 1;
+    sim.known[proc->free_syms[i]] = true;
+  }
   bool empty;
-  cn_status status = simplify_stmt(ctx, proc->body, &empty);
+  status = simplify_stmt(&sim, proc->body, &empty);
+done:
+  free(sim.lo);
+  free(sim.hi);
+  free(sim.known);
   if (status != CN_OK) return status;
   if (empty) {
     /* The body stays a statement: an empty sequence. */
