@@ -15,9 +15,11 @@
  * expression over a second symbol, step_n. Forward, backward and update are one routine, compiled
  * once and run 6400 times with the two symbols bound.
  *
- * tests/test_moons.c and bench/bench_moons.c include this file with MOONS_NO_MAIN defined, so the
- * data generator, the model and the training loop exist once; everything above the
- * MOONS_NO_MAIN section is used by both. */
+ * The points come from the library's generator (cn_dataset_half_moons); examples/moons.cnl is
+ * the same training in the notation, with the same numbers. tests/test_moons.c,
+ * tests/test_notation_moons.c and bench/bench_moons.c include this file with MOONS_NO_MAIN
+ * defined, so the model and the training loop exist once; everything above the MOONS_NO_MAIN
+ * section is used by them. */
 #include "cannl.h"
 
 #include <math.h>
@@ -37,43 +39,14 @@ enum {
 #define MOONS_LR_END       0.1
 #define MOONS_WEIGHT_DECAY 1e-4
 #define MOONS_SEED         1
-#define MOONS_PI           3.14159265358979323846
+#define MOONS_PI           3.14159265358979323846 /* the moons' geometry, for tests */
 
 /* ---- The data ------------------------------------------------------------------------------ */
 
-/* splitmix64: a seeded, portable generator, so every machine sees the same points. */
-static uint64_t moons_next(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* In [0, 1), 53 bits. */
-static double moons_uniform(uint64_t *state) {
-  return (double)(moons_next(state) >> 11) * 0x1p-53;
-}
-
-/* A standard normal sample (Box-Muller; 1 - u lies in (0, 1], so the log is finite). */
-static double moons_gaussian(uint64_t *state) {
-  double u = 1.0 - moons_uniform(state), v = moons_uniform(state);
-  return sqrt(-2.0 * log(u)) * cos(2.0 * MOONS_PI * v);
-}
-
-/* Point i is (x, y) = xy[2i], xy[2i+1] with label labels[i]: even points lie on the upper half
- * circle (cos t, sin t), label +1; odd points on the lower one (1 - cos t, 0.5 - sin t), label -1;
- * t uniform in [0, pi) and Gaussian noise of standard deviation `noise` on each coordinate. The
- * interleaving puts five points of each class in every batch of 10. */
+/* The library's half-moons generator (cn_dataset_half_moons): even points on the upper moon,
+ * label +1, odd points on the lower one, label -1, so every batch of 10 holds five of each. */
 static void moons_generate(uint64_t seed, double noise, double *xy, double *labels) {
-  uint64_t state = seed;
-  for (int i = 0; i < MOONS_POINTS; i++) {
-    double t = MOONS_PI * moons_uniform(&state);
-    bool upper = i % 2 == 0;
-    double x = upper ? cos(t) : 1.0 - cos(t), y = upper ? sin(t) : 0.5 - sin(t);
-    xy[2 * i] = x + noise * moons_gaussian(&state);
-    xy[2 * i + 1] = y + noise * moons_gaussian(&state);
-    labels[i] = upper ? 1.0 : -1.0;
-  }
+  cn_dataset_half_moons(seed, noise, MOONS_POINTS, xy, labels);
 }
 
 /* ---- The model ----------------------------------------------------------------------------- */

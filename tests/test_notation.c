@@ -3,11 +3,13 @@
  * output axes, tuples input axes, arrays batch axes), einsum operators, the two spellings of a
  * parameter update from seed 002, the expansion spec filling the other cells with the
  * accumulator's neutral element, parameter sharing across applications of a let%op function and
- * fresh parameters per ~config, cn_notation_op / cn_notation_cd from C, positioned errors, and a
- * token-stream fuzz smoke test. */
+ * fresh parameters per ~config, static indices and loops (statements compiled once, parameters
+ * initialized once), the half_moons builtin against cn_dataset_half_moons, cn_notation_op /
+ * cn_notation_cd from C, positioned errors, and a token-stream fuzz smoke test. */
 #include "check.h"
 
 #include "cannl.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 
@@ -174,6 +176,126 @@ static void test_functions(void) {
   free(json);
 }
 
+/* Static indices and loops: slicing and embedding by a declared index, fresh loop indices in
+ * nested loops, statements compiled once per loop (parameters initialized once), training with
+ * a learning rate over the loop index, and a %cd routine with an embedded parameter expression
+ * run many times. All values by hand. */
+static void test_loops(void) {
+  char err[512] = "";
+  double v[16];
+  char *json = run_script("let i = static_index 3\n"
+                          "let x = [| [1.0; 2.0]; [3.0; 4.0]; [5.0; 6.0] |]\n"
+                          "let%cd accumulate = {total} =+ (x @| i) *. !@i\n"
+                          "for i = 0 to 2 do\n  run accumulate\ndone\n"
+                          "print total\n"
+                          "for a = 0 to 1 do\n  for b = 1 to 2 do\n    print (!@a *. 10 + !@b)\n"
+                          "  done\ndone\n"
+                          "let p = {p = 4.0}\n"
+                          "let loss = p *. p\n"
+                          "for k = 0 to 2 do\n"
+                          "  backprop loss\n  sgd loss ~learning_rate:(0.1 *. !@k)\n"
+                          "done\n"
+                          "print p\n"
+                          "let w = {w = 1.0}\n"
+                          "let%cd grow = w =+ (w *. 2) *. 1\n"
+                          "for k = 0 to 2 do run grow done\n"
+                          "print w\n",
+                          CN_BACKEND_C, err, sizeof err);
+  CHECK_MSG(json != NULL, "%s", err);
+  if (!json) return;
+  /* total = 0 * [1; 2] + 1 * [3; 4] + 2 * [5; 6] */
+  CHECK(values_of(json, 0, v, 16, NULL, 0) == 2 && v[0] == 13 && v[1] == 16);
+  /* a * 10 + b for (a, b) = (0, 1), (0, 2), (1, 1), (1, 2) */
+  const double ab[4] = {1, 2, 11, 12};
+  for (int k = 0; k < 4; k++) CHECK(values_of(json, 1 + k, v, 16, NULL, 0) == 1 && v[0] == ab[k]);
+  /* p <- p - 0.1 k * 2p: 4, then 4 - 0.1 * 8 = 3.2, then 3.2 - 0.2 * 6.4 = 1.92 (a parameter
+   * initialized on every step would give 4 - 0.2 * 8 = 2.4) */
+  CHECK(values_of(json, 5, v, 16, NULL, 0) == 1);
+  CHECK_NEAR(v[0], 1.92, 1e-12);
+  /* w <- w + 2w three times from 1 (a re-initialized w would stay at 3) */
+  CHECK(values_of(json, 6, v, 16, NULL, 0) == 1 && v[0] == 27);
+  free(json);
+}
+
+/* A statement in a loop is compiled once, whatever the number of iterations. */
+static void test_loop_compiles_once(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .emit_asgn = true, .out = out};
+  cn_status st = cn_notation_run(g, "once.cnl",
+                                 "let q = {q = 2.0}\n"
+                                 "for s = 0 to 9 do\n  print (q *. !@s)\ndone\n",
+                                 &opts);
+  fclose(out);
+  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+  /* the init of q once, then the print's forward code once; ten printouts */
+  int routines = 0, prints = 0;
+  for (const char *p = buf; p && (p = strstr(p, "# cnl_")); p++) routines++;
+  for (const char *p = buf; p && (p = strstr(p, "\"mul\" (#4)")); p++) prints++;
+  CHECK_INT(routines, 2);
+  CHECK_INT(prints, 10);
+  CHECK_HAS(buf, "# cnl_1: assignments\nq =:+ init;\n# cnl_2: assignments\ns =: !@s;\n");
+  free(buf);
+  cn_ctx_destroy(ctx);
+}
+
+/* half_moons: the library's points (cn_dataset_half_moons) in the requested batch layout. */
+static void test_half_moons(void) {
+  char err[512] = "", dims[128];
+  double v[16], xy[16], labels[8];
+  char *json = run_script("let (pts, labels) = half_moons ~n:8 ~noise:0.2 ~seed:5 ~batch_size:4\n"
+                          "print pts\nprint labels\n"
+                          "let (all, _) = half_moons ~n:2 ~noise:0.2 ~seed:5\nprint all\n",
+                          CN_BACKEND_INTERP, err, sizeof err);
+  CHECK_MSG(json != NULL, "%s", err);
+  if (!json) return;
+  cn_dataset_half_moons(5, 0.2, 8, xy, labels);
+  CHECK_INT(values_of(json, 0, v, 16, dims, sizeof dims), 16);
+  CHECK_STR(dims, "\"batch\": [2, 4], \"input\": [], \"output\": [2]");
+  for (int i = 0; i < 16; i++) CHECK_NEAR(v[i], xy[i], 0);
+  CHECK_INT(values_of(json, 1, v, 16, dims, sizeof dims), 8);
+  CHECK_STR(dims, "\"batch\": [2, 4], \"input\": [], \"output\": []");
+  for (int i = 0; i < 8; i++) CHECK(v[i] == (i % 2 ? -1 : 1) && labels[i] == v[i]);
+  CHECK_INT(values_of(json, 2, v, 16, dims, sizeof dims), 4);
+  CHECK_STR(dims, "\"batch\": [2], \"input\": [], \"output\": [2]");
+  for (int i = 0; i < 4; i++) CHECK_NEAR(v[i], xy[i], 0); /* the same stream's first points */
+  free(json);
+}
+
+/* Every allocation failure while running a script with loops, a tuple pattern and half_moons
+ * fails the run with CN_ERR_NOMEM (never a crash, a leak or another status); past the last
+ * allocation the script runs. */
+static void test_allocation_failures(void) {
+  const char *script = "let (pts, labels) = half_moons ~n:4 ~batch_size:2\n"
+                       "let i = static_index 2\n"
+                       "let%cd acc = {total} =+ (pts @| i) *. !@i\n"
+                       "let q = {q = 3.0}\n"
+                       "for i = 0 to 1 do\n  run acc\n  for j = 0 to 1 do\n"
+                       "    backprop (q *. !@j)\n    print total\n  done\ndone\n";
+  int n = 1, failures = 0;
+  for (;; n++) {
+    cn_ctx *ctx = cn_ctx_create();
+    ctx->fail_alloc_countdown = n;
+    cn_graph *g = cn_graph_create(ctx);
+    FILE *out = fopen("/dev/null", "w");
+    cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out};
+    cn_status st = g ? cn_notation_run(g, "a.cnl", script, &opts) : CN_ERR_NOMEM;
+    fclose(out);
+    bool done = st == CN_OK;
+    if (!done) {
+      failures++;
+      CHECK_MSG(st == CN_ERR_NOMEM, "allocation %d: status %d: %s", n, (int)st, cn_ctx_error(ctx));
+    }
+    cn_ctx_destroy(ctx);
+    if (done || n > 100000) break;
+  }
+  CHECK(n <= 100000);
+  CHECK(failures > 100);
+}
+
 static void test_c_api(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
@@ -223,6 +345,21 @@ static void test_errors(void) {
       {"let x = [1.0]\nprint x.grad\n", "test.cnl:2:9: \"x\" has no gradient"},
       {"let f = frob 3\n", "test.cnl:1:9: unknown function 'frob'"},
       {"run 3\n", "test.cnl:1:5: a number is not a routine"},
+      {"let i = static_index 3\nfor i = 0 to 3 do\ndone\n",
+       "test.cnl:2:14: the loop reaches 3, outside the values 0 .. 2 of 'i'"},
+      {"for i = -1 to 2 do\ndone\n", "test.cnl:1:9: a static index starts at 0 or more"},
+      {"let i = static_index 2\nlet x = [| [1.0]; [2.0] |]\nprint (x @| i)\n",
+       "test.cnl:3:8: routine 'cnl_1': symbol 'i' is not bound"},
+      {"let i = static_index 2\nprint (i + 1)\n",
+       "test.cnl:2:8: expected a tensor, found a static index (read its value with !@)"},
+      {"print !@3\n", "test.cnl:1:7: !@ expects a static index (of static_index or a for loop), "
+                      "found a number"},
+      {"let i = static_index 0\n", "test.cnl:1:22: a static index needs at least one value"},
+      {"let (a, b) = [1.0]\n", "test.cnl:1:14: the pattern binds 2 names: expected a tuple of 2"},
+      {"let (a, b) = half_moons ~n:10 ~batch_size:3\n",
+       "test.cnl:1:14: half_moons needs 1 <= ~n <= 2^26"},
+      {"let (a, b) = half_moons ~n:10 ~size:3\n",
+       "test.cnl:1:31: half_moons has no argument ~size"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char err[1024] = "";
@@ -273,6 +410,10 @@ static void test_fuzz(void) {
                                        "!.",
                                        "sgd x ~learning_rate:0.1",
                                        "in",
+                                       "for i = 0 to 1 do",
+                                       "done",
+                                       "!@",
+                                       "static_index 2",
                                        "f"};
   unsigned seed = 12345;
   int ran = 0, failed = 0;
@@ -302,6 +443,10 @@ int main(void) {
   test_literals_and_einsum();
   test_cd_forms();
   test_functions();
+  test_loops();
+  test_loop_compiles_once();
+  test_half_moons();
+  test_allocation_failures();
   test_c_api();
   test_errors();
   test_fuzz();

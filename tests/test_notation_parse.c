@@ -3,10 +3,10 @@
  * canonical text derived by hand; precedence and tree shape checked through a test-side
  * S-expression rendering independent of the printer; AST fields (assignment operators against
  * seed 002's table and ops.def, right-hand-side forms, declarations, einsums, parameters,
- * statements, positions); exact positioned error messages with source line and caret; print ->
- * parse -> print identity for every accepted input; a fuzz over random token streams and over
- * grammar-generated programs (run under ASan: nothing may crash); deep nesting; an
- * allocation-failure sweep. */
+ * statements, for loops, tuple patterns, positions); exact positioned error messages with source
+ * line and caret; print -> parse -> print identity for every accepted input; a fuzz over random
+ * token streams and over grammar-generated programs (run under ASan: nothing may crash); deep
+ * nesting; an allocation-failure sweep. */
 #include "check.h"
 #include "notation/notation.h"
 #include "numeric/numeric.h"
@@ -354,6 +354,16 @@ static const example examples[] = {
      "let%cd dl = {d} =: a + b; \"e\" =:+ d * d ~logic:\"i;i=>\" ~projections\n"},
     {"let%cd st = x =: (f ~logic:\"a\") ~logic:\".\"",
      "let%cd st = x =: (f ~logic:\"a\") ~logic:\".\"\n"},
+    /* tuple patterns, static indices, loops */
+    {"let (pts, labels) = half_moons ~n:8 ~seed:1\nlet a, _ = (1, 2)",
+     "let (pts, labels) = half_moons ~n:8 ~seed:1\nlet (a, _) = (1, 2)\n"},
+    {"let i = static_index 4\nfor i = 0 to 3 do print (x @| i);; for j = 1 to n - 1 do backprop "
+     "(l *. !@j) run r sgd l ~learning_rate:(0.1 *. !@i) done done\nprint !@i",
+     "let i = static_index 4\nfor i = 0 to 3 do\n  print x @| i\n  for j = 1 to n - 1 do\n    "
+     "backprop l *. !@j\n    run r\n    sgd l ~learning_rate:(0.1 *. !@i)\n  done\ndone\nprint "
+     "!@i\n"},
+    {"for k = 0 to 2 do done;; for k = let m = 1 in m to (3) do done",
+     "for k = 0 to 2 do\ndone\nfor k = let m = 1 in m to 3 do\ndone\n"},
 };
 
 static void test_examples(void) {
@@ -739,7 +749,83 @@ static const bad bads[] = {
     {"let%op f = if a then b else c",
      "b.cnl:1:12: expected an expression, found 'if' (a reserved word)\nlet%op f = if a then b "
      "else c\n           ^"},
+    /* loops and tuple patterns */
+    {"for i = 0 to 2 do\n  let x = 1\ndone",
+     "b.cnl:2:3: a loop body holds print, backprop, run, sgd and for statements: bind names and "
+     "set the seed before the loop\n  let x = 1\n  ^"},
+    {"for i = 0 to 2 print x",
+     "b.cnl:1:16: expected 'do' after the loop's last value, found 'print' (a reserved word)\nfor "
+     "i = 0 to 2 print x\n               ^"},
+    {"for i = 0 to 2 do\n  print x", "b.cnl:2:10: expected 'done' to close the 'for' at line 1, "
+                                     "column 1, found end of input\n  print x\n         ^"},
+    {"for i = 0 do done", "b.cnl:1:11: expected 'to' after the loop's first value, found 'do' (a "
+                          "reserved word)\nfor i = 0 do done\n          ^"},
+    {"for _ = 0 to 1 do done", "b.cnl:1:5: expected the loop's index name after 'for', found "
+                               "'_'\nfor _ = 0 to 1 do done\n    ^"},
+    {"for i = 0 to 1 do set_seed 3 done",
+     "b.cnl:1:19: a loop body holds print, backprop, run, sgd and for statements: bind names and "
+     "set the seed before the loop\nfor i = 0 to 1 do set_seed 3 done\n                  ^"},
+    {"print x done", "b.cnl:1:9: unexpected 'done' (a reserved word) after the end of the "
+                     "statement\nprint x done\n        ^"},
+    {"let to = 1",
+     "b.cnl:1:5: expected a name after 'let', found 'to' (a reserved word)\nlet to = 1\n    ^"},
+    {"let%op (a, b) = x", "b.cnl:1:8: a tuple pattern binds with a plain let (not let%op or "
+                          "let%cd)\nlet%op (a, b) = x\n       ^"},
+    {"let (a, a) = x", "b.cnl:1:9: 'a' is bound twice in the pattern\nlet (a, a) = x\n        ^"},
+    {"let (a) = x", "b.cnl:1:7: expected ',' and another name (a tuple pattern has at least two), "
+                    "found ')'\nlet (a) = x\n      ^"},
+    {"let (a, b = x", "b.cnl:1:11: expected ')' to close the '(' at line 1, column 5, found "
+                      "'='\nlet (a, b = x\n          ^"},
 };
+
+/* The trees of a loop and of a tuple pattern. */
+static void test_loop_fields(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_nt_program *prog = cn_nt_parse_program(ctx, "l.cnl",
+                                            "let (p, _, q) = t\n"
+                                            "for step = 1 to 2 * n do\n"
+                                            "  print x @| step\n"
+                                            "  for k = 0 to 3 do run r done\n"
+                                            "  sgd l ~learning_rate:!@step\n"
+                                            "done\n");
+  CHECK(prog != NULL);
+  if (!prog) {
+    cn_ctx_destroy(ctx);
+    return;
+  }
+  CHECK_INT(prog->n_items, 2);
+  const cn_nt_item *it = &prog->items[0];
+  CHECK_INT(it->kind, CN_NT_ITEM_LET);
+  CHECK(it->u.let.name == NULL);
+  CHECK_INT(it->u.let.n_names, 3);
+  CHECK_STR(it->u.let.names[0], "p");
+  CHECK_STR(it->u.let.names[1], "_");
+  CHECK_STR(it->u.let.names[2], "q");
+  CHECK_INT(it->u.let.name_pos.col, 6);
+  CHECK_STR(it->u.let.expr->u.ident.name, "t");
+  it = &prog->items[1];
+  CHECK_INT(it->kind, CN_NT_ITEM_FOR);
+  CHECK_INT(it->pos.line, 2);
+  CHECK_STR(it->u.for_.name, "step");
+  CHECK_INT(it->u.for_.name_pos.col, 5);
+  CHECK_INT(it->u.for_.from->u.number.ival, 1);
+  CHECK_INT(it->u.for_.to->kind, CN_NT_BINOP);
+  CHECK_STR(it->u.for_.to->u.binop.op, "*");
+  CHECK_INT(it->u.for_.n_items, 3);
+  const cn_nt_item *body = it->u.for_.items;
+  CHECK_INT(body[0].kind, CN_NT_ITEM_PRINT);
+  CHECK_STR(body[0].u.expr->u.binop.op, "@|");
+  CHECK_INT(body[0].pos.line, 3);
+  CHECK_INT(body[1].kind, CN_NT_ITEM_FOR);
+  CHECK_INT(body[1].u.for_.n_items, 1);
+  CHECK_INT(body[1].u.for_.items[0].kind, CN_NT_ITEM_RUN);
+  CHECK_INT(body[2].kind, CN_NT_ITEM_SGD);
+  const cn_nt_expr *lr = body[2].u.sgd.learning_rate;
+  CHECK_INT(lr->kind, CN_NT_PREFIX);
+  CHECK_STR(lr->u.prefix.op, "!@");
+  CHECK_STR(lr->u.prefix.operand->u.ident.name, "step");
+  cn_ctx_destroy(ctx);
+}
 
 static void test_errors(void) {
   cn_ctx *ctx = cn_ctx_create();
@@ -846,6 +932,14 @@ static void test_depth(void) {
   cn_sbuf_puts(&many, " = 1");
   CHECK(cn_nt_parse_program(ctx, "m.cnl", take(&many)) == NULL);
   CHECK_HAS(cn_ctx_error(ctx), "m.cnl:1:522: too many parameters (at most 256)");
+  /* for loops nest at most CN_NT_MAX_LOOP_DEPTH (32) deep */
+  for (int depth = CN_NT_MAX_LOOP_DEPTH; depth <= CN_NT_MAX_LOOP_DEPTH + 1; depth++) {
+    for (int i = 0; i < depth; i++) cn_sbuf_puts(&many, "for i = 0 to 1 do ");
+    for (int i = 0; i < depth; i++) cn_sbuf_puts(&many, "done ");
+    prog = cn_nt_parse_program(ctx, "n.cnl", take(&many));
+    CHECK((prog != NULL) == (depth == CN_NT_MAX_LOOP_DEPTH));
+  }
+  CHECK_HAS(cn_ctx_error(ctx), "n.cnl:1:577: for loops nested too deeply (more than 32)");
   cn_ctx_destroy(ctx);
 }
 
@@ -875,108 +969,20 @@ static void check_message_shape(cn_ctx *ctx, const char *file) {
 }
 
 static const char *const vocabulary[] = {
-    "a",
-    "b",
-    "x",
-    "p",
-    "relu",
-    "add",
-    "where",
-    "id",
-    "f",
-    "config",
-    "_",
-    "1",
-    "2.5",
-    "0",
-    "1e3",
-    "-",
-    "\"s\"",
-    "\"i;i=>i\"",
-    "\"w\"",
-    "'q'",
-    "+",
-    "*",
-    "/",
-    "*.",
-    "/.",
-    "**.",
-    "**",
-    "+*",
-    "++",
-    "+++",
-    "@^+",
-    "@^^",
-    "@|",
-    "=",
-    "<",
-    "<>",
-    "||",
-    "&&",
-    "-?/",
-    "^^",
-    "!.",
-    "!..",
-    "~~",
-    "=:",
-    "=+",
-    "=:+",
-    "=-",
-    "=:@^",
-    "->",
-    ":",
-    "(",
-    ")",
-    "[",
-    "]",
-    "[|",
-    "|]",
-    "{",
-    "}",
-    ";",
-    ";;",
-    ",",
-    ".",
-    ".grad",
-    "~logic:",
-    "~config:",
-    "~x",
-    "?x",
-    "?(",
-    "let",
-    "let%op",
-    "let%cd",
-    "in",
-    "if",
-    "then",
-    "else",
-    "true",
-    "false",
-    "print",
-    "backprop",
-    "run",
-    "sgd",
-    "set_seed",
-    "~learning_rate:",
-    "(* c *)",
-    "# c\n",
-    "\n",
-    "()",
-    "%",
-    "|",
-    "!",
-    "?",
-    "~",
-    "'",
-    "\"",
-    "(*",
-    "*)",
-    "\\",
-    "@",
-    "$",
-    "\t",
-    "é",
-    "\x01",
+    "a",        "b",          "x",     "p",    "relu",  "add",    "where",    "id",
+    "f",        "config",     "_",     "1",    "2.5",   "0",      "1e3",      "-",
+    "\"s\"",    "\"i;i=>i\"", "\"w\"", "'q'",  "+",     "*",      "/",        "*.",
+    "/.",       "**.",        "**",    "+*",   "++",    "+++",    "@^+",      "@^^",
+    "@|",       "=",          "<",     "<>",   "||",    "&&",     "-?/",      "^^",
+    "!.",       "!..",        "~~",    "=:",   "=+",    "=:+",    "=-",       "=:@^",
+    "->",       ":",          "(",     ")",    "[",     "]",      "[|",       "|]",
+    "{",        "}",          ";",     ";;",   ",",     ".",      ".grad",    "~logic:",
+    "~config:", "~x",         "?x",    "?(",   "let",   "let%op", "let%cd",   "in",
+    "if",       "then",       "else",  "true", "false", "print",  "backprop", "run",
+    "sgd",      "set_seed",   "for",   "to",   "do",    "done",   "!@",       "~learning_rate:",
+    "(* c *)",  "# c\n",      "\n",    "()",   "%",     "|",      "!",        "?",
+    "~",        "'",          "\"",    "(*",   "*)",    "\\",     "@",        "$",
+    "\t",       "é",          "\x01",
 };
 
 static void test_token_fuzz(void) {
@@ -1173,9 +1179,22 @@ static void test_grammar_fuzz(void) {
     gen_expr(&sb, 4, true);
     cn_sbuf_puts(&sb, "\nlet%cd r = ");
     gen_cd(&sb, 2);
+    /* a statement in zero to two loops, a tuple pattern */
+    int loops = (int)rnd(3);
+    for (int i = 0; i < loops; i++) {
+      cn_sbuf_printf(&sb, "\nfor i%d = ", i);
+      gen_arg(&sb, 1);
+      cn_sbuf_puts(&sb, " to ");
+      gen_arg(&sb, 1);
+      cn_sbuf_puts(&sb, " do print !@i");
+    }
     cn_sbuf_puts(&sb, "\nsgd ");
     gen_arg(&sb, 2);
     cn_sbuf_puts(&sb, " ~learning_rate:0.1\n");
+    for (int i = 0; i < loops; i++) cn_sbuf_puts(&sb, rnd(2) ? "done\n" : ";; done\n");
+    cn_sbuf_puts(&sb, "let (u, _) = ");
+    gen_expr(&sb, 2, true);
+    cn_sbuf_putc(&sb, '\n');
     const char *text = take(&sb);
     static char copy[1 << 16];
     snprintf(copy, sizeof copy, "%s", text);
@@ -1218,6 +1237,7 @@ int main(void) {
   test_assignment_table();
   test_tree_shapes();
   test_fields();
+  test_loop_fields();
   test_errors();
   test_depth();
   test_token_fuzz();

@@ -11,7 +11,8 @@
  *
  * Invariants (guaranteed by the parser): all memory is in the context's arena and lives until
  * cn_ctx_destroy; strings are NUL-terminated and contain no NUL; a node's `height` (1 for a leaf)
- * never exceeds CN_NT_MAX_HEIGHT, so recursive walks are bounded; pointers documented as
+ * never exceeds CN_NT_MAX_HEIGHT and `for` items nest at most CN_NT_MAX_LOOP_DEPTH deep, so
+ * recursive walks are bounded; pointers documented as
  * "never NULL" are never NULL. */
 #ifndef CN_NT_AST_H
 #define CN_NT_AST_H
@@ -21,6 +22,10 @@
 /* The largest height of a parsed tree (expressions and %cd statements together): deeper input
  * is rejected with "too deeply nested". */
 #define CN_NT_MAX_HEIGHT 200
+
+/* The deepest nesting of `for` loops in a script: deeper loops are rejected by the parser, so the
+ * evaluator keeps the bound static indices in a fixed array. */
+#define CN_NT_MAX_LOOP_DEPTH 32
 
 /* The text a tree was parsed from (a copy in the arena), for messages that quote the line. */
 typedef struct {
@@ -253,18 +258,25 @@ typedef enum {
   CN_NT_ITEM_BACKPROP, /* backprop e */
   CN_NT_ITEM_RUN,      /* run r, or run r args for a routine with parameters */
   CN_NT_ITEM_SGD,      /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b] */
-  CN_NT_ITEM_SET_SEED  /* set_seed n */
+  CN_NT_ITEM_SET_SEED, /* set_seed n */
+  CN_NT_ITEM_FOR       /* for i = a to b do items done: items run with the static index i bound */
 } cn_nt_item_kind;
 
-typedef struct {
+typedef struct cn_nt_item cn_nt_item;
+
+struct cn_nt_item {
   cn_nt_item_kind kind;
   cn_nt_pos pos; /* the keyword */
   union {
     struct {
       cn_nt_let_kind ext;
-      const char *name; /* "_" for a wildcard binding (never with parameters) */
-      cn_nt_pos name_pos;
-      int n_params; /* 0 for LET_PLAIN */
+      const char *name;   /* "_" for a wildcard binding (never with parameters); NULL for a tuple
+                             pattern */
+      int n_names;        /* a tuple pattern `let (a, b) = e` (PLAIN only): >= 2 names, "_"
+                             allowed; 0 otherwise */
+      const char **names; /* the pattern's names, distinct except "_" */
+      cn_nt_pos name_pos; /* of the name, or of the pattern's first name */
+      int n_params;       /* 0 for LET_PLAIN */
       cn_nt_param *params;
       int config_param; /* index of the ~config parameter, or -1 */
       cn_nt_expr *expr; /* PLAIN and OP: never NULL; CD: NULL */
@@ -276,8 +288,15 @@ typedef struct {
       cn_nt_expr *momentum, *weight_decay, *nesterov; /* NULL when not given */
     } sgd;
     int64_t seed; /* SET_SEED: >= 0 */
+    struct {
+      const char *name; /* the index symbol: a static index bound by a let, or a fresh one */
+      cn_nt_pos name_pos;
+      cn_nt_expr *from, *to; /* never NULL: host integers */
+      int n_items;           /* the body: print, backprop, run, sgd and for items only */
+      cn_nt_item *items;
+    } for_;
   } u;
-} cn_nt_item;
+};
 
 typedef struct {
   const cn_nt_source *src;

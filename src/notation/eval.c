@@ -1,10 +1,14 @@
 /* The evaluator of the notation (issue 6): walks the tree of ast.h and builds tensors (%op),
  * standalone updates (%cd) and routines through the tensor API, running the statements of a
- * script (print, backprop, run, sgd, set_seed).
+ * script (print, backprop, run, sgd, set_seed, for loops).
  *
- * Values: host numbers, booleans, strings, lists and records (for dims, labels and ~config),
- * tensors (optionally a `.grad` reference), let%op functions (closures with curried, labeled
- * arguments) and let%cd routines (a code tree compiled on first run).
+ * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and
+ * ~config), tensors (optionally a `.grad` reference), let%op functions (closures with curried,
+ * labeled arguments), let%cd routines (a code tree compiled on first run) and static indices
+ * (symbols bound by `for` loops, read with `!@i`, slicing with `x @| i`).
+ * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
+ * built, its parameters initialized by a routine of their own, its code compiled), and each later
+ * execution only binds the enclosing loops' indices and runs the compiled routine again.
  * Inline declarations (seed 002 "Inline declarations", seed 000 "the unit boundary"): a
  * declaration is created once per *lifting point* and shared by every evaluation of the same
  * declaration node there: at its first evaluation for top-level code, when a let%op function is
@@ -27,7 +31,18 @@
 
 #define MAX_CALL_DEPTH 64
 
-typedef enum { V_UNIT, V_NUM, V_BOOL, V_STR, V_TENSOR, V_LIST, V_RECORD, V_FUNC, V_ROUTINE } vkind;
+typedef enum {
+  V_UNIT,
+  V_NUM,
+  V_BOOL,
+  V_STR,
+  V_TENSOR,
+  V_LIST,
+  V_RECORD,
+  V_FUNC,
+  V_ROUTINE,
+  V_INDEX
+} vkind;
 
 typedef struct value value;
 typedef struct env env;
@@ -63,6 +78,13 @@ struct value {
   value **items;
   const char **names;        /* V_RECORD */
   const cn_nt_expr *literal; /* V_LIST written as an array literal: its tensor on demand */
+  bool tuple;                /* V_LIST written or built as a tuple (let (a, b) = ... takes it) */
+  struct {
+    int64_t range;    /* values 0 .. range - 1 */
+    const char *name; /* the let or loop that names it; the symbol takes the name */
+    bool created;     /* sym exists: created on first use, so that it can take the name */
+    cn_symbol sym;
+  } index; /* V_INDEX */
   struct {
     const cn_nt_item *def;
     env *closure;
@@ -85,6 +107,16 @@ struct code {
   cn_routine *compiled;
 };
 
+/* What a statement in a loop body keeps between executions. */
+typedef struct item_state {
+  const cn_nt_item *item;
+  cn_routine *routine; /* the statement's code (without parameter init), compiled once */
+  cn_tensor *tensor;   /* print, backprop, sgd: the statement's tensor */
+  bool grad;           /* print: of the tensor's gradient */
+  value *index;        /* for: the loop's static index */
+  struct item_state *next;
+} item_state;
+
 typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
@@ -93,6 +125,12 @@ typedef struct {
   decl_scope top; /* declarations of top-level code */
   int depth;
   int n_routines;
+  int n_bound; /* the enclosing loops' indices, outermost first (an inner binding wins) */
+  struct {
+    cn_symbol sym;
+    int64_t value;
+  } bound[CN_NT_MAX_LOOP_DEPTH];
+  item_state *states; /* of the statements in loop bodies */
 } interp;
 
 /* ---- Values and errors ------------------------------------------------------------------- */
@@ -118,8 +156,10 @@ static value *tensor_value(interp *I, cn_tensor *t) {
   return v;
 }
 
-/* Re-issues the context's last message at pos (library failures point at the expression). */
+/* Re-issues the context's last message at pos (library failures point at the expression), except
+ * an allocation failure, which has no position worth adding. */
 static value *fail_here(interp *I, cn_nt_pos pos) {
+  if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
   cn_nt_fail_at(I->ctx, pos, "%s", msg ? msg : "out of memory");
   return NULL;
@@ -131,8 +171,9 @@ static value *fail(interp *I, cn_nt_pos pos, const char *fmt, const char *arg) {
 }
 
 static const char *kind_name(vkind k) {
-  static const char *const names[] = {"()",     "a number", "a boolean",  "a string", "a tensor",
-                                      "a list", "a record", "a function", "a routine"};
+  static const char *const names[] = {"()",        "a number",      "a boolean", "a string",
+                                      "a tensor",  "a list",        "a record",  "a function",
+                                      "a routine", "a static index"};
   return names[k];
 }
 
@@ -163,7 +204,8 @@ static cn_tensor *as_tensor(interp *I, value *v, cn_nt_pos pos) {
     return t;
   }
   if (v->kind != V_TENSOR) {
-    fail(I, pos, "expected a tensor, found %s", kind_name(v->kind));
+    fail(I, pos, "expected a tensor, found %s",
+         v->kind == V_INDEX ? "a static index (read its value with !@)" : kind_name(v->kind));
     return NULL;
   }
   if (!v->grad) return v->t;
@@ -179,6 +221,18 @@ static bool as_int(interp *I, value *v, cn_nt_pos pos, int64_t *out) {
     return false;
   }
   *out = (int64_t)v->num;
+  return true;
+}
+
+/* The symbol of a static index, created on first use under the name its let or loop gave. */
+static bool index_symbol(interp *I, value *v, cn_nt_pos pos, cn_symbol *out) {
+  if (!v->index.created) {
+    v->index.sym =
+        cn_symbol_create(I->ctx, v->index.name ? v->index.name : "index", v->index.range);
+    if (v->index.sym < 0) return fail_here(I, pos), false;
+    v->index.created = true;
+  }
+  *out = v->index.sym;
   return true;
 }
 
@@ -541,8 +595,70 @@ static int64_t int_arg(const args *a, const char *name, int64_t dflt) {
   return v && v->kind == V_NUM ? (int64_t)v->num : dflt;
 }
 
+/* static_index N: a static index with values 0 .. N-1, bound by `for` loops. */
+static value *static_index(interp *I, const args *a, cn_nt_pos at) {
+  int64_t range;
+  if (a->n_pos != 1 || a->n_lab != 0)
+    return fail(I, at, "%s", "static_index takes one argument, the number of values");
+  if (!as_int(I, a->pos[0], a->pos_at[0], &range)) return NULL;
+  if (range < 1) return fail(I, a->pos_at[0], "%s", "a static index needs at least one value");
+  value *v = mk(I, V_INDEX);
+  if (v) v->index.range = range;
+  return v;
+}
+
+/* half_moons ~n ~noise ~seed ~batch_size: the (points, labels) tuple of cn_dataset_half_moons;
+ * batch axes [n / batch_size, batch_size] (or [n]), points with one output axis of 2. */
+static value *half_moons(interp *I, const args *a, cn_nt_pos at) {
+  static const char *const known[] = {"n", "noise", "seed", "batch_size"};
+  for (int i = 0; i < a->n_lab; i++) {
+    int k = 0;
+    while (k < 4 && strcmp(a->lab[i], known[k]) != 0) k++;
+    if (k == 4)
+      return fail(I, a->lab_at[i], "half_moons has no argument ~%s (~n ~noise ~seed ~batch_size)",
+                  a->lab[i]);
+  }
+  value *nv = labeled(a, "n"), *noise = labeled(a, "noise"), *seed = labeled(a, "seed");
+  value *bv = labeled(a, "batch_size");
+  int64_t n, batch = 0, seed_v = 0;
+  if (a->n_pos > 0 || !nv)
+    return fail(I, at, "%s",
+                "half_moons takes labeled arguments: ~n (points), ~noise, ~seed, "
+                "~batch_size");
+  if (!as_int(I, nv, at, &n) || (seed && !as_int(I, seed, at, &seed_v)) ||
+      (bv && !as_int(I, bv, at, &batch)))
+    return NULL;
+  if (noise && noise->kind != V_NUM) return fail(I, at, "%s", "~noise expects a number");
+  if (n < 1 || n > (1 << 26) || seed_v < 0 || (bv && (batch < 1 || n % batch != 0)))
+    return fail(I, at, "%s",
+                "half_moons needs 1 <= ~n <= 2^26, ~seed >= 0 and a ~batch_size "
+                "dividing ~n");
+  double *xy = cn_malloc(I->ctx, sizeof *xy * 3 * (size_t)n);
+  if (!xy) return NULL;
+  cn_dataset_half_moons((uint64_t)seed_v, noise ? noise->num : 0.1, (size_t)n, xy, xy + 2 * n);
+  const int64_t split[2] = {bv ? n / batch : n, batch}, coords = 2;
+  const cn_axes batch_axes = {bv ? 2 : 1, split, NULL};
+  const cn_dims pd = {batch_axes, CN_AXES_NONE, {1, &coords, NULL}};
+  const cn_dims ld = {batch_axes, CN_AXES_NONE, CN_AXES_NONE};
+  cn_tensor *points = cn_tensor_data(I->g, "half_moons", &pd, xy, 2 * (size_t)n);
+  cn_tensor *labels =
+      points ? cn_tensor_data(I->g, "half_moons_labels", &ld, xy + 2 * n, (size_t)n) : NULL;
+  free(xy);
+  value *v = labels ? mk(I, V_LIST) : NULL;
+  if (!labels) return fail_here(I, at);
+  if (!v || !(v->items = cn_alloc(I->ctx, 2 * sizeof *v->items)) ||
+      !(v->items[0] = tensor_value(I, points)) || !(v->items[1] = tensor_value(I, labels)))
+    return NULL;
+  v->n = 2;
+  v->tuple = true;
+  return v;
+}
+
 /* The builtins of the notation: primitive ops by their ops.def name, and the library. */
 static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) {
+  /* host builtins first: their arguments are not tensors */
+  if (strcmp(name, "static_index") == 0) return static_index(I, a, at);
+  if (strcmp(name, "half_moons") == 0) return half_moons(I, a, at);
   cn_graph *g = I->g;
   cn_tensor *t[4] = {NULL, NULL, NULL, NULL};
   int n = a->n_pos;
@@ -750,11 +866,18 @@ static value *eval_binop(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x)
   value *a = eval(I, e, ds, x->u.binop.lhs), *b = a ? eval(I, e, ds, x->u.binop.rhs) : NULL;
   if (!b) return NULL;
   if (a->kind == V_NUM && b->kind == V_NUM) return host_arith(I, op, a, b, x->u.binop.op_pos);
-  if (strcmp(op, "@|") == 0) {
-    cn_tensor *t = tensor_of(I, a, x->u.binop.lhs->pos);
+  if (strcmp(op, "@|") == 0) { /* at a static index, or at a constant position */
+    cn_tensor *t = tensor_of(I, a, x->u.binop.lhs->pos), *r;
     int64_t index;
-    if (!t || !as_int(I, b, x->u.binop.rhs->pos, &index)) return NULL;
-    cn_tensor *r = cn_tensor_batch_slice_at(I->g, t, index);
+    cn_symbol sym;
+    if (!t) return NULL;
+    if (b->kind == V_INDEX) {
+      if (!index_symbol(I, b, x->u.binop.rhs->pos, &sym)) return NULL;
+      r = cn_tensor_batch_slice(I->g, t, sym);
+    } else {
+      if (!as_int(I, b, x->u.binop.rhs->pos, &index)) return NULL;
+      r = cn_tensor_batch_slice_at(I->g, t, index);
+    }
     return r ? tensor_value(I, r) : fail_here(I, x->u.binop.op_pos);
   }
   cn_tensor *ta = tensor_of(I, a, x->u.binop.lhs->pos);
@@ -820,6 +943,16 @@ static value *eval(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
       cn_tensor *t = cn_tensor_number(I->g, op[2] ? trunc(v->num) : v->num);
       return t ? tensor_value(I, t) : fail_here(I, x->pos);
     }
+    if (strcmp(op, "!@") == 0) { /* a static index's value, as a scalar tensor */
+      cn_symbol sym;
+      if (v->kind != V_INDEX)
+        return fail(I, x->pos,
+                    "!@ expects a static index (of static_index or a for loop), found %s",
+                    kind_name(v->kind));
+      if (!index_symbol(I, v, x->pos, &sym)) return NULL;
+      cn_tensor *t = cn_tensor_embed_symbol(I->g, sym);
+      return t ? tensor_value(I, t) : fail_here(I, x->pos);
+    }
     if (strcmp(op, "-") == 0 || strcmp(op, "-.") == 0) {
       if (v->kind == V_NUM) return num(I, -v->num, v->is_int);
       cn_tensor *t = tensor_of(I, v, x->pos);
@@ -843,6 +976,7 @@ static value *eval(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
   case CN_NT_ANNOT: {
     value *v = list_value(I, e, ds, x);
     if (v && is_literal(x)) v->literal = x;
+    if (v) v->tuple = x->kind == CN_NT_TUPLE;
     return v;
   }
   case CN_NT_DECL: {
@@ -1003,23 +1137,30 @@ static code *eval_cd(interp *I, env *e, const cn_nt_cd *cd) {
   return NULL;
 }
 
-static cn_asgn *code_asgn(interp *I, const code *c) {
+/* The assignments of a routine's code. With `init` NULL, the init code of the parameters an
+ * embedded expression reads comes first in the tree (cn_notation_cd); otherwise it is gathered
+ * into *init, to run once before a routine that may run many times. */
+static cn_asgn *code_asgn(interp *I, const code *c, cn_asgn **init) {
   cn_ctx *ctx = I->ctx;
   switch (c->kind) {
   case C_UPDATE: return cn_graph_update_code(I->g, c->update);
   case C_FORWARD: {
-    cn_asgn *parts[2] = {cn_graph_init_params(I->g, c->tensor), cn_graph_forward(I->g, c->tensor)};
-    return parts[0] && parts[1] ? cn_asgn_seq(ctx, 2, parts) : NULL;
+    cn_asgn *params = cn_graph_init_params(I->g, c->tensor);
+    cn_asgn *forward = params ? cn_graph_forward(I->g, c->tensor) : NULL;
+    if (!forward) return NULL;
+    if (!init) return cn_asgn_seq(ctx, 2, (cn_asgn *[]){params, forward});
+    *init = *init ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){*init, params}) : params;
+    return *init ? forward : NULL;
   }
   case C_COMMENT: {
-    cn_asgn *body = code_asgn(I, c->items[0]);
+    cn_asgn *body = code_asgn(I, c->items[0], init);
     return body ? cn_asgn_comment(ctx, c->text, body) : NULL;
   }
   case C_SEQ: {
     cn_asgn **items = cn_alloc(ctx, sizeof *items * (size_t)(c->n + 1));
     if (!items) return NULL;
     for (int i = 0; i < c->n; i++)
-      if (!(items[i] = code_asgn(I, c->items[i]))) return NULL;
+      if (!(items[i] = code_asgn(I, c->items[i], init))) return NULL;
     return c->n ? cn_asgn_seq(ctx, c->n, items) : cn_asgn_noop(ctx);
   }
   }
@@ -1032,14 +1173,15 @@ static FILE *out(interp *I) {
   return I->opts.out ? I->opts.out : stdout;
 }
 
-/* Compiles (or reuses *cache) and runs asgn, printing what --emit asks for. */
+/* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
+ * routine reads and runs it, printing what --emit asks for. Without a cache the routine is freed
+ * after the run. */
 static bool run_asgn(interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
-  if (!asgn) return fail_here(I, at), false;
   cn_routine *r = cache ? *cache : NULL;
   if (!r) {
     char name[32];
     snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-    if (!(r = cn_routine_compile(I->ctx, asgn, I->opts.backend, name)))
+    if (!asgn || !(r = cn_routine_compile(I->ctx, asgn, I->opts.backend, name)))
       return fail_here(I, at), false;
     if (I->opts.emit_asgn)
       fprintf(out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
@@ -1048,106 +1190,229 @@ static bool run_asgn(interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at)
       fprintf(out(I), "# %s: C\n%s", name, cn_routine_source(r));
     if (cache) *cache = r;
   }
-  cn_status st = cn_routine_run(r);
+  cn_status st = CN_OK;
+  for (int i = 0; i < I->n_bound && st == CN_OK; i++)
+    if (cn_routine_reads(r, I->bound[i].sym))
+      st = cn_routine_bind(r, I->bound[i].sym, I->bound[i].value);
+  if (st == CN_OK) st = cn_routine_run(r);
   if (!cache) cn_routine_free(r);
   if (st != CN_OK) return fail_here(I, at), false;
   return true;
 }
 
-static cn_tensor *statement_tensor(interp *I, const cn_nt_expr *x, bool *grad) {
-  value *v = eval(I, NULL, &I->top, x);
-  *grad = v && v->kind == V_TENSOR && v->grad;
-  if (v && v->kind == V_TENSOR) return v->t;
-  return v ? tensor_of(I, v, x->pos) : NULL;
-}
-
-static bool run_forward(interp *I, cn_tensor *t, cn_nt_pos at) {
-  cn_asgn *parts[2] = {cn_graph_init_params(I->g, t), cn_graph_forward(I->g, t)};
-  return run_asgn(I, parts[0] && parts[1] ? cn_asgn_seq(I->ctx, 2, parts) : NULL, NULL, at);
-}
-
-static bool item(interp *I, const cn_nt_item *it) {
-  switch (it->kind) {
-  case CN_NT_ITEM_LET: {
-    const char *name = it->u.let.name;
-    value *v;
-    if (it->u.let.ext == CN_NT_LET_CD) {
-      code *c = eval_cd(I, NULL, it->u.let.cd);
-      if (!c || !(v = mk(I, V_ROUTINE))) return false;
-      v->routine = c;
-    } else if (it->u.let.n_params > 0) {
-      if (!(v = mk(I, V_FUNC))) return false;
-      v->fn.def = it;
-      v->fn.given = cn_alloc(I->ctx, sizeof(value *) * (size_t)it->u.let.n_params);
-      if (!v->fn.given) return false;
-      bool lifting = false;
-      for (int k = 0; k < it->u.let.n_params; k++) lifting |= is_lifting(&it->u.let.params[k]);
-      if (!lifting) { /* declarations are created once, now, and shared by every application */
-        if (!(v->fn.decls = cn_alloc(I->ctx, sizeof *v->fn.decls))) return false;
-        if (!predeclare(I, NULL, v->fn.decls, it->u.let.expr)) return false;
-      }
-    } else {
-      int before = I->g->n_tensors;
-      if (!(v = eval(I, NULL, &I->top, it->u.let.expr))) return false;
-      if (v->kind == V_LIST && v->literal && !tensor_of(I, v, it->u.let.expr->pos)) return false;
-      if (v->kind == V_LIST && v->literal) v = tensor_value(I, v->t);
-      if (v && v->kind == V_TENSOR && v->t->id > before && strcmp(name, "_") != 0)
-        cn_tensor_set_label(v->t, name);
-    }
-    return v && (strcmp(name, "_") == 0 || bind(I, &I->globals, name, v));
+static bool asgn_empty(const cn_asgn *a) {
+  switch (a->kind) {
+  case CN_ASGN_NOOP: return true;
+  case CN_ASGN_COMMENT: return asgn_empty(a->u.comment.body);
+  case CN_ASGN_SEQ:
+    for (int i = 0; i < a->u.seq.count; i++)
+      if (!asgn_empty(a->u.seq.items[i])) return false;
+    return true;
+  default: return false;
   }
+}
+
+/* Runs a statement's parameter init code and its main code. Outside loops as one routine, freed
+ * after the run; in a loop body the init code (if any) runs on its own, once, and main is
+ * compiled into st->routine, which later executions run again. */
+static bool run_statement(interp *I, item_state *st, cn_asgn *init, cn_asgn *main, cn_nt_pos at) {
+  if (!init || !main) return fail_here(I, at), false;
+  if (I->n_bound == 0)
+    return run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
+  if (!asgn_empty(init) && !run_asgn(I, init, NULL, at)) return false;
+  return run_asgn(I, main, &st->routine, at);
+}
+
+/* The state of a statement in a loop body (created on its first execution); outside loops a
+ * statement runs once and uses the caller's zeroed `local`. */
+static item_state *state_of(interp *I, const cn_nt_item *it, item_state *local) {
+  if (I->n_bound == 0) return local;
+  for (item_state *s = I->states; s; s = s->next)
+    if (s->item == it) return s;
+  item_state *s = cn_alloc(I->ctx, sizeof *s);
+  if (!s) return NULL;
+  s->item = it;
+  s->next = I->states;
+  return I->states = s;
+}
+
+/* The tensor a statement works on (built once per statement state). */
+static bool statement_tensor(interp *I, env *scope, const cn_nt_expr *x, item_state *st) {
+  if (st->tensor) return true;
+  value *v = eval(I, scope, &I->top, x);
+  st->grad = v && v->kind == V_TENSOR && v->grad;
+  st->tensor = v && v->kind == V_TENSOR ? v->t : v ? tensor_of(I, v, x->pos) : NULL;
+  return st->tensor != NULL;
+}
+
+static bool item(interp *I, const cn_nt_item *it, env *scope);
+
+/* A value bound by a let: a literal becomes its tensor; a tensor or static index this let
+ * created takes the name. */
+static value *let_value(interp *I, value *v, const char *name, int before, cn_nt_pos pos) {
+  if (v->kind == V_LIST && v->literal) {
+    if (!tensor_of(I, v, pos)) return NULL;
+    v = tensor_value(I, v->t);
+  }
+  if (!v || strcmp(name, "_") == 0) return v;
+  if (v->kind == V_TENSOR && v->t->id > before && cn_tensor_set_label(v->t, name) != CN_OK)
+    return NULL;
+  if (v->kind == V_INDEX && !v->index.name) v->index.name = name;
+  return v;
+}
+
+/* let (a, b, ...) = e: e must be a tuple of as many items. */
+static bool bind_pattern(interp *I, const cn_nt_item *it, value *v, int before) {
+  int n = it->u.let.n_names;
+  if (v->kind != V_LIST || !v->tuple || v->n != n) {
+    cn_nt_fail_at(I->ctx, it->u.let.expr->pos, "the pattern binds %d names: expected a tuple of %d",
+                  n, n);
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    const char *name = it->u.let.names[i];
+    value *item_v = let_value(I, v->items[i], name, before, it->u.let.expr->pos);
+    if (!item_v || (strcmp(name, "_") != 0 && !bind(I, &I->globals, name, item_v))) return false;
+  }
+  return true;
+}
+
+static bool let_item(interp *I, const cn_nt_item *it) {
+  const char *name = it->u.let.name;
+  value *v;
+  if (it->u.let.ext == CN_NT_LET_CD) {
+    code *c = eval_cd(I, NULL, it->u.let.cd);
+    if (!c || !(v = mk(I, V_ROUTINE))) return false;
+    v->routine = c;
+  } else if (it->u.let.n_params > 0) {
+    if (!(v = mk(I, V_FUNC))) return false;
+    v->fn.def = it;
+    v->fn.given = cn_alloc(I->ctx, sizeof(value *) * (size_t)it->u.let.n_params);
+    if (!v->fn.given) return false;
+    bool lifting = false;
+    for (int k = 0; k < it->u.let.n_params; k++) lifting |= is_lifting(&it->u.let.params[k]);
+    if (!lifting) { /* declarations are created once, now, and shared by every application */
+      if (!(v->fn.decls = cn_alloc(I->ctx, sizeof *v->fn.decls))) return false;
+      if (!predeclare(I, NULL, v->fn.decls, it->u.let.expr)) return false;
+    }
+  } else {
+    int before = I->g->n_tensors;
+    if (!(v = eval(I, NULL, &I->top, it->u.let.expr))) return false;
+    if (it->u.let.n_names > 0) return bind_pattern(I, it, v, before);
+    if (!(v = let_value(I, v, name, before, it->u.let.expr->pos))) return false;
+  }
+  return strcmp(name, "_") == 0 || bind(I, &I->globals, name, v);
+}
+
+/* for i = a to b do ... done: binds i (an existing static index, or a new one with the values
+ * 0 .. b) to a, a + 1, ..., b in turn and runs the body each time; nothing when b < a. */
+static bool for_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
+  value *from = eval(I, scope, &I->top, it->u.for_.from);
+  value *to = from ? eval(I, scope, &I->top, it->u.for_.to) : NULL;
+  int64_t lo, hi;
+  if (!to || !as_int(I, from, it->u.for_.from->pos, &lo) || !as_int(I, to, it->u.for_.to->pos, &hi))
+    return false;
+  if (lo < 0 && hi >= lo)
+    return fail(I, it->u.for_.from->pos, "%s", "a static index starts at 0 or more");
+  if (!st->index) {
+    value *v = lookup(I, scope, it->u.for_.name);
+    if (!v || v->kind != V_INDEX) {
+      if (!(v = mk(I, V_INDEX))) return false;
+      v->index.range = hi >= lo ? hi + 1 : 1;
+      v->index.name = it->u.for_.name;
+    }
+    st->index = v;
+  }
+  if (hi >= lo && hi >= st->index->index.range) {
+    char what[160];
+    snprintf(what, sizeof what, "the loop reaches %lld, outside the values 0 .. %lld of '%s'",
+             (long long)hi, (long long)st->index->index.range - 1, it->u.for_.name);
+    return fail(I, it->u.for_.to->pos, "%s", what);
+  }
+  cn_symbol sym;
+  env *body = scope;
+  if (!index_symbol(I, st->index, it->u.for_.name_pos, &sym) ||
+      !bind(I, &body, it->u.for_.name, st->index))
+    return false;
+  CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
+  int slot = I->n_bound++;
+  I->bound[slot].sym = sym;
+  bool ok = true;
+  for (int64_t i = lo; ok && i <= hi; i++) {
+    I->bound[slot].value = i;
+    for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
+  }
+  I->n_bound--;
+  return ok;
+}
+
+static bool sgd_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
+  if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
+  if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
+  value *lr = eval(I, scope, &I->top, it->u.sgd.learning_rate);
+  cn_tensor *lrt = lr ? tensor_of(I, lr, it->u.sgd.learning_rate->pos) : NULL;
+  if (!lrt) return false;
+  value *m = it->u.sgd.momentum ? eval(I, scope, &I->top, it->u.sgd.momentum) : NULL;
+  value *w = it->u.sgd.weight_decay ? eval(I, scope, &I->top, it->u.sgd.weight_decay) : NULL;
+  value *nv = it->u.sgd.nesterov ? eval(I, scope, &I->top, it->u.sgd.nesterov) : NULL;
+  if ((it->u.sgd.momentum && (!m || m->kind != V_NUM)) ||
+      (it->u.sgd.weight_decay && (!w || w->kind != V_NUM)) ||
+      (it->u.sgd.nesterov && (!nv || nv->kind != V_BOOL)))
+    return fail(I, it->pos, "%s",
+                "sgd expects numbers for ~momentum and ~weight_decay, a boolean for ~nesterov"),
+           false;
+  cn_sgd sgd = {lrt, m ? m->num : 0, w ? w->num : 0, nv && nv->b};
+  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
+  return run_statement(I, st, init, init ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL,
+                       it->pos);
+}
+
+static bool item(interp *I, const cn_nt_item *it, env *scope) {
+  if (it->kind == CN_NT_ITEM_LET) return let_item(I, it);
+  item_state local = {0}, *st = state_of(I, it, &local);
+  if (!st) return false;
+  switch (it->kind) {
+  case CN_NT_ITEM_LET: return false; /* handled above: a let keeps no state */
   case CN_NT_ITEM_PRINT: {
-    bool grad;
-    cn_tensor *t = statement_tensor(I, it->u.expr, &grad);
-    if (!t) return false;
-    if (!grad && !run_forward(I, t, it->u.expr->pos)) return false;
-    const char *text = cn_tensor_format(t, grad, I->opts.json);
-    if (!text) return fail_here(I, it->u.expr->pos), false;
+    cn_nt_pos at = it->u.expr->pos;
+    if (!statement_tensor(I, scope, it->u.expr, st)) return false;
+    if (!st->grad && st->routine && !run_asgn(I, NULL, &st->routine, at)) return false;
+    if (!st->grad && !st->routine) {
+      cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
+      if (!run_statement(I, st, init, init ? cn_graph_forward(I->g, st->tensor) : NULL, at))
+        return false;
+    }
+    const char *text = cn_tensor_format(st->tensor, st->grad, I->opts.json);
+    if (!text) return fail_here(I, at), false;
     fprintf(out(I), "%s%s", text, I->opts.json ? "\n" : "");
     return true;
   }
   case CN_NT_ITEM_BACKPROP: {
-    bool grad;
-    cn_tensor *t = statement_tensor(I, it->u.expr, &grad);
-    if (!t) return false;
-    cn_asgn *parts[2] = {cn_graph_init_params(I->g, t), cn_graph_grad_update(I->g, t)};
-    return run_asgn(I, parts[0] && parts[1] ? cn_asgn_seq(I->ctx, 2, parts) : NULL, NULL,
-                    it->u.expr->pos);
+    cn_nt_pos at = it->u.expr->pos;
+    if (st->routine) return run_asgn(I, NULL, &st->routine, at);
+    if (!statement_tensor(I, scope, it->u.expr, st)) return false;
+    cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
+    return run_statement(I, st, init, init ? cn_graph_grad_update(I->g, st->tensor) : NULL, at);
   }
   case CN_NT_ITEM_RUN: {
-    value *v = eval(I, NULL, &I->top, it->u.expr);
+    value *v = eval(I, scope, &I->top, it->u.expr);
     if (!v) return false;
     if (v->kind != V_ROUTINE)
       return fail(I, it->u.expr->pos, "%s is not a routine", kind_name(v->kind)), false;
-    return run_asgn(I, v->routine->compiled ? NULL : code_asgn(I, v->routine),
-                    &v->routine->compiled, it->u.expr->pos) ||
-           false;
+    code *c = v->routine;
+    if (!c->compiled) { /* parameter init runs once, before the first run */
+      cn_asgn *init = NULL, *main = code_asgn(I, c, &init);
+      if (!main) return fail_here(I, it->u.expr->pos), false;
+      if (init && !asgn_empty(init) && !run_asgn(I, init, NULL, it->u.expr->pos)) return false;
+      return run_asgn(I, main, &c->compiled, it->u.expr->pos);
+    }
+    return run_asgn(I, NULL, &c->compiled, it->u.expr->pos);
   }
-  case CN_NT_ITEM_SGD: {
-    bool grad;
-    cn_tensor *loss = statement_tensor(I, it->u.sgd.expr, &grad);
-    value *lr = loss ? eval(I, NULL, &I->top, it->u.sgd.learning_rate) : NULL;
-    cn_tensor *lrt = lr ? tensor_of(I, lr, it->u.sgd.learning_rate->pos) : NULL;
-    if (!lrt) return false;
-    cn_sgd sgd = {lrt, 0, 0, false};
-    value *m = it->u.sgd.momentum ? eval(I, NULL, &I->top, it->u.sgd.momentum) : NULL;
-    value *w = it->u.sgd.weight_decay ? eval(I, NULL, &I->top, it->u.sgd.weight_decay) : NULL;
-    value *nv = it->u.sgd.nesterov ? eval(I, NULL, &I->top, it->u.sgd.nesterov) : NULL;
-    if ((it->u.sgd.momentum && (!m || m->kind != V_NUM)) ||
-        (it->u.sgd.weight_decay && (!w || w->kind != V_NUM)) ||
-        (it->u.sgd.nesterov && (!nv || nv->kind != V_BOOL)))
-      return fail(I, it->pos, "%s",
-                  "sgd expects numbers for ~momentum and ~weight_decay, a boolean for ~nesterov"),
-             false;
-    sgd.momentum = m ? m->num : 0;
-    sgd.weight_decay = w ? w->num : 0;
-    sgd.nesterov = nv && nv->b;
-    cn_asgn *parts[2] = {cn_graph_init_params(I->g, loss), cn_graph_sgd_update(I->g, loss, &sgd)};
-    return run_asgn(I, parts[0] && parts[1] ? cn_asgn_seq(I->ctx, 2, parts) : NULL, NULL, it->pos);
-  }
+  case CN_NT_ITEM_SGD: return sgd_item(I, it, scope, st);
   case CN_NT_ITEM_SET_SEED:
     if (cn_graph_set_seed(I->g, (uint32_t)it->u.seed) != CN_OK) return fail_here(I, it->pos), false;
     return true;
+  case CN_NT_ITEM_FOR: return for_item(I, it, scope, st);
   }
   return false;
 }
@@ -1180,7 +1445,7 @@ cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
   cn_nt_program *prog = cn_nt_parse_program(I.ctx, file ? file : "<script>", text ? text : "");
   if (!prog) return cn_ctx_status(I.ctx);
   for (int i = 0; i < prog->n_items; i++)
-    if (!item(&I, &prog->items[i]))
+    if (!item(&I, &prog->items[i], NULL))
       return cn_ctx_status(I.ctx) ? cn_ctx_status(I.ctx) : CN_ERR_INVALID;
   return CN_OK;
 }
@@ -1207,5 +1472,5 @@ cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
   if (!bind_all(&I, n_bindings, bindings)) return NULL;
   cn_nt_cd *cd = cn_nt_parse_cd(I.ctx, "<cn_cd>", text ? text : "");
   code *c = cd ? eval_cd(&I, NULL, cd) : NULL;
-  return c ? code_asgn(&I, c) : NULL;
+  return c ? code_asgn(&I, c, NULL) : NULL;
 }

@@ -1,4 +1,5 @@
-/* The notation's lexer and its positioned error messages (see lexer.h, notation.h).
+/* The notation's lexer, its positioned error messages and the operator tables of notation.h
+ * (infix precedence, seed 002's assignment operators) (see lexer.h, notation.h).
  *
  * Tokens follow OCaml's lexical conventions where the notation borrows them: identifiers may
  * contain primes, numbers may contain underscores, strings take OCaml's escapes, an operator is
@@ -10,6 +11,7 @@
  * always has the FILE:LINE:COL prefix, the source line and a caret; a decoded string never
  * contains NUL (the escapes that would produce one are rejected). */
 #include "notation/lexer.h"
+#include "numeric/numeric.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -78,6 +80,61 @@ cn_status cn_nt_fail_at(cn_ctx *ctx, cn_nt_pos pos, const char *fmt, ...) {
   return CN_ERR_INVALID;
 }
 
+/* ---- Operator tables ---------------------------------------------------------------------- */
+
+/* Seed 002's assignment operators are derived from the op table (cn_op_assign_spelling): `=`
+ * then `:` when the LHS is cleared to the accumulator's neutral element first, then the op. */
+bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear) {
+  char text[16];
+  for (int i = 0; op && i < CN_OP_COUNT; i++)
+    for (int c = 0; c < 2; c++)
+      if (cn_op_assign_spelling((cn_op)i, c, text, sizeof text) && strcmp(text, op) == 0) {
+        if (accum) *accum = (cn_op)i;
+        if (clear) *clear = c;
+        return true;
+      }
+  return false;
+}
+
+const char *cn_nt_assign_spelling(cn_op accum, bool clear) {
+  static char spellings[CN_OP_COUNT][2][16];
+  if ((int)accum < 0 || accum >= CN_OP_COUNT) return NULL;
+  char *text = spellings[accum][clear];
+  return cn_op_assign_spelling(accum, clear, text, sizeof spellings[0][0]) ? text : NULL;
+}
+
+cn_nt_prec cn_nt_infix_prec(const char *op) {
+  if (!op || !op[0] || cn_nt_assign_op(op, NULL, NULL)) return CN_NT_PREC_NONE;
+  if (strcmp(op, "||") == 0) return CN_NT_PREC_OR;
+  if (strcmp(op, "&&") == 0 || strcmp(op, "&") == 0) return CN_NT_PREC_AND;
+  if (strcmp(op, "!=") == 0) return CN_NT_PREC_CMP;
+  /* OCaml keywords made of operator characters are not operators. */
+  if (strcmp(op, "->") == 0 || strcmp(op, "<-") == 0 || strcmp(op, "|") == 0)
+    return CN_NT_PREC_NONE;
+  switch (op[0]) {
+  case '*': return op[1] == '*' ? CN_NT_PREC_POW : CN_NT_PREC_MUL;
+  case '/':
+  case '%': return CN_NT_PREC_MUL;
+  case '+':
+  case '-': return CN_NT_PREC_ADD;
+  case '@':
+  case '^': return CN_NT_PREC_CONCAT;
+  case '=':
+  case '<':
+  case '>':
+  case '|':
+  case '&':
+  case '$': return CN_NT_PREC_CMP;
+  default: return CN_NT_PREC_NONE; /* prefix (! ~ ?) and keyword-like (: .) operators */
+  }
+}
+
+const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
+  for (int i = 0; i < n_args; i++)
+    if (args[i].label && strcmp(args[i].label, label) == 0) return &args[i];
+  return NULL;
+}
+
 /* ---- Character classes --------------------------------------------------------------------- */
 
 static bool is_op_char(char c) {
@@ -100,6 +157,7 @@ static const struct {
     {"let", TK_LET},           {"in", TK_IN},     {"if", TK_IF},       {"then", TK_THEN},
     {"else", TK_ELSE},         {"true", TK_TRUE}, {"false", TK_FALSE}, {"print", TK_PRINT},
     {"backprop", TK_BACKPROP}, {"run", TK_RUN},   {"sgd", TK_SGD},     {"set_seed", TK_SET_SEED},
+    {"for", TK_FOR},           {"to", TK_TO},     {"do", TK_DO},       {"done", TK_DONE},
 };
 
 const char *cn_nt_reserved_word(tk_kind kind) {

@@ -47,7 +47,11 @@ typedef enum {
   TK_BACKPROP,
   TK_RUN,
   TK_SGD,
-  TK_SET_SEED
+  TK_SET_SEED,
+  TK_FOR,
+  TK_TO,
+  TK_DO,
+  TK_DONE
 } tk_kind;
 
 typedef struct {

@@ -5,9 +5,14 @@
  * Grammar (OCaml-flavored, so that seed 002's examples read the same):
  *   program := (item [';;'])*
  *   item    := 'let' ['%op' | '%cd'] (NAME | '_') param* '=' (expr | cd)   (no 'in' at the top)
- *            | 'print' expr | 'backprop' expr | 'run' app | 'set_seed' INT
+ *            | 'let' ('(' names ')' | names) '=' expr               (a tuple pattern)
+ *            | 'set_seed' INT | stmt
+ *   names   := NAME (',' NAME)+
+ *   stmt    := 'print' expr | 'backprop' expr | 'run' app
  *            | 'sgd' binary ('~learning_rate:' arg | '~momentum:' arg | '~weight_decay:' arg
  *                            | '~nesterov:' arg)*
+ *            | 'for' NAME '=' expr 'to' expr 'do' (stmt [';;'])* 'done'
+ *                                          (loops nest at most CN_NT_MAX_LOOP_DEPTH deep)
  *   param   := NAME | '~'NAME | '?'NAME | '?(' NAME '=' expr ')' | '()'
  *   expr    := 'let' NAME '=' expr 'in' expr | binary (',' binary)*     (a tuple)
  *   binary  := unary (INFIX binary)*       OCaml precedence and associativity by the operator's
@@ -28,9 +33,10 @@
  * followed by an operator that binds tighter than its own is an error asking for parentheses
  * (OCaml would read `a +* "s" b * c` as `a +* ("s" b * c)`); in a %cd right-hand side and after
  * sgd's expression, ~logic/~projections resp. sgd's labels end the application instead of
- * becoming its arguments. Comments: (* nested *) and '#' to end of line. Reserved words: let in
- * if then else true false print backprop run sgd set_seed. A trailing ';' ends a %cd sequence
- * before end of input, ';;', ')', or a reserved word.
+ * becoming its arguments; `!@i` (embed a static index) is one of the '!…' prefix operators.
+ * Comments: (* nested *) and '#' to end of line. Reserved words: let in if then else true false
+ * print backprop run sgd set_seed for to do done. A trailing ';' ends a %cd sequence before end
+ * of input, ';;', ')', or a reserved word.
  *
  * Errors: NULL and CN_ERR_INVALID with the message "FILE:LINE:COL: message\nLINE-TEXT\nCARET";
  * CN_ERR_NOMEM on allocation failure. No input crashes or loops the parser; nesting deeper than

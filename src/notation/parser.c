@@ -5,14 +5,14 @@
  * reported only when the parser reaches it and the first error in text order wins. Every failure
  * goes through `error` (or the lexer's, or cn_alloc's CN_ERR_NOMEM) and sets `failed`, after which
  * no message is overwritten and every function returns NULL promptly, so nothing half-built
- * escapes. Two bounds make every input terminate without exhausting the stack: the recursion
- * depth of the parsing functions (MAX_DEPTH) and the height of the built tree
- * (CN_NT_MAX_HEIGHT, checked as each node is finished); each loop consumes a token per
- * iteration.
+ * escapes. Three bounds make every input terminate without exhausting the stack: the recursion
+ * depth of the parsing functions (MAX_DEPTH), the height of the built tree (CN_NT_MAX_HEIGHT,
+ * checked as each node is finished) and the nesting of `for` loops (CN_NT_MAX_LOOP_DEPTH); each
+ * loop consumes a token per iteration.
  *
  * Infix operators follow OCaml's precedence by the operator's first characters (precedence
  * climbing); a %cd right-hand side is classified against the primitive-op table (ops.def) and
- * the assignment operators against seed 002's table, kept once, below. */
+ * the assignment operators against seed 002's table (both tables in lexer.c). */
 #include "notation/lexer.h"
 #include "numeric/numeric.h"
 
@@ -28,53 +28,6 @@ enum { MAX_DEPTH = 4 * CN_NT_MAX_HEIGHT, WINDOW = 4 };
 enum { MAX_NAMES = 256 };
 
 /* ---- Operator tables ------------------------------------------------------------------------ */
-
-/* Seed 002's assignment operators are derived from the op table (cn_op_assign_spelling): `=`
- * then `:` when the LHS is cleared to the accumulator's neutral element first, then the op. */
-bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear) {
-  char text[16];
-  for (int i = 0; op && i < CN_OP_COUNT; i++)
-    for (int c = 0; c < 2; c++)
-      if (cn_op_assign_spelling((cn_op)i, c, text, sizeof text) && strcmp(text, op) == 0) {
-        if (accum) *accum = (cn_op)i;
-        if (clear) *clear = c;
-        return true;
-      }
-  return false;
-}
-
-const char *cn_nt_assign_spelling(cn_op accum, bool clear) {
-  static char spellings[CN_OP_COUNT][2][16];
-  if ((int)accum < 0 || accum >= CN_OP_COUNT) return NULL;
-  char *text = spellings[accum][clear];
-  return cn_op_assign_spelling(accum, clear, text, sizeof spellings[0][0]) ? text : NULL;
-}
-
-cn_nt_prec cn_nt_infix_prec(const char *op) {
-  if (!op || !op[0] || cn_nt_assign_op(op, NULL, NULL)) return CN_NT_PREC_NONE;
-  if (strcmp(op, "||") == 0) return CN_NT_PREC_OR;
-  if (strcmp(op, "&&") == 0 || strcmp(op, "&") == 0) return CN_NT_PREC_AND;
-  if (strcmp(op, "!=") == 0) return CN_NT_PREC_CMP;
-  /* OCaml keywords made of operator characters are not operators. */
-  if (strcmp(op, "->") == 0 || strcmp(op, "<-") == 0 || strcmp(op, "|") == 0)
-    return CN_NT_PREC_NONE;
-  switch (op[0]) {
-  case '*': return op[1] == '*' ? CN_NT_PREC_POW : CN_NT_PREC_MUL;
-  case '/':
-  case '%': return CN_NT_PREC_MUL;
-  case '+':
-  case '-': return CN_NT_PREC_ADD;
-  case '@':
-  case '^': return CN_NT_PREC_CONCAT;
-  case '=':
-  case '<':
-  case '>':
-  case '|':
-  case '&':
-  case '$': return CN_NT_PREC_CMP;
-  default: return CN_NT_PREC_NONE; /* prefix (! ~ ?) and keyword-like (: .) operators */
-  }
-}
 
 static bool right_assoc(cn_nt_prec prec) {
   return prec == CN_NT_PREC_OR || prec == CN_NT_PREC_AND || prec == CN_NT_PREC_CONCAT ||
@@ -97,12 +50,6 @@ static bool einsum_op(const char *op, cn_nt_einsum_kind *kind) {
   return false;
 }
 
-const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
-  for (int i = 0; i < n_args; i++)
-    if (args[i].label && strcmp(args[i].label, label) == 0) return &args[i];
-  return NULL;
-}
-
 /* ---- Parser state, tokens, errors ----------------------------------------------------------- */
 
 typedef struct {
@@ -114,6 +61,7 @@ typedef struct {
   cn_nt_token eof; /* returned after a failure */
   bool failed;
   int depth;
+  int loops; /* the `for` bodies being parsed, innermost last (at most CN_NT_MAX_LOOP_DEPTH) */
   /* Labels that end an application instead of becoming its arguments (a %cd right-hand side's
    * ~logic, sgd's options); NULL-terminated; cleared inside brackets. */
   const char *const *stop_labels;
@@ -1107,7 +1055,11 @@ static bool sequence_ends(parser *p) {
   case TK_BACKPROP:
   case TK_RUN:
   case TK_SGD:
-  case TK_SET_SEED: return true;
+  case TK_SET_SEED:
+  case TK_FOR:
+  case TK_TO:
+  case TK_DO:
+  case TK_DONE: return true;
   default: return false;
   }
 }
@@ -1202,6 +1154,45 @@ static bool parse_param(parser *p, vec *params) {
   return push(p, params, &param, sizeof param);
 }
 
+/* let (a, b, ...) = e, or without the parentheses: binds the items of a tuple. */
+static bool parse_tuple_let(parser *p, cn_nt_item *it, bool parens) {
+  cn_nt_pos open = here(p);
+  if (parens) next(p);
+  if (it->u.let.ext != CN_NT_LET_PLAIN) {
+    error(p, open, "a tuple pattern binds with a plain let (not let%%op or let%%cd)");
+    return false;
+  }
+  vec names = {0};
+  do {
+    if (names.n > 0) next(p); /* the ',' */
+    const cn_nt_token *t = peek(p, 0);
+    if (t->kind != TK_IDENT) {
+      expected(p, "a name in the tuple pattern");
+      return false;
+    }
+    if (names.n == MAX_NAMES) {
+      error(p, pos_of(p, t), "too many names in a pattern (at most %d)", MAX_NAMES);
+      return false;
+    }
+    for (int i = 0; strcmp(t->text, "_") != 0 && i < names.n; i++)
+      if (strcmp(((const char **)names.v)[i], t->text) == 0) {
+        error(p, pos_of(p, t), "'%s' is bound twice in the pattern", t->text);
+        return false;
+      }
+    if (names.n == 0) it->u.let.name_pos = pos_of(p, t);
+    const char *name = next(p).text;
+    if (!push(p, &names, &name, sizeof name)) return false;
+  } while (at_kind(p, TK_COMMA));
+  if (names.n < 2) {
+    expected(p, "',' and another name (a tuple pattern has at least two)");
+    return false;
+  }
+  if (parens && !expect_close(p, TK_RPAREN, ")", open, "(")) return false;
+  it->u.let.n_names = names.n;
+  it->u.let.names = names.v;
+  return expect_equal(p, "after the pattern") && (it->u.let.expr = parse_expr(p)) != NULL;
+}
+
 static bool parse_let_item(parser *p, cn_nt_item *it) {
   cn_nt_token let = next(p);
   it->u.let.ext = CN_NT_LET_PLAIN;
@@ -1221,6 +1212,9 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
     next(p);
   }
   const cn_nt_token *t = peek(p, 0);
+  bool parens = t->kind == TK_LPAREN;
+  if (parens || (t->kind == TK_IDENT && peek(p, 1)->kind == TK_COMMA))
+    return parse_tuple_let(p, it, parens);
   if (t->kind != TK_IDENT) {
     expected(p, "a name after 'let'");
     return false;
@@ -1288,10 +1282,76 @@ static bool parse_sgd(parser *p, cn_nt_item *it) {
   return true;
 }
 
+static bool parse_item(parser *p, cn_nt_item *it);
+static void check_item_end(parser *p, const cn_nt_item *it);
+
+/* for NAME = e to e do item* done. */
+static bool parse_for(parser *p, cn_nt_item *it) {
+  if (p->loops == CN_NT_MAX_LOOP_DEPTH) {
+    error(p, it->pos, "for loops nested too deeply (more than %d)", CN_NT_MAX_LOOP_DEPTH);
+    return false;
+  }
+  next(p);
+  const cn_nt_token *t = peek(p, 0);
+  if (t->kind != TK_IDENT || strcmp(t->text, "_") == 0) {
+    expected(p, "the loop's index name after 'for'");
+    return false;
+  }
+  it->u.for_.name = t->text;
+  it->u.for_.name_pos = pos_of(p, t);
+  next(p);
+  if (!expect_equal(p, "after the loop's index name") || !(it->u.for_.from = parse_expr(p)))
+    return false;
+  if (!at_kind(p, TK_TO)) {
+    expected(p, "'to' after the loop's first value");
+    return false;
+  }
+  next(p);
+  if (!(it->u.for_.to = parse_expr(p))) return false;
+  if (!at_kind(p, TK_DO)) {
+    expected(p, "'do' after the loop's last value");
+    return false;
+  }
+  next(p);
+  p->loops++;
+  vec items = {0};
+  while (!p->failed && !at_kind(p, TK_DONE)) {
+    if (at_kind(p, TK_SEMISEMI)) {
+      next(p);
+      continue;
+    }
+    if (at_kind(p, TK_EOF)) {
+      char what[100];
+      snprintf(what, sizeof what, "'done' to close the 'for' at line %d, column %d", it->pos.line,
+               it->pos.col);
+      expected(p, what);
+      break;
+    }
+    cn_nt_item body;
+    memset(&body, 0, sizeof body);
+    if (!parse_item(p, &body)) break;
+    check_item_end(p, &body);
+    if (!p->failed) push(p, &items, &body, sizeof body);
+  }
+  p->loops--;
+  if (p->failed) return false;
+  next(p);
+  it->u.for_.n_items = items.n;
+  it->u.for_.items = items.v;
+  return true;
+}
+
 static bool parse_item(parser *p, cn_nt_item *it) {
   const cn_nt_token *t = peek(p, 0);
   it->pos = pos_of(p, t);
+  if (p->loops > 0 && (t->kind == TK_LET || t->kind == TK_SET_SEED)) {
+    error(p, it->pos,
+          "a loop body holds print, backprop, run, sgd and for statements: bind names and set "
+          "the seed before the loop");
+    return false;
+  }
   switch (t->kind) {
+  case TK_FOR: it->kind = CN_NT_ITEM_FOR; return parse_for(p, it);
   case TK_LET: it->kind = CN_NT_ITEM_LET; return parse_let_item(p, it);
   case TK_PRINT:
   case TK_BACKPROP:
@@ -1315,7 +1375,9 @@ static bool parse_item(parser *p, cn_nt_item *it) {
     }
     it->u.seed = next(p).ival;
     return true;
-  default: expected(p, "a statement (let, print, backprop, run, sgd or set_seed)"); return false;
+  default:
+    expected(p, "a statement (let, print, backprop, run, sgd, set_seed or for)");
+    return false;
   }
 }
 
@@ -1328,7 +1390,9 @@ static bool starts_item(parser *p) {
   case TK_BACKPROP:
   case TK_RUN:
   case TK_SGD:
-  case TK_SET_SEED: return true;
+  case TK_SET_SEED:
+  case TK_FOR: return true;
+  case TK_DONE: return p->loops > 0;
   default: return false;
   }
 }

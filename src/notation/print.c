@@ -362,11 +362,21 @@ static void print_params(printer *pr, int n, const cn_nt_param *params) {
   }
 }
 
-static void print_item(printer *pr, const cn_nt_item *it) {
+/* One item per line; a loop's body indented by two spaces per level. */
+static void print_item(printer *pr, const cn_nt_item *it, int indent) {
   cn_sbuf *sb = pr->sb;
+  cn_sbuf_printf(sb, "%*s", 2 * indent, "");
   switch (it->kind) {
   case CN_NT_ITEM_LET: {
     static const char *const ext[] = {"", "%op", "%cd"};
+    if (it->u.let.n_names > 0) {
+      cn_sbuf_puts(sb, "let (");
+      for (int i = 0; i < it->u.let.n_names; i++)
+        cn_sbuf_printf(sb, "%s%s", i ? ", " : "", it->u.let.names[i]);
+      cn_sbuf_puts(sb, ") = ");
+      print_expr(pr, it->u.let.expr, LV_EXPR);
+      break;
+    }
     cn_sbuf_printf(sb, "let%s %s", ext[it->u.let.ext], it->u.let.name);
     print_params(pr, it->u.let.n_params, it->u.let.params);
     cn_sbuf_puts(sb, " = ");
@@ -401,11 +411,20 @@ static void print_item(printer *pr, const cn_nt_item *it) {
     break;
   }
   case CN_NT_ITEM_SET_SEED: cn_sbuf_printf(sb, "set_seed %lld", (long long)it->u.seed); break;
+  case CN_NT_ITEM_FOR:
+    cn_sbuf_printf(sb, "for %s = ", it->u.for_.name);
+    print_expr(pr, it->u.for_.from, LV_EXPR);
+    cn_sbuf_puts(sb, " to ");
+    print_expr(pr, it->u.for_.to, LV_EXPR);
+    cn_sbuf_puts(sb, " do\n");
+    for (int i = 0; i < it->u.for_.n_items; i++) print_item(pr, &it->u.for_.items[i], indent + 1);
+    cn_sbuf_printf(sb, "%*sdone", 2 * indent, "");
+    break;
   }
   cn_sbuf_putc(sb, '\n');
 }
 
 void cn_nt_print_program(cn_sbuf *sb, const cn_nt_program *prog) {
   printer pr = {sb, NULL};
-  for (int i = 0; i < prog->n_items; i++) print_item(&pr, &prog->items[i]);
+  for (int i = 0; i < prog->n_items; i++) print_item(&pr, &prog->items[i], 0);
 }

@@ -140,6 +140,10 @@ static int free_sym_slot(const cn_ll_proc *proc, cn_symbol sym) {
   return -1;
 }
 
+bool cn_routine_reads(const cn_routine *routine, cn_symbol sym) {
+  return free_sym_slot(routine->proc, sym) >= 0;
+}
+
 cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value) {
   cn_ctx *ctx = routine->ctx;
   int slot = free_sym_slot(routine->proc, sym);
