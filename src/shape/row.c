@@ -475,7 +475,8 @@ static void es_source(cn_sbuf *sb, const cn_shape_op *op, int slot, const char *
     const cn_shape *tensor = side_tensor(op, order[i]);
     for (int k = 0; k < CN_N_ROWS && tensor; k++) {
       const cn_es_row *r = es_row(es_shape(op->args.spec, order[i]), (cn_row_kind)k);
-      if (label ? es_row_has_label(r, label) : r->row_var && !strcmp(r->row_var, row_var)) {
+      if (label ? es_row_has_label(r, label)
+                : row_var && r->row_var && !strcmp(r->row_var, row_var)) {
         cn_sbuf_printf(sb, ", as in the %s row of \"%s\" (#%d)", cn_row_kind_name((cn_row_kind)k),
                        tensor->label, tensor->id);
         return;

@@ -262,11 +262,11 @@ static cn_status emit(builder *b, const expr *e, const ref *target, bool init, c
   if (e->kind == E_APPLY && e->op == CN_OP_NEG && !init && accum == CN_OP_ADD)
     return emit(b, e->args[0], target, false, CN_OP_SUB);
   if (e->kind != E_APPLY) {
-    ref leaf;
+    ref leaf = {NULL, 0, NULL, NULL};
     cn_status st = operand_ref(b, e, &leaf);
     return st != CN_OK ? st : assign(b, target, init, accum, CN_OP_ID, 1, &leaf);
   }
-  ref args[3];
+  ref args[3] = {{NULL, 0, NULL, NULL}, {NULL, 0, NULL, NULL}, {NULL, 0, NULL, NULL}};
   for (int i = 0; i < e->n_args; i++) {
     cn_status st = operand_ref(b, e->args[i], &args[i]);
     if (st != CN_OK) return st;
@@ -304,7 +304,8 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
     if (uses_result && !pointwise)
       return no_rule(t, "its derivative reads the result, which a reduction does not hold");
     if (gated) { /* d counts only where prim(operands) attains the result v */
-      expr *ops[3], *v = cn_alloc(ctx, sizeof *v), *zero = cn_alloc(ctx, sizeof *zero);
+      expr *ops[3] = {NULL, NULL, NULL}, *v = cn_alloc(ctx, sizeof *v);
+      expr *zero = cn_alloc(ctx, sizeof *zero);
       if (!v || !zero) return CN_ERR_NOMEM;
       v->kind = E_RESULT;
       zero->kind = E_NUMBER;
