@@ -370,72 +370,380 @@ static void test_errors(void) {
   }
 }
 
-/* Random token streams: an error or a result, never a crash (run under ASan by make test). */
-static void test_fuzz(void) {
-  static const char *const tokens[] = {"let ",
-                                       "x",
-                                       "y",
-                                       "=",
-                                       "1.0",
-                                       "2",
-                                       "[",
-                                       "]",
-                                       "(",
-                                       ")",
-                                       ";",
-                                       ",",
-                                       "+",
-                                       "*",
-                                       "*.",
-                                       "**.",
-                                       "++",
-                                       "\"i=>i\"",
-                                       "{w}",
-                                       "{w = 2.0}",
-                                       "relu",
-                                       "print ",
-                                       "backprop ",
-                                       "\n",
-                                       ".grad",
-                                       "-",
-                                       "let%op f x =",
-                                       "let%cd r =",
-                                       "=+",
-                                       "=:",
-                                       "~logic:\".\"",
-                                       "run r",
-                                       "[|",
-                                       "|]",
-                                       "@^^",
-                                       "!.",
-                                       "sgd x ~learning_rate:0.1",
-                                       "in",
-                                       "for i = 0 to 1 do",
-                                       "done",
-                                       "!@",
-                                       "static_index 2",
-                                       "f"};
-  unsigned seed = 12345;
-  int ran = 0, failed = 0;
-  for (int i = 0; i < 400; i++) {
-    char text[512] = "";
-    int n = 1 + (int)(seed % 24);
-    for (int k = 0; k < n; k++) {
-      seed = seed * 1103515245u + 12345u;
-      strncat(text, tokens[(seed >> 16) % (sizeof tokens / sizeof tokens[0])],
-              sizeof text - strlen(text) - 1);
-      strncat(text, " ", sizeof text - strlen(text) - 1);
-    }
-    char err[1024] = "";
-    char *json = run_script(text, CN_BACKEND_INTERP, err, sizeof err);
-    if (json)
-      ran++;
-    else
-      failed += err[0] != '\0';
+static bool positioned(const char *msg, const char *file);
+
+/* The whole message: "FILE:LINE:COL: message", the source line, a caret under the column; a
+ * shape conflict found only when shapes are closed (at the first print) points at the
+ * expression that introduced the constraint, not at the print. */
+static void test_error_format(void) {
+  static const struct {
+    const char *script, *message;
+  } cases[] = {
+      {"let x = [1.0]\nlet y = (x +\n",
+       "test.cnl:2:13: expected an expression, found end of input\nlet y = (x +\n            ^"},
+      {"let x = [1.0; 2.0]\nlet y = [1.0; 2.0; 3.0]\nprint (x + y)\n",
+       "test.cnl:3:10: shape conflict in pointwise (operation #3 computing \"add\" (#3)): "},
+      /* found at line 4, introduced at line 3 */
+      {"let a = ([1.0; 2.0] : rgb)\nlet b = ([3.0; 4.0] : xy)\nlet c = a + b\nprint c\n",
+       "test.cnl:3:11: shape conflict in pointwise (operation #3 computing \"c\" (#3)): axis "
+       "labels "
+       "differ ('rgb' vs 'xy'): output row of \"c\" (#3) axis 0 (size 2:rgb) vs output row of "
+       "\"b\" (#2) axis 0 (size 2:xy) (found when line 4 needed the shapes)\nlet c = a + b\n"
+       "          ^"},
+      /* a parameter nothing pins: at its declaration, inside a function body */
+      {"let%op f x = x *. {v}\nlet y = f [1.0]\nprint y\n",
+       "test.cnl:1:19: shape inference: dimension 0 of the output row of parameter \"v\" (#11) "
+       "is not determined"},
+      {"let x = [1.0]\nlet%cd r = {y} =+ x ~projections\n",
+       "test.cnl:2:21: no projections are in scope in a script: ~projections belongs to an "
+       "operation's op_asn / grad_asn, defined in OCaml; give ~logic instead\n"
+       "let%cd r = {y} =+ x ~projections\n                    ^"},
+      {"let x = [1.0]\nlet%cd r = {y} =+ x ~logic\n", "test.cnl:2:21: ~logic needs a value"},
+      {"let x = [1.0]\nlet%cd r = {y} =+ \"z\"\n",
+       "test.cnl:2:19: a %cd declaration \"name\" is only allowed on the left of an assignment"},
+      {"let%cd f p = p =+ p\nrun f\n",
+       "test.cnl:2:5: a function is not a routine (a let%cd function needs all its arguments)"},
+      {"let x = [1.0]\nlet%cd r = if x then {y} =: x\n",
+       "test.cnl:2:15: an if condition must be a host value, found a tensor"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char err[2048] = "";
+    char *json = run_script(cases[i].script, CN_BACKEND_INTERP, err, sizeof err);
+    CHECK_MSG(json == NULL, "case %zu ran", i);
+    CHECK_MSG(strncmp(err, cases[i].message, strlen(cases[i].message)) == 0,
+              "case %zu:\n%s\nexpected to start with\n%s", i, err, cases[i].message);
+    CHECK_MSG(positioned(err, "test.cnl"), "case %zu: %s", i, err);
     free(json);
   }
-  CHECK(ran + failed == 400);
-  CHECK(failed > 0);
+  char err[2048] = "";
+  free(run_script("let x = [1.0; 2.0]\nlet y = [1.0; 2.0; 3.0]\nprint (x + y)\n", CN_BACKEND_INTERP,
+                  err, sizeof err));
+  CHECK_HAS(err, "\nprint (x + y)\n         ^");
+}
+
+/* Whether msg is a positioned message of file: "FILE:LINE:COL: text", the source line, a caret. */
+static bool positioned(const char *msg, const char *file) {
+  size_t n = strlen(file);
+  if (strncmp(msg, file, n) != 0 || msg[n] != ':') return false;
+  char *end;
+  long line = strtol(msg + n + 1, &end, 10), col = end[0] == ':' ? strtol(end + 1, &end, 10) : 0;
+  const char *nl = strchr(msg, '\n'), *nl2 = nl ? strchr(nl + 1, '\n') : NULL;
+  return line >= 1 && col >= 1 && end[0] == ':' && end[1] == ' ' && nl2 && strchr(nl2, '^');
+}
+
+/* Runs a fuzz script on the interpreter: CN_OK, or a positioned error (never another status);
+ * *parsed tells whether it got past the parser. */
+static cn_status fuzz_run(const char *text, bool *parsed) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  *parsed = cn_notation_check(ctx, "fuzz.cnl", text) == CN_OK;
+  FILE *out = fopen("/dev/null", "w");
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out};
+  cn_status st = cn_notation_run(g, "fuzz.cnl", text, &opts);
+  fclose(out);
+  CHECK_MSG(st == CN_OK || (st == CN_ERR_INVALID && positioned(cn_ctx_error(ctx), "fuzz.cnl")),
+            "script\n%s\nstatus %d: %s", text, (int)st, cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  return st;
+}
+
+/* Mutated scripts: valid scripts with random token edits (deletions, duplications, swaps,
+ * insertions from a token list), so that the streams reach the parser's corners and, often
+ * enough, the evaluator: an error or a result, never a crash (run under ASan by make test). */
+static void test_fuzz(void) {
+  static const char *const corpus[] = {
+      "let x = [1.0; 2.0]\nlet y = {w = [0.5; 1.0]} *. x\nbackprop (y ++ \"i=>0\")\n"
+      "print w.grad\n",
+      "let%op f x = relu ({v} * x + {b; o = [2]})\nlet z = f [1.0; -1.0]\nprint z\n"
+      "sgd (z ++ \"i=>0\") ~learning_rate:0.1\nprint v\n",
+      "let p = {p = [1.0; 2.0]}\nlet%cd r = \"d\" =: p *. p; p =+ d ~logic:\".\"\nrun r\nprint d\n",
+      "let i = static_index 2\nlet t = [| [1.0]; [2.0] |]\nfor i = 0 to 1 do print (t @| i) "
+      "done\n",
+      "let%op g ~config x = \"u\" config.h + x\nlet h = g ~config:{label = [\"L\"]; h = 2}\n"
+      "print (h [1.0; 2.0])\n",
+      "let m = [(1, 2); (3, 4)]\nlet%cd mm = {c} =:+ m * m ~logic:\"@\"; ~~(\"n\" m; c =* 2.0)\n"
+      "run mm\nprint c\n"};
+  static const char *const tokens[] = {"let",      "x",      "=",
+                                       "1.0",      "[",      "]",
+                                       "(",        ")",      ";",
+                                       ",",        "+",      "*",
+                                       "*.",       "**.",    "++",
+                                       "\"i=>i\"", "{w}",    "relu",
+                                       "print",    "\n",     ".grad",
+                                       "-",        "let%op", "let%cd",
+                                       "=+",       "=:",     "~logic:\".\"",
+                                       "run",      "[|",     "|]",
+                                       "@^^",      "!.",     "in",
+                                       "for",      "done",   "!@",
+                                       ".merge",   "\"d\"",  "~config:{label = []}",
+                                       "if",       "then",   "~~(",
+                                       "@|",       "-?/",    "do"};
+  static const char *const names[] = {"x", "y", "w", "p", "d", "m", "z", "v", "c", "t", "i", NULL};
+  static const char *const numbers[] = {"1.0", "2", "-1.0", "0", "[1.0;", "[2.0]", NULL};
+  static const char *const ops[] = {"+", "-", "*", "*.", "/.", "@^", "-?/", "<>", NULL};
+  static const char *const asgns[] = {"=:", "=+", "=:+", "=-", "=*", "=:*", "=@^", NULL};
+  static const char *const *const classes[] = {names, numbers, ops, asgns};
+  unsigned seed = 12345;
+  int ran = 0, failed = 0, parsed = 0;
+  enum { N = 600, MAX_WORDS = 128 };
+  for (int iter = 0; iter < N; iter++) {
+    /* the script's words (split on spaces: strings may split too) */
+    static char buf[2048];
+    snprintf(buf, sizeof buf, "%s", corpus[iter % (sizeof corpus / sizeof corpus[0])]);
+    const char *words[MAX_WORDS];
+    int n = 0;
+    for (char *w = strtok(buf, " "); w && n < MAX_WORDS; w = strtok(NULL, " ")) words[n++] = w;
+    int edits = 1 + (int)((seed >> 12) % 2);
+    for (int e = 0; e < edits && n > 1; e++) {
+      seed = seed * 1103515245u + 12345u;
+      int k = (int)((seed >> 16) % (unsigned)n), kind = (int)((seed >> 8) % 8);
+      if (kind == 0) { /* delete */
+        memmove(words + k, words + k + 1, sizeof *words * (size_t)(n - k - 1));
+        n--;
+      } else if (kind == 1 && n < MAX_WORDS) { /* duplicate */
+        memmove(words + k + 1, words + k, sizeof *words * (size_t)(n - k));
+        n++;
+      } else if (kind == 2) { /* swap with the next */
+        int j = (k + 1) % n;
+        const char *t = words[k];
+        words[k] = words[j];
+        words[j] = t;
+      } else { /* replace: mostly by a word of the same class when it has one (keeping the
+                * syntax, so that the evaluator sees the script), else by any token */
+        const char *const *cls = NULL;
+        size_t m = 0;
+        for (size_t c = 0; c < sizeof classes / sizeof classes[0] && !cls; c++)
+          for (size_t j = 0; classes[c][j]; j++)
+            if (strcmp(classes[c][j], words[k]) == 0) {
+              cls = classes[c];
+              while (cls[m]) m++;
+              break;
+            }
+        words[k] = cls && kind > 3 ? cls[(seed >> 5) % m]
+                                   : tokens[(seed >> 4) % (sizeof tokens / sizeof tokens[0])];
+      }
+    }
+    char text[4096] = "";
+    for (int k = 0; k < n; k++) {
+      strncat(text, words[k], sizeof text - strlen(text) - 1);
+      strncat(text, " ", sizeof text - strlen(text) - 1);
+    }
+    bool p;
+    cn_status st = fuzz_run(text, &p);
+    parsed += p;
+    if (st == CN_OK)
+      ran++;
+    else
+      failed++;
+  }
+  printf("mutation fuzz: %d parsed, %d ran, %d failed\n", parsed, ran, failed);
+  CHECK(ran + failed == N);
+  CHECK(parsed > N / 10); /* the evaluator is reached */
+  CHECK(ran > N / 50);
+  CHECK(failed > N / 4);
+}
+
+/* ---- Grammar fuzz: well-formed scripts over a small vocabulary that often type-checks, all
+ * evaluated (interpreter): each runs or fails with a positioned message, never crashes (ASan). */
+
+static unsigned fuzz_seed = 2024;
+static unsigned pick(unsigned n) {
+  fuzz_seed = fuzz_seed * 1103515245u + 12345u;
+  return (fuzz_seed >> 16) % n;
+}
+
+#define PICK(list) (list)[pick(sizeof(list) / sizeof((list)[0]))]
+
+static void fz_expr(cn_sbuf *sb, int depth, int bound);
+
+static void fz_atom(cn_sbuf *sb, int depth, int bound) {
+  static const char *const atoms[] = {"a",
+                                      "a",
+                                      "m",
+                                      "s",
+                                      "p",
+                                      "bt",
+                                      "2.0",
+                                      "3",
+                                      "[1.0; -1.0; 0.5]",
+                                      "{w}",
+                                      "\"d\"",
+                                      "!.s",
+                                      "!@i",
+                                      "p.grad",
+                                      "(a, a)",
+                                      "{c; o = [3]}",
+                                      "'q' 1.0",
+                                      "[(1, 0, 2)]"};
+  if (depth > 0 && pick(3) == 0) {
+    cn_sbuf_putc(sb, '(');
+    fz_expr(sb, depth - 1, bound);
+    cn_sbuf_putc(sb, ')');
+  } else if (bound > 0 && pick(4) == 0) {
+    cn_sbuf_printf(sb, "x%u", pick((unsigned)bound));
+  } else {
+    cn_sbuf_puts(sb, PICK(atoms));
+  }
+}
+
+static void fz_expr(cn_sbuf *sb, int depth, int bound) {
+  static const char *const binops[] = {"+", "-", "*.", "/.", "*", "<", "<>", "-?/", "@^", "^^"};
+  static const char *const unops[] = {"relu", "exp", "neg", "sqrt", "tanh", "id", "not"};
+  static const char *const specs[] = {
+      "i => 0",   "...|... => 0",       "i => i", "...|...->... => 0", "ij => ji",
+      "b|i => b", "...|... => ...|...2"};
+  switch (depth <= 0 ? 0 : pick(9)) {
+  case 0:
+  case 1: fz_atom(sb, depth, bound); break;
+  case 2:
+  case 3:
+    fz_atom(sb, depth - 1, bound);
+    cn_sbuf_printf(sb, " %s ", PICK(binops));
+    fz_atom(sb, depth - 1, bound);
+    break;
+  case 4:
+    cn_sbuf_printf(sb, "%s ", PICK(unops));
+    fz_atom(sb, depth - 1, bound);
+    break;
+  case 5: /* an einsum is parenthesized: a tighter operator may follow */
+    cn_sbuf_putc(sb, '(');
+    fz_atom(sb, depth - 1, bound);
+    cn_sbuf_printf(sb, " ++ \"%s\")", PICK(specs));
+    break;
+  case 6:
+    cn_sbuf_putc(sb, '(');
+    fz_atom(sb, depth - 1, bound);
+    cn_sbuf_puts(sb, pick(2) ? " +* \"i;i=>i\" " : " @^+ \"i;j=>ij\" ");
+    fz_atom(sb, depth - 1, bound);
+    cn_sbuf_putc(sb, ')');
+    break;
+  case 7:
+    fz_atom(sb, depth - 1, bound);
+    cn_sbuf_printf(sb, " %s", pick(2) ? "**. 2." : pick(2) ? "@| 1" : "@| i");
+    break;
+  default:
+    cn_sbuf_puts(sb, "where ");
+    for (int k = 0; k < 3; k++) {
+      fz_atom(sb, depth - 1, bound);
+      cn_sbuf_putc(sb, ' ');
+    }
+    break;
+  }
+}
+
+static void fz_cd(cn_sbuf *sb, int depth, int bound) {
+  static const char *const targets[] = {"{t}", "\"u\"", "p", "p.grad", "{v; o = [3]}"};
+  static const char *const asgn[] = {"=:", "=+", "=:+", "=-", "=:*", "=/", "=?/", "=@^", "=:^^"};
+  static const char *const logics[] = {
+      "", "", " ~logic:\".\"", " ~logic:\"@\"", " ~logic:\"T\"", " ~logic:\"i=>0\""};
+  int n = 1 + (int)pick(3);
+  for (int i = 0; i < n; i++) {
+    if (i) cn_sbuf_puts(sb, "; ");
+    unsigned k = depth > 0 ? pick(7) : 0;
+    if (k == 5) {
+      cn_sbuf_puts(sb, pick(2) ? "if s > 1.0 then (" : "if s = 1.0 then (");
+      fz_cd(sb, depth - 1, bound);
+      cn_sbuf_puts(sb, ") else (");
+      fz_cd(sb, depth - 1, bound);
+      cn_sbuf_puts(sb, ")");
+      continue;
+    }
+    if (k == 6) {
+      cn_sbuf_puts(sb, "~~(\"note\" a; ");
+      fz_cd(sb, depth - 1, bound);
+      cn_sbuf_puts(sb, ")");
+      continue;
+    }
+    cn_sbuf_printf(sb, "%s %s ", PICK(targets), PICK(asgn));
+    switch (pick(4)) {
+    case 0: fz_expr(sb, 2, bound); break;
+    case 1:
+      fz_atom(sb, 1, bound);
+      cn_sbuf_puts(sb, " * ");
+      fz_atom(sb, 1, bound);
+      break;
+    case 2:
+      cn_sbuf_puts(sb, "add (");
+      fz_atom(sb, 1, bound);
+      cn_sbuf_puts(sb, ", a)");
+      break;
+    default:
+      cn_sbuf_puts(sb, "relu ");
+      fz_atom(sb, 1, bound);
+      break;
+    }
+    cn_sbuf_puts(sb, PICK(logics));
+  }
+}
+
+static void test_grammar_fuzz(void) {
+  int ok = 0, eval_errors = 0, parse_errors = 0;
+  enum { N = 600 };
+  for (int iter = 0; iter < N; iter++) {
+    cn_sbuf sb = {0};
+    cn_sbuf_puts(&sb, "let a = [1.0; 2.0; 3.0]\nlet m = [(1, 2, 3); (4, 5, 6)]\nlet s = 2.0\n"
+                      "let p = {p = [0.5; -1.0; 2.0]}\nlet i = static_index 2\n"
+                      "let bt = [| [1.0; 2.0; 3.0]; [4.0; 5.0; 6.0] |]\n");
+    int bound = 0, items = 1 + (int)pick(5);
+    for (int k = 0; k < items; k++) {
+      switch (pick(8)) {
+      case 0:
+      case 1:
+        cn_sbuf_printf(&sb, "let x%d = ", bound++);
+        fz_expr(&sb, 3, bound - 1);
+        break;
+      case 2:
+        cn_sbuf_puts(&sb, "print ");
+        fz_expr(&sb, 3, bound);
+        break;
+      case 3:
+        cn_sbuf_puts(&sb, "backprop ((");
+        fz_expr(&sb, 2, bound);
+        cn_sbuf_puts(&sb, ") ++ \"...|...->... => 0\")");
+        break;
+      case 4:
+        cn_sbuf_printf(&sb, "let%%cd r%d = ", k);
+        fz_cd(&sb, 2, bound);
+        cn_sbuf_printf(&sb, "\nrun r%d", k);
+        break;
+      case 5: {
+        bool config = pick(2);
+        cn_sbuf_printf(&sb, "let%%op f%d %sx = ", k, config ? "~config " : "");
+        fz_expr(&sb, 2, bound);
+        cn_sbuf_printf(&sb, " + x\nprint (f%d %sa)", k, config ? "~config:{label = [\"L\"]} " : "");
+        break;
+      }
+      case 6:
+        cn_sbuf_puts(&sb, "sgd ((");
+        fz_expr(&sb, 2, bound);
+        cn_sbuf_puts(&sb, ") ++ \"...|...->... => 0\") ~learning_rate:0.1");
+        break;
+      default:
+        cn_sbuf_puts(&sb, "for j = 0 to 1 do print (");
+        fz_expr(&sb, 2, bound);
+        cn_sbuf_puts(&sb, ") *. !@j done");
+        break;
+      }
+      cn_sbuf_putc(&sb, '\n');
+    }
+    const char *text = sb.failed ? NULL : sb.data;
+    bool parsed = false;
+    cn_status st = text ? fuzz_run(text, &parsed) : CN_ERR_NOMEM;
+    CHECK_MSG(parsed, "generated script does not parse:\n%s", text ? text : "");
+    if (st == CN_OK)
+      ok++;
+    else if (parsed)
+      eval_errors++;
+    else
+      parse_errors++;
+    cn_sbuf_free(&sb);
+  }
+  printf("grammar fuzz: %d ran, %d evaluation errors, %d parse errors\n", ok, eval_errors,
+         parse_errors);
+  /* both outcomes are exercised substantially: the evaluator is reached, not just the parser */
+  CHECK(ok > N / 10);
+  CHECK(eval_errors > N / 10);
+  CHECK_INT(parse_errors, 0);
 }
 
 int main(void) {
@@ -449,6 +757,8 @@ int main(void) {
   test_allocation_failures();
   test_c_api();
   test_errors();
+  test_error_format();
   test_fuzz();
+  test_grammar_fuzz();
   CHECK_DONE();
 }

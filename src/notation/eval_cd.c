@@ -1,0 +1,279 @@
+/* The evaluator, part 3 of 4 (see eval_internal.h): %cd. An assignment becomes a standalone
+ * update of the tensor layer (seed 001's producer regime: it contributes its own constraint
+ * through ~logic, "." by default); sequences, `if` on host values and block comments build a
+ * code tree whose assignments are produced once shapes are known.
+ *
+ * Operands (seed 002 "The syntax for %cd"): a tensor's value (`t`, `t.value`), gradient
+ * (`t.grad`) or merge buffer (`t.merge`, `t.grad.merge`); an embedded tensor expression is built
+ * as a tensor whose forward code runs just before the assignment that reads it. Targets: a
+ * tensor's value or gradient, or an inline declaration ("name" or {name}): a non-differentiable
+ * buffer whose label is the name, then the label of the first right-hand operand written as an
+ * identifier or a field of one (seed 002 "Intricacies": a declaration read on the right passes
+ * on the tensor that enriched its own label). There is no projections record in scope in a
+ * script, so `~projections` (the consumer regime of an operation's op_asn / grad_asn, defined
+ * in OCaml) is refused.
+ *
+ * Invariants: code trees are built at evaluation and turned into assignments only after the
+ * graph is materialized (nt_code_asgn); an update's operands are read through its record's slot
+ * maps, with a merge buffer read in place of the node's value when flagged. */
+#include "notation/eval_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static code *new_code(interp *I, code_kind kind) {
+  code *c = cn_alloc(I->ctx, sizeof *c);
+  if (c) c->kind = kind;
+  return c;
+}
+
+code *nt_seq_code(interp *I, int n, code **items) {
+  code *c = new_code(I, C_SEQ);
+  if (!c) return NULL;
+  c->n = n;
+  c->items = cn_alloc(I->ctx, sizeof *items * (size_t)(n + 1));
+  if (!c->items) return NULL;
+  if (n) memcpy(c->items, items, sizeof *items * (size_t)n);
+  return c;
+}
+
+/* The tensor that enriches the label of the declaration on the left of `cd`: the first
+ * right-hand operand written as an identifier or a field of one (not the declared name itself);
+ * a %cd declaration passes on its own enriching tensor. */
+static cn_tensor *enricher_of(interp *I, env *e, const cn_nt_cd *cd) {
+  const cn_nt_expr *lhs = cd->u.assign.lhs;
+  const char *self = lhs->kind == CN_NT_DECL ? lhs->u.decl.name : lhs->u.string.text;
+  for (int i = 0; i < cd->u.assign.n_rhs; i++) {
+    const cn_nt_expr *x = cd->u.assign.rhs[i];
+    while (x->kind == CN_NT_FIELD) x = x->u.field.subject;
+    if (x->kind != CN_NT_IDENT || strcmp(x->u.ident.name, self) == 0) continue;
+    value *v = nt_lookup(I, e, x->u.ident.name);
+    if (!v || v->kind != V_TENSOR) continue;
+    const cd_decl *d = I->cd_decls;
+    while (d && d->t != v->t) d = d->next;
+    if (!d) return v->t;
+    if (d->enricher) return d->enricher;
+  }
+  return NULL;
+}
+
+/* Whether some tensor computes from t (then t is no forward root). */
+static bool computes_from(interp *I, const cn_tensor *t) {
+  for (int i = 0; i < I->g->n_tensors; i++) {
+    const cn_tensor *u = I->g->tensors[i];
+    for (int k = 0; k < u->n_args; k++)
+      if (u->args[k] == t) return true;
+  }
+  return false;
+}
+
+/* An operand or target of an assignment: a tensor's value, gradient or (operand only) merge
+ * buffer. An embedded expression is built as a tensor whose forward code runs first (appended
+ * to *pre); so does the forward code of a tensor named by an identifier if it is a forward root
+ * (nothing computes from it) now and no statement or routine computed it before the routine's
+ * first run, and the init code of a parameter not yet initialized. */
+static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tref *out,
+                   bool *merge, code **pre, int *n_pre, cn_tensor *enricher) {
+  bool target = merge == NULL;
+  if (x->kind == CN_NT_DECL || (x->kind == CN_NT_STRING && target)) {
+    cn_tensor *t = nt_declare(I, e, ds, x, true, enricher);
+    *out = (cn_tref){t, false};
+    return t != NULL;
+  }
+  if (x->kind == CN_NT_STRING)
+    return nt_fail(I, x->pos, "%s",
+                   "a %cd declaration \"name\" is only allowed on the left of an assignment"),
+           false;
+  value *v = nt_eval(I, e, ds, x);
+  if (!v) return false;
+  bool named = false; /* an existing tensor: its forward code only while it is a root */
+  if (v->kind == V_TENSOR) {
+    if (target && v->merge)
+      return nt_fail(I, x->pos, "%s", "a merge buffer is read, never assigned to"), false;
+    *out = (cn_tref){v->t, v->grad};
+    if (merge) *merge = v->merge;
+    cn_tensor_kind k = v->t->kind;
+    bool computed = k == CN_TK_ACCUM || k == CN_TK_NUMBER || k == CN_TK_FETCH || k == CN_TK_VEC;
+    bool built = x->kind == CN_NT_BINOP || x->kind == CN_NT_APPLY || x->kind == CN_NT_EINSUM ||
+                 x->kind == CN_NT_PREFIX;
+    if (v->grad || !(v->t->is_param || (computed && !target))) return true;
+    named = !built || v->t->is_param;
+    if (named && !v->t->is_param && computes_from(I, v->t)) return true; /* not a root */
+  } else {
+    if (target) return nt_fail(I, x->pos, "cannot assign to %s", nt_kind_name(v->kind)), false;
+    cn_tensor *t = nt_tensor_of(I, v, x->pos);
+    if (!t) return false;
+    *out = (cn_tref){t, false};
+  }
+  code *c = new_code(I, C_FORWARD);
+  if (!c) return false;
+  c->tensor = out->tensor;
+  c->if_root = named;
+  pre[(*n_pre)++] = c;
+  return true;
+}
+
+static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+  const cn_nt_arg *pa = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "projections");
+  if (pa)
+    return nt_fail(I, pa->pos, "%s",
+                   "no projections are in scope in a script: ~projections belongs to an "
+                   "operation's op_asn / grad_asn, defined in OCaml; give ~logic instead"),
+           NULL;
+  code *items[5];
+  int n = 0;
+  cn_tref lhs, rhs[3];
+  bool merge[3] = {false, false, false};
+  const cn_nt_expr *target = cd->u.assign.lhs;
+  bool declares = target->kind == CN_NT_DECL || target->kind == CN_NT_STRING;
+  cn_tensor *enricher = declares ? enricher_of(I, e, cd) : NULL;
+  if (!cd_ref(I, e, ds, target, &lhs, NULL, items, &n, enricher)) return NULL;
+  for (int i = 0; i < cd->u.assign.n_rhs; i++)
+    if (!cd_ref(I, e, ds, cd->u.assign.rhs[i], &rhs[i], &merge[i], items, &n, NULL)) return NULL;
+  const char *logic = NULL;
+  const cn_nt_arg *la = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "logic");
+  if (la && la->value) {
+    value *lv = nt_eval(I, e, ds, la->value);
+    if (!lv) return NULL;
+    if (lv->kind != V_STR) return nt_fail(I, la->pos, "%s", "~logic expects a string"), NULL;
+    logic = lv->str;
+  } else if (la) {
+    return nt_fail(I, la->pos, "%s", "~logic needs a value: ~logic:\".\", \"@\", \"T\" or a spec"),
+           NULL;
+  } else if (cd->u.assign.form == CN_NT_RHS_INFIX && strcmp(cd->u.assign.op_text, "*") == 0) {
+    /* seed 001: `*` is compose in a tensor expression but Mul here; it must be told */
+    return nt_fail(I, cd->u.assign.op_pos, "%s",
+                   "'*' in an assignment needs ~logic (\".\" pointwise, \"@\" compose, or a spec)"),
+           NULL;
+  }
+  cn_update *u = cn_graph_update(I->g, lhs, cd->u.assign.clear, cd->u.assign.accum, cd->u.assign.op,
+                                 cd->u.assign.n_rhs, rhs, logic);
+  if (!u) return nt_fail_here(I, cd->u.assign.op_pos), NULL;
+  nt_note(I, cd->u.assign.op_pos);
+  code *c = new_code(I, C_UPDATE);
+  if (!c) return NULL;
+  c->update = u;
+  memcpy(c->merge, merge, sizeof merge);
+  items[n++] = c;
+  return n == 1 ? c : nt_seq_code(I, n, items);
+}
+
+/* ~~("text" t ...; body): the parts are strings and tensors (their labels; a gradient as
+ * label.grad). */
+static code *eval_comment(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+  cn_sbuf sb = {0};
+  for (int i = 0; i < cd->u.comment.n_parts; i++) {
+    const cn_nt_expr *part = cd->u.comment.parts[i];
+    value *v = nt_eval(I, e, ds, part);
+    if (v && v->kind == V_LIST && v->literal && !nt_tensor_of(I, v, part->pos)) v = NULL;
+    if (v && v->kind != V_STR && v->kind != V_TENSOR && !(v->kind == V_LIST && v->literal))
+      v = nt_fail(I, part->pos, "a comment is made of strings and tensors, not %s",
+                  nt_kind_name(v->kind));
+    if (!v) {
+      cn_sbuf_free(&sb);
+      return NULL;
+    }
+    if (i) cn_sbuf_putc(&sb, ' ');
+    if (v->kind == V_STR)
+      cn_sbuf_puts(&sb, v->str);
+    else
+      cn_sbuf_printf(&sb, "%s%s", v->t->label, v->grad ? ".grad" : "");
+  }
+  code *c = new_code(I, C_COMMENT);
+  if (!c) return cn_sbuf_free(&sb), NULL;
+  c->text = cn_sbuf_finish(I->ctx, &sb);
+  c->n = 1;
+  c->items = cn_alloc(I->ctx, sizeof *c->items);
+  if (!c->text || !c->items || !(c->items[0] = nt_eval_cd(I, e, ds, cd->u.comment.body)))
+    return NULL;
+  return c;
+}
+
+code *nt_eval_cd(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+  switch (cd->kind) {
+  case CN_NT_CD_ASSIGN: return eval_assign(I, e, ds, cd);
+  case CN_NT_CD_SEQ: {
+    code **items = cn_alloc(I->ctx, sizeof *items * (size_t)(cd->u.seq.n + 1));
+    if (!items) return NULL;
+    for (int i = 0; i < cd->u.seq.n; i++)
+      if (!(items[i] = nt_eval_cd(I, e, ds, cd->u.seq.items[i]))) return NULL;
+    return nt_seq_code(I, cd->u.seq.n, items);
+  }
+  case CN_NT_CD_IF: {
+    value *c = nt_eval(I, e, ds, cd->u.if_.cond);
+    if (!c) return NULL;
+    if (c->kind != V_BOOL && c->kind != V_NUM)
+      return nt_fail(I, cd->u.if_.cond->pos, "an if condition must be a host value, found %s",
+                     nt_kind_name(c->kind)),
+             NULL;
+    bool yes = c->kind == V_BOOL ? c->b : c->num != 0;
+    if (yes) return nt_eval_cd(I, e, ds, cd->u.if_.then_branch);
+    return cd->u.if_.else_branch ? nt_eval_cd(I, e, ds, cd->u.if_.else_branch)
+                                 : nt_seq_code(I, 0, NULL);
+  }
+  case CN_NT_CD_COMMENT: return eval_comment(I, e, ds, cd);
+  }
+  return NULL;
+}
+
+void nt_consume(interp *I, const cn_tensor *t) {
+  if (t->id >= I->cap_consumed) {
+    int old = I->cap_consumed;
+    /* a failed allocation leaves t a root: its forward code may run once more, harmlessly */
+    if (!cn_arena_grow(I->ctx, (void **)&I->consumed, &I->cap_consumed, t->id + 1, 1)) return;
+    memset(I->consumed + old, 0, (size_t)(I->cap_consumed - old));
+  }
+  I->consumed[t->id] = 1;
+}
+
+/* The update's assignment with merge buffers read where flagged (cn_graph_update_code reads
+ * every operand's node). */
+static cn_asgn *update_asgn(interp *I, const code *c) {
+  if (!c->merge[0] && !c->merge[1] && !c->merge[2]) return cn_graph_update_code(I->g, c->update);
+  if (cn_graph_materialize(I->g) != CN_OK) return NULL;
+  const cn_update *u = c->update;
+  cn_buffer buf[3];
+  for (int i = 0; i < u->n_args; i++) {
+    buf[i] = (cn_buffer){cn_tref_node(u->args[i]), c->merge[i]};
+    if (!buf[i].node) return NULL;
+  }
+  cn_node *lhs = cn_tref_node(u->lhs);
+  return lhs ? cn_asgn_accum(I->ctx, u->init, u->accum, lhs, u->prim, buf, u->proj) : NULL;
+}
+
+cn_asgn *nt_code_asgn(interp *I, const code *c, cn_asgn **init) {
+  cn_ctx *ctx = I->ctx;
+  switch (c->kind) {
+  case C_UPDATE: return update_asgn(I, c);
+  case C_FORWARD: {
+    if (c->if_root && c->tensor->is_param) { /* its init, once, before the routine */
+      if (!init) return cn_asgn_noop(ctx);
+      cn_asgn *params = cn_graph_init_params(I->g, c->tensor);
+      *init = params && *init ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){*init, params}) : params;
+      return *init ? cn_asgn_noop(ctx) : NULL;
+    }
+    /* computed by a statement or routine since the assignment was built: no root any more */
+    if (c->if_root && c->tensor->id < I->cap_consumed && I->consumed[c->tensor->id])
+      return cn_asgn_noop(ctx);
+    nt_consume(I, c->tensor);
+    cn_asgn *params = cn_graph_init_params(I->g, c->tensor);
+    cn_asgn *forward = params ? cn_graph_forward(I->g, c->tensor) : NULL;
+    if (!forward) return NULL;
+    if (!init) return cn_asgn_seq(ctx, 2, (cn_asgn *[]){params, forward});
+    *init = *init ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){*init, params}) : params;
+    return *init ? forward : NULL;
+  }
+  case C_COMMENT: {
+    cn_asgn *body = nt_code_asgn(I, c->items[0], init);
+    return body ? cn_asgn_comment(ctx, c->text, body) : NULL;
+  }
+  case C_SEQ: {
+    cn_asgn **items = cn_alloc(ctx, sizeof *items * (size_t)(c->n + 1));
+    if (!items) return NULL;
+    for (int i = 0; i < c->n; i++)
+      if (!(items[i] = nt_code_asgn(I, c->items[i], init))) return NULL;
+    return c->n ? cn_asgn_seq(ctx, c->n, items) : cn_asgn_noop(ctx);
+  }
+  }
+  return NULL;
+}

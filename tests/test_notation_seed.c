@@ -1,0 +1,1033 @@
+/* Every code example of seed 002 (syntax-extensions-cd-op.txt) that does not depend on
+ * OCaml-only constructs, and the notation examples of seed 000 (convolution-is-a-contraction.txt
+ * "Surface: literals, inline declarations, and the unit boundary"; contraction-is-emergent.txt,
+ * the producer-regime SGD update) and of ocannl-notes §2.6, run as .cnl scripts or through
+ * cn_notation_op / cn_notation_cd on both backends (the interpreter and generated C), in double
+ * precision, with their JSON output parsed back and compared with values computed by hand. Each
+ * test names the seed section its example comes from; docs/notation.md lists the examples that
+ * do not apply and why. */
+#include "check.h"
+
+#include "cannl.h"
+
+#include <stdlib.h>
+
+/* ---- Running scripts and reading their JSON lines back -------------------------------------- */
+
+enum { MAX_PRINTS = 48, MAX_VALUES = 256 };
+
+typedef struct {
+  char label[128];
+  int n[3]; /* batch, input, output */
+  int64_t dims[3][8];
+  int nv;
+  double v[MAX_VALUES];
+} jtensor;
+
+typedef struct {
+  int n;
+  jtensor t[MAX_PRINTS];
+  char error[2048];
+} outcome;
+
+static const char *const backend_name[2] = {"interp", "C"};
+
+/* Parses one line {"label": "...", "batch": [..], "input": [..], "output": [..], "values": [..]}
+ * strictly (keys in this order, numbers with strtod); false if the line is malformed. */
+static bool parse_line(const char *p, jtensor *t) {
+  memset(t, 0, sizeof *t);
+  static const char *const keys[5] = {"label", "batch", "input", "output", "values"};
+  if (*p++ != '{') return false;
+  for (int k = 0; k < 5; k++) {
+    char key[32];
+    snprintf(key, sizeof key, "%s\"%s\": ", k ? ", " : "", keys[k]);
+    if (strncmp(p, key, strlen(key)) != 0) return false;
+    p += strlen(key);
+    if (k == 0) { /* a JSON string: escapes \" \\ \n \uXXXX (ASCII) */
+      if (*p++ != '"') return false;
+      size_t n = 0;
+      while (*p && *p != '"') {
+        char c = *p++;
+        if (c == '\\') {
+          c = *p++;
+          if (c == 'n')
+            c = '\n';
+          else if (c == 'u') {
+            c = (char)strtol((char[]){p[0], p[1], p[2], p[3], 0}, NULL, 16);
+            p += 4;
+          } else if (c != '"' && c != '\\' && c != '/')
+            return false;
+        }
+        if (n + 1 < sizeof t->label) t->label[n++] = c;
+      }
+      if (*p++ != '"') return false;
+      continue;
+    }
+    if (*p++ != '[') return false;
+    int count = 0;
+    while (*p != ']') {
+      char *end;
+      double x = strtod(p, &end);
+      if (end == p) return false;
+      p = end;
+      if (k < 4) {
+        if (count == 8) return false;
+        t->dims[k - 1][count] = (int64_t)x;
+      } else {
+        if (count == MAX_VALUES) return false;
+        t->v[count] = x;
+      }
+      count++;
+      if (*p == ',')
+        p += *(p + 1) == ' ' ? 2 : 1;
+      else if (*p != ']')
+        return false;
+    }
+    p++;
+    if (k < 4)
+      t->n[k - 1] = count;
+    else
+      t->nv = count;
+  }
+  return p[0] == '}' && (p[1] == '\n' || p[1] == '\0');
+}
+
+/* Runs a script on backend b (0 interp, 1 C) in double precision; its printed tensors parsed back
+ * into *o. False (message in o->error) on a failure or a malformed line. */
+static bool run(outcome *o, int b, const char *script) {
+  memset(o, 0, sizeof *o);
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {
+      .backend = b ? CN_BACKEND_C : CN_BACKEND_INTERP, .json = true, .out = out};
+  cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
+  fclose(out);
+  if (st != CN_OK) snprintf(o->error, sizeof o->error, "%s", cn_ctx_error(ctx));
+  for (const char *line = buf; st == CN_OK && line && *line; o->n++) {
+    if (o->n == MAX_PRINTS || !parse_line(line, &o->t[o->n])) {
+      snprintf(o->error, sizeof o->error, "malformed or too many JSON lines at: %.200s", line);
+      st = CN_ERR_INVALID;
+      break;
+    }
+    line = strchr(line, '\n');
+    if (line) line++;
+  }
+  free(buf);
+  cn_ctx_destroy(ctx);
+  CHECK_MSG(st == CN_OK, "%s: %s", backend_name[b], o->error);
+  return st == CN_OK;
+}
+
+/* Runs a script expected to fail and returns its message (static buffer). */
+static const char *run_error(const char *script) {
+  static char msg[2048];
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  FILE *out = fopen("/dev/null", "w");
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out};
+  cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
+  fclose(out);
+  snprintf(msg, sizeof msg, "%s", st == CN_OK ? "(ran)" : cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  return msg;
+}
+
+/* The readable printout of a script (interpreter), or its error message (static buffer). */
+static const char *run_text(const char *script) {
+  static char text[4096];
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out};
+  cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
+  fclose(out);
+  snprintf(text, sizeof text, "%s", st == CN_OK ? buf : cn_ctx_error(ctx));
+  free(buf);
+  cn_ctx_destroy(ctx);
+  return text;
+}
+
+/* "batch|input->output" of a parsed tensor, as "2|3->4,5". */
+static const char *dims_of(const jtensor *t) {
+  static char s[128];
+  size_t n = 0;
+  for (int r = 0; r < 3; r++) {
+    static const int row[3] = {0, 1, 2};
+    for (int i = 0; i < t->n[row[r]]; i++)
+      n += (size_t)snprintf(s + n, sizeof s - n, "%s%lld", i ? "," : "",
+                            (long long)t->dims[row[r]][i]);
+    if (r < 2) n += (size_t)snprintf(s + n, sizeof s - n, "%s", r == 0 ? "|" : "->");
+  }
+  return s;
+}
+
+/* The i-th printed tensor has the label (unless NULL), the dims and the values (within tol). */
+static void expect(const outcome *o, int b, int i, const char *label, const char *dims, int nv,
+                   const double *want, double tol) {
+  if (i >= o->n) {
+    CHECK_MSG(false, "%s: print %d missing (%d printed)", backend_name[b], i, o->n);
+    return;
+  }
+  const jtensor *t = &o->t[i];
+  if (label)
+    CHECK_MSG(strcmp(t->label, label) == 0, "%s: print %d label %s, want %s", backend_name[b], i,
+              t->label, label);
+  CHECK_MSG(strcmp(dims_of(t), dims) == 0, "%s: print %d (%s) dims %s, want %s", backend_name[b], i,
+            t->label, dims_of(t), dims);
+  CHECK_MSG(t->nv == nv, "%s: print %d (%s) has %d values, want %d", backend_name[b], i, t->label,
+            t->nv, nv);
+  for (int k = 0; k < nv && k < t->nv; k++)
+    CHECK_MSG(fabs(t->v[k] - want[k]) <= tol, "%s: print %d (%s) value %d: %.17g, want %.17g",
+              backend_name[b], i, t->label, k, t->v[k], want[k]);
+}
+
+#define VALUES(...)                                                                                \
+  (int)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), (double[]) {                            \
+    __VA_ARGS__                                                                                    \
+  }
+#define BOTH for (int b = 0; b < 2; b++)
+
+/* ---- Seed 002 "Primitive operations" ----------------------------------------------------------
+ */
+
+/* The unary table, each op applied by name in %cd (and relu in %op), against interpret_unop. */
+static void test_unary_ops(void) {
+  static const char *const names[] = {"id",    "relu",       "sat01", "exp",  "log",
+                                      "exp2",  "log2",       "sin",   "cos",  "sqrt",
+                                      "recip", "recip_sqrt", "neg",   "tanh", "not"};
+  enum { N = sizeof names / sizeof names[0] };
+  const double x[6] = {-2, 0, 0.25, 0.5, 1, 4}, p[4] = {0.25, 0.5, 1, 4};
+  char script[4096];
+  size_t n = (size_t)snprintf(script, sizeof script,
+                              "let x = [-2.0; 0.0; 0.25; 0.5; 1.0; 4.0]\n"
+                              "let p = [0.25; 0.5; 1.0; 4.0]\nlet%%cd un =");
+  for (int k = 0; k < N; k++) { /* the elementary functions on positive arguments only */
+    bool positive = k >= 3 && k <= 13 && k != 12;
+    n += (size_t)snprintf(script + n, sizeof script - n, "%s {u_%s} =: %s %s", k ? ";" : "",
+                          names[k], names[k], positive ? "p" : "x");
+  }
+  n += (size_t)snprintf(script + n, sizeof script - n, "\nrun un\n");
+  for (int k = 0; k < N; k++)
+    n += (size_t)snprintf(script + n, sizeof script - n, "print u_%s\n", names[k]);
+  snprintf(script + n, sizeof script - n, "print (relu x)\n");
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    for (int k = 0; k < N; k++) {
+      bool positive = k >= 3 && k <= 13 && k != 12;
+      const double *in = positive ? p : x;
+      int m = positive ? 4 : 6;
+      double want[6];
+      for (int i = 0; i < m; i++) {
+        double v = in[i];
+        switch (k) {
+        case 0: want[i] = v; break;
+        case 1: want[i] = v >= 0 ? v : 0; break;
+        case 2: want[i] = v <= 0 ? 0 : v >= 1 ? 1 : v; break;
+        case 3: want[i] = exp(v); break;
+        case 4: want[i] = log(v); break;
+        case 5: want[i] = pow(2, v); break;
+        case 6: want[i] = log(v) / log(2); break;
+        case 7: want[i] = sin(v); break;
+        case 8: want[i] = cos(v); break;
+        case 9: want[i] = sqrt(v); break;
+        case 10: want[i] = 1 / v; break;
+        case 11: want[i] = 1 / sqrt(v); break;
+        case 12: want[i] = -v; break;
+        case 13: want[i] = tanh(v); break;
+        default: want[i] = v == 0 ? 1 : 0; break;
+        }
+      }
+      char dims[16], label[32];
+      snprintf(dims, sizeof dims, "|->%d", m);
+      snprintf(label, sizeof label, "u_%s_%s", names[k], positive ? "p" : "x");
+      expect(&o, b, k, label, dims, m, want, 1e-14);
+    }
+    expect(&o, b, N, "relu", "|->6", VALUES(0, 0, 0.25, 0.5, 1, 4), 0);
+  }
+}
+
+/* The binary table: each op by its infix operator, curried and uncurried by name, against
+ * interpret_binop (`*` needs ~logic in an assignment, seed 001). */
+static void test_binary_ops(void) {
+  static const struct {
+    const char *name, *infix, *a, *b;
+    double want[6];
+  } ops[] = {
+      {"fst", "-@>", "a", "b", {1, -2, 0.5, 3, 0, 0}},
+      {"snd", "-/>", "a", "b", {3, 4, 0.25, 3, 2, 1}},
+      {"add", "+", "a", "b", {4, 2, 0.75, 6, 2, 1}},
+      {"sub", "-", "a", "b", {-2, -6, 0.25, 0, -2, -1}},
+      {"mul", "*", "a", "b", {3, -8, 0.125, 9, 0, 0}},
+      {"div", "/", "a", "b", {1.0 / 3, -0.5, 2, 1, 0, 0}},
+      {"pow", "**", "a", "b", {1, 16, 0.84089641525371454, 27, 0, 0}}, /* 0.5 ** 0.25 */
+      {"relu_gate", "-?/", "a", "b", {3, 0, 0.25, 3, 0, 0}},
+      {"sat01_gate", "-?^", "a", "b", {0, 0, 0.25, 0, 0, 0}},
+      {"lt", "<", "a", "b", {1, 1, 0, 0, 1, 1}},
+      {"eq", "<>", "a", "b", {0, 0, 0, 1, 0, 0}},
+      {"max", "@^", "a", "b", {3, 4, 0.5, 3, 2, 1}},
+      {"min", "^^", "a", "b", {1, -2, 0.25, 3, 0, 0}},
+      {"or_", "||", "c", "d", {0, 1, 1, 1, 1, 1}},
+      {"and_", "&&", "c", "d", {0, 0, 0, 1, 1, 0}},
+      {"mod_", "%", "e", "f", {1, 1.5, 1, 0, 2, 0.5}},
+  };
+  enum { N = sizeof ops / sizeof ops[0] };
+  char script[8192];
+  size_t n = (size_t)snprintf(script, sizeof script,
+                              "let a = [1.0; -2.0; 0.5; 3.0; 0.0; 0.0]\n"
+                              "let b = [3.0; 4.0; 0.25; 3.0; 2.0; 1.0]\n"
+                              "let c = [0.0; 0.0; 1.0; 2.0; -1.0; 3.0]\n"
+                              "let d = [0.0; 1.0; 0.0; 5.0; 1.0; 0.0]\n"
+                              "let e = [7.0; 5.5; 1.0; 6.0; 2.0; 4.5]\n"
+                              "let f = [3.0; 2.0; 4.0; 3.0; 5.0; 2.0]\n"
+                              "let%%cd bin =");
+  for (int k = 0; k < N; k++) {
+    const char *logic = strcmp(ops[k].infix, "*") == 0 ? " ~logic:\".\"" : "";
+    n += (size_t)snprintf(script + n, sizeof script - n,
+                          "%s {i_%d} =: %s %s %s%s; {c_%d} =: %s %s %s; {t_%d} =: %s (%s, %s)",
+                          k ? ";" : "", k, ops[k].a, ops[k].infix, ops[k].b, logic, k, ops[k].name,
+                          ops[k].a, ops[k].b, k, ops[k].name, ops[k].a, ops[k].b);
+  }
+  n += (size_t)snprintf(script + n, sizeof script - n, "\nrun bin\n");
+  for (int k = 0; k < N; k++)
+    n += (size_t)snprintf(script + n, sizeof script - n, "print i_%d\nprint c_%d\nprint t_%d\n", k,
+                          k, k);
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    for (int k = 0; k < N; k++)
+      for (int form = 0; form < 3; form++) {
+        CHECK_MSG(3 * k + form < o.n, "%s: %s form %d not printed", backend_name[b], ops[k].name,
+                  form);
+        expect(&o, b, 3 * k + form, NULL, "|->6", 6, ops[k].want, 1e-15);
+      }
+  }
+}
+
+/* The ternary table: where (curried and uncurried) and fma, against interpret_ternop. */
+static void test_ternary_ops(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let c = [1.0; 0.0; -1.0]\nlet x = [2.0; 3.0; 4.0]\nlet y = [10.0; 20.0; 30.0]\n"
+             "let%cd t = {w1} =: where c x y; {w2} =: where (c, x, y); {f} =: fma x y c\n"
+             "run t\nprint w1\nprint w2\nprint f\nprint (where c x y)\n"))
+      continue;
+    expect(&o, b, 0, "w1_c", "|->3", VALUES(2, 20, 4), 0);
+    expect(&o, b, 1, "w2_c", "|->3", VALUES(2, 20, 4), 0);
+    expect(&o, b, 2, "f_x", "|->3", VALUES(21, 60, 119), 0);
+    expect(&o, b, 3, "where", "|->3", VALUES(2, 20, 4), 0);
+  }
+}
+
+/* The Assignments column: every accumulating op as =OP (onto the target's values) and =:OP
+ * (cleared to the op's neutral element first, here reducing [2; 3; 4] in order), and `=:`. */
+static void test_assignment_ops(void) {
+  static const struct {
+    const char *op;
+    double start[2], x[2], acc[2], cleared;
+  } ops[] = {
+      {"+", {0.5, 3}, {4, 2}, {4.5, 5}, 9},
+      {"-", {0.5, 3}, {4, 2}, {-3.5, 1}, -9},
+      {"*", {0.5, 3}, {4, 2}, {2, 6}, 24},
+      {"/", {0.5, 3}, {4, 2}, {0.125, 1.5}, 1.0 / 24},
+      {"**", {0.5, 3}, {4, 2}, {0.0625, 9}, 1},
+      {"?/", {0.5, -3}, {4, 2}, {4, 0}, 4}, /* relu_gate(acc, x): neutral 1 */
+      {"?^", {0.5, 3}, {4, 2}, {4, 0}, 0},  /* sat01_gate: neutral 0.5 lets 2 in, then 0 */
+      {"||", {0, 0}, {0, 2}, {0, 1}, 1},
+      {"&&", {1, 0}, {3, 2}, {1, 0}, 1},
+      {"@^", {0.5, 3}, {4, 2}, {4, 3}, 4},
+      {"^^", {0.5, 3}, {4, 2}, {0.5, 2}, 2},
+  };
+  enum { N = sizeof ops / sizeof ops[0] };
+  char script[8192];
+  size_t n = (size_t)snprintf(script, sizeof script, "let r = [2.0; 3.0; 4.0]\n");
+  for (int k = 0; k < N; k++)
+    n += (size_t)snprintf(
+        script + n, sizeof script - n,
+        "let s%d = [%g; %g]\nlet x%d = [%g; %g]\n"
+        "let%%cd a%d = {acc%d} =: s%d; acc%d =%s x%d; {cl%d} =:%s r ~logic:\"i=>0\"\n"
+        "run a%d\nprint acc%d\nprint cl%d\n",
+        k, ops[k].start[0], ops[k].start[1], k, ops[k].x[0], ops[k].x[1], k, k, k, k, ops[k].op, k,
+        k, ops[k].op, k, k, k);
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    for (int k = 0; k < N; k++) {
+      expect(&o, b, 2 * k, NULL, "|->2", 2, ops[k].acc, 1e-15);
+      expect(&o, b, 2 * k + 1, NULL, "|->1", 1, &ops[k].cleared, 1e-15);
+    }
+  }
+  /* the ops without an assignment form (fst, lt, eq, mod_: "none") */
+  CHECK_HAS(run_error("let x = [1.0]\nlet%cd r = {y} =% x\n"), "unknown assignment operator '=%'");
+  CHECK_HAS(run_error("let x = [1.0]\nlet%cd r = {y} =< x\n"), "unknown assignment operator '=<'");
+}
+
+/* ---- Seed 002 "The syntax for %op" ------------------------------------------------------------
+ */
+
+/* y = relu(w x + b) for w (hid x 3, memory [out][in]), b (hid) as printed. */
+static void expect_layer(const outcome *o, int b, int iw, int ib, int iy, const double *x) {
+  if (iy >= o->n || iw >= o->n || ib >= o->n) {
+    CHECK_MSG(false, "%s: layer prints missing", backend_name[b]);
+    return;
+  }
+  const jtensor *w = &o->t[iw], *bias = &o->t[ib];
+  double want[8];
+  for (int i = 0; i < 8; i++) {
+    double s = bias->v[i];
+    for (int j = 0; j < 3; j++) s += w->v[3 * i + j] * x[j];
+    want[i] = s > 0 ? s : 0;
+  }
+  expect(o, b, iy, NULL, "|->8", 8, want, 1e-15);
+}
+
+/* `let%op layer x = relu(w * x + b)` over parameters declared beforehand (the seed declares them
+ * with Tensor.param, an OCaml function: here {w} and {b; o = [hid_dim]}). */
+static void test_op_layer(void) {
+  const double x[3] = {1, -2, 0.5};
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let hid_dim = 8\nlet w = {w}\nlet b = {b; o = [hid_dim]}\n"
+             "let%op layer x = relu (w * x + b)\n"
+             "let y = layer [1.0; -2.0; 0.5]\nprint w\nprint b\nprint y\n"))
+      continue;
+    expect(&o, b, 0, "w", "|3->8", 24, o.t[0].v, 0);
+    for (int i = 0; i < 24; i++) /* the default init 0.5 * (uniform1 - 0.5) */
+      CHECK(o.t[0].v[i] >= -0.25 && o.t[0].v[i] < 0.25);
+    expect(&o, b, 1, "b", "|->8", 8, o.t[1].v, 0);
+    expect_layer(&o, b, 0, 1, 2, x);
+    CHECK_STR(o.t[2].label, "y");
+  }
+}
+
+/* `let%op mlp_layer x = relu("w" * x + "b" hid_dim)`: inline declarations, created once when
+ * the function is defined and shared by its applications. */
+static void test_op_inline_layer(void) {
+  const double x1[3] = {1, -2, 0.5}, x2[3] = {0.5, 0.5, 2};
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let hid_dim = 8\n"
+             "let%op mlp_layer x = relu(\"w\" * x + \"b\" hid_dim)\n"
+             "let y1 = mlp_layer [1.0; -2.0; 0.5]\nlet y2 = mlp_layer [0.5; 0.5; 2.0]\n"
+             "print w\nprint b\nprint y1\nprint y2\n"))
+      continue;
+    expect(&o, b, 0, "w", "|3->8", 24, o.t[0].v, 0);
+    expect(&o, b, 1, "b", "|->8", 8, o.t[1].v, 0);
+    expect_layer(&o, b, 0, 1, 2, x1);
+    expect_layer(&o, b, 0, 1, 3, x2);
+  }
+}
+
+/* ---- Seed 002 "The syntax for %cd" ------------------------------------------------------------
+ */
+
+/* `c =:+ a * b ~logic:"@"`: tensor multiplication (rhs2's output axes feed rhs1's input axes),
+ * in a script and through cn_notation_cd. */
+static void test_cd_compose(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let a = [(1, 2, 3); (4, 5, 6)]\nlet v = [1.0; 0.0; -1.0]\n"
+             "let m = [(1, 0); (0, 1); (1, 1)]\n"
+             "let%cd mm = {c} =:+ a * v ~logic:\"@\"; {d} =:+ a * m ~logic:\"@\"\n"
+             "run mm\nprint c\nprint d\n"))
+      continue;
+    expect(&o, b, 0, "c_a", "|->2", VALUES(-2, -2), 0);
+    expect(&o, b, 1, "d_a", "|2->2", VALUES(4, 5, 10, 11), 0);
+  }
+  BOTH {
+    cn_ctx *ctx = cn_ctx_create();
+    cn_graph *g = cn_graph_create(ctx);
+    cn_graph_set_prec(g, CN_PREC_DOUBLE);
+    cn_dims da = {CN_AXES_NONE, {1, (int64_t[]){3}, NULL}, {1, (int64_t[]){2}, NULL}};
+    cn_dims dm = {CN_AXES_NONE, {1, (int64_t[]){2}, NULL}, {1, (int64_t[]){3}, NULL}};
+    cn_tensor *a = cn_tensor_data(g, "a", &da, (double[]){1, 2, 3, 4, 5, 6}, 6);
+    cn_tensor *m = cn_tensor_data(g, "b", &dm, (double[]){1, 0, 0, 1, 1, 1}, 6);
+    cn_tensor *c = cn_tensor_buffer(g, "c", NULL);
+    cn_asgn *asgn = cn_notation_cd(g, "c =:+ a * b ~logic:\"@\"", 3,
+                                   (cn_notation_binding[]){{"a", a, 0}, {"b", m, 0}, {"c", c, 0}});
+    CHECK_MSG(asgn != NULL, "%s", cn_ctx_error(ctx));
+    cn_routine *r =
+        asgn ? cn_routine_compile(ctx, asgn, b ? CN_BACKEND_C : CN_BACKEND_INTERP, "seed_compose")
+             : NULL;
+    CHECK_MSG(!asgn || r, "%s", cn_ctx_error(ctx));
+    double v[4] = {0};
+    if (r) {
+      CHECK(cn_routine_run(r) == CN_OK);
+      CHECK(cn_node_get_values(cn_tensor_value(c), false, v, 4) == CN_OK);
+      cn_routine_free(r);
+    }
+    CHECK_STR(cn_tensor_shape(c), "|2->2");
+    const double want[4] = {4, 5, 10, 11};
+    for (int i = 0; i < 4; i++) CHECK_NEAR(v[i], want[i], 0);
+    cn_ctx_destroy(ctx);
+  }
+}
+
+/* `p =+ learning_rate * p.grad ~logic:"."` (Accum_binop: accum Add, op Mul) and
+ * `p =+ learning_rate *. p.grad` (Accum_unop over an intermediate tensor) give the same values,
+ * with learning_rate a host number and a tensor. */
+static void test_update_spellings(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let p = {p = [1.0; 2.0; 3.0]}\nlet q = {q = [1.0; 2.0; 3.0]}\n"
+             "let loss = ((p *. [0.5; 1.0; 2.0]) + (q *. [0.5; 1.0; 2.0])) ++ \"i => 0\"\n"
+             "backprop loss\n"
+             "let learning_rate = 0.1\n"
+             "let%cd binary = p =+ learning_rate * p.grad ~logic:\".\"\n"
+             "let%cd unary = q =+ learning_rate *. q.grad\n"
+             "run binary\nrun unary\nprint p\nprint q\n"
+             "let learning_rate = !.0.5\n"
+             "let%cd binary = p =+ learning_rate * p.grad ~logic:\".\"\n"
+             "let%cd unary = q =+ learning_rate *. q.grad\n"
+             "run binary\nrun unary\nprint p\nprint q\n"))
+      continue;
+    expect(&o, b, 0, "p", "|->3", VALUES(1.05, 2.1, 3.2), 1e-15);
+    expect(&o, b, 1, "q", "|->3", VALUES(1.05, 2.1, 3.2), 1e-15);
+    expect(&o, b, 2, "p", "|->3", VALUES(1.3, 2.6, 4.2), 1e-15);
+    expect(&o, b, 3, "q", "|->3", VALUES(1.3, 2.6, 4.2), 1e-15);
+  }
+  /* the representations: one binary assignment, or the intermediate's forward code then a unary
+   * assignment of it */
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d3 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *p = cn_tensor_param(g, "p", &d3, NULL);
+  cn_dims scalar = {CN_AXES_NONE, CN_AXES_NONE, CN_AXES_NONE};
+  cn_tensor *lr = cn_tensor_data(g, "learning_rate", &scalar, (double[]){0.1}, 1);
+  cn_notation_binding bind[2] = {{"p", p, 0}, {"learning_rate", lr, 0}};
+  cn_asgn *bin = cn_notation_cd(g, "p =+ learning_rate * p.grad ~logic:\".\"", 2, bind);
+  CHECK_STR(bin ? cn_asgn_to_string(ctx, bin) : cn_ctx_error(ctx),
+            "p =+ learning_rate * p.grad;\n");
+  cn_asgn *un = cn_notation_cd(g, "p =+ learning_rate *. p.grad", 2, bind);
+  CHECK_STR(un ? cn_asgn_to_string(ctx, un) : cn_ctx_error(ctx),
+            "mul =:+ learning_rate * p.grad;\np =+ mul;\n");
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Seed 002 "Numeric and N-dimensional array literals" ------------------------------------ */
+
+/* `[ (1, 2, 3); (4, 5, 6) ]` converts 3D vectors into 2D vectors; `'q' 2.0` is a number whose
+ * output axis (of dimension 1) is labeled q, and the label propagates through inference. */
+static void test_literals(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let m = [ (1, 2, 3); (4, 5, 6) ]\nprint m\nprint (m * [1.0; 1.0; 1.0])\n"
+             "let bt = [| [ (1, 2) ]; [ (3, 4) ]; [ (5, 6) ] |]\nprint bt\nprint ('q' 2.0)\n"))
+      continue;
+    expect(&o, b, 0, "m", "|3->2", VALUES(1, 2, 3, 4, 5, 6), 0);
+    expect(&o, b, 1, NULL, "|->2", VALUES(6, 15), 0);
+    expect(&o, b, 2, "bt", "3|2->1", VALUES(1, 2, 3, 4, 5, 6), 0);
+    expect(&o, b, 3, "q", "|->1", VALUES(2), 0);
+  }
+  /* the labels, shown by the readable printout: hey's input axis takes q's label (the seed's
+   * `"hey"` alone leaves hey's output dimension to inference, which does not determine it: see
+   * docs/notation.md) */
+  CHECK_HAS(run_text("let%op y = ({hey; o = [1]} * 'q' 2.0) + 'p' 1.0\nprint hey\nprint y\n"),
+            "\"hey\" (#11) |1:q->1\n");
+}
+
+/* ---- Seed 002 "Wildcard bindings" ------------------------------------------------------------ */
+
+/* let%op _ and let%cd _ (and let _) only add shape constraints: x gets 3 output axes, z 2. */
+static void test_wildcards(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let x = {x}\nlet%op _ = x + [1.0; 2.0; 3.0]\n"
+             "let%cd _ = {z} =: [1.0; 2.0]\nlet%cd r = z =+ [10.0; 20.0]\nrun r\nprint z\n"
+             "let _ = x *. [1.0; 1.0; 1.0]\nprint (x - x)\n"))
+      continue;
+    expect(&o, b, 0, "z", "|->2", VALUES(10, 20), 0); /* the wildcard routine never ran */
+    expect(&o, b, 1, NULL, "|->3", VALUES(0, 0, 0), 0);
+  }
+}
+
+/* ---- Seed 002 "Inline declarations" (%cd) ---------------------------------------------------- */
+
+/* sgd_one, with `Float.(momentum > 0.0)` (an OCaml local open) written `momentum > 0.0`: the
+ * two inline declarations take p's label; plain SGD, momentum (state kept across runs of the
+ * same routine) and Nesterov with weight decay, all by hand from p = [1; 2], p.grad = 2p. */
+static void test_sgd_one(void) {
+  static const char *const script =
+      "let%cd sgd_one ~learning_rate ?(momentum = 0.0) ?(weight_decay = 0.0) ?(nesterov = false) "
+      "p =\n"
+      "    \"sgd_delta\" =: p.grad + (!.weight_decay *. p);\n"
+      "    if momentum > 0.0 then (\n"
+      "      \"sgd_momentum\" =: (!.momentum *. sgd_momentum) + sgd_delta;\n"
+      "      if nesterov then sgd_delta =+ !.momentum *. sgd_momentum else sgd_delta =: "
+      "sgd_momentum);\n"
+      "    p =- learning_rate *. sgd_delta\n"
+      "let p = {p = [1.0; 2.0]}\nlet q = {q = [1.0; 2.0]}\nlet r = {r = [1.0; 2.0]}\n"
+      "backprop (((p *. p) + (q *. q) + (r *. r)) ++ \"i => 0\")\n"
+      "let plain = sgd_one ~learning_rate:0.1 p\n"
+      "let heavy = sgd_one ~learning_rate:0.1 ~momentum:0.9 q\n"
+      "let nest = sgd_one ~learning_rate:0.1 ~momentum:0.9 ~weight_decay:0.5 ~nesterov:true r\n"
+      "run plain\nrun heavy\nrun heavy\nrun nest\n"
+      "print p\nprint q\nprint r\nprint sgd_delta\nprint sgd_momentum\n"
+      "run sgd_one ~learning_rate:1.0 p\nprint p\n";
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    /* p - 0.1 * 2p */
+    expect(&o, b, 0, "p", "|->2", VALUES(0.8, 1.6), 1e-15);
+    /* m = d = [2; 4], p = [0.8; 1.6]; then m = 0.9 m + d = [3.8; 7.6], p -= 0.1 m */
+    expect(&o, b, 1, "q", "|->2", VALUES(0.42, 0.84), 1e-15);
+    /* d = [2; 4] + 0.5 [1; 2] = [2.5; 5] = m; d += 0.9 m = [4.75; 9.5]; r -= 0.1 d */
+    expect(&o, b, 2, "r", "|->2", VALUES(0.525, 1.05), 1e-15);
+    expect(&o, b, 3, "sgd_delta_r", "|->2", VALUES(4.75, 9.5), 1e-15);
+    expect(&o, b, 4, "sgd_momentum_r", "|->2", VALUES(2.5, 5), 1e-15);
+    /* a one-off application: p -= 1.0 * p.grad */
+    expect(&o, b, 5, "p", "|->2", VALUES(-1.2, -2.4), 1e-15);
+  }
+}
+
+/* ---- Seed 002 "inline declarations" under ~config and "Name from binding" -------------------- */
+
+/* `let%op mlp_layer ~config x = relu ("w" * x + "b" config.hid_dim)`: parameters per config,
+ * labeled by the declared name then config.label, shared by the applications of one configured
+ * layer; the layer's result is labeled by the function's name and its argument's label. */
+static void test_config_layer(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let%op mlp_layer ~config x = relu (\"w\" * x + \"b\" config.hid_dim)\n"
+             "let l1 = mlp_layer ~config:{ label = [ \"L1\" ]; hid_dim = 3 }\n"
+             "let x = [1.0; -1.0; 2.0]\nlet y = l1 x\n"
+             "let l2 = mlp_layer ~config:{ label = [ \"L2\" ]; hid_dim = 8 }\n"
+             "let z = l2 x\n"
+             "print w\nprint b\nprint z\nprint y\nprint (l1 x)\n"))
+      continue;
+    expect(&o, b, 0, "w_L2", "|3->8", 24, o.t[0].v, 0);
+    expect(&o, b, 1, "b_L2", "|->8", 8, o.t[1].v, 0);
+    expect_layer(&o, b, 0, 1, 2, (double[]){1, -1, 2});
+    expect(&o, b, 3, "y", "|->3", 3, o.t[3].v, 0);
+    expect(&o, b, 4, "mlp_layer_x", "|->3", 3, o.t[3].v, 0); /* l1's parameters again */
+  }
+}
+
+/* `three_layer_perceptron ~config x` (its `type tlp_config` is OCaml-only: records are
+ * structural here): the three config blocks are evaluated once per configuration, so applying
+ * the configured network twice shares its parameters; another configuration gets its own. */
+static void test_three_layer_perceptron(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let%op mlp_layer ~config x = relu (\"w\" * x + \"b\" config.hid_dim)\n"
+             "let%op three_layer_perceptron ~config x =\n"
+             "  mlp_layer ~config:{ label = [ \"L3\" ]; hid_dim = config.dim3 }\n"
+             "    (mlp_layer ~config:{ label = [ \"L2\" ]; hid_dim = config.dim2 }\n"
+             "       (mlp_layer ~config:{ label = [ \"L1\" ]; hid_dim = config.dim1 } x))\n"
+             "let tlp = three_layer_perceptron ~config:{ label = [\"tlp\"]; dim1 = 4; dim2 = 3; "
+             "dim3 = 2 }\n"
+             "let y1 = tlp [1.0; 2.0]\nlet y2 = tlp [1.0; 2.0]\n"
+             "let other = three_layer_perceptron ~config:{ label = [\"o\"]; dim1 = 4; dim2 = 3; "
+             "dim3 = 2 }\n"
+             "let y3 = other [1.0; 2.0]\n"
+             "print y1\nprint y2\nprint y3\nprint w\nprint b\n"))
+      continue;
+    expect(&o, b, 0, "y1", "|->2", 2, o.t[0].v, 0);
+    expect(&o, b, 1, "y2", "|->2", 2, o.t[0].v, 0);
+    CHECK_MSG(o.n >= 3 && memcmp(o.t[2].v, o.t[0].v, 2 * sizeof(double)) != 0,
+              "%s: another configuration shares parameters", backend_name[b]);
+    /* the last block created is L1's of `other` (blocks are created outermost first) */
+    expect(&o, b, 3, "w_L1", "|2->4", 8, o.t[3].v, 0);
+    expect(&o, b, 4, "b_L1", "|->4", 4, o.t[4].v, 0);
+  }
+}
+
+/* "Configuring inline declarations": a tuple after "name" gives its output axes, an integer or
+ * an identifier its single output axis, a list its initial values (`"a" [ -4 ] + "b" [ 2 ]`). */
+static void test_declaration_forms(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let%op c = \"a\" [ -4 ] + \"b\" [ 2 ]\nprint c\nprint a\nprint b\n"
+             "let hid = 4\n"
+             "let t = \"e\" (2, 3) + range_of_shape ~output_dims:[2; 3]\n"
+             "let u = \"f\" hid + range 4\nlet v = \"g\" 5 + range 5\n"
+             "print e\nprint f\nprint g\n"))
+      continue;
+    expect(&o, b, 0, "c", "|->1", VALUES(-2), 0);
+    expect(&o, b, 1, "a", "|->1", VALUES(-4), 0);
+    expect(&o, b, 2, "b", "|->1", VALUES(2), 0);
+    expect(&o, b, 3, "e", "|->2,3", 6, o.t[3].v, 0);
+    expect(&o, b, 4, "f", "|->4", 4, o.t[4].v, 0);
+    expect(&o, b, 5, "g", "|->5", 5, o.t[5].v, 0);
+  }
+}
+
+/* ---- Seed 002 "Using OCANNL's generalized einsum notation" ------------------------------------
+ */
+
+/* `let%op scalar_loss = (margin_loss ++ "...|... => 0") /. !..batch_size`. */
+static void test_scalar_loss(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let batch_size = 2\nlet margin_loss = [| [1.0; 2.0]; [3.0; 4.0] |]\n"
+             "let%op scalar_loss = (margin_loss ++ \"...|... => 0\") /. !..batch_size\n"
+             "print scalar_loss\n"))
+      continue;
+    expect(&o, b, 0, "scalar_loss", "|->1", VALUES(5), 0);
+  }
+}
+
+/* The spec examples of "Syntax of the generalized einsum notation", on x[b][o][i] = 6b + 3o + i
+ * (batch 2, input 3, output 2) and other ranges, all by hand. */
+static void test_spec_examples(void) {
+  double kji[24], kji_sum[24], ki[8], vkji[48];
+  for (int k = 0, n = 0; k < 4; k++)
+    for (int j = 0; j < 3; j++)
+      for (int i = 0; i < 2; i++, n++) {
+        kji[n] = 12 * i + 4 * j + k;                /* z[i][j][k] reversed */
+        kji_sum[n] = 24 + 2 * (12 * i + 4 * j + k); /* summed over a batch axis of 2 */
+      }
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 2; i++) ki[2 * k + i] = 36 * i + 12 + 3 * k; /* sum over j */
+  for (int v = 0, n = 0; v < 2; v++)
+    for (int k = 0; k < 4; k++)
+      for (int j = 0; j < 3; j++)
+        for (int i = 0; i < 2; i++) /* the extra output axis of 5 summed */
+          vkji[n++] = 5 * (120 * v + 12 * i + 4 * j + k) + 24 * 10;
+  double squares[12];
+  for (int i = 0; i < 12; i++) squares[i] = i * i;
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let x = range_of_shape ~batch_dims:[2] ~input_dims:[3] ~output_dims:[2]\n"
+             "print (x ++ \"...|...->... => 0\")\nprint (x ++ \"...|... => 0\")\n"
+             "print (x ++ \"... => 0\")\n"
+             "print (x ++ \"...|...->... => ...|...->...\")\n"
+             "print (x +* \"...|...->... ; ...|...->... => ...|...->...\" x)\n"
+             "print (x ++ \"...|...->... => ...->...\")\nprint (x ++ \"...->... => ...->...\")\n"
+             "let y = range_of_shape ~batch_dims:[3] ~output_dims:[2]\n"
+             "print (y ++ \"2...|...->... => ...|...->...\")\n"
+             "let v = [2.0; 3.0]\nprint (v ++ \"...|... => ...|...2\")\n"
+             "let%cd expand = {e} =:* v ~logic:\"...|... => ...|...2\"\nrun expand\nprint e\n"
+             "let z = range_of_shape ~output_dims:[2; 3; 4]\n"
+             "let zb = range_of_shape ~batch_dims:[2] ~output_dims:[2; 3; 4]\n"
+             "print (z ++ \"ijk => kji\")\nprint (zb ++ \"ijk => kji\")\n"
+             "print (z ++ \"ijk => ki\")\n"
+             "let w = range_of_shape ~batch_dims:[2] ~output_dims:[5; 2; 3; 4]\n"
+             "print (w ++ \"..v..|ijk => ..v..kji\")\n"
+             "let s = range_of_shape ~batch_dims:[3; 2] ~input_dims:[2] ~output_dims:[2]\n"
+             "print (s ++ \"2..v..|... => ..v..\")\n"))
+      continue;
+    for (int k = 0; k < 3; k++) expect(&o, b, k, NULL, "|->1", VALUES(66), 0);
+    expect(&o, b, 3, NULL, "2|3->2", VALUES(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), 0);
+    expect(&o, b, 4, NULL, "2|3->2", 12, squares, 0);
+    for (int k = 5; k < 7; k++) expect(&o, b, k, NULL, "|3->2", VALUES(6, 8, 10, 12, 14, 16), 0);
+    expect(&o, b, 7, NULL, "|->2", VALUES(4, 5), 0);
+    /* the argument at index 2 of a new (rightmost) output axis; zeros, resp. ones (the neutral
+     * element of =:*) elsewhere */
+    expect(&o, b, 8, NULL, "|->2,3", VALUES(0, 0, 2, 0, 0, 3), 0);
+    expect(&o, b, 9, "e_v", "|->2,3", VALUES(1, 1, 2, 1, 1, 3), 0);
+    expect(&o, b, 10, NULL, "|->4,3,2", 24, kji, 0);
+    expect(&o, b, 11, NULL, "|->4,3,2", 24, kji_sum, 0);
+    expect(&o, b, 12, NULL, "|->4,2", 8, ki, 0);
+    expect(&o, b, 13, NULL, "|->2,4,3,2", 48, vkji, 0);
+    /* s[2][v][o][i] = 16 + 4v + 2o + i summed over o, i */
+    expect(&o, b, 14, NULL, "|->2", VALUES(70, 86), 0);
+  }
+}
+
+/* ---- Seed 002 "Referencing arrays" and "Block comments" ---------------------------------------
+ */
+
+/* `p.grad =+ p.grad.merge` (and `p =+ p.merge`, the shorthand for p.value.merge): the merge
+ * buffers, filled from C as a device-to-device transfer would, are read in place of the nodes. */
+static void test_merge_buffers(void) {
+  BOTH {
+    cn_ctx *ctx = cn_ctx_create();
+    cn_graph *g = cn_graph_create(ctx);
+    cn_graph_set_prec(g, CN_PREC_DOUBLE);
+    cn_dims d2 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){2}, NULL}};
+    cn_tensor *p = cn_tensor_param(g, "p", &d2, NULL);
+    cn_notation_binding bind[1] = {{"p", p, 0}};
+    cn_asgn *a = cn_notation_cd(g, "p.grad =+ p.grad.merge; p =+ p.merge", 1, bind);
+    CHECK_MSG(a != NULL, "%s", cn_ctx_error(ctx));
+    if (a) {
+      CHECK_STR(cn_asgn_to_string(ctx, a), "p.grad =+ p.grad.merge;\np =+ p.merge;\n");
+      cn_node *value = cn_tensor_value(p), *grad = cn_tensor_grad(p);
+      CHECK(cn_node_set_values(value, false, (double[]){1, 2}, 2) == CN_OK);
+      CHECK(cn_node_set_values(value, true, (double[]){10, 20}, 2) == CN_OK);
+      CHECK(cn_node_set_values(grad, false, (double[]){3, 4}, 2) == CN_OK);
+      CHECK(cn_node_set_values(grad, true, (double[]){0.5, 0.25}, 2) == CN_OK);
+      cn_routine *r = cn_routine_compile(ctx, a, b ? CN_BACKEND_C : CN_BACKEND_INTERP, "merge");
+      CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+      double v[2] = {0, 0}, gv[2] = {0, 0};
+      if (r && cn_routine_run(r) == CN_OK) {
+        cn_node_get_values(value, false, v, 2);
+        cn_node_get_values(grad, false, gv, 2);
+      }
+      CHECK(v[0] == 11 && v[1] == 22);
+      CHECK(gv[0] == 3.5 && gv[1] == 4.25);
+      cn_routine_free(r);
+    }
+    CHECK(cn_notation_cd(g, "p.merge =: p", 1, bind) == NULL);
+    CHECK_HAS(cn_ctx_error(ctx), "<cn_cd>:1:1: a merge buffer is read, never assigned to");
+    CHECK(cn_notation_op(g, "p.merge + p", 1, bind) == NULL);
+    CHECK_HAS(cn_ctx_error(ctx), "a merge buffer (.merge) is read only as an operand of a %cd");
+    cn_ctx_destroy(ctx);
+  }
+}
+
+/* `~~("space" "separated" "comment" "tensor p debug_name:" p; <scope>)`: the comment wraps the
+ * assignments of its scope, which run. */
+static void test_block_comment(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d2 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){2}, NULL}};
+  cn_tensor *p = cn_tensor_param(g, "p", &d2, NULL);
+  cn_asgn *a = cn_notation_cd(
+      g, "~~(\"space\" \"separated\" \"comment\" \"tensor p debug_name:\" p p.grad; p =+ p.grad)",
+      1, (cn_notation_binding[]){{"p", p, 0}});
+  CHECK_STR(a ? cn_asgn_to_string(ctx, a) : cn_ctx_error(ctx),
+            "~~(\"space separated comment tensor p debug_name: p p.grad\";\n  p =+ p.grad;\n);\n");
+  CHECK(cn_notation_cd(g, "~~(\"n\" 3; p =+ p.grad)", 1, (cn_notation_binding[]){{"p", p, 0}}) ==
+        NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "a comment is made of strings and tensors, not a number");
+  cn_ctx_destroy(ctx);
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let p = {p = [1.0; 2.0]}\nbackprop ((p *. p) ++ \"i => 0\")\n"
+             "let%cd c = ~~(\"double the step\" p; p =+ p.grad; p =+ p.grad)\nrun c\nprint p\n"))
+      continue;
+    expect(&o, b, 0, "p", "|->2", VALUES(5, 10), 0);
+  }
+}
+
+/* "Intricacies": the forward code of an embedded tensor expression comes just before the
+ * assignment that reads it. */
+static void test_embedded_forward(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d2 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){2}, NULL}};
+  cn_tensor *a = cn_tensor_data(g, "a", &d2, (double[]){1, 2}, 2);
+  cn_tensor *r = cn_tensor_buffer(g, "r", NULL);
+  cn_asgn *asgn = cn_notation_cd(g, "r =: a; r =+ (a + a) *. a", 2,
+                                 (cn_notation_binding[]){{"a", a, 0}, {"r", r, 0}});
+  CHECK_STR(asgn ? cn_asgn_to_string(ctx, asgn) : cn_ctx_error(ctx),
+            "r =: a;\nadd =:+ a + a;\nmul =:+ add * a;\nr =+ mul;\n");
+  cn_ctx_destroy(ctx);
+}
+
+/* "The hard-coded to-the-power-of operator": `**.` takes a number, and its gradient is
+ * p * t^(p-1) * g (2 t g for p = 2, g for p = 1); `3 *. x **. 2` is `3 *. (x **. 2)`. */
+static void test_pointpow(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let x = {x = [2.0; -1.0]}\nbackprop ((x **. 3.) ++ \"i => 0\")\nprint x.grad\n"
+             "let y = {y = [2.0; -1.0]}\nbackprop ((y **. 2.) ++ \"i => 0\")\nprint y.grad\n"
+             "let z = {z = [2.0; -1.0]}\nbackprop ((z **. 1.) ++ \"i => 0\")\nprint z.grad\n"
+             "print (3 *. x **. 2)\n"))
+      continue;
+    expect(&o, b, 0, "x.grad", "|->2", VALUES(12, 3), 0);
+    expect(&o, b, 1, "y.grad", "|->2", VALUES(4, -2), 0);
+    expect(&o, b, 2, "z.grad", "|->2", VALUES(1, 1), 0);
+    expect(&o, b, 3, NULL, "|->2", VALUES(12, 3), 0);
+  }
+  CHECK_HAS(run_error("let x = [1.0]\nprint (x **. x)\n"),
+            "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
+}
+
+/* ---- Seed 000 "Surface: literals, inline declarations, and the unit boundary" -----------------
+ */
+
+/* Literals: lists are output axes, tuples input axes, arrays batch axes; `([2.0] : rgb)` names
+ * an axis's basis, and differently labeled axes do not fuse (the error points at the operator
+ * that joins them). */
+static void test_seed000_literals(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "print [| [ (1, 2, 3); (4, 5, 6) ]; [ (7, 8, 9); (10, 11, 12) ] |]\n"
+             "print (([1.0; 2.0] : rgb) + ([3.0; 4.0] : rgb))\nprint ([ 2.0 ] : rgb)\n"))
+      continue;
+    expect(&o, b, 0, NULL, "2|3->2", VALUES(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 0);
+    expect(&o, b, 1, NULL, "|->2", VALUES(4, 6), 0);
+    expect(&o, b, 2, NULL, "|->1", VALUES(2), 0);
+  }
+  CHECK_HAS(run_error("let c = ([1.0; 2.0] : rgb)\nprint (c + ([3.0; 4.0] : xy))\n"),
+            "seed.cnl:2:10: shape conflict in pointwise");
+  CHECK_HAS(run_error("let c = ([1.0; 2.0] : rgb)\nprint (c + ([3.0; 4.0] : xy))\n"),
+            "axis labels differ ('rgb' vs 'xy')");
+}
+
+/* Declarations: {w} (shape by inference), {w = expr}, {b; o = [hid_dim]}; a parameter that
+ * nothing pins is an error at its declaration; a %cd declaration has no gradient. */
+static void test_seed000_declarations(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let hid_dim = 3\n"
+             "let y = {w} * [1.0; 2.0]\nlet v = {v = range 3} + [1.0; 1.0; 1.0]\n"
+             "let c = {c; o = [hid_dim]} + v\nprint w\nprint v\nprint c\n"))
+      continue;
+    expect(&o, b, 0, "w", "|2->", 2, o.t[0].v, 0);
+    expect(&o, b, 1, "v", "|->3", VALUES(1, 2, 3), 0);
+    expect(&o, b, 2, "c", "|->3", 3, o.t[2].v, 0);
+  }
+  CHECK_HAS(run_error("let y = [1.0]\nlet w = {w}\nprint y\n"),
+            "seed.cnl:2:9: shape inference: the number of input axes of parameter \"w\"");
+  CHECK_HAS(run_error("let y = [1.0]\nlet w = {w}\nprint y\n"),
+            "(found when line 3 needed the shapes)\nlet w = {w}\n        ^");
+  CHECK_HAS(run_error("let%cd r = {z} =: [1.0]\nprint z.grad\n"),
+            "seed.cnl:2:9: \"z\" has no gradient (not differentiable)");
+}
+
+/* The unit boundary: `let layer = make ()` mints the parameters once; every application of
+ * layer reuses them, another `make ()` mints its own. */
+static void test_unit_boundary(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let%op make () x = {m; o = [2]} *. x\n"
+             "let layer = make ()\nlet other = make ()\n"
+             "let a1 = layer [1.0; 2.0]\nlet a2 = layer [1.0; 2.0]\nlet c = other [1.0; 2.0]\n"
+             "print a1\nprint a2\nprint c\n"))
+      continue;
+    expect(&o, b, 1, "a2", "|->2", 2, o.t[0].v, 0);
+    CHECK_MSG(o.n == 3 && memcmp(o.t[2].v, o.t[0].v, 2 * sizeof(double)) != 0,
+              "%s: another make () shares the parameter", backend_name[b]);
+  }
+}
+
+/* ---- Seed 000 contraction-is-emergent: the producer regime -------------------------------------
+ */
+
+/* The SGD skeleton `{ sgd_delta } =: p.grad + (!.weight_decay *. p); { sgd_momentum } =:
+ * (!.momentum *. sgd_momentum) + sgd_delta; p =- learning_rate *. sgd_delta`, run twice, and
+ * its last line's binary spelling `p =- learning_rate * sgd_delta ~logic:"."`. */
+static void test_producer_sgd(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let p = {p = [1.0; 2.0]}\nlet q = {q = [1.0; 2.0]}\n"
+             "backprop (((p *. p) + (q *. q)) ++ \"i => 0\")\n"
+             "let weight_decay = 0.5\nlet momentum = 0.9\nlet learning_rate = 0.1\n"
+             "let%cd step = { sgd_delta } =: p.grad + (!.weight_decay *. p);\n"
+             "  { sgd_momentum } =: (!.momentum *. sgd_momentum) + sgd_delta;\n"
+             "  p =- learning_rate *. sgd_delta\n"
+             "let%cd step2 = { delta2 } =: q.grad + (!.weight_decay *. q);\n"
+             "  q =- learning_rate * delta2 ~logic:\".\"\n"
+             "run step\nprint p\nprint sgd_delta\nprint sgd_momentum\nrun step\nprint p\n"
+             "print sgd_momentum\nrun step2\nrun step2\nprint q\n"))
+      continue;
+    expect(&o, b, 0, "p", "|->2", VALUES(0.75, 1.5), 1e-15);
+    expect(&o, b, 1, "sgd_delta_p", "|->2", VALUES(2.5, 5), 1e-15);
+    expect(&o, b, 2, "sgd_momentum_p", "|->2", VALUES(2.5, 5), 1e-15);
+    /* d = [2; 4] + 0.5 [0.75; 1.5], m = 0.9 [2.5; 5] + d, p -= 0.1 d */
+    expect(&o, b, 3, "p", "|->2", VALUES(0.5125, 1.025), 1e-15);
+    expect(&o, b, 4, "sgd_momentum_p", "|->2", VALUES(4.625, 9.25), 1e-15);
+    expect(&o, b, 5, "q", "|->2", VALUES(0.5125, 1.025), 1e-15);
+  }
+}
+
+/* ---- ocannl-notes §2.6: spec examples from OCANNL's docs and tests -----------------------------
+ */
+
+static void test_notes_specs(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let x = range_of_shape ~batch_dims:[2] ~input_dims:[3] ~output_dims:[2]\n"
+             "print (x ++ \"b|i->o => o|b->i\")\n"
+             "print ([1.0; 2.0] +* \"i; j => i->j\" [10.0; 20.0; 30.0])\n"
+             "print (x ++ \"...|1->... => ...|...\")\n"
+             "print ([(1, 2); (3, 4); (5, 6)] ++ \"i->j => i0j\")\n"
+             "print ([[1.0; 2.0]; [3.0; 4.0]] ++ \"ii=>i\")\n"
+             "print ([1.0; 2.0] ++ \"i=>ii\")\nprint ([1.0; 2.0] ++ \"i=>i0\")\n"
+             "let q = [| [ [1.0; 2.0] ]; [ [3.0; 4.0] ] |]\n"
+             "let k = [| [ [1.0; 0.0] ]; [ [0.0; 1.0] ]; [ [1.0; 1.0] ] |]\n"
+             "print (q +* \" ... s | h d; ... t | h d => ... s | t -> h\" k)\n"))
+      continue;
+    expect(&o, b, 0, NULL, "2|2->3", VALUES(0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11), 0);
+    expect(&o, b, 1, NULL, "|2->3", VALUES(10, 20, 20, 40, 30, 60), 0);
+    expect(&o, b, 2, NULL, "2|->2", VALUES(1, 4, 7, 10), 0);
+    expect(&o, b, 3, NULL, "|->2,1,3", VALUES(1, 3, 5, 2, 4, 6), 0);
+    expect(&o, b, 4, NULL, "|->2", VALUES(1, 4), 0);
+    expect(&o, b, 5, NULL, "|->2,2", VALUES(1, 0, 0, 2), 0);
+    expect(&o, b, 6, NULL, "|->2,1", VALUES(1, 2), 0);
+    /* scores[s][t] = q[s] . k[t] */
+    expect(&o, b, 7, NULL, "2|3->1", VALUES(1, 2, 3, 3, 4, 7), 0);
+  }
+}
+
+/* ---- The JSON output, parsed back -------------------------------------------------------------
+ */
+
+/* Full precision (a double survives the round trip exactly, -0 keeps its sign), escaped labels,
+ * dims in memory order. */
+static void test_json_round_trip(void) {
+  const double want[6] = {0.1, 1e-300, -2.5e10, 1.0 / 3, -0.0, 123456789.125};
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let v = [| [0.1; 1e-300; -2.5e10]; [0.3333333333333333; -0.0; 123456789.125] |]\n"
+             "print v\n"))
+      continue;
+    expect(&o, b, 0, "v", "2|->3", 6, want, 0);
+    CHECK(o.n == 1 && signbit(o.t[0].v[4]) && o.t[0].v[3] == 1.0 / 3);
+  }
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims d = {{1, (int64_t[]){2}, NULL}, {1, (int64_t[]){1}, NULL}, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *t = cn_tensor_data(g, "q\"uo\\te\n", &d, want, 6);
+  const char *line = t ? cn_tensor_format(t, false, true) : NULL;
+  jtensor parsed;
+  CHECK_MSG(line && parse_line(line, &parsed), "%s", line ? line : cn_ctx_error(ctx));
+  if (line && parse_line(line, &parsed)) {
+    CHECK_STR(parsed.label, "q\"uo\\te\n");
+    CHECK_STR(dims_of(&parsed), "2|1->3");
+    CHECK_INT(parsed.nv, 6);
+    for (int i = 0; i < 6; i++) CHECK(parsed.v[i] == want[i]);
+  }
+  cn_ctx_destroy(ctx);
+}
+
+int main(void) {
+  test_unary_ops();
+  test_binary_ops();
+  test_ternary_ops();
+  test_assignment_ops();
+  test_op_layer();
+  test_op_inline_layer();
+  test_cd_compose();
+  test_update_spellings();
+  test_literals();
+  test_wildcards();
+  test_sgd_one();
+  test_config_layer();
+  test_three_layer_perceptron();
+  test_declaration_forms();
+  test_scalar_loss();
+  test_spec_examples();
+  test_merge_buffers();
+  test_block_comment();
+  test_embedded_forward();
+  test_pointpow();
+  test_seed000_literals();
+  test_seed000_declarations();
+  test_unit_boundary();
+  test_producer_sgd();
+  test_notes_specs();
+  test_json_round_trip();
+  CHECK_DONE();
+}
