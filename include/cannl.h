@@ -527,6 +527,95 @@ cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
 cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
 
+/* ---- Tile (src/tile, seed 003) ------------------------------------------------------------- */
+
+/* A name a Tile statement refers to: a tensor (tensor non-NULL; `dims`, if not NULL, names its
+ * axes in memory order as Tile dims, e.g. "M, N" is I.bind_dims(M, N); a name repeated across
+ * bindings must have one size), or a dim (tensor NULL) of size `dim`. Dim names are upper-case. */
+typedef struct {
+  const char *name;
+  cn_tensor *tensor;
+  const char *dims;
+  int64_t dim;
+} cn_tile_binding;
+/* One contraction (seed 003), e.g. "O[i : (N + 1) / 2] >= I[2*i + j], j < 2" with
+ * {"I", I, "N"}: the output's name and index polynomials with optional sizes (`: SIZE`, an
+ * integer expression of dims with + - * and floor division `/` or `//`; an axis without one is
+ * sized by the largest value its index reaches over the operands and constraints), an
+ * aggregation (`+=` sum, `*=` product, `>=` max, `<=` min, `=` assign), a combination (a single
+ * tensor access, two combined by `*`, `+` or `==`, or `cond(A[..], B[..], C[..])`: C where A
+ * equals B, else 0), then constraints `, poly < bound` (implicitly 0 <= poly). Index
+ * polynomials are integer affine combinations of lower-case index variables and dims; `[]` and
+ * `()` brackets are interchangeable, `[()]` is an empty index list. The contraction aggregates
+ * over exactly the valid index sets (every index within its tensor's bounds, the output
+ * included, every constraint holding); output cells no valid set reaches are 0. `=` is refused
+ * when two valid sets may write one output cell (decided conservatively). The operands' shapes
+ * must be known when the statement is built (a pointwise result's shape is only known once the
+ * graph is materialized). The result has the statement's output axes as output axes. Errors are
+ * positioned ("... at column C" with the text and a caret). */
+cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_binding *bindings);
+
+/* Tile functions: the body of a seed 003 function in its Python flavor, e.g. with parameter I:
+ *     I.bind_dims(N)
+ *     O = TensorOutput((N + 1) / 2)
+ *     O[i] >= I[2 * i + j]
+ *     O.add_constraint(j < 2)
+ *     return O
+ * Statements are separated by newlines or ';' (a statement continues over lines inside
+ * brackets); `#` comments. Besides contractions (as cn_tile; with TensorOutput their dims come
+ * from it, and add_constraint statements anywhere in the body apply to them): TensorDims /
+ * TensorIndexes declarations, X.bind_dims(...) (the tensor's axes in memory order: batch, output,
+ * input), dim assignments `P = ((Y - 1) * s + EK - X) / 2` (integer arithmetic, floor division),
+ * elementwise statements `R = Sum / (X * Y)` (+ - * / unary -, == != < > <= >=, sqrt, exp, log,
+ * sin, cos, tanh, sigmoid, pow, select; NumPy broadcasting over memory-order dims; dims are
+ * scalar constants there), and a final `return EXPR` (or a bare expression). A name bound to a
+ * dim is a dim whatever its case; other lower-case names are index variables.
+ * create parses and checks the body once (copied into the context's arena); file, line and col
+ * (1-based, of body[0]) position its messages as FILE:LINE:COL with the line and a caret (file
+ * NULL: the function's name). NULL with a message on a syntax error. The function lives in
+ * ctx's arena and applies to graphs of ctx. */
+typedef struct cn_tile_fn cn_tile_fn;
+cn_tile_fn *cn_tile_fn_create(cn_ctx *ctx, const char *name, int n_params,
+                              const char *const *params, const char *body, const char *file,
+                              int line, int col);
+/* An argument: a tensor, or (tensor NULL) an integer dim (e.g. a stride). */
+typedef struct {
+  cn_tensor *tensor;
+  int64_t dim;
+} cn_tile_arg;
+/* Runs the body on the arguments (one per parameter, in order): builds the tensors of its
+ * contractions and elementwise statements in g and returns the result, an ordinary tensor with
+ * output axes (or an argument itself). Tensor arguments must have known shapes where the body
+ * uses them. NULL with a positioned message. */
+cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args, const cn_tile_arg *args);
+
+/* The seed's examples as operations (src/tile/library.c), each a Tile function; shapes are the
+ * tensors' dims in memory order (I is x, K the kernel):
+ *   sum_over_axis, max_over_axis: I [M, N] -> [N], the sum / max over axis 0;
+ *   global_min: I [X, Y, Z] -> [] (as -max(-I));
+ *   average: I [X, Y] -> [], the mean of every cell;
+ *   max_pool_1d: I [N] -> [N / 2], the max of each pair (round_up: [(N + 1) / 2], the last
+ *     pool holding one cell when N is odd);
+ *   cumsum: I [N] -> [N], O[i] = sum of I[k] for k <= i;
+ *   conv_1d: I [N, X, CI], K [KX, CI, CO] -> [N, X - KX + 1, CO] (valid);
+ *   conv_2d_dilated: I [N, X, Y, CI], K [KX, KY, CI, CO] with dilation (d0, d1) ->
+ *     [N, X - d0 (KX - 1), Y - d1 (KY - 1), CO] (valid);
+ *   complex_conv_2d: I [N, X0, X1, G, GCI], K [K0, K1, G, GCI, GCO], strides s0, s1, dilations
+ *     d0, d1, "same-lower" padding -> [N, Y0, Y1, G, GCO] with Yi = (Xi + si - 1) / si, reading
+ *     I[n, si*yi + di*ki - Pi, ...] with Pi = ((Yi - 1) si + di (Ki - 1) + 1 - Xi) / 2
+ *     (cells outside I are skipped). */
+cn_tensor *cn_tile_sum_over_axis(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tile_max_over_axis(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tile_global_min(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tile_average(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tile_max_pool_1d(cn_graph *g, cn_tensor *x, bool round_up);
+cn_tensor *cn_tile_cumsum(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tile_conv_1d(cn_graph *g, cn_tensor *x, cn_tensor *kernel);
+cn_tensor *cn_tile_conv_2d_dilated(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t d0,
+                                   int64_t d1);
+cn_tensor *cn_tile_complex_conv_2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t s0,
+                                   int64_t s1, int64_t d0, int64_t d1);
+
 /* ---- Datasets (src/tensor/datasets.c) -------------------------------------------------------- */
 
 /* n points of two noisy interleaved half circles ("half moons"), the same for a given seed on

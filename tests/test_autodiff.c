@@ -314,6 +314,9 @@ static double domain_value(cn_op op, int k, int64_t cell, rng *r) {
   case CN_OP_MAX: /* |a - b| >= 0.1 whichever cells broadcast against each other */
   case CN_OP_MIN: return k == 0 ? signed_in(r, 0.2, 1.5) : uniform_in(r, -0.1, 0.1);
   case CN_OP_WHERE: return k == 0 ? (double)irand(r, 0, 1) : signed_in(r, 0.5, 1.5);
+  case CN_OP_COND: /* a and b small integers, equal at cell 0: c passes a gradient there */
+    if (k == 2) return signed_in(r, 0.5, 1.5);
+    return cell == 0 ? 1 : (double)irand(r, 0, 1);
   case CN_OP_POW: return k == 0 ? uniform_in(r, 0.5, 1.5) : uniform_in(r, -1.5, 2.5);
   case CN_OP_DIV: return k == 0 ? signed_in(r, 0.5, 1.5) : uniform_in(r, 0.5, 1.5);
   case CN_OP_ID:

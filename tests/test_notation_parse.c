@@ -363,7 +363,15 @@ static const example examples[] = {
      "backprop l *. !@j\n    run r\n    sgd l ~learning_rate:(0.1 *. !@i)\n  done\ndone\nprint "
      "!@i\n"},
     {"for k = 0 to 2 do done;; for k = let m = 1 in m to (3) do done",
-     "for k = 0 to 2 do\ndone\nfor k = let m = 1 in m to 3 do\ndone\n"},
+     "for k = 0 to 2 do\ndone\nfor k = let m = 1 in m to 3 do\ndone\n"}, /* let%tile: the body is
+    kept raw, its first line where it was; it ends before the next line that starts in the first
+    column */
+    {"let%tile pool I =\n\n    I.bind_dims(N)  \n  O = TensorOutput(N / 2)\n\n  O[i] >= I[2*i + j]"
+     "\n  return O\n\nprint pool x",
+     "let%tile pool I =\n    I.bind_dims(N)  \n  O = TensorOutput(N / 2)\n\n  O[i] >= I[2*i + j]\n"
+     "  return O\nprint pool x\n"},
+    {"let%tile s I J = O[i] += I[i] * J[i]; return O\nlet x = 1",
+     "let%tile s I J = O[i] += I[i] * J[i]; return O\nlet x = 1\n"},
 };
 
 static void test_examples(void) {
@@ -644,8 +652,8 @@ static const bad bads[] = {
      "+ b\n            ^"},
     {"let x = 1\nlet y = (2 +\n",
      "b.cnl:2:13: expected an expression, found end of input\nlet y = (2 +\n            ^"},
-    {"let%foo x = 1",
-     "b.cnl:1:4: unknown extension: write let%op or let%cd, without spaces\nlet%foo x = 1\n   ^"},
+    {"let%foo x = 1", "b.cnl:1:4: unknown extension: write let%op, let%cd or let%tile, without "
+                      "spaces\nlet%foo x = 1\n   ^"},
     {"let%cd f = a =% b",
      "b.cnl:1:14: unknown assignment operator '=%' (the assignment operators are =: and =op, =:op "
      "for op one of + - * / ** ?/ ?^ || && @^ ^^)\nlet%cd f = a =% b\n             ^"},
@@ -735,9 +743,15 @@ static const bad bads[] = {
     {"let x = 'ab'",
      "b.cnl:1:9: invalid character literal: a dimension label is one letter, digit or '_' in "
      "quotes, as in 'q'\nlet x = 'ab'\n        ^"},
-    {"let x = let%op y = 1 in y",
-     "b.cnl:1:12: let%op and let%cd are only allowed at the top level\nlet x = let%op y = 1 in "
-     "y\n           ^"},
+    {"let%tile f = O", "b.cnl:1:1: a Tile function takes parameters (its tensors and dims)\n"
+                       "let%tile f = O\n^"},
+    {"let%tile f ~x = O", "b.cnl:1:12: a Tile function's parameters are plain names (tensors or "
+                          "integer dims)\nlet%tile f ~x = O\n           ^"},
+    {"let%tile f I =\nprint x",
+     "b.cnl:1:15: expected the body of the Tile function\nlet%tile f I =\n              ^"},
+    {"let x = let%op y = 1 in y", "b.cnl:1:12: let%op, let%cd and let%tile are only allowed at the "
+                                  "top level\nlet x = let%op y = 1 in "
+                                  "y\n           ^"},
     {"let%cd f = x =: ~~(\"c\"; a =: b)",
      "b.cnl:1:17: a block comment ~~(...) is a %cd statement, not an expression\nlet%cd f = x =: "
      "~~(\"c\"; a =: b)\n                ^"},

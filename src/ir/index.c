@@ -448,6 +448,32 @@ bool cn_proj_has_conditions(const cn_proj *proj) {
   return proj->n_constraints > 0 || proj->valid_only;
 }
 
+/* Under valid_only the visited points must stay the same: the bounds of a slot of proj that no
+ * tensor of the new record reads through become constraints (a bound 0 <= index < dim is a
+ * constraint's form); the kept slots' bounds are still checked by valid_only itself. */
+cn_proj *cn_proj_over(cn_ctx *ctx, const cn_proj *proj, cn_proj_tensor lhs, int n_rhs,
+                      const cn_proj_tensor *rhs, const int *from, bool zero_unreached) {
+  bool kept[CN_MAX_SLOTS] = {false};
+  for (int i = 0; i <= n_rhs && i < CN_MAX_SLOTS; i++) {
+    CN_ASSERT(from[i] <= proj->n_rhs);
+    if (from[i] >= 0) kept[from[i]] = true;
+  }
+  int n_cons = proj->n_constraints;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    if (proj->valid_only && !kept[s]) n_cons += proj->slot[s].rank;
+  cn_proj_constraint *cons = cn_alloc(ctx, (size_t)(n_cons ? n_cons : 1) * sizeof *cons);
+  if (!cons) return NULL;
+  if (proj->n_constraints > 0)
+    memcpy(cons, proj->constraints, (size_t)proj->n_constraints * sizeof *cons);
+  n_cons = proj->n_constraints;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    for (int a = 0; proj->valid_only && !kept[s] && a < proj->slot[s].rank; a++)
+      cons[n_cons++] = (cn_proj_constraint){proj->slot[s].map[a], proj->slot[s].dims[a]};
+  proj_extra extra = {n_cons, cons, proj->valid_only, zero_unreached};
+  return proj_build(ctx, proj->n_product, proj->iters, proj->lo, proj->sizes, lhs, n_rhs, rhs,
+                    &extra);
+}
+
 /* The slots are re-addressed, never re-derived: every map is the original's, so a gradient
  * assignment reads the forward operation's loops (seed 001, last section). */
 cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
@@ -476,24 +502,7 @@ cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_r
     const cn_proj_slot *from = &proj->slot[want[i]];
     t[i] = (cn_proj_tensor){from->rank, from->dims, from->map};
   }
-  /* The visited points must stay the same: under valid_only, the bounds of a slot the new record
-   * drops become constraints (a bound 0 <= index < dim is a constraint's form). */
-  bool kept[CN_MAX_SLOTS] = {false};
-  for (int i = 0; i <= n_rhs; i++) kept[want[i]] = true;
-  int n_cons = proj->n_constraints;
-  for (int s = 0; s <= proj->n_rhs; s++)
-    if (proj->valid_only && !kept[s]) n_cons += proj->slot[s].rank;
-  cn_proj_constraint *cons = cn_alloc(ctx, (size_t)(n_cons ? n_cons : 1) * sizeof *cons);
-  if (!cons) return NULL;
-  if (proj->n_constraints > 0)
-    memcpy(cons, proj->constraints, (size_t)proj->n_constraints * sizeof *cons);
-  n_cons = proj->n_constraints;
-  for (int s = 0; s <= proj->n_rhs; s++)
-    for (int a = 0; proj->valid_only && !kept[s] && a < proj->slot[s].rank; a++)
-      cons[n_cons++] = (cn_proj_constraint){proj->slot[s].map[a], proj->slot[s].dims[a]};
-  proj_extra extra = {n_cons, cons, proj->valid_only, proj->zero_unreached};
-  return proj_build(ctx, proj->n_product, proj->iters, proj->lo, proj->sizes, t[0], n_rhs, t + 1,
-                    &extra);
+  return cn_proj_over(ctx, proj, t[0], n_rhs, t + 1, want, proj->zero_unreached);
 }
 
 bool cn_index_equal(const cn_index *a, const cn_index *b) {

@@ -62,6 +62,16 @@ struct cn_proj {
 /* True if the record visits a subset of its box (constraints or valid_only). */
 bool cn_proj_has_conditions(const cn_proj *proj);
 
+/* A record visiting exactly proj's points (iterators, ranges, constraints, valid_only) for other
+ * tensors: the gradient builder's assignments, whose tensors are the forward operation's slots and
+ * intermediates shaped like its box. Tensor i (0 the LHS, then rhs[0..n_rhs)) reads through slot
+ * from[i] of proj (its map and dims), or from[i] < 0 for a tensor whose indices stay within its
+ * dims over the whole box. zero_unreached is given, not inherited: it describes the forward
+ * operation's `=:`, not an accumulation into a gradient. cn_proj_permute is the case where every
+ * tensor is a slot and the flag is kept. */
+cn_proj *cn_proj_over(cn_ctx *ctx, const cn_proj *proj, cn_proj_tensor lhs, int n_rhs,
+                      const cn_proj_tensor *rhs, const int *from, bool zero_unreached);
+
 /* Inclusive range [*lo, *hi] an index takes over the product space's box (iterators over their
  * ranges, free symbols over their declared range; false if a free symbol has no range, the index
  * is invalid or the range overflows). */

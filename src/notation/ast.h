@@ -235,7 +235,9 @@ struct cn_nt_cd {
 typedef enum {
   CN_NT_LET_PLAIN, /* let x = e: binds a tensor (or a host value) */
   CN_NT_LET_OP,    /* let%op f PARAMS = e: a function (or, without params, a named tensor) */
-  CN_NT_LET_CD     /* let%cd r PARAMS = cd: a routine */
+  CN_NT_LET_CD,    /* let%cd r PARAMS = cd: a routine */
+  CN_NT_LET_TILE   /* let%tile f PARAMS = BODY: a Tile function (seed 003), BODY in its own
+                      language (src/tile), kept as text */
 } cn_nt_let_kind;
 
 typedef enum {
@@ -278,9 +280,13 @@ struct cn_nt_item {
       cn_nt_pos name_pos; /* of the name, or of the pattern's first name */
       int n_params;       /* 0 for LET_PLAIN */
       cn_nt_param *params;
-      int config_param; /* index of the ~config parameter, or -1 */
-      cn_nt_expr *expr; /* PLAIN and OP: never NULL; CD: NULL */
-      cn_nt_cd *cd;     /* CD: never NULL; otherwise NULL */
+      int config_param;   /* index of the ~config parameter, or -1 */
+      cn_nt_expr *expr;   /* PLAIN and OP: never NULL; CD and TILE: NULL */
+      cn_nt_cd *cd;       /* CD: never NULL; otherwise NULL */
+      const char *tile;   /* TILE: the body, never NULL nor empty (plain parameters only, >= 1);
+                             otherwise NULL */
+      cn_nt_pos tile_pos; /* TILE: of the body's first character */
+      const cn_tile_fn *tile_fn; /* TILE: the body parsed by src/tile (never NULL) */
     } let;
     cn_nt_expr *expr; /* PRINT, BACKPROP, RUN: never NULL */
     struct {

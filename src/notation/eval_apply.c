@@ -337,6 +337,27 @@ static bool label_result(interp *I, const cn_nt_item *def, value *const *given, 
   return label && cn_tensor_set_label(result->t, label) == CN_OK;
 }
 
+/* A let%tile application: integers are dims (strides, sizes), everything else a tensor. Errors
+ * come from src/tile, positioned in the function's body. */
+static value *tile_body(interp *I, const value *f) {
+  const cn_nt_item *def = f->fn.def;
+  int n = def->u.let.n_params;
+  cn_tile_arg *targs = cn_alloc(I->ctx, sizeof *targs * (size_t)n);
+  if (!targs) return NULL;
+  for (int k = 0; k < n; k++) {
+    value *v = f->fn.given[k];
+    if (v->kind == V_NUM && v->is_int) {
+      targs[k] = (cn_tile_arg){NULL, (int64_t)v->num};
+    } else if (!(targs[k].tensor = nt_tensor_of(I, v, def->u.let.params[k].pos))) {
+      return NULL;
+    }
+  }
+  cn_tensor *t = cn_tile_fn_apply(I->g, def->u.let.tile_fn, n, targs);
+  if (!t) return NULL;
+  nt_note(I, def->u.let.tile_pos);
+  return nt_tensor_value(I, t);
+}
+
 static value *eval_body(interp *I, value *f) {
   const cn_nt_item *def = f->fn.def;
   if (++I->depth > MAX_CALL_DEPTH) {
@@ -353,7 +374,11 @@ static value *eval_body(interp *I, value *f) {
     if (!v) v = nt_mk(I, V_UNIT);
     if (p->name) ok = v && nt_bind(I, &scope, p->name, v);
   }
-  if (ok && def->u.let.ext == CN_NT_LET_CD) {
+  if (ok && def->u.let.ext == CN_NT_LET_TILE) {
+    int before = I->g->n_tensors;
+    result = tile_body(I, f);
+    if (!label_result(I, def, f->fn.given, result, before)) result = NULL;
+  } else if (ok && def->u.let.ext == CN_NT_LET_CD) {
     /* each application of a let%cd function is a routine with its own declarations */
     decl_scope *ds = cn_alloc(I->ctx, sizeof *ds);
     code *c = ds ? nt_eval_cd(I, scope, ds, def->u.let.cd) : NULL;

@@ -93,7 +93,8 @@ static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tr
     *out = (cn_tref){v->t, v->grad};
     if (merge) *merge = v->merge;
     cn_tensor_kind k = v->t->kind;
-    bool computed = k == CN_TK_ACCUM || k == CN_TK_NUMBER || k == CN_TK_FETCH || k == CN_TK_VEC;
+    bool computed = k == CN_TK_ACCUM || k == CN_TK_NUMBER || k == CN_TK_FETCH || k == CN_TK_VEC ||
+                    k == CN_TK_TILE;
     bool built = x->kind == CN_NT_BINOP || x->kind == CN_NT_APPLY || x->kind == CN_NT_EINSUM ||
                  x->kind == CN_NT_PREFIX;
     if (v->grad || !(v->t->is_param || (computed && !target))) return true;

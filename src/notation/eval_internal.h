@@ -88,7 +88,7 @@ struct value {
     cn_symbol sym;
   } index; /* V_INDEX */
   struct {
-    const cn_nt_item *def; /* a let%op or let%cd item with parameters */
+    const cn_nt_item *def; /* a let%op, let%cd or let%tile item with parameters */
     decl_scope *decls;     /* the lifting point's declarations */
     int n_given;           /* unused slots are NULL */
     value **given;         /* per parameter: the argument supplied so far */

@@ -125,8 +125,9 @@ static bool bind_pattern(interp *I, const cn_nt_item *it, value *v, int before) 
   return true;
 }
 
-/* A let%op / let%cd function: a let%op function without a lifting parameter creates its inline
- * declarations (and config blocks) now, once, shared by every application. */
+/* A let%op / let%cd / let%tile function (a Tile body was parsed with the script): a let%op function
+ * without a lifting parameter creates its inline declarations (and config blocks) now, once, shared
+ * by every application. */
 static value *function_value(interp *I, const cn_nt_item *it) {
   value *v = nt_mk(I, V_FUNC);
   if (!v) return NULL;
@@ -134,6 +135,7 @@ static value *function_value(interp *I, const cn_nt_item *it) {
   v->fn.given = cn_alloc(I->ctx, sizeof(value *) * (size_t)it->u.let.n_params);
   v->fn.decls = cn_alloc(I->ctx, sizeof *v->fn.decls);
   if (!v->fn.given || !v->fn.decls) return NULL;
+  if (it->u.let.ext == CN_NT_LET_TILE) return v; /* the parser made the Tile function */
   bool lifting = it->u.let.ext == CN_NT_LET_CD;
   for (int k = 0; k < it->u.let.n_params; k++) lifting |= nt_is_lifting(&it->u.let.params[k]);
   if (!lifting && !nt_predeclare(I, NULL, v->fn.decls, it->u.let.expr)) return NULL;

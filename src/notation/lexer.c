@@ -527,3 +527,41 @@ bool cn_nt_lex(cn_nt_lexer *lx, cn_nt_token *out) {
   lx->end_col = column_of(lx, lx->pos);
   return true;
 }
+
+/* A line that starts with a non-blank character in its first column ends a block. */
+static bool ends_block(const cn_nt_lexer *lx, size_t line_start) {
+  char c = at(lx, line_start);
+  return c != '\0' && c != ' ' && c != '\t' && c != '\r' && c != '\n';
+}
+
+bool cn_nt_lex_block(cn_nt_lexer *lx, const char **text, int *line, int *col) {
+  for (;;) { /* blanks, and blank or indented lines, before the block */
+    char c = at(lx, lx->pos);
+    if (c == '\n' && !ends_block(lx, lx->pos + 1))
+      newline(lx);
+    else if (c == ' ' || c == '\t' || c == '\r')
+      lx->pos++;
+    else
+      break;
+  }
+  size_t start = lx->pos;
+  *line = lx->line;
+  *col = column_of(lx, start);
+  size_t end = start; /* just after the last non-blank character */
+  for (;;) {
+    char c = at(lx, lx->pos);
+    if (c == '\0' || (c == '\n' && ends_block(lx, lx->pos + 1))) break;
+    if (c == '\n')
+      newline(lx);
+    else
+      lx->pos++;
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') end = lx->pos;
+  }
+  lx->end_line = lx->line;
+  lx->end_col = column_of(lx, lx->pos);
+  if (end == start) return error_here(lx, start, "expected the body of the Tile function");
+  char *s = copy_text(lx, start, end - start);
+  if (!s) return false;
+  *text = s;
+  return true;
+}

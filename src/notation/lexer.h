@@ -76,6 +76,12 @@ typedef struct {
 void cn_nt_lexer_init(cn_nt_lexer *lx, cn_ctx *ctx, const cn_nt_source *src);
 /* The next token; false (message recorded) on a lexical error or allocation failure. */
 bool cn_nt_lex(cn_nt_lexer *lx, cn_nt_token *out);
+/* A block of another language (the body of let%tile), read raw: from the first non-blank
+ * character after the current position to the end of the last line before the next line that
+ * starts with a non-blank character in its first column (or the end of the text), trailing
+ * blanks dropped. *text (arena) is that block, *line and *col the position of its first
+ * character; lexing continues after it. False (message recorded) when the block is empty. */
+bool cn_nt_lex_block(cn_nt_lexer *lx, const char **text, int *line, int *col);
 /* The source text of a reserved word, for messages. */
 const char *cn_nt_reserved_word(tk_kind kind);
 

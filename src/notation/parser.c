@@ -788,7 +788,7 @@ static cn_nt_expr *parse_let_in(parser *p) {
   cn_nt_token let = next(p);
   cn_nt_pos pos = pos_of(p, &let);
   if (at_op(p, "%")) {
-    error(p, here(p), "let%%op and let%%cd are only allowed at the top level");
+    error(p, here(p), "let%%op, let%%cd and let%%tile are only allowed at the top level");
     return NULL;
   }
   const cn_nt_token *t = peek(p, 0);
@@ -1193,6 +1193,37 @@ static bool parse_tuple_let(parser *p, cn_nt_item *it, bool parens) {
   return expect_equal(p, "after the pattern") && (it->u.let.expr = parse_expr(p)) != NULL;
 }
 
+/* After `let%tile NAME PARAMS =`: the body, read raw and parsed by src/tile (its own language),
+ * so that a syntax error there is a parse error of the script. Nothing was lexed past the '=', so
+ * the lexer stands right after it. */
+static bool parse_tile_body(parser *p, cn_nt_item *it, cn_nt_token let) {
+  if (it->u.let.n_params == 0) {
+    error(p, pos_of(p, &let), "a Tile function takes parameters (its tensors and dims)");
+    return false;
+  }
+  for (int i = 0; i < it->u.let.n_params; i++)
+    if (it->u.let.params[i].kind != CN_NT_PARAM_PLAIN) {
+      error(p, it->u.let.params[i].pos,
+            "a Tile function's parameters are plain names (tensors or integer dims)");
+      return false;
+    }
+  CN_ASSERT(p->count == 0);
+  int line, col;
+  if (!cn_nt_lex_block(&p->lx, &it->u.let.tile, &line, &col)) {
+    p->failed = true;
+    return false;
+  }
+  it->u.let.tile_pos = (cn_nt_pos){p->src, line, col};
+  const char **names = cn_alloc(p->ctx, sizeof *names * (size_t)it->u.let.n_params);
+  if (names)
+    for (int k = 0; k < it->u.let.n_params; k++) names[k] = it->u.let.params[k].name;
+  if (!names ||
+      !(it->u.let.tile_fn = cn_tile_fn_create(p->ctx, it->u.let.name, it->u.let.n_params, names,
+                                              it->u.let.tile, p->src->file, line, col)))
+    p->failed = true;
+  return !p->failed;
+}
+
 static bool parse_let_item(parser *p, cn_nt_item *it) {
   cn_nt_token let = next(p);
   it->u.let.ext = CN_NT_LET_PLAIN;
@@ -1205,8 +1236,11 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
       it->u.let.ext = CN_NT_LET_OP;
     else if (t->kind == TK_IDENT && adjacent && strcmp(t->text, "cd") == 0)
       it->u.let.ext = CN_NT_LET_CD;
+    else if (t->kind == TK_IDENT && adjacent && strcmp(t->text, "tile") == 0)
+      it->u.let.ext = CN_NT_LET_TILE;
     else {
-      error(p, pos_of(p, &pct), "unknown extension: write let%%op or let%%cd, without spaces");
+      error(p, pos_of(p, &pct),
+            "unknown extension: write let%%op, let%%cd or let%%tile, without spaces");
       return false;
     }
     next(p);
@@ -1241,6 +1275,7 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
     if (ps[i].kind == CN_NT_PARAM_LABELED && strcmp(ps[i].name, "config") == 0)
       it->u.let.config_param = i;
   if (it->u.let.ext == CN_NT_LET_CD) return (it->u.let.cd = parse_cd_seq(p)) != NULL;
+  if (it->u.let.ext == CN_NT_LET_TILE) return parse_tile_body(p, it, let);
   return (it->u.let.expr = parse_expr(p)) != NULL;
 }
 

@@ -368,7 +368,7 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
   cn_sbuf_printf(sb, "%*s", 2 * indent, "");
   switch (it->kind) {
   case CN_NT_ITEM_LET: {
-    static const char *const ext[] = {"", "%op", "%cd"};
+    static const char *const ext[] = {"", "%op", "%cd", "%tile"};
     if (it->u.let.n_names > 0) {
       cn_sbuf_puts(sb, "let (");
       for (int i = 0; i < it->u.let.n_names; i++)
@@ -379,6 +379,13 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     }
     cn_sbuf_printf(sb, "let%s %s", ext[it->u.let.ext], it->u.let.name);
     print_params(pr, it->u.let.n_params, it->u.let.params);
+    if (it->u.let.tile) { /* the raw body, its first line where it was */
+      if (it->u.let.tile_pos.line > it->pos.line)
+        cn_sbuf_printf(sb, " =\n%*s%s", it->u.let.tile_pos.col - 1, "", it->u.let.tile);
+      else
+        cn_sbuf_printf(sb, " = %s", it->u.let.tile);
+      break;
+    }
     cn_sbuf_puts(sb, " = ");
     if (it->u.let.cd)
       print_cd_body(pr, it->u.let.cd);

@@ -84,6 +84,7 @@ static cn_status own_code(cn_tensor *t, asgn_list *out) {
   case CN_TK_VIEW: return CN_OK;   /* another tensor's gradient, computed by backprop */
   case CN_TK_FETCH: return add(out, fetch_code(t));
   case CN_TK_ACCUM:
+  case CN_TK_TILE:
   case CN_TK_PARAM: return add(out, cn_tensor_forward_asgn(t));
   case CN_TK_VEC:
     return add(out, cn_asgn_vec_unop(ctx, t->prim, t->value, (cn_buffer){t->args[0]->value, false},
@@ -169,7 +170,7 @@ static cn_status backprop_into(cn_graph *g, cn_tensor *loss, asgn_list *out) {
   if (st == CN_OK) st = add(out, cn_asgn_fetch_constant(g->ctx, loss->grad, 1));
   for (int i = order.n - 1; i >= 0 && st == CN_OK; i--) {
     cn_tensor *t = order.v[i];
-    if (t->diff && !t->is_param && t->kind == CN_TK_ACCUM)
+    if (t->diff && !t->is_param && (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE))
       st = cn_tensor_backprop_asgn(t, &out->v, &out->n, &out->cap);
   }
   return st;

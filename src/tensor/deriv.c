@@ -11,9 +11,15 @@
  * gradient through the operand's own map, which makes reductions (broadcast operands, contracted
  * axes, affine reads) sum their contributions.
  *
- * Invariants: a formula reads v only when the operation is pointwise (bijective LHS map), where
- * the result cell at a product point is the op of that point's operands; under a max/min
- * accumulation a contribution is gated by prim(operands) == v (the argmax rule). */
+ * Every gradient assignment visits exactly the forward operation's points (cn_proj_over): the same
+ * iterators and ranges (a Tile record's may start below 0), constraints and valid index sets, so
+ * a Tile contraction's gradient is seed 001's derivation unchanged — same index space, same
+ * constraints, LHS and operand roles swapped (seed 003, issue 7).
+ *
+ * Invariants: a formula reads v only when the LHS map is injective, where a written cell holds
+ * the op of its one point's operands whatever the accumulation; several points per cell need a +,
+ * max or min accumulation, and under max/min a contribution is gated by prim(operands) == v (the
+ * argmax rule: every point attaining the result gets it). */
 #include "tensor/tensor.h"
 
 #include <ctype.h>
@@ -176,11 +182,14 @@ bool cn_op_differentiable(cn_op op, int operand) {
 
 /* ---- Compiling a formula into assignments ------------------------------------------------- */
 
+/* A tensor of a gradient assignment: a slot of the forward record (slot >= 0), or an
+ * intermediate or constant whose indices stay within its dims at every point (slot -1). */
 typedef struct {
   cn_node *node;
   int rank;
   const int64_t *dims;
   const cn_index *map;
+  int slot;
 } ref;
 
 typedef struct {
@@ -201,10 +210,11 @@ static cn_status push(builder *b, cn_asgn *a) {
 
 static ref slot_ref(builder *b, cn_node *node, int slot) {
   const cn_proj_slot *s = &b->p->slot[slot];
-  return (ref){node, s->rank, s->dims, s->map};
+  return (ref){node, s->rank, s->dims, s->map, slot};
 }
 
-/* A node shaped like the product space, read and written through the identity map. */
+/* A node shaped like the product space's box, read and written at each point's position in it
+ * (iterator minus its first value, which may be negative in a Tile record). */
 static bool product_ref(builder *b, ref *out) {
   const cn_proj *p = b->p;
   if (p->n_product > CN_MAX_RANK) {
@@ -216,8 +226,9 @@ static bool product_ref(builder *b, ref *out) {
   cn_index *map = cn_alloc(b->ctx, sizeof *map * (size_t)(p->n_product + 1));
   cn_node *node = cn_node_create(b->ctx, "grad_tmp", b->t->prec, p->n_product, p->sizes);
   if (!map || !node) return false;
-  for (int i = 0; i < p->n_product; i++) map[i] = cn_index_iter(p->iters[i]);
-  *out = (ref){node, p->n_product, p->sizes, map};
+  for (int i = 0; i < p->n_product; i++)
+    map[i] = cn_index_affine(1, &p->iters[i], (const int64_t[]){1}, -p->lo[i]);
+  *out = (ref){node, p->n_product, p->sizes, map, -1};
   return true;
 }
 
@@ -225,12 +236,16 @@ static cn_status assign(builder *b, const ref *lhs, bool init, cn_op accum, cn_o
                         const ref *rhs) {
   cn_proj_tensor rt[3];
   cn_buffer buf[3];
+  int from[4] = {lhs->slot, -1, -1, -1};
   for (int i = 0; i < n; i++) {
     rt[i] = (cn_proj_tensor){rhs[i].rank, rhs[i].dims, rhs[i].map};
     buf[i] = (cn_buffer){rhs[i].node, false};
+    from[i + 1] = rhs[i].slot;
   }
-  cn_proj *rec = cn_proj_create(b->ctx, b->p->n_product, b->p->iters, b->p->sizes,
-                                (cn_proj_tensor){lhs->rank, lhs->dims, lhs->map}, n, rt);
+  /* the forward record's whole space: ranges, constraints, valid sets (without its `=:`
+   * initialization, which is not this assignment's) */
+  cn_proj *rec = cn_proj_over(b->ctx, b->p, (cn_proj_tensor){lhs->rank, lhs->dims, lhs->map}, n, rt,
+                              from, false);
   if (!rec) return b->ctx->status;
   return push(b, cn_asgn_accum(b->ctx, init, accum, lhs->node, op, buf, rec));
 }
@@ -247,7 +262,7 @@ static cn_status operand_ref(builder *b, const expr *e, ref *out) {
   case E_NUMBER: {
     cn_node *c = cn_node_create(b->ctx, "grad_const", t->prec, 0, NULL);
     if (!c) return b->ctx->status;
-    *out = (ref){c, 0, NULL, NULL};
+    *out = (ref){c, 0, NULL, NULL, -1};
     return push(b, cn_asgn_fetch_constant(b->ctx, c, e->number));
   }
   case E_APPLY:
@@ -262,11 +277,11 @@ static cn_status emit(builder *b, const expr *e, const ref *target, bool init, c
   if (e->kind == E_APPLY && e->op == CN_OP_NEG && !init && accum == CN_OP_ADD)
     return emit(b, e->args[0], target, false, CN_OP_SUB);
   if (e->kind != E_APPLY) {
-    ref leaf = {NULL, 0, NULL, NULL};
+    ref leaf = {NULL, 0, NULL, NULL, -1};
     cn_status st = operand_ref(b, e, &leaf);
     return st != CN_OK ? st : assign(b, target, init, accum, CN_OP_ID, 1, &leaf);
   }
-  ref args[3] = {{NULL, 0, NULL, NULL}, {NULL, 0, NULL, NULL}, {NULL, 0, NULL, NULL}};
+  ref args[3] = {{NULL, 0, NULL, NULL, -1}, {NULL, 0, NULL, NULL, -1}, {NULL, 0, NULL, NULL, -1}};
   for (int i = 0; i < e->n_args; i++) {
     cn_status st = operand_ref(b, e->args[i], &args[i]);
     if (st != CN_OK) return st;
@@ -291,9 +306,17 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
   cn_ctx *ctx = t->g->ctx;
   builder b = {t, ctx, t->proj, out, n, cap};
   bool gated = t->accum == CN_OP_MAX || t->accum == CN_OP_MIN;
-  bool pointwise = cn_proj_lhs_injective(t->proj) && cn_proj_lhs_surjective(t->proj);
-  if (!gated && t->accum != CN_OP_ADD && !pointwise)
-    return no_rule(t, "only +, max and min accumulations have a gradient rule");
+  /* At most one visited point per LHS cell: whatever the accumulation (Tile's `=` and `*=`
+   * included), a written cell holds prim(operands) of its one point. */
+  bool single = cn_proj_lhs_injective(t->proj);
+  if (!gated && t->accum != CN_OP_ADD && !single) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "only +, max and min accumulations have a gradient rule where several points write "
+             "one cell, and it accumulates with %s",
+             cn_op_name(t->accum));
+    return no_rule(t, why);
+  }
   for (int k = 0; k < t->n_args; k++) {
     cn_tensor *arg = t->args[k];
     if (!arg->diff) continue;
@@ -301,7 +324,7 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
     expr *d = derivative(ctx, t->prim, k, &none, &uses_result);
     if (none) continue;
     if (!d) return ctx->status;
-    if (uses_result && !pointwise)
+    if (uses_result && !single)
       return no_rule(t, "its derivative reads the result, which a reduction does not hold");
     if (gated) { /* d counts only where prim(operands) attains the result v */
       expr *ops[3] = {NULL, NULL, NULL}, *v = cn_alloc(ctx, sizeof *v);

@@ -89,6 +89,7 @@ cn_status cn_graph_materialize(cn_graph *g) {
   if (st != CN_OK) return st;
   for (int i = g->n_materialized; i < g->n_tensors; i++) {
     cn_tensor *t = g->tensors[i];
+    if (t->kind == CN_TK_TILE) continue; /* its record came with it */
     if (!(t->proj = cn_proj_infer(g->projs, t->sop, t->has_slice ? &t->slice : NULL)))
       return g->ctx->status;
   }

@@ -21,9 +21,10 @@
 static const cn_shape_row_spec scalar_rows[CN_N_ROWS] = {
     {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
 
-static bool any_diff(cn_op prim, int n, cn_tensor *const *args) {
-  for (int i = 0; i < n; i++)
-    if (args[i]->diff && cn_op_differentiable(prim, i)) return true;
+bool cn_tensor_op_diff(const cn_tensor *t) {
+  if (t->stops_gradient || (t->kind != CN_TK_ACCUM && t->kind != CN_TK_TILE)) return false;
+  for (int i = 0; i < t->n_args; i++)
+    if (t->args[i]->diff && cn_op_differentiable(t->prim, i)) return true;
   return false;
 }
 
@@ -247,7 +248,7 @@ static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
   if (!t) return NULL;
   t->accum = accum;
   t->prim = prim;
-  t->diff = any_diff(prim, n, operands);
+  t->diff = cn_tensor_op_diff(t);
   return t;
 }
 
@@ -263,10 +264,7 @@ cn_status cn_tensor_set_grad_spec(cn_tensor *t, cn_grad_spec spec) {
   switch (spec) {
   case CN_GRAD_PROHIBIT: t->diff = false; break;
   case CN_GRAD_REQUIRE: t->diff = true; break;
-  case CN_GRAD_IF_NEEDED:
-    t->diff = t->is_param || (t->kind == CN_TK_ACCUM && !t->stops_gradient &&
-                              any_diff(t->prim, t->n_args, t->args));
-    break;
+  case CN_GRAD_IF_NEEDED: t->diff = t->is_param || cn_tensor_op_diff(t); break;
   }
   return CN_OK;
 }

@@ -26,7 +26,9 @@ typedef enum {
   CN_TK_VEC,    /* v = vec_op(v1): a vectorized conversion (Set_vec_unop) */
   CN_TK_PARAM,  /* a parameter: v =: init (held out of forward code) */
   CN_TK_BUFFER, /* a node written only by standalone updates (zero-filled at creation) */
-  CN_TK_VIEW    /* args[0]'s gradient node as a value (n_args 0: read, never computed) */
+  CN_TK_VIEW,   /* args[0]'s gradient node as a value (n_args 0: read, never computed) */
+  CN_TK_TILE    /* a Tile contraction (src/tile): v =:accum prim(v1, ...) over a record built
+                   with the tensor (proj set at creation, not inferred); backprop as ACCUM */
 } cn_tensor_kind;
 
 typedef enum {
@@ -120,6 +122,12 @@ cn_asgn *cn_tensor_forward_asgn(cn_tensor *t);
 cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap);
 /* Whether the derivative table gives op a gradient in operand (0-based). */
 bool cn_op_differentiable(cn_op op, int operand);
+/* Whether an operation tensor (CN_TK_ACCUM or CN_TK_TILE, with operands, accum and prim set) is
+ * differentiable: some operand is and the table differentiates prim in it, and it does not stop
+ * gradients. Its constructor sets `diff` from it once the operation is complete. An accumulation
+ * without a gradient rule still counts (backprop then refuses it by name, rather than letting
+ * the gradient silently vanish). */
+bool cn_tensor_op_diff(const cn_tensor *t);
 /* The pointwise record of `target` against refs (each right-aligned, size-1 or missing axes
  * broadcast): for updates written outside an operation (SGD). */
 cn_proj *cn_pointwise_proj(cn_ctx *ctx, cn_node *target, int n_refs, cn_node *const *refs);
