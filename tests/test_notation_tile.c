@@ -2,8 +2,8 @@
  * .cnl script, applied to tensors and integer dims, their results used by the rest of the
  * notation, on both backends with values worked out by hand: the seed's round-up max pool, a pool
  * whose stride is an argument, an average with an elementwise division by dims, skipping (cells
- * never written are 0), a cumulative sum differentiated by backprop, the loop nest shown by
- * --emit=loops, and positioned errors inside the body. */
+ * never written are 0), a cumulative sum differentiated by backprop, the Tile library as
+ * builtins, the loop nest shown by --emit=loops, and positioned errors inside the body. */
 #include "notation_check.h"
 
 static const char *const max_pool = "let%tile max_pool_1d I =\n"
@@ -16,10 +16,15 @@ static const char *const max_pool = "let%tile max_pool_1d I =\n"
 /* Seed 003's max_pool_1d with round-up: [1 5 2 3 9] -> [max(1,5) max(2,3) max(9)]. */
 static void test_max_pool(void) {
   char script[1024];
-  snprintf(script, sizeof script, "%slet x = [1.0; 5.0; 2.0; 3.0; 9.0]\nprint max_pool_1d x\n",
+  snprintf(script, sizeof script,
+           "%slet x = [1.0; 5.0; 2.0; 3.0; 9.0]\nprint max_pool_1d x\n"
+           "print max_pool_1d (x + !.1.0)\n", /* an argument whose shape closes later */
            max_pool);
   outcome o;
-  BOTH if (run(&o, b, script)) expect(&o, b, 0, "max_pool_1d_x", "|->3", VALUES(5, 3, 9), 0);
+  BOTH if (run(&o, b, script)) {
+    expect(&o, b, 0, "max_pool_1d_x", "|->3", VALUES(5, 3, 9), 0);
+    expect(&o, b, 1, NULL, "|->3", VALUES(6, 4, 10), 0);
+  }
 }
 
 /* A stride given as an integer argument: sums of consecutive groups of S, the last one short. */
@@ -92,6 +97,38 @@ static void test_cumsum_backprop(void) {
   }
 }
 
+/* The Tile library as builtins (cn_tile_* without cn_), options as labeled arguments. The
+ * matrix m has memory-order dims (2, 3); r is 0..11 over dims (1, 4, 3, 1); the kernel k adds
+ * rows x and x + 2 (dilation 2 along X, 1 along Y). */
+static void test_library_builtins(void) {
+  const char *script = "let m = [(1.0, 2.0, 3.0); (4.0, 5.0, 6.0)]\n"
+                       "print tile_sum_over_axis m\n"
+                       "print tile_max_over_axis m\n"
+                       "print tile_average m\n"
+                       "print tile_global_min (range_of_shape ~output_dims:[2; 1; 2] + !.3.0)\n"
+                       "print tile_max_pool_1d [1.0; 5.0; 2.0; 3.0; 9.0]\n"
+                       "print tile_max_pool_1d ~round_up:true [1.0; 5.0; 2.0; 3.0; 9.0]\n"
+                       "print tile_cumsum [1.0; 2.0; 3.0]\n"
+                       "let r = range_of_shape ~output_dims:[1; 4; 3; 1]\n"
+                       "print tile_conv_2d_dilated ~dilation:(2, 1) r [[[[1.0]]]; [[[1.0]]]]\n"
+                       "print tile_conv_1d [[[1.0]; [2.0]; [3.0]; [4.0]]] [[[1.0]]; [[-1.0]]]\n";
+  outcome o;
+  BOTH if (run(&o, b, script)) {
+    expect(&o, b, 0, NULL, "|->3", VALUES(5, 7, 9), 0);
+    expect(&o, b, 1, NULL, "|->3", VALUES(4, 5, 6), 0);
+    expect(&o, b, 2, NULL, "|->", VALUES(3.5), 0);
+    expect(&o, b, 3, NULL, "|->", VALUES(3), 0);
+    expect(&o, b, 4, NULL, "|->2", VALUES(5, 3), 0);
+    expect(&o, b, 5, NULL, "|->3", VALUES(5, 3, 9), 0);
+    expect(&o, b, 6, NULL, "|->3", VALUES(1, 3, 6), 0);
+    expect(&o, b, 7, NULL, "|->1,2,3,1", VALUES(6, 8, 10, 12, 14, 16), 0);
+    expect(&o, b, 8, NULL, "|->1,3,1", VALUES(-1, -1, -1), 0);
+  }
+  const char *msg = run_error("print tile_conv_2d_dilated ~dilation:(1, 2, 3) [1.0] [1.0]\n");
+  CHECK_MSG(strncmp(msg, "seed.cnl:1:7: ~dilation takes one integer or a pair", 51) == 0, "%s",
+            msg);
+}
+
 /* --emit=loops shows the contraction's loop nest: i over the 3 outputs, j over the constraint,
  * and the one guard that stays (the input's bound, which the last pool crosses). */
 static void test_emit_loops(void) {
@@ -140,6 +177,7 @@ int main(void) {
   test_average_in_expressions();
   test_skipping();
   test_cumsum_backprop();
+  test_library_builtins();
   test_emit_loops();
   test_errors();
   CHECK_DONE();

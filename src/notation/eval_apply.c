@@ -148,6 +148,70 @@ static value *half_moons(interp *I, const args *a, cn_nt_pos at) {
 
 /* ---- Tensor builtins ------------------------------------------------------------------------- */
 
+/* Tile builds a statement from its tensors' dims: a tensor whose shape is still open (a pointwise
+ * result's rows close at materialization) is settled by materializing the graph first. */
+static bool settle_shapes(interp *I, cn_tensor *const *t, int n, cn_nt_pos at) {
+  for (int i = 0; i < n; i++) {
+    int64_t dims[CN_MAX_RANK];
+    if (!t[i] || cn_shape_dims(I->g->shapes, t[i]->shape, dims, CN_MAX_RANK) >= 0) continue;
+    if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return false;
+    cn_ctx_clear_error(I->ctx);
+    return nt_materialize(I, at);
+  }
+  return true;
+}
+
+/* ~name:N or ~name:(N0, N1) for a 2-D operation: out[0], out[1] (dflt when absent). */
+static bool pair_arg(interp *I, const args *a, const char *name, int64_t dflt, int64_t out[2],
+                     cn_nt_pos at) {
+  int64_t v[CN_MAX_RANK];
+  int n;
+  if (!int_list(I, labeled(a, name), at, v, &n)) return false;
+  if (n > 2) return nt_fail(I, at, "~%s takes one integer or a pair", name), false;
+  out[0] = n ? v[0] : dflt;
+  out[1] = n == 2 ? v[1] : out[0];
+  return true;
+}
+
+/* The Tile library (seed 003's examples, cn_tile_* in include/cannl.h) by its C name without
+ * cn_: tile_max_pool_1d [~round_up:true], tile_conv_2d_dilated [~dilation:D or (D0, D1)],
+ * tile_complex_conv_2d [~stride] [~dilation], ... Returns 0 when the name is not one of them (or
+ * the operands do not fit), -1 on a bad option (positioned message), else 1 with *r the result
+ * (NULL with the library's message on a failure). */
+static int tile_builtin(interp *I, const char *name, const args *a, cn_tensor *const *t, int nt,
+                        cn_nt_pos at, cn_tensor **r) {
+  cn_graph *g = I->g;
+  int64_t s[2], d[2];
+  if (strncmp(name, "tile_", 5) != 0) return 0;
+  if (!pair_arg(I, a, "stride", 1, s, at) || !pair_arg(I, a, "dilation", 1, d, at) ||
+      !settle_shapes(I, t, nt, at))
+    return -1;
+  const char *op = name + 5;
+  if (nt == 1 && strcmp(op, "sum_over_axis") == 0)
+    *r = cn_tile_sum_over_axis(g, t[0]);
+  else if (nt == 1 && strcmp(op, "max_over_axis") == 0)
+    *r = cn_tile_max_over_axis(g, t[0]);
+  else if (nt == 1 && strcmp(op, "global_min") == 0)
+    *r = cn_tile_global_min(g, t[0]);
+  else if (nt == 1 && strcmp(op, "average") == 0)
+    *r = cn_tile_average(g, t[0]);
+  else if (nt == 1 && strcmp(op, "max_pool_1d") == 0) {
+    value *up = labeled(a, "round_up");
+    *r = cn_tile_max_pool_1d(g, t[0], up && up->kind == V_BOOL && up->b);
+  } else if (nt == 1 && strcmp(op, "cumsum") == 0)
+    *r = cn_tile_cumsum(g, t[0]);
+  else if (nt == 2 && strcmp(op, "conv_1d") == 0)
+    *r = cn_tile_conv_1d(g, t[0], t[1]);
+  else if (nt == 2 && strcmp(op, "conv_2d_dilated") == 0)
+    *r = cn_tile_conv_2d_dilated(g, t[0], t[1], d[0], d[1]);
+  else if (nt == 2 && strcmp(op, "complex_conv_2d") == 0)
+    *r = cn_tile_complex_conv_2d(g, t[0], t[1], s[0], s[1], d[0], d[1]);
+  else
+    return 0;
+  if (*r && cn_tensor_set_label(*r, name) != CN_OK) *r = NULL; /* not the Tile output's "O" */
+  return 1;
+}
+
 /* The builtins of the notation: primitive ops by their ops.def name (curried, or uncurried on a
  * tuple of as many tensors as the op's arity), and the library. */
 static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) {
@@ -180,6 +244,7 @@ static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) 
     if (!(t[i - (spec ? 1 : 0)] = nt_tensor_of(I, a->pos[i], a->pos_at[i]))) return NULL;
   int nt = unit ? 0 : n - (spec ? 1 : 0);
   cn_tensor *r = NULL;
+  int tiled;
   if (prim && !spec) {
     if (nt != cn_op_arity(op)) return nt_fail(I, at, "%s takes its operands as arguments", name);
     r = cn_tensor_apply(g, op, nt, t);
@@ -241,6 +306,8 @@ static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) 
                        : cn_tensor_avg_pool2d(g, t[0], window, stride);
   } else if (strcmp(name, "dim") == 0 && n == 2 && a->pos[1]->kind == V_NUM) {
     r = cn_tensor_embed_dim(g, t[0], (int)a->pos[1]->num);
+  } else if ((tiled = tile_builtin(I, name, a, t, nt, at, &r)) != 0) {
+    if (tiled < 0) return NULL;
   } else {
     return nt_fail(I, at, "unknown function '%s' (or wrong arguments for it)", name);
   }
@@ -352,6 +419,8 @@ static value *tile_body(interp *I, const value *f) {
       return NULL;
     }
   }
+  for (int k = 0; k < n; k++)
+    if (!settle_shapes(I, &targs[k].tensor, 1, def->u.let.params[k].pos)) return NULL;
   cn_tensor *t = cn_tile_fn_apply(I->g, def->u.let.tile_fn, n, targs);
   if (!t) return NULL;
   nt_note(I, def->u.let.tile_pos);
