@@ -5,7 +5,8 @@
 #   make deps      install the missing Debian packages (apt-get; sudo only when not root)
 #   make build     configure build/ (RelWithDebInfo) and build everything
 #   make test      gcc build + ctest; ASan+UBSan build (build-asan/) + ctest; clang build
-#                  (build-clang/) + ctest; clang-format check; valgrind run of test_routine
+#                  (build-clang/) + ctest; clang-format check; valgrind runs of the routine and
+#                  Tile tests
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
 #                  build/moons.svg)
 #   make bench     install python3-torch when missing, build, run the benchmarks (bench/)
@@ -64,9 +65,14 @@ test-clang: deps
 format-check: deps
 	clang-format --dry-run -Werror $(C_FILES)
 
+# Generated code is built without -march=native here: valgrind cannot execute AVX-512.
+VALGRIND_TESTS := test_routine test_tile test_tile_fn test_tile_grad test_notation_tile
 test-valgrind: build
-	CANNL_CACHE_DIR=$(CURDIR)/build/cache valgrind --quiet --error-exitcode=1 --leak-check=full \
-	  build/test_routine
+	for t in $(VALGRIND_TESTS); do \
+	  echo "valgrind $$t"; \
+	  CANNL_CACHE_DIR=$(CURDIR)/build/cache CANNL_CFLAGS="-O2 -shared -fPIC -std=c11" \
+	    valgrind --quiet --error-exitcode=1 --leak-check=full build/$$t > /dev/null || exit 1; \
+	done
 
 demo: build
 	build/example_moons build/moons.svg

@@ -56,7 +56,9 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
 
 /* Options of the generated-C backend (copied):
  *   "cc"        compiler command (default: $CC, else "cc")
- *   "cflags"    flags (default "-O3 -march=native -shared -fPIC -std=c11")
+ *   "cflags"    flags (default: $CANNL_CFLAGS, else "-O3 -march=native -shared -fPIC -std=c11";
+ *               the test suite's valgrind run drops -march=native, whose AVX-512 code valgrind
+ *               cannot execute)
  *   "cache_dir" where generated sources and compiled objects are kept (default: $CANNL_CACHE_DIR,
  *               else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else /tmp/cannl-cache) */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
@@ -545,14 +547,20 @@ typedef struct {
  * aggregation (`+=` sum, `*=` product, `>=` max, `<=` min, `=` assign), a combination (a single
  * tensor access, two combined by `*`, `+` or `==`, or `cond(A[..], B[..], C[..])`: C where A
  * equals B, else 0), then constraints `, poly < bound` (implicitly 0 <= poly). Index
- * polynomials are integer affine combinations of lower-case index variables and dims; `[]` and
- * `()` brackets are interchangeable, `[()]` is an empty index list. The contraction aggregates
- * over exactly the valid index sets (every index within its tensor's bounds, the output
- * included, every constraint holding); output cells no valid set reaches are 0. `=` is refused
- * when two valid sets may write one output cell (decided conservatively). The operands' shapes
- * must be known when the statement is built (a pointwise result's shape is only known once the
- * graph is materialized). The result has the statement's output axes as output axes. Errors are
- * positioned ("... at column C" with the text and a caret). */
+ * polynomials are affine combinations of lower-case index variables and dims, which may be
+ * divided by dims and integers: that division is exact (a division between integers alone is
+ * floor division, as in sizes); `[]` and `()` brackets are interchangeable, `[()]` is an empty
+ * index list. The contraction aggregates over exactly the valid index sets (every index an
+ * integer within its tensor's bounds, the output included, every constraint's polynomial an
+ * integer that holds): a point where a division leaves a fraction is skipped, so
+ * "O[x : 2 * N] += I[x / 2]" upsamples (odd cells 0) and "O[x : (N - 1) * S + K] +=
+ * I[(x - k) / S] * W[k]" is a transposed convolution. Output cells no valid set reaches are 0.
+ * The loops run over a change of variables that keeps only integer points (`cannl run
+ * --emit=loops`: `i_2` for i = 2*i_2). `=` is refused when two valid sets may write one output
+ * cell (decided conservatively). The operands' shapes must be known when the statement is built
+ * (a pointwise result's shape is only known once the graph is materialized). The result has the
+ * statement's output axes as output axes. Errors are positioned ("... at column C" with the text
+ * and a caret). */
 cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_binding *bindings);
 
 /* Tile functions: the body of a seed 003 function in its Python flavor, e.g. with parameter I:

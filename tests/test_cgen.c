@@ -31,6 +31,10 @@ static cn_index *idx_list(cn_ctx *ctx, int rank, ...) {
   return idx;
 }
 
+static cn_index affine1(cn_symbol s, int64_t c, int64_t offset) {
+  return cn_index_affine(1, &s, &c, offset);
+}
+
 static cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
   cn_symbol syms[2] = {s0, s1};
   int64_t coeffs[2] = {c0, c1};
@@ -386,6 +390,84 @@ static void test_padded_read(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Affine loop bounds ---- */
+
+/* A loop with several affine bounds over an outer variable, two with a divisor (ceilings of
+ * negative numerators included), built by hand: out[i] += w[k + 3] with w[c] = 10^c, so each
+ * out[i] spells the k it visited. For i = 0..5, k runs from max(-3, ceil((i - 5) / 2), i - 4) to
+ * min(4, ceil((i + 1) / 2)): i = 0: -2..1 (ceil(-5/2) = -2, ceil(1/2) = 1), i = 1: -2..1,
+ * i = 2: -1..2 (ceil(-3/2) = -1), i = 3: -1..2, i = 4: 0..3 (ceil(-1/2) = 0, ceil(5/2) = 3),
+ * i = 5: 1..3 (i - 4 = 1). */
+static void test_affine_bounds(void) {
+  cn_ctx *ctx = test_ctx();
+  int64_t w_dims[1] = {7}, out_dims[1] = {6};
+  cn_node *w = cn_node_create(ctx, "w", CN_PREC_DOUBLE, 1, w_dims);
+  cn_node *out = cn_node_create(ctx, "out", CN_PREC_DOUBLE, 1, out_dims);
+  CHECK(w && out);
+  CHECK_INT(cn_node_set_values(w, false, (double[]){1, 10, 100, 1e3, 1e4, 1e5, 1e6}, 7), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
+  cn_index *out_i = idx_list(ctx, 1, cn_index_iter(i));
+  cn_ll_expr *sum = op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, get(ctx, 1, CN_PREC_DOUBLE, out_i),
+                       get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(k, 1, 3))), NULL);
+  cn_ll_stmt *inner = loop(ctx, k, -3, 4, set(ctx, 1, out_i, sum));
+  cn_ll_bound *lower = cn_alloc(ctx, 3 * sizeof *lower), *upper = cn_alloc(ctx, 2 * sizeof *upper);
+  lower[0] = (cn_ll_bound){cn_index_fixed(-3), 1};
+  lower[1] = (cn_ll_bound){affine1(i, 1, -5), 2};
+  lower[2] = (cn_ll_bound){affine1(i, 1, -4), 1};
+  upper[0] = (cn_ll_bound){cn_index_fixed(4), 1};
+  upper[1] = (cn_ll_bound){affine1(i, 1, 1), 2};
+  inner->u.loop.n_lower = 3;
+  inner->u.loop.lower = lower;
+  inner->u.loop.n_upper = 2;
+  inner->u.loop.upper = upper;
+  cn_ll_param params[2] = {{w, false}, {out, false}};
+  cn_ll_proc *proc = proc_new(ctx, "bounded", loop(ctx, i, 0, 6, inner), 2, params, 0, NULL);
+
+  CHECK_STR(cn_ll_to_string(ctx, proc),
+            "routine bounded\n"
+            "  params: w#1 double[7], out#2 double[6]\n"
+            "for i in 0..6:\n"
+            "  for k in max(-3, ceil((i - 5) / 2), i - 4)..min(4, ceil((i + 1) / 2)):\n"
+            "    out[i] := out[i] + w[k + 3]\n");
+  static const char golden[] =
+      "/* ---- routine bounded ---- */\n"
+      "static void bounded(const double *restrict w_1, double *restrict out_2) {\n"
+      "  for (int64_t i = 0; i < 6; ++i) {\n"
+      "    for (int64_t k = cn_max_i64(cn_max_i64(-3, cn_ceil_div_i64(i - 5, 2)), i - 4); "
+      "k < cn_min_i64(4, cn_ceil_div_i64(i + 1, 2)); ++k) {\n"
+      "      out_2[i] = (out_2[i] + w_1[k + 3]);\n"
+      "    }\n"
+      "  }\n"
+      "}\n"
+      "void bounded_entry(void *const *buffers, const int64_t *syms);\n"
+      "void bounded_entry(void *const *buffers, const int64_t *syms) {\n"
+      "  (void)syms;\n"
+      "  bounded((const double *)buffers[0], (double *)buffers[1]);\n"
+      "}\n";
+  CHECK_STR(routine_text(ctx, proc), golden);
+
+  static const double expected[6] = {1110, 1110, 11100, 11100, 111000, 110000};
+  const double zeros[6] = {0};
+  for (int b = 0; b < 2; b++) {
+    CHECK_INT(cn_node_set_values(out, false, zeros, 6), CN_OK);
+    if (b) {
+      CHECK_INT(run_c(ctx, proc, NULL), CN_OK);
+    } else {
+      void *compiled = NULL;
+      CHECK_INT(cn_backend_interp.compile(ctx, proc, &compiled, NULL), CN_OK);
+      void *buffers[2] = {cn_node_buffer(w, false), cn_node_buffer(out, false)};
+      if (compiled) CHECK_INT(cn_backend_interp.run(ctx, compiled, buffers, NULL), CN_OK);
+      cn_backend_interp.release(compiled);
+    }
+    double got[6];
+    CHECK_INT(cn_node_get_values(out, false, got, 6), CN_OK);
+    for (int c = 0; c < 6; c++)
+      CHECK_MSG(got[c] == expected[c], "%s: out[%d] = %g, expected %g", b ? "C" : "interp", c,
+                got[c], expected[c]);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Names, vector stores, embedded indices, conditions ---- */
 
 /* Symbols named like a C keyword, a math function, a standard macro, a prelude helper, a buffer,
@@ -544,11 +626,11 @@ static void test_compiler_failures(void) {
   cn_ctx_destroy(ctx);
 
   /* No temporary and no object survives the failures; the generated files stay for inspection:
-   * matmul has its 2 objects of test_cache_hit and 2 + 3 sources; conv, names and empty 2 files
-   * each. */
+   * matmul has its 2 objects of test_cache_hit and 2 + 3 sources; conv, bounded, names and empty
+   * 2 files each. */
   CHECK_INT(count_files("matmul-", ".so"), 2);
   CHECK_INT(count_files("matmul-", ".c"), 5);
-  CHECK_INT(count_files("", ""), 2 + 7 + 3 * 2);
+  CHECK_INT(count_files("", ""), 2 + 7 + 4 * 2);
 }
 
 static void test_cache_dir_errors(void) {
@@ -581,6 +663,7 @@ int main(void) {
   test_matmul();
   test_cache_hit();
   test_padded_read();
+  test_affine_bounds();
   test_names_and_features();
   test_empty();
   test_compiler_failures();

@@ -673,6 +673,126 @@ static void test_simplify_lowered(void) {
   cn_ctx_destroy(ctx);
 }
 
+static cn_ll_stmt *guard(cn_ctx *ctx, int n, const cn_ll_cond *conds, cn_ll_stmt *body) {
+  cn_ll_stmt *s = stmt_new(ctx, CN_LL_IF);
+  s->u.guard.n_conds = n;
+  s->u.guard.conds = cn_alloc(ctx, sizeof *conds * (size_t)n);
+  memcpy(s->u.guard.conds, conds, sizeof *conds * (size_t)n);
+  s->u.guard.body = body;
+  return s;
+}
+
+/* cn_ceil_div_i64 (builtins.h), which both backends use for bounds with a divisor: exact for
+ * either sign, total for the edge cases. */
+static void test_ceil_div(void) {
+  static const struct {
+    int64_t a, b, expected;
+  } cases[] = {
+      {7, 2, 4},
+      {6, 2, 3},
+      {1, 2, 1},
+      {0, 3, 0},
+      {-1, 2, 0},
+      {-5, 2, -2},
+      {-6, 2, -3},
+      {-7, 3, -2},
+      {5, -2, -2},
+      {-5, -2, 3},
+      {-4, -2, 2},
+      {9, 1, 9},
+      {3, 0, 0},
+      {INT64_MAX, 2, INT64_MAX / 2 + 1},
+      {INT64_MIN, 2, INT64_MIN / 2},
+      {INT64_MIN + 1, 4, INT64_MIN / 4 + 1},
+      {INT64_MIN, -1, INT64_MIN},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+    CHECK_MSG(cn_ceil_div_i64(cases[c].a, cases[c].b) == cases[c].expected,
+              "ceil(%lld / %lld) = %lld, expected %lld", (long long)cases[c].a,
+              (long long)cases[c].b, (long long)cn_ceil_div_i64(cases[c].a, cases[c].b),
+              (long long)cases[c].expected);
+}
+
+/* Guard conditions that become loop bounds, and those that stay (the simplifier's rules, loops.h
+ * and simplify.c); every expected range is derived in the comment. */
+static void test_bounds_from_guards(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 1, (int64_t)8);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0),
+            t = cn_symbol_create(ctx, "t", 0);
+  cn_index *xi = cn_alloc(ctx, sizeof *xi), *xk = cn_alloc(ctx, sizeof *xk);
+  *xi = cn_index_iter(i);
+  *xk = cn_index_iter(k);
+  cn_ll_param params[1] = {{x, false}};
+  cn_ll_proc proc = {
+      .name = "bounds", .n_params = 1, .params = params, .n_free_syms = 1, .free_syms = &t};
+  const cn_prec S = CN_PREC_SINGLE;
+  cn_index tri = affine2(i, 1, k, -1, 0); /* i - k */
+
+  /* 1. The triangle 0 <= i - k < 4 over 0..4 x 0..4: k in [i - 3, i + 1); i - 3 never passes 0
+   * (dropped), i + 1 never passes 4 (it replaces the box's end). 0 <= t < 2 mentions no loop
+   * variable: it stays a guard. */
+  cn_ll_cond c1[2] = {{tri, 0, 4}, {cn_index_iter(t), 0, 2}};
+  /* 2. The same condition next to a statement it does not guard: it stays. */
+  cn_ll_cond c2[1] = {{tri, 0, 4}};
+  /* 3. 0 <= 3 - 2*i < 10 in the same guard: i is its innermost variable although the guard sits
+   * in k's loop, which is the whole body of i's loop; i in [ceil(-6 / 2), ceil(4 / 2)) =
+   * [-3, 2), constants that shrink i's box to 0..2; the guard is left empty and goes. */
+  cn_ll_cond c3[2] = {{tri, 0, 4}, {affine1(i, -2, 3), 0, 10}};
+  /* 4. 0 <= 2*i - 2*k + 1 < 7: k in [ceil((2*i - 5) / 2), ceil((2*i + 2) / 2)), in lowest
+   * terms [i - 2, i + 1); i - 2 passes 0 only for some i, so max(0, i - 2). */
+  cn_ll_cond c4[1] = {{affine2(i, 2, k, -2, 1), 0, 7}};
+  /* 5. 0 <= i - 2*k + 1 < 4 and 0 <= i + k - 2 < 10 over 0..6 x 0..5: lower bounds
+   * ceil((i - 2) / 2) (in -1..2) and 2 - i (in -3..2), both below 0 for some i: max(0, ...);
+   * upper bounds ceil((i + 2) / 2) (in 1..4, which becomes the box's end) and 12 - i (at least
+   * 7, dropped). */
+  cn_ll_cond c5[2] = {{affine2(i, 1, k, -2, 1), 0, 4}, {affine2(i, 1, k, 1, -2), 0, 10}};
+  /* 6. 0 <= k - 2 < 10 and 0 <= 1 - k < 10: k >= 2 and k < 2, an empty box: the nest goes. */
+  cn_ll_cond c6[2] = {{affine1(k, 1, -2), 0, 10}, {affine1(k, -1, 1), 0, 10}};
+  cn_ll_stmt *one = set(ctx, 0, xk, cst(ctx, S, 1));
+  proc.body = seq(ctx, 6, loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 2, c1, one))),
+                  loop(ctx, i, 0, 4,
+                       loop(ctx, k, 0, 4,
+                            seq(ctx, 2, guard(ctx, 1, c2, one), set(ctx, 0, xi, cst(ctx, S, 2))))),
+                  loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 2, c3, one))),
+                  loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 1, c4, one))),
+                  loop(ctx, i, 0, 6, loop(ctx, k, 0, 5, guard(ctx, 2, c5, one))),
+                  loop(ctx, i, 0, 3, loop(ctx, k, 0, 4, guard(ctx, 2, c6, one))));
+  CHECK_INT(cn_ll_simplify(ctx, &proc), CN_OK);
+  check_text(cn_ll_to_string(ctx, &proc),
+             "routine bounds\n"
+             "  params: x#%d single[8]\n"
+             "  static: t\n"
+             "for i in 0..4:\n"
+             "  for k in 0..i + 1:\n"
+             "    if 0 <= t < 2:\n"
+             "      x[k] := 1\n"
+             "for i in 0..4:\n"
+             "  for k in 0..4:\n"
+             "    if 0 <= i - k < 4:\n"
+             "      x[k] := 1\n"
+             "    x[i] := 2\n"
+             "for i in 0..2:\n"
+             "  for k in 0..i + 1:\n"
+             "    x[k] := 1\n"
+             "for i in 0..4:\n"
+             "  for k in max(0, i - 2)..i + 1:\n"
+             "    x[k] := 1\n"
+             "for i in 0..6:\n"
+             "  for k in max(0, ceil((i - 2) / 2), -i + 2)..ceil((i + 2) / 2):\n"
+             "    x[k] := 1\n",
+             x->id);
+  /* The boxes shrink to what the bounds guarantee: nest 1's k to 0..4 (i + 1 <= 4), nest 5's k
+   * to 0..4 (ceil((i + 2) / 2) <= 4). */
+  const cn_ll_stmt *k1 = proc.body->u.seq.items[0]->u.loop.body;
+  const cn_ll_stmt *k5 = proc.body->u.seq.items[4]->u.loop.body;
+  CHECK(k1->kind == CN_LL_FOR && k1->u.loop.from == 0 && k1->u.loop.to == 4);
+  CHECK(k5->kind == CN_LL_FOR && k5->u.loop.from == 0 && k5->u.loop.to == 4);
+  CHECK_INT(k5->u.loop.n_lower, 3);
+  CHECK_INT(k5->u.loop.n_upper, 1);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_matmul();
   test_pointwise();
@@ -685,5 +805,7 @@ int main(void) {
   test_allocation_failures();
   test_simplify();
   test_simplify_lowered();
+  test_ceil_div();
+  test_bounds_from_guards();
   CHECK_DONE();
 }

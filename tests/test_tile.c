@@ -1,14 +1,19 @@
 /* Tests of Tile contractions from C (cn_tile; seed 003): the seed's examples on small inputs
  * worked out by hand (sum and max over an axis, global max and min, matmul, max pool 1-D rounding
  * down and up, the "wrong" max pool, skipping, cumulative sum, 1-D, dilated 2-D and strided
- * padded convolutions), results used by other tensors, a negative but valid index value, `=`
- * (assign) with and without conflicts, and the parser's positioned errors. Every contraction runs
+ * padded convolutions), exact division (fractional index expressions: points where one is not an
+ * integer are skipped; upsampling, offsets, division by a dim, two variables, nested division, a
+ * constraint, an empty lattice, a transposed convolution against the direct loop, the loop
+ * variables of the change of variables), results used by other tensors, a negative but valid
+ * index value, `=` (assign) with and without conflicts, and the parser's positioned errors
+ * (division by an index, by zero, a lattice overflowing 64 bits). Every contraction runs
  * on both backends with the output first filled with a sentinel (99), so cells that must end 0 are
  * written by the routine. */
 #include "cannl.h"
 #include "check.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define SENTINEL      99.0
 #define STRICT_CFLAGS "-O1 -shared -fPIC -std=c11 -Wall -Wextra -Werror"
@@ -159,11 +164,11 @@ static void test_max_pool(void) {
   /* rounding up: O[2] = max(I[4]) (i = 2, j = 1 reads I[5]: out of range, skipped) */
   const double up[3] = {3, 4, 5};
   run_tile(g, "O[i : (N + 1) / 2] >= I[2*i + j], j < 2", 1, b, "3", up, 3,
-           "    if 0 <= 2*i + j < 5:\n");
+           "  for j in 0..min(2, -2*i + 5):\n");
   /* the "wrong" pool: without j < 2, i = 1 reaches j = -2..2 (negative j valid), i = 0 reaches
    * j = 0..4, so both outputs are the global max */
   const double wrong[2] = {5, 5};
-  run_tile(g, "O[i : N / 2] >= I[2*i + j]", 1, b, "2", wrong, 2, "for j in -2..5:");
+  run_tile(g, "O[i : N / 2] >= I[2*i + j]", 1, b, "2", wrong, 2, "for j in -2*i..-2*i + 5:");
   cn_ctx_destroy(ctx);
 }
 
@@ -188,11 +193,11 @@ static void test_skipping_and_cumsum(void) {
   cn_tensor *V = data(g, "V", 1, (int64_t[]){4}, v, 4);
   cn_tile_binding bv[1] = {{"V", V, "N", 0}};
   const double csum[4] = {1, 3, 6, 10};
-  run_tile(g, "O[i : N] += V[k], i - k < N", 1, bv, "4", csum, 4, "    if 0 <= i - k < 4:\n");
+  run_tile(g, "O[i : N] += V[k], i - k < N", 1, bv, "4", csum, 4, "  for k in 0..i + 1:\n");
   /* a negative index value that is valid: j in {-1, 0} by 0 <= j + 1 < 2, so
    * O[i] = V[i - 1] + V[i] where in range: 1, 1+2, 2+3, 3+4 */
   const double pairs[4] = {1, 3, 5, 7};
-  run_tile(g, "O[i : N] += V[i + j], j + 1 < 2", 1, bv, "4", pairs, 4, "for j in -1..1:");
+  run_tile(g, "O[i : N] += V[i + j], j + 1 < 2", 1, bv, "4", pairs, 4, "for j in max(-1, -i)..1:");
   /* reversal through a negative coefficient, with an explicit dim binding: O[i] = V[3 - i] */
   cn_tile_binding bl[2] = {{"V", V, NULL, 0}, {"L", NULL, NULL, 3}};
   const double rev[4] = {4, 3, 2, 1};
@@ -260,6 +265,127 @@ static void test_conv2d(void) {
            "O[x : (X + S - 1) / S] += "
            "V[S*x + D*k - (((X + S - 1) / S - 1) * S + D * (KX - 1) + 1 - X) / 2] * W[k]",
            4, bs, "3", strided, 3, NULL);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Exact division (seed 003 "Valid Indices", "Skipping") ---- */
+
+/* The routine of t's forward code must not mention `text` (a contraction no point reaches). */
+static void check_loops_lack(cn_graph *g, cn_tensor *t, const char *text) {
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_asgn *code = t ? cn_graph_forward(g, t) : NULL;
+  cn_routine *r = code ? cn_routine_compile(ctx, code, CN_BACKEND_INTERP, "tile") : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  if (!r) return;
+  CHECK_MSG(strstr(cn_routine_loops(r), text) == NULL, "the loops mention %s:\n%s", text,
+            cn_routine_loops(r));
+  cn_routine_free(r);
+}
+
+static void test_division(void) {
+  cn_ctx *ctx;
+  cn_graph *g = new_graph(&ctx);
+  const double v5[5] = {1, 2, 3, 4, 5};
+  cn_tensor *I = data(g, "I", 1, (int64_t[]){5}, v5, 5);
+  cn_tile_binding b[1] = {{"I", I, "N", 0}};
+  /* O[i / 2] += I[i]: only even i give an integer index, so O[k] = I[2k] = 1, 3, 5; the loop runs
+   * over i_2 = i / 2 (i = 2*i_2) without a step or a guard */
+  const double evens[3] = {1, 3, 5};
+  run_tile(g, "O[i / 2 : (N + 1) / 2] += I[i]", 1, b, "3", evens, 3,
+           "for i_2 in 0..3:\n  O[i_2] := I[2*i_2]\n");
+  /* the same through an unsized output: i / 2 reaches 2 */
+  run_tile(g, "O[i / 2] += I[i]", 1, b, "3", evens, 3, NULL);
+  /* fractional stride: upsampling by skipping, O[x] = I[x / 2] at even x, odd cells 0 */
+  const double v3[3] = {1, 2, 3};
+  cn_tensor *V = data(g, "V", 1, (int64_t[]){3}, v3, 3);
+  cn_tile_binding bv[2] = {{"V", V, "N", 0}, {"S", NULL, NULL, 3}};
+  const double up[6] = {1, 0, 2, 0, 3, 0};
+  run_tile(g, "O[x : 2 * N] += V[x / 2]", 1, bv, "6", up, 6,
+           "for x_2 in 0..3:\n  O[2*x_2] := V[x_2]\n");
+  /* `=` is fine: one point per cell; dividing by -2 a negated index is the same division */
+  run_tile(g, "O[x : 2 * N] = V[x / 2]", 1, bv, "6", up, 6, NULL);
+  run_tile(g, "O[x : 2 * N] += V[-x / -2]", 1, bv, "6", up, 6, NULL);
+  /* an offset: O[i] = V[(i + 1) / 2] at odd i (i = 2*i_2 + 1): O[1] = V[1], O[3] = V[2]; O[5]
+   * would read V[3] */
+  const double odd[6] = {0, 2, 0, 3, 0, 0};
+  run_tile(g, "O[i : 2 * N] += V[(i + 1) / 2]", 1, bv, "6", odd, 6,
+           "for i_2 in 0..2:\n  O[2*i_2 + 1] := V[i_2 + 1]\n");
+  /* division by a dim (S = 3): O[i] = V[i / S] at multiples of 3 */
+  const double by_dim[9] = {1, 0, 0, 2, 0, 0, 3, 0, 0};
+  run_tile(g, "O[i : N * S] += V[i / S]", 2, bv, "9", by_dim, 9, "O[3*i_3] := V[i_3]");
+  /* index expressions are rational: 2 * (i / 2) is i (no condition), i / 2 + i / 2 too */
+  run_tile(g, "O[i : N] += V[2 * (i / 2)]", 1, bv, "3", v3, 3, "for i in 0..3:\n  O[i] := V[i]\n");
+  run_tile(g, "O[i : N] += V[i / 2 + i / 2]", 1, bv, "3", v3, 3, NULL);
+  /* a constraint's polynomial must be an integer too: i / 2 < 2 keeps i = 0, 2 */
+  const double cons[5] = {1, 0, 3, 0, 0};
+  run_tile(g, "O[i : N] += I[i], i / 2 < 2", 1, b, "5", cons, 5, NULL);
+  /* max over pairs through division: O[i / 2] >= I[i + j], j < 2 at even i: max(1, 2), max(3,
+   * 4), max(5) (I[5] out of range) */
+  const double pool[3] = {2, 4, 5};
+  run_tile(g, "O[i / 2 : 3] >= I[i + j], j < 2", 1, b, "3", pool, 3, NULL);
+
+  /* two variables: O[(2*i + j) / 3] += M[i, j] over M 3x4 holding 1..12 (M[i, j] = 4i + j + 1):
+   * 2i + j a multiple of 3 at (0, 0) -> O[0]; (0, 3) and (1, 1) -> O[1]; (2, 2) -> O[2] (j = 4 and
+   * j = -1 are out of range): 1, 4 + 6, 11. The lattice is j = i + 3*j_3. */
+  double m[12];
+  for (int k = 0; k < 12; k++) m[k] = k + 1;
+  cn_tensor *M = data(g, "M", 2, (int64_t[]){3, 4}, m, 12);
+  cn_tile_binding bm[1] = {{"M", M, "R, C", 0}};
+  const double two[3] = {1, 10, 11};
+  run_tile(g, "O[(2*i + j) / 3 : 3] += M[i, j]", 1, bm, "3", two, 3, "M[i, i + 3*j_3]");
+  /* nested division: (i + j / 2) / 3 = (2i + j) / 6 over M 3x5 holding 1..15 (M[i, j] = 5i + j +
+   * 1): (0, 0) -> O[0] = 1; (1, 4) and (2, 2) -> O[1] = 10 + 13 */
+  double m15[15];
+  for (int k = 0; k < 15; k++) m15[k] = k + 1;
+  cn_tensor *M15 = data(g, "M15", 2, (int64_t[]){3, 5}, m15, 15);
+  cn_tile_binding b15[1] = {{"M15", M15, NULL, 0}};
+  const double nested[2] = {1, 23};
+  run_tile(g, "O[(i + j / 2) / 3 : 2] += M15[i, j]", 1, b15, "2", nested, 2, NULL);
+
+  /* an empty lattice: 2i + 1 is never even, so no point is valid: the output is all 0 and no
+   * loop reads V (generated C marks V's parameter as not accessed: the strict flags hold) */
+  const double zeros[3] = {0, 0, 0};
+  run_tile(g, "O[i : N] += V[(2*i + 1) / 2]", 1, bv, "3", zeros, 3, NULL);
+  check_loops_lack(g, cn_tile(g, "O[i : N] += V[(2*i + 1) / 2]", 1, bv), "V[");
+  /* the same with max (reached cells would start from -inf): still 0 */
+  run_tile(g, "O[i : N] >= V[(2*i + 1) / 2]", 1, bv, "3", zeros, 3, NULL);
+  cn_ctx_destroy(ctx);
+}
+
+/* A transposed 1-D convolution (fractional stride S): O[x] = sum_k I[(x - k) / S] W[k] over the
+ * points where x - k is a multiple of S, O of size (N - 1) S + K; compared with the direct
+ * scatter loop O[S n + k] += I[n] W[k]. With I = 1, 2, 3, 4 and W = 1, 10, 100:
+ *   S = 2: 1, 10, 100 + 2, 20, 200 + 3, 30, 300 + 4, 40, 400 (windows overlap);
+ *   S = 3, K = 2 (W = 1, 10): 1, 10, 0, 2, 20, 0, 3, 30, 0, 4, 40 (gaps: cells no k reaches). */
+static void test_transposed_conv(void) {
+  cn_ctx *ctx;
+  cn_graph *g = new_graph(&ctx);
+  const double iv[4] = {1, 2, 3, 4}, wv[3] = {1, 10, 100};
+  const double by_hand[9] = {1, 10, 102, 20, 203, 30, 304, 40, 400};
+  const int64_t strides[2] = {2, 3}, kernels[2] = {3, 2};
+  for (int c = 0; c < 2; c++) {
+    int64_t s = strides[c], k = kernels[c], x = 3 * s + k;
+    cn_tensor *I = data(g, "I", 1, (int64_t[]){4}, iv, 4);
+    cn_tensor *W = data(g, "W", 1, &k, wv, (size_t)k);
+    double want[16] = {0};
+    for (int n = 0; n < 4; n++)
+      for (int j = 0; j < k; j++) want[s * n + j] += iv[n] * wv[j];
+    if (c == 0)
+      for (int j = 0; j < 9; j++) CHECK_NEAR(want[j], by_hand[j], 0);
+    char shape[8];
+    snprintf(shape, sizeof shape, "%lld", (long long)x);
+    cn_tile_binding b[3] = {{"I", I, "N", 0}, {"W", W, "K", 0}, {"S", NULL, NULL, s}};
+    /* the order (k, x) makes the lattice x = k + S*x_S: k and the input's own index, with no
+     * guard; the order (x, k) would iterate every x against a band of k. With S = 3 > K - 1 no two
+     * points share a cell: a plain store. */
+    run_tile(g, "O[x : (N - 1) * S + K] += I[(x - k) / S] * W[k]", 3, b, shape, want, x,
+             c == 0 ? "for k in 0..3:\n"
+                      "  for x_2 in 0..4:\n"
+                      "    O[k + 2*x_2] := O[k + 2*x_2] + I[x_2] * W[k]\n"
+                    : "for k in 0..2:\n"
+                      "  for x_3 in 0..4:\n"
+                      "    O[k + 3*x_3] := I[x_3] * W[k]\n");
+  }
   cn_ctx_destroy(ctx);
 }
 
@@ -351,8 +477,23 @@ static void test_assign_and_errors(void) {
               6);
   check_error(g, "O[i] += I[i, j", 2, b, "unexpected end of statement, expected ',' or ']'", 15);
   check_error(g, "O[i] += J[i]", 2, b, "unknown tensor 'J'", 9);
-  check_error(g, "O[i] += V[i / 2]", 2, b, "division in an index expression is not supported yet",
+  check_error(g, "O[i] += V[i / j]", 2, b,
+              "division by an index expression (an index expression divides only by dims and "
+              "integers)",
               13);
+  check_error(g, "O[i] += V[i / (2 - 2)]", 2, b, "division by zero", 13);
+  /* dens near 2^40 and 2^40 - 1: the joint lattice's entries do not fit 64 bits */
+  cn_tile_binding big[3] = {{"V", V, NULL, 0},
+                            {"P", NULL, NULL, (int64_t)1 << 40},
+                            {"Q", NULL, NULL, ((int64_t)1 << 40) - 1}};
+  check_error(g, "O[i / P : 1] += V[i / Q]", 3, big,
+              "the change of variables that keeps the integer points of the divisions overflows "
+              "64-bit integers",
+              3);
+  check_error(g, "O[i / 2] += V[(2*i + 1) / 2]", 2, b,
+              "cannot derive the size of output axis 0: no index set is valid (give it as ': "
+              "SIZE')",
+              3);
   check_error(g, "O[i : n] += V[i]", 2, b,
               "index variable 'n' in a size or bound (only dims and integers)", 7);
   check_error(g, "O[i] += V[i], k < 2", 2, b,
@@ -395,6 +536,8 @@ int main(void) {
   test_skipping_and_cumsum();
   test_conv1d();
   test_conv2d();
+  test_division();
+  test_transposed_conv();
   test_combinations();
   test_composition();
   test_assign_and_errors();

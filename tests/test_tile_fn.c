@@ -3,11 +3,11 @@
  * filled with a sentinel (99) so cells that must end 0 are written by the routine: sum and max
  * over an axis, global min, average, max pool 1-D rounding down and up, the "wrong" max pool,
  * skipping, cumulative sum, a negative but valid index value, 1-D, dilated 2-D and complex
- * convolutions (values and output sizes), argmax through cond; the body language (both bracket
- * styles, ';' and newlines, comments, continuation lines, declarations, dim arithmetic,
- * elementwise statements with NumPy broadcasting and the seed's functions); results used as
- * ordinary tensors; a gradient through a function; positioned errors (FILE:LINE:COL, line,
- * caret); and every allocation failing in turn. */
+ * convolutions (values and output sizes), a transposed convolution by exact division, argmax
+ * through cond; the body language (both bracket styles, ';' and newlines, comments, continuation
+ * lines, declarations, dim arithmetic, elementwise statements with NumPy broadcasting and the
+ * seed's functions); results used as ordinary tensors; a gradient through a function; positioned
+ * errors (FILE:LINE:COL, line, caret); and every allocation failing in turn. */
 #include "cannl.h"
 #include "check.h"
 #include "core/core.h"
@@ -193,6 +193,31 @@ static void test_convolutions(void) {
     CHECK_STR(cn_tensor_shape(c1), "|->1,3,4,2,1");
     CHECK_STR(cn_tensor_shape(c2), "|->1,2,2,2,1");
   }
+
+  /* exact division: a transposed 1-D convolution with the stride s as an argument, O[x] = sum_k
+   * I[(x - k) / s] W[k] where x - k is a multiple of s (the scatter O[s n + k] += I[n] W[k]); with
+   * I = 1..4, W = 1, 10, 100, s = 2: 1, 10, 100 + 2, 20, 200 + 3, 30, 300 + 4, 40, 400; a
+   * constraint (x - k) / s < 2 keeps n = 0, 1: 1, 10, 102, 20, 200, 0, 0, 0, 0 */
+  cn_tensor *T = data(g, "T", 1, (int64_t[]){4}, (double[]){1, 2, 3, 4}, 4);
+  cn_tensor *W = data(g, "W", 1, (int64_t[]){3}, (double[]){1, 10, 100}, 3);
+  const char *const tparams[3] = {"I", "W", "s"};
+  cn_tile_arg targs[3] = {{T, 0}, {W, 0}, {NULL, 2}};
+  cn_tile_fn *tconv = fn(ctx, 3, tparams,
+                         "I.bind_dims(N); W.bind_dims(K)\n"
+                         "O = TensorOutput((N - 1) * s + K)\n"
+                         "O[x] += I[(x - k) / s] * W[k]\n"
+                         "return O");
+  check_values(g, "transposed conv_1d", tconv ? cn_tile_fn_apply(g, tconv, 3, targs) : NULL, "|->9",
+               (double[]){1, 10, 102, 20, 203, 30, 304, 40, 400}, 9, 0);
+  cn_tile_fn *head = fn(ctx, 3, tparams,
+                        "I.bind_dims(N); W.bind_dims(K)\n"
+                        "O = TensorOutput((N - 1) * s + K)\n"
+                        "O[x] += I[(x - k) / s] * W[k]\n"
+                        "O.add_constraint((x - k) / s < 2)\n"
+                        "return O");
+  check_values(g, "transposed conv_1d, constrained",
+               head ? cn_tile_fn_apply(g, head, 3, targs) : NULL, "|->9",
+               (double[]){1, 10, 102, 20, 200, 0, 0, 0, 0}, 9, 0);
   cn_ctx_destroy(ctx);
 }
 
@@ -354,11 +379,10 @@ static void test_errors(void) {
   cn_tensor *A = data(g, "A", 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6}, 6);
   const char *const pv[1] = {"V"};
   cn_tile_arg av[1] = {{V, 0}};
-  /* the body starts at line 10, column 5 of f.cnl: its first line's columns are shifted */
+  /* the body starts at line 10, column 5 of f.cnl: its first line is quoted from column 5 */
   check_fn_error(g, 1, pv, av, "O = V +* 2\nreturn O",
-                 "f.cnl:10:12: unexpected '*', expected an integer, a name or '('\n"
-                 "O = V +* 2\n"
-                 "       ^");
+                 "f.cnl:10:12: unexpected '*', expected an integer, a name or '('\n    O = V +* "
+                 "2\n           ^");
   /* an index used only in a constraint (from add_constraint) */
   check_fn_error(g, 1, pv, av,
                  "V.bind_dims(N)\n"
@@ -378,10 +402,9 @@ static void test_errors(void) {
                  "aggregate)\n"
                  "O[i] = A[i, j]\n"
                  "     ^");
-  check_fn_error(g, 1, pv, av, "V.bind_dims(M, N)\nreturn V",
-                 "f.cnl:10:5: 'V' has 1 axes (|->4) but bind_dims names 2\n"
-                 "V.bind_dims(M, N)\n"
-                 "^");
+  check_fn_error(
+      g, 1, pv, av, "V.bind_dims(M, N)\nreturn V",
+      "f.cnl:10:5: 'V' has 1 axes (|->4) but bind_dims names 2\n    V.bind_dims(M, N)\n    ^");
   check_fn_error(g, 1, pv, av,
                  "V.bind_dims(N)\nO = TensorOutput(N + 1)\nO[i : 3] += V[i]\nreturn O",
                  "f.cnl:12:7: the sizes of 'O' come from its TensorOutput\n"
@@ -396,17 +419,14 @@ static void test_errors(void) {
                  "R = O + V\n"
                  "    ^");
   check_fn_error(g, 1, pv, av, "O = TensorOutput(2)\nreturn V",
-                 "f.cnl:10:5: no contraction after this TensorOutput writes 'O'\n"
-                 "O = TensorOutput(2)\n"
-                 "^");
+                 "f.cnl:10:5: no contraction after this TensorOutput writes 'O'\n    O = "
+                 "TensorOutput(2)\n    ^");
   check_fn_error(g, 1, pv, av, "V.add_constraint(i < 2)\nreturn V",
-                 "f.cnl:10:5: no contraction writes 'V' (a constraint applies to one)\n"
-                 "V.add_constraint(i < 2)\n"
-                 "^");
+                 "f.cnl:10:5: no contraction writes 'V' (a constraint applies to one)\n    "
+                 "V.add_constraint(i < 2)\n    ^");
   check_fn_error(g, 1, pv, av, "V.bind_dim(N)\nreturn V",
-                 "f.cnl:10:7: unknown method 'bind_dim' (bind_dims or add_constraint)\n"
-                 "V.bind_dim(N)\n"
-                 "  ^");
+                 "f.cnl:10:7: unknown method 'bind_dim' (bind_dims or add_constraint)\n    "
+                 "V.bind_dim(N)\n      ^");
   check_fn_error(g, 1, pv, av, "return V\nW = V",
                  "f.cnl:11:1: a statement after return\n"
                  "W = V\n"
@@ -416,13 +436,10 @@ static void test_errors(void) {
                  "\n"
                  "^");
   check_fn_error(g, 1, pv, av, "return V + A",
-                 "f.cnl:10:16: unknown name 'A'\n"
-                 "return V + A\n"
-                 "           ^");
-  check_fn_error(g, 1, pv, av, "i, j = TensorIndexes(3)\nreturn V",
-                 "f.cnl:10:12: 3 names declared for 2 on the left\n"
-                 "i, j = TensorIndexes(3)\n"
-                 "       ^");
+                 "f.cnl:10:16: unknown name 'A'\n    return V + A\n               ^");
+  check_fn_error(
+      g, 1, pv, av, "i, j = TensorIndexes(3)\nreturn V",
+      "f.cnl:10:12: 3 names declared for 2 on the left\n    i, j = TensorIndexes(3)\n           ^");
   check_fn_error(g, 1, pv, av, "i = TensorIndex()\nreturn V + i",
                  "f.cnl:11:12: 'i' is an index: indices appear only in contractions\n"
                  "return V + i\n"
@@ -433,23 +450,20 @@ static void test_errors(void) {
                  "      ^");
   check_fn_error(g, 1, pv, av, "return frob(V)",
                  "f.cnl:10:12: unknown function 'frob' (sqrt, exp, log, sin, cos, tanh, sigmoid, "
-                 "pow, select)\n"
-                 "return frob(V)\n"
-                 "       ^");
+                 "pow, select)\n    return frob(V)\n           ^");
   check_fn_error(g, 1, pv, av, "return pow(V)",
-                 "f.cnl:10:12: 'pow' takes 2 arguments, got 1\n"
-                 "return pow(V)\n"
-                 "       ^");
+                 "f.cnl:10:12: 'pow' takes 2 arguments, got 1\n    return pow(V)\n           ^");
   check_fn_error(g, 2, (const char *const[]){"V", "A"}, (cn_tile_arg[]){{V, 0}, {A, 0}},
                  "return V * A",
                  "f.cnl:10:14: cannot broadcast: axis 1 of the result is 4 in one operand and 3 in "
-                 "another\n"
-                 "return V * A\n"
-                 "         ^");
+                 "another\n    return V * A\n             ^");
+  check_fn_error(g, 1, pv, av, "V.bind_dims(N)\nO = TensorOutput(N)\nO[i] += V[i / j]\nreturn O",
+                 "f.cnl:12:13: division by an index expression (an index expression divides only "
+                 "by dims and integers)\n"
+                 "O[i] += V[i / j]\n"
+                 "            ^");
   check_fn_error(g, 1, pv, av, "N = 4 / (2 - 2)\nreturn V",
-                 "f.cnl:10:11: division by zero\n"
-                 "N = 4 / (2 - 2)\n"
-                 "      ^");
+                 "f.cnl:10:11: division by zero\n    N = 4 / (2 - 2)\n          ^");
   /* an argument whose shape is not known yet, when the body needs its dims */
   cn_tensor *P = cn_tensor_apply(g, CN_OP_NEG, 1, &V);
   cn_tile_fn *bd = fn(ctx, 1, pv, "V.bind_dims(N)\nreturn V");

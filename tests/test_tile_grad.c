@@ -10,14 +10,15 @@
  * is 1e-7); where the gradient is easy to state, also with values worked out by hand.
  *
  * Covered: 1-D convolution, a strided padded 2-D convolution with channels and negative offsets
- * (edge points invalid on both sides), max pool 1-D with `j < 2` and round-up odd length, the
- * "wrong" max pool (its box starts at j = -4), a min contraction with a `+` combination, sums
- * with a `+` combination (one where the operand a gradient does not read limits the points), the
- * cumulative sum (`i - k < N`), skipping (`O[2*i]`), a negative but valid index, assign `=`
- * (scatter and transpose) and an injective `*=`; for three of them the backprop's loop IR shows
- * the forward's ranges and guards. A `*=` reducing several points per cell is refused by name; an
- * `==` combination is not differentiable. Then a Tile convolution against the equivalent affine
- * einsum spec (valid 1-D, and padded strided 2-D with channels): identical values and gradients. */
+ * (edge points invalid on both sides), a transposed convolution by exact division, max pool 1-D
+ * with `j < 2` and round-up odd length, the "wrong" max pool (its box starts at j = -4), a min
+ * contraction with a `+` combination, sums with a `+` combination (one where the operand a
+ * gradient does not read limits the points), the cumulative sum (`i - k < N`), skipping
+ * (`O[2*i]`), a negative but valid index, assign `=` (scatter and transpose) and an injective
+ * `*=`; for four of them the backprop's loop IR shows the forward's ranges, guards or loop
+ * variables. A `*=` reducing several points per cell is refused by name; an `==` combination is
+ * not differentiable. Then a Tile convolution against the equivalent affine einsum spec (valid
+ * 1-D, and padded strided 2-D with channels): identical values and gradients. */
 #include "cannl.h"
 #include "check.h"
 
@@ -256,6 +257,37 @@ static void test_conv2d_strided_padded(int be) {
   }
 }
 
+/* A transposed convolution by exact division: O[x] = sum_k I[(x - k) / S] W[k] over the points
+ * where x - k is a multiple of S = 2 (N = 4, K = 3: O has (N - 1) S + K = 9 cells), i.e. the
+ * scatter O[S n + k] += I[n] W[k]. The record is built over the lattice's variables (k and x_2,
+ * x = k + 2*x_2), so the gradients visit exactly the valid points: by hand,
+ * I.grad[n] = sum_k coef[S n + k] W[k] and W.grad[k] = sum_n coef[S n + k] I[n]. */
+static void test_transposed_conv(int be) {
+  tcase c;
+  begin(&c, be, "transposed conv1d");
+  double iv[4], wv[3], want[9] = {0}, gi[4] = {0}, gw[3] = {0};
+  fill(iv, 4, 0.5);
+  fill(wv, 3, 1.3);
+  for (int n = 0; n < 4; n++)
+    for (int k = 0; k < 3; k++) {
+      want[2 * n + k] += iv[n] * wv[k];
+      gi[n] += (2 * n + k + 1) * wv[k];
+      gw[k] += (2 * n + k + 1) * iv[n];
+    }
+  cn_tensor *I = param(&c, "I", 1, (int64_t[]){4}, iv);
+  cn_tensor *W = param(&c, "W", 1, (int64_t[]){3}, wv);
+  cn_tile_binding b[3] = {{"I", I, "N", 0}, {"W", W, "K", 0}, {"S", NULL, NULL, 2}};
+  cn_tensor *O = tile(&c, "O[x : (N - 1) * S + K] += I[(x - k) / S] * W[k]", 3, b);
+  c.loops = "for k in 0..3:\n"
+            "  for x_2 in 0..4:\n"
+            "    I.grad[x_2] := I.grad[x_2] + O.grad[k + 2*x_2] * W";
+  results r;
+  finish(&c, O, NULL, true, &r);
+  check_values(c.name, "O", r.out, r.n_out, want, 9);
+  check_values(c.name, "I.grad", r.grad[0], r.n_grad[0], gi, 4);
+  check_values(c.name, "W.grad", r.grad[1], r.n_grad[1], gw, 3);
+}
+
 /* ---- Max and min ------------------------------------------------------------------------------
  */
 
@@ -270,12 +302,11 @@ static void test_max_pool(int be) {
   cn_tensor *I = param(&c, "I", 1, (int64_t[]){7}, iv);
   cn_tile_binding b[1] = {{"I", I, "N", 0}};
   cn_tensor *O = tile(&c, "O[i : (N + 1) / 2] >= I[2*i + j], j < 2", 1, b);
-  /* the gradient visits the forward's points: j < 2 as the loop range, I's bound as a guard, and
-   * the winner's test (<> is eq) against O at the point's window */
+  /* the gradient visits the forward's points: j < 2 and I's bound as j's loop bounds, and the
+   * winner's test (<> is eq) against O at the point's window */
   c.loops = "for i in 0..4:\n"
-            "  for j in 0..2:\n"
-            "    if 0 <= 2*i + j < 7:\n"
-            "      I.grad[2*i + j] := I.grad[2*i + j] + where(grad_tmp[i, j], O.grad[i], "
+            "  for j in 0..min(2, -2*i + 7):\n"
+            "    I.grad[2*i + j] := I.grad[2*i + j] + where(grad_tmp[i, j], O.grad[i], "
             "grad_const[])\n";
   results r;
   finish(&c, O, NULL, true, &r);
@@ -290,9 +321,8 @@ static void test_max_pool(int be) {
   b[0] = (cn_tile_binding){"I", I, "N", 0};
   O = tile(&c, "O[i : N / 2] >= I[2*i + j]", 1, b);
   /* the winner test's intermediate is indexed from the box's first point (j = -4) */
-  c.loops = "  for j in -4..6:\n"
-            "    if 0 <= 2*i + j < 6:\n"
-            "      grad_tmp[i, j + 4] := ";
+  c.loops = "  for j in -2*i..-2*i + 6:\n"
+            "    grad_tmp[i, j + 4] := ";
   finish(&c, O, NULL, true, &r);
   check_values(c.name, "O", r.out, r.n_out, wrong, 3);
   check_values(c.name, "I.grad", r.grad[0], r.n_grad[0], gw, 6);
@@ -332,9 +362,8 @@ static void test_sums(int be) {
   cn_tile_binding b[2] = {{"I", I, "N", 0}};
   cn_tensor *O = tile(&c, "O[i : N] += I[k], i - k < N", 1, b);
   c.loops = "for i in 0..5:\n"
-            "  for k in 0..5:\n"
-            "    if 0 <= i - k < 5:\n"
-            "      I.grad[k] := I.grad[k] + O.grad[i]\n";
+            "  for k in 0..i + 1:\n"
+            "    I.grad[k] := I.grad[k] + O.grad[i]\n";
   finish(&c, O, NULL, true, &r);
   check_values(c.name, "O", r.out, r.n_out, csum, 5);
   check_values(c.name, "I.grad", r.grad[0], r.n_grad[0], gc, 5);
@@ -526,6 +555,7 @@ int main(void) {
   for (int be = 0; be < 2; be++) {
     test_conv1d(be);
     test_conv2d_strided_padded(be);
+    test_transposed_conv(be);
     test_max_pool(be);
     test_min_plus(be);
     test_sums(be);

@@ -1,12 +1,14 @@
 /* Tests of the IR foundation for Tile contractions (seed 003 "Valid Indices", "Skipping",
  * "Reference"): projections records with ranged iterators, constraints and valid_only
  * (cn_proj_create_ranged), their lowering (tightened loop ranges, guards, the zero_unreached
- * initialization), the guard statement in the simplifier, the printer, the interpreter and the
- * generated C. Records are built by hand as the Tile compiler will build them, usually with
- * deliberately wide iterator ranges so that the tightening has work to do; every expected value
- * is worked out by hand from the seed's definition of a valid index set (in the comments), and
- * every routine runs on both backends from an LHS filled with a sentinel (99), so cells that
- * must end 0 or at the neutral element are written by the routine, not left over. */
+ * initialization), the guard statement in the simplifier and its conversion into affine loop
+ * bounds (triangles counted point by point, non-unit and negative coefficients, empty ranges,
+ * static indices), the printer, the interpreter and the generated C. Records are built by hand as
+ * the Tile compiler will build them, usually with deliberately wide iterator ranges so that the
+ * tightening has work to do; every expected value is worked out by hand from the seed's definition
+ * of a valid index set (in the comments), and every routine runs on both backends from an LHS
+ * filled with a sentinel (99), so cells that must end 0 or at the neutral element are written by
+ * the routine, not left over. */
 #include "backend/backend.h"
 #include "check.h"
 
@@ -52,10 +54,12 @@ static const cn_backend_kind backends[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
 static const char *const backend_names[2] = {"interp", "C"};
 
 /* Compiles asgn on both backends and runs it from an LHS of sentinels; the LHS must then hold
- * `expected`. Returns the loop IR of the interpreter's routine (arena copy) for text checks. */
-static const char *run_both(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_node *lhs,
-                            const double *expected) {
+ * `expected`. Returns the loop IR of the interpreter's routine (arena copy) for text checks, and
+ * the generated C in *source (arena copy) when source is not NULL. */
+static const char *run_both_source(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_node *lhs,
+                                   const double *expected, const char **source) {
   CHECK_MSG(asgn != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  if (source) *source = NULL;
   if (!asgn) return NULL;
   int64_t n = cn_node_numel(lhs);
   const char *loops = NULL;
@@ -73,11 +77,17 @@ static const char *run_both(cn_ctx *ctx, const cn_asgn *asgn, const char *name, 
                   "%s on %s: cell %lld = %g, expected %g", name, backend_names[b], (long long)k,
                   values[k], expected[k]);
       if (b == 0) loops = cn_strdup(ctx, cn_routine_loops(r));
+      if (b == 1 && source) *source = cn_strdup(ctx, cn_routine_source(r));
       cn_routine_free(r);
     }
     free(values);
   }
   return loops;
+}
+
+static const char *run_both(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_node *lhs,
+                            const double *expected) {
+  return run_both_source(ctx, asgn, name, lhs, expected, NULL);
 }
 
 /* CHECK_STR against a printf-formatted expectation (node ids are not known in advance). */
@@ -139,8 +149,11 @@ static void test_max_pool(void) {
 
   /* N = 5, round up (O of (N + 1) / 2 = 3): O[2] = max(I4) = 5, the set i = 2, j = 1 reads I5,
    * out of range, and is skipped (seed: "exactly the intended behavior"). 2*i + j now spans
-   * [0, 5]: a guard stays, inside the j loop; O may have unreached cells as far as the lowering
-   * knows, so it is cleared to 0 and the reached cells are set to -inf by a marking pass. */
+   * [0, 5]: the lowering puts a guard 0 <= 2*i + j < 5 inside the j loop, which the simplifier
+   * turns into j's bounds: j >= -2*i never passes 0 and is dropped, j < -2*i + 5 is below the
+   * box's 2 only at i = 2, so the end is min(2, -2*i + 5). O may have unreached cells as far as
+   * the lowering knows, so it is cleared to 0 and the reached cells are set to -inf by a marking
+   * pass. */
   const double up_odd[3] = {3, 4, 5};
   text = max_pool(ctx, 5, 3, odd, true, up_odd, "pool_up_odd", ids);
   check_text(text,
@@ -151,13 +164,11 @@ static void test_max_pool(void) {
              "  O[i0] := 0\n"
              "# cells of 'O' (#%d) that a valid point writes start from the neutral of @^\n"
              "for i in 0..3:\n"
-             "  for j in 0..2:\n"
-             "    if 0 <= 2*i + j < 5:\n"
-             "      O[i] := -inf\n"
+             "  for j in 0..min(2, -2*i + 5):\n"
+             "    O[i] := -inf\n"
              "for i in 0..3:\n"
-             "  for j in 0..2:\n"
-             "    if 0 <= 2*i + j < 5:\n"
-             "      O[i] := O[i] @^ I[2*i + j]\n",
+             "  for j in 0..min(2, -2*i + 5):\n"
+             "    O[i] := O[i] @^ I[2*i + j]\n",
              ids[0], ids[1], ids[1], ids[1]);
 
   /* N = 6: rounding down and up both give 3 outputs: max(3,1), max(4,1), max(5,9). */
@@ -170,8 +181,10 @@ static void test_max_pool(void) {
    * whole input and equal its max, 5. */
   const double wrong[2] = {5, 5};
   text = max_pool(ctx, 5, 2, odd, false, wrong, "pool_wrong", ids);
-  /* j is tightened to -2..5 (2*i + j >= 0 with i <= 1, 2*i + j <= 4 with i >= 0). */
-  CHECK_HAS(text, "  for j in -2..5:\n    if 0 <= 2*i + j < 5:\n");
+  /* j's box is tightened to -2..5 (2*i + j >= 0 with i <= 1, 2*i + j <= 4 with i >= 0), and the
+   * guard 0 <= 2*i + j < 5 becomes the bounds -2*i..-2*i + 5, both inside the box: each i
+   * visits its 5 valid j and nothing else (10 points, not the box's 14). */
+  CHECK_HAS(text, "  for j in -2*i..-2*i + 5:\n    O[i] := O[i] @^ I[2*i + j]\n");
   cn_ctx_destroy(ctx);
 }
 
@@ -269,7 +282,8 @@ static void test_cumsum(void) {
   cn_buffer arg[1] = {{I, false}};
 
   /* O[i] += I[k], i - k < N: O[i] = sum_{k <= i} I[k] = 1, 3, 6, 10. The bounds tighten i and k
-   * to 0..4; 0 <= i - k stays a guard (a triangle), inside the k loop. */
+   * to 0..4; the guard 0 <= i - k < 4 inside the k loop becomes k's bounds (a triangle): k >= i - 3
+   * never passes 0 and is dropped, k < i + 1 stays within the box's 4 and replaces it. */
   cn_proj_constraint c = {affine2(i, 1, k, -1, 0), n};
   cn_proj_space space = {2, iters, lo, hi, 1, &c, true, true};
   cn_proj *proj = cn_proj_create_ranged(ctx, &space, tensor(O, mo), 1, rhs);
@@ -283,21 +297,123 @@ static void test_cumsum(void) {
              "for i0 in 0..4:\n"
              "  O[i0] := 0\n"
              "for i in 0..4:\n"
-             "  for k in 0..4:\n"
-             "    if 0 <= i - k < 4:\n"
-             "      O[i] := O[i] + I[k]\n",
+             "  for k in 0..i + 1:\n"
+             "    O[i] := O[i] + I[k]\n",
              I->id, O->id, O->id);
 
   /* The equivalent form with the constraint on k - i + N - 1 (k <= i iff k - i + 3 < 4, and
    * k - i + 3 >= 0 always holds on the box), here without valid_only: the ranges are given exactly
-   * (0..4, so today's validation passes) and only the constraint filters. */
+   * (0..4, so today's validation passes) and only the constraint filters: k >= i - 3 is dropped,
+   * k < i + 1 bounds the same triangle. */
   int64_t lo0[2] = {0, 0}, hi0[2] = {4, 4};
   cn_proj_constraint c2 = {affine2(k, 1, i, -1, n - 1), n};
   cn_proj_space space2 = {2, iters, lo0, hi0, 1, &c2, false, false};
   cn_proj *proj2 = cn_proj_create_ranged(ctx, &space2, tensor(O, mo), 1, rhs);
   text = run_both(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, O, CN_OP_ID, arg, proj2), "csum2", O,
                   cumsum);
-  CHECK_HAS(text, "    if 0 <= -i + k + 3 < 4:\n      O[i] := O[i] + I[k]\n");
+  CHECK_HAS(text, "  for k in 0..i + 1:\n    O[i] := O[i] + I[k]\n");
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Loop bounds from guards: exactly the valid points ---- */
+
+/* Counts the points of the cumulative sum's triangle 0 <= i - k < 5 over i, k in -8..8 with
+ * += 1 contractions (ONE holds 1 everywhere): per row, O[i] += ONE[k], and in total,
+ * C[0] += ONE[k]. The valid points are k = 0..i for i = 0..4, so O = 1, 2, 3, 4, 5 and
+ * C = 5*6/2 = 15. No guard is left (the nest is k in 0..i + 1 under i in 0..5), so each visited
+ * point adds one: the nest visits exactly the N(N+1)/2 valid points, not the box's 25. */
+static void test_triangle_count(void) {
+  cn_ctx *ctx = test_ctx();
+  const int64_t n = 5;
+  cn_node *one = node(ctx, "ONE", 1, n), *O = node(ctx, "O", 1, n);
+  cn_node *C = node(ctx, "C", 1, (int64_t)1);
+  const double ones[5] = {1, 1, 1, 1, 1};
+  CHECK_INT(cn_node_set_values(one, false, ones, 5), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
+  cn_symbol iters[2] = {i, k};
+  int64_t lo[2] = {-8, -8}, hi[2] = {8, 8};
+  cn_index mo[1] = {cn_index_iter(i)}, mc[1] = {cn_index_fixed(0)}, mk[1] = {cn_index_iter(k)};
+  cn_proj_constraint tri = {affine2(i, 1, k, -1, 0), n};
+  cn_proj_space space = {2, iters, lo, hi, 1, &tri, true, true};
+  cn_proj_tensor rhs[1] = {tensor(one, mk)};
+  cn_buffer arg[1] = {{one, false}};
+
+  cn_proj *rows = cn_proj_create_ranged(ctx, &space, tensor(O, mo), 1, rhs);
+  const double per_row[5] = {1, 2, 3, 4, 5};
+  const char *source = NULL;
+  const char *text =
+      run_both_source(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, O, CN_OP_ID, arg, rows), "tri_rows",
+                      O, per_row, &source);
+  CHECK_HAS(text, "for i in 0..5:\n  for k in 0..i + 1:\n    O[i] := O[i] + ONE[k]\n");
+  CHECK(text && !strstr(text, "if "));
+  CHECK_HAS(source, "  for (int64_t i = 0; i < 5; ++i) {\n"
+                    "    for (int64_t k = 0; k < i + 1; ++k) {\n");
+
+  /* C's fixed index does not bound i: its range is given as 0..5. */
+  int64_t lo_c[2] = {0, -8}, hi_c[2] = {5, 8};
+  cn_proj_space space_c = {2, iters, lo_c, hi_c, 1, &tri, true, true};
+  cn_proj *total = cn_proj_create_ranged(ctx, &space_c, tensor(C, mc), 1, rhs);
+  const double count[1] = {15};
+  text = run_both(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, C, CN_OP_ID, arg, total), "tri_total", C,
+                  count);
+  CHECK_HAS(text, "for i in 0..5:\n  for k in 0..i + 1:\n    C[0] := C[0] + ONE[k]\n");
+  CHECK(text && !strstr(text, "if "));
+  cn_ctx_destroy(ctx);
+}
+
+/* Non-unit coefficients on the inner variable, where the bounds are ceiling divisions of
+ * possibly negative numbers. I = 1, 10, 100, 1000, 10000 (so a sum tells which cells were read),
+ * valid_only alone bounding the points by I's size 5. */
+static void test_bounds_non_unit(void) {
+  cn_ctx *ctx = test_ctx();
+  cn_node *I = node(ctx, "I", 1, (int64_t)5);
+  cn_node *O3 = node(ctx, "O", 1, (int64_t)3), *O5 = node(ctx, "P", 1, (int64_t)5);
+  const double in[5] = {1, 10, 100, 1000, 10000};
+  CHECK_INT(cn_node_set_values(I, false, in, 5), CN_OK);
+  cn_symbol j = cn_symbol_create(ctx, "j", 0), i = cn_symbol_create(ctx, "i", 0);
+  cn_symbol iters[2] = {j, i}; /* j outer, i inner */
+  cn_buffer arg[1] = {{I, false}};
+  cn_index mo[1] = {cn_index_iter(j)};
+
+  /* O[j] += I[2*i + j], j in 0..3, i in -5..5: 0 <= 2*i + j < 5 gives
+   * i in [ceil(-j / 2), ceil((5 - j) / 2)): j = 0: i = 0, 1, 2 (I0 + I2 + I4 = 10101);
+   * j = 1: i = 0, 1 (ceil(-1/2) = 0, ceil(4/2) = 2; I1 + I3 = 1010); j = 2: i = -1, 0, 1
+   * (ceil(-2/2) = -1, ceil(3/2) = 2; I0 + I2 + I4 = 10101). i's box tightens to -1..3 (2*i in
+   * [-2, 4]); both bounds stay within it, so they replace it. */
+  int64_t lo[2] = {0, -5}, hi[2] = {3, 5};
+  cn_index mi[1] = {affine2(i, 2, j, 1, 0)};
+  cn_proj_tensor rhs[1] = {tensor(I, mi)};
+  cn_proj_space space = {2, iters, lo, hi, 0, NULL, true, true};
+  cn_proj *proj = cn_proj_create_ranged(ctx, &space, tensor(O3, mo), 1, rhs);
+  const double twice[3] = {10101, 1010, 10101};
+  const char *source = NULL;
+  const char *text =
+      run_both_source(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, O3, CN_OP_ID, arg, proj),
+                      "stride_two", O3, twice, &source);
+  CHECK_HAS(text, "for j in 0..3:\n"
+                  "  for i in ceil(-j / 2)..ceil((-j + 5) / 2):\n"
+                  "    O[j] := O[j] + I[j + 2*i]\n");
+  CHECK_HAS(source, "    for (int64_t i = cn_ceil_div_i64(-j, 2); i < cn_ceil_div_i64(-j + 5, 2); "
+                    "++i) {\n");
+
+  /* A negative coefficient: P[j] += I[j - 2*i], j in 0..5, i in -5..5: 0 <= j - 2*i < 5 gives
+   * i in [ceil((j - 4) / 2), ceil((j + 1) / 2)): j = 0: i = -2, -1, 0 (I4 + I2 + I0); j = 1:
+   * i = -1, 0 (ceil(-3/2) = -1, ceil(2/2) = 1; I3 + I1); j = 2: -1, 0, 1 (I4 + I2 + I0); j = 3:
+   * 0, 1 (ceil(-1/2) = 0; I3 + I1); j = 4: 0, 1, 2 (ceil(5/2) = 3; I4 + I2 + I0). */
+  int64_t lo5[2] = {0, -5}, hi5[2] = {5, 5};
+  cn_index mn[1] = {affine2(i, -2, j, 1, 0)};
+  cn_proj_tensor rhs_n[1] = {tensor(I, mn)};
+  cn_proj_space space_n = {2, iters, lo5, hi5, 0, NULL, true, true};
+  cn_proj *proj_n = cn_proj_create_ranged(ctx, &space_n, tensor(O5, mo), 1, rhs_n);
+  const double back[5] = {10101, 1010, 10101, 1010, 10101};
+  text = run_both_source(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, O5, CN_OP_ID, arg, proj_n),
+                         "stride_back", O5, back, &source);
+  CHECK_HAS(text, "for j in 0..5:\n"
+                  "  for i in ceil((j - 4) / 2)..ceil((j + 1) / 2):\n"
+                  "    P[j] := P[j] + I[j - 2*i]\n");
+  CHECK_HAS(source,
+            "    for (int64_t i = cn_ceil_div_i64(j - 4, 2); i < cn_ceil_div_i64(j + 1, 2); "
+            "++i) {\n");
   cn_ctx_destroy(ctx);
 }
 
@@ -326,14 +442,16 @@ static void test_conv_padding(void) {
 
   /* O[i] += I[i + j - 1] * K[j], O the size of I ('same'): sets reading I[-1] or I[4] are not
    * valid and contribute nothing, so O0 = I0*10 + I1*100 = 210, O1 = 1 + 20 + 300 = 321,
-   * O2 = 2 + 30 + 400 = 432, O3 = 3 + 40 = 43. */
+   * O2 = 2 + 30 + 400 = 432, O3 = 3 + 40 = 43. The guard 0 <= i + j - 1 < 4 becomes j's bounds
+   * 1 - i and 5 - i, each of which passes the box 0..3 for some i: max(0, -i + 1) and
+   * min(3, -i + 5). */
   int64_t lo[2] = {-3, -3}, hi[2] = {7, 7};
   cn_proj_space space = {2, iters, lo, hi, 0, NULL, true, true};
   cn_proj *proj = cn_proj_create_ranged(ctx, &space, tensor(O, mo), 2, rhs);
   const double conv[4] = {210, 321, 432, 43};
   const char *text = run_both(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, O, CN_OP_MUL, args, proj),
                               "conv_valid", O, conv);
-  CHECK_HAS(text, "for i in 0..4:\n  for j in 0..3:\n    if 0 <= i + j - 1 < 4:\n");
+  CHECK_HAS(text, "for i in 0..4:\n  for j in max(0, -i + 1)..min(3, -i + 5):\n    O[i] := ");
   CHECK(text && !strstr(text, "padding")); /* a valid point never reads a margin */
 
   /* With `=+` (no clear) the sums add to what P holds (the sentinel 99 run_both puts there). */
@@ -679,6 +797,137 @@ static void test_guard_statement(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* out[i] := out[i] + amount */
+static cn_ll_stmt *add_at(cn_ctx *ctx, cn_symbol i, double amount) {
+  cn_index *idx = cn_alloc(ctx, sizeof(cn_index));
+  *idx = cn_index_iter(i);
+  cn_ll_expr *get = cn_alloc(ctx, sizeof *get), *cst = cn_alloc(ctx, sizeof *cst);
+  cn_ll_expr *sum = cn_alloc(ctx, sizeof *sum);
+  get->kind = CN_LE_GET;
+  get->prec = CN_PREC_SINGLE;
+  get->u.get.param = 0;
+  get->u.get.idx = idx;
+  cst->kind = CN_LE_CONST;
+  cst->prec = CN_PREC_SINGLE;
+  cst->u.constant = cn_value_of_double(CN_PREC_SINGLE, amount);
+  sum->kind = CN_LE_OP;
+  sum->prec = CN_PREC_SINGLE;
+  sum->u.op.op = CN_OP_ADD;
+  sum->u.op.args[0] = get;
+  sum->u.op.args[1] = cst;
+  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
+  s->u.set.param = 0;
+  s->u.set.idx = idx;
+  s->u.set.value = sum;
+  return s;
+}
+
+static cn_ll_proc *proc_of(cn_ctx *ctx, const char *name, cn_ll_stmt *body, cn_node *out,
+                           int n_free, const cn_symbol *free_syms) {
+  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
+  proc->name = name;
+  proc->body = body;
+  proc->n_params = 1;
+  proc->params = cn_alloc(ctx, sizeof(cn_ll_param));
+  proc->params[0] = (cn_ll_param){out, false};
+  proc->n_free_syms = n_free;
+  proc->free_syms = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(n_free ? n_free : 1));
+  for (int k = 0; k < n_free; k++) proc->free_syms[k] = free_syms[k];
+  return proc;
+}
+
+/* Runs proc on both backends from `init` in out; out must then hold `expected`. Returns the C
+ * source (arena copy). */
+static const char *run_proc_both(cn_ctx *ctx, const cn_ll_proc *proc, cn_node *out,
+                                 const int64_t *syms, const double *init, const double *expected) {
+  int64_t n = cn_node_numel(out);
+  const char *c_source = NULL;
+  for (int b = 0; b < 2; b++) {
+    const cn_backend *backend = b ? &cn_backend_c : &cn_backend_interp;
+    CHECK_INT(cn_node_set_values(out, false, init, (size_t)n), CN_OK);
+    void *compiled = NULL;
+    const char *source = NULL;
+    CHECK_MSG(backend->compile(ctx, proc, &compiled, &source) == CN_OK, "%s: %s", proc->name,
+              cn_ctx_error(ctx));
+    if (!compiled) continue;
+    if (b) c_source = cn_strdup(ctx, source);
+    void *buffers[1] = {cn_node_buffer(out, false)};
+    CHECK_INT(backend->run(ctx, compiled, buffers, syms), CN_OK);
+    backend->release(compiled);
+    double got[16];
+    CHECK(n <= 16);
+    CHECK_INT(cn_node_get_values(out, false, got, (size_t)n), CN_OK);
+    for (int64_t k = 0; k < n; k++)
+      CHECK_MSG(got[k] == expected[k], "%s on %s: out[%lld] = %g, expected %g", proc->name,
+                backend_names[b], (long long)k, got[k], expected[k]);
+  }
+  return c_source;
+}
+
+/* Guards that the simplifier turns into loop bounds, on hand-built procedures. */
+static void test_guards_to_bounds(void) {
+  cn_ctx *ctx = test_ctx();
+  cn_node *count = node(ctx, "count", 1, (int64_t)5), *out = node(ctx, "out", 1, (int64_t)8);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
+
+  /* Empty effective ranges. First nest: 0 <= i - k - 2 < 5 holds for k in [i - 6, i - 1); the
+   * lower bound never passes the box's 0 (dropped), the upper one is at most 3 (it replaces the
+   * box's end, and the box shrinks to 0..3): for i = 0 and 1 the range is empty, and the counts
+   * are 0, 0, 1, 2, 3. Second nest: k >= i (from 0 <= k - i) and k < i (from i - k - 1 >= 0)
+   * contradict for every i, which neither condition shows alone: k runs over i..i, nothing. */
+  cn_ll_cond tri[1] = {{affine2(i, 1, k, -1, -2), 0, 5}};
+  cn_ll_cond none[2] = {{affine2(k, 1, i, -1, 0), 0, 10}, {affine2(i, 1, k, -1, -1), 0, 10}};
+  cn_ll_stmt *body =
+      seq2(ctx, loop(ctx, i, 0, 5, loop(ctx, k, 0, 5, guard(ctx, 1, tri, add_at(ctx, i, 1)))),
+           loop(ctx, i, 0, 3, loop(ctx, k, 0, 4, guard(ctx, 2, none, add_at(ctx, i, 7)))));
+  cn_ll_proc *proc = proc_of(ctx, "empty_ranges", body, count, 0, NULL);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  check_text(cn_ll_to_string(ctx, proc),
+             "routine empty_ranges\n"
+             "  params: count#%d single[5]\n"
+             "for i in 0..5:\n"
+             "  for k in 0..i - 1:\n"
+             "    count[i] := count[i] + 1\n"
+             "for i in 0..3:\n"
+             "  for k in i..i:\n"
+             "    count[i] := count[i] + 7\n",
+             count->id);
+  const double zeros[5] = {0}, counts[5] = {0, 0, 1, 2, 3};
+  const char *source = run_proc_both(ctx, proc, count, NULL, zeros, counts);
+  CHECK_HAS(source, "    for (int64_t k = 0; k < i - 1; ++k) {\n");
+  CHECK_HAS(source, "    for (int64_t k = i; k < i; ++k) {\n");
+
+  /* Bounds over static indices: t has the range 4, so t..t + 3 provably stays in 0..8 and the
+   * box's edges drop out; u has no range, so they stay: max(0, u)..min(8, u + 2). With t = 3 the
+   * first nest writes out3..5 = 3, 4, 5; with u = 7 the second writes out7 = 7 only (u + 2 = 9
+   * is clamped to 8). */
+  cn_symbol t = cn_symbol_create(ctx, "t", 4), u = cn_symbol_create(ctx, "u", 0);
+  cn_ll_cond near_t[1] = {{affine2(i, 1, t, -1, 0), 0, 3}};
+  cn_ll_cond near_u[1] = {{affine2(i, 1, u, -1, 0), 0, 2}};
+  body = seq2(ctx, loop(ctx, i, 0, 8, guard(ctx, 1, near_t, store_index(ctx, i, 0))),
+              loop(ctx, i, 0, 8, guard(ctx, 1, near_u, store_index(ctx, i, 0))));
+  cn_symbol statics[2] = {t, u};
+  proc = proc_of(ctx, "static_bounds", body, out, 2, statics);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  check_text(cn_ll_to_string(ctx, proc),
+             "routine static_bounds\n"
+             "  params: out#%d single[8]\n"
+             "  static: t, u\n"
+             "for i in t..t + 3:\n"
+             "  out[i] := i\n"
+             "for i in max(0, u)..min(8, u + 2):\n"
+             "  out[i] := i\n",
+             out->id);
+  double init[8];
+  for (int c = 0; c < 8; c++) init[c] = SENTINEL;
+  const double written[8] = {SENTINEL, SENTINEL, SENTINEL, 3, 4, 5, SENTINEL, 7};
+  const int64_t values[2] = {3, 7};
+  source = run_proc_both(ctx, proc, out, values, init, written);
+  CHECK_HAS(source, "  for (int64_t i = t; i < t + 3; ++i) {\n");
+  CHECK_HAS(source, "  for (int64_t i = cn_max_i64(0, u); i < cn_min_i64(8, u + 2); ++i) {\n");
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Allocation failures ---- */
 
 /* The round-up max pool (guards, a marking pass, tightening) from scratch in a fresh context;
@@ -730,11 +979,14 @@ int main(void) {
   test_max_pool();
   test_skipping();
   test_cumsum();
+  test_triangle_count();
+  test_bounds_non_unit();
   test_conv_padding();
   test_negative_ranges();
   test_static_index();
   test_records();
   test_guard_statement();
+  test_guards_to_bounds();
   test_allocation_failures();
   CHECK_DONE();
 }

@@ -10,7 +10,10 @@
  * the standard macros the prelude's headers define), so no user label or symbol name can break
  * compilation; cell offsets are one folded linear expression in the padded row-major buffer;
  * every conversion between precisions goes through cn_conv_c, every load and store through
- * cn_load_c / cn_store_c, so the semantics stay those of src/numeric. */
+ * cn_load_c / cn_store_c, so the semantics stay those of src/numeric; loop bounds and guards are
+ * int64_t expressions over loop variables and static indices, a bound with a divisor through the
+ * prelude's exact cn_ceil_div_i64, several bounds combined by cn_max_i64 / cn_min_i64 (pure
+ * functions: the compiler hoists an upper bound out of the loop test). */
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -28,6 +31,7 @@ typedef struct {
   int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
   const char **sym_names; /* per symbol of the context; NULL when the routine does not use it */
   bool *written;          /* per param: some statement stores into it */
+  bool *accessed;         /* per param: some statement reads or stores it */
   int n_syms;             /* symbols of the context: every symbol the procedure names is below */
 } cgen;
 
@@ -186,6 +190,7 @@ static void mark_index_symbols(const cgen *g, bool *used, const cn_index *idx) {
 
 static void mark_access(cgen *g, bool *used, int param, const cn_index *idx) {
   CN_ASSERT(param >= 0 && param < g->proc->n_params);
+  g->accessed[param] = true;
   int rank = g->proc->params[param].node->rank;
   for (int d = 0; d < rank; d++) mark_index_symbols(g, used, &idx[d]);
 }
@@ -211,6 +216,10 @@ static void mark_stmt(cgen *g, bool *used, const cn_ll_stmt *s) {
   case CN_LL_COMMENT: return;
   case CN_LL_FOR:
     mark_symbol(g, used, s->u.loop.sym);
+    for (int k = 0; k < s->u.loop.n_lower; k++)
+      mark_index_symbols(g, used, &s->u.loop.lower[k].expr);
+    for (int k = 0; k < s->u.loop.n_upper; k++)
+      mark_index_symbols(g, used, &s->u.loop.upper[k].expr);
     mark_stmt(g, used, s->u.loop.body);
     return;
   case CN_LL_IF:
@@ -514,6 +523,28 @@ static void emit_guard(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf_puts(sb, "}\n");
 }
 
+/* One side of a loop's range: the box's edge without bounds, else the bound, or nested
+ * cn_max_i64 / cn_min_i64 calls over several; a bound with a divisor goes through
+ * cn_ceil_div_i64 (exact for negative numerators, unlike C's division). In int64_t, as guards. */
+static void emit_range_side(const cgen *g, int64_t edge, int n, const cn_ll_bound *bounds,
+                            const char *combine) {
+  cn_sbuf *sb = g->out;
+  if (n == 0) {
+    cn_sbuf_printf(sb, "%lld", (long long)edge);
+    return;
+  }
+  for (int k = 0; k + 1 < n; k++) cn_sbuf_printf(sb, "%s(", combine);
+  for (int k = 0; k < n; k++) {
+    linear l = {0};
+    linear_add_index(&l, &bounds[k].expr, 1);
+    if (k) cn_sbuf_puts(sb, ", ");
+    if (bounds[k].div != 1) cn_sbuf_puts(sb, "cn_ceil_div_i64(");
+    print_linear(g, sb, &l, NULL);
+    if (bounds[k].div != 1) cn_sbuf_printf(sb, ", %lld)", (long long)bounds[k].div);
+    if (k) cn_sbuf_putc(sb, ')');
+  }
+}
+
 static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf *sb = g->out;
   switch (s->kind) {
@@ -527,8 +558,11 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   case CN_LL_FOR: {
     const char *var = g->sym_names[s->u.loop.sym];
     cn_sbuf_indent(sb, depth);
-    cn_sbuf_printf(sb, "for (int64_t %s = %lld; %s < %lld; ++%s) {\n", var,
-                   (long long)s->u.loop.from, var, (long long)s->u.loop.to, var);
+    cn_sbuf_printf(sb, "for (int64_t %s = ", var);
+    emit_range_side(g, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "cn_max_i64");
+    cn_sbuf_printf(sb, "; %s < ", var);
+    emit_range_side(g, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, "cn_min_i64");
+    cn_sbuf_printf(sb, "; ++%s) {\n", var);
     emit_stmt(g, depth + 1, s->u.loop.body);
     cn_sbuf_indent(sb, depth);
     cn_sbuf_puts(sb, "}\n");
@@ -562,6 +596,8 @@ static void emit_routine(const cgen *g) {
                    g->sym_names[proc->free_syms[i]]);
   if (proc->n_params + proc->n_free_syms == 0) cn_sbuf_puts(sb, "void");
   cn_sbuf_puts(sb, ") {\n");
+  for (int k = 0; k < proc->n_params; k++) /* e.g. a Tile contraction no valid point reaches */
+    if (!g->accessed[k]) cn_sbuf_printf(sb, "  (void)%s; /* not accessed */\n", g->param_names[k]);
   emit_stmt(g, 1, proc->body);
   cn_sbuf_puts(sb, "}\n");
 
@@ -589,7 +625,8 @@ cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   g.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
   g.strides = cn_alloc(ctx, sizeof(*g.strides) * n_params);
   g.written = cn_alloc(ctx, sizeof(bool) * n_params);
-  if (!g.param_names || !g.strides || !g.written) return ctx->status;
+  g.accessed = cn_alloc(ctx, sizeof(bool) * n_params);
+  if (!g.param_names || !g.strides || !g.written || !g.accessed) return ctx->status;
   for (int k = 0; k < proc->n_params; k++) {
     CN_ASSERT(proc->params[k].node != NULL);
     cn_node_strides(proc->params[k].node, g.strides[k]);

@@ -8,7 +8,9 @@
  * and points only at the procedure, which lives in the context arena and so outlives it; the
  * environment holds one int64 per symbol the context had at compile time, and compile checks that
  * every symbol the procedure reads is below that count and bound (by an enclosing loop or as a
- * free symbol), so the walk indexes it unchecked; every cell access is checked per axis against
+ * free symbol; a loop's bounds by enclosing loops or as free symbols), so the walk indexes it
+ * unchecked; a loop's range is evaluated once per entry and checked to lie in its box; every
+ * cell access is checked per axis against
  * the padded buffer with CN_ASSERT (the IR is validated upstream: a failure is an internal bug,
  * never a user error). A compiled procedure is run by one thread at a time, like its context. */
 #include "backend/backend.h"
@@ -119,6 +121,17 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
     cn_symbol sym = s->u.loop.sym;
     /* A loop rebinding a bound symbol would clobber the outer value when it ends. */
     CN_ASSERT(sym >= 0 && sym < k->compiled->n_env && !k->bound[sym]);
+    /* Bounds read outer loop variables and free symbols only (sym is not bound yet). */
+    CN_ASSERT((s->u.loop.n_lower == 0 || s->u.loop.lower) &&
+              (s->u.loop.n_upper == 0 || s->u.loop.upper));
+    for (int b = 0; b < s->u.loop.n_lower; b++) {
+      CN_ASSERT(s->u.loop.lower[b].div >= 1);
+      check_index(k, &s->u.loop.lower[b].expr);
+    }
+    for (int b = 0; b < s->u.loop.n_upper; b++) {
+      CN_ASSERT(s->u.loop.upper[b].div >= 1);
+      check_index(k, &s->u.loop.upper[b].expr);
+    }
     k->bound[sym] = 1;
     check_stmt(k, s->u.loop.body);
     k->bound[sym] = 0;
@@ -270,6 +283,17 @@ static void exec_set_vec(const interp_machine *m, const cn_ll_stmt *s) {
     cn_value_store(p->prec, lanes[j], cell_pointer(m, param, cell + j));
 }
 
+/* The first value a loop runs (lower) or the first it does not (upper): the box's edge without
+ * bounds, else the largest lower or smallest upper ceil(expr / div). */
+static int64_t loop_edge(const int64_t *env, int64_t edge, int n, const cn_ll_bound *bounds,
+                         bool lower) {
+  for (int k = 0; k < n; k++) {
+    int64_t v = cn_ceil_div_i64(index_value(env, &bounds[k].expr), bounds[k].div);
+    if (k == 0 || (lower ? v > edge : v < edge)) edge = v;
+  }
+  return edge;
+}
+
 static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
   switch (s->kind) {
   case CN_LL_SEQ:
@@ -278,7 +302,11 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
   case CN_LL_COMMENT: return;
   case CN_LL_FOR: {
     int64_t *var = &m->env[s->u.loop.sym];
-    for (int64_t i = s->u.loop.from; i < s->u.loop.to; i++) {
+    int64_t start = loop_edge(m->env, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, true);
+    int64_t end = loop_edge(m->env, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, false);
+    /* loops.h: the box contains every value the loop runs. */
+    CN_ASSERT(start >= end || (start >= s->u.loop.from && end <= s->u.loop.to));
+    for (int64_t i = start; i < end; i++) {
       *var = i;
       exec_stmt(m, s->u.loop.body);
     }

@@ -398,8 +398,11 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
     const char *cc = getenv("CC");
     return cc && *cc ? cc : "cc";
   }
-  if (strcmp(key, "cflags") == 0)
-    return ctx->opt_cflags ? ctx->opt_cflags : "-O3 -march=native -shared -fPIC -std=c11";
+  if (strcmp(key, "cflags") == 0) {
+    if (ctx->opt_cflags) return ctx->opt_cflags;
+    const char *flags = getenv("CANNL_CFLAGS");
+    return flags && *flags ? flags : "-O3 -march=native -shared -fPIC -std=c11";
+  }
   if (strcmp(key, "cache_dir") == 0) {
     if (ctx->opt_cache_dir) return ctx->opt_cache_dir;
     const char *dir = getenv("CANNL_CACHE_DIR");

@@ -1,16 +1,24 @@
 /* The loop IR: nested for-loops, cell writes and scalar expressions (seed 001 "What we compile
  * to", after the projections are spent), the lowering from assignments, and simplification.
  *
- * Invariants: loop bounds are constants, `from` inclusive and `to` exclusive; a guard (CN_LL_IF)
- * is a conjunction of affine conditions `lo <= index < hi` with constant lo, hi, and its body runs
- * exactly when all of them hold (the lowering puts them where Tile's valid index sets, seed 003,
- * need them, so a cell access under a guard may be out of range when the guard fails); every cell
- * access names its buffer and one canonical cn_index per axis of the node, in logical coordinates
- * (the padding offset is added by the backends); every expression carries the precision it is
- * computed in, and operands of another precision are converted where they are used (backends
- * apply cn_value_convert / cn_conv_c); a procedure lists every buffer it touches as a parameter,
- * so backends need no knowledge of nodes beyond dims, padding and precision. Lower stages
- * (backends) include this header; this header never includes a backend. */
+ * Invariants: a loop runs its variable over [start, end): start is the largest of its `lower`
+ * bounds and end the smallest of its `upper` bounds, each bound ceil(expr / div) with expr affine
+ * over outer loop variables and free symbols (never the loop's own variable nor an inner one) and
+ * div >= 1; without lower bounds start is `from`, without upper bounds end is `to`; start >= end
+ * runs nothing. The constant box [from, to) contains every value the loop runs (whoever adds
+ * bounds keeps that, listing the box's constant among the bounds unless the affine ones provably
+ * stay inside it), so readers that reason about ranges may use the box as an over-approximation.
+ * A guard (CN_LL_IF) is a conjunction of affine conditions `lo <= index < hi` with constant lo,
+ * hi, and its body runs exactly when all of them hold (the lowering puts them where Tile's valid
+ * index sets, seed 003, need them, and the simplifier turns those it can into loop bounds, so a
+ * cell access under a guard or in a bounded loop may be out of range for the points skipped,
+ * never for the points run); every cell access names its buffer and one canonical cn_index per
+ * axis of the node, in logical coordinates (the padding offset is added by the backends); every
+ * expression carries the precision it is computed in, and operands of another precision are
+ * converted where they are used (backends apply cn_value_convert / cn_conv_c); a procedure lists
+ * every buffer it touches as a parameter, so backends need no knowledge of nodes beyond dims,
+ * padding and precision. Lower stages (backends) include this header; this header never includes
+ * a backend. */
 #ifndef CN_LOOPS_H
 #define CN_LOOPS_H
 
@@ -53,6 +61,16 @@ typedef struct {
   int64_t lo, hi;
 } cn_ll_cond;
 
+/* One affine loop bound: ceil(expr / div), expr over outer loop variables and free symbols.
+ * A lower bound is the first value run (v >= ceil(expr / div)), an upper bound the first value
+ * not run (v < ceil(expr / div)); with div 1 both are plain affine expressions. Upper bounds are
+ * exclusive ceilings so that `lo <= a*v + r < hi` with a > 0 reads directly as
+ * v in [ceil((lo - r) / a), ceil((hi - r) / a)). */
+typedef struct {
+  cn_index expr;
+  int64_t div; /* >= 1 */
+} cn_ll_bound;
+
 typedef struct cn_ll_stmt cn_ll_stmt;
 struct cn_ll_stmt {
   cn_ll_kind kind;
@@ -64,7 +82,9 @@ struct cn_ll_stmt {
     const char *comment;
     struct {
       cn_symbol sym;
-      int64_t from, to; /* from inclusive, to exclusive */
+      int64_t from, to;     /* the box: from inclusive, to exclusive */
+      int n_lower, n_upper; /* 0: the box's side is the bound */
+      cn_ll_bound *lower, *upper;
       cn_ll_stmt *body;
     } loop;
     struct {
@@ -107,7 +127,8 @@ typedef struct {
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);
 /* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), guard conditions
  * decided by the ranges of loop variables and static indices (always true: dropped; always false:
- * the guard with its body), in place. */
+ * the guard with its body), and guard conditions turned into affine bounds of the loop of their
+ * innermost variable when everything that loop runs is under the guard, in place. */
 cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc);
 /* Readable text of the procedure (arena-owned). */
 const char *cn_ll_to_string(cn_ctx *ctx, const cn_ll_proc *proc);

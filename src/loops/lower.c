@@ -324,7 +324,9 @@ static bool node_is_padded(const cn_node *node) {
  * iterator exact (it holds on the whole tightened range). After tightening, a condition the box
  * implies is dropped, one it contradicts empties the nest, and the others become guards placed
  * just inside the loop of their innermost iterator (outside every loop when they mention none),
- * so a failing guard skips the loops below it. Loop bounds stay constants. */
+ * so a failing guard skips the loops below it. The loops get the constant box; the simplifier
+ * (cn_ll_simplify) then turns a guard that is a loop's whole body into affine bounds of that loop
+ * (triangular and trapezoidal nests), so only the guards left there cost a test per point. */
 typedef struct {
   int n;
   int64_t *from, *to; /* per iterator: the tightened range [from, to) */
@@ -844,6 +846,8 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
     return;
   case CN_LL_COMMENT: return;
   case CN_LL_FOR:
+    for (int k = 0; k < s->u.loop.n_lower; k++) scan_index(fs, &s->u.loop.lower[k].expr);
+    for (int k = 0; k < s->u.loop.n_upper; k++) scan_index(fs, &s->u.loop.upper[k].expr);
     fs->bound[s->u.loop.sym]++;
     scan_stmt(fs, proc, s->u.loop.body);
     fs->bound[s->u.loop.sym]--;

@@ -12,6 +12,9 @@
  *     for k in 0..4:
  *       if 0 <= i - k < 3 and 2*i + k == 4:
  *         c[i, k] := a[i, k - 1]
+ *   for i in 0..3:
+ *     for k in max(0, i - 2)..min(4, ceil((-i + 9) / 2)):
+ *       c[i, k] := a[i, k - 1]
  *
  * Invariants: the text is deterministic (no addresses, nothing dependent on allocation); a name
  * means one thing within a procedure — a symbol is printed by its name, and by name#id when
@@ -20,8 +23,10 @@
  * merge buffer; the parameter list always shows ids. Infix ops print infix, parenthesized only
  * where the usual binding of + - * / % ** requires it (other infix operators parenthesize every
  * compound operand); other ops print as name(args). Constants print in the shortest form that
- * reads back to the same value. A guard prints its conditions joined by `and`, one that admits a
- * single value as `expr == value`. */
+ * reads back to the same value. A loop prints its range as start..end, each side the box's edge
+ * or its bounds (max(...) of the lower ones, min(...) of the upper ones, ceil(expr / div) for a
+ * bound with a divisor). A guard prints its conditions joined by `and`, one that admits a single
+ * value as `expr == value`. */
 #include "loops/loops.h"
 
 #include <inttypes.h>
@@ -103,6 +108,8 @@ static void mark_stmt(printer *p, const cn_ll_stmt *s) {
   case CN_LL_FOR:
     CN_ASSERT(s->u.loop.sym >= 0 && s->u.loop.sym < p->ctx->n_symbols);
     p->sym_used[s->u.loop.sym] = true;
+    for (int k = 0; k < s->u.loop.n_lower; k++) mark_index(p, &s->u.loop.lower[k].expr);
+    for (int k = 0; k < s->u.loop.n_upper; k++) mark_index(p, &s->u.loop.upper[k].expr);
     mark_stmt(p, s->u.loop.body);
     return;
   case CN_LL_IF:
@@ -285,6 +292,30 @@ static void print_expr(printer *p, const cn_ll_expr *e) {
 
 /* ---- Statements ---- */
 
+/* One side of a loop's range: the box's edge without bounds, else the bound, or max(...) /
+ * min(...) of several; a bound with a divisor prints as ceil(expr / div). */
+static void print_range_side(printer *p, int64_t edge, int n, const cn_ll_bound *bounds,
+                             const char *combine) {
+  if (n == 0) {
+    cn_sbuf_printf(&p->sb, "%" PRId64, edge);
+    return;
+  }
+  if (n > 1) cn_sbuf_printf(&p->sb, "%s(", combine);
+  for (int k = 0; k < n; k++) {
+    if (k) cn_sbuf_puts(&p->sb, ", ");
+    const cn_index *expr = &bounds[k].expr;
+    if (bounds[k].div == 1) {
+      print_index(p, expr);
+      continue;
+    }
+    bool compound = expr->n_terms > 1 || (expr->n_terms == 1 && expr->offset != 0);
+    cn_sbuf_puts(&p->sb, compound ? "ceil((" : "ceil(");
+    print_index(p, expr);
+    cn_sbuf_printf(&p->sb, "%s / %" PRId64 ")", compound ? ")" : "", bounds[k].div);
+  }
+  if (n > 1) cn_sbuf_putc(&p->sb, ')');
+}
+
 static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
   cn_sbuf *sb = &p->sb;
   switch (s->kind) {
@@ -305,7 +336,11 @@ static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
     cn_sbuf_indent(sb, depth);
     cn_sbuf_puts(sb, "for ");
     print_symbol(p, s->u.loop.sym);
-    cn_sbuf_printf(sb, " in %" PRId64 "..%" PRId64 ":\n", s->u.loop.from, s->u.loop.to);
+    cn_sbuf_puts(sb, " in ");
+    print_range_side(p, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "max");
+    cn_sbuf_puts(sb, "..");
+    print_range_side(p, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, "min");
+    cn_sbuf_puts(sb, ":\n");
     const cn_ll_stmt *body = s->u.loop.body;
     if (body->kind == CN_LL_SEQ && body->u.seq.count == 0) {
       cn_sbuf_indent(sb, depth + 1);

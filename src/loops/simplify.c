@@ -1,9 +1,30 @@
 /* Simplification of a loop-IR procedure, in place (ocannl-notes §2.8 "Simplify"): constant
  * folding, the algebraic identities x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 and x ** 1, guard
- * conditions decided by the symbols' ranges (loop variables over their loops, static indices over
- * their declared ranges: a condition that always holds is dropped, a guard with one that never
- * holds is removed with its body, a guard left without conditions becomes its body), and the
- * removal of statements that do nothing (empty loops, empty guards, empty sequences).
+ * conditions decided by the symbols' ranges (loop variables over their loops' boxes, static
+ * indices over their declared ranges: a condition that always holds is dropped, a guard with one
+ * that never holds is removed with its body, a guard left without conditions becomes its body),
+ * guard conditions turned into loop bounds (below), and the removal of statements that do
+ * nothing (empty loops, empty guards, empty sequences).
+ *
+ * Loop bounds from guards (triangular and trapezoidal nests, Tile's valid index sets): a
+ * condition lo <= a*v + r < hi whose innermost variable is v (the deepest loop among the symbols
+ * it mentions; r is affine over outer loops and static indices) holds exactly for v in
+ * [ceil((lo - r) / a), ceil((hi - r) / a)) when a > 0, and in
+ * [ceil((r - hi + 1) / -a), ceil((r - lo + 1) / -a)) when a < 0. When the guard holding it is in
+ * the *chain* of v's loop — the statements that are each the whole body of the loop or of the
+ * previous one (loops and guards) — everything the loop runs is under the guard, so restricting v
+ * to that interval skips only iterations that do nothing: the condition becomes a lower and an
+ * upper bound of the loop and leaves the guard (a guard left without conditions becomes its
+ * body). A condition mentioning no loop variable stays a guard. Each side of a bounded loop is
+ * then settled against its box: a bound that never passes the box's edge is dropped, the box
+ * shrinks to what the bounds guarantee, and the box's edge joins the bounds unless one of them
+ * provably stays inside it, which keeps loops.h's invariant (the box contains what runs). This
+ * runs here rather than in the lowering because it needs the nest's final shape (which
+ * conditions the range decisions left, which guards are a loop's whole body) and the same ranges
+ * those decisions use, and because it then serves every producer of guards; the lowering keeps
+ * stating the valid set as a box plus guards, which its LHS analyses read as an
+ * over-approximation either way. Loops are settled innermost first, so an outer loop sees the
+ * inner ones already bounded, and conditions are decided over the boxes, which contain what runs.
  *
  * Invariants: a rewrite never changes a result. Folding evaluates with the backends' own rules
  * (each argument converted by cn_op_operand_prec, cn_eval_op), so a folded constant is the value
@@ -110,6 +131,7 @@ typedef struct {
   cn_ctx *ctx;
   int64_t *lo, *hi; /* per symbol, inclusive */
   bool *known;
+  bool *inner; /* per symbol: the variable of a loop in the chain being converted */
 } simplifier;
 
 /* The range of an index where every symbol is known; false otherwise or on overflow. */
@@ -151,6 +173,204 @@ static void simplify_conds(const simplifier *sim, cn_ll_stmt *s, bool *never) {
     s->u.guard.conds[kept++] = cond;
   }
   s->u.guard.n_conds = kept;
+}
+
+/* ---- Guard conditions as loop bounds ---- */
+
+static uint64_t magnitude(int64_t v) {
+  return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+/* ceil(expr / div) in lowest terms: with g the gcd of div and the coefficients,
+ * ceil((g*q + o) / (g*d)) = ceil((q + ceil(o / g)) / d); a constant folds to div 1. */
+static cn_ll_bound bound_reduced(cn_index expr, int64_t div) {
+  uint64_t g = (uint64_t)div;
+  for (int t = 0; t < expr.n_terms && g > 1; t++) g = gcd_u64(g, magnitude(expr.coeffs[t]));
+  if (g == 1) return (cn_ll_bound){expr, div};
+  int64_t coeffs[CN_MAX_AFFINE_TERMS];
+  for (int t = 0; t < expr.n_terms; t++) coeffs[t] = expr.coeffs[t] / (int64_t)g;
+  int64_t offset = cn_ceil_div_i64(expr.offset, (int64_t)g);
+  return (cn_ll_bound){cn_index_affine(expr.n_terms, expr.syms, coeffs, offset), div / (int64_t)g};
+}
+
+/* The bounds on v of lo <= a*v + r < hi (see the file comment); false on overflow. */
+static bool cond_bounds(const cn_ll_cond *cond, cn_symbol v, cn_ll_bound *lower,
+                        cn_ll_bound *upper) {
+  const cn_index *e = &cond->expr;
+  cn_symbol syms[CN_MAX_AFFINE_TERMS];
+  int64_t coeffs[CN_MAX_AFFINE_TERMS], a = 0;
+  int n = 0;
+  for (int t = 0; t < e->n_terms; t++) {
+    if (e->syms[t] == v) {
+      a = e->coeffs[t];
+      continue;
+    }
+    syms[n] = e->syms[t];
+    coeffs[n++] = e->coeffs[t];
+  }
+  if (a == 0 || a == INT64_MIN) return false;
+  int64_t lo_off, hi_off;
+  if (a > 0) {
+    /* [lo - r, hi - r) over a */
+    for (int k = 0; k < n; k++) {
+      if (coeffs[k] == INT64_MIN) return false;
+      coeffs[k] = -coeffs[k];
+    }
+    if (__builtin_sub_overflow(cond->lo, e->offset, &lo_off) ||
+        __builtin_sub_overflow(cond->hi, e->offset, &hi_off))
+      return false;
+  } else {
+    /* [r - hi + 1, r - lo + 1) over -a */
+    if (__builtin_sub_overflow(e->offset, cond->hi, &lo_off) ||
+        __builtin_add_overflow(lo_off, 1, &lo_off) ||
+        __builtin_sub_overflow(e->offset, cond->lo, &hi_off) ||
+        __builtin_add_overflow(hi_off, 1, &hi_off))
+      return false;
+  }
+  int64_t div = a > 0 ? a : -a;
+  *lower = bound_reduced(cn_index_affine(n, syms, coeffs, lo_off), div);
+  *upper = bound_reduced(cn_index_affine(n, syms, coeffs, hi_off), div);
+  return lower->expr.n_terms >= 0 && upper->expr.n_terms >= 0;
+}
+
+/* True if v is the innermost variable of the condition: it mentions v and no loop of the chain
+ * below v's loop. */
+static bool innermost_is(const simplifier *sim, const cn_ll_cond *cond, cn_symbol v) {
+  bool mentions = false;
+  for (int t = 0; t < cond->expr.n_terms; t++) {
+    if (sim->inner[cond->expr.syms[t]]) return false;
+    mentions |= cond->expr.syms[t] == v;
+  }
+  return mentions;
+}
+
+/* Marks (or unmarks) the variables of the loops in the chain below `loop`. */
+static void mark_chain(simplifier *sim, const cn_ll_stmt *loop, bool value) {
+  for (const cn_ll_stmt *s = loop->u.loop.body; s->kind == CN_LL_FOR || s->kind == CN_LL_IF;) {
+    if (s->kind == CN_LL_IF) {
+      s = s->u.guard.body;
+      continue;
+    }
+    sim->inner[s->u.loop.sym] = value;
+    s = s->u.loop.body;
+  }
+}
+
+/* Conditions of the chain's guards whose innermost variable is the loop's. */
+static int count_candidates(const simplifier *sim, const cn_ll_stmt *loop) {
+  int count = 0;
+  for (const cn_ll_stmt *s = loop->u.loop.body; s->kind == CN_LL_FOR || s->kind == CN_LL_IF;) {
+    if (s->kind == CN_LL_FOR) {
+      s = s->u.loop.body;
+      continue;
+    }
+    for (int c = 0; c < s->u.guard.n_conds; c++)
+      count += innermost_is(sim, &s->u.guard.conds[c], loop->u.loop.sym);
+    s = s->u.guard.body;
+  }
+  return count;
+}
+
+/* Moves the candidates into lower[*n_lower...] and upper[*n_upper...], each a pair. */
+static void convert_chain(const simplifier *sim, cn_ll_stmt *loop, cn_ll_bound *lower, int *n_lower,
+                          cn_ll_bound *upper, int *n_upper) {
+  cn_symbol v = loop->u.loop.sym;
+  for (cn_ll_stmt *s = loop->u.loop.body; s->kind == CN_LL_FOR || s->kind == CN_LL_IF;) {
+    if (s->kind == CN_LL_FOR) {
+      s = s->u.loop.body;
+      continue;
+    }
+    int kept = 0;
+    for (int c = 0; c < s->u.guard.n_conds; c++) {
+      cn_ll_cond cond = s->u.guard.conds[c];
+      if (innermost_is(sim, &cond, v) &&
+          cond_bounds(&cond, v, &lower[*n_lower], &upper[*n_upper])) {
+        (*n_lower)++;
+        (*n_upper)++;
+        continue;
+      }
+      s->u.guard.conds[kept++] = cond;
+    }
+    s->u.guard.n_conds = kept;
+    if (kept == 0)
+      *s = *s->u.guard.body; /* the guard is its body now: look at it again */
+    else
+      s = s->u.guard.body;
+  }
+}
+
+/* The range of ceil(expr / div) over the outer loops and static indices; false if unknown. */
+static bool bound_range(const simplifier *sim, const cn_ll_bound *b, int64_t *lo, int64_t *hi) {
+  if (!index_range(sim, &b->expr, lo, hi)) return false;
+  *lo = cn_ceil_div_i64(*lo, b->div);
+  *hi = cn_ceil_div_i64(*hi, b->div);
+  return true;
+}
+
+/* Settles one side of a loop's bounds against its box edge *edge (from for the lower side, to for
+ * the upper): the edge moves to what every bound guarantees (the largest least value of a lower
+ * bound, the smallest greatest value of an upper one); constant bounds are absorbed into it and
+ * bounds that never pass it are dropped; the edge joins the bounds unless one of them always
+ * stays inside it (first, for reading). Returns the new count; `b` has room for one more bound
+ * than `n`. */
+static int settle_side(const simplifier *sim, cn_ll_bound *b, int n, int64_t *edge, bool lower) {
+  int64_t e = *edge, lo, hi;
+  for (int k = 0; k < n; k++)
+    if (bound_range(sim, &b[k], &lo, &hi)) {
+      if (lower && lo > e) e = lo;
+      if (!lower && hi < e) e = hi;
+    }
+  int kept = 0;
+  bool inside = false;
+  for (int k = 0; k < n; k++) {
+    bool known = bound_range(sim, &b[k], &lo, &hi);
+    if (b[k].expr.kind == CN_IDX_FIXED || (known && (lower ? hi <= e : lo >= e))) continue;
+    inside |= known && (lower ? lo >= e : hi <= e);
+    b[kept++] = b[k];
+  }
+  if (kept > 0 && !inside) { /* the edge first: max(0, i - 3) */
+    memmove(b + 1, b, (size_t)kept * sizeof *b);
+    b[0] = (cn_ll_bound){cn_index_fixed(e), 1};
+    kept++;
+  }
+  *edge = e;
+  return kept;
+}
+
+/* Turns the conditions of the loop's chain whose innermost variable is the loop's into bounds;
+ * *empty tells that the loop then runs nothing for any value of the outer variables. */
+static cn_status bound_loop(simplifier *sim, cn_ll_stmt *loop, bool *empty) {
+  mark_chain(sim, loop, true);
+  int count = count_candidates(sim, loop);
+  cn_status status = CN_OK;
+  if (count > 0) {
+    int n_lower = loop->u.loop.n_lower, n_upper = loop->u.loop.n_upper;
+    cn_ll_bound *lower = cn_alloc(sim->ctx, (size_t)(n_lower + count + 1) * sizeof *lower);
+    cn_ll_bound *upper = cn_alloc(sim->ctx, (size_t)(n_upper + count + 1) * sizeof *upper);
+    if (!lower || !upper) {
+      status = CN_ERR_NOMEM;
+    } else {
+      if (n_lower) memcpy(lower, loop->u.loop.lower, (size_t)n_lower * sizeof *lower);
+      if (n_upper) memcpy(upper, loop->u.loop.upper, (size_t)n_upper * sizeof *upper);
+      convert_chain(sim, loop, lower, &n_lower, upper, &n_upper);
+      loop->u.loop.n_lower = settle_side(sim, lower, n_lower, &loop->u.loop.from, true);
+      loop->u.loop.n_upper = settle_side(sim, upper, n_upper, &loop->u.loop.to, false);
+      loop->u.loop.lower = lower;
+      loop->u.loop.upper = upper;
+      *empty = loop->u.loop.from >= loop->u.loop.to;
+    }
+  }
+  mark_chain(sim, loop, false);
+  return status;
 }
 
 /* Simplifies a statement in place; *empty tells that it does nothing and can be dropped. */
@@ -211,7 +431,7 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
     sim->known[sym] = known;
     if (status != CN_OK) return status;
     *empty = body_empty; /* a loop whose body does nothing does nothing */
-    return CN_OK;
+    return body_empty ? CN_OK : bound_loop(sim, s, empty);
   }
   case CN_LL_IF: {
     bool never, body_empty;
@@ -237,9 +457,9 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
 cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc) {
   size_t n = (size_t)(ctx->n_symbols ? ctx->n_symbols : 1);
   simplifier sim = {ctx, cn_calloc(ctx, n, sizeof(int64_t)), cn_calloc(ctx, n, sizeof(int64_t)),
-                    cn_calloc(ctx, n, sizeof(bool))};
+                    cn_calloc(ctx, n, sizeof(bool)), cn_calloc(ctx, n, sizeof(bool))};
   cn_status status = CN_OK;
-  if (!sim.lo || !sim.hi || !sim.known) {
+  if (!sim.lo || !sim.hi || !sim.known || !sim.inner) {
     status = CN_ERR_NOMEM;
     goto done;
   }
@@ -256,6 +476,7 @@ done:
   free(sim.lo);
   free(sim.hi);
   free(sim.known);
+  free(sim.inner);
   if (status != CN_OK) return status;
   if (empty) {
     /* The body stays a statement: an empty sequence. */

@@ -164,7 +164,7 @@ static bool settle_shapes(interp *I, cn_tensor *const *t, int n, cn_nt_pos at) {
 /* ~name:N or ~name:(N0, N1) for a 2-D operation: out[0], out[1] (dflt when absent). */
 static bool pair_arg(interp *I, const args *a, const char *name, int64_t dflt, int64_t out[2],
                      cn_nt_pos at) {
-  int64_t v[CN_MAX_RANK];
+  int64_t v[CN_MAX_RANK] = {0};
   int n;
   if (!int_list(I, labeled(a, name), at, v, &n)) return false;
   if (n > 2) return nt_fail(I, at, "~%s takes one integer or a pair", name), false;

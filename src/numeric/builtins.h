@@ -16,7 +16,8 @@
  * Contents: half / bfloat16 / fp8 (E5M2) storage conversions; the per-precision families named
  * by the `lc` column of include/cannl/precisions.def (cn_load_<lc>, cn_store_<lc>,
  * cn_<lc>_to_u4x32, cn_u4x32_to_<lc>_uniform, cn_u4x32_to_<lc>_uniform_vec); integer helpers
- * (cn_iadd ...); cn_pow, cn_max, cn_min; the two threefry4x32 variants (ocannl-notes §7). */
+ * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_max, cn_min; the two threefry4x32 variants
+ * (ocannl-notes §7). */
 #ifndef CN_BUILTINS_H
 #define CN_BUILTINS_H
 
@@ -245,6 +246,13 @@ static inline int64_t cn_imod_i64(int64_t a, int64_t b) {
 }
 static inline uint64_t cn_imod_u64(uint64_t a, uint64_t b) {
   return b == 0 ? 0 : a % b;
+}
+/* ceil(a / b), exact for either sign (loop bounds, src/loops/loops.h): the truncated quotient,
+ * plus one when the remainder is nonzero and the exact quotient positive (remainder and divisor
+ * of the same sign); by zero gives 0, INT64_MIN / -1 wraps as cn_idiv_i64. */
+static inline int64_t cn_ceil_div_i64(int64_t a, int64_t b) {
+  int64_t q = cn_idiv_i64(a, b), r = cn_imod_i64(a, b);
+  return r != 0 && (r > 0) == (b > 0) ? q + 1 : q;
 }
 /* Exponentiation by squaring, wrapping. */
 static inline uint64_t cn_ipow_u64(uint64_t a, uint64_t b) {

@@ -9,19 +9,27 @@
  * range [lo, hi) is derived by interval propagation over those conditions (to a fixpoint); the
  * lowering tightens it again and keeps what stays undecided as guards.
  *
- * Index polynomials are integer affine combinations of index variables (lower-case names not
- * bound to anything, or names declared as indices) with dims as constants; sizes and bounds must
- * not mention index variables, and only they may divide (floor division of constants).
+ * Index polynomials are affine combinations of index variables (lower-case names not bound to
+ * anything, or names declared as indices) with dims as constants, over a positive denominator:
+ * division is exact (seed 003 "Skipping"), so a point is valid only if every index expression,
+ * and every constraint's polynomial, is an integer there. Those divisibility conditions are
+ * solved together (lattice.h) into a change of variables x = x0 + B*y over all integer y, and the
+ * record's iterators are the y, over which every polynomial is an integer one: `O[i/2] += I[i]`
+ * iterates i_2 with i = 2*i_2. Sizes and bounds must not mention index variables; between
+ * integers (dims), division is floor division.
  *
  * Invariants: every failure is a cn_tile_fail_at with the position (or, for a cn_tile binding,
  * the statement); the first one is kept. Names in trees are (pointer, length) views. */
 #include "tile/tile.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tile/lattice.h"
 
 #define MAX_ROUNDS 64
 
@@ -36,12 +44,16 @@ static void put_positioned(cn_sbuf *sb, const cn_tile_src *src, size_t at, const
     if (t[i] == '\n') line++, start = i + 1;
   size_t col = at - start + (start == 0 ? (size_t)src->col : 1);
   cn_sbuf_printf(sb, "%s:%d:%zu: %s\n", src->file, line, col, what);
+  /* the body's first line starts at src->col of its line: quote it there, under the caret */
+  int indent = start == 0 && src->col > 1 ? src->col - 1 : 0;
+  cn_sbuf_printf(sb, "%*s", indent, "");
   size_t end = start + strcspn(t + start, "\n");
   for (size_t i = start; i < end; i++) {
     unsigned char ch = (unsigned char)t[i];
     cn_sbuf_putc(sb, (ch < 0x20 && ch != '\t') || ch == 0x7f ? ' ' : (char)ch);
   }
   cn_sbuf_putc(sb, '\n');
+  cn_sbuf_printf(sb, "%*s", indent, "");
   for (size_t i = start; i < at; i++) cn_sbuf_putc(sb, t[i] == '\t' ? '\t' : ' ');
   cn_sbuf_putc(sb, '^');
 }
@@ -456,12 +468,15 @@ bool cn_tile_check_known(cn_tile_src *src, size_t at, const cn_tile_name *e) {
   return false;
 }
 
-/* ---- Affine arithmetic with overflow checks ---- */
+/* ---- Rational affine arithmetic with overflow checks ---- */
 
-/* An affine combination of the statement's index variables plus a constant. */
+/* (c . x + off) / den over the statement's index variables x: den >= 1 and the fraction in lowest
+ * terms (gcd(c, off, den) = 1), so den == 1 is an integer polynomial. Exact division makes den > 1;
+ * only the value of a whole index expression has to be an integer, so `2 * (i / 2)` is `i`. */
 typedef struct {
   int64_t c[CN_TILE_MAX_VARS];
   int64_t off;
+  int64_t den;
 } poly;
 
 static bool has_vars(const poly *a) {
@@ -470,20 +485,54 @@ static bool has_vars(const poly *a) {
   return false;
 }
 
-static bool poly_add(poly *a, const poly *b, int64_t sign) {
-  for (int v = 0; v < CN_TILE_MAX_VARS; v++) {
-    int64_t t;
-    if (__builtin_mul_overflow(b->c[v], sign, &t) || __builtin_add_overflow(a->c[v], t, &a->c[v]))
-      return false;
-  }
-  int64_t t;
-  return !__builtin_mul_overflow(b->off, sign, &t) && !__builtin_add_overflow(a->off, t, &a->off);
+static uint64_t magnitude(int64_t v) {
+  return v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
 }
 
-static bool poly_scale(poly *a, int64_t k) {
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Lowest terms: the gcd divides den, so it fits int64 and every division is exact. */
+static void poly_reduce(poly *a) {
+  uint64_t g = gcd_u64((uint64_t)a->den, magnitude(a->off));
+  for (int v = 0; v < CN_TILE_MAX_VARS && g > 1; v++) g = gcd_u64(g, magnitude(a->c[v]));
+  if (g <= 1) return;
+  for (int v = 0; v < CN_TILE_MAX_VARS; v++) a->c[v] /= (int64_t)g;
+  a->off /= (int64_t)g;
+  a->den /= (int64_t)g;
+}
+
+/* a += sign * b (sign 1 or -1), over the common denominator lcm(a.den, b.den). */
+static bool poly_add(poly *a, const poly *b, int64_t sign) {
+  int64_t g = (int64_t)gcd_u64((uint64_t)a->den, (uint64_t)b->den);
+  int64_t ka = b->den / g, kb = a->den / g * sign, den;
+  if (__builtin_mul_overflow(a->den, ka, &den)) return false;
+  for (int v = 0; v <= CN_TILE_MAX_VARS; v++) {
+    int64_t *x = v < CN_TILE_MAX_VARS ? &a->c[v] : &a->off;
+    int64_t y = v < CN_TILE_MAX_VARS ? b->c[v] : b->off, s, t;
+    if (__builtin_mul_overflow(*x, ka, &s) || __builtin_mul_overflow(y, kb, &t) ||
+        __builtin_add_overflow(s, t, x))
+      return false;
+  }
+  a->den = den;
+  poly_reduce(a);
+  return true;
+}
+
+/* a *= num / den, den >= 1. */
+static bool poly_scale(poly *a, int64_t num, int64_t den) {
   for (int v = 0; v < CN_TILE_MAX_VARS; v++)
-    if (__builtin_mul_overflow(a->c[v], k, &a->c[v])) return false;
-  return !__builtin_mul_overflow(a->off, k, &a->off);
+    if (__builtin_mul_overflow(a->c[v], num, &a->c[v])) return false;
+  if (__builtin_mul_overflow(a->off, num, &a->off) || __builtin_mul_overflow(a->den, den, &a->den))
+    return false;
+  poly_reduce(a);
+  return true;
 }
 
 static int64_t floor_div(int64_t a, int64_t b) {
@@ -560,8 +609,11 @@ static bool eval_name(evaluator *ev, const cn_tile_expr *e, poly *out) {
   return false;
 }
 
+/* Index polynomials are rational (see poly); a division is floor division when both sides are
+ * integers without index variables (dim arithmetic, as in sizes), else exact. */
 static bool eval_poly(evaluator *ev, const cn_tile_expr *e, poly *out) {
   memset(out, 0, sizeof *out);
+  out->den = 1;
   switch (e->kind) {
   case CN_TX_INT: out->off = e->ival; return true;
   case CN_TX_NAME: return eval_name(ev, e, out);
@@ -573,7 +625,7 @@ static bool eval_poly(evaluator *ev, const cn_tile_expr *e, poly *out) {
     return false;
   case CN_TX_NEG:
     if (!eval_poly(ev, e->args[0], out)) return false;
-    if (poly_scale(out, -1)) return true;
+    if (poly_scale(out, -1, 1)) return true;
     cn_tile_fail_at(ev->src, e->at, "integer overflow");
     return false;
   case CN_TX_BINARY: break;
@@ -588,25 +640,35 @@ static bool eval_poly(evaluator *ev, const cn_tile_expr *e, poly *out) {
   switch (e->op) {
   case CN_TB_ADD:
   case CN_TB_SUB: ok = poly_add(out, &rhs, e->op == CN_TB_ADD ? 1 : -1); break;
-  case CN_TB_MUL:
+  case CN_TB_MUL: {
     if (lv && rv) {
       cn_tile_fail_at(ev->src, e->at, "a product of index variables is not affine");
       return false;
     }
-    ok = lv ? poly_scale(out, rhs.off) : poly_scale(&rhs, out->off);
+    poly k = lv ? rhs : *out; /* the constant factor */
     if (!lv) *out = rhs;
+    ok = poly_scale(out, k.off, k.den);
     break;
-  default: /* '/' and '//': floor division of constants (exact division of indices: later) */
-    if (lv || rv) {
-      cn_tile_fail_at(ev->src, e->at, "division in an index expression is not supported yet");
+  }
+  default: /* '/' and '//' */
+    if (rv) {
+      cn_tile_fail_at(ev->src, e->at,
+                      "division by an index expression (an index expression divides only by "
+                      "dims and integers)");
       return false;
     }
     if (rhs.off == 0) {
       cn_tile_fail_at(ev->src, e->at, "division by zero");
       return false;
     }
-    ok = !(out->off == INT64_MIN && rhs.off == -1);
-    if (ok) out->off = floor_div(out->off, rhs.off);
+    if (!lv && out->den == 1 && rhs.den == 1) {
+      ok = !(out->off == INT64_MIN && rhs.off == -1);
+      if (ok) out->off = floor_div(out->off, rhs.off);
+    } else { /* exact: (a / d) / (r / s) = a * s / (d * r) */
+      ok = rhs.off != INT64_MIN;
+      if (ok)
+        ok = poly_scale(out, rhs.off < 0 ? -rhs.den : rhs.den, rhs.off < 0 ? -rhs.off : rhs.off);
+    }
     break;
   }
   if (!ok) cn_tile_fail_at(ev->src, e->at, "integer overflow");
@@ -632,6 +694,7 @@ static bool eval_size(evaluator *ev, const cn_tile_expr *e, bool size, int64_t *
   poly p;
   bool ok = eval_poly(ev, e, &p);
   ev->size = false;
+  CN_ASSERT(!ok || p.den == 1); /* a fraction needs an index variable */
   *out = p.off;
   if (ok && size && p.off < 0) {
     cn_tile_fail_at(ev->src, cn_tile_expr_start(e), "negative size %lld", (long long)p.off);
@@ -647,8 +710,8 @@ typedef struct {
   int64_t bound; /* 0 <= e < bound */
 } condition;
 
-/* Narrows [lo, hi] (inclusive, known[v] when bounded) by the conditions, to a fixpoint: for
- * 0 <= c*v + rest < bound with every other variable of rest bounded, c*v lies in
+/* Narrows [lo, hi] (inclusive, known[v] when bounded) by the conditions (integer polynomials), to
+ * a fixpoint: for 0 <= c*v + rest < bound with every other variable of rest bounded, c*v lies in
  * [-max(rest), bound - 1 - min(rest)]. */
 static void propagate(int nv, const condition *cs, int n, int64_t *lo, int64_t *hi, bool *known) {
   for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -685,48 +748,308 @@ static void propagate(int nv, const condition *cs, int n, int64_t *lo, int64_t *
   }
 }
 
-/* ---- Compilation ---- */
+#define MAX_POLYS (4 * CN_MAX_RANK + CN_TILE_MAX_CONSTRAINTS)
 
-/* An operand of the statement, resolved. */
+/* The statement's index polynomials, each a condition 0 <= p < bound: the output's axes first
+ * (bound -1 while an unsized axis is not derived), then each operand's axes, then the
+ * constraints. */
 typedef struct {
-  const cn_tile_name *t;
-  poly idx[CN_MAX_RANK];
-} operand;
+  int n, n_out;
+  poly p[MAX_POLYS];
+  int64_t bound[MAX_POLYS];
+  size_t at[MAX_POLYS]; /* where its expression starts (a constraint: the constraint) */
+} poly_set;
 
-static bool eval_indices(evaluator *ev, int n, cn_tile_expr *const *idx, poly *out) {
-  for (int x = 0; x < n; x++) {
-    if (!eval_poly(ev, idx[x], &out[x])) return false;
-    for (int v = 0; v < CN_TILE_MAX_VARS; v++)
-      if (out[x].c[v]) ev->vars->in_tensor[v] = true;
+/* The largest value an integer polynomial reaches over the box, plus one (0 when it stays
+ * negative); false when a variable is unbounded or on overflow. */
+static bool reach(int nv, const poly *e, const int64_t *lo, const int64_t *hi, const bool *known,
+                  int64_t *out) {
+  int64_t top = e->off;
+  for (int v = 0; v < nv; v++) {
+    int64_t t;
+    if (e->c[v] && (!known[v] || __builtin_mul_overflow(e->c[v], e->c[v] > 0 ? hi[v] : lo[v], &t) ||
+                    __builtin_add_overflow(top, t, &top)))
+      return false;
+  }
+  if (top == INT64_MAX) return false;
+  *out = top < 0 ? 0 : top + 1;
+  return true;
+}
+
+/* The range [lo, hi] of each of the nv variables under the conditions of s (integer polynomials),
+ * every unsized output axis first sized from the operands and constraints (the largest value its
+ * index reaches, plus one). Returns -1, or the first axis whose size cannot be derived. */
+static int box(int nv, poly_set *s, int64_t *lo, int64_t *hi, bool *known) {
+  condition cs[MAX_POLYS];
+  int n = 0;
+  for (int k = s->n_out; k < s->n; k++) cs[n++] = (condition){&s->p[k], s->bound[k]};
+  memset(known, 0, sizeof *known * CN_TILE_MAX_VARS);
+  propagate(nv, cs, n, lo, hi, known);
+  for (int x = 0; x < s->n_out; x++)
+    if (s->bound[x] < 0 && !reach(nv, &s->p[x], lo, hi, known, &s->bound[x])) return x;
+  for (int x = 0; x < s->n_out; x++) cs[n++] = (condition){&s->p[x], s->bound[x]};
+  memset(known, 0, sizeof *known * CN_TILE_MAX_VARS);
+  propagate(nv, cs, n, lo, hi, known);
+  return -1;
+}
+
+/* How many points the box holds, to rank boxes (HUGE_VAL when a variable is unbounded). */
+static double volume(int nv, const int64_t *lo, const int64_t *hi, const bool *known) {
+  double points = 1;
+  for (int v = 0; v < nv; v++) {
+    if (!known[v]) return HUGE_VAL;
+    points *= hi[v] < lo[v] ? 0 : (double)hi[v] - (double)lo[v] + 1;
+  }
+  return points;
+}
+
+/* ---- Exact division: a change of variables ---- */
+
+/* x = x0 + B y over all integer y: the points where every index polynomial is an integer (the
+ * identity when none divides). Variable y_j stands for x_{src[j]}: lattice row j is that
+ * variable's, so x_{src[j]} = x0 + B[src[j]][j] y_j + (terms of earlier y) with B[src[j]][j] >= 1,
+ * and x_{src[j]} = y_j exactly when that diagonal entry is 1 (the canonical form then leaves no
+ * other term). */
+typedef struct {
+  int n;
+  int src[CN_TILE_MAX_VARS];
+  int64_t x0[CN_TILE_MAX_VARS];
+  int64_t b[CN_TILE_MAX_VARS][CN_TILE_MAX_VARS]; /* b[v][j]: x_v's coefficient of y_j */
+} change;
+
+static void identity_change(int nv, change *ch) {
+  memset(ch, 0, sizeof *ch);
+  ch->n = nv;
+  for (int v = 0; v < nv; v++) ch->src[v] = v, ch->b[v][v] = 1;
+}
+
+/* p over y: an integer polynomial, since the lattice makes p's numerator a multiple of its den
+ * for every y, hence each of its coefficients in y too. False on overflow. */
+static bool substitute(const change *ch, const poly *p, poly *out) {
+  memset(out, 0, sizeof *out);
+  out->den = 1;
+  int64_t off = p->off, t;
+  for (int v = 0; v < ch->n; v++) {
+    if (!p->c[v]) continue;
+    if (__builtin_mul_overflow(p->c[v], ch->x0[v], &t) || __builtin_add_overflow(off, t, &off))
+      return false;
+    for (int j = 0; j < ch->n; j++)
+      if (__builtin_mul_overflow(p->c[v], ch->b[v][j], &t) ||
+          __builtin_add_overflow(out->c[j], t, &out->c[j]))
+        return false;
+  }
+  CN_ASSERT(off % p->den == 0);
+  out->off = off / p->den;
+  for (int j = 0; j < ch->n; j++) {
+    CN_ASSERT(out->c[j] % p->den == 0);
+    out->c[j] /= p->den;
   }
   return true;
 }
 
-static bool resolve_operand(evaluator *ev, const cn_tile_access *a, operand *op) {
+static bool substitute_all(const change *ch, const poly_set *xs, poly_set *ys) {
+  ys->n = xs->n;
+  ys->n_out = xs->n_out;
+  memcpy(ys->bound, xs->bound, sizeof xs->bound);
+  memcpy(ys->at, xs->at, sizeof xs->at);
+  for (int k = 0; k < xs->n; k++)
+    if (!substitute(ch, &xs->p[k], &ys->p[k])) return false;
+  return true;
+}
+
+/* The lattice of the conditions with the variables in the order perm (lattice row q is variable
+ * perm[q]): 1 and *ch, 0 when no integer point satisfies them, -1 on overflow. */
+static int solve_order(int nv, const int *perm, int nc, const cn_lattice_cond *cs,
+                       cn_lattice_cond *permuted, change *ch) {
+  for (int k = 0; k < nc; k++) {
+    permuted[k] = (cn_lattice_cond){.off = cs[k].off, .den = cs[k].den};
+    for (int q = 0; q < nv; q++) permuted[k].c[q] = cs[k].c[perm[q]];
+  }
+  cn_lattice l;
+  int st = cn_lattice_solve(nv, nc, permuted, &l);
+  if (st != 1) return st;
+  memset(ch, 0, sizeof *ch);
+  ch->n = nv;
+  for (int q = 0; q < nv; q++) {
+    ch->src[q] = perm[q];
+    ch->x0[perm[q]] = l.x0[q];
+    for (int j = 0; j < nv; j++) ch->b[perm[q]][j] = l.basis[q][j];
+  }
+  return 1;
+}
+
+/* The next permutation of a[0..n-1] in lexicographic order; false after the last. */
+static bool next_permutation(int *a, int n) {
+  int i = n - 2;
+  while (i >= 0 && a[i] >= a[i + 1]) i--;
+  if (i < 0) return false;
+  int j = n - 1;
+  while (a[j] <= a[i]) j--;
+  int t = a[i];
+  a[i] = a[j];
+  a[j] = t;
+  for (int l = i + 1, r = n - 1; l < r; l++, r--) t = a[l], a[l] = a[r], a[r] = t;
+  return true;
+}
+
+/* Orders of up to this many variables that divisibility conditions involve are all tried. */
+#define MAX_PERMUTED 5
+
+/* Scratch of one contraction (malloc'd: it is dropped once the record is built). */
+typedef struct {
+  var_table vars;
+  poly_set xs;       /* over the index variables: rational */
+  poly_set ys, cand; /* over a change's variables: integer */
+  cn_lattice_cond conds[MAX_POLYS], permuted[MAX_POLYS];
+} work;
+
+/* The change of variables for w->xs, where every polynomial with den > 1 asks its numerator to be
+ * a multiple of den (all conditions solved together), then w->ys (the polynomials over it, unsized
+ * output axes derived) and their box (*bad_axis: -1, or an axis whose size cannot be derived).
+ * The canonical lattice depends on the order of the variables, which decides the loop variables
+ * (the transposed convolution's x = k + S*n iterates k and n, the input's own index, where the
+ * order (x, k) would iterate x and a band of k): of all orders of the variables the conditions
+ * involve (at most MAX_PERMUTED of them, else the order of appearance alone), the one whose box
+ * holds the fewest points wins, the first in lexicographic order on ties (the order of
+ * appearance first). Returns 1; 0 when no integer point is valid (the identity, w->ys hold the
+ * numerators and no box); -1 after an error. */
+static int choose_change(evaluator *ev, work *w, change *ch, int64_t *lo, int64_t *hi, bool *known,
+                         int *bad_axis) {
+  const poly_set *xs = &w->xs;
+  int nv = w->vars.n, nc = 0, m = 0;
+  size_t at = 0;
+  bool involved[CN_TILE_MAX_VARS] = {0};
+  for (int k = 0; k < xs->n; k++) {
+    const poly *p = &xs->p[k];
+    if (p->den == 1) continue;
+    if (!nc) at = xs->at[k];
+    cn_lattice_cond *cd = &w->conds[nc++];
+    *cd = (cn_lattice_cond){.off = p->off, .den = p->den};
+    for (int v = 0; v < nv; v++) {
+      cd->c[v] = p->c[v];
+      if (p->c[v] % p->den) involved[v] = true;
+    }
+  }
+  int perm[CN_TILE_MAX_VARS], slot[CN_TILE_MAX_VARS], order[CN_TILE_MAX_VARS];
+  for (int v = 0; v < nv; v++) {
+    perm[v] = v;
+    if (involved[v]) slot[m++] = v;
+  }
+  if (m > MAX_PERMUTED) m = 0;
+  for (int i = 0; i < m; i++) order[i] = i;
+  double best = HUGE_VAL;
+  bool found = false;
+  do {
+    for (int i = 0; i < m; i++) perm[slot[i]] = slot[order[i]];
+    change cand;
+    int st = 1;
+    if (nc)
+      st = solve_order(nv, perm, nc, w->conds, w->permuted, &cand);
+    else
+      identity_change(nv, &cand);
+    if (st == 0) {
+      identity_change(nv, ch);
+      w->ys = *xs;
+      for (int k = 0; k < xs->n; k++) w->ys.p[k].den = 1;
+      return 0;
+    }
+    if (st < 0 || !substitute_all(&cand, xs, &w->cand)) continue;
+    int64_t l[CN_TILE_MAX_VARS], h[CN_TILE_MAX_VARS];
+    bool kn[CN_TILE_MAX_VARS];
+    int axis = box(nv, &w->cand, l, h, kn);
+    double points = axis < 0 ? volume(nv, l, h, kn) : HUGE_VAL;
+    if (found && points >= best) continue;
+    found = true;
+    best = points;
+    *ch = cand;
+    *bad_axis = axis;
+    w->ys = w->cand;
+    memcpy(lo, l, sizeof l);
+    memcpy(hi, h, sizeof h);
+    memcpy(known, kn, sizeof kn);
+  } while (next_permutation(order, m));
+  if (found) return 1;
+  cn_tile_fail_at(ev->src, at,
+                  "the change of variables that keeps the integer points of the divisions "
+                  "overflows 64-bit integers");
+  return -1;
+}
+
+/* y_j's name: x_{src[j]}'s own when x_{src[j]} = y_j, else that name, '_' and the diagonal entry
+ * (i = 2*i_2 + ...), with '_' appended while another variable has it. */
+#define NAME_CAP 96
+static void name_variable(const var_table *vt, const change *ch, int j, char (*names)[NAME_CAP]) {
+  int v = ch->src[j];
+  int len = vt->len[v] < 64 ? (int)vt->len[v] : 64;
+  if (ch->b[v][j] == 1) {
+    snprintf(names[j], NAME_CAP, "%.*s", len, vt->name[v]);
+    return;
+  }
+  snprintf(names[j], NAME_CAP, "%.*s_%lld", len, vt->name[v], (long long)ch->b[v][j]);
+  for (;;) {
+    size_t n = strlen(names[j]);
+    bool taken = false;
+    for (int u = 0; u < vt->n && !taken; u++)
+      taken = vt->len[u] == n && strncmp(vt->name[u], names[j], n) == 0;
+    for (int k = 0; k < j && !taken; k++) taken = strcmp(names[k], names[j]) == 0;
+    if (!taken || n + 1 >= NAME_CAP) return;
+    names[j][n] = '_';
+    names[j][n + 1] = '\0';
+  }
+}
+
+/* ---- Compilation ---- */
+
+/* An operand of the statement, resolved: its axes are the polynomials first, first + 1, ... */
+typedef struct {
+  const cn_tile_name *t;
+  int first;
+} operand;
+
+/* Appends the polynomials of n index expressions to s (bounds -1: set by the caller). */
+static bool eval_indices(evaluator *ev, poly_set *s, int n, cn_tile_expr *const *idx) {
+  for (int x = 0; x < n; x++) {
+    poly *p = &s->p[s->n];
+    s->at[s->n] = cn_tile_expr_start(idx[x]);
+    s->bound[s->n++] = -1;
+    if (!eval_poly(ev, idx[x], p)) return false;
+    for (int v = 0; v < CN_TILE_MAX_VARS; v++)
+      if (p->c[v]) ev->vars->in_tensor[v] = true;
+  }
+  return true;
+}
+
+static bool resolve_operand(evaluator *ev, poly_set *s, const cn_tile_access *a, operand *op) {
   int len = (int)a->len;
   op->t = cn_tile_lookup(ev->scope, a->name, a->len);
+  op->first = s->n;
   if (!op->t || op->t->kind != CN_TILE_TENSOR) {
     cn_tile_fail_at(ev->src, a->at,
                     op->t ? "'%.*s' is a dim, not a tensor" : "unknown tensor '%.*s'", len,
                     a->name);
     return false;
   }
-  if (!cn_tile_check_known(ev->src, a->at, op->t) || !eval_indices(ev, a->n, a->idx, op->idx))
+  if (!cn_tile_check_known(ev->src, a->at, op->t) || !eval_indices(ev, s, a->n, a->idx))
     return false;
-  if (a->n == op->t->rank) return true;
+  if (a->n == op->t->rank) {
+    for (int x = 0; x < a->n; x++) s->bound[op->first + x] = op->t->dims[x];
+    return true;
+  }
   cn_tile_fail_at(ev->src, a->at, "'%.*s' has %d axes (%s) but %d indices", len, a->name,
                   op->t->rank, cn_tensor_shape(op->t->tensor), a->n);
   return false;
 }
 
-static cn_index to_index(evaluator *ev, size_t at, const poly *e, const cn_symbol *syms) {
+static cn_index to_index(cn_tile_src *src, int nv, size_t at, const poly *e,
+                         const cn_symbol *syms) {
   cn_symbol s[CN_MAX_AFFINE_TERMS];
   int64_t c[CN_MAX_AFFINE_TERMS];
   int n = 0;
-  for (int v = 0; v < ev->vars->n; v++) {
+  CN_ASSERT(e->den == 1);
+  for (int v = 0; v < nv; v++) {
     if (!e->c[v]) continue;
     if (n == CN_MAX_AFFINE_TERMS) {
-      cn_tile_fail_at(ev->src, at, "an index expression may use at most %d index variables",
+      cn_tile_fail_at(src, at, "an index expression may use at most %d index variables",
                       CN_MAX_AFFINE_TERMS);
       return cn_index_fixed(0);
     }
@@ -736,27 +1059,9 @@ static cn_index to_index(evaluator *ev, size_t at, const poly *e, const cn_symbo
   return n ? cn_index_affine(n, s, c, e->off) : cn_index_fixed(e->off);
 }
 
-/* The size of an unsized output axis: the largest value its index reaches, plus one. */
-static bool derive_size(evaluator *ev, size_t at, int axis, const poly *e, const int64_t *lo,
-                        const int64_t *hi, const bool *known, int64_t *out) {
-  int64_t top = e->off;
-  for (int v = 0; v < ev->vars->n; v++) {
-    if (!e->c[v]) continue;
-    int64_t t;
-    if (!known[v] || __builtin_mul_overflow(e->c[v], e->c[v] > 0 ? hi[v] : lo[v], &t) ||
-        __builtin_add_overflow(top, t, &top)) {
-      cn_tile_fail_at(ev->src, at, "cannot derive the size of output axis %d: give it as ': SIZE'",
-                      axis);
-      return false;
-    }
-  }
-  *out = top < 0 ? 0 : top + 1;
-  return true;
-}
-
-cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *scope,
-                            const cn_tile_contraction *c, int out_rank, const int64_t *out_dims,
-                            int n_extra, const cn_tile_constraint *extra) {
+static cn_tensor *contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *scope,
+                           const cn_tile_contraction *c, int out_rank, const int64_t *out_dims,
+                           int n_extra, const cn_tile_constraint *extra, work *w) {
   cn_ctx *ctx = g->ctx;
   const cn_tile_access *out = &c->out;
   int orank = out->n, olen = (int)out->len;
@@ -769,41 +1074,39 @@ cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *
                     out->name, out_rank, orank);
     return NULL;
   }
-  var_table *vars = cn_alloc(ctx, sizeof *vars);
-  operand *ops = cn_alloc(ctx, sizeof *ops * 4);
-  poly *cons = cn_alloc(ctx, sizeof *cons * CN_TILE_MAX_CONSTRAINTS);
-  if (!vars || !ops || !cons) return NULL;
+  var_table *vars = &w->vars;
+  poly_set *xs = &w->xs;
+  operand ops[3];
   evaluator ev = {src, scope, vars, false};
 
   /* Output, operands, constraints: index variables are numbered in this order. */
-  poly *oidx = ops[3].idx;
-  int64_t odims[CN_MAX_RANK];
-  if (!eval_indices(&ev, orank, out->idx, oidx)) return NULL;
+  if (!eval_indices(&ev, xs, orank, out->idx)) return NULL;
+  xs->n_out = orank;
   for (int x = 0; x < orank; x++) {
     if (out_dims && c->sizes[x]) {
       cn_tile_fail_at(src, c->sizes[x]->at, "the sizes of '%.*s' come from its TensorOutput", olen,
                       out->name);
       return NULL;
     }
-    odims[x] = out_dims ? out_dims[x] : -1;
-    if (c->sizes[x] && !eval_size(&ev, c->sizes[x], true, &odims[x])) return NULL;
+    xs->bound[x] = out_dims ? out_dims[x] : -1;
+    if (c->sizes[x] && !eval_size(&ev, c->sizes[x], true, &xs->bound[x])) return NULL;
   }
   for (int a = 0; a < c->n_acc; a++)
-    if (!resolve_operand(&ev, &c->acc[a], &ops[a])) return NULL;
-  int n_cons = c->n_cons + n_extra;
+    if (!resolve_operand(&ev, xs, &c->acc[a], &ops[a])) return NULL;
+  int n_cons = c->n_cons + n_extra, cfirst = xs->n;
   if (n_cons > CN_TILE_MAX_CONSTRAINTS) {
     cn_tile_fail_at(src, extra[CN_TILE_MAX_CONSTRAINTS - c->n_cons].at, "more than %d constraints",
                     CN_TILE_MAX_CONSTRAINTS);
     return NULL;
   }
-  int64_t bounds[CN_TILE_MAX_CONSTRAINTS];
-  size_t cons_at[CN_TILE_MAX_CONSTRAINTS];
   for (int k = 0; k < n_cons; k++) {
     const cn_tile_constraint *ck = k < c->n_cons ? &c->cons[k] : &extra[k - c->n_cons];
-    cons_at[k] = ck->at;
-    if (!eval_poly(&ev, ck->poly, &cons[k]) || !eval_size(&ev, ck->bound, false, &bounds[k]))
+    poly *p = &xs->p[xs->n];
+    xs->at[xs->n] = ck->at;
+    if (!eval_poly(&ev, ck->poly, p) || !eval_size(&ev, ck->bound, false, &xs->bound[xs->n]))
       return NULL;
-    if (!has_vars(&cons[k])) {
+    xs->n++;
+    if (!has_vars(p)) {
       cn_tile_fail_at(src, ck->at, "a constraint must mention an index variable");
       return NULL;
     }
@@ -816,62 +1119,77 @@ cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *
       return NULL;
     }
 
-  /* Ranges: first from the operands and constraints (to derive unsized output axes), then with
-   * the output's bounds too. */
-  condition cs[CN_TILE_MAX_CONSTRAINTS + 4 * CN_MAX_RANK];
-  int n_cs = 0;
-  for (int k = 0; k < n_cons; k++) cs[n_cs++] = (condition){&cons[k], bounds[k]};
-  for (int a = 0; a < c->n_acc; a++)
-    for (int x = 0; x < ops[a].t->rank; x++)
-      cs[n_cs++] = (condition){&ops[a].idx[x], ops[a].t->dims[x]};
+  /* Exact division and ranges: the loop variables are the change's y; every polynomial over them
+   * is an integer one, each variable has a range [lo, hi] from the conditions. */
+  change ch;
   int64_t lo[CN_TILE_MAX_VARS], hi[CN_TILE_MAX_VARS];
-  bool known[CN_TILE_MAX_VARS] = {0};
-  propagate(vars->n, cs, n_cs, lo, hi, known);
-  for (int x = 0; x < orank; x++)
-    if (odims[x] < 0 &&
-        !derive_size(&ev, cn_tile_expr_start(out->idx[x]), x, &oidx[x], lo, hi, known, &odims[x]))
-      return NULL;
-  for (int x = 0; x < orank; x++) cs[n_cs++] = (condition){&oidx[x], odims[x]};
-  memset(known, 0, sizeof known);
-  propagate(vars->n, cs, n_cs, lo, hi, known);
-  for (int v = 0; v < vars->n; v++) {
-    if (!known[v]) {
-      cn_tile_fail_at(src, vars->first[v],
-                      "index '%.*s' is not bounded: no tensor axis or constraint limits it alone",
-                      (int)vars->len[v], vars->name[v]);
+  bool known[CN_TILE_MAX_VARS];
+  int bad_axis = -1;
+  int st = choose_change(&ev, w, &ch, lo, hi, known, &bad_axis);
+  if (st < 0) return NULL;
+  poly_set *ys = &w->ys;
+  int nv = ch.n;
+  if (st == 0) { /* no valid point: nothing reached, every range empty */
+    for (int x = 0; x < orank; x++)
+      if (ys->bound[x] < 0) {
+        cn_tile_fail_at(src, ys->at[x],
+                        "cannot derive the size of output axis %d: no index set is valid (give "
+                        "it as ': SIZE')",
+                        x);
+        return NULL;
+      }
+    for (int v = 0; v < nv; v++) lo[v] = 0, hi[v] = -1;
+  } else {
+    if (bad_axis >= 0) {
+      cn_tile_fail_at(src, ys->at[bad_axis],
+                      "cannot derive the size of output axis %d: give it as ': SIZE'", bad_axis);
       return NULL;
     }
-    if (hi[v] < lo[v]) hi[v] = lo[v] - 1; /* no valid value: an empty range */
+    for (int v = 0; v < nv; v++) {
+      if (!known[v]) {
+        int x = ch.src[v];
+        cn_tile_fail_at(src, vars->first[x],
+                        "index '%.*s' is not bounded: no tensor axis or constraint limits it alone",
+                        (int)vars->len[x], vars->name[x]);
+        return NULL;
+      }
+      if (hi[v] < lo[v]) hi[v] = lo[v] - 1; /* no valid value: an empty range */
+    }
   }
 
   /* The record */
   cn_symbol syms[CN_TILE_MAX_VARS];
-  int64_t rlo[CN_TILE_MAX_VARS], rhi[CN_TILE_MAX_VARS];
-  for (int v = 0; v < vars->n; v++) {
-    char name[64];
-    snprintf(name, sizeof name, "%.*s", (int)vars->len[v], vars->name[v]);
-    if ((syms[v] = cn_symbol_create(ctx, name, 0)) < 0) return NULL;
+  int64_t rlo[CN_TILE_MAX_VARS], rhi[CN_TILE_MAX_VARS], odims[CN_MAX_RANK];
+  char names[CN_TILE_MAX_VARS][NAME_CAP];
+  for (int v = 0; v < nv; v++) {
+    name_variable(vars, &ch, v, names);
+    if ((syms[v] = cn_symbol_create(ctx, names[v], 0)) < 0) return NULL;
     rlo[v] = lo[v];
     rhi[v] = hi[v] + 1;
   }
   cn_index *maps = cn_alloc(ctx, sizeof *maps * (size_t)(4 * CN_MAX_RANK));
   cn_proj_constraint *pc = cn_alloc(ctx, sizeof *pc * (size_t)(n_cons + 1));
   if (!maps || !pc) return NULL;
-  for (int x = 0; x < orank; x++) maps[x] = to_index(&ev, out->at, &oidx[x], syms);
+  for (int x = 0; x < orank; x++) {
+    odims[x] = ys->bound[x];
+    maps[x] = to_index(src, nv, out->at, &ys->p[x], syms);
+  }
   cn_index *next = maps + orank;
   cn_proj_tensor rhs[3];
   cn_tensor *args[3];
   for (int a = 0; a < c->n_acc; a++) {
     const cn_tile_name *t = ops[a].t;
-    for (int x = 0; x < t->rank; x++) next[x] = to_index(&ev, c->acc[a].at, &ops[a].idx[x], syms);
+    for (int x = 0; x < t->rank; x++)
+      next[x] = to_index(src, nv, c->acc[a].at, &ys->p[ops[a].first + x], syms);
     rhs[a] = (cn_proj_tensor){t->rank, t->dims, next};
     args[a] = t->tensor;
     next += t->rank;
   }
   for (int k = 0; k < n_cons; k++)
-    pc[k] = (cn_proj_constraint){to_index(&ev, cons_at[k], &cons[k], syms), bounds[k]};
+    pc[k] = (cn_proj_constraint){to_index(src, nv, ys->at[cfirst + k], &ys->p[cfirst + k], syms),
+                                 ys->bound[cfirst + k]};
   if (src->failed) return NULL;
-  cn_proj_space space = {vars->n, syms, rlo, rhi, n_cons, pc, true, true};
+  cn_proj_space space = {nv, syms, rlo, rhi, n_cons, pc, true, true};
   cn_proj *proj =
       cn_proj_create_ranged(ctx, &space, (cn_proj_tensor){orank, odims, maps}, c->n_acc, rhs);
   if (!proj) return NULL;
@@ -899,6 +1217,16 @@ cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *
   t->prim = c->prim;
   t->proj = proj;
   t->diff = cn_tensor_op_diff(t);
+  return t;
+}
+
+cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *scope,
+                            const cn_tile_contraction *c, int out_rank, const int64_t *out_dims,
+                            int n_extra, const cn_tile_constraint *extra) {
+  work *w = cn_calloc(g->ctx, 1, sizeof *w);
+  if (!w) return NULL;
+  cn_tensor *t = contract(g, src, scope, c, out_rank, out_dims, n_extra, extra, w);
+  free(w);
   return t;
 }
 

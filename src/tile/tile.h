@@ -10,9 +10,9 @@
  * built. Everything is decided then: the operands' shapes must be known, so the record (and the
  * `=` conflict check) needs nothing from materialization.
  *
- * Division inside an index polynomial (exact division, seed 003 "Skipping") is refused for now:
- * it belongs to the evaluation of CN_TX_BINARY '/' in index context (eval_poly in tile.c), where
- * a numerator with index variables would add a divisibility condition for the lattice solver.
+ * Division inside an index polynomial is exact (seed 003 "Skipping"): tile.c solves the
+ * divisibility conditions with lattice.h and compiles the statement over the resulting change of
+ * variables.
  *
  * Layering: src/tile includes src/tensor (tensor creation) and, through it, src/proj and src/ir;
  * nothing below includes src/tile. */
