@@ -315,17 +315,13 @@ static void linear_add_index(linear *l, const cn_index *idx, int64_t scale) {
   l->constant += idx->offset * scale;
 }
 
-/* Magnitude of a coefficient, exact even for INT64_MIN. */
-static unsigned long long magnitude(int64_t v) {
-  return v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-}
-
 static void print_term(cn_sbuf *sb, bool first, int64_t coeff, const char *name) {
   if (!first)
     cn_sbuf_puts(sb, coeff < 0 ? " - " : " + ");
   else if (coeff < 0)
     cn_sbuf_putc(sb, '-');
-  if (magnitude(coeff) != 1) cn_sbuf_printf(sb, "%llu * ", magnitude(coeff));
+  if (cn_i64_magnitude(coeff) != 1)
+    cn_sbuf_printf(sb, "%llu * ", (unsigned long long)cn_i64_magnitude(coeff));
   cn_sbuf_puts(sb, name);
 }
 
@@ -345,7 +341,8 @@ static void print_linear(const cgen *g, cn_sbuf *sb, const linear *l, const char
   if (first)
     cn_sbuf_printf(sb, "%lld", (long long)l->constant);
   else if (l->constant != 0)
-    cn_sbuf_printf(sb, " %c %llu", l->constant < 0 ? '-' : '+', magnitude(l->constant));
+    cn_sbuf_printf(sb, " %c %llu", l->constant < 0 ? '-' : '+',
+                   (unsigned long long)cn_i64_magnitude(l->constant));
 }
 
 /* "buf[offset]" of a cell: sum_d (idx_d + left_d) * stride_d, plus `extra`. */

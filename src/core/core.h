@@ -115,4 +115,18 @@ const cn_symbol_info *cn_ctx_symbol(const cn_ctx *ctx, cn_symbol sym); /* NULL i
 /* Overflow-checked size arithmetic: false on overflow. */
 bool cn_mul_size(size_t a, size_t b, size_t *out);
 
+/* |v| without overflow (INT64_MIN included), and the greatest common divisor (gcd(0, 0) = 0):
+ * for the affine arithmetic of index expressions and loop bounds. */
+static inline uint64_t cn_i64_magnitude(int64_t v) {
+  return v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+}
+static inline uint64_t cn_u64_gcd(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
 #endif

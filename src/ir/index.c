@@ -131,11 +131,6 @@ static void print_symbol(cn_sbuf *sb, const cn_ctx *ctx, const cn_proj *proj, cn
   if (name_is_shared(ctx, proj, sym)) cn_sbuf_printf(sb, "#%d", sym);
 }
 
-/* The magnitude of a negative int64 as unsigned, valid for INT64_MIN too. */
-static unsigned long long magnitude(int64_t v) {
-  return v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-}
-
 /* `i`, `3`, `2*o + k - 1`, `-i + 4`; proj (or NULL) disambiguates shared names. */
 static void print_index(cn_sbuf *sb, const cn_ctx *ctx, const cn_proj *proj, const cn_index *idx) {
   if (idx->n_terms < 0) {
@@ -152,11 +147,13 @@ static void print_index(cn_sbuf *sb, const cn_ctx *ctx, const cn_proj *proj, con
       cn_sbuf_puts(sb, c < 0 ? "-" : "");
     else
       cn_sbuf_puts(sb, c < 0 ? " - " : " + ");
-    if (magnitude(c) != 1) cn_sbuf_printf(sb, "%llu*", magnitude(c));
+    if (cn_i64_magnitude(c) != 1)
+      cn_sbuf_printf(sb, "%llu*", (unsigned long long)cn_i64_magnitude(c));
     print_symbol(sb, ctx, proj, idx->syms[t]);
   }
   if (idx->offset != 0)
-    cn_sbuf_printf(sb, " %c %llu", idx->offset < 0 ? '-' : '+', magnitude(idx->offset));
+    cn_sbuf_printf(sb, " %c %llu", idx->offset < 0 ? '-' : '+',
+                   (unsigned long long)cn_i64_magnitude(idx->offset));
 }
 
 void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx) {

@@ -343,16 +343,12 @@ typedef struct {
 /* floor(a / b) and ceil(a / b) for b != 0; false on overflow (INT64_MIN / -1). */
 static bool floor_div(int64_t a, int64_t b, int64_t *out) {
   if (b == -1 && a == INT64_MIN) return false;
-  int64_t q = a / b;
-  if (a % b != 0 && ((a < 0) != (b < 0))) q--;
-  *out = q;
+  *out = cn_floor_div_i64(a, b);
   return true;
 }
 static bool ceil_div(int64_t a, int64_t b, int64_t *out) {
   if (b == -1 && a == INT64_MIN) return false;
-  int64_t q = a / b;
-  if (a % b != 0 && ((a < 0) == (b < 0))) q++;
-  *out = q;
+  *out = cn_ceil_div_i64(a, b);
   return true;
 }
 

@@ -177,24 +177,12 @@ static void simplify_conds(const simplifier *sim, cn_ll_stmt *s, bool *never) {
 
 /* ---- Guard conditions as loop bounds ---- */
 
-static uint64_t magnitude(int64_t v) {
-  return v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-}
-
-static uint64_t gcd_u64(uint64_t a, uint64_t b) {
-  while (b) {
-    uint64_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
 /* ceil(expr / div) in lowest terms: with g the gcd of div and the coefficients,
  * ceil((g*q + o) / (g*d)) = ceil((q + ceil(o / g)) / d); a constant folds to div 1. */
 static cn_ll_bound bound_reduced(cn_index expr, int64_t div) {
   uint64_t g = (uint64_t)div;
-  for (int t = 0; t < expr.n_terms && g > 1; t++) g = gcd_u64(g, magnitude(expr.coeffs[t]));
+  for (int t = 0; t < expr.n_terms && g > 1; t++)
+    g = cn_u64_gcd(g, cn_i64_magnitude(expr.coeffs[t]));
   if (g == 1) return (cn_ll_bound){expr, div};
   int64_t coeffs[CN_MAX_AFFINE_TERMS];
   for (int t = 0; t < expr.n_terms; t++) coeffs[t] = expr.coeffs[t] / (int64_t)g;

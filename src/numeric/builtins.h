@@ -254,6 +254,11 @@ static inline int64_t cn_ceil_div_i64(int64_t a, int64_t b) {
   int64_t q = cn_idiv_i64(a, b), r = cn_imod_i64(a, b);
   return r != 0 && (r > 0) == (b > 0) ? q + 1 : q;
 }
+/* floor(a / b), the same way: minus one when the exact quotient is negative and not whole. */
+static inline int64_t cn_floor_div_i64(int64_t a, int64_t b) {
+  int64_t q = cn_idiv_i64(a, b), r = cn_imod_i64(a, b);
+  return r != 0 && (r > 0) != (b > 0) ? q - 1 : q;
+}
 /* Exponentiation by squaring, wrapping. */
 static inline uint64_t cn_ipow_u64(uint64_t a, uint64_t b) {
   uint64_t result = 1;

@@ -48,12 +48,6 @@ static int64_t mul_mod(int64_t a, int64_t b, int64_t m) {
   return r;
 }
 
-/* floor(a / b) for b >= 1. */
-static int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
 /* Column dst -= q * column src over rows [0, rows). 0 on overflow. */
 static int col_sub(int rows, lat_mat m, int dst, int src, int64_t q) {
   if (q == 0) return 1;
@@ -67,10 +61,6 @@ static int col_sub(int rows, lat_mat m, int dst, int src, int64_t q) {
   return 1;
 }
 
-static int64_t magnitude(int64_t v) {
-  return v < 0 ? -v : v;
-}
-
 /* Unimodular operations on columns [from, cols) (all rows [0, rows)) leaving row `row` with a
  * single nonzero entry there, positive, in column `from`. Returns 1, 0 when the row is zero on
  * those columns, -1 on overflow. */
@@ -78,7 +68,8 @@ static int pivot_row(int rows, int cols, lat_mat m, int row, int from) {
   for (;;) {
     int p = -1;
     for (int j = from; j < cols; j++)
-      if (m[row][j] != 0 && (p < 0 || magnitude(m[row][j]) < magnitude(m[row][p]))) p = j;
+      if (m[row][j] != 0 && (p < 0 || cn_i64_magnitude(m[row][j]) < cn_i64_magnitude(m[row][p])))
+        p = j;
     if (p < 0) return 0;
     int others = 0;
     for (int j = from; j < cols; j++) {
@@ -107,8 +98,8 @@ static int hermite(int nv, lat_mat s) {
     if (st < 0) return -1;
     CN_ASSERT(st == 1); /* the lattice has full rank: it contains lcm(den) * Z^nv */
     for (int j = 0; j < k; j++)
-      if (!col_sub(nv, s, j, k, floor_div(s[k][j], s[k][k]))) return -1;
-    if (!col_sub(nv, s, nv, k, floor_div(s[k][nv], s[k][k]))) return -1;
+      if (!col_sub(nv, s, j, k, cn_floor_div_i64(s[k][j], s[k][k]))) return -1;
+    if (!col_sub(nv, s, nv, k, cn_floor_div_i64(s[k][nv], s[k][k]))) return -1;
   }
   return 1;
 }

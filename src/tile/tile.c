@@ -485,23 +485,10 @@ static bool has_vars(const poly *a) {
   return false;
 }
 
-static uint64_t magnitude(int64_t v) {
-  return v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-}
-
-static uint64_t gcd_u64(uint64_t a, uint64_t b) {
-  while (b) {
-    uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 /* Lowest terms: the gcd divides den, so it fits int64 and every division is exact. */
 static void poly_reduce(poly *a) {
-  uint64_t g = gcd_u64((uint64_t)a->den, magnitude(a->off));
-  for (int v = 0; v < CN_TILE_MAX_VARS && g > 1; v++) g = gcd_u64(g, magnitude(a->c[v]));
+  uint64_t g = cn_u64_gcd((uint64_t)a->den, cn_i64_magnitude(a->off));
+  for (int v = 0; v < CN_TILE_MAX_VARS && g > 1; v++) g = cn_u64_gcd(g, cn_i64_magnitude(a->c[v]));
   if (g <= 1) return;
   for (int v = 0; v < CN_TILE_MAX_VARS; v++) a->c[v] /= (int64_t)g;
   a->off /= (int64_t)g;
@@ -510,7 +497,7 @@ static void poly_reduce(poly *a) {
 
 /* a += sign * b (sign 1 or -1), over the common denominator lcm(a.den, b.den). */
 static bool poly_add(poly *a, const poly *b, int64_t sign) {
-  int64_t g = (int64_t)gcd_u64((uint64_t)a->den, (uint64_t)b->den);
+  int64_t g = (int64_t)cn_u64_gcd((uint64_t)a->den, (uint64_t)b->den);
   int64_t ka = b->den / g, kb = a->den / g * sign, den;
   if (__builtin_mul_overflow(a->den, ka, &den)) return false;
   for (int v = 0; v <= CN_TILE_MAX_VARS; v++) {
@@ -533,16 +520,6 @@ static bool poly_scale(poly *a, int64_t num, int64_t den) {
     return false;
   poly_reduce(a);
   return true;
-}
-
-static int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-static int64_t ceil_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) == (b < 0))) ? q + 1 : q;
 }
 
 /* ---- Evaluation of index polynomials, sizes and bounds ---- */
@@ -663,7 +640,7 @@ static bool eval_poly(evaluator *ev, const cn_tile_expr *e, poly *out) {
     }
     if (!lv && out->den == 1 && rhs.den == 1) {
       ok = !(out->off == INT64_MIN && rhs.off == -1);
-      if (ok) out->off = floor_div(out->off, rhs.off);
+      if (ok) out->off = cn_floor_div_i64(out->off, rhs.off);
     } else { /* exact: (a / d) / (r / s) = a * s / (d * r) */
       ok = rhs.off != INT64_MIN;
       if (ok)
@@ -735,8 +712,8 @@ static void propagate(int nv, const condition *cs, int n, int64_t *lo, int64_t *
             __builtin_sub_overflow(cs[k].bound - 1, rmin, &h))
           continue;
         int64_t c = e->c[v];
-        int64_t vl = c > 0 ? ceil_div(l, c) : ceil_div(h, c);
-        int64_t vh = c > 0 ? floor_div(h, c) : floor_div(l, c);
+        int64_t vl = c > 0 ? cn_ceil_div_i64(l, c) : cn_ceil_div_i64(h, c);
+        int64_t vh = c > 0 ? cn_floor_div_i64(h, c) : cn_floor_div_i64(l, c);
         if (!known[v] || vl > lo[v] || vh < hi[v]) {
           if (!known[v] || vl > lo[v]) lo[v] = vl;
           if (!known[v] || vh < hi[v]) hi[v] = vh;
