@@ -3,7 +3,8 @@
  * notation, on both backends with values worked out by hand: the seed's round-up max pool, a pool
  * whose stride is an argument, an average with an elementwise division by dims, skipping (cells
  * never written are 0), a cumulative sum differentiated by backprop, the Tile library as
- * builtins, the loop nest shown by --emit=loops, and positioned errors inside the body. */
+ * builtins, examples/tile.cnl, the loop nest shown by --emit=loops, and positioned errors inside
+ * the body. */
 #include "notation_check.h"
 
 static const char *const max_pool = "let%tile max_pool_1d I =\n"
@@ -129,6 +130,29 @@ static void test_library_builtins(void) {
             msg);
 }
 
+/* examples/tile.cnl on both backends: the round-up max pool and the cumulative sum of
+ * [3 1 4 1 5], the transposed convolution of [1 2] by [1 10] with stride 3 (x = 3*i + k: cell 2
+ * is reached by no point), PlaidML's argmax, and the gradient of sum(csum(w)) = [3 2 1]. */
+static void test_example_script(void) {
+  const char *root = getenv("CANNL_SOURCE_DIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/tile.cnl", root ? root : ".");
+  FILE *f = fopen(path, "rb");
+  static char script[8192];
+  size_t n = f ? fread(script, 1, sizeof script - 1, f) : 0;
+  script[n] = '\0';
+  if (f) fclose(f);
+  CHECK_MSG(n > 0, "cannot read %s", path);
+  outcome o;
+  BOTH if (run(&o, b, script)) {
+    expect(&o, b, 0, "max_pool_1d_x", "|->3", VALUES(3, 4, 5), 0);
+    expect(&o, b, 1, "csum_x", "|->5", VALUES(3, 4, 8, 9, 14), 0);
+    expect(&o, b, 2, NULL, "|->5", VALUES(1, 10, 0, 2, 20), 0);
+    expect(&o, b, 3, NULL, "|->2", VALUES(1, 0), 0);
+    expect(&o, b, 4, "w.grad", "|->3", VALUES(3, 2, 1), 0);
+  }
+}
+
 /* --emit=loops shows the contraction's loop nest: i over the 3 outputs, j over the constraint,
  * ending early where the last pool crosses the input's bound (the guard 0 <= 2*i + j < 5 became
  * j's bound). */
@@ -180,6 +204,7 @@ int main(void) {
   test_skipping();
   test_cumsum_backprop();
   test_library_builtins();
+  test_example_script();
   test_emit_loops();
   test_errors();
   CHECK_DONE();
