@@ -9,17 +9,7 @@
  * (division by an index, by zero, a lattice overflowing 64 bits). Every contraction runs
  * on both backends with the output first filled with a sentinel (99), so cells that must end 0 are
  * written by the routine. */
-#include "cannl.h"
-#include "check.h"
-
-#include <stdlib.h>
-#include <string.h>
-
-#define SENTINEL      99.0
-#define STRICT_CFLAGS "-O1 -shared -fPIC -std=c11 -Wall -Wextra -Werror"
-
-static const cn_backend_kind backends[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
-static const char *const backend_names[2] = {"interp", "C"};
+#include "tile_check.h"
 
 static cn_graph *new_graph(cn_ctx **ctx) {
   *ctx = cn_ctx_create();
@@ -28,49 +18,12 @@ static cn_graph *new_graph(cn_ctx **ctx) {
   return cn_graph_create(*ctx);
 }
 
-/* A literal with the given output axes. */
-static cn_tensor *data(cn_graph *g, const char *label, int rank, const int64_t *dims,
-                       const double *values, size_t count) {
-  cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {rank, dims, NULL}};
-  cn_tensor *t = cn_tensor_data(g, label, &d, values, count);
-  CHECK_MSG(t != NULL, "%s: %s", label, cn_ctx_error(cn_graph_ctx(g)));
-  return t;
-}
-
-/* Builds the statement, checks the result's shape, runs its forward code on both backends and
- * compares every cell (shape: the output axes); the interpreter's loop IR must contain `loops`
- * (unless NULL). */
+/* Builds the statement and checks it on both backends (check_forward; shape: the output axes). */
 static void run_tile(cn_graph *g, const char *text, int n, const cn_tile_binding *b,
                      const char *shape, const double *expected, int64_t count, const char *loops) {
-  cn_ctx *ctx = cn_graph_ctx(g);
-  cn_tensor *t = cn_tile(g, text, n, b);
-  CHECK_MSG(t != NULL, "%s: %s", text, cn_ctx_error(ctx));
-  if (!t) return;
   char want[64];
   snprintf(want, sizeof want, "|->%s", shape); /* output axes only */
-  CHECK_STR(cn_tensor_shape(t), want);
-  cn_asgn *code = cn_graph_forward(g, t);
-  CHECK_MSG(code != NULL, "%s: %s", text, cn_ctx_error(ctx));
-  cn_node *out = cn_tensor_value(t);
-  if (!code || !out) return;
-  CHECK_INT(cn_node_numel(out), count);
-  if (cn_node_numel(out) != count) return;
-  double *values = calloc((size_t)count + 1, sizeof *values);
-  for (int k = 0; k < 2; k++) {
-    for (int64_t c = 0; c < count; c++) values[c] = SENTINEL;
-    CHECK_INT(cn_node_set_values(out, false, values, (size_t)count), CN_OK);
-    cn_routine *r = cn_routine_compile(ctx, code, backends[k], "tile");
-    CHECK_MSG(r != NULL, "%s on %s: %s", text, backend_names[k], cn_ctx_error(ctx));
-    if (!r) continue;
-    CHECK_INT(cn_routine_run(r), CN_OK);
-    CHECK_INT(cn_node_get_values(out, false, values, (size_t)count), CN_OK);
-    for (int64_t c = 0; c < count; c++)
-      CHECK_MSG(values[c] == expected[c], "%s on %s: cell %lld = %g, expected %g", text,
-                backend_names[k], (long long)c, values[c], expected[c]);
-    if (k == 0 && loops) CHECK_HAS(cn_routine_loops(r), loops);
-    cn_routine_free(r);
-  }
-  free(values);
+  check_forward(g, text, cn_tile(g, text, n, b), want, expected, count, 0, loops);
 }
 
 /* The statement must fail with a message containing `what` and the caret under column `col`. */
