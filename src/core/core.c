@@ -7,6 +7,7 @@
  * cn_calloc and cn_realloc alike, so every caller's failure path can be exercised. */
 #include "core/core.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,15 @@ void cn_sbuf_printf(cn_sbuf *sb, const char *fmt, ...) {
   va_start(ap, fmt);
   cn_sbuf_vprintf(sb, fmt, ap);
   va_end(ap);
+}
+
+void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at) {
+  cn_sbuf_puts(sb, "  ");
+  for (size_t i = 0; text[i]; i++)
+    cn_sbuf_putc(sb, isspace((unsigned char)text[i]) && text[i] != '\t' ? ' ' : text[i]);
+  cn_sbuf_puts(sb, "\n  ");
+  for (size_t i = 0; i < at && text[i]; i++) cn_sbuf_putc(sb, text[i] == '\t' ? '\t' : ' ');
+  cn_sbuf_putc(sb, '^');
 }
 
 void cn_sbuf_indent(cn_sbuf *sb, int levels) {

@@ -48,6 +48,10 @@ void cn_sbuf_putc(cn_sbuf *sb, char c);
 void cn_sbuf_printf(cn_sbuf *sb, const char *fmt, ...) CN_PRINTF(2, 3);
 void cn_sbuf_vprintf(cn_sbuf *sb, const char *fmt, va_list ap);
 void cn_sbuf_indent(cn_sbuf *sb, int levels); /* two spaces per level */
+/* A one-line text quoted under a message: "  TEXT\n  " then a caret under byte `at`. Line
+ * breaks and other blanks print as spaces and tabs stay in the caret line, so that the caret
+ * stands under its column in a terminal. */
+void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at);
 /* Moves the text into the context's arena and frees the builder; NULL (with a CN_ERR_NOMEM
  * message) if the builder failed or the copy cannot be made. */
 const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb);

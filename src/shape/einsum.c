@@ -43,15 +43,9 @@ static void syntax_error(parser *p, size_t at, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  /* The echoed spec turns line breaks into spaces and keeps tabs in the caret line, so the caret
-   * stands under the column in a terminal. */
   cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "einsum spec \"%s\": %s at column %zu\n  ", p->text, what, at + 1);
-  for (size_t i = 0; p->text[i]; i++)
-    cn_sbuf_putc(&sb, isspace((unsigned char)p->text[i]) && p->text[i] != '\t' ? ' ' : p->text[i]);
-  cn_sbuf_puts(&sb, "\n  ");
-  for (size_t i = 0; i < at; i++) cn_sbuf_putc(&sb, p->text[i] == '\t' ? '\t' : ' ');
-  cn_sbuf_putc(&sb, '^');
+  cn_sbuf_printf(&sb, "einsum spec \"%s\": %s at column %zu\n", p->text, what, at + 1);
+  cn_sbuf_quote_caret(&sb, p->text, at);
   /* Without memory for the builder the message still names the problem and the column. */
   if (sb.failed)
     cn_fail(p->ctx, CN_ERR_INVALID, "einsum spec: %s at column %zu", what, at + 1);

@@ -61,12 +61,8 @@ static void put_positioned(cn_sbuf *sb, const cn_tile_src *src, size_t at, const
 /* The statement form: tile "TEXT": WHAT at column C, the text on one line and a caret. */
 static void put_statement(cn_sbuf *sb, const cn_tile_src *src, size_t at, const char *what) {
   const char *t = src->text;
-  cn_sbuf_printf(sb, "tile \"%s\": %s at column %zu\n  ", t, what, at + 1);
-  for (size_t i = 0; t[i]; i++)
-    cn_sbuf_putc(sb, isspace((unsigned char)t[i]) && t[i] != '\t' ? ' ' : t[i]);
-  cn_sbuf_puts(sb, "\n  ");
-  for (size_t i = 0; i < at; i++) cn_sbuf_putc(sb, t[i] == '\t' ? '\t' : ' ');
-  cn_sbuf_putc(sb, '^');
+  cn_sbuf_printf(sb, "tile \"%s\": %s at column %zu\n", t, what, at + 1);
+  cn_sbuf_quote_caret(sb, t, at);
 }
 
 void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) {
