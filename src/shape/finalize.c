@@ -6,12 +6,34 @@
  * dimension is an error, other row variables become "no more axes" and dim variables their
  * minimum size.
  *
+ * Candidates: each stage visits its candidates in the order of a full scan (row variables by
+ * index, entries by index, shapes by creation) but, outside reference mode, only those its queue
+ * holds: the variables and entries that changed since they were last found not closable
+ * (worklist.c refills the queues whenever an entry changes, and a candidate's closability reads
+ * only the entries that mention it). A stage's work is then proportional to what changed, and
+ * the bindings are the full scan's, one at a time, in the same order.
+ *
  * Invariants: each stage makes at most one binding and reports R_DONE when it did, so the cheap
  * principled stages always run before any guess; finalization is not trailed (a failure leaves
  * the environment partially closed). */
 #include "shape/solver.h"
 
 #include <string.h>
+
+/* The candidates of a stage: every id below `end` in reference mode, else the queue's. */
+typedef struct {
+  cn_queue *queue;
+  int next, end;
+} candidates;
+
+static int next_candidate(const cn_shape_env *env, candidates *c) {
+  if (env->reference) return c->next < c->end ? c->next++ : -1;
+  return cn_queue_pop(c->queue);
+}
+
+static pending *live_entry(cn_shape_env *env, int i) {
+  return i < env->n_pend && !env->pend[i].done ? &env->pend[i] : NULL;
+}
 
 static bool same_dim(cn_shape_env *env, cn_dim *a, cn_dim *b) {
   a = cn_dim_resolve(env, a);
@@ -29,12 +51,15 @@ static bool same_dim(cn_shape_env *env, cn_dim *a, cn_dim *b) {
  * parameter and a use that fixes its axes (`w * x` in `b + w * x`) takes the axes of its uses,
  * which then reach the parameter as it closes upward in turn. */
 static result close_row_upward_(cn_shape_env *env, bool through) {
-  for (int w = 0; w < env->n_rows; w++) {
+  candidates c = {through ? &env->cand_through : &env->cand_upward, 0, env->n_rows};
+  for (int w; (w = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[w]) continue;
+    int n_uses = cn_sv_gather_row(env, w);
+    if (n_uses < 0) return R_FAIL;
     int uses = 0, m = INT_MAX;
     bool blocked = false;
-    for (int i = 0; i < env->n_pend && !blocked; i++) {
-      pending *p = &env->pend[i];
+    for (int u = 0; u < n_uses && !blocked; u++) {
+      pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return R_FAIL;
@@ -53,8 +78,8 @@ static result close_row_upward_(cn_shape_env *env, bool through) {
     for (int j = 0; j < m; j++) {
       cn_dim *first = NULL;
       bool agree = true;
-      for (int i = 0; i < env->n_pend; i++) {
-        pending *p = &env->pend[i];
+      for (int u = 0; u < n_uses; u++) {
+        pending *p = &env->pend[env->gathered[u]];
         if (p->c.kind != CN_SC_ROW_INEQ) continue;
         cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
         if (!sup || !sub) return R_FAIL;
@@ -89,15 +114,18 @@ static result close_row_through(cn_shape_env *env) {
 /* A dim variable whose every pending use is "solved ⊑ v" becomes their least upper bound: the
  * common size, or 1 when they differ (1 broadcasts to every size). */
 static result close_dim_upward(cn_shape_env *env) {
-  for (int i = 0; i < env->n_pend; i++) {
-    pending *p = &env->pend[i];
-    if (p->c.kind != CN_SC_DIM_INEQ) continue;
+  candidates c = {&env->cand_dim, 0, env->n_pend};
+  for (int i; (i = next_candidate(env, &c)) >= 0;) {
+    pending *p = live_entry(env, i);
+    if (!p || p->c.kind != CN_SC_DIM_INEQ) continue;
     cn_dim *v = cn_dim_resolve(env, p->c.d2);
     if (!v || v->kind != CN_DIM_VAR) continue;
+    int n_uses = cn_sv_gather_dim(env, v->var);
+    if (n_uses < 0) return R_FAIL;
     cn_dim *lub = NULL;
     bool blocked = false;
-    for (int j = 0; j < env->n_pend && !blocked; j++) {
-      pending *q = &env->pend[j];
+    for (int u = 0; u < n_uses && !blocked; u++) {
+      pending *q = &env->pend[env->gathered[u]];
       if (q->c.kind != CN_SC_DIM_INEQ) continue;
       cn_dim *sup = cn_dim_resolve(env, q->c.d2), *sub = cn_dim_resolve(env, q->c.d1);
       if (sub->kind == CN_DIM_VAR && sub->var == v->var) blocked = true;
@@ -122,12 +150,14 @@ static result close_dim_upward(cn_shape_env *env) {
  * pending "L v T ⊑ closed row" constraints gets as many fresh dims as the longest such operand
  * leaves uncovered (operands that still have a row variable are ignored here). */
 static result close_row_to_operands(cn_shape_env *env) {
-  for (int v = 0; v < env->n_rows; v++) {
+  candidates c = {&env->cand_operands, 0, env->n_rows};
+  for (int v; (v = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[v]) continue;
+    int n_uses = cn_sv_gather_row(env, v);
+    if (n_uses < 0) return R_FAIL;
     int need = -1;
-    bool blocked = false;
-    for (int i = 0; i < env->n_pend && !blocked; i++) {
-      pending *p = &env->pend[i];
+    for (int u = 0; u < n_uses; u++) {
+      pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return R_FAIL;
@@ -136,7 +166,7 @@ static result close_row_to_operands(cn_shape_env *env) {
       if (uncovered < 0) uncovered = 0;
       if (uncovered > need) need = uncovered;
     }
-    if (blocked || need < 0) continue;
+    if (need < 0) continue;
     cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
     if (!dims) return R_FAIL;
     for (int j = 0; j < need; j++)
@@ -156,39 +186,39 @@ static result close_row_to_operands(cn_shape_env *env) {
  * count, as for the outputs of a vector conversion), then a bare row variable closes to one axis
  * that the count will size (the cells it converts). */
 static result close_total(cn_shape_env *env) {
-  for (int sweep = 0; sweep < 3; sweep++) {
-    for (int i = 0; i < env->n_pend; i++) {
-      pending *p = &env->pend[i];
-      if (p->c.kind != CN_SC_TOTAL) continue;
-      cn_row *r = cn_row_resolve(env, p->c.r1);
-      cn_dim *v = p->c.d1 ? cn_dim_resolve(env, p->c.d1) : NULL;
-      if (!r || (p->c.d1 && !v)) return R_FAIL;
-      if (r->var < 0) continue;
-      int n = r->n_lead + r->n_trail;
-      int64_t product = 1, num = p->c.count;
-      bool all = true;
-      for (int j = 0; j < n; j++) {
-        cn_dim *d = j < r->n_lead ? r->lead[j] : r->trail[j - r->n_lead];
-        if (d->kind != CN_DIM_SOLVED)
-          all = false;
-        else
-          product *= d->size;
-      }
-      bool known = !v || v->kind == CN_DIM_SOLVED;
-      if (v && known) num = v->size * p->c.coeff / p->c.denom;
-      if (!all || known != (sweep == 0) || (sweep == 1 && n == 0) || (sweep == 2 && n > 0))
-        continue;
-      if (known && num % product) continue; /* reported once the row closes otherwise */
-      cn_dim *rest = NULL;
-      if (sweep == 2 || (sweep == 0 && num / product != 1)) {
-        rest = sweep == 2 ? cn_dim_var(env) : cn_dim_solved(env, num / product, NULL);
-        if (!rest) return R_FAIL;
-      }
-      cn_row *to = cn_row_make(env, 0, NULL, -1, rest ? 1 : 0, &rest);
-      if (!to || !cn_sv_set_row(env, r->var, to)) return R_FAIL;
-      env->events++;
-      return R_DONE;
+  int n_pend = env->n_pend;
+  candidates c = {&env->cand_total, 0, 3 * n_pend}; /* sweep-major: (sweep, entry) */
+  for (int k; (k = next_candidate(env, &c)) >= 0;) {
+    int sweep = env->reference ? k / n_pend : k % 3, i = env->reference ? k % n_pend : k / 3;
+    pending *p = live_entry(env, i);
+    if (!p || p->c.kind != CN_SC_TOTAL) continue;
+    cn_row *r = cn_row_resolve(env, p->c.r1);
+    cn_dim *v = p->c.d1 ? cn_dim_resolve(env, p->c.d1) : NULL;
+    if (!r || (p->c.d1 && !v)) return R_FAIL;
+    if (r->var < 0) continue;
+    int n = r->n_lead + r->n_trail;
+    int64_t product = 1, num = p->c.count;
+    bool all = true;
+    for (int j = 0; j < n; j++) {
+      cn_dim *d = j < r->n_lead ? r->lead[j] : r->trail[j - r->n_lead];
+      if (d->kind != CN_DIM_SOLVED)
+        all = false;
+      else
+        product *= d->size;
     }
+    bool known = !v || v->kind == CN_DIM_SOLVED;
+    if (v && known) num = v->size * p->c.coeff / p->c.denom;
+    if (!all || known != (sweep == 0) || (sweep == 1 && n == 0) || (sweep == 2 && n > 0)) continue;
+    if (known && num % product) continue; /* reported once the row closes otherwise */
+    cn_dim *rest = NULL;
+    if (sweep == 2 || (sweep == 0 && num / product != 1)) {
+      rest = sweep == 2 ? cn_dim_var(env) : cn_dim_solved(env, num / product, NULL);
+      if (!rest) return R_FAIL;
+    }
+    cn_row *to = cn_row_make(env, 0, NULL, -1, rest ? 1 : 0, &rest);
+    if (!to || !cn_sv_set_row(env, r->var, to)) return R_FAIL;
+    env->events++;
+    return R_DONE;
   }
   return R_PEND;
 }
@@ -254,45 +284,85 @@ static result param_undetermined(cn_shape_env *env, const cn_shape *sh, int k, b
   return R_FAIL;
 }
 
+/* The first row of sh with a variable (k = CN_N_ROWS when none); with dims_only, the first with
+ * an open dimension. False only on allocation failure. */
+static bool open_row(cn_shape_env *env, const cn_shape *sh, bool dims_only, int *k, int *rv,
+                     cn_dim **dv, int *axis) {
+  for (*k = 0; *k < CN_N_ROWS; (*k)++) {
+    *axis = 0;
+    if (!row_has_var(env, sh->rows[*k], rv, dv, axis)) {
+      if (env->ctx->status == CN_ERR_NOMEM) return false;
+      continue;
+    }
+    if (!dims_only || *dv) return true;
+  }
+  return true;
+}
+
+/* Parameters with an open dimension (dims_only) or any open row: an error naming the first. The
+ * open-parameter list drops the parameters found closed for good. */
+static result guess_params(cn_shape_env *env, bool dims_only) {
+  int n = env->reference ? env->n_shapes : env->n_open_params, kept = 0;
+  for (int i = 0; i < n; i++) {
+    cn_shape *sh = env->shapes[env->reference ? i : env->open_params[i]];
+    if (!sh->is_param) continue;
+    int k, rv, axis;
+    cn_dim *dv;
+    if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
+    if (k == CN_N_ROWS) continue; /* closed: never open again */
+    if (!env->reference) env->open_params[kept++] = env->open_params[i];
+    if (dims_only && !open_row(env, sh, true, &k, &rv, &dv, &axis)) return R_FAIL;
+    if (k < CN_N_ROWS) return param_undetermined(env, sh, k, dv != NULL, axis);
+  }
+  if (!env->reference) env->n_open_params = kept;
+  return R_PEND;
+}
+
+/* A non-parameter's first open row: its row variable becomes "no more axes", or its first dim
+ * variable its minimum. Shapes before the cursor are closed (or parameters), for good. */
+static result guess_shapes(cn_shape_env *env) {
+  for (int i = env->reference ? 0 : env->guess_cursor; i < env->n_shapes; i++) {
+    cn_shape *sh = env->shapes[i];
+    if (!sh->is_param) {
+      int k, rv, axis;
+      cn_dim *dv;
+      if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
+      if (k < CN_N_ROWS) return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
+    }
+    if (!env->reference) env->guess_cursor = i + 1;
+  }
+  return R_PEND;
+}
+
+/* Variables that only pending constraints mention (spec axes that no tensor keeps). */
+static result guess_pending(cn_shape_env *env) {
+  candidates c = {&env->cand_guess, 0, env->n_pend};
+  for (int i; (i = next_candidate(env, &c)) >= 0;) {
+    pending *p = live_entry(env, i);
+    if (!p) continue;
+    cn_dim *ds[2] = {p->c.d1, p->c.d2};
+    for (int j = 0; j < 2; j++)
+      if (ds[j] && first_var_in(env, ds[j])) return bind_guess_dim(env, ds[j]);
+    cn_row *rs[2] = {p->c.r1, p->c.r2};
+    for (int j = 0; j < 2; j++) {
+      int rv, axis;
+      cn_dim *dv;
+      if (!rs[j] || !row_has_var(env, rs[j], &rv, &dv, &axis)) continue;
+      return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
+    }
+  }
+  return R_PEND;
+}
+
 /* Guessing, once nothing can be inferred: a parameter's open dimension is an error (parameters
  * refuse to be guessed); then a non-parameter's row variable closes to "no more axes" and its
  * dim variables to size 1 (or their minimum); then variables only pending constraints mention;
  * a parameter's row variable that nothing bounded even after that is an error. */
 static result guess(cn_shape_env *env) {
-  static const int passes[3] = {1, 0, 1}; /* is_param of the shapes each pass looks at */
-  for (int pass = 0; pass < 3; pass++) {
-    for (int i = 0; i < env->n_shapes; i++) {
-      cn_shape *sh = env->shapes[i];
-      if (sh->is_param != passes[pass]) continue;
-      for (int k = 0; k < CN_N_ROWS; k++) {
-        int rv, axis = 0;
-        cn_dim *dv;
-        if (!row_has_var(env, sh->rows[k], &rv, &dv, &axis)) {
-          if (env->ctx->status == CN_ERR_NOMEM) return R_FAIL;
-          continue;
-        }
-        if (pass == 0 && dv) return param_undetermined(env, sh, k, true, axis);
-        if (pass == 2) return param_undetermined(env, sh, k, dv != NULL, axis);
-        if (pass == 1) return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
-      }
-    }
-    if (pass != 1) continue;
-    /* variables that only pending constraints mention (spec axes that no tensor keeps) */
-    for (int i = 0; i < env->n_pend; i++) {
-      pending *p = &env->pend[i];
-      cn_dim *ds[2] = {p->c.d1, p->c.d2};
-      for (int j = 0; j < 2; j++)
-        if (ds[j] && first_var_in(env, ds[j])) return bind_guess_dim(env, ds[j]);
-      cn_row *rs[2] = {p->c.r1, p->c.r2};
-      for (int j = 0; j < 2; j++) {
-        int rv, axis;
-        cn_dim *dv;
-        if (!rs[j] || !row_has_var(env, rs[j], &rv, &dv, &axis)) continue;
-        return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
-      }
-    }
-  }
-  return R_PEND;
+  result r = guess_params(env, true);
+  if (r == R_PEND) r = guess_shapes(env);
+  if (r == R_PEND) r = guess_pending(env);
+  return r == R_PEND ? guess_params(env, false) : r;
 }
 
 cn_status cn_shape_finalize(cn_shape_env *env) {
@@ -307,9 +377,9 @@ cn_status cn_shape_finalize(cn_shape_env *env) {
     if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
     if (r == R_PEND) break;
   }
-  if (env->n_pend) {
-    return cn_sv_pending_conflict(env, &env->pend[0],
-                                  "a constraint remains unsatisfiable after closing");
-  }
+  for (int i = 0; i < env->n_pend; i++)
+    if (!env->pend[i].done)
+      return cn_sv_pending_conflict(env, &env->pend[i],
+                                    "a constraint remains unsatisfiable after closing");
   return CN_OK;
 }

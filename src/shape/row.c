@@ -1,12 +1,13 @@
 /* The shape solver: dimension and row terms, resolution through the substitution environment,
- * unification, broadcasting inequalities, Total_elems / minimum-dim / affine constraints, online
- * propagation of pending constraints, conflict messages, readers, the printer, and operations
- * with their rollback (see shape.h; finalization is in finalize.c).
+ * unification, broadcasting inequalities, Total_elems / minimum-dim / affine constraints,
+ * conflict messages, readers, the printer, and operations with their rollback (see shape.h;
+ * propagation is in worklist.c, finalization in finalize.c).
  *
  * Invariants: a variable is bound at most once and its binding is resolved (never mentions the
- * variable: cycles are errors); a pending entry is retried after every change and removed once
- * decided; `events` grows on every binding or simplification, so a sweep that leaves it unchanged
- * is a fixpoint; while an operation is added every write is on the undo trail (solver.h). Axis
+ * variable: cycles are errors); a pending entry is retried whenever a variable it mentions
+ * changes and marked done once decided; `events` grows on every binding or simplification;
+ * `stamp` on every binding or minimum, so a resolution cached under the current stamp is
+ * current; while an operation is added every write is on the undo trail (solver.h). Axis
  * positions in messages count from the left (0-based) or, when the row still has a row variable,
  * from the right (-1 is the last axis). */
 #include "shape/solver.h"
@@ -40,31 +41,35 @@ bool cn_sv_set_dim(cn_shape_env *env, int var, cn_dim *to) {
   undo u = {.kind = U_DIM, .index = var, .dim = env->dim_bind[var]};
   if (!record(env, &u)) return false;
   env->dim_bind[var] = to;
-  return true;
+  env->stamp++;
+  return cn_sv_wake_dim(env, var);
 }
 
 bool cn_sv_set_row(cn_shape_env *env, int var, cn_row *to) {
   undo u = {.kind = U_ROW, .index = var, .row = env->row_bind[var]};
   if (!record(env, &u)) return false;
   env->row_bind[var] = to;
-  return true;
+  env->stamp++;
+  return cn_sv_wake_row(env, var);
 }
 
 static bool set_min(cn_shape_env *env, int var, int64_t min) {
   undo u = {.kind = U_MIN, .index = var, .min = env->dim_min[var]};
   if (!record(env, &u)) return false;
   env->dim_min[var] = min;
-  return true;
+  env->stamp++;
+  return cn_sv_wake_dim(env, var);
 }
 
-static bool set_pending(cn_shape_env *env, int i, const pending *p) {
+bool cn_sv_set_pending(cn_shape_env *env, int i, const pending *p) {
   undo u = {.kind = U_PEND, .index = i, .pend = env->pend[i]};
   if (!record(env, &u)) return false;
   env->pend[i] = *p;
   return true;
 }
 
-/* Undoes every recorded write, newest first, and drops the pending entries added since. */
+/* Undoes every recorded write, newest first, and drops the pending entries added since (the
+ * index and the queues may still name them: they are filtered when read). */
 static void rollback(cn_shape_env *env, int n_pend) {
   for (int i = env->n_trail - 1; i >= 0; i--) {
     const undo *u = &env->trail[i];
@@ -77,18 +82,14 @@ static void rollback(cn_shape_env *env, int n_pend) {
   }
   env->n_trail = 0;
   env->n_pend = n_pend;
-}
-
-static void compact_pending(cn_shape_env *env) {
-  int kept = 0;
-  for (int i = 0; i < env->n_pend; i++)
-    if (!env->pend[i].done) env->pend[kept++] = env->pend[i];
-  env->n_pend = kept;
+  env->stamp++;
 }
 
 cn_shape_env *cn_shape_env_new(cn_ctx *ctx) {
   cn_shape_env *env = cn_alloc(ctx, sizeof *env);
-  if (env) env->ctx = ctx;
+  if (!env) return NULL;
+  env->ctx = ctx;
+  env->current = -1;
   return env;
 }
 
@@ -114,7 +115,8 @@ cn_dim *cn_dim_var(cn_shape_env *env) {
   /* dim_min grows first, to at least the capacity dim_bind will have: a failure between the two
    * leaves them consistent */
   int need = env->n_dims + 1, min_cap = env->cap_dims;
-  if (!cn_sv_grow(env->ctx, (void **)&env->dim_min, &min_cap, need, sizeof(int64_t)) ||
+  if (!cn_sv_index_dim_var(env, env->n_dims) ||
+      !cn_sv_grow(env->ctx, (void **)&env->dim_min, &min_cap, need, sizeof(int64_t)) ||
       !cn_sv_grow(env->ctx, (void **)&env->dim_bind, &env->cap_dims, need, sizeof(cn_dim *)))
     return NULL;
   cn_dim *d = cn_alloc(env->ctx, sizeof *d);
@@ -160,7 +162,8 @@ cn_dim *cn_dim_affine(cn_shape_env *env, int64_t stride, cn_dim *over, bool conv
 }
 
 int cn_row_var_new(cn_shape_env *env) {
-  if (!cn_sv_grow(env->ctx, (void **)&env->row_bind, &env->cap_rows, env->n_rows + 1,
+  if (!cn_sv_index_row_var(env, env->n_rows) ||
+      !cn_sv_grow(env->ctx, (void **)&env->row_bind, &env->cap_rows, env->n_rows + 1,
                   sizeof(cn_row *)))
     return -1;
   env->row_bind[env->n_rows] = NULL;
@@ -243,24 +246,27 @@ cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,
     }
     if (!sh->rows[k]) return NULL;
   }
+  if (is_param && !cn_sv_grow(env->ctx, (void **)&env->open_params, &env->cap_open_params,
+                              env->n_open_params + 1, sizeof(int)))
+    return NULL;
+  if (is_param) env->open_params[env->n_open_params++] = env->n_shapes;
   env->shapes[env->n_shapes++] = sh;
   return sh;
 }
 
 /* ---- Resolution ------------------------------------------------------------------------------ */
 
-cn_dim *cn_dim_resolve(cn_shape_env *env, cn_dim *d) {
-  if (!d) return NULL;
-  if (d->kind == CN_DIM_VAR) {
-    cn_dim *bound = env->dim_bind[d->var];
-    if (!bound) return d;
-    cn_dim *r = cn_dim_resolve(env, bound);
-    /* path compression, recorded only while the trail has room (it is never needed) */
-    if (r && r != bound && (!env->trailing || env->n_trail < env->cap_trail))
-      cn_sv_set_dim(env, d->var, r);
-    return r;
+/* Path compression of a variable's binding: the same meaning, so the stamp stays and nothing
+ * wakes; on the trail only while it has room (a rollback restores it, but never needs to). */
+static void compress_dim(cn_shape_env *env, int var, cn_dim *to) {
+  if (env->trailing) {
+    if (env->n_trail >= env->cap_trail) return;
+    env->trail[env->n_trail++] = (undo){.kind = U_DIM, .index = var, .dim = env->dim_bind[var]};
   }
-  if (d->kind == CN_DIM_SOLVED) return d;
+  env->dim_bind[var] = to;
+}
+
+static cn_dim *resolve_affine(cn_shape_env *env, cn_dim *d) {
   cn_dim *over = cn_dim_resolve(env, d->affine.over);
   cn_dim *kernel = d->affine.conv ? cn_dim_resolve(env, d->affine.kernel) : NULL;
   if (!over || (d->affine.conv && !kernel)) return NULL;
@@ -272,47 +278,90 @@ cn_dim *cn_dim_resolve(cn_shape_env *env, cn_dim *d) {
                        d->affine.use_padding, d->affine.stride_offset);
 }
 
-typedef struct {
-  cn_dim **v;
-  int n, cap;
-} dimvec;
+cn_dim *cn_dim_resolve(cn_shape_env *env, cn_dim *d) {
+  if (!d) return NULL;
+  if (d->kind == CN_DIM_VAR) {
+    cn_dim *bound = env->dim_bind[d->var];
+    if (!bound) return d;
+    cn_dim *r = cn_dim_resolve(env, bound);
+    if (r && r != bound) compress_dim(env, d->var, r);
+    return r;
+  }
+  if (d->kind == CN_DIM_SOLVED) return d;
+  if (d->res_env == env && d->res_stamp == env->stamp) return d->res;
+  cn_dim *r = resolve_affine(env, d);
+  if (r) {
+    d->res_env = env;
+    d->res_stamp = env->stamp;
+    d->res = r;
+  }
+  return r;
+}
 
-static bool dv_push(cn_ctx *ctx, dimvec *dv, cn_dim *d) {
-  if (!d || !cn_sv_grow(ctx, (void **)&dv->v, &dv->cap, dv->n + 1, sizeof(cn_dim *))) return false;
-  dv->v[dv->n++] = d;
+/* Resolves n dims into out (NULL: only checks); whether each resolved to itself, in *same. */
+static bool resolve_dims(cn_shape_env *env, cn_dim *const *dims, int n, cn_dim **out, bool *same) {
+  for (int i = 0; i < n; i++) {
+    cn_dim *d = cn_dim_resolve(env, dims[i]);
+    if (!d) return false;
+    if (d != dims[i]) *same = false;
+    if (out) out[i] = d;
+  }
   return true;
 }
 
-/* Appends the resolved flattening of r: the dims left of its unbound variable go to `left` until
- * that variable is met, then to `right`. */
-static bool flatten(cn_shape_env *env, const cn_row *r, dimvec *left, dimvec *right, int *var,
-                    int depth) {
+/* r's own dims around b, the resolution of r's bound variable (NULL when r's variable is unbound
+ * or r is closed): r itself when nothing changes, else a new row. */
+static cn_row *splice(cn_shape_env *env, cn_row *r, const cn_row *b) {
+  bool same = !b;
+  if (!resolve_dims(env, r->lead, r->n_lead, NULL, &same) ||
+      !resolve_dims(env, r->trail, r->n_trail, NULL, &same))
+    return NULL;
+  if (same) return r;
+  int b_lead = b && b->var >= 0 ? b->n_lead : 0, b_trail = b ? b->n_trail : 0;
+  int var = b ? b->var : r->var;
+  int n_lead = r->n_lead + b_lead, n_trail = b_trail + r->n_trail;
+  cn_row *res = cn_alloc(env->ctx, sizeof *res);
+  cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(n_lead + n_trail + 1));
+  if (!res || !dims) return NULL;
+  if (!resolve_dims(env, r->lead, r->n_lead, dims, &same)) return NULL;
+  if (b_lead) memcpy(dims + r->n_lead, b->lead, sizeof(cn_dim *) * (size_t)b_lead);
+  if (b_trail) memcpy(dims + n_lead, b->trail, sizeof(cn_dim *) * (size_t)b_trail);
+  if (!resolve_dims(env, r->trail, r->n_trail, dims + n_lead + b_trail, &same)) return NULL;
+  res->var = var;
+  if (var < 0) { /* a closed row keeps every dim in trail */
+    res->n_trail = n_lead + n_trail;
+    res->trail = dims;
+  } else {
+    res->n_lead = n_lead;
+    res->lead = dims;
+    res->n_trail = n_trail;
+    res->trail = dims + n_lead;
+  }
+  return res;
+}
+
+static cn_row *resolve_row(cn_shape_env *env, const cn_row *r, int depth) {
+  cn_row *m = (cn_row *)r; /* only the cache is written */
+  if (m->res_env == env && m->res_stamp == env->stamp) return m->res;
   if (depth > env->n_rows + 1) {
     cn_fail(env->ctx, CN_ERR_INVALID, "shape inference: cyclic row variable bindings");
-    return false;
+    return NULL;
   }
-  dimvec *cur = *var < 0 ? left : right;
-  for (int i = 0; i < r->n_lead; i++)
-    if (!dv_push(env->ctx, cur, cn_dim_resolve(env, r->lead[i]))) return false;
-  if (r->var >= 0) {
-    cn_row *bound = env->row_bind[r->var];
-    if (bound) {
-      if (!flatten(env, bound, left, right, var, depth + 1)) return false;
-    } else {
-      *var = r->var;
-    }
-  }
-  cur = *var < 0 ? left : right;
-  for (int i = 0; i < r->n_trail; i++)
-    if (!dv_push(env->ctx, cur, cn_dim_resolve(env, r->trail[i]))) return false;
-  return true;
+  cn_row *bound = r->var >= 0 ? env->row_bind[r->var] : NULL;
+  cn_row *b = bound ? resolve_row(env, bound, depth + 1) : NULL;
+  if (bound && !b) return NULL;
+  cn_row *res = b && !r->n_lead && !r->n_trail ? b : splice(env, m, b);
+  if (!res) return NULL;
+  m->res_env = env;
+  m->res_stamp = env->stamp;
+  m->res = res;
+  return res;
 }
 
+/* Cached per stamp: repeated lookups between two bindings allocate nothing, and a row already in
+ * resolved form is its own resolution. */
 cn_row *cn_row_resolve(cn_shape_env *env, const cn_row *r) {
-  dimvec left = {0}, right = {0};
-  int var = -1;
-  if (!flatten(env, r, &left, &right, &var, 0)) return NULL;
-  return cn_row_make(env, left.n, left.v, var, right.n, right.v);
+  return resolve_row(env, r, 0);
 }
 
 static bool dim_mentions(cn_shape_env *env, cn_dim *d, int var) {
@@ -594,7 +643,7 @@ static result push_pending(cn_shape_env *env, const pending *p) {
   if (!cn_sv_grow(env->ctx, (void **)&env->pend, &env->cap_pend, env->n_pend + 1, sizeof(pending)))
     return R_FAIL;
   env->pend[env->n_pend++] = *p;
-  return R_PEND;
+  return cn_sv_note_entry(env, env->n_pend - 1, true) ? R_PEND : R_FAIL;
 }
 
 static result defer_dim(cn_shape_env *env, const site *s, cn_sc_kind kind, cn_dim *a, cn_dim *b) {
@@ -1030,7 +1079,7 @@ static result min_dim(cn_shape_env *env, const site *s, pending *p) {
   return R_DONE;
 }
 
-static result process(cn_shape_env *env, pending *p) {
+result cn_sv_process(cn_shape_env *env, pending *p) {
   bool dim_entry = p->c.kind == CN_SC_DIM_EQ || p->c.kind == CN_SC_DIM_INEQ;
   bool row_eq = p->c.kind == CN_SC_ROW_EQ;
   site s = {.op = p->op,
@@ -1059,7 +1108,7 @@ cn_status cn_shape_solve(cn_shape_env *env, const cn_shape_op *op, const cn_shap
   p.op = op;
   p.c = *c;
   p.axis_a = p.axis_b = NO_AXIS;
-  result r = process(env, &p);
+  result r = cn_sv_process(env, &p);
   if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
   if (r == R_PEND && push_pending(env, &p) == R_FAIL) return CN_ERR_NOMEM;
   return CN_OK;
@@ -1074,16 +1123,19 @@ static const cn_shape *super_shape(const pending *p) {
  * broadcast to both, so their right-aligned solved dims must agree or be 1. Checked for the
  * constraints of the operation just added, so a pointwise operation over operands that can
  * never broadcast together fails when it is built, not at finalization. */
-static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op) {
-  for (int i = 0; i < env->n_pend; i++) {
+static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op, int first) {
+  for (int i = first; i < env->n_pend; i++) {
     const pending *p = &env->pend[i];
     if (p->done || p->op != op || p->c.kind != CN_SC_ROW_INEQ) continue;
     cn_row *w = cn_row_resolve(env, p->c.r1), *r1 = cn_row_resolve(env, p->c.r2);
     if (!w || !r1) return CN_ERR_NOMEM;
     if (w->var < 0 || w->n_lead || w->n_trail || r1->var >= 0) continue;
-    for (int j = 0; j < env->n_pend; j++) {
+    int n_uses = cn_sv_gather_row(env, w->var);
+    if (n_uses < 0) return CN_ERR_NOMEM;
+    for (int u = 0; u < n_uses; u++) {
+      int j = env->gathered[u];
       const pending *q = &env->pend[j];
-      if (j == i || q->done || q->c.kind != CN_SC_ROW_INEQ || (q->op == op && j < i)) continue;
+      if (j == i || q->c.kind != CN_SC_ROW_INEQ || (q->op == op && j < i)) continue;
       cn_row *w2 = cn_row_resolve(env, q->c.r1), *r2 = cn_row_resolve(env, q->c.r2);
       if (!w2 || !r2) return CN_ERR_NOMEM;
       if (w2->var != w->var || w2->n_lead || w2->n_trail || r2->var >= 0) continue;
@@ -1106,25 +1158,6 @@ static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op) {
       }
     }
   }
-  return CN_OK;
-}
-
-cn_status cn_shape_propagate(cn_shape_env *env) {
-  long before;
-  do {
-    before = env->events;
-    for (int i = 0; i < env->n_pend; i++) {
-      if (env->pend[i].done) continue;
-      pending local = env->pend[i]; /* processing may grow (move) the array */
-      result r = process(env, &local);
-      if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
-      local.done = r == R_DONE;
-      if (memcmp(&local, &env->pend[i], sizeof local) != 0 && !set_pending(env, i, &local))
-        return CN_ERR_NOMEM;
-      if (r == R_DONE) env->events++;
-    }
-    if (!env->trailing) compact_pending(env); /* the trail refers to entries by index */
-  } while (env->events != before);
   return CN_OK;
 }
 
@@ -1216,7 +1249,7 @@ cn_shape_op *cn_shape_add_op(cn_shape_env *env, cn_shape_kind kind, const cn_sha
   bool ok = true;
   for (int i = 0; i < op->n_constraints && ok; i++)
     ok = cn_shape_solve(env, op, &op->constraints[i]) == CN_OK;
-  ok = ok && cn_shape_propagate(env) == CN_OK && check_joint_bounds(env, op) == CN_OK;
+  ok = ok && cn_shape_propagate(env) == CN_OK && check_joint_bounds(env, op, n_pend) == CN_OK;
   env->trailing = false;
   if (!ok) {
     rollback(env, n_pend);
@@ -1224,6 +1257,5 @@ cn_shape_op *cn_shape_add_op(cn_shape_env *env, cn_shape_kind kind, const cn_sha
     return NULL;
   }
   env->n_trail = 0;
-  compact_pending(env);
   return op;
 }

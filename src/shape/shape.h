@@ -68,14 +68,22 @@ struct cn_dim {
     bool use_padding; /* conv only: padded (input = stride*over) vs valid */
     int64_t stride_offset;
   } affine; /* AFFINE */
+  /* solver-internal: the resolution of this term in env `res_env` while its stamp is unchanged */
+  const struct cn_shape_env *res_env;
+  long res_stamp;
+  cn_dim *res;
 };
 
-typedef struct {
+typedef struct cn_row {
   int n_lead;
   cn_dim **lead;
   int var; /* row variable index, -1 for a closed row */
   int n_trail;
   cn_dim **trail;
+  /* solver-internal: the resolution of this row in env `res_env` while its stamp is unchanged */
+  const struct cn_shape_env *res_env;
+  long res_stamp;
+  struct cn_row *res;
 } cn_row;
 
 typedef struct cn_shape {

@@ -1,12 +1,21 @@
-/* Internal to the shape solver (row.c: terms, unification, propagation, operations; finalize.c:
- * closing what propagation leaves open): the environment, pending constraints and the writes
- * both files make to the substitution.
+/* Internal to the shape solver (row.c: terms, unification, operations; worklist.c: the
+ * occurrence index, the work queues and propagation; finalize.c: closing what propagation leaves
+ * open): the environment, pending constraints and the writes the files make to the substitution.
  *
  * Invariants: every write to a binding, a minimum or a pending entry goes through a setter
  * (cn_sv_set_dim, cn_sv_set_row, and row.c's own for minimums and entries), so that while an
  * operation is being added (env->trailing) the old value is on the undo trail and a failing
- * cn_shape_add_op restores the environment exactly; pending entries are only compacted while not
- * trailing, so the indices on the trail stay valid. */
+ * cn_shape_add_op restores the environment exactly. Pending entries keep their index for life
+ * (decided ones are marked done, never moved; a rollback only drops the entries it added), so
+ * the index, the queues and the trail can name them by index.
+ *
+ * Scale (issue 12): nothing sweeps the whole environment per binding. Every pending entry is
+ * registered under each variable its resolved constraint mentions (the occurrence index); binding
+ * a variable wakes only the entries registered under it; finalization takes its candidates from
+ * queues that an entry's change refills with the variables it mentions. The index is a superset
+ * (stale registrations are filtered by reading the entry), never a subset: an entry mentions a
+ * variable only after a processing that registers it. `reference` turns all of this off (full
+ * sweeps, every candidate in order, as the solver did before): the tests compare the two. */
 #ifndef CN_SHAPE_SOLVER_H
 #define CN_SHAPE_SOLVER_H
 
@@ -35,6 +44,18 @@ typedef struct {
   bool reused; /* DIM_*: a retry already re-deferred into this entry */
 } pending;
 
+/* A min-heap of (key, id) with a membership flag per id (an id is queued at most once). */
+typedef struct {
+  int64_t key;
+  int id;
+} cn_queue_item;
+typedef struct {
+  cn_queue_item *items;
+  int n, cap;
+  bool *queued; /* by id */
+  int cap_queued;
+} cn_queue;
+
 typedef enum { U_DIM, U_MIN, U_ROW, U_PEND } undo_kind;
 typedef struct {
   undo_kind kind;
@@ -57,8 +78,27 @@ struct cn_shape_env {
   cn_shape_op **ops;
   int n_ops, cap_ops;
   pending *pend;
-  int n_pend, cap_pend;
-  long events;
+  int n_pend, cap_pend; /* every entry ever added (done ones included) */
+  long events;          /* bindings and simplifications: the reference sweeps' fixpoint test */
+  long stamp;           /* changes whenever a binding or a minimum does: resolution caches */
+  bool reference;       /* full sweeps instead of the index and queues (tests) */
+  /* the occurrence index: chains of (entry, next) registrations per row / dim variable */
+  int *row_head, *dim_head; /* -1: none */
+  int cap_row_head, cap_dim_head;
+  int *reg_entry, *reg_next;
+  int n_reg, cap_reg, cap_reg_next;
+  /* propagation: this sweep's and the next sweep's entries; `current` is the entry being
+   * processed (-1 outside propagation) */
+  cn_queue sweep_now, sweep_next;
+  int current;
+  /* finalization candidates (see finalize.c): row variables for the row stages, DIM_INEQ
+   * entries for the dim stage, (sweep, entry) for Total_elems, entries for the last guesses */
+  cn_queue cand_upward, cand_dim, cand_operands, cand_total, cand_through, cand_guess;
+  int guess_cursor; /* shapes before it are closed for good (or parameters) */
+  int *open_params; /* the parameters' shape indices that may still have a variable */
+  int n_open_params, cap_open_params;
+  int *gathered; /* scratch of cn_sv_gather */
+  int cap_gathered;
   bool trailing; /* inside cn_shape_add_op: record every write on the trail */
   undo *trail;
   int n_trail, cap_trail;
@@ -67,6 +107,28 @@ struct cn_shape_env {
 bool cn_sv_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem);
 bool cn_sv_set_dim(cn_shape_env *env, int var, cn_dim *to);
 bool cn_sv_set_row(cn_shape_env *env, int var, cn_row *to);
+bool cn_sv_set_pending(cn_shape_env *env, int i, const pending *p);
+/* Processes one pending entry (row.c); the worklist decides when. */
+result cn_sv_process(cn_shape_env *env, pending *p);
+
+/* ---- worklist.c ---- */
+bool cn_queue_push(cn_ctx *ctx, cn_queue *q, int id, int64_t key);
+/* The smallest key's id, or -1 when empty. */
+int cn_queue_pop(cn_queue *q);
+/* A new variable: its registration chain starts empty. */
+bool cn_sv_index_row_var(cn_shape_env *env, int var);
+bool cn_sv_index_dim_var(cn_shape_env *env, int var);
+/* Entry i is new or changed: registers it under the variables of its resolved constraint and
+ * queues them (and it) as finalization candidates; a fresh entry is also queued for propagation
+ * (a processed one is requeued only when a variable it mentions changes). */
+bool cn_sv_note_entry(cn_shape_env *env, int i, bool fresh);
+/* A binding or minimum of the variable changed: its entries are processed again. */
+bool cn_sv_wake_row(cn_shape_env *env, int var);
+bool cn_sv_wake_dim(cn_shape_env *env, int var);
+/* The live entries that may mention the variable (all live entries in reference mode), sorted by
+ * index, in env->gathered; the count, or -1 on allocation failure. */
+int cn_sv_gather_row(cn_shape_env *env, int var);
+int cn_sv_gather_dim(cn_shape_env *env, int var);
 /* The conflict a pending entry still describes after closing. */
 cn_status cn_sv_pending_conflict(cn_shape_env *env, const pending *p, const char *what);
 
