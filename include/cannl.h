@@ -400,8 +400,10 @@ cn_node *cn_tensor_value(cn_tensor *t);
 cn_node *cn_tensor_grad(cn_tensor *t);
 /* The tensor's values (or its gradient's) as a readable grid (a block per batch cell, output
  * cells as rows, input cells as columns, long axes elided in the middle), or as one JSON line
- * {"label", "batch", "input", "output", "values" (memory order, full precision)}. Arena-owned;
- * NULL with a message if the tensor cannot be materialized. */
+ * {"label", "batch", "input", "output", "values" (memory order, full precision)}. Owned by the
+ * graph and valid until its next cn_tensor_format (the buffer is reused, so printing every step
+ * of a long loop takes no new memory); NULL with a message if the tensor cannot be
+ * materialized. */
 const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
 
 /* A node of its own, written only by standalone updates (a %cd inline declaration, an optimizer

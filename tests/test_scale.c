@@ -4,11 +4,14 @@
  * hand. Speed targets live in bench/bench_scale.c; what is asserted here only catches a return of
  * super-linear behaviour: the arena grows in proportion to the model (the metadata of the largest
  * size is at most 1.5 times its share of the smallest's, deterministic whatever the machine) and
- * each build stays under a generous wall-clock ceiling meant for ASan and valgrind builds. */
+ * each build stays under a generous wall-clock ceiling meant for ASan and valgrind builds. A
+ * training loop in a script (backprop, sgd with a schedule over the loop index, run, print) takes
+ * no new arena memory per step. */
 #include "check.h"
 #include "core/core.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum { WALL_CEILING_S = 20 };
@@ -175,7 +178,47 @@ static void check_linear(const char *what, size_t small, int n_small, size_t lar
             n_small, per_large, n_large);
 }
 
+/* The arena after a script's training loop of `steps` steps (the counter printed last must
+ * read `steps`). */
+static size_t loop_arena(int steps) {
+  char script[1024];
+  snprintf(script, sizeof script,
+           "let x = [1.0; 2.0]\n"
+           "let loss = ({w = 0.5} *. x) ++ \"...|... => 0\"\n"
+           "let%%cd bump = {counter} =+ 1\n"
+           "for i = 1 to %d do\n"
+           "  backprop loss\n"
+           "  sgd loss ~learning_rate:(0.01 /. (1 + !@i)) ~momentum:0.5\n"
+           "  run bump\n"
+           "  print counter\n"
+           "  print w.grad\n"
+           "done\n"
+           "print counter\n",
+           steps);
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *sink = open_memstream(&text, &len);
+  CHECK(sink != NULL);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .json = true, .out = sink};
+  CHECK_MSG(sink && cn_notation_run(g, "loop.cnl", script, &opts) == CN_OK, "%s",
+            cn_ctx_error(ctx));
+  if (sink) fclose(sink);
+  char last[64];
+  snprintf(last, sizeof last, "\"values\": [%d]}\n", steps);
+  CHECK_MSG(text && len >= strlen(last) && strcmp(text + len - strlen(last), last) == 0,
+            "the last line does not end with %s", last);
+  free(text);
+  size_t bytes = ctx->arena.total_bytes;
+  cn_ctx_destroy(ctx);
+  return bytes;
+}
+
 int main(void) {
+  size_t loop_short = loop_arena(20), loop_long = loop_arena(2000);
+  CHECK_MSG(loop_long == loop_short, "arena after 20 steps: %zu bytes, after 2000: %zu", loop_short,
+            loop_long);
   size_t chain_small = chain(250), chain_large = chain(2000);
   check_linear("chain", chain_small, 250, chain_large, 2000);
   size_t mlp_small = mlp(25), mlp_large = mlp(200);

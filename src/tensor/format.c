@@ -92,11 +92,18 @@ static void grid(cn_sbuf *sb, const double *v, const row_dims *r) {
   }
 }
 
+static void free_formatted(void *graph) {
+  cn_sbuf_free(&((cn_graph *)graph)->formatted);
+}
+
 const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
-  cn_ctx *ctx = t->g->ctx;
+  cn_graph *g = t->g;
+  cn_ctx *ctx = g->ctx;
   cn_node *node = grad ? cn_tensor_grad(t) : cn_tensor_value(t);
   row_dims r;
   if (!node || !read_rows(t, &r)) return NULL;
+  if (!g->formatted_cleanup && !(g->formatted_cleanup = cn_ctx_add_cleanup(ctx, free_formatted, g)))
+    return NULL;
   size_t count = (size_t)cn_node_numel(node);
   double *v = cn_malloc(ctx, (count ? count : 1) * sizeof *v);
   if (!v) return NULL;
@@ -104,24 +111,29 @@ const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
     free(v);
     return NULL;
   }
-  cn_sbuf sb = {0};
+  cn_sbuf *sb = &g->formatted;
+  sb->len = 0;
+  sb->failed = false;
   if (json) {
-    cn_sbuf_puts(&sb, "{\"label\": ");
-    json_string(&sb, grad ? cn_node_label(node) : t->label);
-    json_dims(&sb, "batch", r.n[CN_ROW_BATCH], r.dims[CN_ROW_BATCH]);
-    json_dims(&sb, "input", r.n[CN_ROW_INPUT], r.dims[CN_ROW_INPUT]);
-    json_dims(&sb, "output", r.n[CN_ROW_OUTPUT], r.dims[CN_ROW_OUTPUT]);
-    cn_sbuf_puts(&sb, ", \"values\": [");
+    cn_sbuf_puts(sb, "{\"label\": ");
+    json_string(sb, grad ? cn_node_label(node) : t->label);
+    json_dims(sb, "batch", r.n[CN_ROW_BATCH], r.dims[CN_ROW_BATCH]);
+    json_dims(sb, "input", r.n[CN_ROW_INPUT], r.dims[CN_ROW_INPUT]);
+    json_dims(sb, "output", r.n[CN_ROW_OUTPUT], r.dims[CN_ROW_OUTPUT]);
+    cn_sbuf_puts(sb, ", \"values\": [");
     for (size_t i = 0; i < count; i++) {
-      if (i) cn_sbuf_puts(&sb, ", ");
-      json_number(&sb, v[i]);
+      if (i) cn_sbuf_puts(sb, ", ");
+      json_number(sb, v[i]);
     }
-    cn_sbuf_puts(&sb, "]}");
+    cn_sbuf_puts(sb, "]}");
   } else {
-    cn_sbuf_printf(&sb, "\"%s\" (#%d) %s\n", grad ? cn_node_label(node) : t->label, t->id,
-                   cn_tensor_shape(t));
-    grid(&sb, v, &r);
+    cn_sbuf_printf(sb, "\"%s\" (#%d) ", grad ? cn_node_label(node) : t->label, t->id);
+    cn_shape_print(sb, g->shapes, t->shape);
+    cn_sbuf_putc(sb, '\n');
+    grid(sb, v, &r);
   }
   free(v);
-  return cn_sbuf_finish(ctx, &sb);
+  if (!sb->failed) return sb->data ? sb->data : "";
+  cn_fail(ctx, CN_ERR_NOMEM, "out of memory while building text");
+  return NULL;
 }

@@ -97,6 +97,10 @@ struct cn_graph {
   unsigned epoch;
   uint32_t seed;
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
+  /* the text of the last cn_tensor_format, rewritten in place by the next one (malloc'd, freed
+   * by a context cleanup), so that printing in a training loop does not grow the arena */
+  cn_sbuf formatted;
+  cn_cleanup *formatted_cleanup;
 };
 
 /* Records a new tensor (label copied; shape from rows, NULL = all inferred) and its operation.
