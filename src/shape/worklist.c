@@ -200,6 +200,7 @@ static int gather(cn_shape_env *env, int head) {
       return -1;
     env->gathered[n++] = e;
   }
+  if (n < 2) return n;
   qsort(env->gathered, (size_t)n, sizeof(int), compare_ints);
   int kept = 0;
   for (int k = 0; k < n; k++)
