@@ -88,6 +88,7 @@ bench: deps
 	$(MAKE) --no-print-directory build
 	build/bench_bench_matmul
 	build/bench_bench_moons
+	build/bench_bench_scale
 
 install: build
 	cmake --install build --prefix $(PREFIX)
