@@ -57,6 +57,28 @@ void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at);
 const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb);
 void cn_sbuf_free(cn_sbuf *sb);
 
+/* ---- Hash map (arena, src/core/map.c) ----
+ * Keys are NUL-terminated strings compared by content (`strings`) or pointers compared by
+ * address; neither keys nor values are copied, and a key is never NULL. Lookups and insertions
+ * take expected constant time, so tables keyed by names or objects (symbol names of a routine,
+ * a script's globals) stay linear in what they hold. A zero-filled map is empty and ready (set
+ * `strings` before the first insertion); the table lives in the context's arena, like the arrays
+ * of cn_arena_grow, so a map needs no release. */
+typedef struct {
+  const void *key; /* NULL: a free slot */
+  void *value;
+} cn_map_slot;
+typedef struct {
+  cn_map_slot *slots;
+  int cap, count; /* cap is 0 or a power of two, count < 3/4 of it */
+  bool strings;
+} cn_map;
+/* The value stored under key; NULL when there is none. */
+void *cn_map_get(const cn_map *map, const void *key);
+/* Stores value under key, replacing an earlier value; false (with a CN_ERR_NOMEM message) when
+ * the table cannot grow. */
+bool cn_map_put(cn_ctx *ctx, cn_map *map, const void *key, void *value);
+
 /* ---- The context ---- */
 typedef struct {
   const char *name;
