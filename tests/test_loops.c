@@ -457,6 +457,65 @@ static void test_name_clashes(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Labels: an unlabelled node prints as n<id>, so a node labelled the same is told apart from it
+ * by id; the value and merge buffers of one node share its label without a clash. */
+static void test_label_clashes(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *a = node(ctx, "", CN_PREC_SINGLE, 1, (int64_t)2);
+  char same[16];
+  snprintf(same, sizeof same, "n%d", a->id);
+  cn_node *b = node(ctx, same, CN_PREC_SINGLE, 1, (int64_t)2);
+  cn_node *c = node(ctx, "c", CN_PREC_SINGLE, 1, (int64_t)2);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  int64_t size = 2;
+  cn_index m[1] = {cn_index_iter(i)};
+  cn_proj_tensor r2[2] = {tensor(b, m), tensor(c, m)}, r1[1] = {tensor(a, m)};
+  cn_proj *p2 = cn_proj_create(ctx, 1, &i, &size, tensor(a, m), 2, r2);
+  cn_proj *p1 = cn_proj_create(ctx, 1, &i, &size, tensor(c, m), 1, r1);
+  cn_buffer sum[2] = {{b, false}, {c, true}}, copy[1] = {{a, false}};
+  cn_asgn *items[2] = {cn_asgn_accum(ctx, true, CN_OP_ADD, a, CN_OP_ADD, sum, p2),
+                       cn_asgn_accum(ctx, true, CN_OP_ADD, c, CN_OP_ID, copy, p1)};
+  check_text(lower_text(ctx, cn_asgn_seq(ctx, 2, items), "labels", NULL),
+             "routine labels\n"
+             "  params: n%d single[2], n%d#%d single[2], c#%d single[2], c#%d.merge single[2]\n"
+             "for i in 0..2:\n"
+             "  n%d#%d[i] := n%d#%d[i] + c.merge[i]\n"
+             "for i in 0..2:\n"
+             "  c[i] := n%d#%d[i]\n",
+             a->id, a->id, b->id, c->id, c->id, a->id, a->id, a->id, b->id, a->id, a->id);
+  cn_ctx_destroy(ctx);
+}
+
+/* The symbol list of a procedure: the loop variables and the symbols it reads (a static index
+ * included), ascending, each once; a symbol of the context the procedure does not name is absent.
+ */
+static void test_symbol_list(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 2, (int64_t)2, (int64_t)3);
+  cn_node *y = node(ctx, "y", CN_PREC_SINGLE, 1, (int64_t)2);
+  cn_symbol t = cn_symbol_create(ctx, "t", 3), unused = cn_symbol_create(ctx, "u", 0),
+            i = cn_symbol_create(ctx, "i", 0);
+  int64_t size = 2;
+  cn_index my[1] = {cn_index_iter(i)}, mx[2] = {cn_index_iter(i), cn_index_iter(t)};
+  cn_proj_tensor rx[1] = {tensor(x, mx)};
+  cn_proj *p = cn_proj_create(ctx, 1, &i, &size, tensor(y, my), 1, rx);
+  cn_buffer b[1] = {{x, false}};
+  cn_ll_proc *proc = NULL;
+  CHECK_INT(cn_ll_lower(ctx, cn_asgn_accum(ctx, true, CN_OP_ADD, y, CN_OP_ID, b, p), "sl", &proc),
+            CN_OK);
+  cn_ll_symbols symbols = {0};
+  CHECK_INT(cn_ll_symbols_of(ctx, proc, &symbols), CN_OK);
+  CHECK_INT(symbols.n, 2);
+  CHECK_INT(symbols.syms[0], t);
+  CHECK_INT(symbols.syms[1], i);
+  CHECK_INT(cn_ll_symbol_slot(&symbols, t), 0);
+  CHECK_INT(cn_ll_symbol_slot(&symbols, i), 1);
+  CHECK_INT(cn_ll_symbol_slot(&symbols, unused), -1);
+  CHECK_INT(proc->n_free_syms, 1);
+  CHECK_INT(proc->free_syms[0], t);
+  cn_ctx_destroy(ctx);
+}
+
 /* Every allocation of the lowering and the printing may fail: each failure is reported as
  * CN_ERR_NOMEM, and the first run that gets through prints the same text as an unhindered one. */
 static void test_allocation_failures(void) {
@@ -802,6 +861,8 @@ int main(void) {
   test_fetch();
   test_vec();
   test_name_clashes();
+  test_label_clashes();
+  test_symbol_list();
   test_allocation_failures();
   test_simplify();
   test_simplify_lowered();

@@ -9,10 +9,13 @@
  * environment holds one int64 per symbol the context had at compile time, and compile checks that
  * every symbol the procedure reads is below that count and bound (by an enclosing loop or as a
  * free symbol; a loop's bounds by enclosing loops or as free symbols), so the walk indexes it
- * unchecked; a loop's range is evaluated once per entry and checked to lie in its box; every
- * cell access is checked per axis against
- * the padded buffer with CN_ASSERT (the IR is validated upstream: a failure is an internal bug,
- * never a user error). A compiled procedure is run by one thread at a time, like its context. */
+ * unchecked and never reads an entry it did not set: the environment is not cleared, and the
+ * check's tables follow the procedure's symbol list (cn_ll_symbols), so compiling a small routine
+ * costs nothing in proportion to the context's symbols, which grow with every operation built; a
+ * loop's range is evaluated once per entry and checked to lie in its box; every cell access is
+ * checked per axis against the padded buffer with CN_ASSERT (the IR is validated upstream: a
+ * failure is an internal bug, never a user error). A compiled procedure is run by one thread at a
+ * time, like its context. */
 #include "backend/backend.h"
 
 #include <stdlib.h>
@@ -66,12 +69,20 @@ static void fill_param(interp_param *p, const cn_node *node) {
 
 typedef struct {
   const interp_compiled *compiled;
-  unsigned char *bound; /* per symbol: bound by an enclosing loop or free */
+  cn_ll_symbols symbols;
+  unsigned char *bound; /* per position in `symbols`: bound by an enclosing loop or free */
 } interp_check;
 
-static void check_symbol(const interp_check *k, cn_symbol sym) {
+/* The symbol's position in the procedure's symbol list, checking it is in the environment. */
+static int check_slot(const interp_check *k, cn_symbol sym) {
   CN_ASSERT(sym >= 0 && sym < k->compiled->n_env);
-  CN_ASSERT(k->bound[sym]);
+  int slot = cn_ll_symbol_slot(&k->symbols, sym);
+  CN_ASSERT(slot >= 0);
+  return slot;
+}
+
+static void check_symbol(const interp_check *k, cn_symbol sym) {
+  CN_ASSERT(k->bound[check_slot(k, sym)]);
 }
 
 static void check_index(const interp_check *k, const cn_index *idx) {
@@ -118,9 +129,9 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
     return;
   case CN_LL_COMMENT: return;
   case CN_LL_FOR: {
-    cn_symbol sym = s->u.loop.sym;
+    int slot = check_slot(k, s->u.loop.sym);
     /* A loop rebinding a bound symbol would clobber the outer value when it ends. */
-    CN_ASSERT(sym >= 0 && sym < k->compiled->n_env && !k->bound[sym]);
+    CN_ASSERT(!k->bound[slot]);
     /* Bounds read outer loop variables and free symbols only (sym is not bound yet). */
     CN_ASSERT((s->u.loop.n_lower == 0 || s->u.loop.lower) &&
               (s->u.loop.n_upper == 0 || s->u.loop.upper));
@@ -132,9 +143,9 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
       CN_ASSERT(s->u.loop.upper[b].div >= 1);
       check_index(k, &s->u.loop.upper[b].expr);
     }
-    k->bound[sym] = 1;
+    k->bound[slot] = 1;
     check_stmt(k, s->u.loop.body);
-    k->bound[sym] = 0;
+    k->bound[slot] = 0;
     return;
   }
   case CN_LL_IF:
@@ -159,12 +170,11 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
 
 static cn_status check_proc(cn_ctx *ctx, const interp_compiled *compiled) {
   const cn_ll_proc *proc = compiled->proc;
-  interp_check k = {compiled, cn_calloc(ctx, (size_t)compiled->n_env, 1)};
-  if (!k.bound) return CN_ERR_NOMEM;
-  for (int i = 0; i < proc->n_free_syms; i++) {
-    CN_ASSERT(proc->free_syms[i] >= 0 && proc->free_syms[i] < compiled->n_env);
-    k.bound[proc->free_syms[i]] = 1;
-  }
+  interp_check k = {.compiled = compiled};
+  cn_status status = cn_ll_symbols_of(ctx, proc, &k.symbols);
+  if (status != CN_OK) return status;
+  if (!(k.bound = cn_calloc(ctx, (size_t)(k.symbols.n ? k.symbols.n : 1), 1))) return CN_ERR_NOMEM;
+  for (int i = 0; i < proc->n_free_syms; i++) k.bound[check_slot(&k, proc->free_syms[i])] = 1;
   check_stmt(&k, proc->body);
   free(k.bound);
   return CN_OK;
@@ -189,7 +199,7 @@ static cn_status interp_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **comp
   if (!c) return CN_ERR_NOMEM;
   c->proc = proc;
   c->n_env = ctx->n_symbols;
-  c->env = cn_calloc(ctx, (size_t)c->n_env, sizeof(int64_t));
+  c->env = cn_malloc(ctx, (size_t)c->n_env * sizeof(int64_t)); /* not cleared: see the top */
   if (!c->env) {
     free(c);
     return CN_ERR_NOMEM;

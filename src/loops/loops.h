@@ -123,6 +123,19 @@ typedef struct {
   cn_symbol *free_syms; /* static indices read (not loop variables), ascending */
 } cn_ll_proc;
 
+/* The symbols a procedure names — its loop variables, every symbol its indices, bounds and guards
+ * read, its free symbols — ascending and without repeats (src/loops/symbols.c). A stage keeps its
+ * per-symbol tables at the positions of this list (cn_ll_symbol_slot), so they are as large as the
+ * routine, where tables indexed by symbol would be as large as the context, whose symbols grow
+ * with every operation built: each routine compiled would then cost a pass over all of them. */
+typedef struct {
+  int n;
+  cn_symbol *syms; /* arena */
+} cn_ll_symbols;
+cn_status cn_ll_symbols_of(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_symbols *out);
+/* The position of sym in the list (binary search); -1 when the procedure does not name it. */
+int cn_ll_symbol_slot(const cn_ll_symbols *symbols, cn_symbol sym);
+
 /* Lowers an (already validated) assignments tree. name must be a C identifier. */
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);
 /* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), guard conditions

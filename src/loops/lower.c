@@ -803,19 +803,25 @@ static cn_status lower_asgn(lower_state *st, const cn_asgn *asgn, stmt_list *out
 
 /* ---- Free symbols ---- */
 
+/* Per-symbol tables at the positions of the procedure's symbol list (cn_ll_symbols). */
 typedef struct {
-  int *bound; /* per symbol: enclosing loops binding it */
-  bool *used; /* per symbol: read while unbound */
-  int n_symbols;
+  cn_ll_symbols symbols;
+  int *bound; /* enclosing loops binding the symbol */
+  bool *used; /* read while unbound */
 } free_scan;
+
+static int slot_of(const free_scan *fs, cn_symbol sym) {
+  int slot = cn_ll_symbol_slot(&fs->symbols, sym);
+  CN_ASSERT(slot >= 0); /* the list holds every symbol the procedure names */
+  return slot;
+}
 
 static void scan_index(free_scan *fs, const cn_index *idx) {
   if (idx->kind == CN_IDX_FIXED) return;
   CN_ASSERT(idx->n_terms >= 1);
   for (int t = 0; t < idx->n_terms; t++) {
-    cn_symbol sym = idx->syms[t];
-    CN_ASSERT(sym >= 0 && sym < fs->n_symbols);
-    if (!fs->bound[sym]) fs->used[sym] = true;
+    int slot = slot_of(fs, idx->syms[t]);
+    if (!fs->bound[slot]) fs->used[slot] = true;
   }
 }
 
@@ -844,9 +850,9 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
   case CN_LL_FOR:
     for (int k = 0; k < s->u.loop.n_lower; k++) scan_index(fs, &s->u.loop.lower[k].expr);
     for (int k = 0; k < s->u.loop.n_upper; k++) scan_index(fs, &s->u.loop.upper[k].expr);
-    fs->bound[s->u.loop.sym]++;
+    fs->bound[slot_of(fs, s->u.loop.sym)]++;
     scan_stmt(fs, proc, s->u.loop.body);
-    fs->bound[s->u.loop.sym]--;
+    fs->bound[slot_of(fs, s->u.loop.sym)]--;
     return;
   case CN_LL_IF:
     for (int c = 0; c < s->u.guard.n_conds; c++) scan_index(fs, &s->u.guard.conds[c].expr);
@@ -864,19 +870,21 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
 
+/* The free symbols, ascending (the order of the symbol list). */
 static cn_status collect_free_syms(cn_ctx *ctx, cn_ll_proc *proc) {
-  free_scan fs = {.n_symbols = ctx->n_symbols};
-  size_t n = (size_t)(fs.n_symbols ? fs.n_symbols : 1);
+  free_scan fs = {0};
+  cn_status status = cn_ll_symbols_of(ctx, proc, &fs.symbols);
+  if (status != CN_OK) return status;
+  size_t n = (size_t)(fs.symbols.n ? fs.symbols.n : 1);
   fs.bound = cn_calloc(ctx, n, sizeof *fs.bound);
   fs.used = cn_calloc(ctx, n, sizeof *fs.used);
-  cn_status status = CN_OK;
   if (!fs.bound || !fs.used) {
     status = CN_ERR_NOMEM;
     goto done;
   }
   scan_stmt(&fs, proc, proc->body);
   int count = 0;
-  for (int s = 0; s < fs.n_symbols; s++) count += fs.used[s];
+  for (int s = 0; s < fs.symbols.n; s++) count += fs.used[s];
   proc->n_free_syms = count;
   proc->free_syms = cn_alloc(ctx, (size_t)(count ? count : 1) * sizeof *proc->free_syms);
   if (!proc->free_syms) {
@@ -884,8 +892,8 @@ static cn_status collect_free_syms(cn_ctx *ctx, cn_ll_proc *proc) {
     goto done;
   }
   count = 0;
-  for (int s = 0; s < fs.n_symbols; s++)
-    if (fs.used[s]) proc->free_syms[count++] = s;
+  for (int s = 0; s < fs.symbols.n; s++)
+    if (fs.used[s]) proc->free_syms[count++] = fs.symbols.syms[s];
 done:
   free(fs.bound);
   free(fs.used);

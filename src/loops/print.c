@@ -48,9 +48,9 @@ typedef struct {
   cn_ctx *ctx;
   const cn_ll_proc *proc;
   cn_sbuf sb;
-  bool *param_dup; /* per param: another node of the procedure has the same printed label */
-  bool *sym_used;  /* per symbol of the context */
-  bool *sym_dup;   /* per symbol: another used symbol has the same name */
+  bool *param_dup;       /* per param: another node of the procedure has the same printed label */
+  cn_ll_symbols symbols; /* the symbols the procedure names */
+  bool *sym_dup;         /* per position in `symbols`: another of them has the same name */
 } printer;
 
 /* ---- Names ---- */
@@ -71,66 +71,15 @@ static void print_buffer(printer *p, int param) {
 }
 
 static void print_symbol(printer *p, cn_symbol sym) {
+  int slot = cn_ll_symbol_slot(&p->symbols, sym);
+  CN_ASSERT(slot >= 0); /* the list holds every symbol the procedure names */
   cn_sbuf_puts(&p->sb, cn_symbol_name(p->ctx, sym));
-  if (p->sym_dup[sym]) cn_sbuf_printf(&p->sb, "#%d", sym);
-}
-
-static void mark_index(printer *p, const cn_index *idx) {
-  if (idx->kind == CN_IDX_FIXED) return;
-  for (int t = 0; t < idx->n_terms; t++) {
-    CN_ASSERT(idx->syms[t] >= 0 && idx->syms[t] < p->ctx->n_symbols);
-    p->sym_used[idx->syms[t]] = true;
-  }
-}
-
-static void mark_access(printer *p, int param, const cn_index *idx) {
-  for (int d = 0; d < p->proc->params[param].node->rank; d++) mark_index(p, &idx[d]);
-}
-
-static void mark_expr(printer *p, const cn_ll_expr *e) {
-  switch (e->kind) {
-  case CN_LE_GET: mark_access(p, e->u.get.param, e->u.get.idx); return;
-  case CN_LE_CONST: return;
-  case CN_LE_INDEX: mark_index(p, &e->u.index); return;
-  case CN_LE_OP:
-    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(p, e->u.op.args[a]);
-    return;
-  }
-  cn_assert_fail(__FILE__, __LINE__, "unknown expression kind");
-}
-
-static void mark_stmt(printer *p, const cn_ll_stmt *s) {
-  switch (s->kind) {
-  case CN_LL_SEQ:
-    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(p, s->u.seq.items[i]);
-    return;
-  case CN_LL_COMMENT: return;
-  case CN_LL_FOR:
-    CN_ASSERT(s->u.loop.sym >= 0 && s->u.loop.sym < p->ctx->n_symbols);
-    p->sym_used[s->u.loop.sym] = true;
-    for (int k = 0; k < s->u.loop.n_lower; k++) mark_index(p, &s->u.loop.lower[k].expr);
-    for (int k = 0; k < s->u.loop.n_upper; k++) mark_index(p, &s->u.loop.upper[k].expr);
-    mark_stmt(p, s->u.loop.body);
-    return;
-  case CN_LL_IF:
-    for (int c = 0; c < s->u.guard.n_conds; c++) mark_index(p, &s->u.guard.conds[c].expr);
-    mark_stmt(p, s->u.guard.body);
-    return;
-  case CN_LL_SET:
-    mark_access(p, s->u.set.param, s->u.set.idx);
-    mark_expr(p, s->u.set.value);
-    return;
-  case CN_LL_SET_VEC:
-    mark_access(p, s->u.vec.param, s->u.vec.idx);
-    mark_expr(p, s->u.vec.arg);
-    return;
-  }
-  cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
+  if (p->sym_dup[slot]) cn_sbuf_printf(&p->sb, "#%d", sym);
 }
 
 typedef struct {
   const char *name;
-  cn_symbol sym;
+  int sym; /* its position in the procedure's symbol list */
 } named_symbol;
 
 static int compare_named(const void *pa, const void *pb) {
@@ -141,14 +90,11 @@ static int compare_named(const void *pa, const void *pb) {
 
 /* Finds the symbols sharing a name with another symbol of the procedure. */
 static cn_status find_symbol_clashes(printer *p) {
-  int n_symbols = p->ctx->n_symbols;
-  int n = 0;
-  for (int s = 0; s < n_symbols; s++) n += p->sym_used[s];
+  int n = p->symbols.n;
   named_symbol *named = cn_malloc(p->ctx, (size_t)(n ? n : 1) * sizeof *named);
   if (!named) return CN_ERR_NOMEM;
-  n = 0;
-  for (int s = 0; s < n_symbols; s++)
-    if (p->sym_used[s]) named[n++] = (named_symbol){cn_symbol_name(p->ctx, s), s};
+  for (int i = 0; i < n; i++)
+    named[i] = (named_symbol){cn_symbol_name(p->ctx, p->symbols.syms[i]), i};
   qsort(named, (size_t)n, sizeof *named, compare_named);
   for (int i = 0; i + 1 < n; i++) {
     if (strcmp(named[i].name, named[i + 1].name) != 0) continue;
@@ -159,16 +105,29 @@ static cn_status find_symbol_clashes(printer *p) {
   return CN_OK;
 }
 
-static void find_label_clashes(printer *p) {
+/* Finds the params whose printed label another node of the procedure shares, through a map from
+ * label to the first node printing it (or `shared` once a second node does), so the check stays
+ * linear in the number of params. */
+static cn_status find_label_clashes(printer *p) {
+  static char shared; /* its address marks a label of several nodes */
   const cn_ll_proc *proc = p->proc;
+  const char **bases =
+      cn_alloc(p->ctx, (size_t)(proc->n_params ? proc->n_params : 1) * sizeof *bases);
+  if (!bases) return CN_ERR_NOMEM;
+  cn_map owners = {.strings = true};
   for (int i = 0; i < proc->n_params; i++) {
-    char bi[24], bj[24];
-    const char *base = node_base(proc->params[i].node, bi, sizeof bi);
-    for (int j = 0; j < proc->n_params; j++) {
-      if (proc->params[j].node == proc->params[i].node) continue;
-      if (strcmp(base, node_base(proc->params[j].node, bj, sizeof bj)) == 0) p->param_dup[i] = true;
-    }
+    cn_node *node = proc->params[i].node;
+    char buf[24];
+    const char *base = node_base(node, buf, sizeof buf);
+    if (base == buf && !(base = cn_strdup(p->ctx, buf))) return CN_ERR_NOMEM;
+    bases[i] = base;
+    void *owner = cn_map_get(&owners, base);
+    if (owner == node || owner == &shared) continue;
+    if (!cn_map_put(p->ctx, &owners, base, owner ? (void *)&shared : node)) return CN_ERR_NOMEM;
   }
+  for (int i = 0; i < proc->n_params; i++)
+    p->param_dup[i] = cn_map_get(&owners, bases[i]) == &shared;
+  return CN_OK;
 }
 
 /* ---- Indices, constants, expressions ---- */
@@ -433,16 +392,12 @@ static void print_header(printer *p) {
 
 const char *cn_ll_to_string(cn_ctx *ctx, const cn_ll_proc *proc) {
   printer p = {.ctx = ctx, .proc = proc};
-  size_t n_symbols = (size_t)(ctx->n_symbols ? ctx->n_symbols : 1);
+  if (cn_ll_symbols_of(ctx, proc, &p.symbols) != CN_OK) return NULL;
   p.param_dup = cn_calloc(ctx, (size_t)(proc->n_params ? proc->n_params : 1), sizeof(bool));
-  p.sym_used = cn_calloc(ctx, n_symbols, sizeof(bool));
-  p.sym_dup = cn_calloc(ctx, n_symbols, sizeof(bool));
+  p.sym_dup = cn_calloc(ctx, (size_t)(p.symbols.n ? p.symbols.n : 1), sizeof(bool));
   const char *text = NULL;
-  if (p.param_dup && p.sym_used && p.sym_dup) {
-    find_label_clashes(&p);
-    mark_stmt(&p, proc->body);
-    for (int i = 0; i < proc->n_free_syms; i++) p.sym_used[proc->free_syms[i]] = true;
-    if (find_symbol_clashes(&p) == CN_OK) {
+  if (p.param_dup && p.sym_dup) {
+    if (find_label_clashes(&p) == CN_OK && find_symbol_clashes(&p) == CN_OK) {
       print_header(&p);
       print_stmt(&p, proc->body, 0);
       text = cn_sbuf_finish(ctx, &p.sb);
@@ -450,7 +405,6 @@ const char *cn_ll_to_string(cn_ctx *ctx, const cn_ll_proc *proc) {
   }
   cn_sbuf_free(&p.sb);
   free(p.param_dup);
-  free(p.sym_used);
   free(p.sym_dup);
   return text;
 }

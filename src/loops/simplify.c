@@ -126,19 +126,28 @@ static cn_ll_expr *simplify_expr(cn_ll_expr *e) {
 }
 
 /* The ranges symbols take where a statement runs: loop variables over their loop, free symbols
- * (static indices) over their declared range; a symbol without either is unknown. */
+ * (static indices) over their declared range; a symbol without either is unknown. The tables are
+ * at the positions of the procedure's symbol list (cn_ll_symbols), so their size is the
+ * routine's. */
 typedef struct {
   cn_ctx *ctx;
-  int64_t *lo, *hi; /* per symbol, inclusive */
+  cn_ll_symbols symbols;
+  int64_t *lo, *hi; /* inclusive */
   bool *known;
-  bool *inner; /* per symbol: the variable of a loop in the chain being converted */
+  bool *inner; /* the variable of a loop in the chain being converted */
 } simplifier;
+
+static int slot_of(const simplifier *sim, cn_symbol sym) {
+  int slot = cn_ll_symbol_slot(&sim->symbols, sym);
+  CN_ASSERT(slot >= 0); /* the list holds every symbol the procedure names */
+  return slot;
+}
 
 /* The range of an index where every symbol is known; false otherwise or on overflow. */
 static bool index_range(const simplifier *sim, const cn_index *idx, int64_t *lo, int64_t *hi) {
   int64_t low = idx->offset, high = idx->offset;
   for (int t = 0; t < idx->n_terms; t++) {
-    cn_symbol sym = idx->syms[t];
+    int sym = slot_of(sim, idx->syms[t]);
     if (!sim->known[sym]) return false;
     int64_t a, b;
     if (__builtin_mul_overflow(idx->coeffs[t], sim->lo[sym], &a) ||
@@ -235,7 +244,7 @@ static bool cond_bounds(const cn_ll_cond *cond, cn_symbol v, cn_ll_bound *lower,
 static bool innermost_is(const simplifier *sim, const cn_ll_cond *cond, cn_symbol v) {
   bool mentions = false;
   for (int t = 0; t < cond->expr.n_terms; t++) {
-    if (sim->inner[cond->expr.syms[t]]) return false;
+    if (sim->inner[slot_of(sim, cond->expr.syms[t])]) return false;
     mentions |= cond->expr.syms[t] == v;
   }
   return mentions;
@@ -248,7 +257,7 @@ static void mark_chain(simplifier *sim, const cn_ll_stmt *loop, bool value) {
       s = s->u.guard.body;
       continue;
     }
-    sim->inner[s->u.loop.sym] = value;
+    sim->inner[slot_of(sim, s->u.loop.sym)] = value;
     s = s->u.loop.body;
   }
 }
@@ -406,7 +415,7 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
       *empty = true;
       return CN_OK;
     }
-    cn_symbol sym = s->u.loop.sym;
+    int sym = slot_of(sim, s->u.loop.sym);
     int64_t lo = sim->lo[sym], hi = sim->hi[sym];
     bool known = sim->known[sym];
     sim->lo[sym] = s->u.loop.from;
@@ -443,10 +452,14 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
 }
 
 cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc) {
-  size_t n = (size_t)(ctx->n_symbols ? ctx->n_symbols : 1);
-  simplifier sim = {ctx, cn_calloc(ctx, n, sizeof(int64_t)), cn_calloc(ctx, n, sizeof(int64_t)),
-                    cn_calloc(ctx, n, sizeof(bool)), cn_calloc(ctx, n, sizeof(bool))};
-  cn_status status = CN_OK;
+  simplifier sim = {.ctx = ctx};
+  cn_status status = cn_ll_symbols_of(ctx, proc, &sim.symbols);
+  if (status != CN_OK) return status;
+  size_t n = (size_t)(sim.symbols.n ? sim.symbols.n : 1);
+  sim.lo = cn_calloc(ctx, n, sizeof(int64_t));
+  sim.hi = cn_calloc(ctx, n, sizeof(int64_t));
+  sim.known = cn_calloc(ctx, n, sizeof(bool));
+  sim.inner = cn_calloc(ctx, n, sizeof(bool));
   if (!sim.lo || !sim.hi || !sim.known || !sim.inner) {
     status = CN_ERR_NOMEM;
     goto done;
@@ -454,9 +467,10 @@ cn_status cn_ll_simplify(cn_ctx *ctx, cn_ll_proc *proc) {
   for (int i = 0; i < proc->n_free_syms; i++) {
     const cn_symbol_info *info = cn_ctx_symbol(ctx, proc->free_syms[i]);
     if (!info || info->range <= 0) continue;
-    sim.lo[proc->free_syms[i]] = 0;
-    sim.hi[proc->free_syms[i]] = info->range - 1;
-    sim.known[proc->free_syms[i]] = true;
+    int slot = slot_of(&sim, proc->free_syms[i]);
+    sim.lo[slot] = 0;
+    sim.hi[slot] = info->range - 1;
+    sim.known[slot] = true;
   }
   bool empty;
   status = simplify_stmt(&sim, proc->body, &empty);
