@@ -4,9 +4,9 @@
  * that would break C (keywords, math functions, clashing symbols and buffers) made safe, compiled
  * with -Wall -Wextra -Werror and run against the reference interpreter; the on-disk cache (a
  * second compile of the same procedure in a fresh context loads the cached object, other flags
- * compile again); compiler failures (CN_ERR_COMPILE naming the generated file, no temporaries
- * left) and an unusable cache directory (CN_ERR_IO). Everything happens in a mkdtemp directory,
- * removed at the end. */
+ * compile again); a long routine emitted as shared kernels called by steps; compiler failures
+ * (CN_ERR_COMPILE naming the generated file, no temporaries left) and an unusable cache directory
+ * (CN_ERR_IO). Everything happens in a mkdtemp directory, removed at the end. */
 #include "backend/backend.h"
 #include "check.h"
 
@@ -586,6 +586,120 @@ static void test_empty(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Long routines: kernels and steps ---- */
+
+/* Occurrences of needle in text. */
+static int count_occurrences(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* 38 statements, more than one function takes: 36 of them x[(s+1) % 5][i] = x[s % 5][i] +
+ * x[s % 5][t] (t a static index) share one kernel, y[j] = x0[j + 1] and x4[i] = x4[i] + x4[i]
+ * (one buffer read and written) get their own; steps of 32 statements call them. The text must
+ * compile with -Werror and agree with plain C loops and with the interpreter. */
+static void test_kernels(void) {
+  cn_ctx *ctx = test_ctx();
+  int64_t dims[1] = {4}, y_dims[1] = {3};
+  cn_node *x[5];
+  for (int b = 0; b < 5; b++) {
+    char label[8];
+    snprintf(label, sizeof label, "x%d", b);
+    x[b] = cn_node_create(ctx, label, CN_PREC_DOUBLE, 1, dims);
+    CHECK(x[b] != NULL);
+  }
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_DOUBLE, 1, y_dims);
+  CHECK(y != NULL);
+  cn_symbol t = cn_symbol_create(ctx, "t", 4), i = cn_symbol_create(ctx, "i", 4),
+            j = cn_symbol_create(ctx, "j", 3);
+  cn_ll_stmt *items[40];
+  int n = 0;
+  items[n++] = comment(ctx, "a chain over five buffers");
+  for (int s = 0; s < 36; s++) {
+    int dst = (s + 1) % 5, src = s % 5;
+    cn_ll_expr *sum = op(ctx, CN_OP_ADD, CN_PREC_DOUBLE,
+                         get(ctx, src, CN_PREC_DOUBLE, idx_list(ctx, 1, cn_index_iter(i))),
+                         get(ctx, src, CN_PREC_DOUBLE, idx_list(ctx, 1, cn_index_iter(t))), NULL);
+    items[n++] = loop(ctx, i, 0, 4, set(ctx, dst, idx_list(ctx, 1, cn_index_iter(i)), sum));
+  }
+  items[n++] = loop(ctx, j, 0, 3,
+                    set(ctx, 5, idx_list(ctx, 1, cn_index_iter(j)),
+                        get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(j, 1, 1)))));
+  cn_index *x4_i = idx_list(ctx, 1, cn_index_iter(i));
+  items[n++] = loop(ctx, i, 0, 4,
+                    set(ctx, 4, x4_i,
+                        op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, get(ctx, 4, CN_PREC_DOUBLE, x4_i),
+                           get(ctx, 4, CN_PREC_DOUBLE, x4_i), NULL)));
+  cn_ll_stmt *body = stmt_new(ctx, CN_LL_SEQ);
+  body->u.seq.count = n;
+  body->u.seq.items = items;
+  cn_ll_param params[6] = {{x[0], false}, {x[1], false}, {x[2], false},
+                           {x[3], false}, {x[4], false}, {y, false}};
+  cn_ll_proc *proc = proc_new(ctx, "chain", body, 6, params, 1, &t);
+
+  const char *text = routine_text(ctx, proc);
+  CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_kernel_"), 3);
+  CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_step_"), 2);
+  CHECK_INT(count_occurrences(text, "  cn_kernel_0("), 36);
+  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_0(double *restrict x1_2, const double "
+                  "*restrict x0_1, int64_t t) {\n"
+                  "  for (int64_t i = 0; i < 4; ++i) {\n"
+                  "    x1_2[i] = (x0_1[i] + x0_1[t]);\n"
+                  "  }\n"
+                  "}\n");
+  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_1(double *restrict y_6, const double "
+                  "*restrict x0_1) {\n");
+  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_2(double *restrict x4_5) {\n");
+  CHECK_HAS(text, "CN_NOINLINE static void cn_step_0(void *const *cn_buffers, const int64_t "
+                  "*cn_syms) {\n"
+                  "  double *x1_2 = cn_buffers[1];\n"
+                  "  double *x0_1 = cn_buffers[0];\n");
+  CHECK_HAS(text, "  const int64_t t = cn_syms[0];\n"
+                  "  /* a chain over five buffers */\n"
+                  "  cn_kernel_0(x1_2, x0_1, t);\n"
+                  "  cn_kernel_0(x2_3, x1_2, t);\n");
+  CHECK_HAS(text, "  cn_kernel_0(x0_1, x4_5, t);\n");
+  CHECK_HAS(text, "  cn_kernel_1(y_6, x0_1);\n  cn_kernel_2(x4_5);\n}\n");
+  CHECK_HAS(text, "void chain_entry(void *const *buffers, const int64_t *syms) {\n"
+                  "  cn_step_0(buffers, syms);\n"
+                  "  cn_step_1(buffers, syms);\n"
+                  "}\n");
+
+  /* Plain C loops, then the interpreter and the generated C from the same start. */
+  static const double start[4] = {1, -2, 0.5, 3};
+  const int64_t syms[1] = {2};
+  double ref[5][4] = {{0}}, ref_y[3];
+  memcpy(ref[0], start, sizeof start);
+  for (int s = 0; s < 36; s++)
+    for (int c = 0; c < 4; c++) ref[(s + 1) % 5][c] = ref[s % 5][c] + ref[s % 5][syms[0]];
+  for (int c = 0; c < 3; c++) ref_y[c] = ref[0][c + 1];
+  for (int c = 0; c < 4; c++) ref[4][c] += ref[4][c];
+  double zeros[4] = {0};
+  for (int backend = 0; backend < 2; backend++) {
+    CHECK_INT(cn_node_set_values(x[0], false, start, 4), CN_OK);
+    for (int b = 1; b < 5; b++) CHECK_INT(cn_node_set_values(x[b], false, zeros, 4), CN_OK);
+    CHECK_INT(cn_node_set_values(y, false, zeros, 3), CN_OK);
+    if (backend == 0) {
+      void *compiled = NULL, *buffers[6];
+      CHECK_INT(cn_backend_interp.compile(ctx, proc, &compiled, NULL), CN_OK);
+      for (int p = 0; p < 6; p++) buffers[p] = cn_node_buffer(params[p].node, false);
+      CHECK_INT(cn_backend_interp.run(ctx, compiled, buffers, syms), CN_OK);
+      cn_backend_interp.release(compiled);
+    } else {
+      CHECK_INT(run_c(ctx, proc, syms), CN_OK);
+    }
+    double got[4];
+    for (int b = 0; b < 5; b++) {
+      CHECK_INT(cn_node_get_values(x[b], false, got, 4), CN_OK);
+      for (int c = 0; c < 4; c++) CHECK_NEAR(got[c], ref[b][c], 0);
+    }
+    CHECK_INT(cn_node_get_values(y, false, got, 3), CN_OK);
+    for (int c = 0; c < 3; c++) CHECK_NEAR(got[c], ref_y[c], 0);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Failures ---- */
 
 static void test_compiler_failures(void) {
@@ -626,11 +740,11 @@ static void test_compiler_failures(void) {
   cn_ctx_destroy(ctx);
 
   /* No temporary and no object survives the failures; the generated files stay for inspection:
-   * matmul has its 2 objects of test_cache_hit and 2 + 3 sources; conv, bounded, names and empty
-   * 2 files each. */
+   * matmul has its 2 objects of test_cache_hit and 2 + 3 sources; conv, bounded, names, empty
+   * and chain 2 files each. */
   CHECK_INT(count_files("matmul-", ".so"), 2);
   CHECK_INT(count_files("matmul-", ".c"), 5);
-  CHECK_INT(count_files("", ""), 2 + 7 + 4 * 2);
+  CHECK_INT(count_files("", ""), 2 + 7 + 5 * 2);
 }
 
 static void test_cache_dir_errors(void) {
@@ -666,6 +780,7 @@ int main(void) {
   test_affine_bounds();
   test_names_and_features();
   test_empty();
+  test_kernels();
   test_compiler_failures();
   test_cache_dir_errors();
   remove_cache_dir();

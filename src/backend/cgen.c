@@ -1,6 +1,9 @@
 /* C source generation for the generated-C backend: one loop-IR procedure becomes a C11 translation
  * unit with the numeric prelude (builtins.h), a static function doing the work and an exported
- * entry point taking the buffers and free-symbol values as arrays.
+ * entry point taking the buffers and free-symbol values as arrays. A long procedure instead gets
+ * one function per distinct top-level statement (kernels, shared by the statements that differ only
+ * in the buffers and static indices they name) and steps calling them in order, so that the C
+ * compiler's time stays linear in the routine (see "Routines as kernels").
  *
  * The text is deterministic (a function of the procedure, the node geometry and the symbol names
  * only) because it doubles as the compile-cache key and as the golden text of tests. Invariants
@@ -29,11 +32,22 @@ typedef struct {
   cn_sbuf *out;
   const char **param_names;        /* per param */
   int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
-  const char **sym_names; /* per symbol of the context; NULL when the routine does not use it */
-  bool *written;          /* per param: some statement stores into it */
-  bool *accessed;         /* per param: some statement reads or stores it */
-  int n_syms;             /* symbols of the context: every symbol the procedure names is below */
+  cn_ll_symbols symbols;           /* the symbols the procedure names */
+  const char **sym_names;          /* per position in `symbols` (see sym_name) */
+  bool *written;                   /* per param: some statement stores into it */
+  bool *accessed;                  /* per param: some statement reads or stores it */
 } cgen;
+
+/* The position of a symbol of the procedure in its symbol list, where its tables keep it. */
+static int sym_slot(const cgen *g, cn_symbol sym) {
+  int slot = cn_ll_symbol_slot(&g->symbols, sym);
+  CN_ASSERT(slot >= 0); /* the list holds every symbol the procedure names */
+  return slot;
+}
+
+static const char *sym_name(const cgen *g, cn_symbol sym) {
+  return g->sym_names[sym_slot(g, sym)];
+}
 
 /* ---- Identifiers ---- */
 
@@ -176,105 +190,80 @@ static cn_status name_params(cgen *g) {
   return CN_OK;
 }
 
-static void mark_symbol(const cgen *g, bool *used, cn_symbol sym) {
-  CN_ASSERT(sym >= 0 && sym < g->n_syms);
-  used[sym] = true;
-}
-
-static void mark_index_symbols(const cgen *g, bool *used, const cn_index *idx) {
-  if (idx->kind == CN_IDX_FIXED) return;
-  int terms = idx->kind == CN_IDX_ITER ? 1 : idx->n_terms;
-  CN_ASSERT(terms >= 1 && terms <= CN_MAX_AFFINE_TERMS);
-  for (int t = 0; t < terms; t++) mark_symbol(g, used, idx->syms[t]);
-}
-
-static void mark_access(cgen *g, bool *used, int param, const cn_index *idx) {
+static void mark_access(cgen *g, int param) {
   CN_ASSERT(param >= 0 && param < g->proc->n_params);
   g->accessed[param] = true;
-  int rank = g->proc->params[param].node->rank;
-  for (int d = 0; d < rank; d++) mark_index_symbols(g, used, &idx[d]);
 }
 
-static void mark_expr(cgen *g, bool *used, const cn_ll_expr *e) {
+static void mark_expr(cgen *g, const cn_ll_expr *e) {
   switch (e->kind) {
-  case CN_LE_GET: mark_access(g, used, e->u.get.param, e->u.get.idx); return;
-  case CN_LE_CONST: return;
-  case CN_LE_INDEX: mark_index_symbols(g, used, &e->u.index); return;
+  case CN_LE_GET: mark_access(g, e->u.get.param); return;
+  case CN_LE_CONST:
+  case CN_LE_INDEX: return;
   case CN_LE_OP:
-    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(g, used, e->u.op.args[a]);
+    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(g, e->u.op.args[a]);
     return;
   }
   CN_ASSERT(!"unknown expression kind");
 }
 
-/* Marks the symbols the statement mentions and the params it writes. */
-static void mark_stmt(cgen *g, bool *used, const cn_ll_stmt *s) {
+/* Marks the params the statement reads or writes, and those it writes. */
+static void mark_stmt(cgen *g, const cn_ll_stmt *s) {
   switch (s->kind) {
   case CN_LL_SEQ:
-    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(g, used, s->u.seq.items[i]);
+    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(g, s->u.seq.items[i]);
     return;
   case CN_LL_COMMENT: return;
-  case CN_LL_FOR:
-    mark_symbol(g, used, s->u.loop.sym);
-    for (int k = 0; k < s->u.loop.n_lower; k++)
-      mark_index_symbols(g, used, &s->u.loop.lower[k].expr);
-    for (int k = 0; k < s->u.loop.n_upper; k++)
-      mark_index_symbols(g, used, &s->u.loop.upper[k].expr);
-    mark_stmt(g, used, s->u.loop.body);
-    return;
-  case CN_LL_IF:
-    for (int c = 0; c < s->u.guard.n_conds; c++)
-      mark_index_symbols(g, used, &s->u.guard.conds[c].expr);
-    mark_stmt(g, used, s->u.guard.body);
-    return;
+  case CN_LL_FOR: mark_stmt(g, s->u.loop.body); return;
+  case CN_LL_IF: mark_stmt(g, s->u.guard.body); return;
   case CN_LL_SET:
-    mark_access(g, used, s->u.set.param, s->u.set.idx);
-    mark_expr(g, used, s->u.set.value);
+    mark_access(g, s->u.set.param);
+    mark_expr(g, s->u.set.value);
     g->written[s->u.set.param] = true;
     return;
   case CN_LL_SET_VEC:
-    mark_access(g, used, s->u.vec.param, s->u.vec.idx);
-    mark_expr(g, used, s->u.vec.arg);
+    mark_access(g, s->u.vec.param);
+    mark_expr(g, s->u.vec.arg);
     g->written[s->u.vec.param] = true;
     return;
   }
   CN_ASSERT(!"unknown statement kind");
 }
 
-static bool name_taken(const cgen *g, const char *name, int n_syms, cn_symbol before) {
-  for (int k = 0; k < g->proc->n_params; k++)
-    if (strcmp(g->param_names[k], name) == 0) return true;
-  for (cn_symbol s = 0; s < before && s < n_syms; s++)
-    if (g->sym_names[s] && strcmp(g->sym_names[s], name) == 0) return true;
-  return false;
-}
-
 /* Symbol names: the symbol's own name when it is free; "_<id>" appended when two symbols of the
  * routine share it or it clashes with a buffer or a reserved name; then, in symbol order, "_"
- * appended while a (pathological) clash remains. Deterministic: depends on names and ids only. */
+ * appended while a (pathological) clash remains. Deterministic: depends on names and ids only.
+ * The clashes are found through maps (how many symbols share a base name; which names buffers and
+ * earlier symbols took), so naming stays linear in the symbols and buffers of the routine. */
 static cn_status name_symbols(cgen *g) {
+  static char buffer_tag, symbol_tag, shared_tag; /* their addresses tag map values */
   cn_ctx *ctx = g->ctx;
-  int n_syms = g->n_syms;
-  bool *used = cn_alloc(ctx, sizeof(bool) * (size_t)(n_syms > 0 ? n_syms : 1));
-  const char **base = cn_alloc(ctx, sizeof(char *) * (size_t)(n_syms > 0 ? n_syms : 1));
-  g->sym_names = cn_alloc(ctx, sizeof(char *) * (size_t)(n_syms > 0 ? n_syms : 1));
-  if (!used || !base || !g->sym_names) return ctx->status;
-  for (int i = 0; i < g->proc->n_free_syms; i++) mark_symbol(g, used, g->proc->free_syms[i]);
-  mark_stmt(g, used, g->proc->body);
-  for (cn_symbol s = 0; s < n_syms; s++)
-    if (used[s] && !(base[s] = shape_identifier(ctx, cn_symbol_name(ctx, s), "")))
+  int n = g->symbols.n; /* ascending: the loops below go in symbol order */
+  const char **base = cn_alloc(ctx, sizeof(char *) * (size_t)(n > 0 ? n : 1));
+  g->sym_names = cn_alloc(ctx, sizeof(char *) * (size_t)(n > 0 ? n : 1));
+  if (!base || !g->sym_names) return ctx->status;
+  cn_map bases = {.strings = true}; /* base name -> its symbol, or &shared_tag for several */
+  for (int k = 0; k < n; k++) {
+    if (!(base[k] = shape_identifier(ctx, cn_symbol_name(ctx, g->symbols.syms[k]), "")))
       return ctx->status;
-  for (cn_symbol s = 0; s < n_syms; s++) {
-    if (!used[s]) continue;
-    bool clash = is_reserved(base[s]) || name_taken(g, base[s], 0, 0);
-    for (cn_symbol t = 0; t < n_syms && !clash; t++)
-      clash = t != s && used[t] && strcmp(base[s], base[t]) == 0;
+    void *first = cn_map_get(&bases, base[k]);
+    if (!cn_map_put(ctx, &bases, base[k], first ? (void *)&shared_tag : (void *)&base[k]))
+      return ctx->status;
+  }
+  cn_map taken = {.strings = true}; /* a buffer's name -> &buffer_tag, a symbol's -> &symbol_tag */
+  for (int k = 0; k < g->proc->n_params; k++)
+    if (!cn_map_put(ctx, &taken, g->param_names[k], &buffer_tag)) return ctx->status;
+  for (int k = 0; k < n; k++) {
+    bool clash = is_reserved(base[k]) || cn_map_get(&taken, base[k]) == &buffer_tag ||
+                 cn_map_get(&bases, base[k]) == &shared_tag;
     cn_sbuf name = {0};
-    cn_sbuf_puts(&name, base[s]);
-    if (clash) cn_sbuf_printf(&name, "_%d", s);
-    while (!name.failed && (is_reserved(name.data) || name_taken(g, name.data, n_syms, s)))
+    cn_sbuf_puts(&name, base[k]);
+    if (clash) cn_sbuf_printf(&name, "_%d", g->symbols.syms[k]);
+    while (!name.failed && (is_reserved(name.data) || cn_map_get(&taken, name.data)))
       cn_sbuf_putc(&name, '_');
-    if (!(g->sym_names[s] = cn_sbuf_finish(ctx, &name))) return ctx->status;
+    if (!(g->sym_names[k] = cn_sbuf_finish(ctx, &name)) ||
+        !cn_map_put(ctx, &taken, g->sym_names[k], &symbol_tag))
+      return ctx->status;
   }
   return CN_OK;
 }
@@ -331,7 +320,7 @@ static void print_linear(const cgen *g, cn_sbuf *sb, const linear *l, const char
   bool first = true;
   for (int t = 0; t < l->n; t++) {
     if (l->coeffs[t] == 0) continue;
-    print_term(sb, first, l->coeffs[t], g->sym_names[l->syms[t]]);
+    print_term(sb, first, l->coeffs[t], sym_name(g, l->syms[t]));
     first = false;
   }
   if (extra) {
@@ -553,7 +542,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
     emit_comment(sb, s->u.comment ? s->u.comment : "");
     return;
   case CN_LL_FOR: {
-    const char *var = g->sym_names[s->u.loop.sym];
+    const char *var = sym_name(g, s->u.loop.sym);
     cn_sbuf_indent(sb, depth);
     cn_sbuf_printf(sb, "for (int64_t %s = ", var);
     emit_range_side(g, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "cn_max_i64");
@@ -590,7 +579,7 @@ static void emit_routine(const cgen *g) {
   }
   for (int i = 0; i < proc->n_free_syms; i++)
     cn_sbuf_printf(sb, "%sint64_t %s", proc->n_params + i > 0 ? ", " : "",
-                   g->sym_names[proc->free_syms[i]]);
+                   sym_name(g, proc->free_syms[i]));
   if (proc->n_params + proc->n_free_syms == 0) cn_sbuf_puts(sb, "void");
   cn_sbuf_puts(sb, ") {\n");
   for (int k = 0; k < proc->n_params; k++) /* e.g. a Tile contraction no valid point reaches */
@@ -615,10 +604,334 @@ static void emit_routine(const cgen *g) {
   cn_sbuf_puts(sb, ");\n}\n");
 }
 
+/* ---- Routines as kernels ----
+ * A C compiler's time grows faster than linearly with the size of a function (gcc -O3 on the ~500
+ * loop nests of a 25-layer MLP's training step: 27 s as one function, 6 s as one function per
+ * nest), while a model's routine repeats a few nests over and over (every layer's matmul, bias,
+ * activation, gradients, SGD steps: 21 distinct nests there, 0.3 s as kernels and steps). So a
+ * routine of more than CGEN_STEP_STATEMENTS top-level statements becomes kernels — one static
+ * function per distinct top-level statement, shared by every statement that differs from it only by
+ * the buffers and static indices it names — called from steps of at most CGEN_STEP_STATEMENTS
+ * statements each, which the entry point calls in order. Kernels and steps are noinline: the
+ * compiler would otherwise inline them back into one function. Two statements share a kernel when
+ * they print the same text with their buffers, static indices and loop variables renamed by order
+ * of first appearance (the key, never compiled): strides, margins, constants and precisions are
+ * part of that text, so a shared kernel computes each statement exactly. A kernel's text is its
+ * first statement's, under that statement's names. Smaller routines stay one function. */
+
+#define CGEN_STEP_STATEMENTS 32
+
+/* The buffers (with whether they are stored into), static indices and loop variables a statement
+ * or a step names, in order of first appearance. A mark equal to `stamp` tells that the entity
+ * was seen in the current statement or step; `at` is then its position in the list. */
+typedef struct {
+  int *params;
+  bool *writes;
+  int n_params, cap_params, cap_writes;
+  cn_symbol *statics, *loops;
+  int n_statics, cap_statics, n_loops, cap_loops;
+  int *param_mark, *param_at; /* per param of the routine */
+  int *sym_mark;              /* per position in the routine's symbol list */
+  int stamp;
+} uses;
+
+static bool uses_init(const cgen *g, uses *u) {
+  size_t n_params = (size_t)(g->proc->n_params > 0 ? g->proc->n_params : 1);
+  size_t n_syms = (size_t)(g->symbols.n > 0 ? g->symbols.n : 1);
+  u->param_mark = cn_alloc(g->ctx, sizeof(int) * n_params);
+  u->param_at = cn_alloc(g->ctx, sizeof(int) * n_params);
+  u->sym_mark = cn_alloc(g->ctx, sizeof(int) * n_syms);
+  u->stamp = 1;
+  return u->param_mark && u->param_at && u->sym_mark;
+}
+
+/* Starts a new statement or step: nothing seen yet. */
+static void uses_clear(uses *u) {
+  u->n_params = u->n_statics = u->n_loops = 0;
+  u->stamp++;
+}
+
+static bool use_param(const cgen *g, uses *u, int param, bool write) {
+  if (u->param_mark[param] != u->stamp) {
+    if (!cn_arena_grow(g->ctx, (void **)&u->params, &u->cap_params, u->n_params + 1, sizeof(int)) ||
+        !cn_arena_grow(g->ctx, (void **)&u->writes, &u->cap_writes, u->n_params + 1, sizeof(bool)))
+      return false;
+    u->param_mark[param] = u->stamp;
+    u->param_at[param] = u->n_params;
+    u->params[u->n_params] = param;
+    u->writes[u->n_params++] = false;
+  }
+  u->writes[u->param_at[param]] |= write;
+  return true;
+}
+
+static bool use_symbol(const cgen *g, uses *u, cn_symbol sym, bool loop) {
+  int slot = sym_slot(g, sym);
+  if (u->sym_mark[slot] == u->stamp) return true;
+  cn_symbol **list = loop ? &u->loops : &u->statics;
+  int *n = loop ? &u->n_loops : &u->n_statics, *cap = loop ? &u->cap_loops : &u->cap_statics;
+  if (!cn_arena_grow(g->ctx, (void **)list, cap, *n + 1, sizeof(cn_symbol))) return false;
+  u->sym_mark[slot] = u->stamp;
+  (*list)[(*n)++] = sym;
+  return true;
+}
+
+/* A symbol an index reads before any loop of the statement bound it is a static index. */
+static bool use_index(const cgen *g, uses *u, const cn_index *idx) {
+  if (idx->kind == CN_IDX_FIXED) return true;
+  int terms = idx->kind == CN_IDX_ITER ? 1 : idx->n_terms;
+  for (int t = 0; t < terms; t++)
+    if (!use_symbol(g, u, idx->syms[t], false)) return false;
+  return true;
+}
+
+static bool use_access(const cgen *g, uses *u, int param, const cn_index *idx, bool write) {
+  if (!use_param(g, u, param, write)) return false;
+  for (int d = 0; d < g->proc->params[param].node->rank; d++)
+    if (!use_index(g, u, &idx[d])) return false;
+  return true;
+}
+
+static bool use_expr(const cgen *g, uses *u, const cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET: return use_access(g, u, e->u.get.param, e->u.get.idx, false);
+  case CN_LE_CONST: return true;
+  case CN_LE_INDEX: return use_index(g, u, &e->u.index);
+  case CN_LE_OP:
+    for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
+      if (!use_expr(g, u, e->u.op.args[a])) return false;
+    return true;
+  }
+  CN_ASSERT(!"unknown expression kind");
+  return false;
+}
+
+/* A loop's bounds read outer variables and static indices; its own variable is bound below. */
+static bool use_stmt(const cgen *g, uses *u, const cn_ll_stmt *s) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++)
+      if (!use_stmt(g, u, s->u.seq.items[i])) return false;
+    return true;
+  case CN_LL_COMMENT: return true;
+  case CN_LL_FOR:
+    for (int k = 0; k < s->u.loop.n_lower; k++)
+      if (!use_index(g, u, &s->u.loop.lower[k].expr)) return false;
+    for (int k = 0; k < s->u.loop.n_upper; k++)
+      if (!use_index(g, u, &s->u.loop.upper[k].expr)) return false;
+    return use_symbol(g, u, s->u.loop.sym, true) && use_stmt(g, u, s->u.loop.body);
+  case CN_LL_IF:
+    for (int c = 0; c < s->u.guard.n_conds; c++)
+      if (!use_index(g, u, &s->u.guard.conds[c].expr)) return false;
+    return use_stmt(g, u, s->u.guard.body);
+  case CN_LL_SET:
+    return use_access(g, u, s->u.set.param, s->u.set.idx, true) && use_expr(g, u, s->u.set.value);
+  case CN_LL_SET_VEC:
+    return use_access(g, u, s->u.vec.param, s->u.vec.idx, true) && use_expr(g, u, s->u.vec.arg);
+  }
+  CN_ASSERT(!"unknown statement kind");
+  return false;
+}
+
+/* A kernel's parameters under g's names: the statement's buffers, then its static indices. */
+static void print_kernel_params(const cgen *g, cn_sbuf *sb, const uses *u) {
+  for (int k = 0; k < u->n_params; k++) {
+    cn_prec prec = g->proc->params[u->params[k]].node->prec;
+    cn_sbuf_printf(sb, "%s%s%s *restrict %s", k ? ", " : "", u->writes[k] ? "" : "const ",
+                   cn_prec_table[prec].store_c, g->param_names[u->params[k]]);
+  }
+  for (int k = 0; k < u->n_statics; k++)
+    cn_sbuf_printf(sb, "%sint64_t %s", u->n_params + k ? ", " : "", sym_name(g, u->statics[k]));
+  if (u->n_params + u->n_statics == 0) cn_sbuf_puts(sb, "void");
+}
+
+typedef struct {
+  cgen keyed;     /* the routine's cgen with positional names, printing into `key` */
+  cn_sbuf key;    /* the current statement's key */
+  cn_map kernels; /* key -> int * (the kernel's number) */
+  int n_kernels, n_steps, in_step;
+  const char **positional[3]; /* "@b<k>", "@s<k>", "@v<k>": never C, so never ambiguous */
+  int cap_positional[3];
+  cn_sbuf kernel_text, step_text, calls; /* kernels, finished steps, the current step's calls */
+  uses stmt, step;
+} splitter;
+
+/* Empties a builder for reuse, keeping its memory. */
+static void sbuf_clear(cn_sbuf *sb) {
+  sb->len = 0;
+  if (sb->data) sb->data[0] = '\0';
+}
+
+/* The k-th positional name of a kind (0 buffers, 1 static indices, 2 loop variables). */
+static const char *positional_name(cn_ctx *ctx, splitter *sp, int kind, int k) {
+  if (k >= sp->cap_positional[kind]) {
+    int old = sp->cap_positional[kind];
+    if (!cn_arena_grow(ctx, (void **)&sp->positional[kind], &sp->cap_positional[kind], k + 1,
+                       sizeof(char *)))
+      return NULL;
+    for (int i = old; i < sp->cap_positional[kind]; i++) sp->positional[kind][i] = NULL;
+  }
+  if (!sp->positional[kind][k]) {
+    char name[24];
+    snprintf(name, sizeof name, "@%c%d", "bsv"[kind], k);
+    sp->positional[kind][k] = cn_strdup(ctx, name);
+  }
+  return sp->positional[kind][k];
+}
+
+/* The number of the kernel computing s (whose names are in sp->stmt), emitted when new. */
+static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, int *number) {
+  cn_ctx *ctx = g->ctx;
+  const uses *u = &sp->stmt;
+  for (int k = 0; k < u->n_params; k++)
+    if (!(sp->keyed.param_names[u->params[k]] = positional_name(ctx, sp, 0, k))) return ctx->status;
+  for (int k = 0; k < u->n_statics; k++)
+    if (!(sp->keyed.sym_names[sym_slot(g, u->statics[k])] = positional_name(ctx, sp, 1, k)))
+      return ctx->status;
+  for (int k = 0; k < u->n_loops; k++)
+    if (!(sp->keyed.sym_names[sym_slot(g, u->loops[k])] = positional_name(ctx, sp, 2, k)))
+      return ctx->status;
+  sbuf_clear(&sp->key);
+  print_kernel_params(&sp->keyed, &sp->key, u);
+  cn_sbuf_putc(&sp->key, '\n');
+  emit_stmt(&sp->keyed, 1, s);
+  if (sp->key.failed)
+    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory generating C for routine '%s'", g->proc->name);
+  const int *known = cn_map_get(&sp->kernels, sp->key.data);
+  if (known) {
+    *number = *known;
+    return CN_OK;
+  }
+  const char *key = cn_strdup(ctx, sp->key.data);
+  int *fresh = cn_alloc(ctx, sizeof *fresh);
+  if (!key || !fresh) return ctx->status;
+  *fresh = *number = sp->n_kernels++;
+  if (!cn_map_put(ctx, &sp->kernels, key, fresh)) return ctx->status;
+  cgen named = *g;
+  named.out = &sp->kernel_text;
+  cn_sbuf_printf(&sp->kernel_text, "CN_NOINLINE static void cn_kernel_%d(", *number);
+  print_kernel_params(&named, &sp->kernel_text, u);
+  cn_sbuf_puts(&sp->kernel_text, ") {\n");
+  emit_stmt(&named, 1, s);
+  cn_sbuf_puts(&sp->kernel_text, "}\n");
+  return CN_OK;
+}
+
+/* Closes the current step: its function takes what its calls pass from the entry point's arrays
+ * (under the reserved names cn_buffers and cn_syms, which no buffer or symbol can take). */
+static void end_step(const cgen *g, splitter *sp) {
+  const cn_ll_proc *proc = g->proc;
+  cn_sbuf *sb = &sp->step_text;
+  const uses *st = &sp->step;
+  cn_sbuf_printf(sb,
+                 "CN_NOINLINE static void cn_step_%d(void *const *cn_buffers, "
+                 "const int64_t *cn_syms) {\n",
+                 sp->n_steps++);
+  if (st->n_params == 0) cn_sbuf_puts(sb, "  (void)cn_buffers;\n");
+  if (st->n_statics == 0) cn_sbuf_puts(sb, "  (void)cn_syms;\n");
+  for (int k = 0; k < st->n_params; k++) {
+    int param = st->params[k];
+    cn_sbuf_printf(sb, "  %s%s *%s = cn_buffers[%d];\n", st->writes[k] ? "" : "const ",
+                   cn_prec_table[proc->params[param].node->prec].store_c, g->param_names[param],
+                   param);
+  }
+  for (int k = 0; k < st->n_statics; k++) {
+    int slot = 0;
+    while (slot < proc->n_free_syms && proc->free_syms[slot] != st->statics[k]) slot++;
+    CN_ASSERT(slot < proc->n_free_syms); /* a symbol no loop binds is a static index */
+    cn_sbuf_printf(sb, "  const int64_t %s = cn_syms[%d];\n", sym_name(g, st->statics[k]), slot);
+  }
+  if (sp->calls.failed) sb->failed = true;
+  cn_sbuf_puts(sb, sp->calls.data ? sp->calls.data : "");
+  cn_sbuf_puts(sb, "}\n");
+  sbuf_clear(&sp->calls);
+  uses_clear(&sp->step);
+  sp->in_step = 0;
+}
+
+/* Top-level statements in order (nested sequences flattened): a comment goes into the current
+ * step, any other statement becomes a call of its kernel. */
+static cn_status split_stmt(const cgen *g, splitter *sp, const cn_ll_stmt *s) {
+  if (s->kind == CN_LL_SEQ) {
+    for (int i = 0; i < s->u.seq.count; i++) {
+      cn_status status = split_stmt(g, sp, s->u.seq.items[i]);
+      if (status != CN_OK) return status;
+    }
+    return CN_OK;
+  }
+  if (s->kind == CN_LL_COMMENT) {
+    cn_sbuf_indent(&sp->calls, 1);
+    emit_comment(&sp->calls, s->u.comment ? s->u.comment : "");
+    return CN_OK;
+  }
+  uses *u = &sp->stmt;
+  uses_clear(u);
+  int number = 0;
+  if (!use_stmt(g, u, s)) return g->ctx->status;
+  cn_status status = kernel_of(g, sp, s, &number);
+  if (status != CN_OK) return status;
+  cn_sbuf_printf(&sp->calls, "  cn_kernel_%d(", number);
+  for (int k = 0; k < u->n_params; k++) {
+    cn_sbuf_printf(&sp->calls, "%s%s", k ? ", " : "", g->param_names[u->params[k]]);
+    if (!use_param(g, &sp->step, u->params[k], u->writes[k])) return g->ctx->status;
+  }
+  for (int k = 0; k < u->n_statics; k++) {
+    cn_sbuf_printf(&sp->calls, "%s%s", u->n_params + k ? ", " : "", sym_name(g, u->statics[k]));
+    if (!use_symbol(g, &sp->step, u->statics[k], false)) return g->ctx->status;
+  }
+  cn_sbuf_puts(&sp->calls, ");\n");
+  if (++sp->in_step == CGEN_STEP_STATEMENTS) end_step(g, sp);
+  return CN_OK;
+}
+
+static int count_statements(const cn_ll_stmt *s) {
+  if (s->kind == CN_LL_COMMENT) return 0;
+  if (s->kind != CN_LL_SEQ) return 1;
+  int n = 0;
+  for (int i = 0; i < s->u.seq.count; i++) n += count_statements(s->u.seq.items[i]);
+  return n;
+}
+
+static cn_status emit_kernels(const cgen *g) {
+  cn_ctx *ctx = g->ctx;
+  const cn_ll_proc *proc = g->proc;
+  size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
+  size_t n_syms = (size_t)(g->symbols.n > 0 ? g->symbols.n : 1);
+  splitter sp = {.keyed = *g, .kernels = {.strings = true}};
+  sp.keyed.out = &sp.key;
+  sp.keyed.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
+  sp.keyed.sym_names = cn_alloc(ctx, sizeof(char *) * n_syms);
+  cn_status status = CN_OK;
+  if (!sp.keyed.param_names || !sp.keyed.sym_names || !uses_init(g, &sp.stmt) ||
+      !uses_init(g, &sp.step))
+    status = ctx->status;
+  if (status == CN_OK) status = split_stmt(g, &sp, proc->body);
+  if (status == CN_OK && (sp.in_step > 0 || sp.calls.len > 0)) end_step(g, &sp);
+  cn_sbuf *sb = g->out;
+  if (status == CN_OK) {
+    cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
+    cn_sbuf_puts(sb, "#if defined(__GNUC__)\n#define CN_NOINLINE __attribute__((noinline))\n"
+                     "#else\n#define CN_NOINLINE\n#endif\n");
+    if (sp.kernel_text.failed || sp.step_text.failed) sb->failed = true;
+    cn_sbuf_puts(sb, sp.kernel_text.data ? sp.kernel_text.data : "");
+    cn_sbuf_puts(sb, sp.step_text.data ? sp.step_text.data : "");
+    const char *entry_params = "(void *const *buffers, const int64_t *syms)";
+    cn_sbuf_printf(sb, "void %s_entry%s;\n", proc->name, entry_params);
+    cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
+    for (int k = 0; k < sp.n_steps; k++) cn_sbuf_printf(sb, "  cn_step_%d(buffers, syms);\n", k);
+    cn_sbuf_puts(sb, "}\n");
+  }
+  cn_sbuf_free(&sp.key);
+  cn_sbuf_free(&sp.kernel_text);
+  cn_sbuf_free(&sp.step_text);
+  cn_sbuf_free(&sp.calls);
+  return status;
+}
+
 cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   CN_ASSERT(proc && proc->name && proc->body && proc->n_params >= 0 && proc->n_free_syms >= 0);
   size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
-  cgen g = {.ctx = ctx, .proc = proc, .out = out, .n_syms = ctx->n_symbols};
+  cgen g = {.ctx = ctx, .proc = proc, .out = out};
   g.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
   g.strides = cn_alloc(ctx, sizeof(*g.strides) * n_params);
   g.written = cn_alloc(ctx, sizeof(bool) * n_params);
@@ -628,7 +941,9 @@ cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
     CN_ASSERT(proc->params[k].node != NULL);
     cn_node_strides(proc->params[k].node, g.strides[k]);
   }
-  cn_status status = name_params(&g);
+  mark_stmt(&g, proc->body);
+  cn_status status = cn_ll_symbols_of(ctx, proc, &g.symbols);
+  if (status == CN_OK) status = name_params(&g);
   if (status == CN_OK) status = name_symbols(&g);
   if (status != CN_OK) return status;
 
@@ -642,7 +957,11 @@ cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   if (cn_builtins_source_len > 0 && cn_builtins_source[cn_builtins_source_len - 1] != '\n')
     cn_sbuf_putc(out, '\n');
   cn_sbuf_puts(out, "#pragma GCC diagnostic pop\n");
-  emit_routine(&g);
+  if (count_statements(proc->body) > CGEN_STEP_STATEMENTS)
+    status = emit_kernels(&g);
+  else
+    emit_routine(&g);
+  if (status != CN_OK) return status;
   if (out->failed)
     return cn_fail(ctx, CN_ERR_NOMEM, "out of memory generating C for routine '%s'", proc->name);
   return CN_OK;
