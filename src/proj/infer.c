@@ -17,15 +17,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The margins of one shape, indexed by its id (ids are dense), so a lookup costs the same however
+ * many axes are padded. */
 typedef struct {
-  int shape_id, axis;
-  int64_t margin[2];
-} padding_entry;
+  bool set[CN_MAX_RANK]; /* some operation asked for margins on the axis */
+  int64_t margin[CN_MAX_RANK][2];
+} padding_block;
 
 struct cn_proj_env {
   cn_shape_env *shapes;
-  padding_entry *pad;
-  int n_pad, cap_pad;
+  padding_block **pad; /* by shape id; NULL until an axis of the shape is asked for margins */
+  int cap_pad;
   bool frozen;
 };
 
@@ -35,16 +37,16 @@ cn_proj_env *cn_proj_env_new(cn_shape_env *shapes) {
   return env;
 }
 
-static padding_entry *find_padding(const cn_proj_env *env, int shape_id, int axis) {
-  for (int i = 0; i < env->n_pad; i++)
-    if (env->pad[i].shape_id == shape_id && env->pad[i].axis == axis) return &env->pad[i];
-  return NULL;
+/* The margins recorded for an axis, or NULL when no operation asked for any. */
+static int64_t *find_padding(const cn_proj_env *env, int shape_id, int axis) {
+  padding_block *b = shape_id >= 0 && shape_id < env->cap_pad ? env->pad[shape_id] : NULL;
+  return b && b->set[axis] ? b->margin[axis] : NULL;
 }
 
 void cn_proj_padding(const cn_proj_env *env, const cn_shape *shape, int axis, int64_t margin[2]) {
-  const padding_entry *e = find_padding(env, shape->id, axis);
-  margin[0] = e ? e->margin[0] : 0;
-  margin[1] = e ? e->margin[1] : 0;
+  const int64_t *m = find_padding(env, shape->id, axis);
+  margin[0] = m ? m[0] : 0;
+  margin[1] = m ? m[1] : 0;
 }
 
 void cn_proj_freeze_padding(cn_proj_env *env) {
@@ -526,6 +528,18 @@ static cn_status close_classes(solver *s, cn_symbol *iters, int64_t *sizes, int 
   return CN_OK;
 }
 
+/* Records margins of 0/0 for an axis that has none yet; NULL on exhaustion. */
+static int64_t *new_padding(solver *s, int shape_id, int axis) {
+  cn_proj_env *env = s->penv;
+  if (!cn_arena_grow(s->ctx, (void **)&env->pad, &env->cap_pad, shape_id + 1,
+                     sizeof(padding_block *)))
+    return NULL;
+  padding_block *b = env->pad[shape_id];
+  if (!b && !(b = env->pad[shape_id] = cn_alloc(s->ctx, sizeof *b))) return NULL;
+  b->set[axis] = true;
+  return b->margin[axis];
+}
+
 /* Margins for every tensor axis of the class a padded convolution reads. */
 static cn_status padding_margin(solver *s, int root, int64_t extent) {
   int64_t right = (extent + 1) / 2, need[2] = {extent - right, right};
@@ -533,25 +547,19 @@ static cn_status padding_margin(solver *s, int root, int64_t extent) {
     for (int a = 0; a < s->rank[slot]; a++) {
       if (find(s, s->axis_node[slot][a]) != root) continue;
       cn_proj_env *env = s->penv;
-      padding_entry *e = find_padding(env, s->global[slot]->id, a);
-      if (e && e->margin[0] >= need[0] && e->margin[1] >= need[1]) continue;
+      int64_t *m = find_padding(env, s->global[slot]->id, a);
+      if (m && m[0] >= need[0] && m[1] >= need[1]) continue;
       if (env->frozen) {
         char what[200];
         snprintf(what, sizeof what,
                  "needs padding margins %lld/%lld but they were frozen at %lld/%lld",
-                 (long long)need[0], (long long)need[1], (long long)(e ? e->margin[0] : 0),
-                 (long long)(e ? e->margin[1] : 0));
+                 (long long)need[0], (long long)need[1], (long long)(m ? m[0] : 0),
+                 (long long)(m ? m[1] : 0));
         return fail_classes(s, s->axis_node[slot][a], -1, what);
       }
-      if (!e) {
-        if (!cn_arena_grow(s->ctx, (void **)&env->pad, &env->cap_pad, env->n_pad + 1,
-                           sizeof(padding_entry)))
-          return CN_ERR_NOMEM;
-        e = &env->pad[env->n_pad++];
-        *e = (padding_entry){s->global[slot]->id, a, {0, 0}};
-      }
+      if (!m && !(m = new_padding(s, s->global[slot]->id, a))) return CN_ERR_NOMEM;
       for (int side = 0; side < 2; side++)
-        if (e->margin[side] < need[side]) e->margin[side] = need[side];
+        if (m[side] < need[side]) m[side] = need[side];
     }
   return CN_OK;
 }

@@ -8,6 +8,7 @@
  * fresh graph epoch, so shared sub-expressions are visited once per traversal. */
 #include "tensor/tensor.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -114,8 +115,15 @@ cn_asgn *cn_graph_forward(cn_graph *g, cn_tensor *t) {
   return finish(&out, st);
 }
 
+static int by_creation(const void *a, const void *b) {
+  int x = (*(cn_tensor *const *)a)->id, y = (*(cn_tensor *const *)b)->id;
+  return (x > y) - (x < y);
+}
+
 /* Parameters reachable from t through forward code; with `through_inits`, also those their
- * init expressions read (transitively). Creation order. */
+ * init expressions read (transitively). Creation order, which is the order of ids: sorting the
+ * parameters the traversal met keeps the cost to the part of the graph below t, where scanning
+ * every tensor of the graph would cost a whole-graph pass per call. */
 static cn_status collect_params(cn_graph *g, cn_tensor *t, bool through_inits, tensor_list *out) {
   tensor_list order = {0};
   cn_status st = order_from(g, t, &order);
@@ -123,14 +131,12 @@ static cn_status collect_params(cn_graph *g, cn_tensor *t, bool through_inits, t
     cn_tensor *p = order.v[i];
     if (!p->is_param) continue;
     if (through_inits && p->n_args) st = order_from(g, p->args[0], &order);
-  }
-  for (int i = 0; i < g->n_tensors && st == CN_OK; i++) {
-    cn_tensor *p = g->tensors[i];
-    if (!p->is_param || p->visit != g->epoch) continue;
+    if (st != CN_OK) break;
     if (!cn_arena_grow(g->ctx, (void **)&out->v, &out->cap, out->n + 1, sizeof(cn_tensor *)))
       return CN_ERR_NOMEM;
     out->v[out->n++] = p;
   }
+  if (st == CN_OK && out->n > 1) qsort(out->v, (size_t)out->n, sizeof *out->v, by_creation);
   return st;
 }
 
