@@ -154,12 +154,16 @@ bool nt_bind(interp *I, env **e, const char *name, value *v) {
   return true;
 }
 
+bool nt_bind_global(interp *I, const char *name, value *v) {
+  return cn_map_put(I->ctx, &I->globals, name, v);
+}
+
+/* Local environments are short (function parameters, `let ... in`, loop indices); the globals,
+ * as long as the script, are a map. */
 value *nt_lookup(interp *I, env *e, const char *name) {
   for (; e; e = e->next)
     if (strcmp(e->name, name) == 0) return e->v;
-  for (e = I->globals; e; e = e->next)
-    if (strcmp(e->name, name) == 0) return e->v;
-  return NULL;
+  return cn_map_get(&I->globals, name);
 }
 
 /* ---- Conversions ----------------------------------------------------------------------------- */
@@ -383,8 +387,8 @@ static bool decl_dims(interp *I, env *e, decl_scope *ds, int n_fields, const cn_
 
 cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node, bool cd,
                       cn_tensor *enricher) {
-  for (decl_entry *d = ds->entries; d; d = d->next)
-    if (d->node == node) return d->t;
+  cn_tensor *declared = cn_map_get(&ds->decls, node);
+  if (declared) return declared;
   bool string = node->kind == CN_NT_STRING;
   const char *name = string ? node->u.string.text : node->u.decl.name;
   const cn_nt_expr *init = string ? NULL : node->u.decl.init;
@@ -416,16 +420,13 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
   }
   if (!t) return nt_fail_here(I, node->pos), NULL;
   nt_note(I, node->pos);
-  decl_entry *entry = cn_alloc(I->ctx, sizeof *entry);
   value *v = nt_tensor_value(I, t);
-  if (!entry || !v || !nt_bind(I, &I->globals, name, v)) return NULL;
-  *entry = (decl_entry){node, t, ds->entries};
-  ds->entries = entry;
+  if (!v || !nt_bind_global(I, name, v) || !cn_map_put(I->ctx, &ds->decls, node, t)) return NULL;
   if (cd) {
     cd_decl *c = cn_alloc(I->ctx, sizeof *c);
     if (!c) return NULL;
-    *c = (cd_decl){t, enricher, I->cd_decls};
-    I->cd_decls = c;
+    *c = (cd_decl){t, enricher};
+    if (!cn_map_put(I->ctx, &I->cd_decls, t, c)) return NULL;
   }
   return t;
 }

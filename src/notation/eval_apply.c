@@ -467,11 +467,7 @@ bool nt_config_block(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, val
   const cn_nt_arg *cfg = cn_nt_find_arg(x->u.apply.n_args, x->u.apply.args, "config");
   value *f = cfg ? nt_lookup(I, e, x->u.apply.fn->u.ident.name) : NULL;
   if (!f || f->kind != V_FUNC) return true;
-  for (block_entry *b = ds->blocks; b; b = b->next)
-    if (b->node == x) {
-      *out = b->partial;
-      return true;
-    }
+  if ((*out = cn_map_get(&ds->blocks, x))) return true;
   value *cv = cfg->value ? nt_eval(I, e, ds, cfg->value) : nt_lookup(I, e, "config");
   if (!cv) {
     if (!cfg->value) nt_fail(I, cfg->pos, "%s", "unbound name 'config'");
@@ -484,10 +480,7 @@ bool nt_config_block(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, val
   a.lab_v[0] = cv;
   a.lab_at[0] = cfg->pos;
   value *partial = call(I, f, &a);
-  block_entry *b = partial ? cn_alloc(I->ctx, sizeof *b) : NULL;
-  if (!b) return false;
-  *b = (block_entry){x, partial, ds->blocks};
-  ds->blocks = b;
+  if (!partial || !cn_map_put(I->ctx, &ds->blocks, x, partial)) return false;
   *out = partial;
   return true;
 }

@@ -49,22 +49,31 @@ static cn_tensor *enricher_of(interp *I, env *e, const cn_nt_cd *cd) {
     if (x->kind != CN_NT_IDENT || strcmp(x->u.ident.name, self) == 0) continue;
     value *v = nt_lookup(I, e, x->u.ident.name);
     if (!v || v->kind != V_TENSOR) continue;
-    const cd_decl *d = I->cd_decls;
-    while (d && d->t != v->t) d = d->next;
+    const cd_decl *d = cn_map_get(&I->cd_decls, v->t);
     if (!d) return v->t;
     if (d->enricher) return d->enricher;
   }
   return NULL;
 }
 
-/* Whether some tensor computes from t (then t is no forward root). */
-static bool computes_from(interp *I, const cn_tensor *t) {
-  for (int i = 0; i < I->g->n_tensors; i++) {
-    const cn_tensor *u = I->g->tensors[i];
-    for (int k = 0; k < u->n_args; k++)
-      if (u->args[k] == t) return true;
+/* Whether some tensor computes from t (then t is no forward root). The tensors built since the
+ * last question are scanned for their operands first, so over a script each tensor is scanned
+ * once instead of the whole graph at every question; false with a message on exhaustion. */
+static bool computes_from(interp *I, const cn_tensor *t, bool *yes) {
+  for (; I->n_scanned < I->g->n_tensors; I->n_scanned++) {
+    const cn_tensor *u = I->g->tensors[I->n_scanned];
+    for (int k = 0; k < u->n_args; k++) {
+      int id = u->args[k]->id;
+      if (id >= I->cap_operand) {
+        int old = I->cap_operand;
+        if (!cn_arena_grow(I->ctx, (void **)&I->operand, &I->cap_operand, id + 1, 1)) return false;
+        memset(I->operand + old, 0, (size_t)(I->cap_operand - old));
+      }
+      I->operand[id] = 1;
+    }
   }
-  return false;
+  *yes = t->id < I->cap_operand && I->operand[t->id];
+  return true;
 }
 
 /* An operand or target of an assignment: a tensor's value, gradient or (operand only) merge
@@ -99,7 +108,9 @@ static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tr
                  x->kind == CN_NT_PREFIX;
     if (v->grad || !(v->t->is_param || (computed && !target))) return true;
     named = !built || v->t->is_param;
-    if (named && !v->t->is_param && computes_from(I, v->t)) return true; /* not a root */
+    bool computed_from = false;
+    if (named && !v->t->is_param && !computes_from(I, v->t, &computed_from)) return false;
+    if (computed_from) return true; /* not a root */
   } else {
     if (target) return nt_fail(I, x->pos, "cannot assign to %s", nt_kind_name(v->kind)), false;
     cn_tensor *t = nt_tensor_of(I, v, x->pos);

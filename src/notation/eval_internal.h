@@ -45,25 +45,13 @@ struct env {
   env *next;
 };
 
-/* A declaration created at one lifting point, keyed by the syntax node that declared it. */
-typedef struct decl_entry {
-  const cn_nt_expr *node;
-  cn_tensor *t;
-  struct decl_entry *next;
-} decl_entry;
-
-/* A config application (`f ~config:{...}`) evaluated once per lifting point, keyed by its
- * application node: seed 002's config_block__i. */
-typedef struct block_entry {
-  const cn_nt_expr *node;
-  value *partial;
-  struct block_entry *next;
-} block_entry;
-
-/* The declarations and config blocks of one lifting point. */
+/* The declarations and config blocks of one lifting point. A declaration is keyed by the syntax
+ * node that declared it; a config application (`f ~config:{...}`, seed 002's config_block__i),
+ * evaluated once per lifting point, by its application node. Maps, so that a script with many
+ * declarations does not search them all at each one. */
 struct decl_scope {
-  decl_entry *entries;
-  block_entry *blocks;
+  cn_map decls;           /* const cn_nt_expr * -> cn_tensor * */
+  cn_map blocks;          /* const cn_nt_expr * -> value * (the partial application) */
   const char *more_label; /* ~config's label: appended to declared labels (name_label) */
 };
 
@@ -116,7 +104,6 @@ struct code {
  * declaration reading this one takes the same enriching tensor). */
 typedef struct cd_decl {
   cn_tensor *t, *enricher;
-  struct cd_decl *next;
 } cd_decl;
 
 /* What a statement in a loop body keeps between executions. */
@@ -127,14 +114,13 @@ typedef struct item_state {
   bool grad;           /* print: of the tensor's gradient */
   value *index;        /* for: the loop's static index */
   value *run;          /* run: the routine, elaborated once */
-  struct item_state *next;
 } item_state;
 
 typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
   cn_notation_options opts;
-  env *globals;
+  cn_map globals; /* name -> value *: the top-level bindings (the latest of a name wins) */
   decl_scope top; /* declarations of top-level code */
   int depth;
   int n_routines;
@@ -143,8 +129,8 @@ typedef struct {
     cn_symbol sym;
     int64_t value;
   } bound[CN_NT_MAX_LOOP_DEPTH];
-  item_state *states; /* of the statements in loop bodies */
-  cd_decl *cd_decls;
+  cn_map states;   /* const cn_nt_item * -> item_state *: the statements in loop bodies */
+  cn_map cd_decls; /* cn_tensor * -> cd_decl *: the %cd declarations */
   /* Provenance: where each shape-logic operation and each tensor was introduced (indexed by
    * operation id and tensor id; a NULL src marks an unknown position), so that an error found
    * when shapes are closed points at the expression that introduced the constraint. */
@@ -155,6 +141,10 @@ typedef struct {
    * no longer forward roots. */
   unsigned char *consumed;
   int cap_consumed;
+  /* Tensors some tensor computes from (by tensor id), for the first n_scanned tensors of the
+   * graph: those built later are scanned on demand, each once. */
+  unsigned char *operand;
+  int cap_operand, n_scanned;
 } interp;
 
 /* The positional and labeled arguments of an application, evaluated. */
@@ -183,6 +173,9 @@ bool nt_materialize(interp *I, cn_nt_pos at);
 /* Records that the tensors and updates built since the last call were introduced at pos. */
 void nt_note(interp *I, cn_nt_pos pos);
 bool nt_bind(interp *I, env **e, const char *name, value *v);
+/* Binds a top-level name (replacing an earlier binding of it); false on exhaustion. */
+bool nt_bind_global(interp *I, const char *name, value *v);
+/* The innermost binding of name in e, else its global binding; NULL when unbound. */
 value *nt_lookup(interp *I, env *e, const char *name);
 cn_tensor *nt_tensor_of(interp *I, value *v, cn_nt_pos pos);
 bool nt_as_int(interp *I, value *v, cn_nt_pos pos, int64_t *out);

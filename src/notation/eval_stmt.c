@@ -74,13 +74,11 @@ static bool run_statement(interp *I, item_state *st, cn_asgn *init, cn_asgn *mai
  * statement runs once and uses the caller's zeroed `local`. */
 static item_state *state_of(interp *I, const cn_nt_item *it, item_state *local) {
   if (I->n_bound == 0) return local;
-  for (item_state *s = I->states; s; s = s->next)
-    if (s->item == it) return s;
-  item_state *s = cn_alloc(I->ctx, sizeof *s);
-  if (!s) return NULL;
+  item_state *s = cn_map_get(&I->states, it);
+  if (s) return s;
+  if (!(s = cn_alloc(I->ctx, sizeof *s))) return NULL;
   s->item = it;
-  s->next = I->states;
-  return I->states = s;
+  return cn_map_put(I->ctx, &I->states, it, s) ? s : NULL;
 }
 
 /* The tensor a statement works on (built once per statement state), with the graph
@@ -120,7 +118,7 @@ static bool bind_pattern(interp *I, const cn_nt_item *it, value *v, int before) 
   for (int i = 0; i < n; i++) {
     const char *name = it->u.let.names[i];
     value *item_v = let_value(I, v->items[i], name, before, it->u.let.expr->pos);
-    if (!item_v || (strcmp(name, "_") != 0 && !nt_bind(I, &I->globals, name, item_v))) return false;
+    if (!item_v || (strcmp(name, "_") != 0 && !nt_bind_global(I, name, item_v))) return false;
   }
   return true;
 }
@@ -157,7 +155,7 @@ static bool let_item(interp *I, const cn_nt_item *it) {
     if (it->u.let.n_names > 0) return bind_pattern(I, it, v, before);
     if (!(v = let_value(I, v, name, before, it->u.let.expr->pos))) return false;
   }
-  return strcmp(name, "_") == 0 || nt_bind(I, &I->globals, name, v);
+  return strcmp(name, "_") == 0 || nt_bind_global(I, name, v);
 }
 
 /* for i = a to b do ... done: binds i (an existing static index, or a new one with the values
@@ -294,7 +292,7 @@ static bool bind_all(interp *I, int n, const cn_notation_binding *b) {
   for (int i = 0; i < n; i++) {
     value *v = b[i].tensor ? nt_tensor_value(I, b[i].tensor)
                            : nt_num(I, b[i].number, b[i].number == floor(b[i].number));
-    if (!b[i].name || !v || !nt_bind(I, &I->globals, b[i].name, v)) {
+    if (!b[i].name || !v || !nt_bind_global(I, b[i].name, v)) {
       if (!b[i].name) cn_fail(I->ctx, CN_ERR_INVALID, "binding %d has no name", i);
       return false;
     }
@@ -306,6 +304,7 @@ static void open_interp(interp *I, cn_graph *g, const cn_notation_options *opts)
   memset(I, 0, sizeof *I);
   I->ctx = cn_graph_ctx(g);
   I->g = g;
+  I->globals.strings = true;
   if (opts) I->opts = *opts;
   /* tensors built before (by C code) have no position in this text */
   I->noted_tensors = g->n_tensors;
