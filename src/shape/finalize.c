@@ -377,9 +377,11 @@ cn_status cn_shape_finalize(cn_shape_env *env) {
     if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
     if (r == R_PEND) break;
   }
-  for (int i = 0; i < env->n_pend; i++)
-    if (!env->pend[i].done)
-      return cn_sv_pending_conflict(env, &env->pend[i],
-                                    "a constraint remains unsatisfiable after closing");
+  /* A done entry stays done (a rollback only undoes the failed operation's own writes, made
+   * after this cursor moved), so each entry is passed once over all finalizations. */
+  while (env->first_open < env->n_pend && env->pend[env->first_open].done) env->first_open++;
+  if (env->first_open < env->n_pend)
+    return cn_sv_pending_conflict(env, &env->pend[env->first_open],
+                                  "a constraint remains unsatisfiable after closing");
   return CN_OK;
 }

@@ -95,6 +95,7 @@ struct cn_shape_env {
    * entries for the dim stage, (sweep, entry) for Total_elems, entries for the last guesses */
   cn_queue cand_upward, cand_dim, cand_operands, cand_total, cand_through, cand_guess;
   int guess_cursor; /* shapes before it are closed for good (or parameters) */
+  int first_open;   /* entries before it are done for good (finalization's last check) */
   int *open_params; /* the parameters' shape indices that may still have a variable */
   int n_open_params, cap_open_params;
   int *gathered; /* scratch of cn_sv_gather */
