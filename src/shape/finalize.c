@@ -299,9 +299,29 @@ static bool open_row(cn_shape_env *env, const cn_shape *sh, bool dims_only, int 
   return true;
 }
 
-/* Parameters with an open dimension (dims_only) or any open row: an error naming the first. The
+/* A parameter with an open dimension: an error naming the first. Outside reference mode only the
+ * parameters whose variables changed since their last check are candidates: at the previous
+ * guess no parameter had an open dimension (it would have failed), and one gains a dimension
+ * variable only through a binding of a variable of its rows, which queues it. */
+static result guess_param_dims(cn_shape_env *env) {
+  candidates c = {&env->cand_params, 0, env->n_shapes};
+  for (int i; (i = next_candidate(env, &c)) >= 0;) {
+    cn_shape *sh = env->shapes[i];
+    if (!sh->is_param) continue;
+    int k, rv, axis;
+    cn_dim *dv;
+    if (!cn_sv_note_param(env, sh, i, false) || !open_row(env, sh, true, &k, &rv, &dv, &axis))
+      return R_FAIL;
+    if (k == CN_N_ROWS) continue;
+    if (!env->reference && !cn_queue_push(env->ctx, &env->cand_params, i, i)) return R_FAIL;
+    return param_undetermined(env, sh, k, true, axis); /* still a candidate if asked again */
+  }
+  return R_PEND;
+}
+
+/* Parameters with an open row, once nothing else can close: an error naming the first. The
  * open-parameter list drops the parameters found closed for good. */
-static result guess_params(cn_shape_env *env, bool dims_only) {
+static result guess_param_rows(cn_shape_env *env) {
   int n = env->reference ? env->n_shapes : env->n_open_params, kept = 0;
   for (int i = 0; i < n; i++) {
     cn_shape *sh = env->shapes[env->reference ? i : env->open_params[i]];
@@ -311,8 +331,7 @@ static result guess_params(cn_shape_env *env, bool dims_only) {
     if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
     if (k == CN_N_ROWS) continue; /* closed: never open again */
     if (!env->reference) env->open_params[kept++] = env->open_params[i];
-    if (dims_only && !open_row(env, sh, true, &k, &rv, &dv, &axis)) return R_FAIL;
-    if (k < CN_N_ROWS) return param_undetermined(env, sh, k, dv != NULL, axis);
+    return param_undetermined(env, sh, k, dv != NULL, axis);
   }
   if (!env->reference) env->n_open_params = kept;
   return R_PEND;
@@ -359,10 +378,10 @@ static result guess_pending(cn_shape_env *env) {
  * dim variables to size 1 (or their minimum); then variables only pending constraints mention;
  * a parameter's row variable that nothing bounded even after that is an error. */
 static result guess(cn_shape_env *env) {
-  result r = guess_params(env, true);
+  result r = guess_param_dims(env);
   if (r == R_PEND) r = guess_shapes(env);
   if (r == R_PEND) r = guess_pending(env);
-  return r == R_PEND ? guess_params(env, false) : r;
+  return r == R_PEND ? guess_param_rows(env) : r;
 }
 
 cn_status cn_shape_finalize(cn_shape_env *env) {

@@ -246,8 +246,9 @@ cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,
     }
     if (!sh->rows[k]) return NULL;
   }
-  if (is_param && !cn_sv_grow(env->ctx, (void **)&env->open_params, &env->cap_open_params,
-                              env->n_open_params + 1, sizeof(int)))
+  if (is_param && (!cn_sv_grow(env->ctx, (void **)&env->open_params, &env->cap_open_params,
+                               env->n_open_params + 1, sizeof(int)) ||
+                   !cn_sv_note_param(env, sh, env->n_shapes, true)))
     return NULL;
   if (is_param) env->open_params[env->n_open_params++] = env->n_shapes;
   env->shapes[env->n_shapes++] = sh;

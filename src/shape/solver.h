@@ -85,6 +85,8 @@ struct cn_shape_env {
   /* the occurrence index: chains of (entry, next) registrations per row / dim variable */
   int *row_head, *dim_head; /* -1: none */
   int cap_row_head, cap_dim_head;
+  int *row_param_head, *dim_param_head; /* the same for parameters' shapes (by shape index) */
+  int cap_row_param_head, cap_dim_param_head;
   int *reg_entry, *reg_next;
   int n_reg, cap_reg, cap_reg_next;
   /* propagation: this sweep's and the next sweep's entries; `current` is the entry being
@@ -94,9 +96,10 @@ struct cn_shape_env {
   /* finalization candidates (see finalize.c): row variables for the row stages, DIM_INEQ
    * entries for the dim stage, (sweep, entry) for Total_elems, entries for the last guesses */
   cn_queue cand_upward, cand_dim, cand_operands, cand_total, cand_through, cand_guess;
-  int guess_cursor; /* shapes before it are closed for good (or parameters) */
-  int first_open;   /* entries before it are done for good (finalization's last check) */
-  int *open_params; /* the parameters' shape indices that may still have a variable */
+  int guess_cursor;     /* shapes before it are closed for good (or parameters) */
+  int first_open;       /* entries before it are done for good (finalization's last check) */
+  cn_queue cand_params; /* parameters whose variables changed since their last check */
+  int *open_params;     /* the parameters' shape indices that may still have a variable */
   int n_open_params, cap_open_params;
   int *gathered; /* scratch of cn_sv_gather */
   int cap_gathered;
@@ -123,7 +126,11 @@ bool cn_sv_index_dim_var(cn_shape_env *env, int var);
  * queues them (and it) as finalization candidates; a fresh entry is also queued for propagation
  * (a processed one is requeued only when a variable it mentions changes). */
 bool cn_sv_note_entry(cn_shape_env *env, int i, bool fresh);
-/* A binding or minimum of the variable changed: its entries are processed again. */
+/* Registers the parameter shape sh, of index i, under the variables of its resolved rows (their
+ * changes queue it in cand_params), and queues it when asked. */
+bool cn_sv_note_param(cn_shape_env *env, const cn_shape *sh, int i, bool queue);
+/* A binding or minimum of the variable changed: its entries are processed again and its
+ * parameters checked again. */
 bool cn_sv_wake_row(cn_shape_env *env, int var);
 bool cn_sv_wake_dim(cn_shape_env *env, int var);
 /* The live entries that may mention the variable (all live entries in reference mode), sorted by

@@ -67,11 +67,13 @@ static bool index_var(cn_shape_env *env, int **head, int *cap, int var) {
 }
 
 bool cn_sv_index_row_var(cn_shape_env *env, int var) {
-  return index_var(env, &env->row_head, &env->cap_row_head, var);
+  return index_var(env, &env->row_head, &env->cap_row_head, var) &&
+         index_var(env, &env->row_param_head, &env->cap_row_param_head, var);
 }
 
 bool cn_sv_index_dim_var(cn_shape_env *env, int var) {
-  return index_var(env, &env->dim_head, &env->cap_dim_head, var);
+  return index_var(env, &env->dim_head, &env->cap_dim_head, var) &&
+         index_var(env, &env->dim_param_head, &env->cap_dim_param_head, var);
 }
 
 static bool reg(cn_shape_env *env, int *head, int entry) {
@@ -111,7 +113,8 @@ static bool mark_dim_var(cn_shape_env *env, int var) {
 
 typedef struct {
   cn_shape_env *env;
-  int entry;
+  int entry;        /* or a parameter's shape index */
+  bool param;       /* registers a parameter's shape, marks nothing */
   bool registering; /* a live entry registers; a decided one only marks */
   bool dim_ineq;
 } noter;
@@ -123,6 +126,7 @@ static bool note_dim(noter *n, cn_dim *d) {
   if (d->kind == CN_DIM_AFFINE)
     return note_dim(n, d->affine.over) && (!d->affine.conv || note_dim(n, d->affine.kernel));
   if (d->kind != CN_DIM_VAR) return true;
+  if (n->param) return reg(env, &env->dim_param_head[d->var], n->entry);
   if (n->registering && !reg(env, &env->dim_head[d->var], n->entry)) return false;
   return !n->dim_ineq || mark_dim_var(env, d->var);
 }
@@ -136,14 +140,23 @@ static bool note_row(noter *n, const cn_row *r) {
   for (int i = 0; i < r->n_trail; i++)
     if (!note_dim(n, r->trail[i])) return false;
   if (r->var < 0) return true;
+  if (n->param) return reg(env, &env->row_param_head[r->var], n->entry);
   if (n->registering && !reg(env, &env->row_head[r->var], n->entry)) return false;
   return mark_row_var(env, r->var);
+}
+
+bool cn_sv_note_param(cn_shape_env *env, const cn_shape *sh, int i, bool queue) {
+  if (env->reference) return true;
+  noter n = {env, i, true, true, false};
+  for (int k = 0; k < CN_N_ROWS; k++)
+    if (!note_row(&n, sh->rows[k])) return false;
+  return !queue || cn_queue_push(env->ctx, &env->cand_params, i, i);
 }
 
 bool cn_sv_note_entry(cn_shape_env *env, int i, bool fresh) {
   if (env->reference) return true;
   const pending *p = &env->pend[i];
-  noter n = {env, i, !p->done, p->c.kind == CN_SC_DIM_INEQ};
+  noter n = {env, i, false, !p->done, p->c.kind == CN_SC_DIM_INEQ};
   if ((p->c.r1 && !note_row(&n, p->c.r1)) || (p->c.r2 && !note_row(&n, p->c.r2)) ||
       (p->c.d1 && !note_dim(&n, p->c.d1)) || (p->c.d2 && !note_dim(&n, p->c.d2)))
     return false;
@@ -169,12 +182,22 @@ static bool wake(cn_shape_env *env, int head) {
   return true;
 }
 
+static bool wake_params(cn_shape_env *env, int head) {
+  for (int r = head; r >= 0; r = env->reg_next[r]) {
+    int i = env->reg_entry[r];
+    if (i < env->n_shapes && !cn_queue_push(env->ctx, &env->cand_params, i, i)) return false;
+  }
+  return true;
+}
+
 bool cn_sv_wake_row(cn_shape_env *env, int var) {
-  return env->reference || wake(env, env->row_head[var]);
+  return env->reference ||
+         (wake(env, env->row_head[var]) && wake_params(env, env->row_param_head[var]));
 }
 
 bool cn_sv_wake_dim(cn_shape_env *env, int var) {
-  return env->reference || wake(env, env->dim_head[var]);
+  return env->reference ||
+         (wake(env, env->dim_head[var]) && wake_params(env, env->dim_param_head[var]));
 }
 
 static int compare_ints(const void *a, const void *b) {
