@@ -40,20 +40,30 @@ void cn_arena_init(cn_arena *arena) {
   arena->total_bytes = 0;
 }
 
+/* An allocation of more than half a block gets a block of its own, linked behind the head, so
+ * the head keeps serving small allocations (a growing array would otherwise abandon the rest of
+ * the head block at every doubling). */
 void *cn_arena_alloc(cn_arena *arena, size_t bytes) {
   size_t need = (bytes + CN_ARENA_ALIGN - 1) & ~(size_t)(CN_ARENA_ALIGN - 1);
   if (need < bytes) return NULL;
   cn_arena_block *b = arena->head;
   if (!b || b->cap - b->used < need) {
-    size_t cap = need > CN_ARENA_BLOCK ? need : CN_ARENA_BLOCK;
+    bool own = need > CN_ARENA_BLOCK / 2;
+    size_t cap = own ? need : CN_ARENA_BLOCK;
     if (cap > SIZE_MAX - sizeof(cn_arena_block)) return NULL;
-    b = malloc(sizeof(cn_arena_block) + cap);
-    if (!b) return NULL;
-    b->used = 0;
-    b->cap = cap;
-    b->next = arena->head;
-    arena->head = b;
+    cn_arena_block *fresh = malloc(sizeof(cn_arena_block) + cap);
+    if (!fresh) return NULL;
+    fresh->used = 0;
+    fresh->cap = cap;
+    if (own && b) { /* behind the head */
+      fresh->next = b->next;
+      b->next = fresh;
+    } else {
+      fresh->next = b;
+      arena->head = fresh;
+    }
     arena->total_bytes += cap;
+    b = fresh;
   }
   void *p = b->data + b->used;
   b->used += need;
@@ -282,7 +292,7 @@ void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes) {
  * either would overflow. */
 static bool grown_capacity(cn_ctx *ctx, int cap, int need, size_t elem, int *new_cap,
                            size_t *bytes) {
-  int n = cap ? cap : 16;
+  int n = cap ? cap : 4; /* small: most arrays of one operation stay tiny */
   while (n < need) {
     if (n > INT32_MAX / 2) return cn_fail(ctx, CN_ERR_NOMEM, "too many objects"), false;
     n *= 2;

@@ -626,7 +626,7 @@ cn_proj *cn_proj_infer(cn_proj_env *env, const cn_shape_op *op, const cn_index *
   s.ctx = ctx;
   s.op = op;
   s.n_slots = 1 + op->n_rhs;
-  if (!(s.local = cn_shape_env_new(ctx))) return NULL;
+  if (!(s.local = cn_shape_env_new_local(ctx))) return NULL;
   for (int slot = 0; slot < s.n_slots; slot++)
     if (freshen(&s, slot, slot == 0 ? op->lhs : op->rhs[slot - 1]) != CN_OK) return NULL;
 

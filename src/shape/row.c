@@ -17,21 +17,10 @@
 
 /* ---- Environment and terms ------------------------------------------------------------------- */
 
-bool cn_sv_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
-  if (need <= *cap) return true;
-  int new_cap = *cap ? *cap * 2 : 16;
-  while (new_cap < need) new_cap *= 2;
-  void *fresh = cn_alloc(ctx, (size_t)new_cap * elem);
-  if (!fresh) return false;
-  if (*arr) memcpy(fresh, *arr, (size_t)*cap * elem);
-  *arr = fresh;
-  *cap = new_cap;
-  return true;
-}
-
 static bool record(cn_shape_env *env, const undo *u) {
   if (!env->trailing) return true;
-  if (!cn_sv_grow(env->ctx, (void **)&env->trail, &env->cap_trail, env->n_trail + 1, sizeof(undo)))
+  if (!cn_arena_grow(env->ctx, (void **)&env->trail, &env->cap_trail, env->n_trail + 1,
+                     sizeof(undo)))
     return false;
   env->trail[env->n_trail++] = *u;
   return true;
@@ -93,6 +82,12 @@ cn_shape_env *cn_shape_env_new(cn_ctx *ctx) {
   return env;
 }
 
+cn_shape_env *cn_shape_env_new_local(cn_ctx *ctx) {
+  cn_shape_env *env = cn_shape_env_new(ctx);
+  if (env) env->reference = true;
+  return env;
+}
+
 cn_ctx *cn_shape_env_ctx(const cn_shape_env *env) {
   return env->ctx;
 }
@@ -116,8 +111,8 @@ cn_dim *cn_dim_var(cn_shape_env *env) {
    * leaves them consistent */
   int need = env->n_dims + 1, min_cap = env->cap_dims;
   if (!cn_sv_index_dim_var(env, env->n_dims) ||
-      !cn_sv_grow(env->ctx, (void **)&env->dim_min, &min_cap, need, sizeof(int64_t)) ||
-      !cn_sv_grow(env->ctx, (void **)&env->dim_bind, &env->cap_dims, need, sizeof(cn_dim *)))
+      !cn_arena_grow(env->ctx, (void **)&env->dim_min, &min_cap, need, sizeof(int64_t)) ||
+      !cn_arena_grow(env->ctx, (void **)&env->dim_bind, &env->cap_dims, need, sizeof(cn_dim *)))
     return NULL;
   cn_dim *d = cn_alloc(env->ctx, sizeof *d);
   if (!d) return NULL;
@@ -163,8 +158,8 @@ cn_dim *cn_dim_affine(cn_shape_env *env, int64_t stride, cn_dim *over, bool conv
 
 int cn_row_var_new(cn_shape_env *env) {
   if (!cn_sv_index_row_var(env, env->n_rows) ||
-      !cn_sv_grow(env->ctx, (void **)&env->row_bind, &env->cap_rows, env->n_rows + 1,
-                  sizeof(cn_row *)))
+      !cn_arena_grow(env->ctx, (void **)&env->row_bind, &env->cap_rows, env->n_rows + 1,
+                     sizeof(cn_row *)))
     return -1;
   env->row_bind[env->n_rows] = NULL;
   return env->n_rows++;
@@ -204,8 +199,8 @@ cn_row *cn_row_make(cn_shape_env *env, int n_lead, cn_dim *const *lead, int var,
 
 cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,
                        const cn_shape_row_spec *rows) {
-  if (!cn_sv_grow(env->ctx, (void **)&env->shapes, &env->cap_shapes, env->n_shapes + 1,
-                  sizeof(cn_shape *)))
+  if (!cn_arena_grow(env->ctx, (void **)&env->shapes, &env->cap_shapes, env->n_shapes + 1,
+                     sizeof(cn_shape *)))
     return NULL;
   cn_shape *sh = cn_alloc(env->ctx, sizeof *sh);
   if (!sh) return NULL;
@@ -246,8 +241,8 @@ cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,
     }
     if (!sh->rows[k]) return NULL;
   }
-  if (is_param && (!cn_sv_grow(env->ctx, (void **)&env->open_params, &env->cap_open_params,
-                               env->n_open_params + 1, sizeof(int)) ||
+  if (is_param && (!cn_arena_grow(env->ctx, (void **)&env->open_params, &env->cap_open_params,
+                                  env->n_open_params + 1, sizeof(int)) ||
                    !cn_sv_note_param(env, sh, env->n_shapes, true)))
     return NULL;
   if (is_param) env->open_params[env->n_open_params++] = env->n_shapes;
@@ -641,7 +636,8 @@ cn_status cn_sv_pending_conflict(cn_shape_env *env, const pending *p, const char
 /* ---- Pending constraints --------------------------------------------------------------------- */
 
 static result push_pending(cn_shape_env *env, const pending *p) {
-  if (!cn_sv_grow(env->ctx, (void **)&env->pend, &env->cap_pend, env->n_pend + 1, sizeof(pending)))
+  if (!cn_arena_grow(env->ctx, (void **)&env->pend, &env->cap_pend, env->n_pend + 1,
+                     sizeof(pending)))
     return R_FAIL;
   env->pend[env->n_pend++] = *p;
   return cn_sv_note_entry(env, env->n_pend - 1, true) ? R_PEND : R_FAIL;
@@ -1230,8 +1226,8 @@ cn_shape_op *cn_shape_add_op(cn_shape_env *env, cn_shape_kind kind, const cn_sha
                              cn_shape *lhs, cn_shape *const *rhs, int n_rhs) {
   static const cn_shape_args no_args;
   if (!args) args = &no_args;
-  if (!cn_sv_grow(env->ctx, (void **)&env->ops, &env->cap_ops, env->n_ops + 1,
-                  sizeof(cn_shape_op *)))
+  if (!cn_arena_grow(env->ctx, (void **)&env->ops, &env->cap_ops, env->n_ops + 1,
+                     sizeof(cn_shape_op *)))
     return NULL;
   cn_shape_op *op = cn_alloc(env->ctx, sizeof *op);
   if (!op || !copy_args(env, &op->args, args)) return NULL;

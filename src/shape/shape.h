@@ -181,6 +181,10 @@ typedef struct {
 } cn_shape_row_spec;
 
 cn_shape_env *cn_shape_env_new(cn_ctx *ctx);
+/* An environment for one operation's constraints (projection inference's local re-solve): it
+ * keeps no occurrence index and solves by full sweeps, which at that size cost less time and
+ * memory than the index (same results: the index only skips work). */
+cn_shape_env *cn_shape_env_new_local(cn_ctx *ctx);
 cn_ctx *cn_shape_env_ctx(const cn_shape_env *env);
 /* rows may be NULL (all rows inferred); otherwise indexed by cn_row_kind. */
 cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,

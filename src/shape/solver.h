@@ -108,7 +108,6 @@ struct cn_shape_env {
   int n_trail, cap_trail;
 };
 
-bool cn_sv_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem);
 bool cn_sv_set_dim(cn_shape_env *env, int var, cn_dim *to);
 bool cn_sv_set_row(cn_shape_env *env, int var, cn_row *to);
 bool cn_sv_set_pending(cn_shape_env *env, int i, const pending *p);
