@@ -498,8 +498,9 @@ cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
  *   y[oh, ow, oc] = bias[oc] + sum_{kh, kw, ic} x[S*oh + D*kh - left, S*ow + D*kw - left, ic]
  *                                                * kernel[oc, kh, kw, ic]
  * for stride S and dilation D. Padded (default): h = S*oh, out-of-range cells read 0, with
- * left = e - (e+1)/2 for the kernel extent e = D*(k-1) (the right margin is (e+1)/2; the
- * buffer's margins are the maximum over its readers). Valid: left = 0 and h = S*(oh-1) + 1 + e.
+ * seed 000's split of a kernel of size k, left = D*(k - (k+1)/2) (the right margin is
+ * D*((k+1)/2); the buffer's margins are the maximum over its readers). Valid: left = 0 and
+ * h = S*(oh-1) + 1 + D*(k-1).
  * Zeroed fields of opts (or opts NULL) mean stride 1, dilation 1, padded. */
 typedef struct {
   int64_t stride, dilation;

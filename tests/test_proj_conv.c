@@ -94,24 +94,24 @@ static void test_padded_two_readers(void) {
                          "rhs1 [5]: (o + k - 1)\n"
                          "rhs2 [3]: (k)\n");
   int64_t m[2];
-  cn_proj_padding(e.projs, x, 0, m);
-  CHECK(m[0] == 1 && m[1] == 1);
+  cn_proj_padding(e.projs, x, 0, m); /* seed 000: k = 3 splits right = 2, left = 1 */
+  CHECK(m[0] == 1 && m[1] == 2);
   cn_proj *p5 = pt_infer(&e, op5,
                          "product space: o=5 k=5\n"
                          "lhs  [5]: (o)\n"
                          "rhs1 [5]: (o + k - 2)\n"
                          "rhs2 [5]: (k)\n");
-  cn_proj_padding(e.projs, x, 0, m);
-  CHECK(m[0] == 2 && m[1] == 2);
+  cn_proj_padding(e.projs, x, 0, m); /* k = 5: right = 3, left = 2 */
+  CHECK(m[0] == 2 && m[1] == 3);
   cn_proj_padding(e.projs, w5, 0, m);
   CHECK(m[0] == 0 && m[1] == 0);
-  cn_proj_freeze_padding(e.projs);
+  CHECK(cn_proj_freeze_padding(e.projs, x) == CN_OK);
   CHECK(pt_infer(&e, op3, NULL) != NULL); /* within the frozen margins: fine */
 
   cn_node *nx = pt_node(&e, x, CN_PREC_DOUBLE), *n3 = pt_node(&e, w3, CN_PREC_DOUBLE),
           *n5 = pt_node(&e, w5, CN_PREC_DOUBLE), *no3 = pt_node(&e, o3, CN_PREC_DOUBLE),
           *no5 = pt_node(&e, o5, CN_PREC_DOUBLE);
-  CHECK(nx && cn_node_padding(nx, 0, false) == 2 && cn_node_padding(nx, 0, true) == 2);
+  CHECK(nx && cn_node_padding(nx, 0, false) == 2 && cn_node_padding(nx, 0, true) == 3);
   double xs[5] = {3, -1, 4, 1, -5}, k3[3] = {1, 2, 3}, k5[5] = {1, -1, 2, -2, 3};
   pt_set(nx, xs);
   pt_set(n3, k3);
@@ -143,10 +143,11 @@ static void test_padded_two_readers(void) {
   o3 = pt_shape(&e, "o3", PT_ANY, PT_ANY, PT_ANY);
   op3 = pt_einsum(&e, "o=+k; k => o", o3, 2, x, w3);
   if (op3 && pt_finalize(&e)) {
-    cn_proj_freeze_padding(e.projs);
+    CHECK(cn_proj_freeze_padding(e.projs, x) == CN_OK);
     CHECK(cn_proj_infer(e.projs, op3, NULL) == NULL);
     CHECK_HAS(cn_ctx_error(e.ctx), "axis 0 of the output row of \"x\"");
-    CHECK_HAS(cn_ctx_error(e.ctx), "needs padding margins 1/1 but they were frozen at 0/0");
+    CHECK_HAS(cn_ctx_error(e.ctx), "needs padding margins 1/2 (left/right), but the tensor's "
+                                   "buffer was allocated with margins 0/0");
   }
   pt_close(&e);
 }
@@ -312,11 +313,11 @@ static void test_gradients(void) {
     cn_proj *p = pt_infer(&e, op,
                           "product space: oh=3 ow=4 kh=3 kw=2\n"
                           "lhs  [3, 4]: (oh, ow)\n"
-                          "rhs1 [3, 4]: (oh + kh - 1, ow + kw)\n"
+                          "rhs1 [3, 4]: (oh + kh - 1, ow + kw - 1)\n"
                           "rhs2 [3, 2]: (kh, kw)\n");
     int64_t m[2];
-    cn_proj_padding(e.projs, x, 1, m);
-    CHECK(m[0] == 0 && m[1] == 1);
+    cn_proj_padding(e.projs, x, 1, m); /* seed 000: k = 2 splits right = 1, left = 1 */
+    CHECK(m[0] == 1 && m[1] == 1);
     cn_node *nx = pt_node(&e, x, CN_PREC_DOUBLE), *nw = pt_node(&e, w, CN_PREC_DOUBLE),
             *no = pt_node(&e, out, CN_PREC_DOUBLE), *gx = pt_node(&e, x, CN_PREC_DOUBLE),
             *gw = pt_node(&e, w, CN_PREC_DOUBLE);

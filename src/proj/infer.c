@@ -28,7 +28,8 @@ struct cn_proj_env {
   cn_shape_env *shapes;
   padding_block **pad; /* by shape id; NULL until an axis of the shape is asked for margins */
   int cap_pad;
-  bool frozen;
+  bool *frozen; /* by shape id: the shape's buffers exist, its margins are final */
+  int cap_frozen;
 };
 
 cn_proj_env *cn_proj_env_new(cn_shape_env *shapes) {
@@ -49,8 +50,26 @@ void cn_proj_padding(const cn_proj_env *env, const cn_shape *shape, int axis, in
   margin[1] = m ? m[1] : 0;
 }
 
-void cn_proj_freeze_padding(cn_proj_env *env) {
-  env->frozen = true;
+cn_status cn_proj_freeze_padding(cn_proj_env *env, const cn_shape *shape) {
+  cn_ctx *ctx = cn_shape_env_ctx(env->shapes);
+  if (!cn_arena_grow(ctx, (void **)&env->frozen, &env->cap_frozen, shape->id + 1, sizeof(bool)))
+    return ctx->status;
+  env->frozen[shape->id] = true;
+  return CN_OK;
+}
+
+static bool is_frozen(const cn_proj_env *env, int shape_id) {
+  return shape_id < env->cap_frozen && env->frozen[shape_id];
+}
+
+/* The margins a padded convolution's input axis needs (seed 000: "for a kernel of size k the
+ * margin splits right = (k + 1) / 2, left = k - right"). With dilation d the dilated kernel is
+ * centred the same way: both sides scale by d, and the right margin d * ((k + 1) / 2) covers
+ * the overrun d * (k - 1) - left of the last tap. */
+static void split_margins(int64_t kernel, int64_t dilation, int64_t margin[2]) {
+  int64_t right = (kernel + 1) / 2;
+  margin[0] = dilation * (kernel - right);
+  margin[1] = dilation * right;
 }
 
 /* ---- The solver state of one operation ------------------------------------------------------ */
@@ -422,7 +441,7 @@ static cn_status add_terms(solver *s, const cn_index *idx, int64_t coeff, cn_sym
 
 static cn_status evaluate(solver *s, int root, cn_index *out);
 
-static cn_status padding_margin(solver *s, int root, int64_t extent);
+static cn_status padding_margin(solver *s, int root, const int64_t need[2]);
 
 static cn_status evaluate_term(solver *s, const derived *d, cn_index *out) {
   cn_index over, kernel;
@@ -439,10 +458,10 @@ static cn_status evaluate_term(solver *s, const derived *d, cn_index *out) {
   if (d->padded) {
     if (class_size(s, d->kernel) < 1)
       return fail_classes(s, find(s, d->kernel), -1, "is a kernel axis of unknown size");
-    int64_t extent = d->dilation * (class_size(s, d->kernel) - 1);
-    int64_t right = (extent + 1) / 2;
-    offset -= extent - right;
-    if ((st = padding_margin(s, find(s, d->node), extent)) != CN_OK) return st;
+    int64_t need[2];
+    split_margins(class_size(s, d->kernel), d->dilation, need);
+    offset -= need[0];
+    if ((st = padding_margin(s, find(s, d->node), need)) != CN_OK) return st;
   }
   *out = cn_index_affine(n, syms, coeffs, offset);
   if (out->n_terms < 0)
@@ -540,19 +559,21 @@ static int64_t *new_padding(solver *s, int shape_id, int axis) {
   return b->margin[axis];
 }
 
-/* Margins for every tensor axis of the class a padded convolution reads. */
-static cn_status padding_margin(solver *s, int root, int64_t extent) {
-  int64_t right = (extent + 1) / 2, need[2] = {extent - right, right};
+/* Margins for every tensor axis of the class a padded convolution reads. A tensor whose buffers
+ * exist keeps its margins: a reader needing more is an error (OCANNL refuses it too). */
+static cn_status padding_margin(solver *s, int root, const int64_t need[2]) {
   for (int slot = 0; slot < s->n_slots; slot++)
     for (int a = 0; a < s->rank[slot]; a++) {
       if (find(s, s->axis_node[slot][a]) != root) continue;
       cn_proj_env *env = s->penv;
       int64_t *m = find_padding(env, s->global[slot]->id, a);
       if (m && m[0] >= need[0] && m[1] >= need[1]) continue;
-      if (env->frozen) {
-        char what[200];
+      if (is_frozen(env, s->global[slot]->id)) {
+        char what[400];
         snprintf(what, sizeof what,
-                 "needs padding margins %lld/%lld but they were frozen at %lld/%lld",
+                 "needs padding margins %lld/%lld (left/right), but the tensor's buffer was "
+                 "allocated with margins %lld/%lld by an earlier statement that computed it (a "
+                 "print, backprop, run or value read): build its padded readers before that",
                  (long long)need[0], (long long)need[1], (long long)(m ? m[0] : 0),
                  (long long)(m ? m[1] : 0));
         return fail_classes(s, s->axis_node[slot][a], -1, what);

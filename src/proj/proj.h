@@ -14,11 +14,12 @@
  * stratum evaluates affine terms, stride*over + dilation*kernel + stride_offset - left_margin,
  * against the first stratum's indices and checks deferred equalities.
  *
- * Padding: a padded convolution's input axis needs margins of extent = dilation*(kernel-1)
- * cells, split right = (extent+1)/2, left = extent - right (seed 000). The environment keeps
- * the running maximum per tensor axis (shape id, memory-order axis) over every operation
- * inferred; cn_proj_freeze_padding commits the margins, after which an operation needing more
- * is an error.
+ * Padding: a padded convolution's input axis with a kernel of size k and dilation d needs margins
+ * left = d * (k - right), right = d * ((k + 1) / 2) (seed 000's split, scaled by the dilation).
+ * The environment keeps the running maximum per tensor axis (shape id, memory-order axis) over
+ * every operation inferred; cn_proj_freeze_padding commits one shape's margins when its buffers
+ * are allocated, after which an operation needing more on that shape is an error (other shapes,
+ * new or not yet materialized, keep growing theirs).
  *
  * Invariants: the product space lists iterators in order of first appearance over the LHS then
  * the RHS tensors (memory order: batch, output, input); every index is canonical; a conflict
@@ -44,7 +45,8 @@ cn_proj *cn_proj_infer(cn_proj_env *env, const cn_shape_op *op, const cn_index *
 
 /* The margins accumulated so far for one axis (memory order) of a shape: [0] left, [1] right. */
 void cn_proj_padding(const cn_proj_env *env, const cn_shape *shape, int axis, int64_t margin[2]);
-/* Commits the margins (seed 000: frozen at finalization, when buffers can be allocated). */
-void cn_proj_freeze_padding(cn_proj_env *env);
+/* Commits a shape's margins: its buffers are about to be allocated (seed 000: frozen at
+ * finalization, when buffers can be allocated). */
+cn_status cn_proj_freeze_padding(cn_proj_env *env, const cn_shape *shape);
 
 #endif

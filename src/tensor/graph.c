@@ -98,7 +98,8 @@ cn_status cn_graph_materialize(cn_graph *g) {
     if (!(u->proj = cn_proj_infer(g->projs, u->sop, NULL))) return g->ctx->status;
   }
   g->n_updates_materialized = g->n_updates;
-  cn_proj_freeze_padding(g->projs);
+  for (int i = g->n_materialized; i < g->n_tensors; i++)
+    if ((st = cn_proj_freeze_padding(g->projs, g->tensors[i]->shape)) != CN_OK) return st;
   for (int i = g->n_materialized; i < g->n_tensors; i++) {
     cn_tensor *t = g->tensors[i];
     if (t->kind == CN_TK_VIEW)

@@ -93,7 +93,6 @@ struct cn_graph {
   int n_materialized;
   cn_update **updates;
   int n_updates, cap_updates, n_updates_materialized;
-  bool padding_frozen;
   unsigned epoch;
   uint32_t seed;
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
