@@ -566,7 +566,10 @@ typedef struct {
  * and a caret). */
 cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_binding *bindings);
 
-/* Tile functions: the body of a seed 003 function in its Python flavor, e.g. with parameter I:
+/* Tile functions: the body of a seed 003 function in its Python flavor or its C++ flavor
+ * (`Tensor f(const Tensor& I) { TensorDim N; I.bind_dims(N); ...; return O; }`, the header
+ * optional; with a header and n_params 0 the header's parameters are taken; see
+ * docs/notation.md "Tile functions"), e.g. in Python with parameter I:
  *     I.bind_dims(N)
  *     O = TensorOutput((N + 1) / 2)
  *     O[i] >= I[2 * i + j]

@@ -91,7 +91,8 @@ void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) {
 static const char *const two_char_ops[] = {"//", "==", "!=", "<=", ">=", "+=", "*="};
 static const char one_char_ops[] = "()[],:;.+-*/<>=";
 
-static void skip_blanks(cn_tile_reader *r) {
+/* False on an unterminated block comment (C++ flavor). */
+static bool skip_blanks(cn_tile_reader *r) {
   const char *t = r->src->text;
   while (r->pos < r->end) {
     char c = t[r->pos];
@@ -99,16 +100,25 @@ static void skip_blanks(cn_tile_reader *r) {
       r->pos++;
     else if (c == '\\' && r->pos + 1 < r->end && (t[r->pos + 1] == '\n' || t[r->pos + 1] == '\r'))
       r->pos += 2;
-    else if (c == '#')
+    else if (c == '#' && !r->src->cpp)
       while (r->pos < r->end && t[r->pos] != '\n') r->pos++;
-    else
-      return;
+    else if (r->src->cpp && c == '/' && r->pos + 1 < r->end && t[r->pos + 1] == '/')
+      while (r->pos < r->end && t[r->pos] != '\n') r->pos++;
+    else if (r->src->cpp && c == '/' && r->pos + 1 < r->end && t[r->pos + 1] == '*') {
+      const char *close = strstr(t + r->pos + 2, "*/");
+      if (!close || (size_t)(close - t) + 2 > r->end) {
+        cn_tile_fail_at(r->src, r->pos, "unterminated comment");
+        return false;
+      }
+      r->pos = (size_t)(close - t) + 2;
+    } else
+      return true;
   }
+  return true;
 }
 
 bool cn_tile_advance(cn_tile_reader *r) {
-  if (r->src->failed) return false;
-  skip_blanks(r);
+  if (r->src->failed || !skip_blanks(r)) return false;
   const char *t = r->src->text;
   cn_tile_tok *k = &r->tok;
   *k = (cn_tile_tok){.kind = CN_TT_END, .at = r->pos};
@@ -150,7 +160,7 @@ bool cn_tile_advance(cn_tile_reader *r) {
     size_t n = 0;
     for (size_t i = 0; i < sizeof two_char_ops / sizeof *two_char_ops && !n; i++)
       if (r->pos + 1 < r->end && strncmp(t + r->pos, two_char_ops[i], 2) == 0) n = 2;
-    if (!n && strchr(one_char_ops, c)) n = 1;
+    if (!n && (strchr(one_char_ops, c) || (r->src->cpp && strchr("{}&", c)))) n = 1;
     if (!n) {
       if (isprint((unsigned char)c))
         cn_tile_fail_at(r->src, at, "unexpected character '%c'", c);
@@ -1261,7 +1271,7 @@ cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_
     cn_fail(ctx, CN_ERR_INVALID, "cn_tile: missing text or bindings");
     return NULL;
   }
-  cn_tile_src src = {ctx, text, NULL, 1, 1, false};
+  cn_tile_src src = {ctx, text, NULL, 1, 1, false, false};
   int cap = 0;
   for (int i = 0; i < n_bindings; i++) cap += 1 + (bindings[i].dims ? CN_MAX_RANK + 1 : 1);
   cn_tile_name *names = cn_alloc(ctx, sizeof *names * (size_t)(cap ? cap : 1));

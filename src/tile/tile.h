@@ -40,6 +40,7 @@ typedef struct {
   const char *file;
   int line, col;
   bool failed; /* the first failure is the one reported */
+  bool cpp;    /* seed 003's C++ flavor: `//` and block comments, no `#` comments, `{ } &` tokens */
 } cn_tile_src;
 
 void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) CN_PRINTF(3, 4);
@@ -56,7 +57,9 @@ typedef struct {
 
 /* Reads the tokens of text[begin, end): blanks, newlines and `\` line continuations separate
  * tokens; `#` starts a comment to the end of the line. Operators: ( ) [ ] , : ; . + - * / // ==
- * != < > <= >= += *= =. `tok` is the current token (one token of lookahead); a reader is a
+ * != < > <= >= += *= =. In the C++ flavor (src->cpp) comments are `//` to the end of the line
+ * and block comments instead (so `//` is no operator), and `{`, `}` and `&` are operators too
+ * (a function header's). `tok` is the current token (one token of lookahead); a reader is a
  * value, so copying it saves a position to come back to. */
 typedef struct {
   cn_tile_src *src;
