@@ -67,11 +67,27 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
   return t;
 }
 
+/* The most bytes one node may hold (1 TiB): beyond it a size is a mistake in the program (a
+ * dimension of 10^12), to be reported with the tensor's name and shape now, not as an anonymous
+ * allocation failure when a routine first touches the buffer. */
+#define MAX_NODE_BYTES ((int64_t)1 << 40)
+
 /* The node of a final shape, in memory order, with the frozen margins. */
 static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
   int64_t dims[CN_MAX_RANK];
   int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK);
   if (rank < 0) return NULL;
+  int64_t bytes = (int64_t)cn_prec_bytes(t->prec);
+  for (int a = 0; a < rank; a++) {
+    if (dims[a] > 0 && bytes > MAX_NODE_BYTES / dims[a]) {
+      cn_fail(g->ctx, CN_ERR_INVALID,
+              "\"%s%s\" (#%d) of shape %s is too large: more than 2^40 bytes (axis %d of size "
+              "%lld)",
+              t->label, suffix, t->id, cn_tensor_shape(t), a, (long long)dims[a]);
+      return NULL;
+    }
+    bytes *= dims[a];
+  }
   char label[256];
   snprintf(label, sizeof label, "%s%s", t->label, suffix);
   cn_node *n = cn_node_create(g->ctx, label, t->prec, rank, dims);
