@@ -4,6 +4,9 @@
  * with the values in memory order (batch, then output, then input) at full precision (%.17g;
  * NaN and infinities as the strings "nan", "inf", "-inf", which JSON has no numbers for).
  *
+ * A uint4x32 cell is four 32-bit words, not a number: the grid shows it as [0xW0 0xW1 0xW2 0xW3]
+ * (hex, word 0 first) and JSON as the array [w0, w1, w2, w3] of the words in decimal.
+ *
  * Invariants: formatting reads the node's host values and never changes them; the result is an
  * arena string (NULL with a message when the tensor cannot be materialized). */
 #include "tensor/tensor.h"
@@ -65,7 +68,18 @@ static bool shown(int64_t i, int64_t n) {
   return n <= ELIDE_OVER || i < ELIDE_KEEP || i >= n - ELIDE_KEEP;
 }
 
-static void grid(cn_sbuf *sb, const double *v, const row_dims *r) {
+/* One cell of the grid: a number, or the four words of a uint4x32 cell (words != NULL). */
+static void grid_cell(cn_sbuf *sb, const double *v, const cn_u4x32 *words, int64_t at) {
+  if (!words) {
+    cn_sbuf_printf(sb, " %11.5g", v[at]);
+    return;
+  }
+  const uint32_t *w = words[at].v;
+  cn_sbuf_printf(sb, " [0x%08lx 0x%08lx 0x%08lx 0x%08lx]", (unsigned long)w[0], (unsigned long)w[1],
+                 (unsigned long)w[2], (unsigned long)w[3]);
+}
+
+static void grid(cn_sbuf *sb, const double *v, const cn_u4x32 *words, const row_dims *r) {
   int64_t rows = r->cells[CN_ROW_OUTPUT], cols = r->cells[CN_ROW_INPUT];
   int64_t batches = r->cells[CN_ROW_BATCH];
   for (int64_t b = 0; b < batches; b++) {
@@ -85,7 +99,7 @@ static void grid(cn_sbuf *sb, const double *v, const row_dims *r) {
           if (i == ELIDE_KEEP) cn_sbuf_puts(sb, "  ...");
           continue;
         }
-        cn_sbuf_printf(sb, " %11.5g", v[(b * rows + o) * cols + i]);
+        grid_cell(sb, v, words, (b * rows + o) * cols + i);
       }
       cn_sbuf_putc(sb, '\n');
     }
@@ -105,12 +119,17 @@ const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
   if (!g->formatted_cleanup && !(g->formatted_cleanup = cn_ctx_add_cleanup(ctx, free_formatted, g)))
     return NULL;
   size_t count = (size_t)cn_node_numel(node);
-  double *v = cn_malloc(ctx, (count ? count : 1) * sizeof *v);
-  if (!v) return NULL;
-  if (cn_node_get_values(node, false, v, count) != CN_OK) {
-    free(v);
+  bool u4 = cn_node_prec(node) == CN_PREC_UINT4X32;
+  /* a uint4x32 cell as a double would be word 0 only (or a 64-bit reading): read the words */
+  void *cells = cn_malloc(ctx, (count ? count : 1) * (u4 ? sizeof(cn_u4x32) : sizeof(double)));
+  if (!cells) return NULL;
+  if ((u4 ? cn_node_get_cells(node, false, cells, count)
+          : cn_node_get_values(node, false, cells, count)) != CN_OK) {
+    free(cells);
     return NULL;
   }
+  const double *v = u4 ? NULL : cells;
+  const cn_u4x32 *words = u4 ? cells : NULL;
   cn_sbuf *sb = &g->formatted;
   sb->len = 0;
   sb->failed = false;
@@ -123,16 +142,21 @@ const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
     cn_sbuf_puts(sb, ", \"values\": [");
     for (size_t i = 0; i < count; i++) {
       if (i) cn_sbuf_puts(sb, ", ");
-      json_number(sb, v[i]);
+      if (words)
+        cn_sbuf_printf(sb, "[%lu, %lu, %lu, %lu]", (unsigned long)words[i].v[0],
+                       (unsigned long)words[i].v[1], (unsigned long)words[i].v[2],
+                       (unsigned long)words[i].v[3]);
+      else
+        json_number(sb, v[i]);
     }
     cn_sbuf_puts(sb, "]}");
   } else {
     cn_sbuf_printf(sb, "\"%s\" (#%d) ", grad ? cn_node_label(node) : t->label, t->id);
     cn_shape_print(sb, g->shapes, t->shape);
     cn_sbuf_putc(sb, '\n');
-    grid(sb, v, &r);
+    grid(sb, v, words, &r);
   }
-  free(v);
+  free(cells);
   if (!sb->failed) return sb->data ? sb->data : "";
   cn_fail(ctx, CN_ERR_NOMEM, "out of memory while building text");
   return NULL;
