@@ -46,6 +46,10 @@ int main(void) {
   CHECK_HAS(out, "<-e>:1:14: expected");
   CHECK_INT(run("run -e 'print nothing' --backend interp", out, sizeof out), 1);
   CHECK_HAS(out, "<-e>:1:7: unbound name 'nothing'");
+  /* both streams on one pipe: the earlier print comes before the later error */
+  CHECK_INT(run("run -e 'print [5]\nprint nothing' --backend interp", out, sizeof out), 1);
+  const char *printed = strstr(out, "5"), *failed = strstr(out, "<-e>:2:7: unbound name");
+  CHECK(printed && failed && printed < failed);
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
   CHECK_HAS(out, "unknown backend 'gpu'");
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);

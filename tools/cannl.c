@@ -235,6 +235,9 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
     status = EXIT_USAGE;
   } else if (cn_notation_run(g, name, source, &opts) != CN_OK) {
+    /* stdout is block-buffered on a pipe: what the script printed before failing must come out
+     * before the message when both streams go to the same place */
+    fflush(stdout);
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
     status = EXIT_RUNTIME;
   }
