@@ -103,7 +103,8 @@ static void test_binary_ops(void) {
                               "let f = [3.0; 2.0; 4.0; 3.0; 5.0; 2.0]\n"
                               "let%%cd bin =");
   for (int k = 0; k < N; k++) {
-    const char *logic = strcmp(ops[k].infix, "*") == 0 ? " ~logic:\".\"" : "";
+    const char *logic =
+        strcmp(ops[k].infix, "*") == 0 || strcmp(ops[k].infix, "/") == 0 ? " ~logic:\".\"" : "";
     n += (size_t)snprintf(script + n, sizeof script - n,
                           "%s {i_%d} =: %s %s %s%s; {c_%d} =: %s %s %s; {t_%d} =: %s (%s, %s)",
                           k ? ";" : "", k, ops[k].a, ops[k].infix, ops[k].b, logic, k, ops[k].name,

@@ -26,6 +26,7 @@
 
 #include "numeric/numeric.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,68 @@ const char *nt_join_label(interp *I, const char *a, const char *b) {
   cn_sbuf sb = {0};
   cn_sbuf_printf(&sb, "%s_%s", a, b);
   return cn_sbuf_finish(I->ctx, &sb);
+}
+
+/* "…" (U+2026, three bytes E2 80 A6) spells "..." in a spec: the replacement has the same length,
+ * so the positions the einsum parser reports stay those of the written text. NULL only on an
+ * allocation failure; the text itself when it has no "…". */
+const char *nt_spec_text(interp *I, const char *spec) {
+  if (!spec || !strstr(spec, "\xE2\x80\xA6")) return spec;
+  size_t n = strlen(spec);
+  char *copy = cn_alloc(I->ctx, n + 1);
+  if (!copy) return NULL;
+  memcpy(copy, spec, n + 1);
+  for (char *p = copy; (p = strstr(p, "\xE2\x80\xA6")) != NULL; p += 3) memcpy(p, "...", 3);
+  return copy;
+}
+
+/* nt_spec_text, then every name written as a stride or dilation (`stride*o`) that the script
+ * binds to an integer is replaced by that integer, so that `let stride = 2` then
+ * "stride*o<+k; k => o" reads as "2*o<+k; k => o". A name the script does not bind is left for the
+ * einsum parser, which reports it unbound; one bound to anything else is an error at `pos` naming
+ * the column in the spec. NULL on an error. */
+const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos) {
+  spec = nt_spec_text(I, spec);
+  if (!spec) return NULL;
+  cn_sbuf sb = {0};
+  bool spliced = false;
+  for (size_t i = 0; spec[i];) {
+    bool starts = (isalpha((unsigned char)spec[i]) || spec[i] == '_') &&
+                  (i == 0 || !(isalnum((unsigned char)spec[i - 1]) || spec[i - 1] == '_'));
+    size_t end = i;
+    if (starts)
+      while (isalnum((unsigned char)spec[end]) || spec[end] == '_') end++;
+    if (!starts || spec[end] != '*') {
+      cn_sbuf_putc(&sb, spec[i++]);
+      continue;
+    }
+    char name[64];
+    value *v = NULL;
+    if (end - i < sizeof name) {
+      memcpy(name, spec + i, end - i);
+      name[end - i] = '\0';
+      v = nt_lookup(I, e, name);
+    }
+    if (!v) {
+      cn_sbuf_printf(&sb, "%.*s", (int)(end - i), spec + i);
+    } else if (v->kind != V_NUM || !v->is_int) {
+      cn_sbuf_free(&sb);
+      cn_sbuf msg = {0};
+      cn_sbuf_printf(&msg,
+                     "the stride or dilation '%s' at column %zu of the einsum spec is %s, not "
+                     "an integer",
+                     name, i + 1, v->kind == V_NUM ? "a float" : nt_kind_name(v->kind));
+      const char *text = cn_sbuf_finish(I->ctx, &msg);
+      if (text) nt_fail(I, pos, "%s", text);
+      return NULL;
+    } else {
+      cn_sbuf_printf(&sb, "%lld", (long long)v->num);
+      spliced = true;
+    }
+    i = end;
+  }
+  const char *out = cn_sbuf_finish(I->ctx, &sb);
+  return spliced ? out : out ? spec : NULL;
 }
 
 /* ---- Provenance ---------------------------------------------------------------------------- */
@@ -408,8 +471,10 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
     if (init) {
       /* a literal initial value gives the parameter its rows (a number: a scalar) */
       if (is_literal(init)) {
-        init_t = literal_tensor(I, init, "init", any_dims ? NULL : &dims);
-        any_dims = true;
+        /* "w" 0.25 fills a parameter whose shape is inferred: the scalar broadcasts */
+        bool fill = node->u.decl.string_form && init->kind == CN_NT_NUMBER;
+        init_t = literal_tensor(I, init, "init", any_dims || fill ? NULL : &dims);
+        any_dims = any_dims || !fill;
       } else {
         value *v = nt_eval(I, e, ds, init);
         init_t = v ? nt_tensor_of(I, v, init->pos) : NULL;
@@ -576,7 +641,8 @@ static value *eval_einsum(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
     value *bv = nt_eval_operand(I, e, ds, x->u.einsum.rhs);
     if (!bv || !(b = nt_tensor_of(I, bv, x->u.einsum.rhs->pos))) return NULL;
   }
-  const char *spec = x->u.einsum.spec;
+  const char *spec = nt_spec_splice(I, e, x->u.einsum.spec, x->u.einsum.spec_pos);
+  if (!spec) return NULL;
   switch (x->u.einsum.kind) {
   case CN_NT_EINSUM_BINARY: r = cn_tensor_einsum2(I->g, spec, a, b); break;
   case CN_NT_EINSUM_OUTER: r = cn_tensor_outer_sum(I->g, spec, a, b); break;

@@ -240,6 +240,7 @@ static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) 
   cn_tensor *t[4] = {NULL, NULL, NULL, NULL};
   bool unit = n == 1 && a->pos[0]->kind == V_UNIT;
   const char *spec = n > 0 && a->pos[0]->kind == V_STR ? a->pos[0]->str : NULL;
+  if (spec && !(spec = nt_spec_text(I, spec))) return NULL;
   for (int i = spec ? 1 : 0; i < n && i < 4 && !unit; i++)
     if (!(t[i - (spec ? 1 : 0)] = nt_tensor_of(I, a->pos[i], a->pos_at[i]))) return NULL;
   int nt = unit ? 0 : n - (spec ? 1 : 0);

@@ -148,15 +148,20 @@ static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) 
     value *lv = nt_eval(I, e, ds, la->value);
     if (!lv) return NULL;
     if (lv->kind != V_STR) return nt_fail(I, la->pos, "%s", "~logic expects a string"), NULL;
-    logic = lv->str;
+    if (!(logic = nt_spec_splice(I, e, lv->str, la->value->pos))) return NULL;
   } else if (la) {
     return nt_fail(I, la->pos, "%s", "~logic needs a value: ~logic:\".\", \"@\", \"T\" or a spec"),
            NULL;
-  } else if (cd->u.assign.form == CN_NT_RHS_INFIX && strcmp(cd->u.assign.op_text, "*") == 0) {
-    /* seed 001: `*` is compose in a tensor expression but Mul here; it must be told */
-    return nt_fail(I, cd->u.assign.op_pos, "%s",
-                   "'*' in an assignment needs ~logic (\".\" pointwise, \"@\" compose, or a spec)"),
-           NULL;
+  } else if (cd->u.assign.form == CN_NT_RHS_INFIX &&
+             (strcmp(cd->u.assign.op_text, "*") == 0 || strcmp(cd->u.assign.op_text, "/") == 0)) {
+    /* seed 002: `*` and `/` have no default projection logic in %cd (`*` is compose in a tensor
+     * expression but Mul here); it must be told */
+    const char *why =
+        cd->u.assign.op_text[0] == '*'
+            ? "'*' in an assignment needs ~logic (\".\" pointwise, \"@\" compose, or a "
+              "spec)"
+            : "'/' in an assignment needs ~logic (\".\" pointwise or a spec)";
+    return nt_fail(I, cd->u.assign.op_pos, "%s", why), NULL;
   }
   cn_update *u = cn_graph_update(I->g, lhs, cd->u.assign.clear, cd->u.assign.accum, cd->u.assign.op,
                                  cd->u.assign.n_rhs, rhs, logic);

@@ -191,6 +191,8 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
 bool nt_predeclare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x);
 /* A label "a_b" (OCANNL's label list joined), in the arena. */
 const char *nt_join_label(interp *I, const char *a, const char *b);
+const char *nt_spec_text(interp *I, const char *spec);
+const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos);
 
 /* ---- eval_apply.c ---- */
 value *nt_apply(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x);

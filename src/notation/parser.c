@@ -604,7 +604,9 @@ static bool is_literal(const cn_nt_expr *e) {
 }
 
 /* "w" ARG: the string form of an inline declaration (seed 002 "Configuring inline
- * declarations"): a list initializes, anything else gives the output dimension(s). */
+ * declarations"): a list or a float literal initializes (seed 002: "When the declaration is
+ * followed by a literal float, the float provides the initial value"), anything else gives the
+ * output dimension(s): an integer literal is a dimension, not a value. */
 static cn_nt_expr *string_declaration(parser *p, cn_nt_expr *head, int n, cn_nt_arg *args) {
   if (n != 1 || args[0].label) {
     error(p, args[n > 1 && !args[0].label ? 1 : 0].pos,
@@ -616,7 +618,8 @@ static cn_nt_expr *string_declaration(parser *p, cn_nt_expr *head, int n, cn_nt_
   if (!e) return NULL;
   e->u.decl.name = head->u.string.text;
   e->u.decl.string_form = true;
-  if (args[0].value->kind == CN_NT_LIST) {
+  const cn_nt_expr *a = args[0].value;
+  if (a->kind == CN_NT_LIST || (a->kind == CN_NT_NUMBER && !a->u.number.is_int)) {
     e->u.decl.init = args[0].value;
   } else {
     cn_nt_field *f = alloc(p, sizeof *f);
