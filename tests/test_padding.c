@@ -120,7 +120,8 @@ static void test_padded_after_print(void) {
 }
 
 /* x is computed (its buffer allocated with the margins 1/1 of a 2-wide kernel) before a 3-wide
- * kernel, which needs 1/2, reads it: refused, naming the tensor and both margins. */
+ * kernel, which needs 1/2, reads it: refused, naming the tensor, both margins and the line of the
+ * statement that computed x. */
 static void test_wider_reader_of_allocated_tensor(void) {
   cn_ctx *ctx = cn_ctx_create();
   char *out = run(ctx, "let x = [1.0; 2.0; 3.0; 4.0; 5.0; 6.0]\n"
@@ -130,6 +131,7 @@ static void test_wider_reader_of_allocated_tensor(void) {
   CHECK_HAS(cn_ctx_error(ctx), "pad.cnl:3:");
   CHECK_HAS(cn_ctx_error(ctx), "output row of \"x\" (#1) needs padding margins 1/2 (left/right), "
                                "but the tensor's buffer was allocated with margins 1/1");
+  CHECK_HAS(cn_ctx_error(ctx), "(the tensor was computed for line 2)");
   free(out);
   cn_ctx_destroy(ctx);
 }

@@ -188,11 +188,30 @@ static int number_after(const char *msg, const char *key) {
   return n;
 }
 
+/* A padded reader refused because its input's buffer already exists: the message names the line
+ * of the statement that computed that input. msg unchanged when it is another error or the line
+ * is unknown; NULL on an allocation failure. */
+static const char *with_computing_line(interp *I, const char *msg) {
+  const char *needs = strstr(msg, " needs padding margins");
+  if (!needs || !strstr(needs, "buffer was allocated")) return msg;
+  const char *open = NULL;
+  for (const char *p = msg; (p = strstr(p, "(#")) != NULL && p < needs; p++) open = p;
+  int id = open ? number_after(open, "(#") : -1;
+  if (id < 0 || id >= I->cap_computed_at || !I->computed_at[id].src) return msg;
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "%s (the tensor was computed for line %d)", msg, I->computed_at[id].line);
+  return cn_sbuf_finish(I->ctx, &sb);
+}
+
 bool nt_materialize(interp *I, cn_nt_pos at) {
-  if (cn_graph_materialize(I->g) == CN_OK) return true;
+  if (cn_graph_materialize(I->g) == CN_OK) {
+    for (; I->n_computed < I->g->n_tensors; I->n_computed++) /* a failure only loses a line */
+      record_at(I, &I->computed_at, &I->cap_computed_at, I->g->tensors[I->n_computed]->id, at);
+    return true;
+  }
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return false;
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
-  if (!msg) return false;
+  if (!msg || !(msg = with_computing_line(I, msg))) return false;
   /* Library messages name the failing operation as "operation #K" (shape and projection
    * conflicts), else the tensor concerned as "(#N)". */
   int op = number_after(msg, "operation #"), t = op < 0 ? number_after(msg, "(#") : -1;

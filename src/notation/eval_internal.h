@@ -137,6 +137,8 @@ typedef struct {
   cn_nt_pos *op_at, *tensor_at;
   int cap_op_at, cap_tensor_at;
   int noted_tensors, noted_updates;
+  cn_nt_pos *computed_at; /* by tensor id: the statement whose materialization allocated it */
+  int cap_computed_at, n_computed;
   /* Tensors whose forward code a statement or routine already included (by tensor id): they are
    * no longer forward roots. */
   unsigned char *consumed;
