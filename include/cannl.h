@@ -343,7 +343,9 @@ typedef struct {
 
 typedef enum { CN_GRAD_IF_NEEDED, CN_GRAD_PROHIBIT, CN_GRAD_REQUIRE } cn_grad_spec;
 
-/* Terminals. A number fills whatever shape it meets (a scalar). Data: a literal with the given
+/* Terminals. A number is an array of one unlabeled output axis of size 1 (seed 002): the axis
+ * broadcasts to any size (pointwise and through compose), and a result of numbers alone keeps it
+ * (|->1). Data: a literal with the given
  * rows (dims given: Exact), or, with dims NULL, values laid into whatever axes inference assigns
  * (Total_elems, a reshape). */
 cn_tensor *cn_tensor_number(cn_graph *g, double value);
@@ -351,7 +353,9 @@ cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, c
                           size_t count);
 /* A parameter: differentiable, its value initialized by init's value (NULL: the default
  * 0.5 * (uniform1 - 0.5)); dims NULL or rows with n < 0 are inferred, but a parameter's
- * dimension that nothing determines is an error at materialization. */
+ * dimension that nothing determines is an error at materialization. A number init
+ * (cn_tensor_number) fills the parameter without fixing its shape; such a parameter, when nothing
+ * determines it, gets the fewest axes its uses need instead of an error. */
 cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, cn_tensor *init);
 
 /* Fetch terminals: each cell's row-major offset (uint32; shape inferred), the tensor's own node
@@ -415,8 +419,10 @@ cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims)
 cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t);
 
 /* Standalone assignments (seed 001's producer regime): `lhs <accum>= prim(args...)`, `=:` when
- * init, contributing their own constraint to inference through `logic`: "." pointwise (also
- * when NULL), "@" compose, "T" transpose (unary), or an einsum spec. A reference names a
+ * init, contributing their own constraint to inference through `logic`: "." pointwise, "@"
+ * compose (with fma's three operands: compose-accumulate, the third read like the result),
+ * "T" transpose (unary), or an einsum spec; NULL: the primitive's default projection (compose
+ * for fma, pointwise for every other, seed 002's op table). A reference names a
  * tensor's value or its gradient. The assignment's code is produced after materialization. */
 typedef struct {
   cn_tensor *tensor;

@@ -1,6 +1,7 @@
 /* Fidelity items of issue 13: a float after an inline declaration string is its initial value,
  * script integers spliced into einsum strides, "…" for "...", `/` needing ~logic in %cd, and
- * uint4x32 cells printed as their four words. Values computed by hand. */
+ * uint4x32 cells printed as their four words, numbers as unit arrays and compose broadcasting.
+ * Values computed by hand. */
 #include "notation_check.h"
 
 /* seed 002: "When the declaration is followed by a literal float, the float provides the initial
@@ -108,7 +109,68 @@ static void test_absurd_sizes(void) {
             "bytes (axis 1 of size 1000000)");
 }
 
+/* seed 002: numbers are arrays of one output axis of size 1, a label prefix names that axis, and
+ * a number initializer does not fix a parameter's shape; seed 001: compose relates its operands
+ * by broadcasting. Values by hand:
+ *   - ("hey" 7.0 * 'q' 2.0) + 'p' 1.0: hey is the 1x1 matrix q=1 -> p=1, y = 7 * 2 + 1 = 15;
+ *   - ({hey = 7.0} * [2; 3]) + [4; 5; 6]: hey is |2->3 of 7s, y = 35 + [4; 5; 6];
+ *   - m * !.2.0 with m = [(1, 2); (3, 4); (5, 6)] (|2->3): 2 * row sums = 6, 14, 22, and under
+ *     the sum of those m's gradient is 2 in every cell (the number is read at index 0);
+ *   - 2.0 alone is |->1; ("u" 3.0 *. 2.0) + 1.0 = 7 (u takes the number's unit axis).
+ * A labeled unit does not broadcast: [1.0; 2.0] + 'p' 1.0 is a conflict naming the label. */
+static void test_numbers_and_compose(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let%op y = (\"hey\" 7.0 * 'q' 2.0) + 'p' 1.0\nprint y\nprint hey\n"
+             "let y2 = ({hey2 = 7.0} * [2; 3]) + [4; 5; 6]\nprint y2\nprint hey2\n"
+             "let m = {m = [(1, 2); (3, 4); (5, 6)]}\nlet r = m * !.2.0\n"
+             "backprop (r ++ \"i => 0\")\nprint r\nprint m.grad\n"
+             "print 2.0\nlet%op u2 = (\"u\" 3.0 *. 2.0) + 1.0\nprint u2\n"))
+      continue;
+    expect(&o, b, 0, "y", "|->1", VALUES(15), 0);
+    expect(&o, b, 1, "hey", "|1->1", VALUES(7), 0);
+    expect(&o, b, 2, "y2", "|->3", VALUES(39, 40, 41), 0);
+    expect(&o, b, 3, "hey2", "|2->3", VALUES(7, 7, 7, 7, 7, 7), 0);
+    expect(&o, b, 4, "r", "|->3", VALUES(6, 14, 22), 0);
+    expect(&o, b, 5, "m.grad", "|2->3", VALUES(2, 2, 2, 2, 2, 2), 0);
+    expect(&o, b, 6, "2", "|->1", VALUES(2), 0);
+    expect(&o, b, 7, "u2", "|->1", VALUES(7), 0);
+  }
+  CHECK_HAS(run_error("let z = [1.0; 2.0] + 'p' 1.0\n"),
+            "seed.cnl:1:20: shape conflict in pointwise (operation #3 computing \"add\" (#3)): "
+            "operands that cannot broadcast together: axis -1 of the output row has size 2 in "
+            "\"literal\" (#2) and 1:p in \"p\" (#1) (a labeled axis of size 1 does not "
+            "broadcast)");
+  CHECK_HAS(run_text("let%op y = (\"hey\" 7.0 * 'q' 2.0) + 'p' 1.0\nprint hey\n"),
+            "\"hey\" (#2) |1:q->1:p\n");
+}
+
+/* seed 002's ternary table: fma's default projection is compose-accumulate. With
+ * a = [(1, 2); (3, 4)] (|2->2), b = [5; 6], c0 = [10; 20], c =:+ fma a b c0 ~logic:"@" sums
+ * a[i,k] * b[k] + c0[i] over k: c = [1*5 + 2*6 + 2*10; 3*5 + 4*6 + 2*20] = [37; 79]; without
+ * ~logic the same (the table's default); ~logic:"." is pointwise, the result |2->2:
+ * [[1*5+10, 2*5+10]; [3*6+20, 4*6+20]]. */
+static void test_fma_compose_accumulate(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let a = [(1, 2); (3, 4)]\nlet b = [5.0; 6.0]\nlet c0 = [10.0; 20.0]\n"
+             "let%cd u = {c} =:+ fma a b c0 ~logic:\"@\"; {d} =:+ fma a b c0; "
+             "{e} =: fma a b c0 ~logic:\".\"\n"
+             "run u\nprint c\nprint d\nprint e\n"))
+      continue;
+    expect(&o, b, 0, "c_a", "|->2", VALUES(37, 79), 0);
+    expect(&o, b, 1, "d_a", "|->2", VALUES(37, 79), 0);
+    expect(&o, b, 2, "e_a", "|2->2", VALUES(15, 20, 38, 44), 0);
+  }
+  CHECK_HAS(run_error("let a = [(1, 2); (3, 4)]\nlet%cd u = {c} =:+ fma a a a ~logic:\"T\"\n"),
+            "seed.cnl:2:16: shape logic transpose takes 1 operand, got 3");
+}
+
 int main(void) {
+  test_fma_compose_accumulate();
+  test_numbers_and_compose();
   test_declaration_float();
   test_spliced_strides();
   test_unicode_ellipsis();

@@ -126,13 +126,15 @@ static void test_binary_ops(void) {
   }
 }
 
-/* The ternary table: where (curried and uncurried) and fma, against interpret_ternop. */
+/* The ternary table: where (curried and uncurried) and fma, against interpret_ternop (fma told
+ * to be pointwise: its default projection is compose-accumulate, see test_notation_fidelity). */
 static void test_ternary_ops(void) {
   BOTH {
     outcome o;
     if (!run(&o, b,
              "let c = [1.0; 0.0; -1.0]\nlet x = [2.0; 3.0; 4.0]\nlet y = [10.0; 20.0; 30.0]\n"
-             "let%cd t = {w1} =: where c x y; {w2} =: where (c, x, y); {f} =: fma x y c\n"
+             "let%cd t = {w1} =: where c x y; {w2} =: where (c, x, y);\n"
+             "  {f} =: fma x y c ~logic:\".\"\n"
              "run t\nprint w1\nprint w2\nprint f\nprint (where c x y)\n"))
       continue;
     expect(&o, b, 0, "w1_c", "|->3", VALUES(2, 20, 4), 0);
@@ -347,11 +349,12 @@ static void test_literals(void) {
     expect(&o, b, 2, "bt", "3|2->1", VALUES(1, 2, 3, 4, 5, 6), 0);
     expect(&o, b, 3, "q", "|->1", VALUES(2), 0);
   }
-  /* the labels, shown by the readable printout: hey's input axis takes q's label (the seed's
-   * `"hey"` alone leaves hey's output dimension to inference, which does not determine it: see
-   * docs/notation.md) */
-  CHECK_HAS(run_text("let%op y = ({hey; o = [1]} * 'q' 2.0) + 'p' 1.0\nprint hey\nprint y\n"),
-            "\"hey\" (#11) |1:q->1\n");
+  /* the seed's example as written: hey is the 1x1 matrix q=1 -> p=1 (its input axis takes q's
+   * label, its output axis p's: a labeled unit does not broadcast), y its value times 2 plus 1:
+   * 2 * -0.086616 + 1 = 0.826768 (hey's default initializer is built first, so hey is #11) */
+  const char *text = run_text("let%op y = (\"hey\" * 'q' 2.0) + 'p' 1.0\nprint hey\nprint y\n");
+  CHECK_HAS(text, "\"hey\" (#11) |1:q->1:p\n    -0.086616\n");
+  CHECK_HAS(text, "\"y\" (#15) |->1:p\n      0.82677\n");
 }
 
 /* ---- Seed 002 "Wildcard bindings" ------------------------------------------------------------ */

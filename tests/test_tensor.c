@@ -1,6 +1,8 @@
 /* Tensors and autodiff end to end: Karpathy's micrograd README expression (g = 24.7041,
  * a.grad = 138.8338, b.grad = 645.5773), a tensor used twice, prohibited gradients, parameter
- * init gathered once, and a two-layer MLP's forward values against a hand computation. Every
+ * init gathered once, numbers as unit arrays (seed 002) broadcasting through compose, fma's
+ * compose-accumulate update, and a
+ * two-layer MLP's forward values against a hand computation. Every
  * case runs on the interpreter and on generated C. */
 #include "check.h"
 
@@ -194,7 +196,86 @@ static void test_grad_spec(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Numbers are arrays of one output axis of size 1 (seed 002), and compose relates its operands
+ * by broadcasting (seed 001):
+ *   - hey = param initialized by the number 7, y = hey * [2; 3] + [4; 5; 6]: the number does
+ *     not fix hey's shape, hey is |2->3 of 7s and y = 7 * (2 + 3) + [4; 5; 6] = [39; 40; 41];
+ *   - r = m * 2 with m |2->3 = [(1, 2); (3, 4); (5, 6)]: the number's unit axis broadcasts into
+ *     m's input axis (read at 0), r = 2 * row sums = [6; 14; 22], and m's gradient under the
+ *     sum of r is 2 everywhere;
+ *   - a number printed alone is |->1. */
+static void test_numbers_are_unit_arrays(cn_backend_kind backend) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims out2 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){2}, NULL}};
+  cn_dims out3 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){3}, NULL}};
+  cn_dims m23 = {{0, NULL, NULL}, {1, (int64_t[]){2}, NULL}, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *hey = cn_tensor_param(g, "hey", NULL, num(g, 7));
+  cn_tensor *v = cn_tensor_data(g, "v", &out2, (double[]){2, 3}, 2);
+  cn_tensor *c = cn_tensor_data(g, "c", &out3, (double[]){4, 5, 6}, 3);
+  cn_tensor *y = op2(g, CN_OP_ADD, cn_tensor_compose(g, CN_OP_ADD, CN_OP_MUL, hey, v), c);
+  cn_tensor *m =
+      cn_tensor_param(g, "m", &m23, cn_tensor_data(g, "m0", &m23, (double[]){1, 2, 3, 4, 5, 6}, 6));
+  cn_tensor *r = cn_tensor_compose(g, CN_OP_ADD, CN_OP_MUL, m, num(g, 2));
+  cn_tensor *loss = r ? cn_tensor_einsum(g, "i => 0", CN_OP_ADD, CN_OP_ID, 1, &r) : NULL;
+  cn_tensor *two = num(g, 2);
+  CHECK_MSG(y && loss && two, "%s", cn_ctx_error(ctx));
+  if (y && loss && two) {
+    run(ctx, cn_graph_init_params(g, y), backend, "unit_init_y");
+    run(ctx, cn_graph_forward(g, y), backend, "unit_y");
+    CHECK_STR(cn_tensor_shape(hey), "|2->3");
+    CHECK_STR(cn_tensor_shape(y), "|->3");
+    double got[6];
+    CHECK(cn_node_get_values(cn_tensor_value(y), false, got, 3) == CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], 39 + i, 0);
+    CHECK(cn_node_get_values(cn_tensor_value(hey), false, got, 6) == CN_OK);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(got[i], 7, 0);
+    run(ctx, cn_graph_init_params(g, loss), backend, "unit_init_loss");
+    run(ctx, cn_graph_grad_update(g, loss), backend, "unit_loss");
+    CHECK_STR(cn_tensor_shape(r), "|->3");
+    CHECK(cn_node_get_values(cn_tensor_value(r), false, got, 3) == CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], 6 + 8 * i, 0);
+    CHECK(cn_node_get_values(cn_tensor_grad(m), false, got, 6) == CN_OK);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(got[i], 2, 0);
+    run(ctx, cn_graph_forward(g, two), backend, "unit_two");
+    CHECK_STR(cn_tensor_shape(two), "|->1");
+  }
+  cn_ctx_destroy(ctx);
+}
+
+/* fma as a standalone update (seed 002: compose-accumulate is its default projection):
+ * c =:+ fma(a, b, c0) with a = [[1, 2]; [3, 4]] (|2->2), b = [5; 6], c0 = [10; 20] sums
+ * a[i,k] b[k] + c0[i] over k: [37; 79], with logic "@" and with NULL alike. */
+static void test_fma_update(cn_backend_kind backend) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims m22 = {{0, NULL, NULL}, {1, (int64_t[]){2}, NULL}, {1, (int64_t[]){2}, NULL}};
+  cn_dims out2 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){2}, NULL}};
+  cn_tensor *a = cn_tensor_data(g, "a", &m22, (double[]){1, 2, 3, 4}, 4);
+  cn_tensor *b = cn_tensor_data(g, "b", &out2, (double[]){5, 6}, 2);
+  cn_tensor *c0 = cn_tensor_data(g, "c0", &out2, (double[]){10, 20}, 2);
+  cn_tensor *c[2] = {cn_tensor_buffer(g, "c", NULL), cn_tensor_buffer(g, "c_default", NULL)};
+  cn_tref args[3] = {{a, false}, {b, false}, {c0, false}};
+  cn_update *u[2] = {
+      cn_graph_update(g, (cn_tref){c[0], false}, true, CN_OP_ADD, CN_OP_FMA, 3, args, "@"),
+      cn_graph_update(g, (cn_tref){c[1], false}, true, CN_OP_ADD, CN_OP_FMA, 3, args, NULL)};
+  CHECK_MSG(u[0] && u[1], "%s", cn_ctx_error(ctx));
+  for (int i = 0; i < 2 && u[0] && u[1]; i++) {
+    run(ctx, cn_graph_update_code(g, u[i]), backend, "fma_update");
+    CHECK_STR(cn_tensor_shape(c[i]), "|->2");
+    double got[2];
+    CHECK(cn_node_get_values(cn_tensor_value(c[i]), false, got, 2) == CN_OK);
+    CHECK_NEAR(got[0], 37, 0);
+    CHECK_NEAR(got[1], 79, 0);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  for (int b = 0; b < 2; b++) test_fma_update(backends[b]);
+  for (int b = 0; b < 2; b++) test_numbers_are_unit_arrays(backends[b]);
   test_grad_spec();
   test_broadcast_conflict();
   test_format();

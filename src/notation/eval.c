@@ -488,12 +488,14 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
   } else {
     cn_tensor *init_t = NULL;
     if (init) {
-      /* a literal initial value gives the parameter its rows (a number: a scalar) */
-      if (is_literal(init)) {
-        /* "w" 0.25 fills a parameter whose shape is inferred: the scalar broadcasts */
-        bool fill = node->u.decl.string_form && init->kind == CN_NT_NUMBER;
-        init_t = literal_tensor(I, init, "init", any_dims || fill ? NULL : &dims);
-        any_dims = any_dims || !fill;
+      /* an array literal gives the parameter its rows; a number fills a parameter whose shape
+       * is inferred ({hey = 7.0}, "w" 0.25: seed 002) as a scalar with no axes */
+      if (init->kind == CN_NT_NUMBER && !init->u.number.label) {
+        init_t = cn_tensor_scalar(I->g, init->u.number.value);
+        if (!init_t) nt_fail_here(I, init->pos);
+      } else if (is_literal(init)) {
+        init_t = literal_tensor(I, init, "init", any_dims ? NULL : &dims);
+        any_dims = true;
       } else {
         value *v = nt_eval(I, e, ds, init);
         init_t = v ? nt_tensor_of(I, v, init->pos) : NULL;

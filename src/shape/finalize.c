@@ -44,26 +44,45 @@ static bool same_dim(cn_shape_env *env, cn_dim *a, cn_dim *b) {
          (!a->label || !b->label || strcmp(a->label, b->label) == 0);
 }
 
+/* The number of axes of a closed row made only of broadcast units (a number's [1]), else -1.
+ * Such an operand bounds its result's rank from below but says nothing of its sizes: a result
+ * that has uses takes its axes from them first (a parameter's initializer `0.5 * uniform1 ()`
+ * must take the parameter's axes, not the number's one). */
+static int unit_axes(const cn_row *r) {
+  if (r->var >= 0 || r->n_trail == 0) return -1;
+  for (int i = 0; i < r->n_trail; i++)
+    if (!cn_dim_is_unit(r->trail[i])) return -1;
+  return r->n_trail;
+}
+
 /* Leaves close upward: a row variable w whose every pending use is "flat row ⊑ w" becomes the
  * least upper bound of those rows (the common right-aligned axes; dims that disagree become a
  * fresh dim with the same inequalities, closed in turn). With `through`, w may also be the result
  * (sub) of constraints whose operand still has a row variable: an intermediate between a
  * parameter and a use that fixes its axes (`w * x` in `b + w * x`) takes the axes of its uses,
- * which then reach the parameter as it closes upward in turn. */
+ * which then reach the parameter as it closes upward in turn. Operands made of units never block
+ * (they broadcast to whatever w becomes) as long as the bound leaves w the axes they need. */
 static result close_row_upward_(cn_shape_env *env, bool through) {
   candidates c = {through ? &env->cand_through : &env->cand_upward, 0, env->n_rows};
   for (int w; (w = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[w]) continue;
     int n_uses = cn_sv_gather_row(env, w);
     if (n_uses < 0) return R_FAIL;
-    int uses = 0, m = INT_MAX;
+    int uses = 0, m = INT_MAX, need = 0;
     bool blocked = false;
     for (int u = 0; u < n_uses && !blocked; u++) {
       pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return R_FAIL;
-      if (sub->var == w && (!through || sup->var < 0)) blocked = true;
+      if (sub->var == w) {
+        int k = unit_axes(sup);
+        if (k >= 0) {
+          if (k - sub->n_lead - sub->n_trail > need) need = k - sub->n_lead - sub->n_trail;
+        } else if (!through || sup->var < 0) {
+          blocked = true;
+        }
+      }
       if (sup->var != w) continue;
       if (sub->var >= 0 || sup->n_lead || sup->n_trail) {
         blocked = true;
@@ -72,7 +91,7 @@ static result close_row_upward_(cn_shape_env *env, bool through) {
       uses++;
       if (sub->n_trail < m) m = sub->n_trail;
     }
-    if (blocked || !uses) continue;
+    if (blocked || !uses || m < need) continue;
     cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(m + 1));
     if (!dims) return R_FAIL;
     for (int j = 0; j < m; j++) {
@@ -128,7 +147,7 @@ static result close_dim_upward(cn_shape_env *env) {
       pending *q = &env->pend[env->gathered[u]];
       if (q->c.kind != CN_SC_DIM_INEQ) continue;
       cn_dim *sup = cn_dim_resolve(env, q->c.d2), *sub = cn_dim_resolve(env, q->c.d1);
-      if (sub->kind == CN_DIM_VAR && sub->var == v->var) blocked = true;
+      if (sub->kind == CN_DIM_VAR && sub->var == v->var && !cn_dim_is_unit(sup)) blocked = true;
       if (sup->kind != CN_DIM_VAR || sup->var != v->var) continue;
       if (sub->kind != CN_DIM_SOLVED) {
         blocked = true;
@@ -148,23 +167,33 @@ static result close_dim_upward(cn_shape_env *env) {
 
 /* Results close to the fewest axes their operands need: a row variable v that is the sub of
  * pending "L v T ⊑ closed row" constraints gets as many fresh dims as the longest such operand
- * leaves uncovered (operands that still have a row variable are ignored here). */
+ * leaves uncovered (operands that still have a row variable are ignored here). When only
+ * operands made of units (numbers) ask for more, a v that is itself an operand of something
+ * waits: its uses give it its axes (a parameter's initializer takes the parameter's), or, if
+ * nothing does, guessing gives it the fewest the units need. */
 static result close_row_to_operands(cn_shape_env *env) {
   candidates c = {&env->cand_operands, 0, env->n_rows};
   for (int v; (v = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[v]) continue;
     int n_uses = cn_sv_gather_row(env, v);
     if (n_uses < 0) return R_FAIL;
-    int need = -1;
+    int need = -1, need_units = -1;
+    bool used = false;
     for (int u = 0; u < n_uses; u++) {
       pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return R_FAIL;
+      if (sup->var == v) used = true;
       if (sub->var != v || sup->var >= 0) continue;
       int uncovered = sup->n_trail - sub->n_trail - sub->n_lead;
       if (uncovered < 0) uncovered = 0;
-      if (uncovered > need) need = uncovered;
+      int *into = unit_axes(sup) >= 0 ? &need_units : &need;
+      if (uncovered > *into) *into = uncovered;
+    }
+    if (need_units > need) {
+      if (used) continue;
+      need = need_units;
     }
     if (need < 0) continue;
     cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
@@ -251,10 +280,67 @@ static cn_dim *first_var_in(cn_shape_env *env, cn_dim *d) {
   return NULL;
 }
 
+/* The fewest axes row variable v must get: the operands it broadcasts (pending "L v T ⊑ S") must
+ * not outrank it, and an operand's open row needs as many in turn (a number's unit axis reaches
+ * every result below it: in `w =+ (w *. 2)` the parameter w is below the number's result). Only
+ * operands are followed, never uses: a result's axes do not flow up into its operands. Each
+ * variable is visited once per call (memo in env, keyed by env->rank_call); a cycle, or a chain
+ * deeper than MAX_RANK_DEPTH, counts 0 (a lower bound). -1 on allocation failure. */
+#define MAX_RANK_DEPTH 64
+static int min_rank_(cn_shape_env *env, int v, int depth) {
+  if (depth > MAX_RANK_DEPTH) return 0;
+  if (env->rank_seen[v] == env->rank_call) return env->rank_need[v];
+  env->rank_seen[v] = env->rank_call;
+  env->rank_need[v] = 0; /* what a cycle back to v reads */
+  int n_uses = cn_sv_gather_row(env, v);
+  if (n_uses < 0) return -1;
+  /* the gathered list is scratch that the recursion reuses: copy the entries first */
+  int *entries = cn_alloc(env->ctx, sizeof(int) * (size_t)(n_uses + 1));
+  if (!entries) return -1;
+  if (n_uses) memcpy(entries, env->gathered, sizeof(int) * (size_t)n_uses);
+  int need = 0;
+  for (int u = 0; u < n_uses; u++) {
+    pending *p = &env->pend[entries[u]];
+    if (p->done || p->c.kind != CN_SC_ROW_INEQ) continue;
+    cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
+    if (!sup || !sub) return -1;
+    if (sub->var != v || sup->var == v) continue;
+    int rank = sup->n_lead + sup->n_trail;
+    if (sup->var >= 0) {
+      int more = min_rank_(env, sup->var, depth + 1);
+      if (more < 0) return -1;
+      rank += more;
+    }
+    if (rank - sub->n_lead - sub->n_trail > need) need = rank - sub->n_lead - sub->n_trail;
+  }
+  env->rank_need[v] = need;
+  return need;
+}
+
+static int min_rank(cn_shape_env *env, int v) {
+  int had = env->cap_rank_seen;
+  if (!cn_arena_grow(env->ctx, (void **)&env->rank_seen, &env->cap_rank_seen, env->n_rows,
+                     sizeof(long)) ||
+      !cn_arena_grow(env->ctx, (void **)&env->rank_need, &env->cap_rank_need, env->n_rows,
+                     sizeof(int)))
+    return -1;
+  for (int i = had; i < env->cap_rank_seen; i++) env->rank_seen[i] = 0; /* arena memory */
+  env->rank_call++;
+  return min_rank_(env, v, 0);
+}
+
+/* A row variable nothing determines gets the fewest axes it must have (min_rank), usually
+ * none. */
 static result bind_guess_row(cn_shape_env *env, int rv) {
-  cn_row *empty = cn_row_make(env, 0, NULL, -1, 0, NULL);
-  if (!empty) return R_FAIL;
-  if (!cn_sv_set_row(env, rv, empty)) return R_FAIL;
+  int need = min_rank(env, rv);
+  if (need < 0) return R_FAIL;
+  cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
+  if (!dims) return R_FAIL;
+  for (int j = 0; j < need; j++)
+    if (!(dims[j] = cn_dim_var(env))) return R_FAIL;
+  cn_row *to = cn_row_make(env, 0, NULL, -1, need, dims);
+  if (!to) return R_FAIL;
+  if (!cn_sv_set_row(env, rv, to)) return R_FAIL;
   env->events++;
   return R_DONE;
 }
@@ -299,7 +385,27 @@ static bool open_row(cn_shape_env *env, const cn_shape *sh, bool dims_only, int 
   return true;
 }
 
-/* A parameter with an open dimension: an error naming the first. Outside reference mode only the
+/* Whether the dim variable v of parameter sh reads a broadcast unit: sh's own axis is the result
+ * side of a pending "v ⊑ unit" (w.input against a number's output in `w * 2.0`), so any size
+ * fits and its minimum is the least commitment. Units reached through other tensors (the
+ * numbers of its initializer, which takes the parameter's axes) do not count. -1 on allocation
+ * failure. */
+static int reads_unit(cn_shape_env *env, const cn_shape *sh, cn_dim *v) {
+  int n_uses = cn_sv_gather_dim(env, v->var);
+  if (n_uses < 0) return -1;
+  for (int u = 0; u < n_uses; u++) {
+    pending *q = &env->pend[env->gathered[u]];
+    if (q->done || q->c.kind != CN_SC_DIM_INEQ || !q->op || q->c.a.slot < 0) continue;
+    if ((q->c.a.slot == 0 ? q->op->lhs : q->op->rhs[q->c.a.slot - 1]) != sh) continue;
+    cn_dim *sub = cn_dim_resolve(env, q->c.d1), *sup = cn_dim_resolve(env, q->c.d2);
+    if (!sub || !sup) return -1;
+    if (sub->kind == CN_DIM_VAR && sub->var == v->var && cn_dim_is_unit(sup)) return 1;
+  }
+  return 0;
+}
+
+/* A parameter with an open dimension: an error naming the first, unless that dimension reads a
+ * broadcast unit (it closes to its minimum). Outside reference mode only the
  * parameters whose variables changed since their last check are candidates: at the previous
  * guess no parameter had an open dimension (it would have failed), and one gains a dimension
  * variable only through a binding of a variable of its rows, which queues it. */
@@ -307,13 +413,18 @@ static result guess_param_dims(cn_shape_env *env) {
   candidates c = {&env->cand_params, 0, env->n_shapes};
   for (int i; (i = next_candidate(env, &c)) >= 0;) {
     cn_shape *sh = env->shapes[i];
-    if (!sh->is_param) continue;
+    if (!sh->is_param || sh->guessable) continue;
     int k, rv, axis;
     cn_dim *dv;
     if (!cn_sv_note_param(env, sh, i, false) || !open_row(env, sh, true, &k, &rv, &dv, &axis))
       return R_FAIL;
     if (k == CN_N_ROWS) continue;
     if (!env->reference && !cn_queue_push(env->ctx, &env->cand_params, i, i)) return R_FAIL;
+    if (dv->kind == CN_DIM_VAR) {
+      int unit = reads_unit(env, sh, dv);
+      if (unit < 0) return R_FAIL;
+      if (unit) return bind_guess_dim(env, dv);
+    }
     return param_undetermined(env, sh, k, true, axis); /* still a candidate if asked again */
   }
   return R_PEND;
@@ -325,7 +436,7 @@ static result guess_param_rows(cn_shape_env *env) {
   int n = env->reference ? env->n_shapes : env->n_open_params, kept = 0;
   for (int i = 0; i < n; i++) {
     cn_shape *sh = env->shapes[env->reference ? i : env->open_params[i]];
-    if (!sh->is_param) continue;
+    if (!sh->is_param || sh->guessable) continue;
     int k, rv, axis;
     cn_dim *dv;
     if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
@@ -342,7 +453,7 @@ static result guess_param_rows(cn_shape_env *env) {
 static result guess_shapes(cn_shape_env *env) {
   for (int i = env->reference ? 0 : env->guess_cursor; i < env->n_shapes; i++) {
     cn_shape *sh = env->shapes[i];
-    if (!sh->is_param) {
+    if (!sh->is_param || sh->guessable) {
       int k, rv, axis;
       cn_dim *dv;
       if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
@@ -374,9 +485,10 @@ static result guess_pending(cn_shape_env *env) {
 }
 
 /* Guessing, once nothing can be inferred: a parameter's open dimension is an error (parameters
- * refuse to be guessed); then a non-parameter's row variable closes to "no more axes" and its
- * dim variables to size 1 (or their minimum); then variables only pending constraints mention;
- * a parameter's row variable that nothing bounded even after that is an error. */
+ * refuse to be guessed); then a non-parameter's (or number-initialized parameter's) row variable
+ * closes to "no more axes" and its dim variables to size 1 (or their minimum); then variables only
+ * pending constraints mention; a parameter's row variable that nothing bounded even after that is
+ * an error. */
 static result guess(cn_shape_env *env) {
   result r = guess_param_dims(env);
   if (r == R_PEND) r = guess_shapes(env);

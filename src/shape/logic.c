@@ -62,6 +62,9 @@ static bool row_rel(builder *b, cn_sc_kind kind, cn_shape *const *slots, int sa,
 
 static cn_status arity(cn_ctx *ctx, cn_shape_kind kind, int n_rhs, int lo, int hi) {
   if (n_rhs >= lo && n_rhs <= hi) return CN_OK;
+  if (lo == hi)
+    return cn_fail(ctx, CN_ERR_INVALID, "shape logic %s takes %d operand%s, got %d",
+                   cn_shape_kind_name(kind), lo, lo == 1 ? "" : "s", n_rhs);
   return cn_fail(ctx, CN_ERR_INVALID, "shape logic %s takes %d to %d operands, got %d",
                  cn_shape_kind_name(kind), lo, hi, n_rhs);
 }
@@ -246,12 +249,15 @@ cn_status cn_shape_derive(cn_shape_env *env, cn_shape_kind kind, const cn_shape_
         ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, i, (cn_row_kind)k);
     break;
   case CN_SL_COMPOSE:
-    if ((st = arity(ctx, kind, n_rhs, 2, 2)) != CN_OK) return st;
-    ok = row_rel(&b, CN_SC_ROW_EQ, slots, 1, I, 2, O) &&
+    if ((st = arity(ctx, kind, n_rhs, 2, 3)) != CN_OK) return st;
+    ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 1, I, 2, O) &&
          row_rel(&b, CN_SC_ROW_INEQ, slots, 0, O, 1, O) &&
          row_rel(&b, CN_SC_ROW_INEQ, slots, 0, I, 2, I) &&
          row_rel(&b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
          row_rel(&b, CN_SC_ROW_INEQ, slots, 0, B, 2, B);
+    /* compose-accumulate (fma, seed 002): the third operand is read like the result */
+    for (int k = 0; k < CN_N_ROWS && ok && n_rhs == 3; k++)
+      ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, 3, (cn_row_kind)k);
     break;
   case CN_SL_TRANSPOSE:
     if ((st = arity(ctx, kind, n_rhs, 1, 1)) != CN_OK) return st;

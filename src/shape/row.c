@@ -207,6 +207,7 @@ cn_shape *cn_shape_new(cn_shape_env *env, const char *label, bool is_param,
   sh->id = env->n_shapes + 1;
   sh->label = cn_strdup(env->ctx, label ? label : "");
   sh->is_param = is_param;
+  sh->guessable = false;
   if (!sh->label) return NULL;
   for (int k = 0; k < CN_N_ROWS; k++) {
     const cn_shape_row_spec *spec = rows ? &rows[k] : NULL;
@@ -794,13 +795,18 @@ static result unify_dim(cn_shape_env *env, const site *s, cn_dim *a, cn_dim *b) 
   return defer_dim(env, s, CN_SC_DIM_EQ, a, b);
 }
 
-/* sub ⊑ super: equal, or the super has size 1. */
+/* sub ⊑ super: equal, or the super is a broadcasting unit (an unlabeled size 1). A variable below
+ * a unit stays pending: it may take any size, and finalization closes a parameter's such dim to
+ * its minimum instead of asking for it (a weight reading a number: `w * 2.0`). */
 static result ineq_dim(cn_shape_env *env, const site *s, cn_dim *sub, cn_dim *super) {
   sub = cn_dim_resolve(env, sub);
   super = cn_dim_resolve(env, super);
   if (!sub || !super) return R_FAIL;
   if (super->kind == CN_DIM_SOLVED) {
-    if (super->size == 1) return R_DONE;
+    if (cn_dim_is_unit(super)) {
+      if (sub->kind == CN_DIM_VAR) return defer_dim(env, s, CN_SC_DIM_INEQ, sub, super);
+      return R_DONE;
+    }
     if (sub->kind == CN_DIM_SOLVED)
       return same_solved(env, s, sub, super, "sizes differ and the operand's is not 1");
     return unify_dim(env, s, sub, super);
@@ -1117,7 +1123,7 @@ static const cn_shape *super_shape(const pending *p) {
 }
 
 /* Two pending `w ⊑ R1`, `w ⊑ R2` over one open result row w with closed operand rows: w must
- * broadcast to both, so their right-aligned solved dims must agree or be 1. Checked for the
+ * broadcast to both, so their right-aligned solved dims must agree or be units. Checked for the
  * constraints of the operation just added, so a pointwise operation over operands that can
  * never broadcast together fails when it is built, not at finalization. */
 static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op, int first) {
@@ -1142,15 +1148,20 @@ static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op, in
         cn_dim *b = cn_dim_resolve(env, r2->trail[r2->n_trail - k]);
         if (!a || !b) return CN_ERR_NOMEM;
         if (a->kind != CN_DIM_SOLVED || b->kind != CN_DIM_SOLVED || a->size == b->size ||
-            a->size == 1 || b->size == 1)
+            cn_dim_is_unit(a) || cn_dim_is_unit(b))
           continue;
         const cn_shape *sa = super_shape(p), *sb = super_shape(q);
-        char what[320];
+        char what[480];
         snprintf(what, sizeof what,
-                 "operands that cannot broadcast together: axis %d of the %s row has size %lld in "
-                 "\"%s\" (#%d) and %lld in \"%s\" (#%d)",
-                 -k, cn_row_kind_name(q->c.b.row), (long long)a->size, sa ? sa->label : "?",
-                 sa ? sa->id : 0, (long long)b->size, sb ? sb->label : "?", sb ? sb->id : 0);
+                 "operands that cannot broadcast together: axis %d of the %s row has size %lld%s%s "
+                 "in \"%s\" (#%d) and %lld%s%s in \"%s\" (#%d)%s",
+                 -k, cn_row_kind_name(q->c.b.row), (long long)a->size, a->label ? ":" : "",
+                 a->label ? a->label : "", sa ? sa->label : "?", sa ? sa->id : 0,
+                 (long long)b->size, b->label ? ":" : "", b->label ? b->label : "",
+                 sb ? sb->label : "?", sb ? sb->id : 0,
+                 (a->label && a->size == 1) || (b->label && b->size == 1)
+                     ? " (a labeled axis of size 1 does not broadcast)"
+                     : "");
         return cn_sv_pending_conflict(env, q, what);
       }
     }

@@ -13,10 +13,11 @@
  *     padded convolution: input = stride * over
  *     valid convolution:  input = stride * (over - 1) + 1 + (kernel - 1) * dilation
  *   and stride_offset (0 <= offset < stride) matters for projections only.
- *   Broadcasting is an order: sub ⊑ super holds when the dims are equal or the super dim has size
- *   1; a super row with fewer axes broadcasts: its row variable (or, for a closed row, an
- *   implicit one at its left) absorbs the surplus axes of the sub row. The result of an
- *   operation is the sub, its operands the supers.
+ *   Broadcasting is an order: sub ⊑ super holds when the dims are equal or the super dim is an
+ *   unlabeled size 1 (a labeled size-1 axis, as of 'p' 1.0, claims its basis and does not
+ *   stretch: ocannl-notes §2.5); a super row with fewer axes broadcasts: its row variable (or, for
+ * a closed row, an implicit one at its left) absorbs the surplus axes of the sub row. The result of
+ * an operation is the sub, its operands the supers.
  *
  * Constraints are data (cn_shape_constraint), grouped per operation in a cn_shape_op record that
  * the environment keeps (cn_shape_env.ops), so projection inference can call cn_shape_derive
@@ -89,7 +90,8 @@ typedef struct cn_row {
 typedef struct cn_shape {
   int id;            /* 1-based, in creation order */
   const char *label; /* arena */
-  bool is_param;     /* never guessed: undetermined dims are errors */
+  bool is_param;     /* never guessed: undetermined dims are errors ... */
+  bool guessable;    /* ... unless its initializer is a number (set by the tensor layer) */
   cn_row *rows[CN_N_ROWS];
 } cn_shape;
 
@@ -124,8 +126,10 @@ typedef struct {
 /* ---- Operations ----------------------------------------------------------------------------- */
 typedef enum {
   CN_SL_POINTWISE,   /* 1..3 operands: lhs ⊑ each rhs, row by row */
-  CN_SL_COMPOSE,     /* 2 operands: rhs1.input = rhs2.output; lhs.output ⊑ rhs1.output,
-                        lhs.input ⊑ rhs2.input, lhs.batch ⊑ both batches */
+  CN_SL_COMPOSE,     /* 2 operands: rhs1.input ⊑ rhs2.output (seed 001: the right operand's
+                        output broadcasts into the left one's input); lhs.output ⊑ rhs1.output,
+                        lhs.input ⊑ rhs2.input, lhs.batch ⊑ both batches. A third operand
+                        (compose-accumulate, fma) is pointwise with lhs: lhs ⊑ rhs3 per row */
   CN_SL_TRANSPOSE,   /* 1 operand: input and output rows swapped (inequalities) */
   CN_SL_EINSUM,      /* 1..3 operands, args.spec: equalities only */
   CN_SL_BATCH_SLICE, /* 1 operand: rhs.batch = [d] ++ lhs.batch, other rows equal */
@@ -212,6 +216,10 @@ cn_status cn_shape_finalize(cn_shape_env *env);
 /* ---- Fresh terms (used by the logic and by projection inference) ---- */
 cn_dim *cn_dim_var(cn_shape_env *env);
 cn_dim *cn_dim_solved(cn_shape_env *env, int64_t size, const char *label);
+/* A broadcasting unit: a solved, unlabeled size 1 (it stretches to any size). */
+static inline bool cn_dim_is_unit(const cn_dim *d) {
+  return d->kind == CN_DIM_SOLVED && d->size == 1 && !d->label;
+}
 /* over/kernel as given; pure unit striding (stride 1, no kernel) is simplified to `over`. */
 cn_dim *cn_dim_affine(cn_shape_env *env, int64_t stride, cn_dim *over, bool conv, int64_t dilation,
                       cn_dim *kernel, bool use_padding, int64_t stride_offset);

@@ -103,6 +103,11 @@ struct cn_shape_env {
   int n_open_params, cap_open_params;
   int *gathered; /* scratch of cn_sv_gather */
   int cap_gathered;
+  /* min_rank's memo (finalize.c): rank_seen[v] == rank_call when rank_need[v] is this call's */
+  long *rank_seen;
+  int *rank_need;
+  int cap_rank_seen, cap_rank_need;
+  long rank_call;
   bool trailing; /* inside cn_shape_add_op: record every write on the trail */
   undo *trail;
   int n_trail, cap_trail;

@@ -378,15 +378,16 @@ cn_proj *cn_pointwise_proj(cn_ctx *ctx, cn_node *target, int n_refs, cn_node *co
   cn_proj_tensor rt[3];
   for (int r = 0; r < n_refs; r++) {
     int rr = cn_node_rank(refs[r]);
-    if (rr > rank) {
-      cn_fail(ctx, CN_ERR_INVALID, "%s has more axes than %s, which it updates",
-              cn_node_describe(refs[r]), cn_node_describe(target));
-      return NULL;
-    }
     for (int j = 0; j < rr; j++) {
-      int a = rank - rr + j;
+      int a = rank - rr + j; /* right-aligned; surplus leading axes of size 1 read cell 0 (a
+                                number's unit axis updating a scalar) */
       dims[r + 1][j] = cn_node_dim(refs[r], j);
-      if (dims[r + 1][j] == dims[0][a]) {
+      if (a < 0 && dims[r + 1][j] != 1) {
+        cn_fail(ctx, CN_ERR_INVALID, "%s has more axes than %s, which it updates",
+                cn_node_describe(refs[r]), cn_node_describe(target));
+        return NULL;
+      }
+      if (a >= 0 && dims[r + 1][j] == dims[0][a]) {
         maps[r + 1][j] = axis_index[a];
       } else if (dims[r + 1][j] == 1) {
         maps[r + 1][j] = cn_index_fixed(0);

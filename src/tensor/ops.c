@@ -18,6 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Numbers are arrays of one output axis of size 1 (seed 002 "Numeric and N-dimensional array
+ * literals"; ocannl-notes §2.5): an unlabeled unit axis, which broadcasts to any size but gives a
+ * result of numbers its axis. The library's own scalars (the embedded node id, symbol value and
+ * random seed, the default initializer's constants) have no axes: they fill whatever shape they
+ * meet and never give a parameter's initializer, which takes the parameter's shape, an axis. */
+static const int64_t unit_dim[1] = {1};
+static const cn_shape_row_spec unit_rows[CN_N_ROWS] = {
+    {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 1, unit_dim, NULL}};
 static const cn_shape_row_spec scalar_rows[CN_N_ROWS] = {
     {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
 
@@ -35,10 +43,18 @@ static cn_prec result_prec(cn_graph *g, cn_op prim, int n, cn_tensor *const *arg
   return p;
 }
 
-cn_tensor *cn_tensor_number(cn_graph *g, double value) {
+static cn_tensor *labeled_constant(cn_graph *g, double value, const cn_shape_row_spec *rows) {
   char label[64];
   snprintf(label, sizeof label, "%g", value);
-  return cn_tensor_constant(g, label, value, scalar_rows);
+  return cn_tensor_constant(g, label, value, rows);
+}
+
+cn_tensor *cn_tensor_number(cn_graph *g, double value) {
+  return labeled_constant(g, value, unit_rows);
+}
+
+cn_tensor *cn_tensor_scalar(cn_graph *g, double value) {
+  return labeled_constant(g, value, scalar_rows);
 }
 
 /* A row with n > 0 axes must give their sizes. *numel: the cell count when every row and size
@@ -203,16 +219,26 @@ cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, 
   int64_t numel;
   if (dims && !dims_given(g->ctx, "parameter", label, dims, &numel)) return NULL;
   if (!init) { /* 0.5 * (uniform1 - 0.5), in [-0.25, 0.25) */
-    cn_tensor *u = cn_tensor_uniform1(g), *half = u ? cn_tensor_number(g, 0.5) : NULL;
+    cn_tensor *u = cn_tensor_uniform1(g), *half = u ? cn_tensor_scalar(g, 0.5) : NULL;
     cn_tensor *centered = half ? binop(g, CN_OP_SUB, u, half) : NULL;
-    cn_tensor *half2 = centered ? cn_tensor_number(g, 0.5) : NULL;
+    cn_tensor *half2 = centered ? cn_tensor_scalar(g, 0.5) : NULL;
     init = half2 ? binop(g, CN_OP_MUL, half2, centered) : NULL;
     if (!init) return NULL;
   }
+  /* A number initializer fills the parameter (rank-free) and lets inference guess what nothing
+   * determines, as for any leaf: {q = 3.0} alone is a scalar, while {hey = 7.0} * [2; 3] makes
+   * hey a matrix (seed 002). */
+  int64_t init_dims[CN_MAX_RANK];
+  int init_rank = init->kind == CN_TK_NUMBER && !init->number_bits
+                      ? cn_shape_dims(g->shapes, init->shape, init_dims, CN_MAX_RANK)
+                      : -1;
+  bool filled = init_rank == 0 || (init_rank == 1 && init_dims[0] == 1);
+  if (init_rank == 1 && filled && !(init = cn_tensor_scalar(g, init->number))) return NULL;
   cn_shape_row_spec rows[CN_N_ROWS];
   cn_tensor *t = cn_tensor_new(g, label, CN_TK_PARAM, g->prec, cn_dims_rows(dims, rows),
                                CN_SL_POINTWISE, NULL, 1, &init);
   if (!t) return NULL;
+  t->shape->guessable = filled;
   t->is_param = t->diff = true;
   t->accum = CN_OP_ADD;
   t->prim = CN_OP_ID;

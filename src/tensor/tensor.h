@@ -112,6 +112,9 @@ const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec row
 /* A constant filling the given rows (NULL: inferred): Fetch Constant, not differentiable. */
 cn_tensor *cn_tensor_constant(cn_graph *g, const char *label, double value,
                               const cn_shape_row_spec *rows);
+/* A constant with no axes (unlike a number's unit axis): it fills whatever shape it meets and
+ * never gives its results an axis. The library's own scalars and Tile's rank-0 values. */
+cn_tensor *cn_tensor_scalar(cn_graph *g, double value);
 /* Materializes every tensor and update built so far (see the lifecycle above). */
 cn_status cn_graph_materialize(cn_graph *g);
 /* The node a reference designates (after materialization); NULL with a message if it is a

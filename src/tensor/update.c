@@ -69,7 +69,10 @@ cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_
   cn_shape_kind kind = CN_SL_POINTWISE;
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
-  if (logic && strcmp(logic, "@") == 0) {
+  /* without a logic, the primitive's default projection (the op table; seed 002): compose for
+   * fma (compose-accumulate), pointwise otherwise (mul and div, which have none, too) */
+  if ((logic && strcmp(logic, "@") == 0) ||
+      (!logic && cn_op_table[prim].logic == CN_LOGIC_COMPOSE_ACC)) {
     kind = CN_SL_COMPOSE;
   } else if (logic && strcmp(logic, "T") == 0) {
     kind = CN_SL_TRANSPOSE;

@@ -775,7 +775,7 @@ static double as_double(const value *v) {
 
 static cn_tensor *to_tensor(env *ev, const value *v) {
   if (v->t) return v->t;
-  cn_tensor *t = cn_tensor_number(ev->g, as_double(v));
+  cn_tensor *t = cn_tensor_scalar(ev->g, as_double(v)); /* Tile's scalars have rank 0 */
   if (!t) ev->src.failed = true;
   return t;
 }
