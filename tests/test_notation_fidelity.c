@@ -1,6 +1,7 @@
 /* Fidelity items of issue 13: a float after an inline declaration string is its initial value,
  * script integers spliced into einsum strides, "…" for "...", `/` needing ~logic in %cd, and
- * uint4x32 cells printed as their four words, numbers as unit arrays and compose broadcasting.
+ * uint4x32 cells printed as their four words, numbers as unit arrays and compose broadcasting,
+ * fma's compose-accumulate and flat sums of thousands of terms.
  * Values computed by hand. */
 #include "notation_check.h"
 
@@ -168,7 +169,40 @@ static void test_fma_compose_accumulate(void) {
             "seed.cnl:2:16: shape logic transpose takes 1 operand, got 3");
 }
 
+/* "let a = [1.0; 2.0]\nprint (a OP a OP a ...)\n" with n terms, the operators alternating
+ * between ops[0] and ops[1] (malloc'd; NULL when out of memory). */
+static char *chain_script(int n, const char *const ops[2]) {
+  size_t cap = 64 + (size_t)n * 4;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  size_t len = (size_t)snprintf(s, cap, "let a = [1.0; 2.0]\nprint (a");
+  for (int i = 1; i < n; i++) len += (size_t)snprintf(s + len, cap - len, " %s a", ops[i % 2 == 0]);
+  snprintf(s + len, cap - len, ")\n");
+  return s;
+}
+
+/* A flat sum is no deeper than its terms: `a + a + ... + a` over 201 and 5000 terms of
+ * a = [1; 2] gives 201 a and 5000 a; a chain alternating + and - over 2001 terms (the first +)
+ * leaves a. */
+static void test_flat_sum(void) {
+  static const char *const plus[2] = {"+", "+"}, *const plus_minus[2] = {"+", "-"};
+  char *s201 = chain_script(201, plus), *s2001 = chain_script(2001, plus_minus);
+  char *s5000 = chain_script(5000, plus);
+  CHECK(s201 && s2001 && s5000);
+  BOTH {
+    outcome o;
+    if (s201 && run(&o, b, s201)) expect(&o, b, 0, NULL, "|->2", VALUES(201, 402), 0);
+    if (s2001 && run(&o, b, s2001)) expect(&o, b, 0, NULL, "|->2", VALUES(1, 2), 0);
+  }
+  outcome o;
+  if (s5000 && run(&o, 0, s5000)) expect(&o, 0, 0, NULL, "|->2", VALUES(5000, 10000), 0);
+  free(s201);
+  free(s2001);
+  free(s5000);
+}
+
 int main(void) {
+  test_flat_sum();
   test_fma_compose_accumulate();
   test_numbers_and_compose();
   test_declaration_float();

@@ -317,7 +317,7 @@ static const example examples[] = {
      "let r = range_of_shape ~batch_dims:[2] ~output_dims:[3; 4]\n"},
     {"let u = uniform1 () + embed_self_id ()", "let u = uniform1 () + embed_self_id ()\n"},
     {"let e3 = einsum3 \"i;i;i=>i\" a b c + where c a b + range 5",
-     "let e3 = (einsum3 \"i;i;i=>i\" a b c + where c a b) + range 5\n"},
+     "let e3 = einsum3 \"i;i;i=>i\" a b c + where c a b + range 5\n"},
     {"let s = x @| 2 @| 0", "let s = x @| (2 @| 0)\n"},
     {"let t = a @^+ \"i;i=>i\" b", "let t = a @^+ \"i;i=>i\" b\n"},
     {"let t = (a @^^ \"ij=>i\") +++ \"i;i=>i\" b", "let t = (a @^^ \"ij=>i\") +++ \"i;i=>i\" b\n"},
@@ -327,7 +327,7 @@ static const example examples[] = {
     {"let o = a -?/ b +* \"i;i=>i\" c", "let o = (a -?/ b) +* \"i;i=>i\" c\n"},
     {"let o = a + b @^+ \"i;i=>i\" c", "let o = (a + b) @^+ \"i;i=>i\" c\n"},
     {"let o = a ^^ b + c < d || e && f", "let o = ((a ^^ (b + c)) < d) || (e && f)\n"},
-    {"let n = -x ** 2 - -4 - -.y", "let n = (((-x) ** 2) - (-4)) - (-.y)\n"},
+    {"let n = -x ** 2 - -4 - -.y", "let n = ((-x) ** 2) - (-4) - (-.y)\n"},
     {"let n = [ -1.5e3; 0.1; 'x' 7; 'y' -2.5; 1_000; 1e20; 1.25e-7; 0.0001; -0.0; 1. ]",
      "let n = [-1500.0; 0.1; 'x' 7; 'y' -2.5; 1000; 1e+20; 1.25e-07; 0.0001; -0.0; 1.0]\n"},
     {"let b = [| [1; 2]; [3; 4] |]", "let b = [|[1; 2]; [3; 4]|]\n"},
@@ -894,7 +894,7 @@ static void test_depth(void) {
   } deep[] = {
       {"let x = ", "(", "x", ")", 100000},       {"let x = ", "[", "1", "]", 5000},
       {"let x = ", "- ", "x", "", 100000},       {"let x = ", "!. ", "x", "", 5000},
-      {"let x = ", "a + ", "a", "", 5000},       {"let x = ", "a ** ", "a", "", 5000},
+      {"let x = ", "a + (", "a", ")", 5000},     {"let x = ", "a ** ", "a", "", 5000},
       {"let x = ", "f (", "x", ")", 5000},       {"let x = ", "let y = 1 in ", "y", "", 5000},
       {"let x = x", ".grad", "", "", 5000},      {"let%cd x = ", "if c then ", "a =: b", "", 5000},
       {"let%cd x = ", "(", "a =: b", ")", 5000}, {"let%cd x = ", "~~(\"c\"; ", "a =: b", ")", 5000},
@@ -910,10 +910,11 @@ static void test_depth(void) {
     CHECK_HAS(cn_ctx_error(ctx), "too deeply nested (more than 200 levels)");
     cn_sbuf_free(&sb);
   }
-  /* 150 levels are fine, and wide inputs are arrays, not deep trees. */
+  /* 150 levels are fine, and wide inputs are arrays, not deep trees; a left-associative chain
+   * (a flat sum of 20000 terms) is one level: its walks iterate along the spine. */
   cn_sbuf sb = {0};
   cn_sbuf_puts(&sb, "let x = ");
-  for (int i = 0; i < 150; i++) cn_sbuf_puts(&sb, "a + ");
+  for (int i = 0; i < 150; i++) cn_sbuf_puts(&sb, "a ** ");
   cn_sbuf_puts(&sb, "a\nlet y = f");
   for (int i = 0; i < 20000; i++) cn_sbuf_puts(&sb, " a");
   cn_sbuf_puts(&sb, "\nlet%cd r = a =: b");
@@ -922,7 +923,8 @@ static void test_depth(void) {
   for (int i = 1; i < 256; i++) cn_sbuf_printf(&sb, "; f%d = %d", i, i);
   cn_sbuf_puts(&sb, "}\nlet%op g");
   for (int i = 0; i < 256; i++) cn_sbuf_printf(&sb, " x%d", i);
-  cn_sbuf_puts(&sb, " = 1");
+  cn_sbuf_puts(&sb, " = 1\nlet s = a");
+  for (int i = 0; i < 20000; i++) cn_sbuf_puts(&sb, i % 2 ? " + a" : " - a");
   cn_nt_program *prog = sb.failed ? NULL : cn_nt_parse_program(ctx, "w.cnl", sb.data);
   cn_sbuf_free(&sb);
   CHECK(prog != NULL);
@@ -933,6 +935,15 @@ static void test_depth(void) {
     CHECK_INT(prog->items[2].u.let.cd->height, 3);
     CHECK_INT(prog->items[3].u.let.expr->u.decl.n_fields, 255);
     CHECK_INT(prog->items[4].u.let.n_params, 256);
+    const cn_nt_expr *sum = prog->items[5].u.let.expr;
+    CHECK_INT(sum->height, 2);
+    CHECK_INT(cn_nt_binop_spine(sum, NULL), 20000);
+    /* it prints flat (no parentheses) and the text reads back to the same tree */
+    cn_sbuf text = {0};
+    cn_nt_print_expr(&text, sum);
+    CHECK(!text.failed && text.len == 1 + 20000 * 4 && strchr(text.data, '(') == NULL);
+    CHECK(text.data && strncmp(text.data, "a - a + a - a", 13) == 0);
+    cn_sbuf_free(&text);
   }
   /* Names are compared pairwise for duplicates: their number is capped. */
   cn_sbuf many = {0};

@@ -12,7 +12,9 @@
  * Invariants (guaranteed by the parser): all memory is in the context's arena and lives until
  * cn_ctx_destroy; strings are NUL-terminated and contain no NUL; a node's `height` (1 for a leaf)
  * never exceeds CN_NT_MAX_HEIGHT and `for` items nest at most CN_NT_MAX_LOOP_DEPTH deep, so
- * recursive walks are bounded; pointers documented as
+ * recursive walks are bounded. A left-associative chain (`a + b - c + ...`, the left spine of
+ * BINOP nodes, see cn_nt_binop_spine) counts as one level: walks iterate along it, so a flat sum
+ * of any length parses and evaluates. Pointers documented as
  * "never NULL" are never NULL. */
 #ifndef CN_NT_AST_H
 #define CN_NT_AST_H
@@ -103,7 +105,9 @@ typedef struct {
 struct cn_nt_expr {
   cn_nt_expr_kind kind;
   cn_nt_pos pos; /* the first token of the expression */
-  int height;    /* 1 + the largest height of the children; at most CN_NT_MAX_HEIGHT */
+  int height;    /* 1 + the largest height of the children (a BINOP's left operand that is a
+                    BINOP counts one less: the spine is walked iteratively); at most
+                    CN_NT_MAX_HEIGHT */
   union {
     struct {
       bool is_int;       /* written without '.' or exponent */
@@ -309,5 +313,17 @@ typedef struct {
   int n_items;
   cn_nt_item *items;
 } cn_nt_program;
+
+/* The left spine of a BINOP chain: its length n (>= 1 for a BINOP, 0 otherwise), with
+ * spine[0] = e, spine[k + 1] = spine[k]->u.binop.lhs, when spine is non-NULL (n entries). Walks
+ * go bottom-up over spine[n - 1] .. spine[0] so that a long chain costs no recursion. */
+static inline int cn_nt_binop_spine(const cn_nt_expr *e, const cn_nt_expr **spine) {
+  int n = 0;
+  for (; e && e->kind == CN_NT_BINOP; e = e->u.binop.lhs) {
+    if (spine) spine[n] = e;
+    n++;
+  }
+  return n;
+}
 
 #endif

@@ -535,9 +535,16 @@ bool nt_predeclare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
   case CN_NT_PREFIX:
     return x->u.prefix.op[0] == '-' ? predeclare_operand(I, e, ds, x->u.prefix.operand)
                                     : nt_predeclare(I, e, ds, x->u.prefix.operand);
-  case CN_NT_BINOP:
-    return predeclare_operand(I, e, ds, x->u.binop.lhs) &&
-           predeclare_operand(I, e, ds, x->u.binop.rhs);
+  case CN_NT_BINOP: { /* along the left spine, in source order (see eval_binop) */
+    int n = cn_nt_binop_spine(x, NULL);
+    const cn_nt_expr **spine = cn_alloc(I->ctx, sizeof *spine * (size_t)n);
+    if (!spine) return false;
+    cn_nt_binop_spine(x, spine);
+    if (!predeclare_operand(I, e, ds, spine[n - 1]->u.binop.lhs)) return false;
+    for (int k = n - 1; k >= 0; k--)
+      if (!predeclare_operand(I, e, ds, spine[k]->u.binop.rhs)) return false;
+    return true;
+  }
   case CN_NT_EINSUM:
     return predeclare_operand(I, e, ds, x->u.einsum.lhs) &&
            predeclare_operand(I, e, ds, x->u.einsum.rhs);
@@ -678,11 +685,9 @@ static bool host_value(const value *v) {
   return v->kind == V_NUM || v->kind == V_BOOL;
 }
 
-static value *eval_binop(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+/* x's operator applied to a (x's left operand's value) and b (its right operand's). */
+static value *apply_binop(interp *I, const cn_nt_expr *x, value *a, value *b) {
   const char *op = x->u.binop.op;
-  value *a = nt_eval_operand(I, e, ds, x->u.binop.lhs);
-  value *b = a ? nt_eval_operand(I, e, ds, x->u.binop.rhs) : NULL;
-  if (!b) return NULL;
   if (host_value(a) && host_value(b)) return host_binop(I, op, a, b, x->u.binop.op_pos);
   if (strcmp(op, "@|") == 0) { /* at a static index, or at a constant position */
     cn_tensor *t = nt_tensor_of(I, a, x->u.binop.lhs->pos), *r;
@@ -711,6 +716,21 @@ static value *eval_binop(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x)
     r = binary_tensor(I, op, ta, tb);
   }
   return r ? nt_tensor_value(I, r) : nt_fail_here(I, x->u.binop.op_pos);
+}
+
+/* A chain `a + b - c ...` bottom-up along its left spine (no recursion per term): the
+ * innermost left operand, then each right operand in source order. */
+static value *eval_binop(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+  int n = cn_nt_binop_spine(x, NULL);
+  const cn_nt_expr **spine = cn_alloc(I->ctx, sizeof *spine * (size_t)n);
+  if (!spine) return NULL;
+  cn_nt_binop_spine(x, spine);
+  value *a = nt_eval_operand(I, e, ds, spine[n - 1]->u.binop.lhs);
+  for (int k = n - 1; k >= 0 && a; k--) {
+    value *b = nt_eval_operand(I, e, ds, spine[k]->u.binop.rhs);
+    a = b ? apply_binop(I, spine[k], a, b) : NULL;
+  }
+  return a;
 }
 
 static value *eval_field(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {

@@ -243,7 +243,11 @@ static cn_nt_expr *finish(parser *p, cn_nt_expr *e, cn_nt_pos at) {
   case CN_NT_IDENT: break;
   case CN_NT_FIELD: h = height(e->u.field.subject); break;
   case CN_NT_PREFIX: h = height(e->u.prefix.operand); break;
-  case CN_NT_BINOP: h = max_int(height(e->u.binop.lhs), height(e->u.binop.rhs)); break;
+  case CN_NT_BINOP: { /* the left spine is walked iteratively: it adds no level */
+    const cn_nt_expr *l = e->u.binop.lhs;
+    h = max_int(l->kind == CN_NT_BINOP ? l->height - 1 : height(l), height(e->u.binop.rhs));
+    break;
+  }
   case CN_NT_EINSUM: h = max_int(height(e->u.einsum.lhs), height(e->u.einsum.rhs)); break;
   case CN_NT_APPLY:
     h = height(e->u.apply.fn);

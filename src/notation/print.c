@@ -3,7 +3,9 @@
  * Canonical means: single spaces around infix and assignment operators; every operand of an
  * infix operator that is itself an infix expression, an einsum, a negation or a negative number
  * is parenthesized, so the text reads the same whatever the reader assumes about precedence
- * (`3 *. x **. 2` prints as `3 *. (x **. 2)`); tuples and annotations always carry their
+ * (`3 *. x **. 2` prints as `3 *. (x **. 2)`), except along a left-associative chain of one
+ * precedence class (`a + b - c`, printed iteratively, so that a flat sum of any length prints
+ * and reads back without nesting); tuples and annotations always carry their
  * parentheses; numbers print as integers or as the shortest decimal that reads back to the same
  * double (put_float); strings use OCaml escapes.
  *
@@ -144,6 +146,34 @@ static void print_number(cn_sbuf *sb, const cn_nt_expr *e) {
     put_float(sb, e->u.number.value);
 }
 
+/* Whether e's left operand continues e's chain: a BINOP of the same left-associative class. */
+static bool chains(const cn_nt_expr *e) {
+  const cn_nt_expr *l = e->u.binop.lhs;
+  cn_nt_prec prec = e->u.binop.prec;
+  bool left_assoc = prec == CN_NT_PREC_CMP || prec == CN_NT_PREC_ADD || prec == CN_NT_PREC_MUL;
+  return left_assoc && l->kind == CN_NT_BINOP && l->u.binop.prec == prec;
+}
+
+/* `a + b - c`: the chain's innermost left operand, then each operator and right operand in
+ * source order (the spine in a scratch array: no recursion per term). */
+static void print_chain(printer *pr, const cn_nt_expr *e) {
+  int n = 1;
+  for (const cn_nt_expr *b = e; chains(b); b = b->u.binop.lhs) n++;
+  const cn_nt_expr **spine = malloc(sizeof *spine * (size_t)n);
+  if (!spine) {
+    pr->sb->failed = true;
+    return;
+  }
+  spine[0] = e;
+  for (int k = 1; k < n; k++) spine[k] = spine[k - 1]->u.binop.lhs;
+  print_expr(pr, spine[n - 1]->u.binop.lhs, LV_OPERAND);
+  for (int k = n - 1; k >= 0; k--) {
+    cn_sbuf_printf(pr->sb, " %s ", spine[k]->u.binop.op);
+    print_expr(pr, spine[k]->u.binop.rhs, LV_OPERAND);
+  }
+  free(spine);
+}
+
 static void print_bare(printer *pr, const cn_nt_expr *e) {
   cn_sbuf *sb = pr->sb;
   switch (e->kind) {
@@ -175,11 +205,7 @@ static void print_bare(printer *pr, const cn_nt_expr *e) {
     }
     break;
   }
-  case CN_NT_BINOP:
-    print_expr(pr, e->u.binop.lhs, LV_OPERAND);
-    cn_sbuf_printf(sb, " %s ", e->u.binop.op);
-    print_expr(pr, e->u.binop.rhs, LV_OPERAND);
-    break;
+  case CN_NT_BINOP: print_chain(pr, e); break;
   case CN_NT_EINSUM:
     print_expr(pr, e->u.einsum.lhs, LV_OPERAND);
     cn_sbuf_printf(sb, " %s ", e->u.einsum.op);

@@ -92,6 +92,22 @@ static result close_row_upward_(cn_shape_env *env, bool through) {
       if (sub->n_trail < m) m = sub->n_trail;
     }
     if (blocked || !uses || m < need) continue;
+    /* leftmost axes where every use has a unit need not exist in w: w broadcasts into them (a
+     * number's axis in a result does not give the operand above an axis) */
+    int drop = 0;
+    for (bool all_units = true; all_units && drop < m - need; drop += all_units) {
+      for (int u = 0; u < n_uses && all_units; u++) {
+        pending *p = &env->pend[env->gathered[u]];
+        if (p->c.kind != CN_SC_ROW_INEQ) continue;
+        cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
+        if (!sup || !sub) return R_FAIL;
+        if (sup->var != w) continue;
+        cn_dim *d = cn_dim_resolve(env, sub->trail[sub->n_trail - m + drop]);
+        if (!d) return R_FAIL;
+        all_units = cn_dim_is_unit(d);
+      }
+    }
+    m -= drop;
     cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(m + 1));
     if (!dims) return R_FAIL;
     for (int j = 0; j < m; j++) {
@@ -329,8 +345,39 @@ static int min_rank(cn_shape_env *env, int v) {
   return min_rank_(env, v, 0);
 }
 
+static result bind_guess_dim(cn_shape_env *env, cn_dim *d) {
+  cn_dim *v = first_var_in(env, d);
+  CN_ASSERT(v);
+  cn_dim *guessed = cn_dim_solved(env, env->dim_min[v->var], NULL);
+  if (!guessed) return R_FAIL;
+  if (!cn_sv_set_dim(env, v->var, guessed)) return R_FAIL;
+  env->events++;
+  return R_DONE;
+}
+
+/* Whether dim variable d is bounded only by broadcast units: every pending constraint on it is
+ * "d ⊑ unit" or has d as the operand side. -1 on allocation failure. */
+static int reads_only_units(cn_shape_env *env, const cn_dim *d) {
+  int n_uses = cn_sv_gather_dim(env, d->var);
+  if (n_uses < 0) return -1;
+  bool any = false;
+  for (int u = 0; u < n_uses; u++) {
+    pending *q = &env->pend[env->gathered[u]];
+    if (q->done) continue;
+    if (q->c.kind != CN_SC_DIM_INEQ) return 0;
+    cn_dim *sub = cn_dim_resolve(env, q->c.d1), *sup = cn_dim_resolve(env, q->c.d2);
+    if (!sub || !sup) return -1;
+    if (sub->kind != CN_DIM_VAR || sub->var != d->var) continue;
+    if (!cn_dim_is_unit(sup)) return 0;
+    any = true;
+  }
+  return any;
+}
+
 /* A row variable nothing determines gets the fewest axes it must have (min_rank), usually
- * none. */
+ * none. Its fresh axes take what their operands give (propagation); those that only read units
+ * (numbers) are guessed at once, before anything closes upward from this row: a number's unit
+ * axis in a result must not become an open axis of the operands above it (a parameter's). */
 static result bind_guess_row(cn_shape_env *env, int rv) {
   int need = min_rank(env, rv);
   if (need < 0) return R_FAIL;
@@ -342,16 +389,14 @@ static result bind_guess_row(cn_shape_env *env, int rv) {
   if (!to) return R_FAIL;
   if (!cn_sv_set_row(env, rv, to)) return R_FAIL;
   env->events++;
-  return R_DONE;
-}
-
-static result bind_guess_dim(cn_shape_env *env, cn_dim *d) {
-  cn_dim *v = first_var_in(env, d);
-  CN_ASSERT(v);
-  cn_dim *guessed = cn_dim_solved(env, env->dim_min[v->var], NULL);
-  if (!guessed) return R_FAIL;
-  if (!cn_sv_set_dim(env, v->var, guessed)) return R_FAIL;
-  env->events++;
+  if (need && cn_shape_propagate(env) != CN_OK) return R_FAIL;
+  for (int j = 0; j < need; j++) {
+    cn_dim *d = cn_dim_resolve(env, dims[j]);
+    if (!d) return R_FAIL;
+    if (d->kind != CN_DIM_VAR) continue;
+    int units = reads_only_units(env, d);
+    if (units < 0 || (units && bind_guess_dim(env, d) == R_FAIL)) return R_FAIL;
+  }
   return R_DONE;
 }
 

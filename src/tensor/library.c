@@ -32,8 +32,11 @@ static cn_tensor *un(cn_graph *g, cn_op op, cn_tensor *a) {
   return a ? cn_tensor_apply(g, op, 1, &a) : NULL;
 }
 
+/* The library's own constants have no axes (cn_tensor_scalar), unlike a user's number (a unit
+ * axis, seed 002): an initializer such as kaiming_uniform must not give the parameter it
+ * initializes an axis, nor a softmax its result. */
 static cn_tensor *num(cn_graph *g, double v) {
-  return cn_tensor_number(g, v);
+  return cn_tensor_scalar(g, v);
 }
 
 static cn_tensor *labeled(cn_tensor *t, const char *label) {
