@@ -1,6 +1,7 @@
 /* The `cannl` command (path in CANNL_CLI): `run` with a file and with -e, --json output parsed
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
- * parse error, with the positioned message on stderr). */
+ * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
+ * device) are refused with exit 2 and the reason. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -53,6 +54,13 @@ int main(void) {
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
   CHECK_HAS(out, "unknown backend 'gpu'");
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);
+  CHECK_HAS(out, "cannl: cannot read '/nonexistent/file.cnl': No such file or directory");
+  /* a directory (fopen succeeds on one) and a non-regular file are refused, not run as empty */
+  snprintf(args, sizeof args, "run '%s/examples'", root ? root : ".");
+  CHECK_INT(run(args, out, sizeof out), 2);
+  CHECK_HAS(out, "/examples': it is a directory");
+  CHECK_INT(run("run /dev/null", out, sizeof out), 2);
+  CHECK_HAS(out, "cannl: cannot read '/dev/null': it is not a regular file");
   CHECK_INT(run("run -e 'print [1]' --emit=c --backend interp", out, sizeof out), 2);
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");

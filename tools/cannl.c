@@ -10,9 +10,11 @@
 #define CANNL_DEMO_NO_MAIN
 #include "../examples/demo.c"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef CANNL_VERSION
 #error "CANNL_VERSION is defined by CMakeLists.txt from the project version"
@@ -176,18 +178,36 @@ static int cmd_demo(int argc, char **argv) {
   return demo_run(&opts, stdout) == 0 ? 0 : EXIT_RUNTIME;
 }
 
-/* The whole file, NUL-terminated (malloc'd), or NULL. */
-static char *read_file(const char *path) {
+/* The whole file, NUL-terminated (malloc'd), or NULL with the reason in *why: a directory or
+ * any other non-regular file is refused (fopen succeeds on a directory and reading it fails
+ * with EISDIR, or reads nothing), as is a read error. */
+static char *read_file(const char *path, const char **why) {
   FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+  struct stat st;
+  if (!f || fstat(fileno(f), &st) != 0) {
+    *why = strerror(errno);
+    if (f) fclose(f);
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *why = S_ISDIR(st.st_mode) ? "it is a directory" : "it is not a regular file";
+    fclose(f);
+    return NULL;
+  }
   size_t cap = 4096, n = 0;
   char *text = malloc(cap);
+  *why = "out of memory";
   while (text) {
     n += fread(text + n, 1, cap - n - 1, f);
     if (n < cap - 1) break;
     char *bigger = realloc(text, cap *= 2);
     if (!bigger) free(text);
     text = bigger;
+  }
+  if (text && ferror(f)) {
+    *why = strerror(errno);
+    free(text);
+    text = NULL;
   }
   if (text) text[n] = '\0';
   fclose(f);
@@ -219,9 +239,10 @@ static int cmd_run(int argc, char **argv) {
   if (!file == !inline_text) return usage_error("run takes a script file or -e TEXT");
   if (opts.emit_c && opts.backend != CN_BACKEND_C)
     return usage_error("--emit=c needs the C backend, not --backend interp");
-  char *text = file ? read_file(file) : NULL;
+  const char *why = NULL;
+  char *text = file ? read_file(file, &why) : NULL;
   if (file && !text) {
-    fprintf(stderr, "cannl: cannot read '%s'\n", file);
+    fprintf(stderr, "cannl: cannot read '%s': %s\n", file, why);
     return EXIT_USAGE;
   }
   cn_ctx *ctx = cn_ctx_create();

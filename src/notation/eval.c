@@ -282,10 +282,26 @@ cn_tensor *nt_tensor_of(interp *I, value *v, cn_nt_pos pos) {
   return t;
 }
 
+/* The shortest %g text that reads back to v (for messages). */
+static void shortest(char *buf, size_t cap, double v) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(buf, cap, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) return;
+  }
+}
+
 bool nt_as_int(interp *I, value *v, cn_nt_pos pos, int64_t *out) {
   if (!v) return false;
-  if (v->kind != V_NUM || v->num != floor(v->num) || fabs(v->num) > 9e15) {
-    nt_fail(I, pos, "expected an integer, found %s", nt_kind_name(v->kind));
+  char what[96];
+  if (v->kind != V_NUM || v->num != floor(v->num)) {
+    if (v->kind == V_NUM) shortest(what, sizeof what, v->num);
+    nt_fail(I, pos, "expected an integer, found %s",
+            v->kind == V_NUM ? what : nt_kind_name(v->kind));
+    return false;
+  }
+  if (fabs(v->num) > 9e15) {
+    shortest(what, sizeof what, v->num);
+    nt_fail(I, pos, "the integer %s is out of range (at most 9e15 in magnitude)", what);
     return false;
   }
   *out = (int64_t)v->num;
@@ -796,7 +812,19 @@ static value *eval_prefix(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
   return nt_fail(I, x->pos, "unsupported prefix operator %s", op);
 }
 
+/* Scripts compute with doubles: an integer literal beyond 2^53 would silently change value. */
+#define EXACT_INT_LIMIT 9007199254740992LL /* 2^53 */
+
 static value *eval_number(interp *I, const cn_nt_expr *x) {
+  int64_t n = x->u.number.ival;
+  if (x->u.number.is_int && (n > EXACT_INT_LIMIT || n < -EXACT_INT_LIMIT)) {
+    char digits[32];
+    snprintf(digits, sizeof digits, "%lld", (long long)n);
+    return nt_fail(I, x->pos,
+                   "the integer %s has no exact value in a script, which computes with doubles "
+                   "(at most 2^53 = 9007199254740992 in magnitude)",
+                   digits);
+  }
   if (!x->u.number.label) return nt_num(I, x->u.number.value, x->u.number.is_int);
   /* 'q' 2.0: one output axis of size 1, labeled */
   const char *labels[1] = {x->u.number.label};

@@ -284,7 +284,9 @@ static value *builtin(interp *I, const char *name, const args *a, cn_nt_pos at) 
   } else if (strcmp(name, "offsets") == 0 && unit) {
     r = cn_tensor_offsets(g);
   } else if (strcmp(name, "range") == 0 && n == 1 && a->pos[0]->kind == V_NUM) {
-    r = cn_tensor_range(g, (int64_t)a->pos[0]->num);
+    int64_t count;
+    if (!nt_as_int(I, a->pos[0], at, &count)) return NULL;
+    r = cn_tensor_range(g, count);
   } else if (strcmp(name, "range_of_shape") == 0) {
     int64_t d[3][CN_MAX_RANK];
     int c[3];
