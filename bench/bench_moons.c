@@ -5,7 +5,9 @@
  * warm-up and then times the 6400 steps of the full training run (80 epochs, the learning-rate
  * schedule included; compilation is not timed); the
  * benchmark prints both times per step and their ratio. Without python3-torch it says so and
- * prints cannl's time only (`make bench` installs it). It fails (exit 1) only if cannl fails. */
+ * prints cannl's time only (`make bench` installs it). cannl runs a second time with the NaN check
+ * (option "check" = "nan") to measure its cost, which must not change the loss. It fails (exit 1)
+ * only if cannl fails or the checked run differs. */
 #define MOONS_NO_MAIN
 #include "../examples/moons.c"
 
@@ -51,11 +53,15 @@ static torch_result run_torch(int steps) {
   return r;
 }
 
-int main(void) {
-  enum { STEPS = MOONS_EPOCHS * MOONS_BATCHES };
+enum { STEPS = MOONS_EPOCHS * MOONS_BATCHES };
+
+/* One timed training run of cannl (after a warm-up epoch), with the NaN check (option "check")
+ * on or off: the mean microseconds per step, the final epoch loss and the accuracy. */
+static cn_status time_cannl(bool check_nan, double *step_us, double *final_loss, double *accuracy) {
   static moons m;
   const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
   cn_status st = moons_build(&m, &cfg);
+  if (st == CN_OK && check_nan) st = cn_ctx_set_option(m.ctx, "check", "nan");
   double loss, epoch_loss[MOONS_EPOCHS], elapsed = 0;
   /* warm-up: the first epoch's steps; then the whole run, as the demo trains */
   for (int s = 0; s < MOONS_BATCHES && st == CN_OK; s++) st = moons_train_step(&m, s, &loss);
@@ -68,27 +74,44 @@ int main(void) {
   if (st == CN_OK) st = moons_eval(&m, MOONS_POINTS, m.xy, f);
   if (st != CN_OK) {
     fprintf(stderr, "bench_moons: %s\n", m.ctx ? cn_ctx_error(m.ctx) : "out of memory");
-    moons_destroy(&m);
-    return 1;
+  } else {
+    *step_us = elapsed * 1e6 / STEPS;
+    *final_loss = epoch_loss[MOONS_EPOCHS - 1];
+    *accuracy = moons_accuracy(&m, f);
   }
-  double cannl_us = elapsed * 1e6 / STEPS;
+  moons_destroy(&m);
+  return st;
+}
+
+int main(void) {
+  double cannl_us, loss, accuracy, checked_us, checked_loss, checked_accuracy;
+  if (time_cannl(false, &cannl_us, &loss, &accuracy) != CN_OK ||
+      time_cannl(true, &checked_us, &checked_loss, &checked_accuracy) != CN_OK)
+    return 1;
   printf("half-moons training step (forward + backward + SGD update, batch %d, MLP 2-%d-%d-1), "
          "mean over %d steps after a warm-up epoch\n",
          MOONS_BATCH, MOONS_HIDDEN, MOONS_HIDDEN, STEPS);
   printf("  cannl, generated C  %10.3f us   (final epoch loss %.5f, accuracy %.2f%%)\n", cannl_us,
-         epoch_loss[MOONS_EPOCHS - 1], 100 * moons_accuracy(&m, f));
-  moons_destroy(&m);
+         loss, 100 * accuracy);
+  printf("  with --check-nan    %10.3f us   (%.2f x the unchecked step; same loss: %s)\n",
+         checked_us, checked_us / cannl_us, checked_loss == loss ? "yes" : "NO");
+  printf("json {\"bench\":\"moons\",\"workload\":\"nan_check\",\"step_us\":%.4f,"
+         "\"checked_step_us\":%.4f,\"ratio\":%.4f}\n",
+         cannl_us, checked_us, checked_us / cannl_us);
   torch_result t = run_torch(STEPS);
   if (t.ran) {
     printf("  PyTorch %-11s %10.3f us   (final epoch loss %.5f; one thread)\n", t.version,
            t.step_us, t.final_loss);
     printf("  ratio               %10.1f x (PyTorch / cannl)\n",
            cannl_us > 0 ? t.step_us / cannl_us : INFINITY);
+    printf("json {\"bench\":\"moons\",\"workload\":\"train_step\",\"cannl_us\":%.4f,"
+           "\"torch_us\":%.4f,\"ratio\":%.4f}\n",
+           cannl_us, t.step_us, t.step_us / cannl_us);
   } else if (t.missing) {
     printf("  PyTorch: python3-torch is not installed (`make bench` installs it); cannl's time "
            "only\n");
   } else {
     printf("  PyTorch: /usr/bin/python3 could not run bench_moons.py; cannl's time only\n");
   }
-  return 0;
+  return checked_loss == loss ? 0 : 1;
 }

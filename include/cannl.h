@@ -60,7 +60,13 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               the test suite's valgrind run drops -march=native, whose AVX-512 code valgrind
  *               cannot execute)
  *   "cache_dir" where generated sources and compiled objects are kept (default: $CANNL_CACHE_DIR,
- *               else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else /tmp/cannl-cache) */
+ *               else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else /tmp/cannl-cache)
+ * And of every routine run:
+ *   "check"     "nan": after each cn_routine_run, the first node the routine wrote that holds a
+ *               NaN or an infinity (in write order, padding margins excepted) fails the run with
+ *               CN_ERR_RUNTIME, naming the node, the cell and the value; "off" (default:
+ *               $CANNL_CHECK as it was when the routine was compiled, else "off"). The scan
+ *               reads every cell written: a debugging mode (bench_moons measures its cost). */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 

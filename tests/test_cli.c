@@ -62,6 +62,12 @@ int main(void) {
   CHECK_INT(run("run /dev/null", out, sizeof out), 2);
   CHECK_HAS(out, "cannl: cannot read '/dev/null': it is not a regular file");
   CHECK_INT(run("run -e 'print [1]' --emit=c --backend interp", out, sizeof out), 2);
+  /* --check-nan: the first NaN a routine writes stops the run (exit 1), at the tensor's line */
+  CHECK_INT(run("run --check-nan --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out,
+                sizeof out),
+            1);
+  CHECK_HAS(out, "<-e>:1:9: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1]");
+  CHECK_INT(run("run --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out, sizeof out), 0);
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");
   CHECK_DONE();

@@ -1,7 +1,30 @@
 /* Robustness of scripts (issue 14): integer extremes are reported as written, at the literal's
  * position, never wrapped (a script computes with doubles, exact up to 2^53); sizes computed from
- * script values are checked with positions. Messages compared exactly. */
+ * script values are checked with positions; the NaN check (option "check" = "nan",
+ * CANNL_CHECK=nan) stops at the first non-finite value a routine writes, naming the tensor, its
+ * operation and where the script built it, and never reads padding margins. Messages compared
+ * exactly, on both backends. */
 #include "notation_check.h"
+
+/* Runs script with the "check" option at `check` (NULL: the default) on backend b; the status,
+ * the message in msg (empty on success) and the printed text in printed. */
+static cn_status run_checked(const char *script, const char *check, int b, char *msg, size_t cap,
+                             char *printed, size_t printed_cap) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = b ? CN_BACKEND_C : CN_BACKEND_INTERP, .out = out};
+  cn_status st = check ? cn_ctx_set_option(ctx, "check", check) : CN_OK;
+  if (st == CN_OK) st = cn_notation_run(g, "nan.cnl", script, &opts);
+  fclose(out);
+  snprintf(msg, cap, "%s", st == CN_OK ? "" : cn_ctx_error(ctx));
+  snprintf(printed, printed_cap, "%s", buf ? buf : "");
+  free(buf);
+  cn_ctx_destroy(ctx);
+  return st;
+}
 
 static void test_integer_extremes(void) {
   CHECK_HAS(run_error("print (range 9223372036854775807)\n"),
@@ -30,7 +53,89 @@ static void test_integer_extremes(void) {
   }
 }
 
+/* log of -1 is NaN: the check stops at y (built on line 2, run by the print on line 4); without
+ * it the script prints nan and succeeds. exp(1000) overflows to +Inf, 0/0 is NaN; log(0) in the
+ * forward pass of a backprop is -Inf. */
+static void test_nan_check(void) {
+  static const char *const forward = "let x = [1.0; -1.0]\nlet y = log x\nlet z = y *. 2.0\n"
+                                     "print z\n";
+  char msg[2048], printed[2048];
+  BOTH {
+    CHECK_INT(run_checked(forward, "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_STR(msg, "nan.cnl:2:9: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1], its first "
+                   "non-finite value (check \"nan\"); computed by log (the routine ran for line "
+                   "4)\nlet y = log x\n        ^");
+    CHECK_STR(printed, "");
+    CHECK_INT(run_checked(forward, NULL, b, msg, sizeof msg, printed, sizeof printed), CN_OK);
+    CHECK_HAS(printed, "nan");
+    CHECK_INT(run_checked("print (exp [1.0; 1000.0])\n", "nan", b, msg, sizeof msg, printed,
+                          sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_HAS(msg, "nan.cnl:1:8: routine 'cnl_1' wrote +Inf into \"exp\" (#2) at [1]");
+    CHECK_INT(run_checked("print ([[0.0; 1.0]] /. [[0.0; 1.0]])\n", "nan", b, msg, sizeof msg,
+                          printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_HAS(msg, "wrote NaN into \"div\" (#3) at [0, 0]");
+    CHECK_HAS(msg, "computed by div");
+    CHECK_INT(run_checked("let w = {w = [1.0; 2.0]}\nlet x = [0.0; 1.0]\n"
+                          "let loss = (log (w *. x)) ++ \"i => 0\"\nbackprop loss\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_HAS(msg, "nan.cnl:3:13: routine 'cnl_1' wrote -Inf into \"log\" (#5) at [0]");
+    CHECK_HAS(msg, "(the routine ran for line 4)");
+    /* a max-reduction's padding margins hold -inf (its neutral element): not reported */
+    CHECK_INT(run_checked("let x = [1.0; 2.0; 3.0; 4.0]\n"
+                          "print (x @^+ \"o=+k; k => o\" [0.0; 0.0; 0.0])\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_OK);
+    CHECK_HAS(printed, "            2\n            3\n            4\n            4\n");
+  }
+  /* the environment sets the default; the option overrides it; bad values are refused */
+  setenv("CANNL_CHECK", "nan", 1);
+  CHECK_INT(run_checked(forward, NULL, 0, msg, sizeof msg, printed, sizeof printed),
+            CN_ERR_RUNTIME);
+  CHECK_INT(run_checked(forward, "off", 0, msg, sizeof msg, printed, sizeof printed), CN_OK);
+  setenv("CANNL_CHECK", "nans", 1);
+  CHECK_INT(run_checked(forward, NULL, 0, msg, sizeof msg, printed, sizeof printed),
+            CN_ERR_INVALID);
+  CHECK_HAS(msg, "CANNL_CHECK=nans: unknown check (known: nan, off)");
+  unsetenv("CANNL_CHECK");
+  CHECK_INT(run_checked(forward, "always", 0, msg, sizeof msg, printed, sizeof printed),
+            CN_ERR_INVALID);
+  CHECK_STR(msg, "option check: unknown value 'always' (known: nan, off)");
+}
+
+/* Through the C API: the routine's message names the node it wrote (its own id) and the cell. */
+static void test_nan_check_api(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d3 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *x = cn_tensor_data(g, "x", &d3, (double[]){4, 0, 9}, 3);
+  cn_tensor *r = cn_tensor_apply(g, CN_OP_RECIP, 1, &x);
+  CHECK(cn_ctx_set_option(ctx, "check", "nan") == CN_OK);
+  cn_asgn *fwd = r ? cn_graph_forward(g, r) : NULL;
+  cn_routine *routine = fwd ? cn_routine_compile(ctx, fwd, CN_BACKEND_INTERP, "recip") : NULL;
+  CHECK_MSG(routine != NULL, "%s", cn_ctx_error(ctx));
+  if (routine) {
+    CHECK_INT(cn_routine_run(routine), CN_ERR_RUNTIME);
+    CHECK_STR(cn_ctx_error(ctx), "routine 'recip' wrote +Inf into 'recip' (#2) at [1], its first "
+                                 "non-finite value (check \"nan\")");
+    /* the values are there to inspect */
+    double v[3];
+    CHECK(cn_node_get_values(cn_tensor_value(r), false, v, 3) == CN_OK);
+    CHECK_NEAR(v[0], 0.25, 0);
+    CHECK(isinf(v[1]) && v[1] > 0);
+    CHECK(cn_ctx_set_option(ctx, "check", "off") == CN_OK);
+    cn_ctx_clear_error(ctx);
+    CHECK_INT(cn_routine_run(routine), CN_OK);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  test_nan_check();
+  test_nan_check_api();
   test_integer_extremes();
   CHECK_DONE();
 }

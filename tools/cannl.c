@@ -31,9 +31,12 @@ static const char usage_text[] =
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
+    "      [--check-nan]\n"
     "                run a script in the cannl notation (docs/notation.md); --json prints each\n"
     "                printed tensor as one JSON line; --emit prints the code of every routine\n"
-    "                run (repeatable); the default backend is c\n"
+    "                run (repeatable); the default backend is c; --check-nan (or\n"
+    "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
+    "                naming the tensor, its operation and its line (exit 1)\n"
     "  demo [--backend interp|c] [--emit=asgn|loops|c]\n"
     "                a matrix multiplication and a padded 2-D convolution built through the\n"
     "                C API and run on both backends (or the one given); --emit prints only\n"
@@ -217,6 +220,7 @@ static char *read_file(const char *path, const char **why) {
 static int cmd_run(int argc, char **argv) {
   cn_notation_options opts = {.backend = CN_BACKEND_C};
   const char *file = NULL, *inline_text = NULL;
+  bool check_nan = false;
   for (int i = 2; i < argc; i++) {
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
     if (got < 0) return EXIT_USAGE;
@@ -227,6 +231,8 @@ static int cmd_run(int argc, char **argv) {
       if (emit == 2) opts.emit_c = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       opts.json = true;
+    } else if (strcmp(argv[i], "--check-nan") == 0) {
+      check_nan = true;
     } else if (strcmp(argv[i], "-e") == 0) {
       if (i + 1 >= argc) return usage_error("option '-e' needs a value");
       inline_text = argv[++i];
@@ -249,7 +255,7 @@ static int cmd_run(int argc, char **argv) {
   cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
   const char *name = file ? file : "<-e>", *source = file ? text : inline_text;
   int status = 0;
-  if (!g) {
+  if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
     fputs("cannl: out of memory\n", stderr);
     status = EXIT_RUNTIME;
   } else if (cn_notation_check(ctx, name, source) != CN_OK) {

@@ -199,6 +199,7 @@ void cn_ctx_destroy(cn_ctx *ctx) {
   free(ctx->opt_cc);
   free(ctx->opt_cflags);
   free(ctx->opt_cache_dir);
+  free(ctx->opt_check);
   cn_arena_release(&ctx->arena);
   free(ctx);
 }
@@ -390,14 +391,18 @@ static char **option_slot(cn_ctx *ctx, const char *key) {
   if (strcmp(key, "cc") == 0) return &ctx->opt_cc;
   if (strcmp(key, "cflags") == 0) return &ctx->opt_cflags;
   if (strcmp(key, "cache_dir") == 0) return &ctx->opt_cache_dir;
+  if (strcmp(key, "check") == 0) return &ctx->opt_check;
   return NULL;
 }
 
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   char **slot = key ? option_slot(ctx, key) : NULL;
   if (!slot)
-    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s' (known: cc, cflags, cache_dir)",
+    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s' (known: cc, cflags, cache_dir, check)",
                    key ? key : "(null)");
+  if (strcmp(key, "check") == 0 && value && strcmp(value, "nan") != 0 && strcmp(value, "off") != 0)
+    return cn_fail(ctx, CN_ERR_INVALID, "option check: unknown value '%s' (known: nan, off)",
+                   value);
   char *copy = NULL;
   if (value) {
     copy = cn_malloc(ctx, strlen(value) + 1);
@@ -417,6 +422,11 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
     if (ctx->opt_cc) return ctx->opt_cc;
     const char *cc = getenv("CC");
     return cc && *cc ? cc : "cc";
+  }
+  if (strcmp(key, "check") == 0) {
+    if (ctx->opt_check) return ctx->opt_check;
+    const char *check = getenv("CANNL_CHECK");
+    return check && *check ? check : "off";
   }
   if (strcmp(key, "cflags") == 0) {
     if (ctx->opt_cflags) return ctx->opt_cflags;

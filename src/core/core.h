@@ -100,7 +100,8 @@ struct cn_ctx {
   cn_log_fn log_fn;
   void *log_user;
   cn_log_level log_min;
-  char *opt_cc, *opt_cflags, *opt_cache_dir; /* malloc'd; NULL means the default */
+  char *opt_cc, *opt_cflags, *opt_cache_dir, *opt_check; /* malloc'd; NULL means the default */
+  int nonfinite_node; /* the node id of the last failed "check" = "nan" (runtime), else 0 */
   uint64_t stats[CN_STAT_ROUTINE_RUNS + 1];
   int next_node_id;
   cn_symbol_info *symbols; /* malloc'd, grown by doubling */

@@ -34,6 +34,12 @@ void cn_node_strides(const cn_node *node, int64_t *strides);
 void *cn_node_buffer(cn_node *node, bool merge);
 /* "label" (#id) for messages; arena-owned. */
 const char *cn_node_describe(const cn_node *node);
+/* The first unpadded cell, in row-major order, of `cells` (a buffer laid out as node's: its value,
+ * its merge buffer or a routine's scratch for a local node) that holds a NaN or an infinity:
+ * true with its coordinates in at[0..rank) and its value; false when every cell is finite or
+ * node's precision is not a float kind. Padding margins are not read (they may hold a neutral
+ * element such as -inf). */
+bool cn_node_find_nonfinite(const cn_node *node, const void *cells, int64_t *at, double *value);
 
 #define CN_SLOT_LHS  0
 #define CN_MAX_SLOTS 4

@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 /* ---- Description for messages ---- */
@@ -284,6 +285,36 @@ static cn_status transfer(cn_node *node, bool merge, host_array host, size_t cou
     int a = last - 1;
     while (a >= 0 && ++idx[a] == node->dims[a]) idx[a--] = 0;
     if (a < 0) return CN_OK;
+  }
+}
+
+bool cn_node_find_nonfinite(const cn_node *node, const void *cells, int64_t *at, double *value) {
+  if (cn_prec_kind_of(node->prec) != CN_PKIND_FLOAT || cn_node_numel(node) == 0) return false;
+  size_t bytes = cn_prec_bytes(node->prec);
+  const unsigned char *buffer = cells;
+  int last = node->rank - 1;
+  int64_t strides[CN_MAX_RANK], idx[CN_MAX_RANK] = {0};
+  cn_node_strides(node, strides);
+  for (;;) { /* rows along the last axis, as in transfer() */
+    int64_t offset = last >= 0 ? node->pad[last][0] : 0, n = last >= 0 ? node->dims[last] : 1;
+    for (int a = 0; a < last; a++) offset += (idx[a] + node->pad[a][0]) * strides[a];
+    const unsigned char *row = buffer + (size_t)offset * bytes;
+    for (int64_t c = 0; c < n; c++) {
+      /* single and double read directly: the generic load costs a switch per cell */
+      double x =
+          node->prec == CN_PREC_SINGLE ? ((const float *)row)[c]
+          : node->prec == CN_PREC_DOUBLE
+              ? ((const double *)row)[c]
+              : cn_value_to_double(node->prec, cn_value_load(node->prec, row + (size_t)c * bytes));
+      if (isfinite(x)) continue;
+      for (int a = 0; a < last; a++) at[a] = idx[a];
+      if (last >= 0) at[last] = c;
+      *value = x;
+      return true;
+    }
+    int a = last - 1;
+    while (a >= 0 && ++idx[a] == node->dims[a]) idx[a--] = 0;
+    if (a < 0) return false;
   }
 }
 

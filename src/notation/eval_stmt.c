@@ -20,6 +20,43 @@ static FILE *out(interp *I) {
   return I->opts.out ? I->opts.out : stdout;
 }
 
+/* A run stopped by the NaN check (option "check" = "nan") names a node: report it at the position
+ * where the script built its tensor, with the operation that computes it and the statement
+ * that ran the routine. */
+static void explain_nonfinite(interp *I, cn_nt_pos at) {
+  cn_ctx *ctx = I->ctx;
+  bool grad = false;
+  cn_tensor *t = cn_graph_tensor_of_node(I->g, ctx->nonfinite_node, &grad);
+  ctx->nonfinite_node = 0;
+  const char *msg = t ? cn_strdup(ctx, cn_ctx_error(ctx)) : NULL;
+  if (!msg) {
+    nt_fail_here(I, at);
+    return;
+  }
+  /* the runtime names the node ('y' (#9)); the script knows the tensor ("y" (#2)), as print shows
+   * it */
+  const char *node = cn_node_describe(grad ? t->grad : t->value), *hit = strstr(msg, node);
+  if (hit) {
+    cn_sbuf sb = {0};
+    cn_sbuf_printf(&sb, "%.*s\"%s%s\" (#%d)%s", (int)(hit - msg), msg, t->label,
+                   grad ? ".grad" : "", t->id, hit + strlen(node));
+    if (!(msg = cn_sbuf_finish(ctx, &sb))) return;
+  }
+  bool built = t->id < I->cap_tensor_at && I->tensor_at[t->id].src;
+  char op[160] = "";
+  if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
+    bool pointwise = t->sop && t->sop->kind == CN_SL_POINTWISE;
+    snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
+             cn_op_name(t->prim), pointwise ? "" : ", accumulated by ",
+             pointwise ? "" : cn_op_name(t->accum));
+  } else if (grad) {
+    snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
+  }
+  cn_nt_fail_at(ctx, built ? I->tensor_at[t->id] : at, "%s%s (the routine ran for line %d)", msg,
+                op, at.line);
+  ctx->status = CN_ERR_RUNTIME; /* positioned like a script error, but a runtime failure */
+}
+
 /* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
  * routine reads and runs it, printing what --emit asks for. Without a cache the routine is freed
  * after the run. */
@@ -43,6 +80,7 @@ static bool run_asgn(interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at)
       st = cn_routine_bind(r, I->bound[i].sym, I->bound[i].value);
   if (st == CN_OK) st = cn_routine_run(r);
   if (!cache) cn_routine_free(r);
+  if (st == CN_ERR_RUNTIME && I->ctx->nonfinite_node) return explain_nonfinite(I, at), false;
   if (st != CN_OK) return nt_fail_here(I, at), false;
   return true;
 }

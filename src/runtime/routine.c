@@ -8,9 +8,12 @@
  * cleanup registered with the context (removed by cn_routine_free). A routine runs only once
  * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
  * symbol has a range. Local scratch is zeroed before every run, so a run's result depends only on
- * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`). */
+ * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`).
+ * With the "check" option at "nan", a run also scans what it wrote (see check_nonfinite). */
 #include "backend/backend.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +30,10 @@ struct cn_routine {
   void **buffers;         /* per param: what the backend runs on (filled by cn_routine_run) */
   int64_t *sym_values;    /* per free symbol */
   bool *sym_bound;        /* per free symbol */
-  cn_cleanup *cleanup;    /* registered with the context while the routine is alive */
+  const char *env_check;  /* the "check" default when compiled ($CANNL_CHECK or "off"; arena) */
+  int *written;           /* params the body writes, in the order of their first write (arena) */
+  int n_written;
+  cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
 static bool is_c_identifier(const char *s) {
@@ -55,6 +61,60 @@ static void routine_release(cn_routine *r) {
 /* The context's cleanup: runs at cn_ctx_destroy, which frees the registration itself. */
 static void routine_cleanup(void *arg) {
   routine_release(arg);
+}
+
+/* Appends, in body order, the params that stmt writes and that `seen` does not hold yet. The
+ * recursion follows statement nesting (loops, guards, sequences), as shallow as the loop nest. */
+static void collect_writes(const cn_ll_stmt *stmt, bool *seen, int *out, int *n) {
+  int param = -1;
+  switch (stmt->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < stmt->u.seq.count; i++) collect_writes(stmt->u.seq.items[i], seen, out, n);
+    return;
+  case CN_LL_COMMENT: return;
+  case CN_LL_FOR: collect_writes(stmt->u.loop.body, seen, out, n); return;
+  case CN_LL_IF: collect_writes(stmt->u.guard.body, seen, out, n); return;
+  case CN_LL_SET: param = stmt->u.set.param; break;
+  case CN_LL_SET_VEC: param = stmt->u.vec.param; break;
+  }
+  if (!seen[param]) {
+    seen[param] = true;
+    out[(*n)++] = param;
+  }
+}
+
+/* The "check" = "nan" option: the first written node holding a NaN or an infinity fails the run
+ * (CN_ERR_RUNTIME), naming the node, the cell and the value; ctx->nonfinite_node keeps its id so
+ * that higher layers can name the tensor, operation and script position. */
+static cn_status check_nonfinite(cn_routine *r) {
+  cn_ctx *ctx = r->ctx;
+  /* an option set on the context wins; the environment was read at compile time (a getenv per
+   * run would cost a measurable share of a microsecond step) */
+  const char *check = ctx->opt_check ? ctx->opt_check : r->env_check;
+  if (strcmp(check, "off") == 0) return CN_OK;
+  if (strcmp(check, "nan") != 0)
+    return cn_fail(ctx, CN_ERR_INVALID, "CANNL_CHECK=%s: unknown check (known: nan, off)", check);
+  for (int w = 0; w < r->n_written; w++) {
+    const cn_ll_param *p = &r->proc->params[r->written[w]];
+    int64_t at[CN_MAX_RANK];
+    double value;
+    if (!cn_node_find_nonfinite(p->node, r->buffers[r->written[w]], at, &value)) continue;
+    char cell[CN_MAX_RANK * 24 + 3] = "[";
+    for (int a = 0; a < p->node->rank; a++)
+      snprintf(cell + strlen(cell), sizeof cell - strlen(cell), "%s%lld", a ? ", " : "",
+               (long long)at[a]);
+    strcat(cell, "]");
+    ctx->nonfinite_node = p->node->id;
+    return cn_fail(ctx, CN_ERR_RUNTIME,
+                   "routine '%s' wrote %s into %s%s at %s, its first non-finite value (check "
+                   "\"nan\")",
+                   r->name,
+                   isnan(value) ? "NaN"
+                   : value > 0  ? "+Inf"
+                                : "-Inf",
+                   cn_node_describe(p->node), p->merge ? " (merge buffer)" : "", cell);
+  }
+  return CN_OK;
 }
 
 /* Allocates the per-param and per-symbol tables and the local scratch buffers. */
@@ -118,6 +178,14 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   r->backend = impl;
   r->proc = proc;
   r->loops = loops;
+  r->env_check = cn_strdup(ctx, cn_ctx_option(ctx, "check"));
+  bool *seen = cn_alloc(ctx, sizeof *seen * (size_t)(proc->n_params + 1));
+  r->written = cn_alloc(ctx, sizeof *r->written * (size_t)(proc->n_params + 1));
+  if (!r->env_check || !seen || !r->written) {
+    routine_release(r);
+    return NULL;
+  }
+  collect_writes(proc->body, seen, r->written, &r->n_written);
   if (routine_alloc_tables(r) != CN_OK ||
       impl->compile(ctx, proc, &r->compiled, &r->source) != CN_OK) {
     routine_release(r);
@@ -181,7 +249,7 @@ cn_status cn_routine_run(cn_routine *routine) {
       routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
   if (status != CN_OK) return status;
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
-  return CN_OK;
+  return check_nonfinite(routine);
 }
 
 const char *cn_routine_loops(const cn_routine *routine) {

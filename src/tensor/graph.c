@@ -99,6 +99,15 @@ static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
   return n;
 }
 
+cn_tensor *cn_graph_tensor_of_node(const cn_graph *g, int node_id, bool *grad) {
+  for (int i = 0; i < g->n_tensors; i++) {
+    cn_tensor *t = g->tensors[i];
+    if (t->kind != CN_TK_VIEW && t->value && t->value->id == node_id) return *grad = false, t;
+    if (t->grad && t->grad->id == node_id) return *grad = true, t;
+  }
+  return NULL;
+}
+
 cn_status cn_graph_materialize(cn_graph *g) {
   if (g->n_materialized == g->n_tensors && g->n_updates_materialized == g->n_updates) return CN_OK;
   cn_status st = cn_shape_finalize(g->shapes);

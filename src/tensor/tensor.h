@@ -115,6 +115,9 @@ cn_tensor *cn_tensor_constant(cn_graph *g, const char *label, double value,
 /* A constant with no axes (unlike a number's unit axis): it fills whatever shape it meets and
  * never gives its results an axis. The library's own scalars and Tile's rank-0 values. */
 cn_tensor *cn_tensor_scalar(cn_graph *g, double value);
+/* The tensor whose value (*grad false) or gradient (*grad true) is the node with this id, or
+ * NULL (a node of an update buffer, a temporary). A scan over the tensors: for error reports. */
+cn_tensor *cn_graph_tensor_of_node(const cn_graph *g, int node_id, bool *grad);
 /* Materializes every tensor and update built so far (see the lifecycle above). */
 cn_status cn_graph_materialize(cn_graph *g);
 /* The node a reference designates (after materialization); NULL with a message if it is a
