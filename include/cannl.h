@@ -59,8 +59,11 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *   "cflags"    flags (default: $CANNL_CFLAGS, else "-O3 -march=native -shared -fPIC -std=c11";
  *               the test suite's valgrind run drops -march=native, whose AVX-512 code valgrind
  *               cannot execute)
- *   "cache_dir" where generated sources and compiled objects are kept (default: $CANNL_CACHE_DIR,
- *               else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else /tmp/cannl-cache)
+ *   "cache_dir" where generated sources and compiled objects are kept, each object with a
+ *               record of its key and checksum verified before loading (default:
+ *               $CANNL_CACHE_DIR, "off" for no disk cache, else $XDG_CACHE_HOME/cannl, else
+ *               $HOME/.cache/cannl, else, when no home is usable, $TMPDIR/cannl-cache-<uid>,
+ *               which must be the user's own directory, not writable by others)
  * And of every routine run:
  *   "check"     "nan": after each cn_routine_run, the first node the routine wrote that holds a
  *               NaN or an infinity (in write order, padding margins excepted) fails the run with

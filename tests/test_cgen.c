@@ -296,7 +296,8 @@ static void test_matmul(void) {
   check_matmul_result(proc);
   CHECK_INT(count_files("matmul-", ".c"), 1);
   CHECK_INT(count_files("matmul-", ".so"), 1);
-  CHECK_INT(count_files("", ""), 2 + 2); /* with "." and ".." */
+  CHECK_INT(count_files("matmul-", ".sum"), 1);
+  CHECK_INT(count_files("", ""), 3 + 2); /* with "." and ".." */
   cn_ctx_destroy(ctx);
 }
 
@@ -730,21 +731,23 @@ static void test_compiler_failures(void) {
   CHECK_HAS(cn_ctx_error(ctx), ".c");
   cn_ctx_destroy(ctx);
 
-  /* Flags the shell cannot parse are a failure of the same kind. */
+  /* Flags that cannot be split into words are refused before any file is written. */
   ctx = test_ctx();
-  CHECK_INT(cn_ctx_set_option(ctx, "cflags", "-O0 -shared -fPIC -DCN_BAD=( "), CN_OK);
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", "-O0 -shared -fPIC -DCN_BAD='( "), CN_OK);
   proc = matmul_proc(ctx);
-  CHECK_INT(cn_backend_c.compile(ctx, proc, &compiled, &source), CN_ERR_COMPILE);
-  CHECK_HAS(cn_ctx_error(ctx), "C compiler failed on generated file ");
-  CHECK_HAS(cn_ctx_error(ctx), "unexpected"); /* the shell's own diagnostic */
+  CHECK_INT(cn_backend_c.compile(ctx, proc, &compiled, &source), CN_ERR_INVALID);
+  CHECK(compiled == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "unterminated single quote at character 28 of the compiler flags");
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), 0);
   cn_ctx_destroy(ctx);
 
   /* No temporary and no object survives the failures; the generated files stay for inspection:
-   * matmul has its 2 objects of test_cache_hit and 2 + 3 sources; conv, bounded, names, empty
-   * and chain 2 files each. */
+   * matmul has its 2 objects of test_cache_hit with their records and 2 + 2 sources; conv,
+   * bounded, names, empty and chain 3 files each (source, object, record). */
   CHECK_INT(count_files("matmul-", ".so"), 2);
-  CHECK_INT(count_files("matmul-", ".c"), 5);
-  CHECK_INT(count_files("", ""), 2 + 7 + 5 * 2);
+  CHECK_INT(count_files("matmul-", ".sum"), 2);
+  CHECK_INT(count_files("matmul-", ".c"), 4);
+  CHECK_INT(count_files("", ""), 2 + 8 + 5 * 3);
 }
 
 static void test_cache_dir_errors(void) {

@@ -2,17 +2,33 @@
  * C compiler into a shared object kept in an on-disk cache, loads it with dlopen and runs its
  * entry point on the routine's buffers.
  *
- * Invariants: the cache key is a hash of everything that determines the object (source, compiler
- * command, flags), so a file <name>-<key>.so in the cache directory is always the compilation of
- * <name>-<key>.c with those settings; both files only ever appear by rename() of a complete file
- * written under a per-process temporary name, so processes sharing a cache never see a partial
- * file; no temporary file survives a failure. The compiled state owns the loaded object and the
- * malloc'd source until release. */
+ * The cache directory is the option cache_dir, else $CANNL_CACHE_DIR, else
+ * $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no usable home) the per-user
+ * $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory owned by the user and
+ * writable by nobody else. The value "off" (option or variable), or a refused per-user directory,
+ * compiles into a private temporary directory whose files are removed once the object is loaded.
+ *
+ * Invariants: the cache key is a hash of the key text <cc> "\n" <cflags> "\n" <source>, so a
+ * file <name>-<key>.so is meant to be the compilation of <name>-<key>.c with those settings, and
+ * it is never trusted on its name alone: its record <name>-<key>.sum holds
+ *   "cannl cache record 1\nkey <n>\n" <the n bytes of key text> "\nso <size> <fnv1a64 hex>\n"
+ * and an object is loaded only after its bytes (read, never mapped: a truncated mapping can raise
+ * SIGBUS) match the size and checksum and the record's key text equals ours byte for byte. Any
+ * mismatch, a missing record or a failed load deletes the entry, says so on the log (stderr
+ * without a log hook) and recompiles. Every file appears only by rename() of a complete file
+ * written under a per-process temporary name, the object before its record; a fresh object is
+ * loaded from its temporary name before it is published, so a concurrent process that evicts the
+ * entry in between cannot make the load fail. No temporary file survives a failure. The compiler
+ * runs without a shell, from an argv split out of the cc and cflags options (split_words). The
+ * compiled state owns the loaded object and the malloc'd source until release. */
 #include "backend/backend.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +38,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char **environ;
+
 /* Compiler output kept in an error message: enough to see the first diagnostics. */
 #define CC_MAX_OUTPUT_LINES 20
 #define CC_MAX_OUTPUT_BYTES 2500
+
+#define FNV_OFFSET 14695981039346656037ull
+#define FNV_PRIME  1099511628211ull
 
 typedef void (*cc_entry_fn)(void *const *buffers, const int64_t *syms);
 
@@ -34,10 +55,23 @@ typedef struct {
   char *source; /* malloc'd generated C */
 } cc_compiled;
 
-/* Paths and commands of one compilation (malloc'd). */
+/* Paths of one compilation (malloc'd). */
 typedef struct {
-  char *c_path, *so_path, *tmp_c, *tmp_so;
+  char *c_path, *so_path, *sum_path, *tmp_c, *tmp_so, *tmp_sum;
 } cc_paths;
+
+/* The compiler's argv: words of cc, then of cflags, then "-o" <object> <source>, NULL. */
+typedef struct {
+  char **argv;
+  char *chars; /* the words' characters, each NUL-terminated */
+  int argc;
+} cc_command;
+
+/* Where this compilation's files go: a shared cache directory, or a private one. */
+typedef struct {
+  char *dir;        /* malloc'd */
+  bool private_dir; /* created for this compilation; emptied and removed at its end */
+} cc_place;
 
 /* ---- Small helpers ---- */
 
@@ -67,15 +101,16 @@ static char *format_path(cn_ctx *ctx, const char *fmt, ...) {
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     h ^= (unsigned char)s[i];
-    h *= 1099511628211ull;
+    h *= FNV_PRIME;
   }
   return h;
 }
 
-/* The cache key of source + "\n" + compiler + "\n" + flags, with the total length mixed in. */
+/* The cache key of source + "\n" + compiler + "\n" + flags, with the total length mixed in. It
+ * only names the slot: the record's full key text is what a hit is checked against. */
 static uint64_t cache_key(const char *source, size_t source_len, const char *cc,
                           const char *flags) {
-  uint64_t h = 14695981039346656037ull;
+  uint64_t h = FNV_OFFSET;
   h = fnv1a(h, source, source_len);
   h = fnv1a(h, "\n", 1);
   h = fnv1a(h, cc, strlen(cc));
@@ -84,65 +119,268 @@ static uint64_t cache_key(const char *source, size_t source_len, const char *cc,
   uint64_t len = source_len + strlen(cc) + strlen(flags) + 2;
   for (int i = 0; i < 8; i++) {
     h ^= (len >> (8 * i)) & 0xffu;
-    h *= 1099511628211ull;
+    h *= FNV_PRIME;
   }
   return h;
 }
 
-/* Appends path in single quotes for /bin/sh ('\'' for an embedded quote). */
-static void shell_quote(cn_sbuf *sb, const char *path) {
-  cn_sbuf_putc(sb, '\'');
-  for (const char *p = path; *p; p++) {
-    if (*p == '\'')
-      cn_sbuf_puts(sb, "'\\''");
-    else
-      cn_sbuf_putc(sb, *p);
-  }
-  cn_sbuf_putc(sb, '\'');
-}
-
-static bool file_exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-/* Removes a temporary file if present (used on failure paths: errors are already reported). */
+/* Removes a file if present (failure paths and evictions: a file that is already gone is fine). */
 static void discard(const char *path) {
   if (path) unlink(path);
 }
 
-/* mkdir -p: every missing component is created; an existing non-directory is an error. */
-static cn_status make_directories(cn_ctx *ctx, const char *dir) {
-  char *path = format_path(ctx, "%s", dir);
-  if (!path) return ctx->status;
-  cn_status status = CN_OK;
-  size_t n = strlen(path);
-  for (size_t i = 1; i <= n && status == CN_OK; i++) {
+/* A warning on the context's log, or one "cannl: " line on stderr when no log hook is set (a
+ * damaged cache or a refused directory must not go unnoticed). With once, stderr gets the line
+ * only the first time in the process (the log hook every time). */
+static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) CN_PRINTF(3, 4);
+static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (ctx->log_fn)
+    cn_log(ctx, CN_LOG_WARN, "%s", msg);
+  else if (!once || !atomic_exchange(once, true))
+    fprintf(stderr, "cannl: %s\n", msg);
+}
+
+/* ---- Splitting the compiler command ---- */
+
+static bool is_blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static cn_status split_error(cn_ctx *ctx, const char *what, const char *problem, const char *text,
+                             size_t at) {
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "%s at character %zu of %s:\n", problem, at + 1, what);
+  cn_sbuf_quote_caret(&sb, text, at);
+  /* Without memory for the builder the message still names the problem and the position. */
+  cn_status status =
+      sb.failed ? cn_fail(ctx, CN_ERR_INVALID, "%s at character %zu of %s", problem, at + 1, what)
+                : cn_fail(ctx, CN_ERR_INVALID, "%s", sb.data);
+  cn_sbuf_free(&sb);
+  return status;
+}
+
+/* Appends the words of text to cmd (README "Compile cache"): blanks separate words; '...' keeps
+ * its characters literally; "..." groups, a backslash in it taking the next character literally;
+ * outside quotes a backslash takes the next character literally; quoted and unquoted parts next
+ * to each other form one word, and '' or "" alone is an empty word. Nothing else is special: no
+ * variables, globbing, redirection or command separators. cmd->chars has room for the words
+ * because a word never has more characters than the input it came from plus its separator. */
+static cn_status split_words(cn_ctx *ctx, const char *what, const char *text, cc_command *cmd,
+                             char **out) {
+  const char *p = text;
+  char *o = *out;
+  for (;;) {
+    while (is_blank(*p)) p++;
+    if (!*p) break;
+    cmd->argv[cmd->argc++] = o;
+    while (*p && !is_blank(*p)) {
+      if (*p == '\'' || *p == '"') {
+        char quote = *p;
+        const char *open = p++;
+        while (*p && *p != quote) {
+          if (quote == '"' && *p == '\\' && p[1]) p++;
+          *o++ = *p++;
+        }
+        if (!*p)
+          return split_error(
+              ctx, what, quote == '"' ? "unterminated double quote" : "unterminated single quote",
+              text, (size_t)(open - text));
+        p++;
+      } else if (*p == '\\') {
+        if (!p[1])
+          return split_error(ctx, what, "backslash escaping nothing", text, (size_t)(p - text));
+        p++;
+        *o++ = *p++;
+      } else {
+        *o++ = *p++;
+      }
+    }
+    *o++ = '\0';
+  }
+  *out = o;
+  return CN_OK;
+}
+
+static void cc_command_free(cc_command *cmd) {
+  free(cmd->argv);
+  free(cmd->chars);
+  *cmd = (cc_command){0};
+}
+
+/* Splits cc and flags into cmd, leaving 4 free argv slots for "-o", object, source and NULL. */
+static cn_status cc_command_make(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd) {
+  size_t cc_len = strlen(cc), flags_len = strlen(flags);
+  cmd->argv = cn_malloc(ctx, (cc_len + flags_len + 6) * sizeof *cmd->argv);
+  cmd->chars = cmd->argv ? cn_malloc(ctx, cc_len + flags_len + 2) : NULL;
+  if (!cmd->chars) return ctx->status;
+  char *out = cmd->chars;
+  cn_status status =
+      split_words(ctx, "the compiler command (option 'cc', default $CC)", cc, cmd, &out);
+  if (status == CN_OK && cmd->argc == 0)
+    status = cn_fail(ctx, CN_ERR_INVALID,
+                     "the compiler command (option 'cc', default $CC) names no program: '%s'", cc);
+  if (status == CN_OK)
+    status = split_words(ctx, "the compiler flags (option 'cflags', default $CANNL_CFLAGS)", flags,
+                         cmd, &out);
+  return status;
+}
+
+/* ---- Directories ---- */
+
+/* mkdir -p: every missing component is created with mode; an existing non-directory is an error.
+ * On failure why holds the reason (naming dir) and the result is false. */
+static bool make_directories(const char *dir, mode_t mode, char *why, size_t why_size) {
+  char path[PATH_MAX];
+  size_t n = strlen(dir);
+  if (n >= sizeof path) {
+    snprintf(why, why_size, "cannot create cache directory '%s': %s", dir, strerror(ENAMETOOLONG));
+    return false;
+  }
+  memcpy(path, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
     if (path[i] != '/' && path[i] != '\0') continue;
     if (path[i - 1] == '/') continue; /* repeated or trailing slash */
     char saved = path[i];
     path[i] = '\0';
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      status = cn_fail(ctx, CN_ERR_IO, "cannot create cache directory '%s' ('%s': %s)", dir, path,
-                       strerror(errno));
+    if (mkdir(path, mode) != 0 && errno != EEXIST) {
+      snprintf(why, why_size, "cannot create cache directory '%s' ('%s': %s)", dir, path,
+               strerror(errno));
+      return false;
+    }
     path[i] = saved;
   }
   struct stat st;
-  if (status == CN_OK && stat(dir, &st) != 0)
-    status = cn_fail(ctx, CN_ERR_IO, "cannot use cache directory '%s': %s", dir, strerror(errno));
-  else if (status == CN_OK && !S_ISDIR(st.st_mode))
-    status = cn_fail(ctx, CN_ERR_IO, "cache directory '%s' is not a directory", dir);
-  free(path);
-  return status;
+  if (stat(dir, &st) != 0) {
+    snprintf(why, why_size, "cannot use cache directory '%s': %s", dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, why_size, "cache directory '%s' is not a directory", dir);
+    return false;
+  }
+  return true;
 }
 
-/* Writes text to tmp and renames it to path, atomically replacing any previous file. */
+/* The absolute value of an environment variable, or NULL (the XDG base directory specification
+ * ignores relative paths, and a relative cache would move with the working directory). */
+static const char *absolute_env(const char *name) {
+  const char *value = getenv(name);
+  return value && value[0] == '/' ? value : NULL;
+}
+
+static atomic_bool warned_home, warned_refused;
+
+/* The per-user directory under $TMPDIR (or /tmp), created 0700, in *out; NULL after a warning
+ * when it is not a directory owned by us that nobody else can write (lstat: a symbolic link is
+ * refused, as anyone could have planted it), so that another user cannot feed us objects. */
+static cn_status per_user_dir(cn_ctx *ctx, char **out) {
+  const char *tmp = absolute_env("TMPDIR");
+  char *dir = format_path(ctx, "%s/cannl-cache-%ld", tmp ? tmp : "/tmp", (long)geteuid());
+  *out = NULL;
+  if (!dir) return ctx->status;
+  struct stat st;
+  const char *problem = NULL;
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    problem = strerror(errno);
+  else if (lstat(dir, &st) != 0)
+    problem = strerror(errno);
+  else if (S_ISLNK(st.st_mode))
+    problem = "a symbolic link";
+  else if (!S_ISDIR(st.st_mode))
+    problem = "not a directory";
+  else if (st.st_uid != geteuid())
+    problem = "owned by another user";
+  else if (st.st_mode & (S_IWGRP | S_IWOTH))
+    problem = "writable by group or others";
+  if (problem) {
+    cc_warn(ctx, &warned_refused,
+            "refusing cache directory '%s' (%s): compiling without a disk cache", dir, problem);
+    free(dir);
+  } else {
+    *out = dir;
+  }
+  return CN_OK;
+}
+
+/* A fresh private directory for a compilation without disk cache. */
+static cn_status private_dir(cn_ctx *ctx, cc_place *place) {
+  const char *tmp = absolute_env("TMPDIR");
+  char *dir = format_path(ctx, "%s/cannl-XXXXXX", tmp ? tmp : "/tmp");
+  if (!dir) return ctx->status;
+  if (!mkdtemp(dir)) {
+    cn_status status = cn_fail(ctx, CN_ERR_IO, "cannot create a temporary directory '%s': %s", dir,
+                               strerror(errno));
+    free(dir);
+    return status;
+  }
+  *place = (cc_place){dir, true};
+  return CN_OK;
+}
+
+/* Resolves where this compilation's files go (order in the file comment). An explicit directory
+ * that cannot be created is an error; a default one falls back as described there. */
+static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
+  char why[PATH_MAX + 256];
+  const char *dir = ctx->opt_cache_dir;
+  if (!dir) {
+    const char *env = getenv("CANNL_CACHE_DIR");
+    if (env && *env) dir = env;
+  }
+  if (dir && strcmp(dir, "off") == 0) return private_dir(ctx, place);
+  if (dir) {
+    if (!make_directories(dir, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
+    place->dir = format_path(ctx, "%s", dir);
+    return place->dir ? CN_OK : ctx->status;
+  }
+  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = absolute_env("HOME");
+  char *base = xdg    ? format_path(ctx, "%s/cannl", xdg)
+               : home ? format_path(ctx, "%s/.cache/cannl", home)
+                      : NULL;
+  if ((xdg || home) && !base) return ctx->status;
+  if (base && make_directories(base, 0700, why, sizeof why)) {
+    place->dir = base;
+    return CN_OK;
+  }
+  bool had_base = base != NULL;
+  free(base);
+  char *fallback;
+  cn_status status = per_user_dir(ctx, &fallback);
+  if (status != CN_OK) return status;
+  if (had_base)
+    cc_warn(ctx, &warned_home, "%s; using %s", why, fallback ? fallback : "no disk cache");
+  if (!fallback) return private_dir(ctx, place);
+  place->dir = fallback;
+  return CN_OK;
+}
+
+/* Empties and removes a private directory (its files are all named in paths). */
+static void place_release(cc_place *place, const cc_paths *paths) {
+  if (place->private_dir && paths) {
+    discard(paths->c_path);
+    discard(paths->tmp_c);
+    discard(paths->tmp_so);
+    rmdir(place->dir);
+  }
+  free(place->dir);
+  *place = (cc_place){0};
+}
+
+/* ---- Files ---- */
+
+/* Writes the concatenation of two texts to tmp and renames it to path, atomically replacing any
+ * previous file. */
 static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char *path,
-                                       const char *text, size_t len) {
+                                       const char *text, size_t len, const char *tail,
+                                       size_t tail_len) {
   unlink(tmp); /* a stale file of a dead process that had our pid */
   FILE *f = fopen(tmp, "wx");
   if (!f) return cn_fail(ctx, CN_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-  bool ok = fwrite(text, 1, len, f) == len;
+  bool ok = fwrite(text, 1, len, f) == len && fwrite(tail, 1, tail_len, f) == tail_len;
   int saved = errno;
   if (fclose(f) != 0 && ok) {
     ok = false;
@@ -160,14 +398,46 @@ static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char 
   return CN_OK;
 }
 
+/* Size and FNV-1a checksum of a regular file, read with read() (mapping a file that another
+ * process truncates can raise SIGBUS). 0 or an errno, EINVAL for a file that is not regular. */
+static int file_checksum(const char *path, uint64_t *size, uint64_t *sum) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO planted in the cache must not block */
+  if (fd < 0) return errno;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  uint64_t h = FNV_OFFSET, n = 0;
+  char chunk[16384];
+  while (!err) {
+    ssize_t got = read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) err = errno;
+    if (got <= 0) break;
+    h = fnv1a(h, chunk, (size_t)got);
+    n += (uint64_t)got;
+  }
+  close(fd);
+  *size = n;
+  *sum = h;
+  return err;
+}
+
+/* The record's last line for an object of this size and checksum. */
+static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum) {
+  snprintf(out, out_size, "\nso %" PRIu64 " %016" PRIx64 "\n", size, sum);
+}
+
+/* ---- Running the compiler ---- */
+
 /* Reads the whole pipe, keeping the first lines of it in out. */
-static void read_compiler_output(FILE *pipe, cn_sbuf *out) {
+static void read_compiler_output(int fd, cn_sbuf *out) {
   char chunk[4096];
   int lines = 0;
   bool truncated = false;
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, pipe)) > 0) {
-    for (size_t i = 0; i < got; i++) {
+  for (;;) {
+    ssize_t got = read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got; i++) {
       if (lines >= CC_MAX_OUTPUT_LINES || out->len >= CC_MAX_OUTPUT_BYTES) {
         truncated = truncated || !(chunk[i] == '\n' && lines < CC_MAX_OUTPUT_LINES);
         continue;
@@ -180,32 +450,57 @@ static void read_compiler_output(FILE *pipe, cn_sbuf *out) {
   if (truncated) cn_sbuf_puts(out, "\n...");
 }
 
-/* Runs `<cc> <flags> -o '<tmp_so>' '<c_path>'` through /bin/sh (cc and flags are shell words, so
- * "ccache gcc" works), then renames tmp_so to so_path. */
-static cn_status run_compiler(cn_ctx *ctx, const char *cc, const char *flags,
-                              const cc_paths *paths) {
-  /* stderr joins the pipe on a line of its own first, so that even the shell's complaints about
-   * unparsable flags (the shell parses and runs line by line) reach the message. */
-  cn_sbuf cmd = {0};
-  cn_sbuf_printf(&cmd, "exec 2>&1\n%s %s -o ", cc, flags);
-  shell_quote(&cmd, paths->tmp_so);
-  cn_sbuf_putc(&cmd, ' ');
-  shell_quote(&cmd, paths->c_path);
-  char *command = sbuf_release(ctx, &cmd);
-  if (!command) return ctx->status;
-  cn_log(ctx, CN_LOG_DEBUG, "compiling: %s", command);
-  ctx->stats[CN_STAT_COMPILER_RUNS]++;
+/* Starts argv with stdin from /dev/null and stdout and stderr into a new pipe; 0 or an errno. */
+static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
+  int fds[2];
+  if (pipe(fds) != 0) return errno;
+  /* Close-on-exec, so that compilers started by other threads do not keep the pipe open. */
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t actions;
+  int err = posix_spawn_file_actions_init(&actions);
+  if (err) {
+    close(fds[0]);
+    close(fds[1]);
+    return err;
+  }
+  err = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (!err) err = posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  if (!err) err = posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   fflush(NULL); /* the child must not inherit unflushed stdio buffers */
-  FILE *pipe = popen(command, "r");
-  free(command);
-  if (!pipe)
+  if (!err) err = posix_spawnp(pid, argv[0], &actions, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (err)
+    close(fds[0]);
+  else
+    *read_fd = fds[0];
+  return err;
+}
+
+/* Runs <cc words> <flags words> -o <tmp_so> <c_path>, leaving the object at tmp_so. */
+static cn_status run_compiler(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
+                              const cc_paths *paths) {
+  cmd->argv[cmd->argc] = "-o";
+  cmd->argv[cmd->argc + 1] = paths->tmp_so;
+  cmd->argv[cmd->argc + 2] = paths->c_path;
+  cmd->argv[cmd->argc + 3] = NULL;
+  cn_log(ctx, CN_LOG_DEBUG, "compiling: %s %s -o %s %s", cc, flags, paths->tmp_so, paths->c_path);
+  ctx->stats[CN_STAT_COMPILER_RUNS]++;
+  pid_t pid = 0;
+  int fd = -1; /* set by spawn_compiler on success (gcc -O2 cannot see it) */
+  int err = spawn_compiler(cmd->argv, &pid, &fd);
+  if (err)
     return cn_fail(ctx, CN_ERR_COMPILE, "cannot run the C compiler '%s' on '%s': %s", cc,
-                   paths->c_path, strerror(errno));
+                   paths->c_path, strerror(err));
   cn_sbuf output = {0};
-  read_compiler_output(pipe, &output);
-  int wait_status = pclose(pipe);
+  read_compiler_output(fd, &output);
+  close(fd);
+  int wait_status;
+  pid_t waited;
+  while ((waited = waitpid(pid, &wait_status, 0)) < 0 && errno == EINTR) continue;
   cn_status status = CN_OK;
-  if (wait_status == -1) {
+  if (waited < 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler on generated file %s: cannot wait: %s",
                      paths->c_path, strerror(errno));
   } else if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
@@ -216,41 +511,110 @@ static cn_status run_compiler(cn_ctx *ctx, const char *cc, const char *flags,
       snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(wait_status));
     else
       snprintf(how, sizeof how, "wait status %d", wait_status);
-    status =
-        cn_fail(ctx, CN_ERR_COMPILE, "C compiler failed on generated file %s (%s):\n%s",
-                paths->c_path, how, output.failed || output.len == 0 ? "(no output)" : output.data);
-  } else if (!file_exists(paths->tmp_so)) {
+    /* posix_spawnp reports a program it cannot execute as its own error, except where the
+     * child cannot share memory with the parent (valgrind): there the child exits with 127. */
+    bool silent = output.failed || output.len == 0;
+    bool not_run = silent && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 127;
+    if (not_run)
+      status = cn_fail(ctx, CN_ERR_COMPILE,
+                       "C compiler failed on generated file %s (%s):\n(no output: cannot run '%s')",
+                       paths->c_path, how, cmd->argv[0]);
+    else
+      status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler failed on generated file %s (%s):\n%s",
+                       paths->c_path, how, silent ? "(no output)" : output.data);
+  } else if (access(paths->tmp_so, F_OK) != 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE,
                      "C compiler '%s' succeeded on generated file %s but wrote no '%s'", cc,
                      paths->c_path, paths->tmp_so);
-  } else if (rename(paths->tmp_so, paths->so_path) != 0) {
-    status = cn_fail(ctx, CN_ERR_IO, "cannot rename '%s' to '%s': %s", paths->tmp_so,
-                     paths->so_path, strerror(errno));
   }
   cn_sbuf_free(&output);
   if (status != CN_OK) discard(paths->tmp_so);
   return status;
 }
 
-static cn_status load_object(cn_ctx *ctx, const char *so_path, const char *name, cc_compiled *c) {
+/* ---- Loading ---- */
+
+/* Loads the object and finds its entry; false with the reason in why. */
+static bool load_object(const char *so_path, const char *name, cc_compiled *c, char *why,
+                        size_t why_size) {
   c->handle = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-  if (!c->handle)
-    return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", name,
-                   so_path, dlerror());
+  if (!c->handle) {
+    const char *reason = dlerror();
+    snprintf(why, why_size, "%s", reason ? reason : "dlopen failed");
+    return false;
+  }
   char symbol[512];
   snprintf(symbol, sizeof symbol, "%s_entry", name);
   dlerror();
   /* POSIX's sanctioned conversion of dlsym's object pointer to a function pointer. */
   *(void **)(&c->entry) = dlsym(c->handle, symbol);
   if (!c->entry) {
-    const char *why = dlerror();
-    cn_status status = cn_fail(ctx, CN_ERR_COMPILE, "compiled routine %s has no symbol '%s': %s",
-                               so_path, symbol, why ? why : "null symbol");
+    const char *reason = dlerror();
+    snprintf(why, why_size, "no symbol '%s': %s", symbol, reason ? reason : "null symbol");
     dlclose(c->handle);
     c->handle = NULL;
-    return status;
+    return false;
   }
-  return CN_OK;
+  return true;
+}
+
+/* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
+ * record's key text is ours and its bytes match the record's size and checksum). Fills reason
+ * for errno-based problems. */
+static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
+                               char *reason, size_t reason_size, cn_status *status) {
+  uint64_t size, sum;
+  int err = file_checksum(paths->so_path, &size, &sum);
+  if (err) {
+    snprintf(reason, reason_size, "cannot read it: %s",
+             err == EINVAL ? "not a regular file" : strerror(err));
+    return reason;
+  }
+  char tail[64];
+  record_tail(tail, sizeof tail, size, sum);
+  size_t tail_len = strlen(tail), want = head->len + tail_len;
+  FILE *f = fopen(paths->sum_path, "rb");
+  if (!f) {
+    if (errno == ENOENT) return "it has no record";
+    snprintf(reason, reason_size, "cannot read its record: %s", strerror(errno));
+    return reason;
+  }
+  /* One byte more than expected tells a longer record from the right one. */
+  char *got = cn_malloc(ctx, want + 1);
+  size_t n = got ? fread(got, 1, want + 1, f) : 0;
+  fclose(f);
+  if (!got) {
+    *status = ctx->status;
+    return "out of memory";
+  }
+  const char *problem = NULL;
+  if (n < head->len || memcmp(got, head->data, head->len) != 0)
+    problem = "its record is for another key (routine source, compiler or flags)";
+  else if (n != want || memcmp(got + head->len, tail, tail_len) != 0)
+    problem = "its size or checksum differs from its record (truncated or modified)";
+  free(got);
+  return problem;
+}
+
+/* A hit: the checked entry loaded into c. Otherwise the entry is deleted (with a warning when it
+ * existed) and the caller compiles; status is set only for a failure of our own (memory). */
+static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, const char *name,
+                       cc_compiled *c, cn_status *status) {
+  struct stat st;
+  if (lstat(paths->so_path, &st) != 0 && errno == ENOENT) return false;
+  char reason[PATH_MAX + 256];
+  const char *problem = check_entry(ctx, paths, head, reason, sizeof reason, status);
+  if (*status != CN_OK) return false;
+  if (!problem) {
+    char why[1024];
+    if (load_object(paths->so_path, name, c, why, sizeof why)) return true;
+    snprintf(reason, sizeof reason, "cannot load it: %s", why);
+    problem = reason;
+  }
+  cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
+  discard(paths->sum_path);
+  discard(paths->so_path);
+  return false;
 }
 
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
@@ -261,16 +625,23 @@ static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, u
   long pid = (long)getpid();
   p->c_path = format_path(ctx, "%s/%s-%016" PRIx64 ".c", dir, name, key);
   p->so_path = format_path(ctx, "%s/%s-%016" PRIx64 ".so", dir, name, key);
+  p->sum_path = format_path(ctx, "%s/%s-%016" PRIx64 ".sum", dir, name, key);
   p->tmp_c = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.c", dir, name, key, pid, serial);
   p->tmp_so = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.so", dir, name, key, pid, serial);
-  return p->c_path && p->so_path && p->tmp_c && p->tmp_so ? CN_OK : ctx->status;
+  p->tmp_sum =
+      format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.sum", dir, name, key, pid, serial);
+  return p->c_path && p->so_path && p->sum_path && p->tmp_c && p->tmp_so && p->tmp_sum
+             ? CN_OK
+             : ctx->status;
 }
 
 static void cc_paths_free(cc_paths *p) {
   free(p->c_path);
   free(p->so_path);
+  free(p->sum_path);
   free(p->tmp_c);
   free(p->tmp_so);
+  free(p->tmp_sum);
 }
 
 /* ---- The backend ---- */
@@ -281,6 +652,46 @@ static void cc_release(void *compiled) {
   if (c->handle) dlclose(c->handle);
   free(c->source);
   free(c);
+}
+
+/* Compiles into paths->tmp_so and loads it from there; in a shared cache, then publishes the
+ * object and its record (head + the object's size and checksum). */
+static cn_status compile_and_load(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
+                                  const cc_paths *paths, const cn_sbuf *head, bool publish,
+                                  const char *name, cc_compiled *c) {
+  cn_status status =
+      write_file_atomically(ctx, paths->tmp_c, paths->c_path, c->source, strlen(c->source), "", 0);
+  if (status == CN_OK) status = run_compiler(ctx, cc, flags, cmd, paths);
+  if (status != CN_OK) return status;
+  char why[1024];
+  if (!load_object(paths->tmp_so, name, c, why, sizeof why)) {
+    discard(paths->tmp_so);
+    return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", name,
+                   paths->tmp_so, why);
+  }
+  if (!publish) return CN_OK;
+  uint64_t size, sum;
+  int err = file_checksum(paths->tmp_so, &size, &sum);
+  if (err) {
+    status = cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
+                     strerror(err == EINVAL ? ENOEXEC : err));
+  } else if (rename(paths->tmp_so, paths->so_path) != 0) {
+    status = cn_fail(ctx, CN_ERR_IO, "cannot rename '%s' to '%s': %s", paths->tmp_so,
+                     paths->so_path, strerror(errno));
+  } else {
+    char tail[64];
+    record_tail(tail, sizeof tail, size, sum);
+    status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, head->data, head->len,
+                                   tail, strlen(tail));
+    /* An object without its record would only be evicted by the next reader. */
+    if (status != CN_OK) discard(paths->so_path);
+  }
+  if (status != CN_OK) {
+    discard(paths->tmp_so);
+    dlclose(c->handle);
+    c->handle = NULL;
+  }
+  return status;
 }
 
 static cn_status cc_build(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c) {
@@ -295,24 +706,37 @@ static cn_status cc_build(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c) {
 
   const char *cc = cn_ctx_option(ctx, "cc");
   const char *flags = cn_ctx_option(ctx, "cflags");
-  const char *dir = cn_ctx_option(ctx, "cache_dir");
-  CN_ASSERT(cc && flags && dir);
-  if ((status = make_directories(ctx, dir)) != CN_OK) return status;
-
+  CN_ASSERT(cc && flags);
+  /* A bad command is reported before any file is written. */
+  cc_command cmd = {0};
+  cc_place place = {0};
   cc_paths paths = {0};
+  cn_sbuf head = {0};
   uint64_t key = cache_key(c->source, source_len, cc, flags);
-  status = cc_paths_make(ctx, dir, proc->name, key, &paths);
-  if (status == CN_OK) {
-    if (file_exists(paths.so_path)) {
+  status = cc_command_make(ctx, cc, flags, &cmd);
+  if (status == CN_OK) status = resolve_place(ctx, &place);
+  if (status == CN_OK) status = cc_paths_make(ctx, place.dir, proc->name, key, &paths);
+  if (status == CN_OK && !place.private_dir) {
+    cn_sbuf_printf(&head, "cannl cache record 1\nkey %zu\n%s\n%s\n",
+                   strlen(cc) + strlen(flags) + 2 + source_len, cc, flags);
+    cn_sbuf_puts(&head, c->source);
+    if (head.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache record");
+  }
+  bool hit = false;
+  if (status == CN_OK && !place.private_dir) {
+    hit = try_cached(ctx, &paths, &head, proc->name, c, &status);
+    if (hit) {
       ctx->stats[CN_STAT_CACHE_HITS]++;
       cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached %s", proc->name, paths.so_path);
-    } else {
-      status = write_file_atomically(ctx, paths.tmp_c, paths.c_path, c->source, source_len);
-      if (status == CN_OK) status = run_compiler(ctx, cc, flags, &paths);
     }
   }
-  if (status == CN_OK) status = load_object(ctx, paths.so_path, proc->name, c);
+  if (status == CN_OK && !hit)
+    status =
+        compile_and_load(ctx, cc, flags, &cmd, &paths, &head, !place.private_dir, proc->name, c);
+  place_release(&place, &paths);
+  cn_sbuf_free(&head);
   cc_paths_free(&paths);
+  cc_command_free(&cmd);
   return status;
 }
 

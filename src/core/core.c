@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Noreturn void cn_assert_fail(const char *file, int line, const char *expr) {
   fprintf(stderr, "cannl internal error: %s:%d: assertion failed: %s\n", file, line, expr);
@@ -437,19 +438,20 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
     if (ctx->opt_cache_dir) return ctx->opt_cache_dir;
     const char *dir = getenv("CANNL_CACHE_DIR");
     if (dir && *dir) return dir;
-    /* XDG and HOME variants need a composed path: keep one static buffer per kind. */
+    /* The same order as the C backend's (src/backend/cc.c, which also checks that the chosen
+     * directory is usable and falls back to the per-user one when a home cannot be created):
+     * absolute XDG_CACHE_HOME, absolute HOME, then $TMPDIR/cannl-cache-<uid>. The composed path
+     * lives in one thread-local buffer. */
     static _Thread_local char composed[4096];
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && *xdg) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME"), *tmp = getenv("TMPDIR");
+    if (xdg && xdg[0] == '/')
       snprintf(composed, sizeof composed, "%s/cannl", xdg);
-      return composed;
-    }
-    const char *home = getenv("HOME");
-    if (home && *home) {
+    else if (home && home[0] == '/')
       snprintf(composed, sizeof composed, "%s/.cache/cannl", home);
-      return composed;
-    }
-    return "/tmp/cannl-cache";
+    else
+      snprintf(composed, sizeof composed, "%s/cannl-cache-%u", tmp && tmp[0] == '/' ? tmp : "/tmp",
+               (unsigned)geteuid());
+    return composed;
   }
   return NULL;
 }

@@ -1,0 +1,485 @@
+/* The compile cache of the generated-C backend through the public API (cannl.h): a routine "fill"
+ * writing three constants, compiled with CN_BACKEND_C into a fresh directory under the working
+ * (build) directory. Damaged entries -- the object truncated to 0, 1000, 4096 and 12288 bytes or
+ * altered in place, its record missing, another routine's object and record (same name, other
+ * constants) copied into its slot, a record made to match an object that cannot be loaded --
+ * are each discarded with one warning and recompiled, and the routine computes its own values;
+ * the cache location order ($CANNL_CACHE_DIR, $XDG_CACHE_HOME, $HOME, the per-user directory
+ * under $TMPDIR and its refusal), CANNL_CACHE_DIR=off leaving no file, and the word grammar of
+ * CANNL_CFLAGS and CC (quotes, escapes, no shell) with its exact error messages.
+ *
+ * Generated C is compiled with -O1 and without -march=native: fast, and valgrind-friendly. */
+#include "cannl.h"
+
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CFLAGS "-O1 -shared -fPIC -std=c11"
+
+static const double values_a[3] = {1.5, -2, 3.25};
+static const double values_b[3] = {7, 8.5, -0.125};
+static const double values_other[3] = {0.5, 0.25, 0.125};
+
+static char root[PATH_MAX]; /* absolute; removed at the end */
+static char warnings[16384];
+
+/* ---- Helpers ---- */
+
+static void collect_warnings(void *user, cn_log_level level, const char *message) {
+  (void)user;
+  if (level < CN_LOG_WARN) return;
+  size_t n = strlen(warnings);
+  snprintf(warnings + n, sizeof warnings - n, "%s\n", message);
+}
+
+static void path_in(char *out, size_t size, const char *dir, const char *name) {
+  int n = snprintf(out, size, "%s/%s", dir, name);
+  CHECK(n > 0 && (size_t)n < size);
+}
+
+/* Compiles `name` writing values into a 3-vector, runs it and checks the values exactly, and the
+ * compiler runs and cache hits it took. The warnings of the compilation are left in `warnings`. */
+static void run_routine(const char *name, const double *values, int runs, int hits) {
+  warnings[0] = '\0';
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(ctx != NULL);
+  if (!ctx) return;
+  cn_ctx_set_log(ctx, collect_warnings, NULL, CN_LOG_WARN);
+  int64_t n = 3;
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+  cn_asgn *asgn = x ? cn_asgn_fetch_constant_fill(ctx, x, values, 3) : NULL;
+  cn_routine *r = asgn ? cn_routine_compile(ctx, asgn, CN_BACKEND_C, name) : NULL;
+  CHECK_MSG(r != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  if (r) {
+    CHECK_INT(cn_routine_run(r), CN_OK);
+    double got[3] = {0, 0, 0};
+    CHECK_INT(cn_node_get_values(x, false, got, 3), CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[i], 0);
+  }
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), runs);
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), hits);
+  cn_ctx_destroy(ctx);
+}
+
+/* Compiles "fill" with the given cc (NULL: the default) and flags options and expects status. */
+static const char *compile_error(const char *cc, const char *flags, cn_status expected) {
+  static char message[4096];
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(ctx != NULL);
+  if (!ctx) return "";
+  if (cc) CHECK_INT(cn_ctx_set_option(ctx, "cc", cc), CN_OK);
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", flags), CN_OK);
+  int64_t n = 3;
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+  cn_asgn *asgn = x ? cn_asgn_fetch_constant_fill(ctx, x, values_a, 3) : NULL;
+  CHECK(cn_routine_compile(ctx, asgn, CN_BACKEND_C, "fill") == NULL);
+  CHECK_INT(cn_ctx_status(ctx), expected);
+  snprintf(message, sizeof message, "%s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  return message;
+}
+
+/* The number of entries of dir (without "." and "..") whose name ends with suffix. */
+static int count_files(const char *dir, const char *suffix) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name), k = strlen(suffix);
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    n += len >= k && strcmp(e->d_name + len - k, suffix) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+/* The path of the one "<prefix>-*.so" in dir other than `except` (may be ""): its stem, without
+ * ".so", in out. */
+static bool find_object(const char *dir, const char *prefix, const char *except, char *out,
+                        size_t size) {
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  if (!d) return false;
+  int found = 0;
+  size_t plen = strlen(prefix);
+  for (struct dirent *e; (e = readdir(d));) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, plen) != 0 || e->d_name[plen] != '-' || len < 3 ||
+        strcmp(e->d_name + len - 3, ".so") != 0)
+      continue;
+    char stem[PATH_MAX];
+    snprintf(stem, sizeof stem, "%s/%.*s", dir, (int)(len - 3), e->d_name);
+    if (strcmp(stem, except) == 0) continue;
+    snprintf(out, size, "%s", stem);
+    found++;
+  }
+  closedir(d);
+  CHECK_INT(found, 1);
+  return found == 1;
+}
+
+static long file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static bool read_file(const char *path, char *buf, size_t size, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  if (!f) return false;
+  *len = fread(buf, 1, size, f);
+  fclose(f);
+  CHECK(*len < size);
+  return *len < size;
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  CHECK(fwrite(data, 1, len, f) == len);
+  CHECK(fclose(f) == 0);
+}
+
+static char file_buf[1 << 20];
+
+static void copy_file(const char *from, const char *to) {
+  size_t len;
+  if (read_file(from, file_buf, sizeof file_buf, &len)) write_file(to, file_buf, len);
+}
+
+static void with_suffix(char *out, size_t size, const char *stem, const char *suffix) {
+  int n = snprintf(out, size, "%s%s", stem, suffix);
+  CHECK(n > 0 && (size_t)n < size);
+}
+
+static void remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    chmod(path, 0700);
+    DIR *d = opendir(path);
+    CHECK(d != NULL);
+    if (d) {
+      for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char child[PATH_MAX];
+        path_in(child, sizeof child, path, e->d_name);
+        remove_tree(child);
+      }
+      closedir(d);
+    }
+    CHECK(rmdir(path) == 0);
+  } else {
+    CHECK(unlink(path) == 0);
+  }
+}
+
+/* ---- Integrity ---- */
+
+static void check_discarded(const char *so, const char *why) {
+  char expected[PATH_MAX + 256];
+  snprintf(expected, sizeof expected, "discarding cached object %s.so (%s", so, why);
+  CHECK_HAS(warnings, expected);
+  CHECK_HAS(warnings, "); recompiling\n");
+  /* One warning, one line. */
+  CHECK(strchr(warnings, '\n') == warnings + strlen(warnings) - 1);
+}
+
+static void test_integrity(void) {
+  char dir[PATH_MAX];
+  path_in(dir, sizeof dir, root, "cache");
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+
+  run_routine("fill", values_a, 1, 0);
+  CHECK_STR(warnings, "");
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+  CHECK_INT(count_files(dir, ".c"), 1);
+  CHECK_INT(count_files(dir, ".so"), 1);
+  CHECK_INT(count_files(dir, ".sum"), 1);
+  CHECK_INT(count_files(dir, ""), 3); /* no temporaries */
+  char a[PATH_MAX], a_so[PATH_MAX], a_sum[PATH_MAX];
+  if (!find_object(dir, "fill", "", a, sizeof a)) return;
+  with_suffix(a_so, sizeof a_so, a, ".so");
+  with_suffix(a_sum, sizeof a_sum, a, ".sum");
+  long full = file_size(a_so);
+  CHECK_MSG(full > 12288, "object of %ld bytes", full);
+
+  /* Truncated objects: the checksum is verified on bytes read, before dlopen maps anything. */
+  const long sizes[4] = {0, 1000, 4096, 12288};
+  for (int k = 0; k < 4; k++) {
+    CHECK(truncate(a_so, sizes[k]) == 0);
+    run_routine("fill", values_a, 1, 0);
+    check_discarded(a, "its size or checksum differs from its record (truncated or modified)");
+    CHECK_INT(file_size(a_so), full);
+    run_routine("fill", values_a, 0, 1);
+    CHECK_STR(warnings, "");
+  }
+
+  /* One byte altered, same size. */
+  size_t len;
+  if (read_file(a_so, file_buf, sizeof file_buf, &len)) {
+    file_buf[len / 2] ^= 0x40;
+    write_file(a_so, file_buf, len);
+  }
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "its size or checksum differs");
+
+  /* No record. */
+  CHECK(unlink(a_sum) == 0);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "it has no record");
+  CHECK_INT(file_size(a_sum) > 0, 1);
+  run_routine("fill", values_a, 0, 1);
+
+  /* Another routine of the same name (other constants, so another key and slot). Its object
+   * and record copied into A's slot, or its object alone, must not run as A. */
+  run_routine("fill", values_b, 1, 0);
+  char b[PATH_MAX], b_so[PATH_MAX], b_sum[PATH_MAX];
+  if (!find_object(dir, "fill", a, b, sizeof b)) return;
+  with_suffix(b_so, sizeof b_so, b, ".so");
+  with_suffix(b_sum, sizeof b_sum, b, ".sum");
+  copy_file(b_so, a_so);
+  copy_file(b_sum, a_sum);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "its record is for another key (routine source, compiler or flags)");
+  run_routine("fill", values_a, 0, 1);
+  run_routine("fill", values_b, 0, 1);
+  copy_file(b_so, a_so);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "its size or checksum differs");
+  copy_file(a_sum, b_sum);
+  run_routine("fill", values_b, 1, 0);
+  check_discarded(b, "its record is for another key");
+
+  /* A record made to match an object dlopen rejects, then one of another routine name (loads,
+   * but has no fill_entry): a failed load discards the entry too. The record's last line is
+   * "so <size> <fnv1a64>". */
+  static char record[1 << 20];
+  size_t record_len;
+  if (!read_file(a_sum, record, sizeof record, &record_len)) return;
+  record[record_len] = '\0';
+  char *last = record + record_len - 1;
+  while (last > record && last[-1] != '\n') last--;
+  CHECK(strncmp(last, "so ", 3) == 0);
+  run_routine("other", values_other, 1, 0);
+  char other[PATH_MAX], other_so[PATH_MAX];
+  if (!find_object(dir, "other", "", other, sizeof other)) return;
+  with_suffix(other_so, sizeof other_so, other, ".so");
+  for (int k = 0; k < 2; k++) {
+    if (k == 0)
+      write_file(a_so, "not an object\n", 14);
+    else
+      copy_file(other_so, a_so);
+    if (!read_file(a_so, file_buf, sizeof file_buf, &len)) return;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)file_buf[i]) * 1099511628211ull;
+    snprintf(last, sizeof record - (size_t)(last - record), "so %zu %016" PRIx64 "\n", len, h);
+    write_file(a_sum, record, strlen(record));
+    run_routine("fill", values_a, 1, 0);
+    check_discarded(a, k == 0 ? "cannot load it: " : "cannot load it: no symbol 'fill_entry'");
+    run_routine("fill", values_a, 0, 1);
+  }
+  CHECK_INT(count_files(dir, ""), 9); /* fill twice, other: .c, .so, .sum each */
+}
+
+/* ---- Locations ---- */
+
+static void test_locations(void) {
+  char uid_dir[64], xdg[PATH_MAX], home[PATH_MAX], tmp[PATH_MAX], plain[PATH_MAX], where[PATH_MAX],
+      per_user[PATH_MAX], moved[PATH_MAX];
+  snprintf(uid_dir, sizeof uid_dir, "cannl-cache-%ld", (long)geteuid());
+  path_in(xdg, sizeof xdg, root, "xdg");
+  path_in(home, sizeof home, root, "home");
+  path_in(tmp, sizeof tmp, root, "tmp");
+  path_in(plain, sizeof plain, root, "plain-file");
+  path_in(per_user, sizeof per_user, tmp, uid_dir);
+  CHECK(mkdir(tmp, 0700) == 0);
+  write_file(plain, "", 0);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+  CHECK(setenv("TMPDIR", tmp, 1) == 0);
+
+  /* $XDG_CACHE_HOME/cannl, created. */
+  CHECK(setenv("XDG_CACHE_HOME", xdg, 1) == 0);
+  CHECK(setenv("HOME", home, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  path_in(where, sizeof where, xdg, "cannl");
+  CHECK_INT(count_files(where, ".so"), 1);
+  CHECK_INT(count_files(where, ".sum"), 1);
+  run_routine("fill", values_a, 0, 1);
+
+  /* A relative XDG_CACHE_HOME is ignored: $HOME/.cache/cannl. */
+  CHECK(setenv("XDG_CACHE_HOME", "relative/xdg", 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  CHECK_STR(warnings, "");
+  path_in(where, sizeof where, home, ".cache/cannl");
+  CHECK_INT(count_files(where, ".so"), 1);
+  CHECK(unsetenv("XDG_CACHE_HOME") == 0);
+  run_routine("fill", values_a, 0, 1);
+
+  /* A HOME under which nothing can be created: the per-user directory under $TMPDIR, 0700. */
+  CHECK(setenv("HOME", plain, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  char expected[4 * PATH_MAX];
+  snprintf(expected, sizeof expected,
+           "cannot create cache directory '%s/.cache/cannl' ('%s/.cache': Not a directory); "
+           "using %s\n",
+           plain, plain, per_user);
+  CHECK_STR(warnings, expected);
+  struct stat st;
+  CHECK(lstat(per_user, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+  CHECK_INT(count_files(per_user, ".so"), 1);
+  CHECK_INT(count_files(per_user, ".sum"), 1);
+  /* No HOME at all: the same directory, silently. */
+  CHECK(unsetenv("HOME") == 0);
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+
+  /* A per-user directory others can write is refused: no disk cache, nothing written there. */
+  CHECK(chmod(per_user, 0777) == 0);
+  run_routine("fill", values_b, 1, 0);
+  snprintf(expected, sizeof expected,
+           "refusing cache directory '%s' (writable by group or others): compiling without a "
+           "disk cache\n",
+           per_user);
+  CHECK_STR(warnings, expected);
+  CHECK_INT(count_files(per_user, ""), 3);
+  CHECK_INT(count_files(tmp, ""), 1); /* the private directory was removed */
+  /* So is a symbolic link, even to a good directory. */
+  CHECK(chmod(per_user, 0700) == 0);
+  path_in(moved, sizeof moved, tmp, "moved");
+  CHECK(rename(per_user, moved) == 0);
+  CHECK(symlink(moved, per_user) == 0);
+  run_routine("fill", values_a, 1, 0);
+  snprintf(expected, sizeof expected,
+           "refusing cache directory '%s' (a symbolic link): compiling without a disk cache\n",
+           per_user);
+  CHECK_STR(warnings, expected);
+  CHECK_INT(count_files(moved, ""), 3);
+  CHECK_INT(count_files(tmp, ""), 2);
+  CHECK(unlink(per_user) == 0);
+  CHECK(rename(moved, per_user) == 0);
+  run_routine("fill", values_a, 0, 1);
+
+  /* CANNL_CACHE_DIR=off: compiled every time, no file left anywhere. */
+  CHECK(setenv("HOME", home, 1) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", "off", 1) == 0);
+  path_in(where, sizeof where, root, "off-tmp");
+  CHECK(mkdir(where, 0700) == 0);
+  CHECK(setenv("TMPDIR", where, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  run_routine("fill", values_a, 1, 0);
+  CHECK_STR(warnings, "");
+  CHECK_INT(count_files(where, ""), 0);
+  path_in(tmp, sizeof tmp, home, ".cache/cannl");
+  CHECK_INT(count_files(tmp, ""), 3); /* only the files of the relative-XDG run above */
+  CHECK(setenv("TMPDIR", "/tmp", 1) == 0);
+}
+
+/* ---- The compiler command ---- */
+
+/* Flags that include header_dir/name and define macros whose bodies the header checks. */
+static void check_flags(char *out, size_t size, const char *header_dir, const char *name) {
+  int n = snprintf(out, size,
+                   CFLAGS " -include \"%s/%s\"\t-DCN_N=\"1 + 2\"\n-DCN_M=4\\ \\*\\ 2 "
+                          "'-DCN_S=sizeof \"ab\"' \"-DCN_Q=sizeof \\\"a b\\\"\" -DCN_D=sizeof\\ "
+                          "'\"$HOME\"'",
+                   header_dir, name);
+  CHECK(n > 0 && (size_t)n < size);
+}
+
+static void test_command(void) {
+  char dir[PATH_MAX], header_dir[PATH_MAX], header[PATH_MAX], flags[4 * PATH_MAX];
+  path_in(dir, sizeof dir, root, "flags-cache");
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  path_in(header_dir, sizeof header_dir, root, "with space");
+  CHECK(mkdir(header_dir, 0700) == 0);
+  path_in(header, sizeof header, header_dir, "check 'flags'.h");
+  /* Each define has a body the compiler only accepts if it arrived as one word, split as the
+   * grammar says; CN_D shows that $HOME is not expanded. */
+  const char *checks = "_Static_assert(CN_N == 3, \"cn-flag-check N\");\n"
+                       "_Static_assert(CN_M == 8, \"cn-flag-check M\");\n"
+                       "_Static_assert(CN_S == 3, \"cn-flag-check S\");\n"
+                       "_Static_assert(CN_Q == 4, \"cn-flag-check Q\");\n"
+                       "_Static_assert(CN_D == 6, \"cn-flag-check D\");\n";
+  write_file(header, checks, strlen(checks));
+  /* Inside double quotes a backslash makes the quote in the header's name literal. */
+  check_flags(flags, sizeof flags, header_dir, "check \\'flags\\'.h");
+  CHECK(setenv("CANNL_CFLAGS", flags, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  CHECK_INT(count_files(dir, ".so"), 1);
+
+  /* The header is really read: a failing assertion fails the compilation, with the compiler's
+   * diagnostics in the message. */
+  const char *wrong = "_Static_assert(CN_N == 4, \"cn-flag-check N\");\n";
+  path_in(header, sizeof header, header_dir, "wrong.h");
+  write_file(header, wrong, strlen(wrong));
+  check_flags(flags, sizeof flags, header_dir, "wrong.h");
+  CHECK_HAS(compile_error(NULL, flags, CN_ERR_COMPILE), "cn-flag-check N");
+  CHECK_INT(count_files(dir, ""), 4); /* the failed compilation's source stays for inspection */
+
+  /* Errors of the grammar, before any file is written. */
+  CHECK_STR(compile_error(NULL, "-O1 -DX=\"a b", CN_ERR_INVALID),
+            "unterminated double quote at character 9 of the compiler flags (option 'cflags', "
+            "default $CANNL_CFLAGS):\n"
+            "  -O1 -DX=\"a b\n"
+            "          ^");
+  CHECK_STR(compile_error(NULL, "-O1 'it''s", CN_ERR_INVALID),
+            "unterminated single quote at character 9 of the compiler flags (option 'cflags', "
+            "default $CANNL_CFLAGS):\n"
+            "  -O1 'it''s\n"
+            "          ^");
+  CHECK_STR(compile_error(NULL, "-O1 -DX=\"a \\\" b", CN_ERR_INVALID),
+            "unterminated double quote at character 9 of the compiler flags (option 'cflags', "
+            "default $CANNL_CFLAGS):\n"
+            "  -O1 -DX=\"a \\\" b\n"
+            "          ^");
+  CHECK_STR(compile_error(NULL, "-O1 -DX\\", CN_ERR_INVALID),
+            "backslash escaping nothing at character 8 of the compiler flags (option 'cflags', "
+            "default $CANNL_CFLAGS):\n"
+            "  -O1 -DX\\\n"
+            "         ^");
+  CHECK_STR(compile_error("cc 'gcc", CFLAGS, CN_ERR_INVALID),
+            "unterminated single quote at character 4 of the compiler command (option 'cc', "
+            "default $CC):\n"
+            "  cc 'gcc\n"
+            "     ^");
+  CHECK_STR(compile_error(" \t", CFLAGS, CN_ERR_INVALID),
+            "the compiler command (option 'cc', default $CC) names no program: ' \t'");
+  CHECK_INT(count_files(dir, ""), 4);
+
+  /* No shell runs the command: a missing program is reported by the spawn itself. */
+  const char *msg = compile_error("'cn no such compiler'", CFLAGS, CN_ERR_COMPILE);
+  CHECK_HAS(msg, "cn no such compiler");
+  /* Under valgrind the spawned child reports it by exiting with 127. */
+  if (!strstr(msg, "exit status 127")) {
+    CHECK_HAS(msg, "cannot run the C compiler ''cn no such compiler'' on '");
+    CHECK_HAS(msg, "': No such file or directory");
+  } else {
+    CHECK_HAS(msg, "(no output: cannot run 'cn no such compiler')");
+  }
+  CHECK(unsetenv("CANNL_CFLAGS") == 0);
+}
+
+int main(void) {
+  char cwd[PATH_MAX - 64];
+  if (!getcwd(cwd, sizeof cwd)) return 1;
+  snprintf(root, sizeof root, "%s/test_cache-XXXXXX", cwd);
+  if (!mkdtemp(root)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  CHECK(setenv("CANNL_CFLAGS", CFLAGS, 1) == 0);
+  test_integrity();
+  test_locations();
+  test_command();
+  remove_tree(root);
+  CHECK_DONE();
+}
