@@ -3,9 +3,12 @@
  * in a compact test-side notation, independent of the printer), columns, mode detection, every
  * syntax error path with its column (and the full caret message for a few), canonical printing,
  * equality, a randomized print/parse round trip over generated trees, a fuzz loop over random
- * texts (run it under ASan: nothing may crash), and an allocation-failure sweep. */
+ * texts whose accepted specs also go through shape inference, with integers at and around the
+ * int64 extremes and the spec limit 2^40 (run it under ASan and UBSan: nothing may crash or
+ * overflow), and an allocation-failure sweep. */
 #include "check.h"
 #include "shape/einsum.h"
+#include "shape_check.h"
 
 #include <stdlib.h>
 
@@ -321,6 +324,21 @@ static void test_errors(void) {
   CHECK(cn_einsum_parse(ctx, NULL) == NULL);
   CHECK_INT(cn_ctx_status(ctx), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "NULL");
+  /* issue 14: the external fuzzer's fixed index INT64_MAX is refused where it is written, and
+   * the largest accepted integer is 2^40 - 1 */
+  CHECK(cn_einsum_parse(ctx, "i => 9223372036854775807") == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "einsum spec \"i => 9223372036854775807\": integer "
+                               "9223372036854775807 must be below 2^40 at column 6\n"
+                               "  i => 9223372036854775807\n"
+                               "       ^");
+  cn_einsum *largest = cn_einsum_parse(ctx, "i => 1099511627775, 1099511627775*o+1099511627774");
+  CHECK_MSG(largest != NULL, "%s", cn_ctx_error(ctx));
+  if (largest) {
+    CHECK_INT(largest->lhs.output.n_trailing, 2);
+    CHECK_INT(largest->lhs.output.trailing[0].fixed, 1099511627775);
+    CHECK_INT(largest->lhs.output.trailing[1].stride, 1099511627775);
+    CHECK_INT(largest->lhs.output.trailing[1].stride_offset, 1099511627774);
+  }
 
   /* every error path, with its hand-counted column */
   static const struct {
@@ -360,8 +378,21 @@ static void test_errors(void) {
       {"o+0*k => o", "dilation 0 must be at least 1 at column 3"},
       {"-1*o => o", "unexpected '-' at column 1"},
       {"o+-1 => o", "unexpected '-' at column 3"},
-      {"99999999999999999999=>i", "integer too large at column 1"},
-      {"i => 9223372036854775808", "integer too large at column 6"},
+      {"99999999999999999999=>i", "integer 99999999999999999999 must be below 2^40 at column 1"},
+      {"i => 9223372036854775808", "integer 9223372036854775808 must be below 2^40 at column 6"},
+      /* issue 14: every integer of a spec is below 2^40 (a fixed index of INT64_MAX overflowed
+       * the shape logic's k + 1), the digits of a long run cut after 24 */
+      {"i => 9223372036854775807", "integer 9223372036854775807 must be below 2^40 at column 6"},
+      {"i => 1099511627776", "integer 1099511627776 must be below 2^40 at column 6"},
+      {"i => 00001099511627776", "integer 00001099511627776 must be below 2^40 at column 6"},
+      {"1234567890123456789012345678901234567890 => i",
+       "integer 123456789012345678901234... must be below 2^40 at column 1"},
+      {"i, 9223372036854775807 => i", "integer 9223372036854775807 must be below 2^40 at column 4"},
+      {"9223372036854775807*o => o", "integer 9223372036854775807 must be below 2^40 at column 1"},
+      {"o+9223372036854775807 => o", "integer 9223372036854775807 must be below 2^40 at column 3"},
+      {"o+1099511627776*k => o", "integer 1099511627776 must be below 2^40 at column 3"},
+      {"2*o+9223372036854775807+k => o",
+       "integer 9223372036854775807 must be below 2^40 at column 5"},
       {"ij=>ik)", "unexpected ')' at column 7"},
       {"a=>b;c", "unexpected ';' at column 5"},
       {"a=>b=>c", "unexpected '=' at column 5"},
@@ -515,7 +546,7 @@ static cn_es_axis rnd_axis(cn_ctx *ctx, bool single) {
     ax.label = rnd_name(ctx, single);
   } else if (k == 1) {
     ax.kind = CN_ES_FIXED;
-    static const int64_t values[] = {0, 1, 2, 7, 10, 123, INT64_MAX};
+    static const int64_t values[] = {0, 1, 2, 7, 10, 123, CN_EINSUM_INT_LIMIT - 1};
     ax.fixed = values[rnd(7)];
   } else if (k == 2) {
     ax.kind = CN_ES_PLACEHOLDER;
@@ -641,22 +672,73 @@ static void test_round_trip(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Fuzz: random texts never crash; whatever parses round-trips ---- */
+/* ---- Fuzz: random texts never crash; whatever parses round-trips and infers shapes ---- */
+
+/* Integers at and around the spec limit 2^40 and the int64 extremes (issue 14: a fixed index of
+ * INT64_MAX parsed, then overflowed k + 1 in the shape logic). */
+#define HUGE_INTS                                                                                  \
+  "1099511627775", "1099511627776", "9223372036854775806", "9223372036854775807",                  \
+      "9223372036854775808", "18446744073709551615", "99999999999999999999999"
+
+/* The spec applied to fresh operands, open or of small sizes, with every name the texts use as
+ * a stride or dilation bound (to 2, or in one round in four to an extreme): inference succeeds
+ * or reports CN_ERR_INVALID. Operands are distinct shapes, so a fixed index's dim (up to 2^40)
+ * never meets a stride. */
+static void infer_shapes(cn_ctx *ctx, cn_einsum *spec, int *inferred) {
+  static const char *const operands[] = {"?|?->?", "|->3", "2|4->5,6", "|->7,7", "3|2->?"};
+  static const int64_t extremes[] = {INT64_MAX, INT64_MIN,           -1,
+                                     0,         CN_EINSUM_INT_LIMIT, CN_EINSUM_INT_LIMIT - 1};
+  int64_t value = rnd(4) ? 2 : extremes[rnd(6)];
+  cn_shape_binding bindings[] = {{"s", value}, {"d", 2}, {"stride", 2}, {"kh", 2}, {"o", 2}};
+  cn_shape_env *env = cn_shape_env_new(ctx);
+  cn_shape *lhs = mk(env, "y", false, "?|?->?"), *rhs[3];
+  for (int i = 0; i < spec->n_rhs; i++) rhs[i] = mk(env, "x", false, operands[rnd(5)]);
+  cn_shape_args args = {0};
+  args.spec = spec;
+  args.bindings = bindings;
+  args.n_bindings = 5;
+  cn_status st = cn_shape_add_op(env, CN_SL_EINSUM, &args, lhs, rhs, spec->n_rhs)
+                     ? cn_shape_finalize(env)
+                     : cn_ctx_status(ctx);
+  if (st == CN_OK)
+    (*inferred)++;
+  else
+    CHECK_MSG(st == CN_ERR_INVALID, "\"%s\": %s", spec->text, cn_ctx_error(ctx));
+}
 
 static void test_fuzz(void) {
   /* Pieces of valid single-char and multi-char specs (a round draws from one kind), the
    * separators, and (one draw in eight) pieces that are wrong in most places. */
   static const char *const single[] = {"i", "j", "k", "_", "0", "12", "...", "..v..", " ", "\t"};
-  static const char *const multi[] = {"i, ",     "ab, ",  "kh,",          "_, ",      "0, ",
-                                      "12 , ",   "..., ", "..v.. ",       "2*o+k, ",  "o=+k, ",
-                                      "2*o+1, ", "x_y, ", "s*o<+1+d*k, ", "o<+2*k, ", "\n"};
+  static const char *const huge[] = {HUGE_INTS};
+  static const char *const multi[] = {"i, ",
+                                      "ab, ",
+                                      "kh,",
+                                      "_, ",
+                                      "0, ",
+                                      "12 , ",
+                                      "..., ",
+                                      "..v.. ",
+                                      "2*o+k, ",
+                                      "o=+k, ",
+                                      "2*o+1, ",
+                                      "x_y, ",
+                                      "s*o<+1+d*k, ",
+                                      "o<+2*k, ",
+                                      "\n",
+                                      "1099511627775, ",
+                                      "1099511627775*o+1099511627774, ",
+                                      "o+1099511627775*k, "};
+  static const char *const huge_multi[] = {
+      "9223372036854775807, ", "9223372036854775806*o, ", "o+9223372036854775807, ",
+      "s*o=+9223372036854775808*k, ", "2*o<+18446744073709551615+k, "};
   static const char *const separators[] = {"|", "->", ";"};
   static const char *const bad[] = {"..", ".", "-", ">",   "=",  "<",    "+",    "*",
                                     "^",  "&", "(", "..w", "9$", "\x7f", "..._", "=>"};
   const uint32_t n_single = sizeof single / sizeof *single, n_multi = sizeof multi / sizeof *multi,
                  n_bad = sizeof bad / sizeof *bad;
   cn_ctx *ctx = cn_ctx_create();
-  int accepted = 0, rejected = 0;
+  int accepted = 0, rejected = 0, inferred = 0, huge_refused = 0;
   const int rounds = 20000;
   for (int r = 0; r < rounds; r++) {
     char text[256] = "";
@@ -671,6 +753,9 @@ static void test_fuzz(void) {
         piece = separators[rnd(3)];
       else if (rnd(8) == 0)
         piece = bad[rnd(n_bad)];
+      else if (rnd(12) == 0)
+        piece = is_multi && rnd(2) ? huge_multi[rnd(sizeof huge_multi / sizeof *huge_multi)]
+                                   : huge[rnd(sizeof huge / sizeof *huge)];
       size_t m = strlen(piece);
       if (len + m >= sizeof text) break;
       memcpy(text + len, piece, m + 1);
@@ -681,6 +766,7 @@ static void test_fuzz(void) {
       rejected++;
       if (cn_ctx_status(ctx) != CN_ERR_INVALID || !strstr(cn_ctx_error(ctx), "at column"))
         CHECK_MSG(false, "\"%s\": %s", text, cn_ctx_error(ctx));
+      if (strstr(cn_ctx_error(ctx), "must be below 2^40")) huge_refused++;
       continue;
     }
     accepted++;
@@ -689,11 +775,16 @@ static void test_fuzz(void) {
     cn_einsum *back = cn_einsum_parse(ctx, canonical);
     if (!back || !cn_einsum_equal(e, back))
       CHECK_MSG(false, "\"%s\" prints as \"%s\", which does not parse back to it", text, canonical);
+    infer_shapes(ctx, e, &inferred);
   }
+  printf("einsum fuzz: %d accepted (%d inferred), %d rejected (%d too large)\n", accepted, inferred,
+         rejected, huge_refused);
   CHECK_INT(accepted + rejected, rounds);
   /* both outcomes happen often enough for the loop to mean something */
   CHECK(accepted > rounds / 5);
   CHECK(rejected > rounds / 4);
+  CHECK(inferred > rounds / 20);
+  CHECK(huge_refused > rounds / 50);
   /* raw bytes, including ones outside the alphabet */
   for (int r = 0; r < 2000; r++) {
     char text[40];

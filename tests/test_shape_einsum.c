@@ -63,6 +63,9 @@ static void test_reduce_to_number(void) {
   CHECK_STR(unary(ctx, "...|... => 0", "2,3|4->5,6"), "|->1");
   CHECK_STR(unary(ctx, "... => 0", "2,3|4->5,6"), "|->1");
   CHECK_STR(unary(ctx, "... => 0", "|->7"), "|->1");
+  /* the largest fixed index a spec may write, 2^40 - 1, asks for 2^40 cells (issue 14: k + 1
+   * no longer overflows, the parser refusing k >= 2^40, see test_einsum) */
+  CHECK_STR(unary(ctx, "i => 1099511627775", "|->7"), "|->1099511627776");
   /* the reading as sizes: one cell */
   cn_shape_env *env = cn_shape_env_new(ctx);
   cn_shape *x = mk(env, "x", false, "2|->3"), *y = open_shape(env, "y");
@@ -323,6 +326,17 @@ static void test_conv_padded_and_errors(void) {
   r = conv(ctx, named, zero, 2, "|->11,11", "|->3,3", "?|?->?");
   CHECK(r == NULL);
   CHECK_HAS(cn_ctx_error(ctx), "the stride at column 1 is 0; it must be >= 1");
+  /* a bound stride or dilation is held to the literals' limit, 2^40 (issue 14) */
+  cn_shape_binding huge[2] = {{"s", INT64_MAX}, {"d", 1}};
+  r = conv(ctx, named, huge, 2, "|->11,11", "|->3,3", "?|?->?");
+  CHECK(r == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "einsum \"s*oh<+d*kh, s*ow<+d*kw; kh, kw => oh, ow\": the stride "
+                               "at column 1 is 9223372036854775807; it must be below 2^40");
+  cn_shape_binding big_d[2] = {{"s", 1}, {"d", (int64_t)1 << 40}};
+  r = conv(ctx, named, big_d, 2, "|->11,11", "|->3,3", "?|?->?");
+  CHECK(r == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "einsum \"s*oh<+d*kh, s*ow<+d*kw; kh, kw => oh, ow\": the "
+                               "dilation at column 1 is 1099511627776; it must be below 2^40");
   cn_ctx_destroy(ctx);
 }
 

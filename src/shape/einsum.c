@@ -105,18 +105,24 @@ static const char *ident(parser *p) {
   return s;
 }
 
+/* A run of digits below CN_EINSUM_INT_LIMIT; the value is accumulated only while it is below
+ * the limit, so no text can overflow it. */
 static bool integer(parser *p, int64_t *out) {
   skip_space(p);
   size_t start = p->pos;
   int64_t v = 0;
+  bool too_large = false;
   while (isdigit((unsigned char)p->text[p->pos])) {
-    int d = p->text[p->pos] - '0';
-    if (v > (INT64_MAX - d) / 10) {
-      syntax_error(p, start, "integer too large");
-      return false;
-    }
-    v = v * 10 + d;
+    if (!too_large) v = v * 10 + (p->text[p->pos] - '0');
+    too_large = too_large || v >= CN_EINSUM_INT_LIMIT;
     p->pos++;
+  }
+  if (too_large) {
+    /* the digits as written (a long run cut, so the reason stays in the message) */
+    int n = (int)(p->pos - start);
+    syntax_error(p, start, "integer %.*s%s must be below 2^40", n > 24 ? 24 : n, p->text + start,
+                 n > 24 ? "..." : "");
+    return false;
   }
   *out = v;
   return true;

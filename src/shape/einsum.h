@@ -16,7 +16,9 @@
  * (axes are comma-separated identifiers, commas around a row variable optional, one trailing
  * comma per row allowed); otherwise single-char (each letter an axis, a run of digits one fixed
  * index). Whitespace separates tokens and is otherwise ignored. A lone '_' is the placeholder and
- * never a name; concatenation ('^') is rejected.
+ * never a name; concatenation ('^') is rejected. Every integer of a spec (fixed index, stride,
+ * stride offset, dilation) is below CN_EINSUM_INT_LIMIT, as is a stride or dilation bound by name
+ * (checked by the shape logic).
  *
  * Invariants: a parsed spec owns its strings (context arena); cn_einsum_print writes a canonical
  * text that parses back to an equal tree (cn_einsum_equal); a row without a row variable has all
@@ -25,6 +27,11 @@
 #define CN_EINSUM_H
 
 #include "core/core.h"
+
+/* 2^40: no node holds more than 2^40 bytes (tensor/graph.c), so a fixed index, stride or
+ * dilation this large addresses nothing cannl can allocate; below it, the shape logic's own
+ * arithmetic on one number (a fixed index k needs k + 1 cells) cannot overflow int64. */
+#define CN_EINSUM_INT_LIMIT ((int64_t)1 << 40)
 
 typedef enum { CN_ES_LABEL, CN_ES_FIXED, CN_ES_PLACEHOLDER, CN_ES_AFFINE } cn_es_axis_kind;
 typedef enum {

@@ -136,6 +136,13 @@ static bool bound_int(einsum_ctx *e, const char *name, int64_t literal, const ch
             e->args->spec->text, what, column, (long long)*out);
     return false;
   }
+  /* a literal is below the limit by parsing; a value bound by name is held to the same limit */
+  if (*out >= CN_EINSUM_INT_LIMIT) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "einsum \"%s\": the %s at column %d is %lld; it must be below 2^40",
+            e->args->spec->text, what, column, (long long)*out);
+    return false;
+  }
   return true;
 }
 
@@ -149,7 +156,7 @@ static cn_dim *axis_dim(einsum_ctx *e, const cn_es_axis *ax, int slot, cn_row_ki
     cn_shape_constraint *c = d ? add(e->b, CN_SC_MIN_DIM, slot, row, -1, row) : NULL;
     if (!c) return NULL;
     c->d1 = d;
-    c->min = ax->fixed + 1;
+    c->min = ax->fixed + 1; /* no overflow: the parser keeps fixed below CN_EINSUM_INT_LIMIT */
     return d;
   }
   case CN_ES_AFFINE: {

@@ -245,7 +245,8 @@ static cn_tile_expr *parse_call(cn_tile_reader *r, const cn_tile_tok *name) {
   if (!e) return NULL;
   e->name = r->src->text + name->at;
   e->len = name->len;
-  memcpy(e->args, args, sizeof *args * (size_t)n);
+  /* a call without arguments has no args array (NULL), which memcpy may not be given */
+  if (n) memcpy(e->args, args, sizeof *args * (size_t)n);
   return e;
 }
 
