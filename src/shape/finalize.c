@@ -181,6 +181,19 @@ static result close_dim_upward(cn_shape_env *env) {
   return R_PEND;
 }
 
+/* Binds row variable v to n fresh dim variables (no row variable left); the dims, or NULL on an
+ * allocation failure. */
+static cn_dim **bind_fresh_dims(cn_shape_env *env, int v, int n) {
+  cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(n + 1));
+  if (!dims) return NULL;
+  for (int j = 0; j < n; j++)
+    if (!(dims[j] = cn_dim_var(env))) return NULL;
+  cn_row *to = cn_row_make(env, 0, NULL, -1, n, dims);
+  if (!to || !cn_sv_set_row(env, v, to)) return NULL;
+  env->events++;
+  return dims;
+}
+
 /* Results close to the fewest axes their operands need: a row variable v that is the sub of
  * pending "L v T ⊑ closed row" constraints gets as many fresh dims as the longest such operand
  * leaves uncovered (operands that still have a row variable are ignored here). When only
@@ -212,15 +225,7 @@ static result close_row_to_operands(cn_shape_env *env) {
       need = need_units;
     }
     if (need < 0) continue;
-    cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
-    if (!dims) return R_FAIL;
-    for (int j = 0; j < need; j++)
-      if (!(dims[j] = cn_dim_var(env))) return R_FAIL;
-    cn_row *to = cn_row_make(env, 0, NULL, -1, need, dims);
-    if (!to) return R_FAIL;
-    if (!cn_sv_set_row(env, v, to)) return R_FAIL;
-    env->events++;
-    return R_DONE;
+    return bind_fresh_dims(env, v, need) ? R_DONE : R_FAIL;
   }
   return R_PEND;
 }
@@ -380,15 +385,8 @@ static int reads_only_units(cn_shape_env *env, const cn_dim *d) {
  * axis in a result must not become an open axis of the operands above it (a parameter's). */
 static result bind_guess_row(cn_shape_env *env, int rv) {
   int need = min_rank(env, rv);
-  if (need < 0) return R_FAIL;
-  cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(need + 1));
+  cn_dim **dims = need < 0 ? NULL : bind_fresh_dims(env, rv, need);
   if (!dims) return R_FAIL;
-  for (int j = 0; j < need; j++)
-    if (!(dims[j] = cn_dim_var(env))) return R_FAIL;
-  cn_row *to = cn_row_make(env, 0, NULL, -1, need, dims);
-  if (!to) return R_FAIL;
-  if (!cn_sv_set_row(env, rv, to)) return R_FAIL;
-  env->events++;
   if (need && cn_shape_propagate(env) != CN_OK) return R_FAIL;
   for (int j = 0; j < need; j++) {
     cn_dim *d = cn_dim_resolve(env, dims[j]);
