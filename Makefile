@@ -5,8 +5,10 @@
 #   make deps      install the missing Debian packages (apt-get; sudo only when not root)
 #   make build     configure build/ (RelWithDebInfo) and build everything
 #   make test      gcc build + ctest; ASan+UBSan build (build-asan/) + ctest; clang build
-#                  (build-clang/) + ctest; clang-format check; valgrind runs of the routine and
-#                  Tile tests
+#                  (build-clang/) + ctest; clang-format check; valgrind runs of the routine, cache and
+#                  Tile tests; make fuzz
+#   make fuzz      build the libFuzzer targets (fuzz/, build-fuzz/) and run each for
+#                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
 #                  build/moons.svg)
 #   make bench     install python3-torch when missing, build, run the benchmarks (bench/)
@@ -17,23 +19,34 @@
 SHELL := /bin/bash
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
-DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format
+# libFuzzer's runtime is a separate package of the installed clang's version, libclang-rt-N-dev
+# (only recommended by clang); on a fresh machine clang is not installed yet when this file is
+# read, so `deps` names the package again once clang is there.
+CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version \([0-9][0-9]*\).*$$/\1/p' | head -n 1)
+DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format \
+                $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-C_FILES = $(shell find include src tools tests examples bench -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
+C_FILES = $(shell find include src tools tests examples bench fuzz -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
-.PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind demo bench \
+.PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind fuzz demo bench \
         install format clean
 
+# Two passes: DEB_PACKAGES, then (on a fresh machine, where clang came with the first pass)
+# the libFuzzer runtime of the clang now installed.
 deps:
-	@missing=""; \
-	for p in $(DEB_PACKAGES); do \
-	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
+	@install_missing() { \
+	  missing=""; \
+	  for p in "$$@"; do \
+	    dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	  done; \
+	  [ -z "$$missing" ] && return 0; \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
-	fi
+	}; \
+	install_missing $(DEB_PACKAGES) && \
+	major=$$(clang --version | sed -n 's/^.*clang version \([0-9][0-9]*\).*$$/\1/p' | head -n 1) && \
+	install_missing libclang-rt-$$major-dev
 
 build: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -45,6 +58,7 @@ test: deps
 	$(MAKE) --no-print-directory test-clang
 	$(MAKE) --no-print-directory format-check
 	$(MAKE) --no-print-directory test-valgrind
+	$(MAKE) --no-print-directory fuzz
 	@echo "make test: all checks passed"
 
 test-gcc: build
@@ -66,12 +80,34 @@ format-check: deps
 	clang-format --dry-run -Werror $(C_FILES)
 
 # Generated code is built without -march=native here: valgrind cannot execute AVX-512.
-VALGRIND_TESTS := test_routine test_tile test_tile_fn test_tile_grad test_notation_tile
+VALGRIND_TESTS := test_routine test_cache test_tile test_tile_fn test_tile_grad test_notation_tile
 test-valgrind: build
 	for t in $(VALGRIND_TESTS); do \
 	  echo "valgrind $$t"; \
 	  CANNL_CACHE_DIR=$(CURDIR)/build/cache CANNL_CFLAGS="-O2 -shared -fPIC -std=c11" \
 	    valgrind --quiet --error-exitcode=1 --leak-check=full build/$$t > /dev/null || exit 1; \
+	done
+
+# libFuzzer (clang): each target runs FUZZ_SECONDS on a scratch copy of its seed corpus (what it
+# adds stays in build-fuzz/), stopping at the first report (crash, sanitizer error, timeout, out
+# of memory); the input that caused it is written to build-fuzz/artifacts/. Reproduce with
+# build-fuzz/fuzz_NAME FILE.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := einsum script tile
+fuzz: deps
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCANNL_FUZZ=ON
+	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	mkdir -p build-fuzz/artifacts
+	for t in $(FUZZ_TARGETS); do \
+	  rm -rf build-fuzz/corpus/$$t && mkdir -p build-fuzz/corpus/$$t && \
+	  cp fuzz/corpus/$$t/* build-fuzz/corpus/$$t/ && \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s" && \
+	  build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/artifacts/$$t- build-fuzz/corpus/$$t \
+	    > build-fuzz/fuzz_$$t.log 2>&1 || { \
+	      grep -A3 -E "^fuzz_$$t: |runtime error|^==[0-9]+==ERROR|^SUMMARY|Test unit written" \
+	        build-fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E '^stat::(number_of_executed_units|new_units_added)' build-fuzz/fuzz_$$t.log; \
 	done
 
 demo: build
@@ -97,4 +133,4 @@ format:
 	clang-format -i $(C_FILES)
 
 clean:
-	rm -rf build build-asan build-clang
+	rm -rf build build-asan build-clang build-fuzz

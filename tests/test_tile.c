@@ -466,7 +466,10 @@ static void test_assign_and_errors(void) {
               "unexpected ')', expected ',' and the next operand of cond", 24);
   check_error(g, "O[i] += M[i]", 2, (cn_tile_binding[]){{"M", NULL, NULL, 2}, {"V", V, NULL, 0}},
               "'M' is a dim, not a tensor", 9);
-  check_error(g, "O[i : 2 - 3] += V[i]", 2, b, "negative size -1", 7);
+  check_error(g, "O[i : 2 - 3] += V[i]", 2, b, "size -1 must be at least 1", 7);
+  /* a size 0 was refused by the tensor's creation, without a position (found by the body fuzz
+   * of test_tile_fn, issue 14) */
+  check_error(g, "O[i : 2 - 2] += V[i]", 2, b, "size 0 must be at least 1", 7);
   check_error(g, "O[i] += V[i], 2 < 3", 2, b, "a constraint must mention an index variable", 15);
   check_error(g, "O[i] += V[i + 0.5]", 2, b, "a number with a fraction in an integer expression",
               15);

@@ -7,7 +7,8 @@
  * through cond; the body language (both bracket styles, ';' and newlines, comments, continuation
  * lines, declarations, dim arithmetic, elementwise statements with NumPy broadcasting and the
  * seed's functions); results used as ordinary tensors; a gradient through a function; positioned
- * errors (FILE:LINE:COL, line, caret); and every allocation failing in turn. */
+ * errors (FILE:LINE:COL, line, caret); generated bodies with calls of every arity (a fuzz under
+ * the sanitizers); and every allocation failing in turn. */
 #include "tile_check.h"
 #include "core/core.h"
 
@@ -406,6 +407,21 @@ static void test_errors(void) {
                  "pow, select)\n    return frob(V)\n           ^");
   check_fn_error(g, 1, pv, av, "return pow(V)",
                  "f.cnl:10:12: 'pow' takes 2 arguments, got 1\n    return pow(V)\n           ^");
+  /* issue 14: a call without arguments (its parse copied a NULL argument list) */
+  check_fn_error(g, 1, pv, av, "return exp()",
+                 "f.cnl:10:12: 'exp' takes 1 argument, got 0\n    return exp()\n           ^");
+  check_fn_error(g, 1, pv, av, "O = frob()\nreturn V",
+                 "f.cnl:10:9: unknown function 'frob' (sqrt, exp, log, sin, cos, tanh, sigmoid, "
+                 "pow, select)\n    O = frob()\n        ^");
+  /* a dim 0 (the tensor's creation refused it without a position; found by the body fuzz) */
+  check_fn_error(g, 1, pv, av, "V.bind_dims(N)\nO = TensorOutput(N - 4)\nO[i] += V[i]\nreturn O",
+                 "f.cnl:11:18: dim 0 must be at least 1\n"
+                 "O = TensorOutput(N - 4)\n"
+                 "                 ^");
+  check_fn_error(g, 1, pv, av, "V.bind_dims(N)\nO = TensorOutput(N)\nO[i] += V[f()]\nreturn O",
+                 "f.cnl:12:11: a call in an integer expression (calls are elementwise)\n"
+                 "O[i] += V[f()]\n"
+                 "          ^");
   check_fn_error(g, 2, (const char *const[]){"V", "A"}, (cn_tile_arg[]){{V, 0}, {A, 0}},
                  "return V * A",
                  "f.cnl:10:14: cannot broadcast: axis 1 of the result is 4 in one operand and 3 in "
@@ -439,6 +455,137 @@ static void test_errors(void) {
                                "I.bind_dims(M, N)\n"
                                "^");
   cn_ctx_destroy(ctx);
+}
+
+/* ---- Fuzz: generated bodies ---- */
+
+/* Issue 14: an external fuzzer found that a call without arguments crashed the parser (a NULL
+ * argument list given to memcpy). Bodies are generated from the statement forms with calls of
+ * every arity (0 to 9, one more than the parser takes), known and unknown functions, in
+ * elementwise statements, dim expressions, TensorOutput and contraction indices, integers up to
+ * the int64 extremes, in the Python and the C++ flavor. Each body is created and applied to a
+ * vector V [4] (and on success its forward code built): a tensor, or CN_ERR_INVALID with a
+ * positioned message, never a crash (ASan and UBSan run this test). */
+static uint64_t fuzz_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(uint32_t n) { /* xorshift64, uniform enough in [0, n) */
+  fuzz_state ^= fuzz_state << 13;
+  fuzz_state ^= fuzz_state >> 7;
+  fuzz_state ^= fuzz_state << 17;
+  return (uint32_t)((fuzz_state >> 11) % n);
+}
+
+#define FUZZ_MAX_ARITY 9
+
+static void gen_expr(cn_sbuf *sb, int depth, int *arities) {
+  static const char *const atoms[] = {"V", "N",   "2", "0.5", "i",
+                                      "A", "1e3", "0", "R0",  "9223372036854775807"};
+  static const char *const calls[] = {"exp", "sqrt",   "log", "tanh", "sigmoid",
+                                      "pow", "select", "sin", "frob", "TensorDim"};
+  static const char *const ops[] = {" + ", " - ", " * ", " / ", " // ", " < ", " == ", " >= "};
+  switch (depth > 0 ? rnd(6) : 0) {
+  case 0: cn_sbuf_puts(sb, atoms[rnd(sizeof atoms / sizeof *atoms)]); break;
+  case 1:
+  case 2: {
+    int n = (int)rnd(FUZZ_MAX_ARITY + 1);
+    arities[n]++;
+    cn_sbuf_printf(sb, "%s(", calls[rnd(sizeof calls / sizeof *calls)]);
+    for (int k = 0; k < n; k++) {
+      if (k) cn_sbuf_puts(sb, ", ");
+      gen_expr(sb, depth - 1, arities);
+    }
+    cn_sbuf_putc(sb, ')');
+    break;
+  }
+  case 3:
+    gen_expr(sb, depth - 1, arities);
+    cn_sbuf_puts(sb, ops[rnd(sizeof ops / sizeof *ops)]);
+    gen_expr(sb, depth - 1, arities);
+    break;
+  case 4:
+    cn_sbuf_puts(sb, "-");
+    gen_expr(sb, depth - 1, arities);
+    break;
+  default:
+    cn_sbuf_putc(sb, '(');
+    gen_expr(sb, depth - 1, arities);
+    cn_sbuf_putc(sb, ')');
+    break;
+  }
+}
+
+/* One body: bind_dims, up to three statements, a return. */
+static void gen_body(cn_sbuf *sb, bool cpp, int *arities) {
+  const char *end = cpp ? ";\n" : (rnd(2) ? "\n" : "; ");
+  cn_sbuf_printf(sb, "%sV.bind_dims(N)%s", cpp ? "TensorDim N;\n" : "", end);
+  int n = (int)rnd(4);
+  for (int k = 0; k < n; k++) {
+    const char *decl = cpp ? "auto " : "";
+    switch (rnd(3)) {
+    case 0: /* elementwise or dim assignment */
+      cn_sbuf_printf(sb, "%sR%d = ", decl, k);
+      gen_expr(sb, 3, arities);
+      break;
+    case 1: /* TensorOutput, then its contraction reading V at an index that may hold a call */
+      cn_sbuf_printf(sb, "%sR%d = TensorOutput(", decl, k);
+      gen_expr(sb, 1, arities);
+      cn_sbuf_printf(sb, ")%sR%d[i] += V[i + ", end, k);
+      gen_expr(sb, 1, arities);
+      cn_sbuf_puts(sb, "]");
+      break;
+    default: /* a sized contraction, the size an expression */
+      cn_sbuf_printf(sb, "R%d[i : ", k);
+      gen_expr(sb, 1, arities);
+      cn_sbuf_puts(sb, rnd(2) ? "] >= V[i]" : "] += V[2 * i + j], j < 2");
+      break;
+    }
+    cn_sbuf_puts(sb, end);
+  }
+  cn_sbuf_puts(sb, "return ");
+  if (n && rnd(2))
+    cn_sbuf_printf(sb, "R%d", (int)rnd((uint32_t)n));
+  else
+    gen_expr(sb, 2, arities);
+  if (cpp) cn_sbuf_putc(sb, ';');
+}
+
+static void test_body_fuzz(void) {
+  int arities[FUZZ_MAX_ARITY + 1] = {0};
+  int created = 0, applied = 0, built = 0, refused = 0;
+  const int rounds = 1500;
+  for (int r = 0; r < rounds; r++) {
+    cn_sbuf sb = {0};
+    gen_body(&sb, rnd(4) == 0, arities);
+    CHECK(!sb.failed);
+    if (sb.failed) break;
+    cn_ctx *ctx = cn_ctx_create();
+    cn_graph *g = cn_graph_create(ctx);
+    cn_tensor *V = data(g, "V", 1, (int64_t[]){4}, (double[]){1, 2, 3, 4}, 4);
+    cn_tile_fn *f =
+        cn_tile_fn_create(ctx, "f", 1, (const char *const[]){"V"}, sb.data, "f.cnl", 1, 1);
+    cn_tensor *t = f ? cn_tile_fn_apply(g, f, 1, (cn_tile_arg[]){{V, 0}}) : NULL;
+    created += f != NULL;
+    applied += t != NULL;
+    if (t && cn_graph_forward(g, t)) built++;
+    if (cn_ctx_status(ctx) != CN_OK) {
+      refused++;
+      CHECK_MSG(cn_ctx_status(ctx) == CN_ERR_INVALID, "%s: %s", sb.data, cn_ctx_error(ctx));
+      /* a body's errors are positioned in it; the shape errors of materialization are not */
+      if (!t)
+        CHECK_MSG(strncmp(cn_ctx_error(ctx), "f.cnl:", 6) == 0, "%s: %s", sb.data,
+                  cn_ctx_error(ctx));
+    }
+    cn_ctx_destroy(ctx);
+    cn_sbuf_free(&sb);
+  }
+  printf("body fuzz: %d created, %d applied, %d built, %d refused; calls by arity:", created,
+         applied, built, refused);
+  for (int n = 0; n <= FUZZ_MAX_ARITY; n++) printf(" %d", arities[n]);
+  printf("\n");
+  for (int n = 0; n <= FUZZ_MAX_ARITY; n++) CHECK_MSG(arities[n] > 100, "arity %d", n);
+  CHECK(created > rounds / 4);
+  CHECK(applied > rounds / 20);
+  CHECK(built > rounds / 20);
+  CHECK(refused > rounds / 4);
 }
 
 /* ---- Allocation failures ---- */
@@ -500,6 +647,7 @@ int main(void) {
   test_elementwise();
   test_gradient();
   test_errors();
+  test_body_fuzz();
   test_allocation_failures();
   CHECK_DONE();
 }

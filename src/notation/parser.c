@@ -1214,6 +1214,18 @@ static bool parse_tile_body(parser *p, cn_nt_item *it, cn_nt_token let) {
             "a Tile function's parameters are plain names (tensors or integer dims)");
       return false;
     }
+  /* Script names may carry primes (x'); Tile names are C-like identifiers. */
+  if (strchr(it->u.let.name, '\'')) {
+    error(p, it->u.let.name_pos, "a Tile function's name '%s' cannot contain a prime (')",
+          it->u.let.name);
+    return false;
+  }
+  for (int i = 0; i < it->u.let.n_params; i++)
+    if (strchr(it->u.let.params[i].name, '\'')) {
+      error(p, it->u.let.params[i].pos, "a Tile parameter name '%s' cannot contain a prime (')",
+            it->u.let.params[i].name);
+      return false;
+    }
   CN_ASSERT(p->count == 0);
   int line, col;
   if (!cn_nt_lex_block(&p->lx, &it->u.let.tile, &line, &col)) {

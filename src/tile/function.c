@@ -722,8 +722,8 @@ static bool output(env *ev, const stmt *s) {
   cn_tile_scope sc = scope_of(ev);
   for (int x = 0; x < s->n_exprs; x++) {
     if (!cn_tile_eval_int(&ev->src, &sc, s->exprs[x], &o->dims[x])) return false;
-    if (o->dims[x] < 0) {
-      cn_tile_fail_at(&ev->src, cn_tile_expr_start(s->exprs[x]), "negative dim %lld",
+    if (o->dims[x] < 1) { /* as a contraction's size (tile.c eval_size) */
+      cn_tile_fail_at(&ev->src, cn_tile_expr_start(s->exprs[x]), "dim %lld must be at least 1",
                       (long long)o->dims[x]);
       return false;
     }

@@ -680,8 +680,11 @@ static bool eval_size(evaluator *ev, const cn_tile_expr *e, bool size, int64_t *
   ev->size = false;
   CN_ASSERT(!ok || p.den == 1); /* a fraction needs an index variable */
   *out = p.off;
-  if (ok && size && p.off < 0) {
-    cn_tile_fail_at(ev->src, cn_tile_expr_start(e), "negative size %lld", (long long)p.off);
+  /* an axis holds at least one cell: a size 0 would otherwise be refused unpositioned when the
+   * output tensor is made */
+  if (ok && size && p.off < 1) {
+    cn_tile_fail_at(ev->src, cn_tile_expr_start(e), "size %lld must be at least 1",
+                    (long long)p.off);
     return false;
   }
   return ok;
