@@ -26,7 +26,7 @@ CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version 
 DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-C_FILES = $(shell find include src tools tests examples bench fuzz -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
+C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
 .PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind fuzz demo bench \
         install format clean

@@ -1,16 +1,18 @@
 /* Benchmark: one half-moons training step (forward + backward + SGD update of a batch of 10 on
- * the MLP 2 -> 16 -> 16 -> 1 of examples/moons.c, included here) as cannl's compiled routine on
- * generated C, and the same model and step in PyTorch (bench_moons.py next to this file, run by
- * /usr/bin/python3 from this program, one thread). Each side runs the first epoch's 80 steps as a
- * warm-up and then times the 6400 steps of the full training run (80 epochs, the learning-rate
+ * the MLP 2 -> 16 -> 16 -> 1 of demo/moons.c, the model of examples/moons.c) as cannl's compiled
+ * routine on generated C, and the same model and step in PyTorch (bench_moons.py next to this file,
+ * run by /usr/bin/python3 from this program, one thread). Each side runs the first epoch's 80 steps
+ * as a warm-up and then times the 6400 steps of the full training run (80 epochs, the learning-rate
  * schedule included; compilation is not timed); the
  * benchmark prints both times per step and their ratio. Without python3-torch it says so and
  * prints cannl's time only (`make bench` installs it). cannl runs a second time with the NaN check
  * (option "check" = "nan") to measure its cost, which must not change the loss. It fails (exit 1)
  * only if cannl fails or the checked run differs. */
-#define MOONS_NO_MAIN
-#include "../examples/moons.c"
+#include "../demo/moons.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static double now_seconds(void) {

@@ -1,17 +1,17 @@
 /* Tests of the generated-C backend (src/backend/cgen.c, src/backend/cc.c) on loop-IR procedures
- * built by hand, so they depend on loops.h only: the exact routine text of a matmul nest and of a
- * padded, strided read (golden strings); both compiled, run and compared with plain C loops; names
- * that would break C (keywords, math functions, clashing symbols and buffers) made safe, compiled
- * with -Wall -Wextra -Werror and run against the reference interpreter; the on-disk cache (a
- * second compile of the same procedure in a fresh context loads the cached object, other flags
- * compile again); a long routine emitted as shared kernels called by steps; compiler failures
- * (CN_ERR_COMPILE naming the generated file, no temporaries left) and an unusable cache directory
- * (CN_ERR_IO). Everything happens in a mkdtemp directory, removed at the end. */
+ * built by hand with the cn_lb_* constructors, so they depend on loops.h only: the exact routine
+ * text of a matmul nest and of a padded, strided read (golden strings); both compiled, run and
+ * compared with plain C loops; names that would break C (keywords, math functions, clashing symbols
+ * and buffers) made safe, compiled with -Wall -Wextra -Werror and run against the reference
+ * interpreter; the on-disk cache (a second compile of the same procedure in a fresh context loads
+ * the cached object, other flags compile again); a long routine emitted as shared kernels called by
+ * steps; compiler failures (CN_ERR_COMPILE naming the generated file, no temporaries left) and an
+ * unusable cache directory (CN_ERR_IO). Everything happens in a mkdtemp directory, removed at the
+ * end. */
 #include "backend/backend.h"
-#include "check.h"
+#include "loops_check.h"
 
 #include <dirent.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,127 +19,6 @@
 #define STRICT_CFLAGS "-O1 -shared -fPIC -std=c11 -Wall -Wextra -Werror"
 
 static char cache_dir[] = "/tmp/cannl-test-cgen-XXXXXX";
-
-/* ---- Builders of loop IR ---- */
-
-static cn_index *idx_list(cn_ctx *ctx, int rank, ...) {
-  cn_index *idx = cn_alloc(ctx, sizeof(cn_index) * (size_t)(rank > 0 ? rank : 1));
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++) idx[d] = va_arg(ap, cn_index);
-  va_end(ap);
-  return idx;
-}
-
-static cn_index affine1(cn_symbol s, int64_t c, int64_t offset) {
-  return cn_index_affine(1, &s, &c, offset);
-}
-
-static cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
-  cn_symbol syms[2] = {s0, s1};
-  int64_t coeffs[2] = {c0, c1};
-  return cn_index_affine(2, syms, coeffs, offset);
-}
-
-static cn_ll_expr *expr_new(cn_ctx *ctx, cn_le_kind kind, cn_prec prec) {
-  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
-  e->kind = kind;
-  e->prec = prec;
-  return e;
-}
-
-static cn_ll_expr *get(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_GET, prec);
-  e->u.get.param = param;
-  e->u.get.idx = idx;
-  return e;
-}
-
-static cn_ll_expr *constant(cn_ctx *ctx, cn_prec prec, double x) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, prec);
-  e->u.constant = cn_value_of_double(prec, x);
-  return e;
-}
-
-static cn_ll_expr *index_expr(cn_ctx *ctx, cn_index idx) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_INDEX, CN_INDEX_PREC);
-  e->u.index = idx;
-  return e;
-}
-
-static cn_ll_expr *op(cn_ctx *ctx, cn_op o, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b,
-                      cn_ll_expr *c) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_OP, prec);
-  e->u.op.op = o;
-  e->u.op.args[0] = a;
-  e->u.op.args[1] = b;
-  e->u.op.args[2] = c;
-  return e;
-}
-
-static cn_ll_stmt *stmt_new(cn_ctx *ctx, cn_ll_kind kind) {
-  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
-  s->kind = kind;
-  return s;
-}
-
-static cn_ll_stmt *loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_FOR);
-  s->u.loop.sym = sym;
-  s->u.loop.from = from;
-  s->u.loop.to = to;
-  s->u.loop.body = body;
-  return s;
-}
-
-static cn_ll_stmt *set(cn_ctx *ctx, int param, cn_index *idx, cn_ll_expr *value) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
-  s->u.set.param = param;
-  s->u.set.idx = idx;
-  s->u.set.value = value;
-  return s;
-}
-
-static cn_ll_stmt *set_vec(cn_ctx *ctx, int param, cn_index *idx, int length, cn_ll_expr *arg) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET_VEC);
-  s->u.vec.op = CN_OP_UNIFORM;
-  s->u.vec.param = param;
-  s->u.vec.idx = idx;
-  s->u.vec.length = length;
-  s->u.vec.arg = arg;
-  return s;
-}
-
-static cn_ll_stmt *comment(cn_ctx *ctx, const char *text) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_COMMENT);
-  s->u.comment = text;
-  return s;
-}
-
-static cn_ll_stmt *seq(cn_ctx *ctx, int count, ...) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SEQ);
-  s->u.seq.count = count;
-  s->u.seq.items = cn_alloc(ctx, sizeof(cn_ll_stmt *) * (size_t)count);
-  va_list ap;
-  va_start(ap, count);
-  for (int i = 0; i < count; i++) s->u.seq.items[i] = va_arg(ap, cn_ll_stmt *);
-  va_end(ap);
-  return s;
-}
-
-static cn_ll_proc *proc_new(cn_ctx *ctx, const char *name, cn_ll_stmt *body, int n_params,
-                            const cn_ll_param *params, int n_free, const cn_symbol *free_syms) {
-  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
-  proc->name = name;
-  proc->body = body;
-  proc->n_params = n_params;
-  proc->params = cn_alloc(ctx, sizeof(cn_ll_param) * (size_t)n_params);
-  for (int k = 0; k < n_params; k++) proc->params[k] = params[k];
-  proc->n_free_syms = n_free;
-  proc->free_syms = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(n_free > 0 ? n_free : 1));
-  for (int i = 0; i < n_free; i++) proc->free_syms[i] = free_syms[i];
-  return proc;
-}
 
 /* ---- Helpers ---- */
 
@@ -234,20 +113,9 @@ static cn_ll_proc *matmul_proc(cn_ctx *ctx) {
   CHECK_INT(cn_node_set_values(c, false, garbage, 15), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 3), k = cn_symbol_create(ctx, "k", 5),
             j = cn_symbol_create(ctx, "j", 4);
-  cn_index *c_ik = idx_list(ctx, 2, cn_index_iter(i), cn_index_iter(k));
-  cn_ll_stmt *prefill =
-      loop(ctx, i, 0, 3, loop(ctx, k, 0, 5, set(ctx, 2, c_ik, constant(ctx, CN_PREC_SINGLE, 0))));
-  cn_ll_expr *product =
-      op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
-         get(ctx, 0, CN_PREC_SINGLE, idx_list(ctx, 2, cn_index_iter(i), cn_index_iter(j))),
-         get(ctx, 1, CN_PREC_SINGLE, idx_list(ctx, 2, cn_index_iter(j), cn_index_iter(k))), NULL);
-  cn_ll_expr *sum =
-      op(ctx, CN_OP_ADD, CN_PREC_SINGLE, get(ctx, 2, CN_PREC_SINGLE, c_ik), product, NULL);
-  cn_ll_stmt *accumulate =
-      loop(ctx, i, 0, 3, loop(ctx, k, 0, 5, loop(ctx, j, 0, 4, set(ctx, 2, c_ik, sum))));
   cn_ll_param params[3] = {{a, false}, {b, false}, {c, false}};
-  return proc_new(ctx, "matmul", seq(ctx, 3, comment(ctx, "c =:+ a * b"), prefill, accumulate), 3,
-                  params, 0, NULL);
+  return cn_lb_proc(ctx, "matmul", matmul_body(ctx, "c =:+ a * b", i, 3, k, 5, j, 4), 3, params, 0,
+                    NULL);
 }
 
 static const char matmul_golden[] =
@@ -337,18 +205,21 @@ static void test_padded_read(void) {
   CHECK_INT(cn_node_set_padding(x, 1, 2, 1), CN_OK);
   cn_symbol b = cn_symbol_create(ctx, "b", 2), o = cn_symbol_create(ctx, "o", 3),
             k = cn_symbol_create(ctx, "k", 3);
-  cn_index *out_o = idx_list(ctx, 1, cn_index_iter(o));
-  cn_ll_stmt *prefill = loop(ctx, o, 0, 3, set(ctx, 2, out_o, constant(ctx, CN_PREC_DOUBLE, 0)));
+  cn_index *out_o = cn_lb_indices(ctx, 1, cn_index_iter(o));
+  cn_ll_stmt *prefill =
+      cn_lb_loop(ctx, o, 0, 3, cn_lb_set(ctx, 2, out_o, cn_lb_num(ctx, CN_PREC_DOUBLE, 0)));
   cn_ll_expr *product =
-      op(ctx, CN_OP_MUL, CN_PREC_DOUBLE,
-         get(ctx, 1, CN_PREC_SINGLE, idx_list(ctx, 1, cn_index_iter(k))),
-         get(ctx, 0, CN_PREC_SINGLE, idx_list(ctx, 2, cn_index_iter(b), affine2(o, 2, k, 1, -1))),
-         NULL);
-  cn_ll_expr *sum =
-      op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, get(ctx, 2, CN_PREC_DOUBLE, out_o), product, NULL);
-  cn_ll_stmt *accumulate = loop(ctx, o, 0, 3, loop(ctx, k, 0, 3, set(ctx, 2, out_o, sum)));
+      cn_lb_op(ctx, CN_OP_MUL, CN_PREC_DOUBLE,
+               cn_lb_get(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(k))),
+               cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                         cn_lb_indices(ctx, 2, cn_index_iter(b), affine2(o, 2, k, 1, -1))),
+               NULL);
+  cn_ll_stmt *accumulate = cn_lb_loop(
+      ctx, o, 0, 3,
+      cn_lb_loop(ctx, k, 0, 3, cn_lb_accum(ctx, 2, CN_PREC_DOUBLE, out_o, CN_OP_ADD, product)));
   cn_ll_param params[3] = {{x, false}, {w, false}, {out, false}};
-  cn_ll_proc *proc = proc_new(ctx, "conv", seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
+  cn_ll_proc *proc =
+      cn_lb_proc(ctx, "conv", cn_lb_seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
 
   static const char golden[] =
       "/* ---- routine conv ---- */\n"
@@ -407,22 +278,17 @@ static void test_affine_bounds(void) {
   CHECK(w && out);
   CHECK_INT(cn_node_set_values(w, false, (double[]){1, 10, 100, 1e3, 1e4, 1e5, 1e6}, 7), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
-  cn_index *out_i = idx_list(ctx, 1, cn_index_iter(i));
-  cn_ll_expr *sum = op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, get(ctx, 1, CN_PREC_DOUBLE, out_i),
-                       get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(k, 1, 3))), NULL);
-  cn_ll_stmt *inner = loop(ctx, k, -3, 4, set(ctx, 1, out_i, sum));
-  cn_ll_bound *lower = cn_alloc(ctx, 3 * sizeof *lower), *upper = cn_alloc(ctx, 2 * sizeof *upper);
-  lower[0] = (cn_ll_bound){cn_index_fixed(-3), 1};
-  lower[1] = (cn_ll_bound){affine1(i, 1, -5), 2};
-  lower[2] = (cn_ll_bound){affine1(i, 1, -4), 1};
-  upper[0] = (cn_ll_bound){cn_index_fixed(4), 1};
-  upper[1] = (cn_ll_bound){affine1(i, 1, 1), 2};
-  inner->u.loop.n_lower = 3;
-  inner->u.loop.lower = lower;
-  inner->u.loop.n_upper = 2;
-  inner->u.loop.upper = upper;
+  cn_index *out_i = cn_lb_indices(ctx, 1, cn_index_iter(i));
+  cn_ll_stmt *add =
+      cn_lb_accum(ctx, 1, CN_PREC_DOUBLE, out_i, CN_OP_ADD,
+                  cn_lb_get(ctx, 0, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, affine1(k, 1, 3))));
+  const cn_ll_bound lower[3] = {
+      {cn_index_fixed(-3), 1}, {affine1(i, 1, -5), 2}, {affine1(i, 1, -4), 1}};
+  const cn_ll_bound upper[2] = {{cn_index_fixed(4), 1}, {affine1(i, 1, 1), 2}};
+  cn_ll_stmt *inner = cn_lb_bounds(ctx, cn_lb_loop(ctx, k, -3, 4, add), 3, lower, 2, upper);
   cn_ll_param params[2] = {{w, false}, {out, false}};
-  cn_ll_proc *proc = proc_new(ctx, "bounded", loop(ctx, i, 0, 6, inner), 2, params, 0, NULL);
+  cn_ll_proc *proc =
+      cn_lb_proc(ctx, "bounded", cn_lb_loop(ctx, i, 0, 6, inner), 2, params, 0, NULL);
 
   CHECK_STR(cn_ll_to_string(ctx, proc),
             "routine bounded\n"
@@ -471,6 +337,47 @@ static void test_affine_bounds(void) {
 
 /* ---- Names, vector stores, embedded indices, conditions ---- */
 
+/* The procedure of test_names_and_features over params src, src's merge buffer, dst, rnd, pos. */
+static cn_ll_proc *names_proc(cn_ctx *ctx, const cn_ll_param *params) {
+  cn_symbol kw = cn_symbol_create(ctx, "int", 2), fn = cn_symbol_create(ctx, "exp", 4),
+            i1 = cn_symbol_create(ctx, "i", 0), i2 = cn_symbol_create(ctx, "i", 0),
+            buf = cn_symbol_create(ctx, "n3d_src__1", 4), mac = cn_symbol_create(ctx, "I", 4),
+            helper = cn_symbol_create(ctx, "cn_lane", 4);
+  /* dst[kw, fn] = where(src[fn], src.merge[fn] + kw, 0.5) */
+  cn_index *at_fn = cn_lb_indices(ctx, 1, cn_index_iter(fn));
+  cn_ll_expr *merged =
+      cn_lb_op(ctx, CN_OP_ADD, CN_PREC_INT64, cn_lb_get(ctx, 1, CN_PREC_INT64, at_fn),
+               cn_lb_index(ctx, cn_index_iter(kw)), NULL);
+  cn_ll_expr *chosen =
+      cn_lb_op(ctx, CN_OP_WHERE, CN_PREC_SINGLE, cn_lb_get(ctx, 0, CN_PREC_INT64, at_fn), merged,
+               cn_lb_num(ctx, CN_PREC_SINGLE, 0.5));
+  cn_ll_stmt *grid = cn_lb_loop(
+      ctx, kw, 0, 2,
+      cn_lb_loop(
+          ctx, fn, 0, 4,
+          cn_lb_set(ctx, 2, cn_lb_indices(ctx, 2, cn_index_iter(kw), cn_index_iter(fn)), chosen)));
+  /* rnd[0..3] = uniform(threefry-free word {i1 + 5, 7, 0, 0}) via a vector store at i2 = 0. */
+  cn_ll_expr *word = cn_lb_op(ctx, CN_OP_ADD, CN_PREC_INT64, cn_lb_index(ctx, cn_index_iter(i1)),
+                              cn_lb_num(ctx, CN_PREC_INT64, 5), NULL);
+  cn_ll_stmt *vec = cn_lb_loop(
+      ctx, i1, 0, 1,
+      cn_lb_loop(ctx, i2, 0, 1,
+                 cn_lb_set_vec(ctx, CN_OP_UNIFORM, 3, cn_lb_indices(ctx, 1, cn_index_iter(i2)),
+                               cn_vec_length(CN_PREC_SINGLE), word)));
+  /* pos[buf] = 2 * buf - 1 + I - I + cn_lane - cn_lane, as embedded (uint32-wrapped) indices. */
+  cn_symbol terms[3] = {buf, mac, helper};
+  int64_t coeffs[3] = {2, 0, 0};
+  cn_ll_stmt *index_loop = cn_lb_loop(
+      ctx, buf, 0, 4,
+      cn_lb_loop(ctx, mac, 0, 1,
+                 cn_lb_loop(ctx, helper, 0, 1,
+                            cn_lb_set(ctx, 4, cn_lb_indices(ctx, 1, cn_index_iter(buf)),
+                                      cn_lb_index(ctx, cn_index_affine(3, terms, coeffs, -1))))));
+  cn_ll_stmt *tricky = cn_lb_comment(ctx, "tricky */ comment /* here\nsecond line");
+  return cn_lb_proc(ctx, "names", cn_lb_seq(ctx, 4, tricky, grid, vec, index_loop), 5, params, 0,
+                    NULL);
+}
+
 /* Symbols named like a C keyword, a math function, a standard macro, a prelude helper, a buffer,
  * and two symbols sharing a name; labels that are no identifiers; a merge buffer; a vector store;
  * an embedded index; a where() with a condition of another precision; a comment holding the
@@ -485,42 +392,8 @@ static void test_names_and_features(void) {
   CHECK(src && dst && rnd && pos);
   CHECK_INT(cn_node_set_values(src, false, (double[]){0, 3, -2, 7}, 4), CN_OK);
   CHECK_INT(cn_node_set_values(src, true, (double[]){10, 20, 30, 40}, 4), CN_OK);
-  cn_symbol kw = cn_symbol_create(ctx, "int", 2), fn = cn_symbol_create(ctx, "exp", 4),
-            i1 = cn_symbol_create(ctx, "i", 0), i2 = cn_symbol_create(ctx, "i", 0),
-            buf = cn_symbol_create(ctx, "n3d_src__1", 4), mac = cn_symbol_create(ctx, "I", 4),
-            helper = cn_symbol_create(ctx, "cn_lane", 4);
-  /* dst[kw, fn] = where(src[fn], src.merge[fn] + kw, 0.5) */
-  cn_ll_expr *cond = get(ctx, 0, CN_PREC_INT64, idx_list(ctx, 1, cn_index_iter(fn)));
-  cn_ll_expr *merged = op(ctx, CN_OP_ADD, CN_PREC_INT64,
-                          get(ctx, 1, CN_PREC_INT64, idx_list(ctx, 1, cn_index_iter(fn))),
-                          index_expr(ctx, cn_index_iter(kw)), NULL);
-  cn_ll_expr *chosen =
-      op(ctx, CN_OP_WHERE, CN_PREC_SINGLE, cond, merged, constant(ctx, CN_PREC_SINGLE, 0.5));
-  cn_ll_stmt *grid =
-      loop(ctx, kw, 0, 2,
-           loop(ctx, fn, 0, 4,
-                set(ctx, 2, idx_list(ctx, 2, cn_index_iter(kw), cn_index_iter(fn)), chosen)));
-  /* rnd[0..3] = uniform(threefry-free word {i1 + 5, 7, 0, 0}) via a vector store at i2 = 0. */
-  cn_ll_expr *word = op(ctx, CN_OP_ADD, CN_PREC_INT64, index_expr(ctx, cn_index_iter(i1)),
-                        constant(ctx, CN_PREC_INT64, 5), NULL);
-  cn_ll_stmt *vec = loop(ctx, i1, 0, 1,
-                         loop(ctx, i2, 0, 1,
-                              set_vec(ctx, 3, idx_list(ctx, 1, cn_index_iter(i2)),
-                                      cn_vec_length(CN_PREC_SINGLE), word)));
-  /* pos[buf] = 2 * buf - 1 + I - I + cn_lane - cn_lane, as embedded (uint32-wrapped) indices. */
-  cn_symbol terms[3] = {buf, mac, helper};
-  int64_t coeffs[3] = {2, 0, 0};
-  cn_ll_stmt *index_loop =
-      loop(ctx, buf, 0, 4,
-           loop(ctx, mac, 0, 1,
-                loop(ctx, helper, 0, 1,
-                     set(ctx, 4, idx_list(ctx, 1, cn_index_iter(buf)),
-                         index_expr(ctx, cn_index_affine(3, terms, coeffs, -1))))));
   cn_ll_param params[5] = {{src, false}, {src, true}, {dst, false}, {rnd, false}, {pos, false}};
-  cn_ll_proc *proc = proc_new(
-      ctx, "names",
-      seq(ctx, 4, comment(ctx, "tricky */ comment /* here\nsecond line"), grid, vec, index_loop), 5,
-      params, 0, NULL);
+  cn_ll_proc *proc = names_proc(ctx, params);
 
   const char *text = routine_text(ctx, proc);
   CHECK_HAS(text, "const int64_t *restrict n3d_src__1, const int64_t *restrict n3d_src__1_merge, "
@@ -572,7 +445,7 @@ static void test_names_and_features(void) {
 /* A procedure without buffers or symbols still makes a valid (warning-free) file. */
 static void test_empty(void) {
   cn_ctx *ctx = test_ctx();
-  cn_ll_proc *proc = proc_new(ctx, "empty", seq(ctx, 0), 0, NULL, 0, NULL);
+  cn_ll_proc *proc = cn_lb_proc(ctx, "empty", cn_lb_seq(ctx, 0), 0, NULL, 0, NULL);
   static const char golden[] = "/* ---- routine empty ---- */\n"
                                "static void empty(void) {\n"
                                "}\n"
@@ -596,6 +469,35 @@ static int count_occurrences(const char *text, const char *needle) {
   return n;
 }
 
+/* The procedure of test_kernels over params x0..x4, y: 36 statements x[(s+1) % 5][i] =
+ * x[s % 5][i] + x[s % 5][t] with t a static index, then y[j] = x0[j + 1] and x4[i] += x4[i]. */
+static cn_ll_proc *chain_proc(cn_ctx *ctx, const cn_ll_param *params) {
+  cn_symbol t = cn_symbol_create(ctx, "t", 4), i = cn_symbol_create(ctx, "i", 4),
+            j = cn_symbol_create(ctx, "j", 3);
+  cn_ll_stmt *items[40];
+  int n = 0;
+  items[n++] = cn_lb_comment(ctx, "a chain over five buffers");
+  for (int s = 0; s < 36; s++) {
+    int dst = (s + 1) % 5, src = s % 5;
+    cn_ll_expr *sum = cn_lb_op(
+        ctx, CN_OP_ADD, CN_PREC_DOUBLE,
+        cn_lb_get(ctx, src, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, cn_index_iter(i))),
+        cn_lb_get(ctx, src, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, cn_index_iter(t))), NULL);
+    items[n++] =
+        cn_lb_loop(ctx, i, 0, 4, cn_lb_set(ctx, dst, cn_lb_indices(ctx, 1, cn_index_iter(i)), sum));
+  }
+  items[n++] = cn_lb_loop(
+      ctx, j, 0, 3,
+      cn_lb_set(ctx, 5, cn_lb_indices(ctx, 1, cn_index_iter(j)),
+                cn_lb_get(ctx, 0, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, affine1(j, 1, 1)))));
+  cn_index *x4_i = cn_lb_indices(ctx, 1, cn_index_iter(i));
+  items[n++] = cn_lb_loop(ctx, i, 0, 4,
+                          cn_lb_accum(ctx, 4, CN_PREC_DOUBLE, x4_i, CN_OP_ADD,
+                                      cn_lb_get(ctx, 4, CN_PREC_DOUBLE, x4_i)));
+  cn_ll_stmt *body = cn_lb_seq_array(ctx, n, items);
+  return cn_lb_proc(ctx, "chain", body, 6, params, 1, &t);
+}
+
 /* 38 statements, more than one function takes: 36 of them x[(s+1) % 5][i] = x[s % 5][i] +
  * x[s % 5][t] (t a static index) share one kernel, y[j] = x0[j + 1] and x4[i] = x4[i] + x4[i]
  * (one buffer read and written) get their own; steps of 32 statements call them. The text must
@@ -612,32 +514,9 @@ static void test_kernels(void) {
   }
   cn_node *y = cn_node_create(ctx, "y", CN_PREC_DOUBLE, 1, y_dims);
   CHECK(y != NULL);
-  cn_symbol t = cn_symbol_create(ctx, "t", 4), i = cn_symbol_create(ctx, "i", 4),
-            j = cn_symbol_create(ctx, "j", 3);
-  cn_ll_stmt *items[40];
-  int n = 0;
-  items[n++] = comment(ctx, "a chain over five buffers");
-  for (int s = 0; s < 36; s++) {
-    int dst = (s + 1) % 5, src = s % 5;
-    cn_ll_expr *sum = op(ctx, CN_OP_ADD, CN_PREC_DOUBLE,
-                         get(ctx, src, CN_PREC_DOUBLE, idx_list(ctx, 1, cn_index_iter(i))),
-                         get(ctx, src, CN_PREC_DOUBLE, idx_list(ctx, 1, cn_index_iter(t))), NULL);
-    items[n++] = loop(ctx, i, 0, 4, set(ctx, dst, idx_list(ctx, 1, cn_index_iter(i)), sum));
-  }
-  items[n++] = loop(ctx, j, 0, 3,
-                    set(ctx, 5, idx_list(ctx, 1, cn_index_iter(j)),
-                        get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(j, 1, 1)))));
-  cn_index *x4_i = idx_list(ctx, 1, cn_index_iter(i));
-  items[n++] = loop(ctx, i, 0, 4,
-                    set(ctx, 4, x4_i,
-                        op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, get(ctx, 4, CN_PREC_DOUBLE, x4_i),
-                           get(ctx, 4, CN_PREC_DOUBLE, x4_i), NULL)));
-  cn_ll_stmt *body = stmt_new(ctx, CN_LL_SEQ);
-  body->u.seq.count = n;
-  body->u.seq.items = items;
   cn_ll_param params[6] = {{x[0], false}, {x[1], false}, {x[2], false},
                            {x[3], false}, {x[4], false}, {y, false}};
-  cn_ll_proc *proc = proc_new(ctx, "chain", body, 6, params, 1, &t);
+  cn_ll_proc *proc = chain_proc(ctx, params);
 
   const char *text = routine_text(ctx, proc);
   CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_kernel_"), 3);

@@ -1,144 +1,14 @@
 /* Tests of the reference interpreter backend (src/backend/interp.c) on loop-IR procedures built
- * by hand, so that they depend on loops.h only and not on the lowering: a matmul nest against a
- * plain C triple loop, padded buffers (margins written by explicit loops, reads left of the array,
- * the raw padded layout), embedded indices (row-major offsets, 32-bit wrap), vector stores of
- * threefry words, conversions on store and between operands, conditions, free symbols, and the
- * allocation failures of compile. Expected values are computed independently: by C loops, by hand,
- * or from the bit-level rules of ocannl-notes §7. */
+ * by hand with the cn_lb_* constructors, so that they depend on loops.h only and not on the
+ * lowering: a matmul nest against a plain C triple loop, padded buffers (margins written by
+ * explicit loops, reads left of the array, the raw padded layout), embedded indices (row-major
+ * offsets, 32-bit wrap), vector stores of threefry words, conversions on store and between
+ * operands, conditions, free symbols, and the allocation failures of compile. Expected values are
+ * computed independently: by C loops, by hand, or from the bit-level rules of ocannl-notes §7. */
 #include "backend/backend.h"
-#include "check.h"
+#include "loops_check.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
-
-/* ---- Builders of loop IR ---- */
-
-static cn_index *idx_list(cn_ctx *ctx, int rank, ...) {
-  cn_index *idx = cn_alloc(ctx, sizeof(cn_index) * (size_t)(rank > 0 ? rank : 1));
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++) idx[d] = va_arg(ap, cn_index);
-  va_end(ap);
-  return idx;
-}
-
-/* coeff * sym + offset, in canonical form. */
-static cn_index affine1(cn_symbol sym, int64_t coeff, int64_t offset) {
-  return cn_index_affine(1, &sym, &coeff, offset);
-}
-
-static cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
-  cn_symbol syms[2] = {s0, s1};
-  int64_t coeffs[2] = {c0, c1};
-  return cn_index_affine(2, syms, coeffs, offset);
-}
-
-static cn_ll_expr *expr_new(cn_ctx *ctx, cn_le_kind kind, cn_prec prec) {
-  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
-  e->kind = kind;
-  e->prec = prec;
-  return e;
-}
-
-static cn_ll_expr *get(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_GET, prec);
-  e->u.get.param = param;
-  e->u.get.idx = idx;
-  return e;
-}
-
-static cn_ll_expr *constant(cn_ctx *ctx, cn_prec prec, double x) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, prec);
-  e->u.constant = cn_value_of_double(prec, x);
-  return e;
-}
-
-static cn_ll_expr *words(cn_ctx *ctx, cn_u4x32 w) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, CN_PREC_UINT4X32);
-  e->u.constant.w = w;
-  return e;
-}
-
-static cn_ll_expr *index_expr(cn_ctx *ctx, cn_index idx) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_INDEX, CN_INDEX_PREC);
-  e->u.index = idx;
-  return e;
-}
-
-static cn_ll_expr *op(cn_ctx *ctx, cn_op o, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b,
-                      cn_ll_expr *c) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_OP, prec);
-  e->u.op.op = o;
-  e->u.op.args[0] = a;
-  e->u.op.args[1] = b;
-  e->u.op.args[2] = c;
-  return e;
-}
-
-static cn_ll_stmt *stmt_new(cn_ctx *ctx, cn_ll_kind kind) {
-  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
-  s->kind = kind;
-  return s;
-}
-
-static cn_ll_stmt *loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_FOR);
-  s->u.loop.sym = sym;
-  s->u.loop.from = from;
-  s->u.loop.to = to;
-  s->u.loop.body = body;
-  return s;
-}
-
-static cn_ll_stmt *set(cn_ctx *ctx, int param, cn_index *idx, cn_ll_expr *value) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
-  s->u.set.param = param;
-  s->u.set.idx = idx;
-  s->u.set.value = value;
-  return s;
-}
-
-static cn_ll_stmt *set_vec(cn_ctx *ctx, int param, cn_index *idx, int length, cn_ll_expr *arg) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET_VEC);
-  s->u.vec.op = CN_OP_UNIFORM;
-  s->u.vec.param = param;
-  s->u.vec.idx = idx;
-  s->u.vec.length = length;
-  s->u.vec.arg = arg;
-  return s;
-}
-
-static cn_ll_stmt *comment(cn_ctx *ctx, const char *text) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_COMMENT);
-  s->u.comment = text;
-  return s;
-}
-
-static cn_ll_stmt *seq(cn_ctx *ctx, int count, ...) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SEQ);
-  s->u.seq.count = count;
-  s->u.seq.items = cn_alloc(ctx, sizeof(cn_ll_stmt *) * (size_t)count);
-  va_list ap;
-  va_start(ap, count);
-  for (int i = 0; i < count; i++) s->u.seq.items[i] = va_arg(ap, cn_ll_stmt *);
-  va_end(ap);
-  return s;
-}
-
-/* A procedure over the value buffers of `nodes` (param k is nodes[k]). */
-static cn_ll_proc *proc_new(cn_ctx *ctx, cn_ll_stmt *body, int n_params, cn_node *const *nodes,
-                            int n_free, const cn_symbol *free_syms) {
-  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
-  proc->name = "test_proc";
-  proc->body = body;
-  proc->n_params = n_params;
-  proc->params = cn_alloc(ctx, sizeof(cn_ll_param) * (size_t)n_params);
-  for (int k = 0; k < n_params; k++) proc->params[k] = (cn_ll_param){nodes[k], false};
-  proc->n_free_syms = n_free;
-  proc->free_syms = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(n_free > 0 ? n_free : 1));
-  for (int i = 0; i < n_free; i++) proc->free_syms[i] = free_syms[i];
-  return proc;
-}
 
 #define MAX_TEST_PARAMS 8
 
@@ -188,20 +58,9 @@ static void test_matmul(int64_t m, int64_t kk, int64_t n) {
 
   cn_symbol i = cn_symbol_create(ctx, "i", m), j = cn_symbol_create(ctx, "j", n),
             k = cn_symbol_create(ctx, "k", kk);
-  cn_index *c_ij = idx_list(ctx, 2, cn_index_iter(i), cn_index_iter(j));
-  cn_ll_stmt *prefill =
-      loop(ctx, i, 0, m, loop(ctx, j, 0, n, set(ctx, 2, c_ij, constant(ctx, CN_PREC_SINGLE, 0))));
-  cn_ll_expr *product =
-      op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
-         get(ctx, 0, CN_PREC_SINGLE, idx_list(ctx, 2, cn_index_iter(i), cn_index_iter(k))),
-         get(ctx, 1, CN_PREC_SINGLE, idx_list(ctx, 2, cn_index_iter(k), cn_index_iter(j))), NULL);
-  cn_ll_expr *sum =
-      op(ctx, CN_OP_ADD, CN_PREC_SINGLE, get(ctx, 2, CN_PREC_SINGLE, c_ij), product, NULL);
-  cn_ll_stmt *accumulate =
-      loop(ctx, i, 0, m, loop(ctx, j, 0, n, loop(ctx, k, 0, kk, set(ctx, 2, c_ij, sum))));
-  cn_node *nodes[3] = {a, b, c};
-  cn_ll_proc *proc = proc_new(ctx, seq(ctx, 3, comment(ctx, "c =: a * b"), prefill, accumulate), 3,
-                              nodes, 0, NULL);
+  cn_ll_param params[3] = {{a, false}, {b, false}, {c, false}};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "test_proc", matmul_body(ctx, "c =: a * b", i, m, j, n, k, kk),
+                                3, params, 0, NULL);
   CHECK_INT(run_proc(ctx, proc, NULL), CN_OK);
 
   float *got = malloc(sizeof(float) * (size_t)(m * n));
@@ -238,26 +97,29 @@ static void test_padding(void) {
 
   cn_symbol p = cn_symbol_create(ctx, "p", 2), i = cn_symbol_create(ctx, "i", 5),
             r = cn_symbol_create(ctx, "r", 2), c = cn_symbol_create(ctx, "c", 3);
-  cn_ll_stmt *left_margin =
-      loop(ctx, p, 0, 2,
-           set(ctx, 0, idx_list(ctx, 1, affine1(p, 1, -2)), constant(ctx, CN_PREC_DOUBLE, -1)));
-  cn_ll_stmt *right_margin =
-      set(ctx, 0, idx_list(ctx, 1, cn_index_fixed(5)), constant(ctx, CN_PREC_DOUBLE, 100));
+  cn_ll_stmt *left_margin = cn_lb_loop(ctx, p, 0, 2,
+                                       cn_lb_set(ctx, 0, cn_lb_indices(ctx, 1, affine1(p, 1, -2)),
+                                                 cn_lb_num(ctx, CN_PREC_DOUBLE, -1)));
+  cn_ll_stmt *right_margin = cn_lb_set(ctx, 0, cn_lb_indices(ctx, 1, cn_index_fixed(5)),
+                                       cn_lb_num(ctx, CN_PREC_DOUBLE, 100));
   cn_ll_expr *shifted_sum =
-      op(ctx, CN_OP_ADD, CN_PREC_DOUBLE,
-         get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(i, 1, -2))),
-         get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 1, affine1(i, 1, 1))), NULL);
-  cn_ll_stmt *read =
-      loop(ctx, i, 0, 5, set(ctx, 1, idx_list(ctx, 1, cn_index_iter(i)), shifted_sum));
-  cn_ll_stmt *z_corner = set(ctx, 2, idx_list(ctx, 2, cn_index_fixed(-1), cn_index_fixed(4)),
-                             constant(ctx, CN_PREC_INT32, 7));
-  cn_ll_stmt *z_fill = loop(ctx, r, 0, 2,
-                            loop(ctx, c, 0, 3,
-                                 set(ctx, 2, idx_list(ctx, 2, cn_index_iter(r), cn_index_iter(c)),
-                                     index_expr(ctx, affine2(r, 10, c, 1, 1)))));
-  cn_node *nodes[3] = {x, y, z};
-  cn_ll_proc *proc = proc_new(ctx, seq(ctx, 5, left_margin, right_margin, read, z_corner, z_fill),
-                              3, nodes, 0, NULL);
+      cn_lb_op(ctx, CN_OP_ADD, CN_PREC_DOUBLE,
+               cn_lb_get(ctx, 0, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, affine1(i, 1, -2))),
+               cn_lb_get(ctx, 0, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, affine1(i, 1, 1))), NULL);
+  cn_ll_stmt *read = cn_lb_loop(
+      ctx, i, 0, 5, cn_lb_set(ctx, 1, cn_lb_indices(ctx, 1, cn_index_iter(i)), shifted_sum));
+  cn_ll_stmt *z_corner =
+      cn_lb_set(ctx, 2, cn_lb_indices(ctx, 2, cn_index_fixed(-1), cn_index_fixed(4)),
+                cn_lb_num(ctx, CN_PREC_INT32, 7));
+  cn_ll_stmt *z_fill = cn_lb_loop(
+      ctx, r, 0, 2,
+      cn_lb_loop(ctx, c, 0, 3,
+                 cn_lb_set(ctx, 2, cn_lb_indices(ctx, 2, cn_index_iter(r), cn_index_iter(c)),
+                           cn_lb_index(ctx, affine2(r, 10, c, 1, 1)))));
+  cn_ll_param params[3] = {{x, false}, {y, false}, {z, false}};
+  cn_ll_proc *proc = cn_lb_proc(
+      ctx, "test_proc", cn_lb_seq(ctx, 5, left_margin, right_margin, read, z_corner, z_fill), 3,
+      params, 0, NULL);
   CHECK_INT(run_proc(ctx, proc, NULL), CN_OK);
 
   double yv[5];
@@ -281,16 +143,20 @@ static void test_index(void) {
   cn_node *as_float = cn_node_create(ctx, "as_float", CN_PREC_SINGLE, 2, dims);
   cn_node *wrapped = cn_node_create(ctx, "wrapped", CN_PREC_INT64, 1, &two);
   cn_symbol i = cn_symbol_create(ctx, "i", 3), j = cn_symbol_create(ctx, "j", 4);
-  cn_index *ij = idx_list(ctx, 2, cn_index_iter(i), cn_index_iter(j));
-  cn_ll_expr *offset = index_expr(ctx, affine2(i, 4, j, 1, 0));
-  cn_ll_stmt *body = seq(ctx, 2, set(ctx, 0, ij, offset), set(ctx, 1, ij, offset));
-  cn_ll_stmt *wrap = seq(
-      ctx, 2, set(ctx, 2, idx_list(ctx, 1, cn_index_fixed(0)), index_expr(ctx, cn_index_fixed(-1))),
-      set(ctx, 2, idx_list(ctx, 1, cn_index_fixed(1)),
-          index_expr(ctx, cn_index_fixed(((int64_t)1 << 32) + 5))));
-  cn_node *nodes[3] = {offsets, as_float, wrapped};
-  cn_ll_proc *proc = proc_new(ctx, seq(ctx, 2, loop(ctx, i, 0, 3, loop(ctx, j, 0, 4, body)), wrap),
-                              3, nodes, 0, NULL);
+  cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+  cn_ll_expr *offset = cn_lb_index(ctx, affine2(i, 4, j, 1, 0));
+  cn_ll_stmt *body =
+      cn_lb_seq(ctx, 2, cn_lb_set(ctx, 0, ij, offset), cn_lb_set(ctx, 1, ij, offset));
+  cn_ll_stmt *wrap = cn_lb_seq(ctx, 2,
+                               cn_lb_set(ctx, 2, cn_lb_indices(ctx, 1, cn_index_fixed(0)),
+                                         cn_lb_index(ctx, cn_index_fixed(-1))),
+                               cn_lb_set(ctx, 2, cn_lb_indices(ctx, 1, cn_index_fixed(1)),
+                                         cn_lb_index(ctx, cn_index_fixed(((int64_t)1 << 32) + 5))));
+  cn_ll_param params[3] = {{offsets, false}, {as_float, false}, {wrapped, false}};
+  cn_ll_proc *proc =
+      cn_lb_proc(ctx, "test_proc",
+                 cn_lb_seq(ctx, 2, cn_lb_loop(ctx, i, 0, 3, cn_lb_loop(ctx, j, 0, 4, body)), wrap),
+                 3, params, 0, NULL);
   CHECK_INT(run_proc(ctx, proc, NULL), CN_OK);
 
   uint32_t cells[12];
@@ -333,22 +199,27 @@ static void test_set_vec(void) {
   CHECK_INT(cn_node_set_cells(g, false, g_words, 2), CN_OK);
   const cn_u4x32 key = {{0x12345678u, 0x9ABCDEF0u, 7u, 0u}};
   cn_symbol i = cn_symbol_create(ctx, "i", 4), q = cn_symbol_create(ctx, "q", 2);
-  cn_ll_expr *bits = op(ctx, CN_OP_THREEFRY_LIGHT, CN_PREC_UINT4X32, words(ctx, key),
-                        index_expr(ctx, cn_index_iter(i)), NULL);
-  cn_ll_stmt *halves =
-      loop(ctx, i, 0, 4, set_vec(ctx, 0, idx_list(ctx, 1, affine1(i, 8, 0)), 8, bits));
-  cn_ll_stmt *singles =
-      loop(ctx, q, 0, 2,
-           set_vec(ctx, 1, idx_list(ctx, 1, affine1(q, 4, 0)), 4,
-                   get(ctx, 2, CN_PREC_UINT4X32, idx_list(ctx, 1, cn_index_iter(q)))));
-  cn_ll_stmt *spread_singles = loop(
+  cn_ll_expr *bits = cn_lb_op(ctx, CN_OP_THREEFRY_LIGHT, CN_PREC_UINT4X32,
+                              cn_lb_const(ctx, CN_PREC_UINT4X32, (cn_value){.w = key}),
+                              cn_lb_index(ctx, cn_index_iter(i)), NULL);
+  cn_ll_stmt *halves = cn_lb_loop(
+      ctx, i, 0, 4,
+      cn_lb_set_vec(ctx, CN_OP_UNIFORM, 0, cn_lb_indices(ctx, 1, affine1(i, 8, 0)), 8, bits));
+  cn_ll_stmt *singles = cn_lb_loop(
       ctx, q, 0, 2,
-      set_vec(ctx, 3, idx_list(ctx, 1, affine1(q, 4, 0)), 4, index_expr(ctx, affine1(q, 1, 1))));
-  cn_node *nodes[4] = {h, s, g, spread_lanes};
-  CHECK_INT(run_proc(ctx,
-                     proc_new(ctx, seq(ctx, 3, halves, singles, spread_singles), 4, nodes, 0, NULL),
-                     NULL),
-            CN_OK);
+      cn_lb_set_vec(ctx, CN_OP_UNIFORM, 1, cn_lb_indices(ctx, 1, affine1(q, 4, 0)), 4,
+                    cn_lb_get(ctx, 2, CN_PREC_UINT4X32, cn_lb_indices(ctx, 1, cn_index_iter(q)))));
+  cn_ll_stmt *spread_singles =
+      cn_lb_loop(ctx, q, 0, 2,
+                 cn_lb_set_vec(ctx, CN_OP_UNIFORM, 3, cn_lb_indices(ctx, 1, affine1(q, 4, 0)), 4,
+                               cn_lb_index(ctx, affine1(q, 1, 1))));
+  cn_ll_param params[4] = {{h, false}, {s, false}, {g, false}, {spread_lanes, false}};
+  CHECK_INT(
+      run_proc(ctx,
+               cn_lb_proc(ctx, "test_proc", cn_lb_seq(ctx, 3, halves, singles, spread_singles), 4,
+                          params, 0, NULL),
+               NULL),
+      CN_OK);
 
   uint16_t got[32];
   CHECK_INT(cn_node_get_cells(h, false, got, 32), CN_OK);
@@ -400,40 +271,41 @@ static void test_conversions(void) {
   CHECK_INT(cn_node_set_values(cond_i, false, ci, 4), CN_OK);
   CHECK_INT(cn_node_set_values(cond_d, false, cd, 3), CN_OK);
 
-#define AT(pos) idx_list(ctx, 1, cn_index_fixed(pos))
-#define DBL(x)  constant(ctx, CN_PREC_DOUBLE, x)
-#define SGL(x)  constant(ctx, CN_PREC_SINGLE, x)
-  cn_ll_stmt *halves =
-      seq(ctx, 2, set(ctx, 0, AT(0), op(ctx, CN_OP_DIV, CN_PREC_DOUBLE, DBL(1), DBL(3), NULL)),
-          set(ctx, 0, AT(1), op(ctx, CN_OP_ADD, CN_PREC_DOUBLE, DBL(2048), DBL(1), NULL)));
-  cn_ll_stmt *ints =
-      seq(ctx, 4, set(ctx, 1, AT(0), op(ctx, CN_OP_MUL, CN_PREC_SINGLE, SGL(1e10), SGL(3), NULL)),
-          set(ctx, 1, AT(1), op(ctx, CN_OP_NEG, CN_PREC_SINGLE, SGL(1e12), NULL, NULL)),
-          set(ctx, 1, AT(2), SGL(-2.75)),
-          set(ctx, 1, AT(3), op(ctx, CN_OP_DIV, CN_PREC_SINGLE, SGL(0), SGL(0), NULL)));
+#define AT(pos)              cn_lb_indices(ctx, 1, cn_index_fixed(pos))
+#define DBL(x)               cn_lb_num(ctx, CN_PREC_DOUBLE, x)
+#define SGL(x)               cn_lb_num(ctx, CN_PREC_SINGLE, x)
+#define INT(x)               cn_lb_num(ctx, CN_PREC_INT32, x)
+#define OP(o, prec, a, b)    cn_lb_op(ctx, CN_OP_##o, CN_PREC_##prec, a, b, NULL)
+#define WHERE(prec, c, a, b) cn_lb_op(ctx, CN_OP_WHERE, CN_PREC_##prec, c, a, b)
+  cn_ll_stmt *halves = cn_lb_seq(ctx, 2, cn_lb_set(ctx, 0, AT(0), OP(DIV, DOUBLE, DBL(1), DBL(3))),
+                                 cn_lb_set(ctx, 0, AT(1), OP(ADD, DOUBLE, DBL(2048), DBL(1))));
+  cn_ll_stmt *ints = cn_lb_seq(ctx, 4, cn_lb_set(ctx, 1, AT(0), OP(MUL, SINGLE, SGL(1e10), SGL(3))),
+                               cn_lb_set(ctx, 1, AT(1), OP(NEG, SINGLE, SGL(1e12), NULL)),
+                               cn_lb_set(ctx, 1, AT(2), SGL(-2.75)),
+                               cn_lb_set(ctx, 1, AT(3), OP(DIV, SINGLE, SGL(0), SGL(0))));
   cn_ll_stmt *mix =
-      set(ctx, 2, AT(0),
-          op(ctx, CN_OP_ADD, CN_PREC_SINGLE, SGL(0.5), get(ctx, 1, CN_PREC_INT32, AT(2)), NULL));
+      cn_lb_set(ctx, 2, AT(0), OP(ADD, SINGLE, SGL(0.5), cn_lb_get(ctx, 1, CN_PREC_INT32, AT(2))));
   cn_symbol i = cn_symbol_create(ctx, "i", 4);
-  cn_index *at_i = idx_list(ctx, 1, cn_index_iter(i));
-  cn_ll_stmt *where_i = loop(ctx, i, 0, 4,
-                             set(ctx, 5, at_i,
-                                 op(ctx, CN_OP_WHERE, CN_PREC_SINGLE,
-                                    get(ctx, 3, CN_PREC_INT32, at_i), SGL(1.5), SGL(-2.5))));
-  cn_ll_expr *cond_d_i = get(ctx, 4, CN_PREC_DOUBLE, at_i);
-  cn_ll_stmt *where_d = loop(
+  cn_index *at_i = cn_lb_indices(ctx, 1, cn_index_iter(i));
+  cn_ll_stmt *where_i = cn_lb_loop(
+      ctx, i, 0, 4,
+      cn_lb_set(ctx, 5, at_i,
+                WHERE(SINGLE, cn_lb_get(ctx, 3, CN_PREC_INT32, at_i), SGL(1.5), SGL(-2.5))));
+  cn_ll_expr *cond_d_i = cn_lb_get(ctx, 4, CN_PREC_DOUBLE, at_i);
+  cn_ll_stmt *where_d = cn_lb_loop(
       ctx, i, 0, 3,
-      seq(ctx, 2,
-          set(ctx, 6, at_i, op(ctx, CN_OP_WHERE, CN_PREC_SINGLE, cond_d_i, SGL(1.5), SGL(-2.5))),
-          set(ctx, 7, at_i,
-              op(ctx, CN_OP_WHERE, CN_PREC_INT32, cond_d_i, constant(ctx, CN_PREC_INT32, 7),
-                 constant(ctx, CN_PREC_INT32, -7)))));
+      cn_lb_seq(ctx, 2, cn_lb_set(ctx, 6, at_i, WHERE(SINGLE, cond_d_i, SGL(1.5), SGL(-2.5))),
+                cn_lb_set(ctx, 7, at_i, WHERE(INT32, cond_d_i, INT(7), INT(-7)))));
 #undef AT
 #undef DBL
 #undef SGL
-  cn_node *nodes[8] = {h, n32, mixed, cond_i, cond_d, picked, picked_d, picked_i};
-  cn_ll_proc *proc =
-      proc_new(ctx, seq(ctx, 5, halves, ints, mix, where_i, where_d), 8, nodes, 0, NULL);
+#undef INT
+#undef OP
+#undef WHERE
+  cn_ll_param params[8] = {{h, false},      {n32, false},    {mixed, false},    {cond_i, false},
+                           {cond_d, false}, {picked, false}, {picked_d, false}, {picked_i, false}};
+  cn_ll_proc *proc = cn_lb_proc(
+      ctx, "test_proc", cn_lb_seq(ctx, 5, halves, ints, mix, where_i, where_d), 8, params, 0, NULL);
   CHECK_INT(run_proc(ctx, proc, NULL), CN_OK);
 
   uint16_t h_bits[2];
@@ -480,18 +352,21 @@ static void test_free_symbol(void) {
   cn_symbol unused = cn_symbol_create(ctx, "unused", 1); /* env is indexed by symbol, not rank */
   cn_symbol j = cn_symbol_create(ctx, "j", 4), s = cn_symbol_create(ctx, "s", 3);
   CHECK(unused == 0 && s > j);
-  cn_index *at_j = idx_list(ctx, 1, cn_index_iter(j));
-  cn_ll_stmt *body = seq(
-      ctx, 3, set(ctx, 3, idx_list(ctx, 1, cn_index_fixed(0)), index_expr(ctx, cn_index_iter(s))),
-      loop(ctx, j, 0, 4,
-           set(ctx, 1, at_j,
-               get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 2, cn_index_iter(s), cn_index_iter(j))))),
-      loop(
-          ctx, j, 0, 4,
-          set(ctx, 2, at_j,
-              get(ctx, 0, CN_PREC_DOUBLE, idx_list(ctx, 2, cn_index_iter(s), affine1(j, -1, 3))))));
-  cn_node *nodes[4] = {x, row, reversed, embedded};
-  cn_ll_proc *proc = proc_new(ctx, body, 4, nodes, 1, &s);
+  cn_index *at_j = cn_lb_indices(ctx, 1, cn_index_iter(j));
+  cn_ll_stmt *body = cn_lb_seq(
+      ctx, 3,
+      cn_lb_set(ctx, 3, cn_lb_indices(ctx, 1, cn_index_fixed(0)),
+                cn_lb_index(ctx, cn_index_iter(s))),
+      cn_lb_loop(ctx, j, 0, 4,
+                 cn_lb_set(ctx, 1, at_j,
+                           cn_lb_get(ctx, 0, CN_PREC_DOUBLE,
+                                     cn_lb_indices(ctx, 2, cn_index_iter(s), cn_index_iter(j))))),
+      cn_lb_loop(ctx, j, 0, 4,
+                 cn_lb_set(ctx, 2, at_j,
+                           cn_lb_get(ctx, 0, CN_PREC_DOUBLE,
+                                     cn_lb_indices(ctx, 2, cn_index_iter(s), affine1(j, -1, 3))))));
+  cn_ll_param params[4] = {{x, false}, {row, false}, {reversed, false}, {embedded, false}};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "test_proc", body, 4, params, 1, &s);
   void *compiled = NULL;
   const char *source = NULL;
   CHECK_INT(cn_backend_interp.compile(ctx, proc, &compiled, &source), CN_OK);
@@ -517,11 +392,12 @@ static void test_compile_nomem(void) {
   int64_t three = 3;
   cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 1, &three);
   cn_symbol i = cn_symbol_create(ctx, "i", 3);
-  cn_ll_stmt *body = loop(ctx, i, 0, 3,
-                          set(ctx, 0, idx_list(ctx, 1, cn_index_iter(i)),
-                              op(ctx, CN_OP_MUL, CN_PREC_SINGLE, index_expr(ctx, cn_index_iter(i)),
-                                 constant(ctx, CN_PREC_SINGLE, 0.5), NULL)));
-  cn_ll_proc *proc = proc_new(ctx, body, 1, &x, 0, NULL);
+  cn_ll_stmt *body = cn_lb_loop(
+      ctx, i, 0, 3,
+      cn_lb_set(ctx, 0, cn_lb_indices(ctx, 1, cn_index_iter(i)),
+                cn_lb_op(ctx, CN_OP_MUL, CN_PREC_SINGLE, cn_lb_index(ctx, cn_index_iter(i)),
+                         cn_lb_num(ctx, CN_PREC_SINGLE, 0.5), NULL)));
+  cn_ll_proc *proc = cn_lb_proc(ctx, "test_proc", body, 1, &(cn_ll_param){x, false}, 0, NULL);
   int failures = 0;
   for (long countdown = 1; countdown <= 3; countdown++) {
     void *compiled = NULL;

@@ -4,36 +4,12 @@
  * not surjective-and-injective, plain write exactly when =: and injective, padding margins reset
  * to the accumulator's neutral element); the margin partition is also checked cell by cell, by
  * running the reset loops over a grid of the padded buffer. */
-#include "check.h"
-#include "loops/loops.h"
+#include "loops_check.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 
 /* ---- Helpers ---- */
-
-static cn_node *node(cn_ctx *ctx, const char *label, cn_prec prec, int rank, ...) {
-  int64_t dims[CN_MAX_RANK];
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++) dims[d] = va_arg(ap, int64_t);
-  va_end(ap);
-  return cn_node_create(ctx, label, prec, rank, dims);
-}
-
-static cn_proj_tensor tensor(const cn_node *n, const cn_index *map) {
-  return (cn_proj_tensor){n->rank, n->dims, map};
-}
-
-static cn_index affine1(cn_symbol sym, int64_t coeff, int64_t offset) {
-  return cn_index_affine(1, &sym, &coeff, offset);
-}
-
-static cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
-  cn_symbol syms[2] = {s0, s1};
-  int64_t coeffs[2] = {c0, c1};
-  return cn_index_affine(2, syms, coeffs, offset);
-}
 
 /* Lowers and prints, or returns NULL (with a CHECK failure). */
 static const char *lower_text(cn_ctx *ctx, const cn_asgn *asgn, const char *name,
@@ -43,16 +19,6 @@ static const char *lower_text(cn_ctx *ctx, const cn_asgn *asgn, const char *name
   CHECK_MSG(status == CN_OK, "lowering %s: %s", name, cn_ctx_error(ctx));
   if (proc_out) *proc_out = proc;
   return proc ? cn_ll_to_string(ctx, proc) : NULL;
-}
-
-/* CHECK_STR against a printf-formatted expectation (node ids are not known in advance). */
-static void check_text(const char *actual, const char *fmt, ...) {
-  char expected[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(expected, sizeof expected, fmt, ap);
-  va_end(ap);
-  CHECK_STR(actual, expected);
 }
 
 /* ---- Lowering ---- */
@@ -556,70 +522,6 @@ static void test_allocation_failures(void) {
 
 /* ---- Simplification (procedures built by hand) ---- */
 
-static cn_ll_expr *expr_new(cn_ctx *ctx, cn_le_kind kind, cn_prec prec) {
-  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
-  e->kind = kind;
-  e->prec = prec;
-  return e;
-}
-
-static cn_ll_expr *get(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_GET, prec);
-  e->u.get.param = param;
-  e->u.get.idx = idx;
-  return e;
-}
-
-static cn_ll_expr *cst(cn_ctx *ctx, cn_prec prec, double x) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, prec);
-  e->u.constant = cn_value_of_double(prec, x);
-  return e;
-}
-
-static cn_ll_expr *op(cn_ctx *ctx, cn_op o, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b,
-                      cn_ll_expr *c) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_OP, prec);
-  e->u.op.op = o;
-  e->u.op.args[0] = a;
-  e->u.op.args[1] = b;
-  e->u.op.args[2] = c;
-  return e;
-}
-
-static cn_ll_stmt *stmt_new(cn_ctx *ctx, cn_ll_kind kind) {
-  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
-  s->kind = kind;
-  return s;
-}
-
-static cn_ll_stmt *set(cn_ctx *ctx, int param, cn_index *idx, cn_ll_expr *value) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
-  s->u.set.param = param;
-  s->u.set.idx = idx;
-  s->u.set.value = value;
-  return s;
-}
-
-static cn_ll_stmt *loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_FOR);
-  s->u.loop.sym = sym;
-  s->u.loop.from = from;
-  s->u.loop.to = to;
-  s->u.loop.body = body;
-  return s;
-}
-
-static cn_ll_stmt *seq(cn_ctx *ctx, int count, ...) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SEQ);
-  s->u.seq.count = count;
-  s->u.seq.items = cn_alloc(ctx, sizeof(cn_ll_stmt *) * (size_t)(count ? count : 1));
-  va_list ap;
-  va_start(ap, count);
-  for (int i = 0; i < count; i++) s->u.seq.items[i] = va_arg(ap, cn_ll_stmt *);
-  va_end(ap);
-  return s;
-}
-
 static void test_simplify(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 1, (int64_t)3);
@@ -627,52 +529,41 @@ static void test_simplify(void) {
   cn_node *z = node(ctx, "z", CN_PREC_DOUBLE, 1, (int64_t)3);
   cn_node *n = node(ctx, "n", CN_PREC_INT32, 1, (int64_t)3);
   cn_symbol i = cn_symbol_create(ctx, "i", 0);
-  cn_index *ix = cn_alloc(ctx, sizeof *ix);
-  *ix = cn_index_iter(i);
+  cn_index *ix = cn_lb_indices(ctx, 1, cn_index_iter(i));
   const int X = 0, Y = 1, Z = 2, N = 3;
   const cn_prec S = CN_PREC_SINGLE;
-  cn_ll_proc proc = {.name = "simp", .n_params = 4};
   cn_ll_param params[4] = {{x, false}, {y, false}, {z, false}, {n, false}};
-  proc.params = params;
-  cn_ll_expr *index_seven = expr_new(ctx, CN_LE_INDEX, CN_INDEX_PREC);
-  index_seven->u.index = cn_index_fixed(7);
-  cn_ll_stmt *body = seq(
+  /* Shorthands of this listing: constants and ops in single, y[i], stores into x[i]. */
+#define K(v)        cn_lb_num(ctx, S, v)
+#define OP(o, a, b) cn_lb_op(ctx, CN_OP_##o, S, a, b, NULL)
+#define Y_I         cn_lb_get(ctx, Y, S, ix)
+#define TO_X(e)     cn_lb_set(ctx, X, ix, e)
+  cn_ll_stmt *body = cn_lb_seq(
       ctx, 9,
       /* 2 * (3 + 4) folds to 14 */
-      set(ctx, X, ix,
-          op(ctx, CN_OP_MUL, S, cst(ctx, S, 2),
-             op(ctx, CN_OP_ADD, S, cst(ctx, S, 3), cst(ctx, S, 4), NULL), NULL)),
+      TO_X(OP(MUL, K(2), OP(ADD, K(3), K(4)))),
       /* y * 1 and 1 * y become y; 1 is compared in the op's precision, so a byte 1 counts */
-      set(ctx, X, ix, op(ctx, CN_OP_MUL, S, get(ctx, Y, S, ix), cst(ctx, S, 1), NULL)),
-      set(ctx, X, ix, op(ctx, CN_OP_MUL, S, cst(ctx, CN_PREC_BYTE, 1), get(ctx, Y, S, ix), NULL)),
+      TO_X(OP(MUL, Y_I, K(1))), TO_X(OP(MUL, cn_lb_num(ctx, CN_PREC_BYTE, 1), Y_I)),
       /* y + 0, 0 + y, y - 0 become y; 0 - y stays */
-      loop(ctx, i, 0, 3,
-           seq(ctx, 4,
-               set(ctx, X, ix, op(ctx, CN_OP_ADD, S, get(ctx, Y, S, ix), cst(ctx, S, 0), NULL)),
-               set(ctx, X, ix, op(ctx, CN_OP_ADD, S, cst(ctx, S, 0), get(ctx, Y, S, ix), NULL)),
-               set(ctx, X, ix, op(ctx, CN_OP_SUB, S, get(ctx, Y, S, ix), cst(ctx, S, 0), NULL)),
-               set(ctx, X, ix, op(ctx, CN_OP_SUB, S, cst(ctx, S, 0), get(ctx, Y, S, ix), NULL)))),
+      cn_lb_loop(ctx, i, 0, 3,
+                 cn_lb_seq(ctx, 4, TO_X(OP(ADD, Y_I, K(0))), TO_X(OP(ADD, K(0), Y_I)),
+                           TO_X(OP(SUB, Y_I, K(0))), TO_X(OP(SUB, K(0), Y_I)))),
       /* z is double under a single op: dropping the op would drop the conversion */
-      set(ctx, X, ix, op(ctx, CN_OP_MUL, S, get(ctx, Z, CN_PREC_DOUBLE, ix), cst(ctx, S, 1), NULL)),
+      TO_X(OP(MUL, cn_lb_get(ctx, Z, CN_PREC_DOUBLE, ix), K(1))),
       /* y * 0.5 is no identity; y / 1 and y ** 1 are */
-      set(ctx, X, ix,
-          op(ctx, CN_OP_DIV, S,
-             op(ctx, CN_OP_POW, S,
-                op(ctx, CN_OP_MUL, S, get(ctx, Y, S, ix), cst(ctx, S, 0.5), NULL), cst(ctx, S, 1),
-                NULL),
-             cst(ctx, S, 1), NULL)),
+      TO_X(OP(DIV, OP(POW, OP(MUL, Y_I, K(0.5)), K(1)), K(1))),
       /* where(0.0 as double, 1, 2) in int32: the condition is false */
-      set(ctx, N, ix,
-          op(ctx, CN_OP_WHERE, CN_PREC_INT32, cst(ctx, CN_PREC_DOUBLE, 0.0),
-             cst(ctx, CN_PREC_INT32, 1), cst(ctx, CN_PREC_INT32, 2))),
+      cn_lb_set(ctx, N, ix,
+                cn_lb_op(ctx, CN_OP_WHERE, CN_PREC_INT32, cn_lb_num(ctx, CN_PREC_DOUBLE, 0.0),
+                         cn_lb_num(ctx, CN_PREC_INT32, 1), cn_lb_num(ctx, CN_PREC_INT32, 2))),
       /* an embedded fixed index is a constant; 7 + 0.25 in single folds exactly */
-      set(ctx, X, ix, op(ctx, CN_OP_ADD, S, index_seven, cst(ctx, S, 0.25), NULL)),
+      TO_X(OP(ADD, cn_lb_index(ctx, cn_index_fixed(7)), K(0.25))),
       /* empty loops and sequences disappear; nested sequences are spliced */
-      seq(ctx, 3, loop(ctx, i, 2, 2, set(ctx, X, ix, cst(ctx, S, 1))), seq(ctx, 0),
-          loop(ctx, i, 0, 3, seq(ctx, 1, seq(ctx, 0)))));
-  proc.body = body;
-  CHECK_INT(cn_ll_simplify(ctx, &proc), CN_OK);
-  check_text(cn_ll_to_string(ctx, &proc),
+      cn_lb_seq(ctx, 3, cn_lb_loop(ctx, i, 2, 2, TO_X(K(1))), cn_lb_seq(ctx, 0),
+                cn_lb_loop(ctx, i, 0, 3, cn_lb_seq(ctx, 1, cn_lb_seq(ctx, 0)))));
+  cn_ll_proc *proc = cn_lb_proc(ctx, "simp", body, 4, params, 0, NULL);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  check_text(cn_ll_to_string(ctx, proc),
              "routine simp\n"
              "  params: x#%d single[3], y#%d single[3], z#%d double[3], n#%d int32[3]\n"
              "x[i] := 14\n"
@@ -691,11 +582,16 @@ static void test_simplify(void) {
   CHECK_INT(body->u.seq.count, 8);
 
   /* A procedure whose every statement does nothing keeps an empty body. */
-  proc.body = seq(ctx, 2, loop(ctx, i, 0, 0, set(ctx, X, ix, cst(ctx, S, 1))), seq(ctx, 0));
-  CHECK_INT(cn_ll_simplify(ctx, &proc), CN_OK);
-  CHECK_INT(proc.body->kind, CN_LL_SEQ);
-  CHECK_INT(proc.body->u.seq.count, 0);
-  check_text(cn_ll_to_string(ctx, &proc),
+  body = cn_lb_seq(ctx, 2, cn_lb_loop(ctx, i, 0, 0, TO_X(K(1))), cn_lb_seq(ctx, 0));
+#undef K
+#undef OP
+#undef Y_I
+#undef TO_X
+  proc = cn_lb_proc(ctx, "simp", body, 4, params, 0, NULL);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  CHECK_INT(proc->body->kind, CN_LL_SEQ);
+  CHECK_INT(proc->body->u.seq.count, 0);
+  check_text(cn_ll_to_string(ctx, proc),
              "routine simp\n"
              "  params: x#%d single[3], y#%d single[3], z#%d double[3], n#%d int32[3]\n",
              x->id, y->id, z->id, n->id);
@@ -730,15 +626,6 @@ static void test_simplify_lowered(void) {
                a->id, b->id);
   }
   cn_ctx_destroy(ctx);
-}
-
-static cn_ll_stmt *guard(cn_ctx *ctx, int n, const cn_ll_cond *conds, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_IF);
-  s->u.guard.n_conds = n;
-  s->u.guard.conds = cn_alloc(ctx, sizeof *conds * (size_t)n);
-  memcpy(s->u.guard.conds, conds, sizeof *conds * (size_t)n);
-  s->u.guard.body = body;
-  return s;
 }
 
 /* cn_ceil_div_i64 (builtins.h), which both backends use for bounds with a divisor: exact for
@@ -779,12 +666,9 @@ static void test_bounds_from_guards(void) {
   cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 1, (int64_t)8);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0),
             t = cn_symbol_create(ctx, "t", 0);
-  cn_index *xi = cn_alloc(ctx, sizeof *xi), *xk = cn_alloc(ctx, sizeof *xk);
-  *xi = cn_index_iter(i);
-  *xk = cn_index_iter(k);
+  cn_index *xi = cn_lb_indices(ctx, 1, cn_index_iter(i)),
+           *xk = cn_lb_indices(ctx, 1, cn_index_iter(k));
   cn_ll_param params[1] = {{x, false}};
-  cn_ll_proc proc = {
-      .name = "bounds", .n_params = 1, .params = params, .n_free_syms = 1, .free_syms = &t};
   const cn_prec S = CN_PREC_SINGLE;
   cn_index tri = affine2(i, 1, k, -1, 0); /* i - k */
 
@@ -808,17 +692,20 @@ static void test_bounds_from_guards(void) {
   cn_ll_cond c5[2] = {{affine2(i, 1, k, -2, 1), 0, 4}, {affine2(i, 1, k, 1, -2), 0, 10}};
   /* 6. 0 <= k - 2 < 10 and 0 <= 1 - k < 10: k >= 2 and k < 2, an empty box: the nest goes. */
   cn_ll_cond c6[2] = {{affine1(k, 1, -2), 0, 10}, {affine1(k, -1, 1), 0, 10}};
-  cn_ll_stmt *one = set(ctx, 0, xk, cst(ctx, S, 1));
-  proc.body = seq(ctx, 6, loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 2, c1, one))),
-                  loop(ctx, i, 0, 4,
-                       loop(ctx, k, 0, 4,
-                            seq(ctx, 2, guard(ctx, 1, c2, one), set(ctx, 0, xi, cst(ctx, S, 2))))),
-                  loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 2, c3, one))),
-                  loop(ctx, i, 0, 4, loop(ctx, k, 0, 4, guard(ctx, 1, c4, one))),
-                  loop(ctx, i, 0, 6, loop(ctx, k, 0, 5, guard(ctx, 2, c5, one))),
-                  loop(ctx, i, 0, 3, loop(ctx, k, 0, 4, guard(ctx, 2, c6, one))));
-  CHECK_INT(cn_ll_simplify(ctx, &proc), CN_OK);
-  check_text(cn_ll_to_string(ctx, &proc),
+  cn_ll_stmt *one = cn_lb_set(ctx, 0, xk, cn_lb_num(ctx, S, 1));
+  cn_ll_stmt *body = cn_lb_seq(
+      ctx, 6, cn_lb_loop(ctx, i, 0, 4, cn_lb_loop(ctx, k, 0, 4, cn_lb_guard(ctx, 2, c1, one))),
+      cn_lb_loop(ctx, i, 0, 4,
+                 cn_lb_loop(ctx, k, 0, 4,
+                            cn_lb_seq(ctx, 2, cn_lb_guard(ctx, 1, c2, one),
+                                      cn_lb_set(ctx, 0, xi, cn_lb_num(ctx, S, 2))))),
+      cn_lb_loop(ctx, i, 0, 4, cn_lb_loop(ctx, k, 0, 4, cn_lb_guard(ctx, 2, c3, one))),
+      cn_lb_loop(ctx, i, 0, 4, cn_lb_loop(ctx, k, 0, 4, cn_lb_guard(ctx, 1, c4, one))),
+      cn_lb_loop(ctx, i, 0, 6, cn_lb_loop(ctx, k, 0, 5, cn_lb_guard(ctx, 2, c5, one))),
+      cn_lb_loop(ctx, i, 0, 3, cn_lb_loop(ctx, k, 0, 4, cn_lb_guard(ctx, 2, c6, one))));
+  cn_ll_proc *proc = cn_lb_proc(ctx, "bounds", body, 1, params, 1, &t);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  check_text(cn_ll_to_string(ctx, proc),
              "routine bounds\n"
              "  params: x#%d single[8]\n"
              "  static: t\n"
@@ -843,8 +730,8 @@ static void test_bounds_from_guards(void) {
              x->id);
   /* The boxes shrink to what the bounds guarantee: nest 1's k to 0..4 (i + 1 <= 4), nest 5's k
    * to 0..4 (ceil((i + 2) / 2) <= 4). */
-  const cn_ll_stmt *k1 = proc.body->u.seq.items[0]->u.loop.body;
-  const cn_ll_stmt *k5 = proc.body->u.seq.items[4]->u.loop.body;
+  const cn_ll_stmt *k1 = proc->body->u.seq.items[0]->u.loop.body;
+  const cn_ll_stmt *k5 = proc->body->u.seq.items[4]->u.loop.body;
   CHECK(k1->kind == CN_LL_FOR && k1->u.loop.from == 0 && k1->u.loop.to == 4);
   CHECK(k5->kind == CN_LL_FOR && k5->u.loop.from == 0 && k5->u.loop.to == 4);
   CHECK_INT(k5->u.loop.n_lower, 3);

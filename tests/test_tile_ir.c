@@ -10,7 +10,7 @@
  * filled with a sentinel (99), so cells that must end 0 or at the neutral element are written by
  * the routine, not left over. */
 #include "backend/backend.h"
-#include "check.h"
+#include "loops_check.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -25,29 +25,6 @@ static cn_ctx *test_ctx(void) {
   CHECK(ctx != NULL);
   CHECK_INT(cn_ctx_set_option(ctx, "cflags", STRICT_CFLAGS), CN_OK);
   return ctx;
-}
-
-static cn_node *node(cn_ctx *ctx, const char *label, int rank, ...) {
-  int64_t dims[CN_MAX_RANK];
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++) dims[d] = va_arg(ap, int64_t);
-  va_end(ap);
-  return cn_node_create(ctx, label, CN_PREC_SINGLE, rank, dims);
-}
-
-static cn_proj_tensor tensor(const cn_node *n, const cn_index *map) {
-  return (cn_proj_tensor){n->rank, n->dims, map};
-}
-
-static cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
-  cn_symbol syms[2] = {s0, s1};
-  int64_t coeffs[2] = {c0, c1};
-  return cn_index_affine(2, syms, coeffs, offset);
-}
-
-static cn_index affine1(cn_symbol s, int64_t c, int64_t offset) {
-  return cn_index_affine(1, &s, &c, offset);
 }
 
 static const cn_backend_kind backends[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
@@ -90,16 +67,6 @@ static const char *run_both(cn_ctx *ctx, const cn_asgn *asgn, const char *name, 
   return run_both_source(ctx, asgn, name, lhs, expected, NULL);
 }
 
-/* CHECK_STR against a printf-formatted expectation (node ids are not known in advance). */
-static void check_text(const char *actual, const char *fmt, ...) {
-  char expected[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(expected, sizeof expected, fmt, ap);
-  va_end(ap);
-  CHECK_STR(actual, expected);
-}
-
 /* ---- Max pool 1-D (seed 003 "Max Pool 1D") ---- */
 
 /* O[i] >= I[2*i + j] with j < 2 (or without the constraint: the "wrong" pool), O of size out,
@@ -107,7 +74,7 @@ static void check_text(const char *actual, const char *fmt, ...) {
  * yet would. Returns the loop IR. */
 static const char *max_pool(cn_ctx *ctx, int64_t n, int64_t out, const double *in, bool constrained,
                             const double *expected, const char *name, int *ids) {
-  cn_node *I = node(ctx, "I", 1, n), *O = node(ctx, "O", 1, out);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, n), *O = node(ctx, "O", CN_PREC_SINGLE, 1, out);
   ids[0] = I->id;
   ids[1] = O->id;
   CHECK_INT(cn_node_set_values(I, false, in, (size_t)n), CN_OK);
@@ -210,7 +177,8 @@ static cn_asgn *skip(cn_ctx *ctx, cn_node *I, cn_node *O, cn_op accum, bool zero
 
 static void test_skipping(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *I = node(ctx, "I", 2, (int64_t)3, (int64_t)4), *O = node(ctx, "O", 1, (int64_t)4);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 2, (int64_t)3, (int64_t)4),
+          *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)4);
   const double in[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   CHECK_INT(cn_node_set_values(I, false, in, 12), CN_OK);
 
@@ -271,7 +239,7 @@ static void test_skipping(void) {
 static void test_cumsum(void) {
   cn_ctx *ctx = test_ctx();
   const int64_t n = 4;
-  cn_node *I = node(ctx, "I", 1, n), *O = node(ctx, "O", 1, n);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, n), *O = node(ctx, "O", CN_PREC_SINGLE, 1, n);
   const double in[4] = {1, 2, 3, 4};
   CHECK_INT(cn_node_set_values(I, false, in, 4), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
@@ -325,8 +293,8 @@ static void test_cumsum(void) {
 static void test_triangle_count(void) {
   cn_ctx *ctx = test_ctx();
   const int64_t n = 5;
-  cn_node *one = node(ctx, "ONE", 1, n), *O = node(ctx, "O", 1, n);
-  cn_node *C = node(ctx, "C", 1, (int64_t)1);
+  cn_node *one = node(ctx, "ONE", CN_PREC_SINGLE, 1, n), *O = node(ctx, "O", CN_PREC_SINGLE, 1, n);
+  cn_node *C = node(ctx, "C", CN_PREC_SINGLE, 1, (int64_t)1);
   const double ones[5] = {1, 1, 1, 1, 1};
   CHECK_INT(cn_node_set_values(one, false, ones, 5), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
@@ -366,8 +334,9 @@ static void test_triangle_count(void) {
  * valid_only alone bounding the points by I's size 5. */
 static void test_bounds_non_unit(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *I = node(ctx, "I", 1, (int64_t)5);
-  cn_node *O3 = node(ctx, "O", 1, (int64_t)3), *O5 = node(ctx, "P", 1, (int64_t)5);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, (int64_t)5);
+  cn_node *O3 = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)3),
+          *O5 = node(ctx, "P", CN_PREC_SINGLE, 1, (int64_t)5);
   const double in[5] = {1, 10, 100, 1000, 10000};
   CHECK_INT(cn_node_set_values(I, false, in, 5), CN_OK);
   cn_symbol j = cn_symbol_create(ctx, "j", 0), i = cn_symbol_create(ctx, "i", 0);
@@ -423,9 +392,11 @@ static void test_conv_padding(void) {
   cn_ctx *ctx = test_ctx();
   /* I has padding margins 1:1 for the plain record below; the valid_only records must never
    * read them, so they are first set to 1000 by hand. */
-  cn_node *I = node(ctx, "I", 1, (int64_t)4), *K = node(ctx, "K", 1, (int64_t)3);
-  cn_node *O = node(ctx, "O", 1, (int64_t)4), *P = node(ctx, "P", 1, (int64_t)4);
-  cn_node *Op = node(ctx, "Op", 1, (int64_t)4);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, (int64_t)4),
+          *K = node(ctx, "K", CN_PREC_SINGLE, 1, (int64_t)3);
+  cn_node *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)4),
+          *P = node(ctx, "P", CN_PREC_SINGLE, 1, (int64_t)4);
+  cn_node *Op = node(ctx, "Op", CN_PREC_SINGLE, 1, (int64_t)4);
   CHECK_INT(cn_node_set_padding(I, 0, 1, 1), CN_OK);
   const double in[4] = {1, 2, 3, 4}, ker[3] = {1, 10, 100};
   CHECK_INT(cn_node_set_values(I, false, in, 4), CN_OK);
@@ -474,7 +445,8 @@ static void test_conv_padding(void) {
 
 static void test_negative_ranges(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *I = node(ctx, "I", 1, (int64_t)3), *O = node(ctx, "O", 1, (int64_t)3);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, (int64_t)3),
+          *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)3);
   const double in[3] = {1, 2, 3};
   CHECK_INT(cn_node_set_values(I, false, in, 3), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 0);
@@ -529,7 +501,8 @@ static void test_negative_ranges(void) {
  * writes. */
 static void test_static_index(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *I = node(ctx, "I", 2, (int64_t)3, (int64_t)2), *O = node(ctx, "O", 1, (int64_t)2);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 2, (int64_t)3, (int64_t)2),
+          *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)2);
   const double in[6] = {1, 2, 4, 5, 7, 8};
   CHECK_INT(cn_node_set_values(I, false, in, 6), CN_OK);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), t = cn_symbol_create(ctx, "t", 5);
@@ -579,8 +552,9 @@ static void test_static_index(void) {
 
 static void test_records(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *I = node(ctx, "I", 1, (int64_t)5), *K = node(ctx, "K", 1, (int64_t)2);
-  cn_node *O = node(ctx, "O", 1, (int64_t)3);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, (int64_t)5),
+          *K = node(ctx, "K", CN_PREC_SINGLE, 1, (int64_t)2);
+  cn_node *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)3);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
   cn_symbol free_sym = cn_symbol_create(ctx, "t", 0);
   cn_symbol iters[2] = {i, j};
@@ -656,56 +630,15 @@ static void test_records(void) {
 
 /* ---- The guard statement on hand-built procedures ---- */
 
-static cn_ll_stmt *stmt_new(cn_ctx *ctx, cn_ll_kind kind) {
-  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
-  s->kind = kind;
-  return s;
-}
-
-static cn_ll_stmt *loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_FOR);
-  s->u.loop.sym = sym;
-  s->u.loop.from = from;
-  s->u.loop.to = to;
-  s->u.loop.body = body;
-  return s;
-}
-
-static cn_ll_stmt *guard(cn_ctx *ctx, int n, const cn_ll_cond *conds, cn_ll_stmt *body) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_IF);
-  s->u.guard.n_conds = n;
-  s->u.guard.conds = cn_alloc(ctx, sizeof *conds * (size_t)n);
-  memcpy(s->u.guard.conds, conds, sizeof *conds * (size_t)n);
-  s->u.guard.body = body;
-  return s;
-}
-
 /* out[i] := i (the loop variable as a value) */
 static cn_ll_stmt *store_index(cn_ctx *ctx, cn_symbol i, int64_t offset) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
-  s->u.set.param = 0;
-  s->u.set.idx = cn_alloc(ctx, sizeof(cn_index));
-  s->u.set.idx[0] = affine1(i, 1, offset);
-  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
-  e->kind = CN_LE_INDEX;
-  e->prec = CN_INDEX_PREC;
-  e->u.index = cn_index_iter(i);
-  s->u.set.value = e;
-  return s;
-}
-
-static cn_ll_stmt *seq2(cn_ctx *ctx, cn_ll_stmt *a, cn_ll_stmt *b) {
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SEQ);
-  s->u.seq.count = 2;
-  s->u.seq.items = cn_alloc(ctx, 2 * sizeof(cn_ll_stmt *));
-  s->u.seq.items[0] = a;
-  s->u.seq.items[1] = b;
-  return s;
+  return cn_lb_set(ctx, 0, cn_lb_indices(ctx, 1, affine1(i, 1, offset)),
+                   cn_lb_index(ctx, cn_index_iter(i)));
 }
 
 static void test_guard_statement(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *out = node(ctx, "out", 1, (int64_t)8);
+  cn_node *out = node(ctx, "out", CN_PREC_SINGLE, 1, (int64_t)8);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), t = cn_symbol_create(ctx, "t", 4);
   /* for i in 0..8:
    *   if 0 <= i < 8 and 0 <= i - t < 3:   (the first always holds: dropped)
@@ -716,21 +649,13 @@ static void test_guard_statement(void) {
   cn_ll_cond keep[2] = {{cn_index_iter(i), 0, 8}, {affine2(i, 1, t, -1, 0), 0, 3}};
   cn_ll_cond late[1] = {{affine2(i, 1, t, 1, 0), 10, 20}};
   cn_ll_cond never[2] = {{affine1(i, 2, 0), 0, 20}, {cn_index_iter(i), 9, 10}};
-  cn_ll_stmt *body = stmt_new(ctx, CN_LL_SEQ);
-  body->u.seq.count = 3;
-  body->u.seq.items = cn_alloc(ctx, 3 * sizeof(cn_ll_stmt *));
-  body->u.seq.items[0] = guard(ctx, 2, keep, store_index(ctx, i, 0));
-  body->u.seq.items[1] = guard(ctx, 1, late, store_index(ctx, i, -7));
-  body->u.seq.items[2] = guard(ctx, 2, never, store_index(ctx, i, 0));
-  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
-  proc->name = "guards";
-  proc->body = seq2(ctx, loop(ctx, i, 0, 8, body), stmt_new(ctx, CN_LL_SEQ));
-  proc->n_params = 1;
-  proc->params = cn_alloc(ctx, sizeof(cn_ll_param));
-  proc->params[0] = (cn_ll_param){out, false};
-  proc->n_free_syms = 1;
-  proc->free_syms = cn_alloc(ctx, sizeof(cn_symbol));
-  proc->free_syms[0] = t;
+  cn_ll_stmt *body = cn_lb_seq(ctx, 3, cn_lb_guard(ctx, 2, keep, store_index(ctx, i, 0)),
+                               cn_lb_guard(ctx, 1, late, store_index(ctx, i, -7)),
+                               cn_lb_guard(ctx, 2, never, store_index(ctx, i, 0)));
+  const cn_ll_param params[1] = {{out, false}};
+  cn_ll_proc *proc = cn_lb_proc(
+      ctx, "guards", cn_lb_seq(ctx, 2, cn_lb_loop(ctx, i, 0, 8, body), cn_lb_seq(ctx, 0)), 1,
+      params, 1, &t);
   check_text(cn_ll_to_string(ctx, proc),
              "routine guards\n"
              "  params: out#%d single[8]\n"
@@ -781,12 +706,12 @@ static void test_guard_statement(void) {
 
   /* A guard whose conditions all hold becomes its body; one with an empty body disappears. */
   cn_ll_cond always[1] = {{cn_index_iter(i), 0, 8}}, middle[1] = {{cn_index_iter(i), 2, 5}};
-  cn_ll_proc *proc2 = cn_alloc(ctx, sizeof *proc2);
-  *proc2 = *proc;
-  proc2->name = "always";
-  proc2->n_free_syms = 0;
-  proc2->body = seq2(ctx, loop(ctx, i, 0, 8, guard(ctx, 1, always, store_index(ctx, i, 0))),
-                     loop(ctx, i, 0, 8, guard(ctx, 1, middle, stmt_new(ctx, CN_LL_SEQ))));
+  cn_ll_proc *proc2 = cn_lb_proc(
+      ctx, "always",
+      cn_lb_seq(ctx, 2,
+                cn_lb_loop(ctx, i, 0, 8, cn_lb_guard(ctx, 1, always, store_index(ctx, i, 0))),
+                cn_lb_loop(ctx, i, 0, 8, cn_lb_guard(ctx, 1, middle, cn_lb_seq(ctx, 0)))),
+      1, params, 0, NULL);
   CHECK_INT(cn_ll_simplify(ctx, proc2), CN_OK);
   check_text(cn_ll_to_string(ctx, proc2),
              "routine always\n"
@@ -799,41 +724,8 @@ static void test_guard_statement(void) {
 
 /* out[i] := out[i] + amount */
 static cn_ll_stmt *add_at(cn_ctx *ctx, cn_symbol i, double amount) {
-  cn_index *idx = cn_alloc(ctx, sizeof(cn_index));
-  *idx = cn_index_iter(i);
-  cn_ll_expr *get = cn_alloc(ctx, sizeof *get), *cst = cn_alloc(ctx, sizeof *cst);
-  cn_ll_expr *sum = cn_alloc(ctx, sizeof *sum);
-  get->kind = CN_LE_GET;
-  get->prec = CN_PREC_SINGLE;
-  get->u.get.param = 0;
-  get->u.get.idx = idx;
-  cst->kind = CN_LE_CONST;
-  cst->prec = CN_PREC_SINGLE;
-  cst->u.constant = cn_value_of_double(CN_PREC_SINGLE, amount);
-  sum->kind = CN_LE_OP;
-  sum->prec = CN_PREC_SINGLE;
-  sum->u.op.op = CN_OP_ADD;
-  sum->u.op.args[0] = get;
-  sum->u.op.args[1] = cst;
-  cn_ll_stmt *s = stmt_new(ctx, CN_LL_SET);
-  s->u.set.param = 0;
-  s->u.set.idx = idx;
-  s->u.set.value = sum;
-  return s;
-}
-
-static cn_ll_proc *proc_of(cn_ctx *ctx, const char *name, cn_ll_stmt *body, cn_node *out,
-                           int n_free, const cn_symbol *free_syms) {
-  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
-  proc->name = name;
-  proc->body = body;
-  proc->n_params = 1;
-  proc->params = cn_alloc(ctx, sizeof(cn_ll_param));
-  proc->params[0] = (cn_ll_param){out, false};
-  proc->n_free_syms = n_free;
-  proc->free_syms = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(n_free ? n_free : 1));
-  for (int k = 0; k < n_free; k++) proc->free_syms[k] = free_syms[k];
-  return proc;
+  return cn_lb_accum(ctx, 0, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(i)), CN_OP_ADD,
+                     cn_lb_num(ctx, CN_PREC_SINGLE, amount));
 }
 
 /* Runs proc on both backends from `init` in out; out must then hold `expected`. Returns the C
@@ -867,7 +759,8 @@ static const char *run_proc_both(cn_ctx *ctx, const cn_ll_proc *proc, cn_node *o
 /* Guards that the simplifier turns into loop bounds, on hand-built procedures. */
 static void test_guards_to_bounds(void) {
   cn_ctx *ctx = test_ctx();
-  cn_node *count = node(ctx, "count", 1, (int64_t)5), *out = node(ctx, "out", 1, (int64_t)8);
+  cn_node *count = node(ctx, "count", CN_PREC_SINGLE, 1, (int64_t)5),
+          *out = node(ctx, "out", CN_PREC_SINGLE, 1, (int64_t)8);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), k = cn_symbol_create(ctx, "k", 0);
 
   /* Empty effective ranges. First nest: 0 <= i - k - 2 < 5 holds for k in [i - 6, i - 1); the
@@ -878,9 +771,13 @@ static void test_guards_to_bounds(void) {
   cn_ll_cond tri[1] = {{affine2(i, 1, k, -1, -2), 0, 5}};
   cn_ll_cond none[2] = {{affine2(k, 1, i, -1, 0), 0, 10}, {affine2(i, 1, k, -1, -1), 0, 10}};
   cn_ll_stmt *body =
-      seq2(ctx, loop(ctx, i, 0, 5, loop(ctx, k, 0, 5, guard(ctx, 1, tri, add_at(ctx, i, 1)))),
-           loop(ctx, i, 0, 3, loop(ctx, k, 0, 4, guard(ctx, 2, none, add_at(ctx, i, 7)))));
-  cn_ll_proc *proc = proc_of(ctx, "empty_ranges", body, count, 0, NULL);
+      cn_lb_seq(ctx, 2,
+                cn_lb_loop(ctx, i, 0, 5,
+                           cn_lb_loop(ctx, k, 0, 5, cn_lb_guard(ctx, 1, tri, add_at(ctx, i, 1)))),
+                cn_lb_loop(ctx, i, 0, 3,
+                           cn_lb_loop(ctx, k, 0, 4, cn_lb_guard(ctx, 2, none, add_at(ctx, i, 7)))));
+  cn_ll_proc *proc =
+      cn_lb_proc(ctx, "empty_ranges", body, 1, &(cn_ll_param){count, false}, 0, NULL);
   CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
   check_text(cn_ll_to_string(ctx, proc),
              "routine empty_ranges\n"
@@ -904,10 +801,11 @@ static void test_guards_to_bounds(void) {
   cn_symbol t = cn_symbol_create(ctx, "t", 4), u = cn_symbol_create(ctx, "u", 0);
   cn_ll_cond near_t[1] = {{affine2(i, 1, t, -1, 0), 0, 3}};
   cn_ll_cond near_u[1] = {{affine2(i, 1, u, -1, 0), 0, 2}};
-  body = seq2(ctx, loop(ctx, i, 0, 8, guard(ctx, 1, near_t, store_index(ctx, i, 0))),
-              loop(ctx, i, 0, 8, guard(ctx, 1, near_u, store_index(ctx, i, 0))));
+  body = cn_lb_seq(ctx, 2,
+                   cn_lb_loop(ctx, i, 0, 8, cn_lb_guard(ctx, 1, near_t, store_index(ctx, i, 0))),
+                   cn_lb_loop(ctx, i, 0, 8, cn_lb_guard(ctx, 1, near_u, store_index(ctx, i, 0))));
   cn_symbol statics[2] = {t, u};
-  proc = proc_of(ctx, "static_bounds", body, out, 2, statics);
+  proc = cn_lb_proc(ctx, "static_bounds", body, 1, &(cn_ll_param){out, false}, 2, statics);
   CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
   check_text(cn_ll_to_string(ctx, proc),
              "routine static_bounds\n"
@@ -934,7 +832,8 @@ static void test_guards_to_bounds(void) {
  * the status of the first failing step. */
 static cn_status pool_pipeline(cn_ctx *ctx, double *out) {
   const double in[5] = {3, 1, 4, 1, 5};
-  cn_node *I = node(ctx, "I", 1, (int64_t)5), *O = node(ctx, "O", 1, (int64_t)3);
+  cn_node *I = node(ctx, "I", CN_PREC_SINGLE, 1, (int64_t)5),
+          *O = node(ctx, "O", CN_PREC_SINGLE, 1, (int64_t)3);
   if (!I || !O || cn_node_set_values(I, false, in, 5) != CN_OK) return cn_ctx_status(ctx);
   cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
   if (i < 0 || j < 0) return cn_ctx_status(ctx);

@@ -1,14 +1,16 @@
 /* The `cannl` command: runs `.cnl` scripts (`cannl run`), prints the version, the primitive-op
  * and precision tables (generated from the library's accessors, so they cannot drift from
- * include/cannl/ops.def and precisions.def), and the demo of examples/demo.c with a choice of
+ * include/cannl/ops.def and precisions.def), and the demo of demo/demo.c with a choice of
  * backend and of what to print.
  *
  * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse
- * error (message on stderr). Only the public API (cannl.h) is used. */
+ * error (message on stderr). Only the public API (cannl.h) is used, and cn_nt_run
+ * (src/notation/run.h), which tells a syntax error from a runtime error so that a script is
+ * parsed once. */
 #include "cannl.h"
 
-#define CANNL_DEMO_NO_MAIN
-#include "../examples/demo.c"
+#include "../demo/demo.h"
+#include "../src/notation/run.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -255,18 +257,16 @@ static int cmd_run(int argc, char **argv) {
   cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
   const char *name = file ? file : "<-e>", *source = file ? text : inline_text;
   int status = 0;
+  bool parse_failed = false;
   if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
     fputs("cannl: out of memory\n", stderr);
     status = EXIT_RUNTIME;
-  } else if (cn_notation_check(ctx, name, source) != CN_OK) {
-    fprintf(stderr, "%s\n", cn_ctx_error(ctx));
-    status = EXIT_USAGE;
-  } else if (cn_notation_run(g, name, source, &opts) != CN_OK) {
+  } else if (cn_nt_run(g, name, source, &opts, &parse_failed) != CN_OK) {
     /* stdout is block-buffered on a pipe: what the script printed before failing must come out
      * before the message when both streams go to the same place */
     fflush(stdout);
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
-    status = EXIT_RUNTIME;
+    status = parse_failed ? EXIT_USAGE : EXIT_RUNTIME;
   }
   cn_ctx_destroy(ctx);
   free(text);

@@ -21,6 +21,13 @@ typedef struct {
 extern const cn_backend cn_backend_interp;
 extern const cn_backend cn_backend_c;
 
+/* The generated-C backend's options, for the public cn_ctx_option and cn_ctx_set_option
+ * (src/runtime/routine.c): the value set on the context, else the default from the environment of
+ * the moment (include/cannl.h); NULL for a key that is not one of CN_CC_OPTION_KEYS. A composed
+ * default cache directory lives in a thread-local buffer until the thread's next call. */
+#define CN_CC_OPTION_KEYS "cc, cflags, cache_dir"
+const char *cn_cc_option(const cn_ctx *ctx, const char *key);
+
 /* Generates the C source of a procedure (used by cn_backend_c; exposed for golden tests).
  * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`. */
 cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out);

@@ -2,11 +2,15 @@
  * C compiler into a shared object kept in an on-disk cache, loads it with dlopen and runs its
  * entry point on the routine's buffers.
  *
- * The cache directory is the option cache_dir, else $CANNL_CACHE_DIR, else
- * $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no usable home) the per-user
- * $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory owned by the user and
- * writable by nobody else. The value "off" (option or variable), or a refused per-user directory,
- * compiles into a private temporary directory whose files are removed once the object is loaded.
+ * The options cc, cflags and cache_dir are this backend's: their defaults and environment
+ * variables live here (cn_cc_option), the context only stores the values set on it. The compiler
+ * is the option cc, else $CC, else "cc"; its flags the option cflags, else $CANNL_CFLAGS, else
+ * "-O3 -march=native -shared -fPIC -std=c11". The cache directory is the option cache_dir, else
+ * $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no usable home)
+ * the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory owned by the
+ * user and writable by nobody else. The value "off" (option or variable), or a refused per-user
+ * directory, compiles into a private temporary directory whose files are removed once the object
+ * is loaded.
  *
  * Invariants: the cache key is a hash of the key text <cc> "\n" <cflags> "\n" <source>, so a
  * file <name>-<key>.so is meant to be the compilation of <name>-<key>.c with those settings, and
@@ -322,15 +326,19 @@ static cn_status private_dir(cn_ctx *ctx, cc_place *place) {
   return CN_OK;
 }
 
+/* The cache directory chosen explicitly: the option, else $CANNL_CACHE_DIR; NULL if neither. */
+static const char *explicit_cache_dir(const cn_ctx *ctx) {
+  const char *dir = cn_ctx_stored_option(ctx, "cache_dir");
+  if (dir) return dir;
+  const char *env = getenv("CANNL_CACHE_DIR");
+  return env && *env ? env : NULL;
+}
+
 /* Resolves where this compilation's files go (order in the file comment). An explicit directory
  * that cannot be created is an error; a default one falls back as described there. */
 static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   char why[PATH_MAX + 256];
-  const char *dir = ctx->opt_cache_dir;
-  if (!dir) {
-    const char *env = getenv("CANNL_CACHE_DIR");
-    if (env && *env) dir = env;
-  }
+  const char *dir = explicit_cache_dir(ctx);
   if (dir && strcmp(dir, "off") == 0) return private_dir(ctx, place);
   if (dir) {
     if (!make_directories(dir, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
@@ -356,6 +364,34 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   if (!fallback) return private_dir(ctx, place);
   place->dir = fallback;
   return CN_OK;
+}
+
+/* The cache directory as cn_ctx_option reports it: the explicit one, else the first default of
+ * resolve_place's order, before any check that it is usable. */
+static const char *cache_dir_option(const cn_ctx *ctx) {
+  const char *dir = explicit_cache_dir(ctx);
+  if (dir) return dir;
+  static _Thread_local char composed[PATH_MAX];
+  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = absolute_env("HOME");
+  const char *tmp = absolute_env("TMPDIR");
+  if (xdg)
+    snprintf(composed, sizeof composed, "%s/cannl", xdg);
+  else if (home)
+    snprintf(composed, sizeof composed, "%s/.cache/cannl", home);
+  else
+    snprintf(composed, sizeof composed, "%s/cannl-cache-%ld", tmp ? tmp : "/tmp", (long)geteuid());
+  return composed;
+}
+
+const char *cn_cc_option(const cn_ctx *ctx, const char *key) {
+  if (strcmp(key, "cache_dir") == 0) return cache_dir_option(ctx);
+  bool cc = strcmp(key, "cc") == 0;
+  if (!cc && strcmp(key, "cflags") != 0) return NULL;
+  const char *set = cn_ctx_stored_option(ctx, key);
+  if (set) return set;
+  const char *env = getenv(cc ? "CC" : "CANNL_CFLAGS");
+  if (env && *env) return env;
+  return cc ? "cc" : "-O3 -march=native -shared -fPIC -std=c11";
 }
 
 /* Empties and removes a private directory (its files are all named in paths). */
@@ -704,8 +740,8 @@ static cn_status cc_build(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c) {
   size_t source_len = sb.len;
   if (!(c->source = sbuf_release(ctx, &sb))) return ctx->status;
 
-  const char *cc = cn_ctx_option(ctx, "cc");
-  const char *flags = cn_ctx_option(ctx, "cflags");
+  const char *cc = cn_cc_option(ctx, "cc");
+  const char *flags = cn_cc_option(ctx, "cflags");
   CN_ASSERT(cc && flags);
   /* A bad command is reported before any file is written. */
   cc_command cmd = {0};

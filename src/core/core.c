@@ -1,9 +1,12 @@
-/* The context: arena, error state, logging, options, counters, symbols and cleanups; plus the
- * string builder and checked allocation used by every module.
+/* The context: arena (with marks), error state, logging, option storage, counters, symbols and
+ * cleanups; plus the string builder and checked allocation used by every module. Options are
+ * stored as key/value texts only: their keys, checks and defaults belong to the layers that use
+ * them (src/runtime/routine.c, src/backend/cc.c), so the core depends on nothing above it.
  *
  * Invariants: the arena and every malloc'd table of the context are released by cn_ctx_destroy
- * and nowhere else; a failing call leaves its message in ctx->error (truncated to fit, never
- * overflowing); the allocation test hook (fail_alloc_countdown) affects cn_alloc, cn_malloc,
+ * and nowhere else (arena blocks also by cn_arena_reset); higher layers' resources only through
+ * the cleanups they register; a failing call leaves its message in ctx->error (truncated to fit,
+ * never overflowing); the allocation test hook (fail_alloc_countdown) affects cn_alloc, cn_malloc,
  * cn_calloc and cn_realloc alike, so every caller's failure path can be exercised. */
 #include "core/core.h"
 
@@ -11,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 _Noreturn void cn_assert_fail(const char *file, int line, const char *expr) {
   fprintf(stderr, "cannl internal error: %s:%d: assertion failed: %s\n", file, line, expr);
@@ -70,6 +72,38 @@ void *cn_arena_alloc(cn_arena *arena, size_t bytes) {
   b->used += need;
   memset(p, 0, need);
   return p;
+}
+
+size_t cn_arena_bytes(const cn_arena *arena) {
+  return arena->total_bytes;
+}
+
+cn_arena_marker cn_arena_mark(const cn_arena *arena) {
+  cn_arena_block *b = arena->head;
+  return (cn_arena_marker){b, b ? b->next : NULL, b ? b->used : 0};
+}
+
+/* Blocks only ever enter the list at its front or right behind the head, and the head at a mark
+ * is mark.block or a newer block; so every block created after the mark lies before mark.block or
+ * between it and mark.next, and the list from mark.next on is as it was. */
+void cn_arena_reset(cn_arena *arena, cn_arena_marker mark) {
+  cn_arena_block *b = arena->head;
+  while (b != mark.block) { /* newer heads and the own blocks inserted behind them */
+    cn_arena_block *next = b->next;
+    arena->total_bytes -= b->cap;
+    free(b);
+    b = next;
+  }
+  arena->head = b;
+  if (!b) return;
+  for (cn_arena_block *o = b->next; o != mark.next;) { /* own blocks inserted behind it */
+    cn_arena_block *next = o->next;
+    arena->total_bytes -= o->cap;
+    free(o);
+    o = next;
+  }
+  b->next = mark.next;
+  b->used = mark.used;
 }
 
 void cn_arena_release(cn_arena *arena) {
@@ -194,13 +228,12 @@ void cn_ctx_destroy(cn_ctx *ctx) {
     c->fn(c->arg);
     free(c);
   }
-  for (int i = 0; i < ctx->n_nodes; i++) cn_node_free_buffers(ctx->nodes[i]);
-  free(ctx->nodes);
   free(ctx->symbols);
-  free(ctx->opt_cc);
-  free(ctx->opt_cflags);
-  free(ctx->opt_cache_dir);
-  free(ctx->opt_check);
+  for (int i = 0; i < ctx->n_options; i++) {
+    free(ctx->options[i].key);
+    free(ctx->options[i].value);
+  }
+  free(ctx->options);
   cn_arena_release(&ctx->arena);
   free(ctx);
 }
@@ -330,14 +363,6 @@ static bool grow(cn_ctx *ctx, void **items, int *cap, int need, size_t elem) {
   return true;
 }
 
-cn_status cn_ctx_register_node(cn_ctx *ctx, cn_node *node) {
-  void *items = ctx->nodes;
-  if (!grow(ctx, &items, &ctx->cap_nodes, ctx->n_nodes + 1, sizeof(cn_node *))) return ctx->status;
-  ctx->nodes = items;
-  ctx->nodes[ctx->n_nodes++] = node;
-  return CN_OK;
-}
-
 cn_cleanup *cn_ctx_add_cleanup(cn_ctx *ctx, void (*fn)(void *), void *arg) {
   cn_cleanup *c = cn_malloc(ctx, sizeof *c);
   if (!c) return NULL;
@@ -388,70 +413,46 @@ const char *cn_symbol_name(const cn_ctx *ctx, cn_symbol sym) {
 
 /* ---- Options ---- */
 
-static char **option_slot(cn_ctx *ctx, const char *key) {
-  if (strcmp(key, "cc") == 0) return &ctx->opt_cc;
-  if (strcmp(key, "cflags") == 0) return &ctx->opt_cflags;
-  if (strcmp(key, "cache_dir") == 0) return &ctx->opt_cache_dir;
-  if (strcmp(key, "check") == 0) return &ctx->opt_check;
+static cn_option *find_option(const cn_ctx *ctx, const char *key) {
+  for (int i = 0; i < ctx->n_options; i++)
+    if (strcmp(ctx->options[i].key, key) == 0) return &ctx->options[i];
   return NULL;
 }
 
-cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
-  char **slot = key ? option_slot(ctx, key) : NULL;
-  if (!slot)
-    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s' (known: cc, cflags, cache_dir, check)",
-                   key ? key : "(null)");
-  if (strcmp(key, "check") == 0 && value && strcmp(value, "nan") != 0 && strcmp(value, "off") != 0)
-    return cn_fail(ctx, CN_ERR_INVALID, "option check: unknown value '%s' (known: nan, off)",
-                   value);
-  char *copy = NULL;
-  if (value) {
-    copy = cn_malloc(ctx, strlen(value) + 1);
-    if (!copy) return ctx->status;
-    strcpy(copy, value);
+/* A malloc'd copy of s (NULL stays NULL); false with a message when memory runs out. */
+static bool copy_text(cn_ctx *ctx, const char *s, char **out) {
+  *out = NULL;
+  if (!s) return true;
+  size_t n = strlen(s) + 1;
+  if (!(*out = cn_malloc(ctx, n))) return false;
+  memcpy(*out, s, n);
+  return true;
+}
+
+cn_status cn_ctx_store_option(cn_ctx *ctx, const char *key, const char *value) {
+  cn_option *option = find_option(ctx, key);
+  if (!option && !value) return CN_OK;
+  char *copy;
+  if (!copy_text(ctx, value, &copy)) return ctx->status;
+  if (!option) {
+    char *key_copy;
+    void *items = ctx->options;
+    if (!copy_text(ctx, key, &key_copy) ||
+        !grow(ctx, &items, &ctx->cap_options, ctx->n_options + 1, sizeof(cn_option))) {
+      free(key_copy);
+      free(copy);
+      return ctx->status;
+    }
+    ctx->options = items;
+    option = &ctx->options[ctx->n_options++];
+    *option = (cn_option){key_copy, NULL};
   }
-  free(*slot);
-  *slot = copy;
+  free(option->value);
+  option->value = copy;
   return CN_OK;
 }
 
-/* The defaults are computed on each call (environment lookups), so they follow the environment
- * of the moment; a value set with cn_ctx_set_option wins. */
-const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
-  if (!key) return NULL;
-  if (strcmp(key, "cc") == 0) {
-    if (ctx->opt_cc) return ctx->opt_cc;
-    const char *cc = getenv("CC");
-    return cc && *cc ? cc : "cc";
-  }
-  if (strcmp(key, "check") == 0) {
-    if (ctx->opt_check) return ctx->opt_check;
-    const char *check = getenv("CANNL_CHECK");
-    return check && *check ? check : "off";
-  }
-  if (strcmp(key, "cflags") == 0) {
-    if (ctx->opt_cflags) return ctx->opt_cflags;
-    const char *flags = getenv("CANNL_CFLAGS");
-    return flags && *flags ? flags : "-O3 -march=native -shared -fPIC -std=c11";
-  }
-  if (strcmp(key, "cache_dir") == 0) {
-    if (ctx->opt_cache_dir) return ctx->opt_cache_dir;
-    const char *dir = getenv("CANNL_CACHE_DIR");
-    if (dir && *dir) return dir;
-    /* The same order as the C backend's (src/backend/cc.c, which also checks that the chosen
-     * directory is usable and falls back to the per-user one when a home cannot be created):
-     * absolute XDG_CACHE_HOME, absolute HOME, then $TMPDIR/cannl-cache-<uid>. The composed path
-     * lives in one thread-local buffer. */
-    static _Thread_local char composed[4096];
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME"), *tmp = getenv("TMPDIR");
-    if (xdg && xdg[0] == '/')
-      snprintf(composed, sizeof composed, "%s/cannl", xdg);
-    else if (home && home[0] == '/')
-      snprintf(composed, sizeof composed, "%s/.cache/cannl", home);
-    else
-      snprintf(composed, sizeof composed, "%s/cannl-cache-%u", tmp && tmp[0] == '/' ? tmp : "/tmp",
-               (unsigned)geteuid());
-    return composed;
-  }
-  return NULL;
+const char *cn_ctx_stored_option(const cn_ctx *ctx, const char *key) {
+  const cn_option *option = find_option(ctx, key);
+  return option ? option->value : NULL;
 }

@@ -2,8 +2,10 @@
  * assert and a growable string builder. Every module includes this header.
  *
  * Invariants: every failing function records its message with cn_fail() before returning the
- * status; arena memory lives until cn_ctx_destroy; CN_ASSERT guards internal invariants only
- * (never user input) and aborts with file:line. */
+ * status; arena memory lives until cn_ctx_destroy (or a cn_arena_reset to a mark taken before it
+ * was allocated); CN_ASSERT guards internal invariants only (never user input) and aborts with
+ * file:line. The core is the bottom layer: it includes only the public header and the C library,
+ * and knows nothing of nodes, loops, backends or their options. */
 #ifndef CN_CORE_H
 #define CN_CORE_H
 
@@ -30,12 +32,32 @@ _Noreturn void cn_assert_fail(const char *file, int line, const char *expr);
 typedef struct cn_arena_block cn_arena_block;
 typedef struct {
   cn_arena_block *head;
-  size_t total_bytes;
+  size_t total_bytes; /* the capacity of every block it holds; read with cn_arena_bytes */
 } cn_arena;
 void cn_arena_init(cn_arena *arena);
 /* Zero-filled, aligned to 16 bytes; NULL on exhaustion (no message: use cn_alloc for that). */
 void *cn_arena_alloc(cn_arena *arena, size_t bytes);
 void cn_arena_release(cn_arena *arena);
+/* The bytes the arena holds from malloc: the capacity of its blocks, used or not (headers
+ * excepted). For tests and for measuring growth. */
+size_t cn_arena_bytes(const cn_arena *arena);
+
+/* A position in an arena, for releasing a phase's temporaries in one call. */
+typedef struct {
+  cn_arena_block *block; /* the current block when marked (NULL: the arena was empty) */
+  cn_arena_block *next;  /* its successor then: every older block lies from here on */
+  size_t used;           /* its offset then */
+} cn_arena_marker;
+/* The arena's current position. */
+cn_arena_marker cn_arena_mark(const cn_arena *arena);
+/* Frees everything allocated after `mark`: the blocks created since are freed and the marked
+ * block's offset is restored, so the next allocations reuse its memory (zero-filled again).
+ * Safe only when nothing allocated after the mark is referenced afterwards: no pointer into that
+ * memory may survive in an object allocated before the mark, in the context (messages built by
+ * cn_sbuf_finish, symbol names, grown cn_arena_grow arrays and cn_map tables, node descriptions)
+ * or in the caller. Marks nest: resetting to a mark invalidates every mark taken after it, and a
+ * mark must be used on the arena it was taken from. */
+void cn_arena_reset(cn_arena *arena, cn_arena_marker mark);
 
 /* ---- Growable string builder (malloc-backed; a failed allocation makes it sticky-failed) ---- */
 typedef struct {
@@ -85,13 +107,18 @@ typedef struct {
   int64_t range; /* 0: unbounded */
 } cn_symbol_info;
 
-/* Cleanups run (newest first) by cn_ctx_destroy: how objects of higher layers (routines) that
- * own resources are released with the context without the core knowing them. */
+/* Cleanups run (newest first) by cn_ctx_destroy: how objects of higher layers that own resources
+ * (routines, node buffers) are released with the context without the core knowing them. */
 typedef struct cn_cleanup {
   void (*fn)(void *arg);
   void *arg;
   struct cn_cleanup *prev, *next;
 } cn_cleanup;
+
+/* An option's value as set on the context (both texts malloc'd; value NULL: back to default). */
+typedef struct {
+  char *key, *value;
+} cn_option;
 
 struct cn_ctx {
   cn_arena arena;
@@ -100,14 +127,13 @@ struct cn_ctx {
   cn_log_fn log_fn;
   void *log_user;
   cn_log_level log_min;
-  char *opt_cc, *opt_cflags, *opt_cache_dir, *opt_check; /* malloc'd; NULL means the default */
+  cn_option *options; /* the values set with cn_ctx_set_option; malloc'd, as their texts */
+  int n_options, cap_options;
   int nonfinite_node; /* the node id of the last failed "check" = "nan" (runtime), else 0 */
   uint64_t stats[CN_STAT_ROUTINE_RUNS + 1];
   int next_node_id;
   cn_symbol_info *symbols; /* malloc'd, grown by doubling */
   int n_symbols, cap_symbols;
-  cn_node **nodes; /* every node, for releasing buffers; malloc'd */
-  int n_nodes, cap_nodes;
   cn_cleanup *cleanups; /* newest first */
   /* Test hook: when > 0, counts down on every allocation through cn_alloc / cn_malloc and the
    * allocation that reaches 0 fails, so error paths can be exercised. */
@@ -129,15 +155,20 @@ bool cn_arena_grow(cn_ctx *ctx, void **arr, int *cap, int need, size_t elem);
 void *cn_malloc(cn_ctx *ctx, size_t bytes);
 void *cn_calloc(cn_ctx *ctx, size_t count, size_t size);
 void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes);
-/* Registers a node for buffer release at destroy: cn_ctx_destroy calls cn_node_free_buffers
- * (implemented by the IR module, src/ir/node.c) on every registered node. */
-cn_status cn_ctx_register_node(cn_ctx *ctx, cn_node *node);
-void cn_node_free_buffers(cn_node *node);
 /* Registers fn(arg) to run at destroy; NULL (with an error) on allocation failure. */
 cn_cleanup *cn_ctx_add_cleanup(cn_ctx *ctx, void (*fn)(void *), void *arg);
 /* Unregisters without running it. */
 void cn_ctx_remove_cleanup(cn_ctx *ctx, cn_cleanup *cleanup);
 const cn_symbol_info *cn_ctx_symbol(const cn_ctx *ctx, cn_symbol sym); /* NULL if invalid */
+
+/* Option storage. The core keeps the value set for each key and knows neither the keys nor their
+ * defaults: the public cn_ctx_set_option and cn_ctx_option (src/runtime/routine.c) check keys and
+ * values and compute defaults, with the generated-C backend's own options in src/backend/cc.c. */
+/* Stores a copy of value (NULL: none, the default applies) under key; CN_ERR_NOMEM with a message
+ * on failure, the previous value kept. */
+cn_status cn_ctx_store_option(cn_ctx *ctx, const char *key, const char *value);
+/* The value stored under key, or NULL when none is set. */
+const char *cn_ctx_stored_option(const cn_ctx *ctx, const char *key);
 
 /* Overflow-checked size arithmetic: false on overflow. */
 bool cn_mul_size(size_t a, size_t b, size_t *out);

@@ -22,7 +22,7 @@ struct cn_node {
   int64_t dims[CN_MAX_RANK];
   int64_t pad[CN_MAX_RANK][2]; /* [axis][0] left, [axis][1] right */
   cn_memory_mode mode;
-  void *value, *merge; /* malloc'd padded buffers, NULL until first use */
+  void *value, *merge; /* malloc'd padded buffers, NULL until first use; freed by the context */
   bool buffers_used;   /* set once a buffer exists: padding is then frozen */
 };
 

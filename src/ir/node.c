@@ -1,9 +1,10 @@
 /* Tensor nodes: creation, shape and padding queries, the value and merge buffers and the host
  * transfers (cn_node_set/get_values/cells).
  *
- * Invariants: a node lives in the context arena and is registered with the context, whose
- * destruction frees its buffers (cn_node_free_buffers); its dims never change; its buffers are
- * malloc'd zero-filled on first use over the padded extent, after which the padding is frozen;
+ * Invariants: a node lives in the context arena; its dims never change; its buffers are
+ * malloc'd zero-filled on first use over the padded extent, after which the padding is frozen,
+ * and each buffer is registered as a cleanup of the context (cn_ctx_add_cleanup), whose
+ * destruction frees it: the context never knows nodes, only what to free;
  * the padded cell count times the cell size fits in size_t (checked whenever dims or padding are
  * set), so buffer arithmetic cannot overflow. Host transfers address the unpadded cells in
  * row-major order: the margins are the routines' business (seed 003 "Padding"). Query functions
@@ -84,7 +85,7 @@ cn_node *cn_node_create(cn_ctx *ctx, const char *label, cn_prec prec, int rank,
   }
   cn_node *node = cn_alloc(ctx, sizeof *node);
   char *copy = node ? cn_strdup(ctx, name) : NULL;
-  if (!copy || cn_ctx_register_node(ctx, node) != CN_OK) return NULL;
+  if (!copy) return NULL;
   node->ctx = ctx;
   node->id = ctx->next_node_id++;
   node->label = copy;
@@ -187,20 +188,35 @@ cn_memory_mode cn_node_memory(const cn_node *node) {
 
 /* ---- Buffers ---- */
 
-void *cn_node_buffer(cn_node *node, bool merge) {
-  void **slot = merge ? &node->merge : &node->value;
-  if (!*slot) {
-    *slot = cn_calloc(node->ctx, cn_node_buffer_cells(node), cn_prec_bytes(node->prec));
-    if (!*slot) return NULL;
-    node->buffers_used = true;
-  }
-  return *slot;
+/* The failure of a buffer allocation, naming the node, its dims and the bytes asked for, so that
+ * a model too large for the machine says which tensor did not fit. Built without allocating
+ * (memory has just run out); a label too long for the buffer is truncated. */
+static void *buffer_failure(const cn_node *node, bool merge, size_t bytes) {
+  char who[256], dims[CN_MAX_RANK * 22 + 3] = "[";
+  describe_into(node, who, sizeof who);
+  for (int a = 0; a < node->rank; a++)
+    snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", a ? ", " : "",
+             (long long)node->dims[a]);
+  strcat(dims, "]");
+  cn_fail(node->ctx, CN_ERR_NOMEM, "cannot allocate the %sbuffer of %s %s (%zu bytes)",
+          merge ? "merge " : "", who, dims, bytes);
+  return NULL;
 }
 
-void cn_node_free_buffers(cn_node *node) {
-  free(node->value);
-  free(node->merge);
-  node->value = node->merge = NULL;
+/* A buffer is freed by its context's cleanup (the node has no release of its own); when the
+ * cleanup cannot be registered the buffer is given back at once and the allocation fails. */
+void *cn_node_buffer(cn_node *node, bool merge) {
+  void **slot = merge ? &node->merge : &node->value;
+  if (*slot) return *slot;
+  size_t cells = cn_node_buffer_cells(node), bytes = cells * cn_prec_bytes(node->prec);
+  void *buffer = cn_calloc(node->ctx, cells, cn_prec_bytes(node->prec));
+  if (!buffer) return buffer_failure(node, merge, bytes);
+  if (!cn_ctx_add_cleanup(node->ctx, free, buffer)) {
+    free(buffer);
+    return NULL;
+  }
+  node->buffers_used = true;
+  return *slot = buffer;
 }
 
 /* ---- Host transfers ---- */

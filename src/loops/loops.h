@@ -17,8 +17,9 @@
  * expression carries the precision it is computed in, and operands of another precision are
  * converted where they are used (backends apply cn_value_convert / cn_conv_c); a procedure lists
  * every buffer it touches as a parameter, so backends need no knowledge of nodes beyond dims,
- * padding and precision. Lower stages (backends) include this header; this header never includes
- * a backend. */
+ * padding and precision. IR is built only through the cn_lb_* constructors below (build.c): the
+ * lowering, the simplifier and the tests do, and passes and backends that add IR should too. Lower
+ * stages (backends) include this header; this header never includes a backend. */
 #ifndef CN_LOOPS_H
 #define CN_LOOPS_H
 
@@ -122,6 +123,57 @@ typedef struct {
   int n_free_syms;
   cn_symbol *free_syms; /* static indices read (not loop variables), ascending */
 } cn_ll_proc;
+
+/* ---- Constructors (src/loops/build.c): the only way loop IR is built ----
+ *
+ * Every node and array lives in the context arena. A constructor returns NULL when an allocation
+ * fails (CN_ERR_NOMEM recorded in the context) and also when a child it is given is NULL, so a
+ * caller may build a whole tree and check once, at the root. Arrays of children, conditions,
+ * bounds, parameters and symbols are copied; index arrays (cn_index *) are referenced, because
+ * accesses share them (a read-modify-write reads and writes through one map, the lowering uses
+ * the projections record's maps): build them with cn_lb_indices or cn_lb_index_array, whose
+ * result is never NULL on success, even for rank 0. The constructors check nothing the lowering
+ * has not validated (params, ranks and precisions are the caller's), except an op's arity. */
+
+/* An index array of `rank` cn_index arguments (variadic), or a copy of `idx`. */
+cn_index *cn_lb_indices(cn_ctx *ctx, int rank, ...);
+cn_index *cn_lb_index_array(cn_ctx *ctx, int rank, const cn_index *idx);
+
+/* The cell of param `param` at idx, read in prec (the node's precision). */
+cn_ll_expr *cn_lb_get(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx);
+/* A constant, already a value of prec; cn_lb_num converts x by cn_value_of_double. */
+cn_ll_expr *cn_lb_const(cn_ctx *ctx, cn_prec prec, cn_value value);
+cn_ll_expr *cn_lb_num(cn_ctx *ctx, cn_prec prec, double x);
+/* The value of an index expression, in CN_INDEX_PREC. */
+cn_ll_expr *cn_lb_index(cn_ctx *ctx, cn_index index);
+/* op computed in prec over its cn_op_arity(op) first arguments; the others must be NULL. */
+cn_ll_expr *cn_lb_op(cn_ctx *ctx, cn_op op, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b,
+                     cn_ll_expr *c);
+
+/* param[idx] := value (converted to the node's precision on store). */
+cn_ll_stmt *cn_lb_set(cn_ctx *ctx, int param, cn_index *idx, cn_ll_expr *value);
+/* The accumulation param[idx] := param[idx] accum value, computed in prec (the node's). */
+cn_ll_stmt *cn_lb_accum(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx, cn_op accum,
+                        cn_ll_expr *value);
+/* `length` row-major cells of param from idx on := op(arg), op a CN_OPF_VEC op. */
+cn_ll_stmt *cn_lb_set_vec(cn_ctx *ctx, cn_op op, int param, cn_index *idx, int length,
+                          cn_ll_expr *arg);
+/* A comment; text is referenced (static or arena), NULL propagates. */
+cn_ll_stmt *cn_lb_comment(cn_ctx *ctx, const char *text);
+/* for sym in [from, to): body — the box, no affine bounds. */
+cn_ll_stmt *cn_lb_loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_ll_stmt *body);
+/* Replaces the affine bounds of a loop (loops.h's invariant on the box is the caller's); returns
+ * the loop. */
+cn_ll_stmt *cn_lb_bounds(cn_ctx *ctx, cn_ll_stmt *loop, int n_lower, const cn_ll_bound *lower,
+                         int n_upper, const cn_ll_bound *upper);
+/* if every condition holds: body (n_conds >= 1). */
+cn_ll_stmt *cn_lb_guard(cn_ctx *ctx, int n_conds, const cn_ll_cond *conds, cn_ll_stmt *body);
+/* A sequence of `count` statements (variadic), or of the array items. */
+cn_ll_stmt *cn_lb_seq(cn_ctx *ctx, int count, ...);
+cn_ll_stmt *cn_lb_seq_array(cn_ctx *ctx, int count, cn_ll_stmt *const *items);
+/* A procedure; name is copied (a C identifier), free_syms ascending (cn_ll_proc). */
+cn_ll_proc *cn_lb_proc(cn_ctx *ctx, const char *name, cn_ll_stmt *body, int n_params,
+                       const cn_ll_param *params, int n_free_syms, const cn_symbol *free_syms);
 
 /* The symbols a procedure names — its loop variables, every symbol its indices, bounds and guards
  * read, its free symbols — ascending and without repeats (src/loops/symbols.c). A stage keeps its

@@ -18,12 +18,12 @@
  * fetches) bind one routine-private symbol per axis position — nests are never nested inside one
  * another, so a symbol is never rebound while bound; the lowering adds no precision conversions
  * (expressions carry their precision and the backends convert by cn_op_operand_prec); everything
- * the procedure holds lives in the context arena. */
+ * the procedure holds lives in the context arena, built by the cn_lb_* constructors (build.c),
+ * whose NULL propagation lets a whole nest be checked once, when it is pushed. */
 #include "loops/loops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Propagates a failure (its message is already recorded in the context). */
 #define TRY(expr)                                                                                  \
@@ -42,32 +42,24 @@ typedef struct {
   cn_symbol axis_syms[CN_MAX_RANK]; /* created on first use; -1 until then */
 } lower_state;
 
-/* A statement list growing in the arena (doubling; the abandoned arrays stay in the arena). */
+/* The procedure's top-level statements, growing by doubling (malloc'd: cn_lb_seq_array copies
+ * them into the arena once, at the end); a NULL statement (a failed constructor) is not pushed. */
 typedef struct {
   cn_ll_stmt **items;
   int count, cap;
 } stmt_list;
 
 static cn_status list_push(cn_ctx *ctx, stmt_list *list, cn_ll_stmt *stmt) {
+  if (!stmt) return CN_ERR_NOMEM;
   if (list->count == list->cap) {
     int cap = list->cap ? 2 * list->cap : 8;
-    cn_ll_stmt **items = cn_alloc(ctx, (size_t)cap * sizeof *items);
+    cn_ll_stmt **items = cn_realloc(ctx, list->items, (size_t)cap * sizeof *items);
     if (!items) return CN_ERR_NOMEM;
-    if (list->count) memcpy(items, list->items, (size_t)list->count * sizeof *items);
     list->items = items;
     list->cap = cap;
   }
   list->items[list->count++] = stmt;
   return CN_OK;
-}
-
-static cn_ll_stmt *list_to_seq(cn_ctx *ctx, const stmt_list *list) {
-  cn_ll_stmt *seq = cn_alloc(ctx, sizeof *seq);
-  if (!seq) return NULL;
-  seq->kind = CN_LL_SEQ;
-  seq->u.seq.count = list->count;
-  seq->u.seq.items = list->items;
-  return seq;
 }
 
 /* ---- Parameters ---- */
@@ -121,21 +113,22 @@ static int compare_params(const void *pa, const void *pb) {
   return (int)a->merge - (int)b->merge;
 }
 
-static cn_status collect_params(cn_ctx *ctx, const cn_asgn *asgn, cn_ll_proc *proc) {
+/* The buffers of the tree, sorted and without repeats, in *out (malloc'd: cn_lb_proc copies). */
+static cn_status collect_params(cn_ctx *ctx, const cn_asgn *asgn, cn_ll_param **out, int *n_out) {
   int total = count_buffers(asgn);
-  proc->n_params = 0;
-  proc->params = cn_alloc(ctx, (size_t)(total ? total : 1) * sizeof *proc->params);
-  if (!proc->params) return CN_ERR_NOMEM;
+  cn_ll_param *params = cn_malloc(ctx, (size_t)(total ? total : 1) * sizeof *params);
+  if (!params) return CN_ERR_NOMEM;
   int n = 0;
-  collect_buffers(asgn, proc->params, &n);
+  collect_buffers(asgn, params, &n);
   CN_ASSERT(n == total);
-  qsort(proc->params, (size_t)n, sizeof *proc->params, compare_params);
+  qsort(params, (size_t)n, sizeof *params, compare_params);
   int unique = 0;
   for (int i = 0; i < n; i++) {
-    if (unique > 0 && compare_params(&proc->params[unique - 1], &proc->params[i]) == 0) continue;
-    proc->params[unique++] = proc->params[i];
+    if (unique > 0 && compare_params(&params[unique - 1], &params[i]) == 0) continue;
+    params[unique++] = params[i];
   }
-  proc->n_params = unique;
+  *out = params;
+  *n_out = unique;
   return CN_OK;
 }
 
@@ -156,77 +149,15 @@ static int param_index(const lower_state *st, const cn_node *node, bool merge) {
 
 /* ---- Building blocks ---- */
 
-static cn_ll_expr *expr_new(cn_ctx *ctx, cn_le_kind kind, cn_prec prec) {
-  cn_ll_expr *e = cn_alloc(ctx, sizeof *e);
-  if (!e) return NULL;
-  e->kind = kind;
-  e->prec = prec;
-  return e;
-}
-
-static cn_ll_expr *expr_get(lower_state *st, const cn_node *node, bool merge, cn_index *idx) {
-  cn_ll_expr *e = expr_new(st->ctx, CN_LE_GET, node->prec);
-  if (!e) return NULL;
-  e->u.get.param = param_index(st, node, merge);
-  e->u.get.idx = idx;
-  return e;
-}
-
-static cn_ll_expr *expr_const(cn_ctx *ctx, cn_prec prec, cn_value value) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_CONST, prec);
-  if (e) e->u.constant = value;
-  return e;
-}
-
-static cn_ll_expr *expr_index(cn_ctx *ctx, cn_index index) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_INDEX, CN_INDEX_PREC);
-  if (e) e->u.index = index;
-  return e;
-}
-
-static cn_ll_expr *expr_op2(cn_ctx *ctx, cn_op op, cn_prec prec, cn_ll_expr *a, cn_ll_expr *b) {
-  cn_ll_expr *e = expr_new(ctx, CN_LE_OP, prec);
-  if (!e) return NULL;
-  e->u.op.op = op;
-  e->u.op.args[0] = a;
-  e->u.op.args[1] = b;
-  return e;
-}
-
-static cn_ll_stmt *stmt_set(lower_state *st, const cn_node *node, cn_index *idx,
-                            cn_ll_expr *value) {
-  if (!value) return NULL;
-  cn_ll_stmt *s = cn_alloc(st->ctx, sizeof *s);
-  if (!s) return NULL;
-  s->kind = CN_LL_SET;
-  s->u.set.param = param_index(st, node, false);
-  s->u.set.idx = idx;
-  s->u.set.value = value;
-  return s;
-}
-
-static cn_ll_stmt *stmt_comment(cn_ctx *ctx, const char *text) {
-  if (!text) return NULL;
-  cn_ll_stmt *s = cn_alloc(ctx, sizeof *s);
-  if (!s) return NULL;
-  s->kind = CN_LL_COMMENT;
-  s->u.comment = text;
-  return s;
+/* A read of a node's buffer (the cn_lb_* constructors name buffers by parameter). */
+static cn_ll_expr *read_cell(lower_state *st, const cn_node *node, bool merge, cn_index *idx) {
+  return cn_lb_get(st->ctx, param_index(st, node, merge), node->prec, idx);
 }
 
 /* Wraps body in loops, syms[0] outermost; a NULL `from` starts every loop at 0. */
 static cn_ll_stmt *wrap_loops(cn_ctx *ctx, int n, const cn_symbol *syms, const int64_t *from,
                               const int64_t *to, cn_ll_stmt *body) {
-  for (int d = n - 1; d >= 0 && body; d--) {
-    cn_ll_stmt *loop = cn_alloc(ctx, sizeof *loop);
-    if (!loop) return NULL;
-    loop->kind = CN_LL_FOR;
-    loop->u.loop.sym = syms[d];
-    loop->u.loop.from = from ? from[d] : 0;
-    loop->u.loop.to = to[d];
-    loop->u.loop.body = body;
-    body = loop;
-  }
+  for (int d = n - 1; d >= 0; d--) body = cn_lb_loop(ctx, syms[d], from ? from[d] : 0, to[d], body);
   return body;
 }
 
@@ -246,10 +177,9 @@ static cn_status axis_symbols(lower_state *st, int rank, cn_symbol *syms) {
 
 /* Iter(syms[d]) per axis; never NULL on success, even for rank 0. */
 static cn_index *iter_indices(cn_ctx *ctx, int rank, const cn_symbol *syms) {
-  cn_index *idx = cn_alloc(ctx, (size_t)(rank ? rank : 1) * sizeof *idx);
-  if (!idx) return NULL;
+  cn_index idx[CN_MAX_RANK];
   for (int d = 0; d < rank; d++) idx[d] = cn_index_iter(syms[d]);
-  return idx;
+  return cn_lb_index_array(ctx, rank, idx);
 }
 
 static const char *op_spelling(cn_op op) {
@@ -261,9 +191,7 @@ static cn_status push_comment(cn_ctx *ctx, stmt_list *out, const char *what, con
   cn_sbuf sb = {0};
   cn_sbuf_printf(&sb, "%s '%s' (#%d) to the neutral of %s", what, node->label ? node->label : "",
                  node->id, op_spelling(accum));
-  cn_ll_stmt *comment = stmt_comment(ctx, cn_sbuf_finish(ctx, &sb));
-  if (!comment) return CN_ERR_NOMEM;
-  return list_push(ctx, out, comment);
+  return list_push(ctx, out, cn_lb_comment(ctx, cn_sbuf_finish(ctx, &sb)));
 }
 
 /* One loop nest over a box of a node's logical index space, setting every cell to `value`;
@@ -274,17 +202,10 @@ static cn_status fill_box(lower_state *st, stmt_list *out, const cn_node *node, 
     if (from[d] >= to[d]) return CN_OK;
   cn_symbol syms[CN_MAX_RANK];
   TRY(axis_symbols(st, node->rank, syms));
-  cn_index *idx = iter_indices(st->ctx, node->rank, syms);
-  cn_ll_stmt *set = cn_alloc(st->ctx, sizeof *set);
-  cn_ll_expr *constant = expr_const(st->ctx, node->prec, value);
-  if (!idx || !set || !constant) return CN_ERR_NOMEM;
-  set->kind = CN_LL_SET;
-  set->u.set.param = param_index(st, node, merge);
-  set->u.set.idx = idx;
-  set->u.set.value = constant;
-  cn_ll_stmt *nest = wrap_loops(st->ctx, node->rank, syms, from, to, set);
-  if (!nest) return CN_ERR_NOMEM;
-  return list_push(st->ctx, out, nest);
+  cn_ll_stmt *set =
+      cn_lb_set(st->ctx, param_index(st, node, merge), iter_indices(st->ctx, node->rank, syms),
+                cn_lb_const(st->ctx, node->prec, value));
+  return list_push(st->ctx, out, wrap_loops(st->ctx, node->rank, syms, from, to, set));
 }
 
 /* Resets the padding margins of a buffer as disjoint boxes: the boxes of axis d hold the cells
@@ -490,16 +411,13 @@ static cn_ll_stmt *wrap_guard(cn_ctx *ctx, const nest_plan *plan, int level, cn_
   int count = 0;
   for (int g = 0; g < plan->n_guards; g++) count += plan->level[g] == level;
   if (count == 0 || !body) return body;
-  cn_ll_stmt *guard = cn_alloc(ctx, sizeof *guard);
-  cn_ll_cond *conds = cn_alloc(ctx, (size_t)count * sizeof *conds);
-  if (!guard || !conds) return NULL;
+  cn_ll_cond *conds = cn_malloc(ctx, (size_t)count * sizeof *conds);
+  if (!conds) return NULL;
   count = 0;
   for (int g = 0; g < plan->n_guards; g++)
     if (plan->level[g] == level) conds[count++] = plan->guards[g];
-  guard->kind = CN_LL_IF;
-  guard->u.guard.n_conds = count;
-  guard->u.guard.conds = conds;
-  guard->u.guard.body = body;
+  cn_ll_stmt *guard = cn_lb_guard(ctx, count, conds, body);
+  free(conds);
   return guard;
 }
 
@@ -509,7 +427,7 @@ static cn_ll_stmt *plan_loops(cn_ctx *ctx, const cn_proj *proj, const nest_plan 
                               const bool *omit, cn_ll_stmt *body) {
   for (int d = plan->n - 1; d >= 0 && body; d--) {
     body = wrap_guard(ctx, plan, d, body);
-    if (body && !(omit && omit[d]))
+    if (!(omit && omit[d]))
       body = wrap_loops(ctx, 1, &proj->iters[d], &plan->from[d], &plan->to[d], body);
   }
   return wrap_guard(ctx, plan, -1, body);
@@ -536,16 +454,13 @@ static cn_status plan_view(cn_ctx *ctx, const cn_proj *proj, const nest_plan *pl
  * point (a plain record keeps its empty loops, which the simplifier removes, as before). */
 static cn_status push_nest(cn_ctx *ctx, stmt_list *out, const cn_proj *proj, const nest_plan *plan,
                            const bool *omit, cn_ll_stmt *body) {
+  if (!body) return CN_ERR_NOMEM; /* a constructor failed */
   if (plan->empty && cn_proj_has_conditions(proj)) return CN_OK;
-  cn_ll_stmt *nest = body ? plan_loops(ctx, proj, plan, omit, body) : NULL;
-  if (!nest) return CN_ERR_NOMEM;
-  return list_push(ctx, out, nest);
+  return list_push(ctx, out, plan_loops(ctx, proj, plan, omit, body));
 }
 
 static cn_status push_text(cn_ctx *ctx, stmt_list *out, cn_sbuf *sb) {
-  cn_ll_stmt *comment = stmt_comment(ctx, cn_sbuf_finish(ctx, sb));
-  if (!comment) return CN_ERR_NOMEM;
-  return list_push(ctx, out, comment);
+  return list_push(ctx, out, cn_lb_comment(ctx, cn_sbuf_finish(ctx, sb)));
 }
 
 /* The LHS before the loop nest of `=:`. Plain: every cell (margins included) to the neutral
@@ -597,8 +512,9 @@ static cn_status prefill_lhs(lower_state *st, stmt_list *out, const cn_asgn *asg
       used = cn_index_mentions(&plan->guards[g].expr, proj->iters[p]);
     omit[p] = !used;
   }
-  return push_nest(ctx, out, proj, plan, omit,
-                   stmt_set(st, lhs, lhs_map, expr_const(ctx, lhs->prec, neutral)));
+  return push_nest(
+      ctx, out, proj, plan, omit,
+      cn_lb_set(ctx, param_index(st, lhs, false), lhs_map, cn_lb_const(ctx, lhs->prec, neutral)));
 }
 
 static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
@@ -631,41 +547,27 @@ static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *ou
   if (init_neutral && !(surjective && injective))
     TRY(prefill_lhs(st, out, asgn, &plan, surjective, injective));
 
-  cn_ll_expr *inner;
-  if (op == CN_OP_ID) {
-    inner = expr_get(st, rhs[0].node, rhs[0].merge, proj->slot[1].map);
-    if (!inner) return CN_ERR_NOMEM;
-  } else {
-    inner = expr_new(ctx, CN_LE_OP, lhs->prec);
-    if (!inner) return CN_ERR_NOMEM;
-    inner->u.op.op = op;
-    for (int i = 0; i < arity; i++) {
-      inner->u.op.args[i] = expr_get(st, rhs[i].node, rhs[i].merge, proj->slot[1 + i].map);
-      if (!inner->u.op.args[i]) return CN_ERR_NOMEM;
-    }
-  }
+  cn_ll_expr *args[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < arity; i++)
+    args[i] = read_cell(st, rhs[i].node, rhs[i].merge, proj->slot[1 + i].map);
+  cn_ll_expr *inner =
+      op == CN_OP_ID ? args[0] : cn_lb_op(ctx, op, lhs->prec, args[0], args[1], args[2]);
   cn_index *lhs_map = proj->slot[CN_SLOT_LHS].map;
-  cn_ll_expr *value = inner;
-  if (!(init_neutral && injective)) {
-    cn_ll_expr *prior = expr_get(st, lhs, false, lhs_map);
-    value = prior ? expr_op2(ctx, accum, lhs->prec, prior, inner) : NULL;
-  }
-  return push_nest(ctx, out, proj, &plan, NULL, stmt_set(st, lhs, lhs_map, value));
+  int param = param_index(st, lhs, false);
+  cn_ll_stmt *set = init_neutral && injective
+                        ? cn_lb_set(ctx, param, lhs_map, inner)
+                        : cn_lb_accum(ctx, param, lhs->prec, lhs_map, accum, inner);
+  return push_nest(ctx, out, proj, &plan, NULL, set);
 }
 
 static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
   cn_ctx *ctx = st->ctx;
   const cn_proj *proj = asgn->u.vec.proj;
   cn_node *lhs = asgn->u.vec.lhs;
-  cn_ll_expr *arg = expr_get(st, asgn->u.vec.rhs.node, asgn->u.vec.rhs.merge, proj->slot[1].map);
-  cn_ll_stmt *set = cn_alloc(ctx, sizeof *set);
-  if (!arg || !set) return CN_ERR_NOMEM;
-  set->kind = CN_LL_SET_VEC;
-  set->u.vec.op = asgn->u.vec.op;
-  set->u.vec.param = param_index(st, lhs, false);
-  set->u.vec.idx = proj->slot[CN_SLOT_LHS].map;
-  set->u.vec.length = cn_vec_length(lhs->prec);
-  set->u.vec.arg = arg;
+  cn_ll_expr *arg = read_cell(st, asgn->u.vec.rhs.node, asgn->u.vec.rhs.merge, proj->slot[1].map);
+  cn_ll_stmt *set = cn_lb_set_vec(ctx, asgn->u.vec.op, param_index(st, lhs, false),
+                                  proj->slot[CN_SLOT_LHS].map, cn_vec_length(lhs->prec), arg);
+  if (!set) return CN_ERR_NOMEM;
   nest_plan plan;
   TRY(plan_nest(ctx, proj, &plan));
   return push_nest(ctx, out, proj, &plan, NULL, set);
@@ -689,13 +591,12 @@ static cn_ll_expr *offset_expr(cn_ctx *ctx, const cn_node *node, const cn_symbol
     terms[n] = syms[d];
     coeffs[n++] = strides[d];
   }
-  if (n == 0) return expr_index(ctx, cn_index_fixed(0));
+  if (n == 0) return cn_lb_index(ctx, cn_index_fixed(0));
   cn_ll_expr *sum = NULL;
   for (int start = 0; start < n; start += CN_MAX_AFFINE_TERMS) {
     int count = n - start < CN_MAX_AFFINE_TERMS ? n - start : CN_MAX_AFFINE_TERMS;
-    cn_ll_expr *piece = expr_index(ctx, cn_index_affine(count, terms + start, coeffs + start, 0));
-    if (!piece) return NULL;
-    sum = sum ? expr_op2(ctx, CN_OP_ADD, CN_INDEX_PREC, sum, piece) : piece;
+    cn_ll_expr *piece = cn_lb_index(ctx, cn_index_affine(count, terms + start, coeffs + start, 0));
+    sum = sum ? cn_lb_op(ctx, CN_OP_ADD, CN_INDEX_PREC, sum, piece, NULL) : piece;
     if (!sum) return NULL;
   }
   return sum;
@@ -720,14 +621,12 @@ static cn_status lower_constant_fill(lower_state *st, const cn_asgn *asgn, stmt_
   CN_ASSERT(cells == 0 || asgn->u.fetch.n_fill > 0);
   int64_t pos[CN_MAX_RANK] = {0};
   for (int64_t offset = 0; offset < cells; offset++) {
-    cn_index *idx = cn_alloc(ctx, (size_t)(lhs->rank ? lhs->rank : 1) * sizeof *idx);
-    if (!idx) return CN_ERR_NOMEM;
+    cn_index idx[CN_MAX_RANK];
     for (int d = 0; d < lhs->rank; d++) idx[d] = cn_index_fixed(pos[d]);
     double x = asgn->u.fetch.fill[(size_t)offset % asgn->u.fetch.n_fill];
-    cn_ll_expr *value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, x));
-    cn_ll_stmt *set = stmt_set(st, lhs, idx, value);
-    if (!set) return CN_ERR_NOMEM;
-    TRY(list_push(ctx, out, set));
+    TRY(list_push(ctx, out,
+                  cn_lb_set(ctx, param_index(st, lhs, false),
+                            cn_lb_index_array(ctx, lhs->rank, idx), cn_lb_num(ctx, lhs->prec, x))));
     for (int d = lhs->rank - 1; d >= 0; d--) {
       if (++pos[d] < lhs->dims[d]) break;
       pos[d] = 0;
@@ -747,36 +646,29 @@ static cn_status lower_fetch(lower_state *st, const cn_asgn *asgn, stmt_list *ou
   if (!idx) return CN_ERR_NOMEM;
   cn_ll_expr *value = NULL;
   switch (asgn->u.fetch.kind) {
-  case CN_FETCH_CONSTANT:
-    value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, asgn->u.fetch.constant));
-    break;
+  case CN_FETCH_CONSTANT: value = cn_lb_num(ctx, lhs->prec, asgn->u.fetch.constant); break;
   case CN_FETCH_CONSTANT_BITS:
-    value = expr_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, asgn->u.fetch.bits));
+    value = cn_lb_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, asgn->u.fetch.bits));
     break;
   case CN_FETCH_RANGE_OVER_OFFSETS: value = offset_expr(ctx, lhs, syms); break;
   case CN_FETCH_SLICE: {
     const cn_node *sliced = asgn->u.fetch.sliced;
     CN_ASSERT(sliced->rank == lhs->rank + 1);
-    cn_index *src = cn_alloc(ctx, (size_t)sliced->rank * sizeof *src);
-    if (!src) return CN_ERR_NOMEM;
+    cn_index src[CN_MAX_RANK];
     src[0] = cn_index_iter(asgn->u.fetch.sym);
     for (int d = 0; d < lhs->rank; d++) src[d + 1] = idx[d];
-    value = expr_get(st, sliced, false, src);
+    value = read_cell(st, sliced, false, cn_lb_index_array(ctx, sliced->rank, src));
     break;
   }
-  case CN_FETCH_EMBED_SYMBOL: value = expr_index(ctx, cn_index_iter(asgn->u.fetch.sym)); break;
+  case CN_FETCH_EMBED_SYMBOL: value = cn_lb_index(ctx, cn_index_iter(asgn->u.fetch.sym)); break;
   case CN_FETCH_EMBED_SELF_ID:
-    value = expr_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, (uint64_t)lhs->id));
+    value = cn_lb_const(ctx, lhs->prec, cn_value_of_bits(lhs->prec, (uint64_t)lhs->id));
     break;
-  case CN_FETCH_EMBED_DIM:
-    value = expr_const(ctx, lhs->prec, cn_value_of_double(lhs->prec, (double)*asgn->u.fetch.dim));
-    break;
+  case CN_FETCH_EMBED_DIM: value = cn_lb_num(ctx, lhs->prec, (double)*asgn->u.fetch.dim); break;
   case CN_FETCH_CONSTANT_FILL: cn_assert_fail(__FILE__, __LINE__, "constant fill lowered above");
   }
-  cn_ll_stmt *set = stmt_set(st, lhs, idx, value);
-  cn_ll_stmt *nest = wrap_loops(ctx, lhs->rank, syms, NULL, lhs->dims, set);
-  if (!nest) return CN_ERR_NOMEM;
-  return list_push(ctx, out, nest);
+  cn_ll_stmt *set = cn_lb_set(ctx, param_index(st, lhs, false), idx, value);
+  return list_push(ctx, out, wrap_loops(ctx, lhs->rank, syms, NULL, lhs->dims, set));
 }
 
 static cn_status lower_asgn(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
@@ -789,9 +681,7 @@ static cn_status lower_asgn(lower_state *st, const cn_asgn *asgn, stmt_list *out
   case CN_ASGN_COMMENT: {
     /* The comment heads its body's statements, all spliced into the enclosing sequence. */
     const char *text = asgn->u.comment.text ? asgn->u.comment.text : "";
-    cn_ll_stmt *comment = stmt_comment(st->ctx, cn_strdup(st->ctx, text));
-    if (!comment) return CN_ERR_NOMEM;
-    TRY(list_push(st->ctx, out, comment));
+    TRY(list_push(st->ctx, out, cn_lb_comment(st->ctx, cn_strdup(st->ctx, text))));
     return lower_asgn(st, asgn->u.comment.body, out);
   }
   case CN_ASGN_ACCUM: return lower_accum(st, asgn, out);
@@ -918,19 +808,22 @@ cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_
   if (!is_c_identifier(name))
     return cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier",
                    name ? name : "(null)");
-  cn_ll_proc *proc = cn_alloc(ctx, sizeof *proc);
-  if (!proc) return CN_ERR_NOMEM;
-  proc->name = cn_strdup(ctx, name);
-  if (!proc->name) return CN_ERR_NOMEM;
-  TRY(collect_params(ctx, asgn, proc));
-
-  lower_state st = {.ctx = ctx, .params = proc->params, .n_params = proc->n_params};
+  cn_ll_param *params;
+  int n_params;
+  TRY(collect_params(ctx, asgn, &params, &n_params));
+  lower_state st = {.ctx = ctx, .params = params, .n_params = n_params};
   for (int d = 0; d < CN_MAX_RANK; d++) st.axis_syms[d] = -1;
   stmt_list body = {0};
-  TRY(lower_asgn(&st, asgn, &body));
-  proc->body = list_to_seq(ctx, &body);
-  if (!proc->body) return CN_ERR_NOMEM;
-  TRY(collect_free_syms(ctx, proc));
-  *out = proc;
-  return CN_OK;
+  cn_status status = lower_asgn(&st, asgn, &body);
+  cn_ll_proc *proc = NULL;
+  if (status == CN_OK) {
+    proc = cn_lb_proc(ctx, name, cn_lb_seq_array(ctx, body.count, body.items), n_params, params, 0,
+                      NULL);
+    /* The free symbols are what the built procedure reads outside its loops. */
+    status = proc ? collect_free_syms(ctx, proc) : CN_ERR_NOMEM;
+  }
+  free(body.items);
+  free(params);
+  if (status == CN_OK) *out = proc;
+  return status;
 }

@@ -32,7 +32,9 @@
  * op's precision, because otherwise the op is where that operand gets converted; a constant is
  * compared to 0 or 1 after conversion to the precision the op reads it in. Sequences come out
  * flat and non-empty (but the procedure's body, which stays an empty sequence when nothing is
- * left). New arrays are allocated in the arena. */
+ * left). What is new (folded constants, spliced sequences, loop bounds) comes from the cn_lb_*
+ * constructors, in the arena; statements are otherwise rewritten in place, since their parents
+ * point to them. */
 #include "loops/loops.h"
 
 #include <stdlib.h>
@@ -78,15 +80,15 @@ static cn_ll_expr *identity_operand(const cn_ll_expr *e) {
   return kept && kept->prec == e->prec ? kept : NULL;
 }
 
-/* Replaces an op over constants by its value (the expression node is rewritten in place). */
-static void fold_op(cn_ll_expr *e) {
+/* An op over constants as its value (a new constant), e itself when it is not one. */
+static cn_ll_expr *fold_op(cn_ctx *ctx, cn_ll_expr *e) {
   cn_op op = e->u.op.op;
   const cn_op_info *info = &cn_op_table[op];
-  if ((info->flags & CN_OPF_VEC) || !cn_op_supports(op, e->prec)) return;
+  if ((info->flags & CN_OPF_VEC) || !cn_op_supports(op, e->prec)) return e;
   cn_value args[3] = {{0}};
   for (int a = 0; a < info->arity; a++) {
     const cn_ll_expr *arg = e->u.op.args[a];
-    if (!is_const(arg)) return;
+    if (!is_const(arg)) return e;
     cn_prec prec = cn_op_operand_prec(op, e->prec, a, arg->prec);
     cn_value v =
         arg->prec == prec ? arg->u.constant : cn_value_convert(arg->prec, prec, arg->u.constant);
@@ -95,29 +97,27 @@ static void fold_op(cn_ll_expr *e) {
       v = cn_value_of_double(e->prec, cn_value_truth(prec, v) ? 1.0 : 0.0);
     args[a] = v;
   }
-  cn_value result = cn_eval_op(op, e->prec, args);
-  e->kind = CN_LE_CONST;
-  e->u.constant = result;
+  return cn_lb_const(ctx, e->prec, cn_eval_op(op, e->prec, args));
 }
 
-/* Simplifies bottom-up and returns the expression to use in place of e. */
-static cn_ll_expr *simplify_expr(cn_ll_expr *e) {
+/* Simplifies bottom-up and returns the expression to use in place of e; NULL when an allocation
+ * fails. */
+static cn_ll_expr *simplify_expr(cn_ctx *ctx, cn_ll_expr *e) {
   switch (e->kind) {
   case CN_LE_GET:
   case CN_LE_CONST: return e;
-  case CN_LE_INDEX:
-    if (e->u.index.kind == CN_IDX_FIXED) {
-      /* An index value is its 32-bit wrap (the meaning of CN_INDEX_PREC). */
-      int64_t offset = e->u.index.offset;
-      e->kind = CN_LE_CONST;
-      e->u.constant.i = (int64_t)(uint32_t)offset;
-    }
-    return e;
+  case CN_LE_INDEX: {
+    if (e->u.index.kind != CN_IDX_FIXED) return e;
+    /* An index value is its 32-bit wrap (the meaning of CN_INDEX_PREC). */
+    cn_value wrapped = {.i = (int64_t)(uint32_t)e->u.index.offset};
+    return cn_lb_const(ctx, e->prec, wrapped);
+  }
   case CN_LE_OP: {
     int arity = cn_op_arity(e->u.op.op);
-    for (int a = 0; a < arity; a++) e->u.op.args[a] = simplify_expr(e->u.op.args[a]);
-    fold_op(e);
-    if (e->kind != CN_LE_OP || arity != 2) return e;
+    for (int a = 0; a < arity; a++)
+      if (!(e->u.op.args[a] = simplify_expr(ctx, e->u.op.args[a]))) return NULL;
+    e = fold_op(ctx, e);
+    if (!e || e->kind != CN_LE_OP || arity != 2) return e;
     cn_ll_expr *kept = identity_operand(e);
     return kept ? kept : e;
   }
@@ -350,24 +350,71 @@ static cn_status bound_loop(simplifier *sim, cn_ll_stmt *loop, bool *empty) {
   int count = count_candidates(sim, loop);
   cn_status status = CN_OK;
   if (count > 0) {
+    /* Worked out in scratch arrays; the loop gets copies of exactly the bounds kept. */
     int n_lower = loop->u.loop.n_lower, n_upper = loop->u.loop.n_upper;
-    cn_ll_bound *lower = cn_alloc(sim->ctx, (size_t)(n_lower + count + 1) * sizeof *lower);
-    cn_ll_bound *upper = cn_alloc(sim->ctx, (size_t)(n_upper + count + 1) * sizeof *upper);
+    cn_ll_bound *lower = cn_malloc(sim->ctx, (size_t)(n_lower + count + 1) * sizeof *lower);
+    cn_ll_bound *upper = cn_malloc(sim->ctx, (size_t)(n_upper + count + 1) * sizeof *upper);
     if (!lower || !upper) {
       status = CN_ERR_NOMEM;
     } else {
       if (n_lower) memcpy(lower, loop->u.loop.lower, (size_t)n_lower * sizeof *lower);
       if (n_upper) memcpy(upper, loop->u.loop.upper, (size_t)n_upper * sizeof *upper);
       convert_chain(sim, loop, lower, &n_lower, upper, &n_upper);
-      loop->u.loop.n_lower = settle_side(sim, lower, n_lower, &loop->u.loop.from, true);
-      loop->u.loop.n_upper = settle_side(sim, upper, n_upper, &loop->u.loop.to, false);
-      loop->u.loop.lower = lower;
-      loop->u.loop.upper = upper;
+      n_lower = settle_side(sim, lower, n_lower, &loop->u.loop.from, true);
+      n_upper = settle_side(sim, upper, n_upper, &loop->u.loop.to, false);
+      if (!cn_lb_bounds(sim->ctx, loop, n_lower, lower, n_upper, upper)) status = CN_ERR_NOMEM;
       *empty = loop->u.loop.from >= loop->u.loop.to;
     }
+    free(lower);
+    free(upper);
   }
   mark_chain(sim, loop, false);
   return status;
+}
+
+static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty);
+
+/* Makes the sequence s the first `kept` of its items with the nested sequences among them (flat
+ * and non-empty) spliced in, `total` statements, as a new sequence whose contents s takes: s
+ * keeps its identity, since its parent points to it. */
+static cn_status splice_nested(cn_ctx *ctx, cn_ll_stmt *s, int kept, int total) {
+  cn_ll_stmt **items = cn_malloc(ctx, (size_t)total * sizeof *items);
+  if (!items) return CN_ERR_NOMEM;
+  int n = 0;
+  for (int i = 0; i < kept; i++) {
+    cn_ll_stmt *item = s->u.seq.items[i];
+    if (item->kind != CN_LL_SEQ) {
+      items[n++] = item;
+      continue;
+    }
+    memcpy(items + n, item->u.seq.items, (size_t)item->u.seq.count * sizeof *items);
+    n += item->u.seq.count;
+  }
+  cn_ll_stmt *flat = cn_lb_seq_array(ctx, total, items);
+  free(items);
+  if (!flat) return CN_ERR_NOMEM;
+  *s = *flat;
+  return CN_OK;
+}
+
+/* Drops the items that do nothing, in place, then splices the nested sequences. */
+static cn_status simplify_seq(simplifier *sim, cn_ll_stmt *s, bool *empty) {
+  int kept = 0, total = 0;
+  bool nested = false;
+  for (int i = 0; i < s->u.seq.count; i++) {
+    cn_ll_stmt *item = s->u.seq.items[i];
+    bool item_empty;
+    cn_status status = simplify_stmt(sim, item, &item_empty);
+    if (status != CN_OK) return status;
+    if (item_empty) continue;
+    s->u.seq.items[kept++] = item;
+    nested |= item->kind == CN_LL_SEQ;
+    total += item->kind == CN_LL_SEQ ? item->u.seq.count : 1;
+  }
+  *empty = total == 0;
+  if (nested) return splice_nested(sim->ctx, s, kept, total);
+  s->u.seq.count = total;
+  return CN_OK;
 }
 
 /* Simplifies a statement in place; *empty tells that it does nothing and can be dropped. */
@@ -375,40 +422,7 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
   cn_ctx *ctx = sim->ctx;
   *empty = false;
   switch (s->kind) {
-  case CN_LL_SEQ: {
-    /* Drop what does nothing, in place; a nested sequence (already flat and non-empty) is then
-     * spliced into a new array. */
-    int kept = 0, total = 0;
-    bool nested = false;
-    for (int i = 0; i < s->u.seq.count; i++) {
-      cn_ll_stmt *item = s->u.seq.items[i];
-      bool item_empty;
-      cn_status status = simplify_stmt(sim, item, &item_empty);
-      if (status != CN_OK) return status;
-      if (item_empty) continue;
-      s->u.seq.items[kept++] = item;
-      nested |= item->kind == CN_LL_SEQ;
-      total += item->kind == CN_LL_SEQ ? item->u.seq.count : 1;
-    }
-    if (nested) {
-      cn_ll_stmt **items = cn_alloc(ctx, (size_t)total * sizeof *items);
-      if (!items) return CN_ERR_NOMEM;
-      int n = 0;
-      for (int i = 0; i < kept; i++) {
-        cn_ll_stmt *item = s->u.seq.items[i];
-        if (item->kind != CN_LL_SEQ) {
-          items[n++] = item;
-          continue;
-        }
-        memcpy(items + n, item->u.seq.items, (size_t)item->u.seq.count * sizeof *items);
-        n += item->u.seq.count;
-      }
-      s->u.seq.items = items;
-    }
-    s->u.seq.count = total;
-    *empty = total == 0;
-    return CN_OK;
-  }
+  case CN_LL_SEQ: return simplify_seq(sim, s, empty);
   case CN_LL_COMMENT: return CN_OK;
   case CN_LL_FOR: {
     if (s->u.loop.from >= s->u.loop.to) {
@@ -445,8 +459,12 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
     if (!body_empty && s->u.guard.n_conds == 0) *s = *s->u.guard.body;
     return CN_OK;
   }
-  case CN_LL_SET: s->u.set.value = simplify_expr(s->u.set.value); return CN_OK;
-  case CN_LL_SET_VEC: s->u.vec.arg = simplify_expr(s->u.vec.arg); return CN_OK;
+  case CN_LL_SET:
+    s->u.set.value = simplify_expr(ctx, s->u.set.value);
+    return s->u.set.value ? CN_OK : CN_ERR_NOMEM;
+  case CN_LL_SET_VEC:
+    s->u.vec.arg = simplify_expr(ctx, s->u.vec.arg);
+    return s->u.vec.arg ? CN_OK : CN_ERR_NOMEM;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
@@ -482,9 +500,8 @@ done:
   if (status != CN_OK) return status;
   if (empty) {
     /* The body stays a statement: an empty sequence. */
-    proc->body->kind = CN_LL_SEQ;
-    proc->body->u.seq.count = 0;
-    proc->body->u.seq.items = NULL;
+    proc->body = cn_lb_seq_array(ctx, 0, NULL);
+    if (!proc->body) return CN_ERR_NOMEM;
   }
   return CN_OK;
 }

@@ -1,4 +1,4 @@
-/* The evaluator of the notation (issue 6), part 1 of 4 (see eval_internal.h): values, positioned
+/* The evaluator of the notation (issue 6), part 1 of 5 (see eval_internal.h): values, positioned
  * errors and provenance, array literals, inline declarations and %op expressions.
  *
  * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and
@@ -27,6 +27,7 @@
 #include "numeric/numeric.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,14 +35,14 @@
 
 /* ---- Values and errors ------------------------------------------------------------------- */
 
-value *nt_mk(interp *I, vkind kind) {
-  value *v = cn_alloc(I->ctx, sizeof *v);
+nt_value *nt_mk(nt_interp *I, nt_vkind kind) {
+  nt_value *v = cn_alloc(I->ctx, sizeof *v);
   if (v) v->kind = kind;
   return v;
 }
 
-value *nt_num(interp *I, double x, bool is_int) {
-  value *v = nt_mk(I, V_NUM);
+nt_value *nt_num(nt_interp *I, double x, bool is_int) {
+  nt_value *v = nt_mk(I, NT_V_NUM);
   if (v) {
     v->num = x;
     v->is_int = is_int;
@@ -49,40 +50,45 @@ value *nt_num(interp *I, double x, bool is_int) {
   return v;
 }
 
-static value *boolean(interp *I, bool b) {
-  value *v = nt_mk(I, V_BOOL);
+static nt_value *boolean(nt_interp *I, bool b) {
+  nt_value *v = nt_mk(I, NT_V_BOOL);
   if (v) v->b = b;
   return v;
 }
 
-value *nt_tensor_value(interp *I, cn_tensor *t) {
-  value *v = t ? nt_mk(I, V_TENSOR) : NULL;
+nt_value *nt_tensor_value(nt_interp *I, cn_tensor *t) {
+  nt_value *v = t ? nt_mk(I, NT_V_TENSOR) : NULL;
   if (v) v->t = t;
   return v;
 }
 
 /* Re-issues the context's last message at pos (library failures point at the expression), except
  * an allocation failure, which has no position worth adding. */
-value *nt_fail_here(interp *I, cn_nt_pos pos) {
+nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
   cn_nt_fail_at(I->ctx, pos, "%s", msg ? msg : "out of memory");
   return NULL;
 }
 
-value *nt_fail(interp *I, cn_nt_pos pos, const char *fmt, const char *arg) {
-  cn_nt_fail_at(I->ctx, pos, fmt, arg);
+nt_value *nt_fail(nt_interp *I, cn_nt_pos pos, const char *fmt, ...) {
+  char what[600]; /* cn_nt_fail_at's own limit */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  cn_nt_fail_at(I->ctx, pos, "%s", what);
   return NULL;
 }
 
-const char *nt_kind_name(vkind k) {
+const char *nt_kind_name(nt_vkind k) {
   static const char *const names[] = {"()",        "a number",      "a boolean", "a string",
                                       "a tensor",  "a list",        "a record",  "a function",
                                       "a routine", "a static index"};
   return names[k];
 }
 
-const char *nt_join_label(interp *I, const char *a, const char *b) {
+const char *nt_join_label(nt_interp *I, const char *a, const char *b) {
   cn_sbuf sb = {0};
   cn_sbuf_printf(&sb, "%s_%s", a, b);
   return cn_sbuf_finish(I->ctx, &sb);
@@ -91,7 +97,7 @@ const char *nt_join_label(interp *I, const char *a, const char *b) {
 /* "…" (U+2026, three bytes E2 80 A6) spells "..." in a spec: the replacement has the same length,
  * so the positions the einsum parser reports stay those of the written text. NULL only on an
  * allocation failure; the text itself when it has no "…". */
-const char *nt_spec_text(interp *I, const char *spec) {
+const char *nt_spec_text(nt_interp *I, const char *spec) {
   if (!spec || !strstr(spec, "\xE2\x80\xA6")) return spec;
   size_t n = strlen(spec);
   char *copy = cn_alloc(I->ctx, n + 1);
@@ -106,7 +112,7 @@ const char *nt_spec_text(interp *I, const char *spec) {
  * "stride*o<+k; k => o" reads as "2*o<+k; k => o". A name the script does not bind is left for the
  * einsum parser, which reports it unbound; one bound to anything else is an error at `pos` naming
  * the column in the spec. NULL on an error. */
-const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos) {
+const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos) {
   spec = nt_spec_text(I, spec);
   if (!spec) return NULL;
   cn_sbuf sb = {0};
@@ -122,7 +128,7 @@ const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos) {
       continue;
     }
     char name[64];
-    value *v = NULL;
+    nt_value *v = NULL;
     if (end - i < sizeof name) {
       memcpy(name, spec + i, end - i);
       name[end - i] = '\0';
@@ -130,13 +136,13 @@ const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos) {
     }
     if (!v) {
       cn_sbuf_printf(&sb, "%.*s", (int)(end - i), spec + i);
-    } else if (v->kind != V_NUM || !v->is_int) {
+    } else if (v->kind != NT_V_NUM || !v->is_int) {
       cn_sbuf_free(&sb);
       cn_sbuf msg = {0};
       cn_sbuf_printf(&msg,
                      "the stride or dilation '%s' at column %zu of the einsum spec is %s, not "
                      "an integer",
-                     name, i + 1, v->kind == V_NUM ? "a float" : nt_kind_name(v->kind));
+                     name, i + 1, v->kind == NT_V_NUM ? "a float" : nt_kind_name(v->kind));
       const char *text = cn_sbuf_finish(I->ctx, &msg);
       if (text) nt_fail(I, pos, "%s", text);
       return NULL;
@@ -152,7 +158,7 @@ const char *nt_spec_splice(interp *I, env *e, const char *spec, cn_nt_pos pos) {
 
 /* ---- Provenance ---------------------------------------------------------------------------- */
 
-static bool record_at(interp *I, cn_nt_pos **table, int *cap, int id, cn_nt_pos pos) {
+static bool record_at(nt_interp *I, cn_nt_pos **table, int *cap, int id, cn_nt_pos pos) {
   if (id < 0) return true;
   if (id >= *cap) {
     int old = *cap;
@@ -163,7 +169,7 @@ static bool record_at(interp *I, cn_nt_pos **table, int *cap, int id, cn_nt_pos 
   return true;
 }
 
-void nt_note(interp *I, cn_nt_pos pos) {
+void nt_note(nt_interp *I, cn_nt_pos pos) {
   cn_graph *g = I->g;
   for (; I->noted_tensors < g->n_tensors; I->noted_tensors++) {
     cn_tensor *t = g->tensors[I->noted_tensors];
@@ -191,7 +197,7 @@ static int number_after(const char *msg, const char *key) {
 /* A padded reader refused because its input's buffer already exists: the message names the line
  * of the statement that computed that input. msg unchanged when it is another error or the line
  * is unknown; NULL on an allocation failure. */
-static const char *with_computing_line(interp *I, const char *msg) {
+static const char *with_computing_line(nt_interp *I, const char *msg) {
   const char *needs = strstr(msg, " needs padding margins");
   if (!needs || !strstr(needs, "buffer was allocated")) return msg;
   const char *open = NULL;
@@ -203,7 +209,7 @@ static const char *with_computing_line(interp *I, const char *msg) {
   return cn_sbuf_finish(I->ctx, &sb);
 }
 
-bool nt_materialize(interp *I, cn_nt_pos at) {
+bool nt_materialize(nt_interp *I, cn_nt_pos at) {
   if (cn_graph_materialize(I->g) == CN_OK) {
     for (; I->n_computed < I->g->n_tensors; I->n_computed++) /* a failure only loses a line */
       record_at(I, &I->computed_at, &I->cap_computed_at, I->g->tensors[I->n_computed]->id, at);
@@ -220,14 +226,13 @@ bool nt_materialize(interp *I, cn_nt_pos at) {
                                ? &I->tensor_at[t]
                                : NULL;
   if (!where) return nt_fail_here(I, at), false;
-  cn_nt_fail_at(I->ctx, *where, "%s (found when line %d needed the shapes)", msg, at.line);
-  return false;
+  return nt_fail(I, *where, "%s (found when line %d needed the shapes)", msg, at.line), false;
 }
 
 /* ---- Environments ---------------------------------------------------------------------------- */
 
-bool nt_bind(interp *I, env **e, const char *name, value *v) {
-  env *b = cn_alloc(I->ctx, sizeof *b);
+bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v) {
+  nt_env *b = cn_alloc(I->ctx, sizeof *b);
   if (!b) return false;
   b->name = name;
   b->v = v;
@@ -236,13 +241,13 @@ bool nt_bind(interp *I, env **e, const char *name, value *v) {
   return true;
 }
 
-bool nt_bind_global(interp *I, const char *name, value *v) {
+bool nt_bind_global(nt_interp *I, const char *name, nt_value *v) {
   return cn_map_put(I->ctx, &I->globals, name, v);
 }
 
 /* Local environments are short (function parameters, `let ... in`, loop indices); the globals,
  * as long as the script, are a map. */
-value *nt_lookup(interp *I, env *e, const char *name) {
+nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name) {
   for (; e; e = e->next)
     if (strcmp(e->name, name) == 0) return e->v;
   return cn_map_get(&I->globals, name);
@@ -250,24 +255,25 @@ value *nt_lookup(interp *I, env *e, const char *name) {
 
 /* ---- Conversions ----------------------------------------------------------------------------- */
 
-static cn_tensor *literal_tensor(interp *I, const cn_nt_expr *e, const char *label,
+static cn_tensor *literal_tensor(nt_interp *I, const cn_nt_expr *e, const char *label,
                                  cn_dims *rows_out);
 
 /* A tensor for v: numbers become number tensors, array literals their data tensor. */
-cn_tensor *nt_tensor_of(interp *I, value *v, cn_nt_pos pos) {
+cn_tensor *nt_tensor_of(nt_interp *I, nt_value *v, cn_nt_pos pos) {
   if (!v) return NULL;
-  if (v->kind == V_LIST && v->literal) {
+  if (v->kind == NT_V_LIST && v->literal) {
     if (!v->t) v->t = literal_tensor(I, v->literal, NULL, NULL);
     return v->t;
   }
-  if (v->kind == V_NUM) {
+  if (v->kind == NT_V_NUM) {
     cn_tensor *t = cn_tensor_number(I->g, v->num);
     if (!t) nt_fail_here(I, pos);
     return t;
   }
-  if (v->kind != V_TENSOR) {
+  if (v->kind != NT_V_TENSOR) {
     nt_fail(I, pos, "expected a tensor, found %s",
-            v->kind == V_INDEX ? "a static index (read its value with !@)" : nt_kind_name(v->kind));
+            v->kind == NT_V_INDEX ? "a static index (read its value with !@)"
+                                  : nt_kind_name(v->kind));
     return NULL;
   }
   if (v->merge) {
@@ -290,13 +296,13 @@ static void shortest(char *buf, size_t cap, double v) {
   }
 }
 
-bool nt_as_int(interp *I, value *v, cn_nt_pos pos, int64_t *out) {
+bool nt_as_int(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out) {
   if (!v) return false;
   char what[96];
-  if (v->kind != V_NUM || v->num != floor(v->num)) {
-    if (v->kind == V_NUM) shortest(what, sizeof what, v->num);
+  if (v->kind != NT_V_NUM || v->num != floor(v->num)) {
+    if (v->kind == NT_V_NUM) shortest(what, sizeof what, v->num);
     nt_fail(I, pos, "expected an integer, found %s",
-            v->kind == V_NUM ? what : nt_kind_name(v->kind));
+            v->kind == NT_V_NUM ? what : nt_kind_name(v->kind));
     return false;
   }
   if (fabs(v->num) > 9e15) {
@@ -309,7 +315,7 @@ bool nt_as_int(interp *I, value *v, cn_nt_pos pos, int64_t *out) {
 }
 
 /* The symbol of a static index, created on first use under the name its let or loop gave. */
-bool nt_index_symbol(interp *I, value *v, cn_nt_pos pos, cn_symbol *out) {
+bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out) {
   if (!v->index.created) {
     v->index.sym =
         cn_symbol_create(I->ctx, v->index.name ? v->index.name : "index", v->index.range);
@@ -350,7 +356,7 @@ static bool is_literal(const cn_nt_expr *e) {
 
 /* Collects the axes (from the shape of the first element at each depth) and the values in
  * nesting order; every element of an axis must have the same shape. */
-static bool literal_walk(interp *I, const cn_nt_expr *e, literal *L, int depth, double sign) {
+static bool literal_walk(nt_interp *I, const cn_nt_expr *e, literal *L, int depth, double sign) {
   const char *label = NULL;
   if (e->kind == CN_NT_ANNOT) {
     label = e->u.annot.label;
@@ -400,7 +406,7 @@ static bool literal_walk(interp *I, const cn_nt_expr *e, literal *L, int depth, 
 /* A data tensor: nesting order (lists = output axes, tuples = input, arrays = batch) is
  * permuted into memory order (batch, output, input). With rows_out, also the literal's rows
  * (arena copies), for a parameter that takes its shape from its initial value. */
-static cn_tensor *literal_tensor(interp *I, const cn_nt_expr *e, const char *label,
+static cn_tensor *literal_tensor(nt_interp *I, const cn_nt_expr *e, const char *label,
                                  cn_dims *rows_out) {
   literal L;
   memset(&L, 0, sizeof L);
@@ -456,8 +462,8 @@ static cn_tensor *literal_tensor(interp *I, const cn_nt_expr *e, const char *lab
 /* ---- Declarations -------------------------------------------------------------------------- */
 
 /* Dims from a declaration's fields: o (output), i (input), b (batch); a list or one integer. */
-static bool decl_dims(interp *I, env *e, decl_scope *ds, int n_fields, const cn_nt_field *fields,
-                      cn_dims *d, int64_t dims[3][CN_MAX_RANK]) {
+static bool decl_dims(nt_interp *I, nt_env *e, nt_decl_scope *ds, int n_fields,
+                      const cn_nt_field *fields, cn_dims *d, int64_t dims[3][CN_MAX_RANK]) {
   cn_axes *rows[3] = {&d->batch, &d->input, &d->output};
   static const char *const names[3] = {"b", "i", "o"};
   for (int k = 0; k < 3; k++) *rows[k] = CN_AXES_INFER;
@@ -469,21 +475,22 @@ static bool decl_dims(interp *I, env *e, decl_scope *ds, int n_fields, const cn_
       nt_fail(I, field->pos, "unknown declaration field '%s' (expected o, i or b)", field->name);
       return false;
     }
-    value *v = nt_eval(I, e, ds, field->value);
+    nt_value *v = nt_eval(I, e, ds, field->value);
     if (!v) return false;
-    int n = v->kind == V_LIST ? v->n : 1;
+    int n = v->kind == NT_V_LIST ? v->n : 1;
     if (n > CN_MAX_RANK) {
       nt_fail(I, field->pos, "%s", "too many axes");
       return false;
     }
     for (int i = 0; i < n; i++)
-      if (!nt_as_int(I, v->kind == V_LIST ? v->items[i] : v, field->pos, &dims[k][i])) return false;
+      if (!nt_as_int(I, v->kind == NT_V_LIST ? v->items[i] : v, field->pos, &dims[k][i]))
+        return false;
     *rows[k] = (cn_axes){n, dims[k], NULL};
   }
   return true;
 }
 
-cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node, bool cd,
+cn_tensor *nt_declare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *node, bool cd,
                       cn_tensor *enricher) {
   cn_tensor *declared = cn_map_get(&ds->decls, node);
   if (declared) return declared;
@@ -513,7 +520,7 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
         init_t = literal_tensor(I, init, "init", any_dims ? NULL : &dims);
         any_dims = true;
       } else {
-        value *v = nt_eval(I, e, ds, init);
+        nt_value *v = nt_eval(I, e, ds, init);
         init_t = v ? nt_tensor_of(I, v, init->pos) : NULL;
       }
       if (!init_t) return NULL;
@@ -522,28 +529,28 @@ cn_tensor *nt_declare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *node,
   }
   if (!t) return nt_fail_here(I, node->pos), NULL;
   nt_note(I, node->pos);
-  value *v = nt_tensor_value(I, t);
+  nt_value *v = nt_tensor_value(I, t);
   if (!v || !nt_bind_global(I, name, v) || !cn_map_put(I->ctx, &ds->decls, node, t)) return NULL;
   if (cd) {
-    cd_decl *c = cn_alloc(I->ctx, sizeof *c);
+    nt_cd_decl *c = cn_alloc(I->ctx, sizeof *c);
     if (!c) return NULL;
-    *c = (cd_decl){t, enricher};
+    *c = (nt_cd_decl){t, enricher};
     if (!cn_map_put(I->ctx, &I->cd_decls, t, c)) return NULL;
   }
   return t;
 }
 
-value *nt_eval_operand(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+nt_value *nt_eval_operand(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   if (x->kind != CN_NT_STRING) return nt_eval(I, e, ds, x);
   return nt_tensor_value(I, nt_declare(I, e, ds, x, false, NULL));
 }
 
-static bool predeclare_operand(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+static bool predeclare_operand(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   if (x && x->kind == CN_NT_STRING) return nt_declare(I, e, ds, x, false, NULL) != NULL;
   return nt_predeclare(I, e, ds, x);
 }
 
-bool nt_predeclare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+bool nt_predeclare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   if (!x) return true;
   switch (x->kind) {
   case CN_NT_DECL: return nt_declare(I, e, ds, x, false, NULL) != NULL;
@@ -565,7 +572,7 @@ bool nt_predeclare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
     return predeclare_operand(I, e, ds, x->u.einsum.lhs) &&
            predeclare_operand(I, e, ds, x->u.einsum.rhs);
   case CN_NT_APPLY: {
-    value *block;
+    nt_value *block;
     if (!nt_config_block(I, e, ds, x, &block) || !nt_predeclare(I, e, ds, x->u.apply.fn))
       return false;
     const cn_nt_expr *fn = x->u.apply.fn;
@@ -593,20 +600,20 @@ bool nt_predeclare(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
 
 /* ---- Operators ----------------------------------------------------------------------------- */
 
-static bool truthy(const value *v) {
-  return v->kind == V_BOOL ? v->b : v->num != 0;
+static bool truthy(const nt_value *v) {
+  return v->kind == NT_V_BOOL ? v->b : v->num != 0;
 }
 
 /* Host arithmetic, comparisons and logic (an `if` condition in %cd is a host value). */
-static value *host_binop(interp *I, const char *op, value *a, value *b, cn_nt_pos pos) {
+static nt_value *host_binop(nt_interp *I, const char *op, nt_value *a, nt_value *b, cn_nt_pos pos) {
   bool logic = strcmp(op, "&&") == 0 || strcmp(op, "||") == 0;
   if (logic) return boolean(I, op[0] == '&' ? truthy(a) && truthy(b) : truthy(a) || truthy(b));
-  if (a->kind == V_BOOL && b->kind == V_BOOL) {
+  if (a->kind == NT_V_BOOL && b->kind == NT_V_BOOL) {
     if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return boolean(I, a->b == b->b);
     if (strcmp(op, "<>") == 0 || strcmp(op, "!=") == 0) return boolean(I, a->b != b->b);
     return nt_fail(I, pos, "operator %s is not defined on booleans", op);
   }
-  if (a->kind != V_NUM || b->kind != V_NUM)
+  if (a->kind != NT_V_NUM || b->kind != NT_V_NUM)
     return nt_fail(I, pos, "operator %s is not defined on a number and a boolean", op);
   double x = a->num, y = b->num, r;
   static const struct {
@@ -646,7 +653,7 @@ static bool op_by_infix(const char *infix, cn_op *out) {
 /* The %op meaning of an infix operator on tensors: `*` composes (matrix multiplication), `+ -`
  * and the dotted `*. /.` are pointwise, `/` divides pointwise, `=` compares like `<>` (eq), and
  * every other primitive's infix operator applies it pointwise. */
-static cn_tensor *binary_tensor(interp *I, const char *op, cn_tensor *a, cn_tensor *b) {
+static cn_tensor *binary_tensor(nt_interp *I, const char *op, cn_tensor *a, cn_tensor *b) {
   cn_graph *g = I->g;
   cn_op prim;
   if (strcmp(op, "*") == 0) return cn_tensor_matmul(g, a, b);
@@ -663,8 +670,8 @@ static cn_tensor *binary_tensor(interp *I, const char *op, cn_tensor *a, cn_tens
   return cn_tensor_apply(g, prim, 2, (cn_tensor *[]){a, b});
 }
 
-static value *list_value(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
-  value *v = nt_mk(I, V_LIST);
+static nt_value *list_value(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  nt_value *v = nt_mk(I, NT_V_LIST);
   if (!v) return NULL;
   v->n = x->kind == CN_NT_ANNOT ? 0 : x->u.items.n;
   if (x->kind == CN_NT_ANNOT) return v;
@@ -677,12 +684,12 @@ static value *list_value(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x)
 
 /* ---- Expressions ------------------------------------------------------------------------- */
 
-static value *eval_einsum(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
-  value *av = nt_eval_operand(I, e, ds, x->u.einsum.lhs);
+static nt_value *eval_einsum(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  nt_value *av = nt_eval_operand(I, e, ds, x->u.einsum.lhs);
   cn_tensor *a = av ? nt_tensor_of(I, av, x->u.einsum.lhs->pos) : NULL, *b = NULL, *r = NULL;
   if (!a) return NULL;
   if (x->u.einsum.rhs) {
-    value *bv = nt_eval_operand(I, e, ds, x->u.einsum.rhs);
+    nt_value *bv = nt_eval_operand(I, e, ds, x->u.einsum.rhs);
     if (!bv || !(b = nt_tensor_of(I, bv, x->u.einsum.rhs->pos))) return NULL;
   }
   const char *spec = nt_spec_splice(I, e, x->u.einsum.spec, x->u.einsum.spec_pos);
@@ -697,12 +704,12 @@ static value *eval_einsum(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
   return r ? nt_tensor_value(I, r) : nt_fail_here(I, x->u.einsum.spec_pos);
 }
 
-static bool host_value(const value *v) {
-  return v->kind == V_NUM || v->kind == V_BOOL;
+static bool host_value(const nt_value *v) {
+  return v->kind == NT_V_NUM || v->kind == NT_V_BOOL;
 }
 
 /* x's operator applied to a (x's left operand's value) and b (its right operand's). */
-static value *apply_binop(interp *I, const cn_nt_expr *x, value *a, value *b) {
+static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_value *b) {
   const char *op = x->u.binop.op;
   if (host_value(a) && host_value(b)) return host_binop(I, op, a, b, x->u.binop.op_pos);
   if (strcmp(op, "@|") == 0) { /* at a static index, or at a constant position */
@@ -710,7 +717,7 @@ static value *apply_binop(interp *I, const cn_nt_expr *x, value *a, value *b) {
     int64_t index;
     cn_symbol sym;
     if (!t) return NULL;
-    if (b->kind == V_INDEX) {
+    if (b->kind == NT_V_INDEX) {
       if (!nt_index_symbol(I, b, x->u.binop.rhs->pos, &sym)) return NULL;
       r = cn_tensor_batch_slice(I->g, t, sym);
     } else {
@@ -722,7 +729,7 @@ static value *apply_binop(interp *I, const cn_nt_expr *x, value *a, value *b) {
   cn_tensor *ta = nt_tensor_of(I, a, x->u.binop.lhs->pos), *r;
   if (!ta) return NULL;
   if (strcmp(op, "**.") == 0) { /* seed 002: the exponent is a number, not a tensor */
-    if (b->kind != V_NUM)
+    if (b->kind != NT_V_NUM)
       return nt_fail(I, x->u.binop.rhs->pos, "**. takes a number as its exponent, found %s",
                      nt_kind_name(b->kind));
     r = cn_tensor_pointpow(I->g, ta, b->num);
@@ -736,31 +743,31 @@ static value *apply_binop(interp *I, const cn_nt_expr *x, value *a, value *b) {
 
 /* A chain `a + b - c ...` bottom-up along its left spine (no recursion per term): the
  * innermost left operand, then each right operand in source order. */
-static value *eval_binop(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+static nt_value *eval_binop(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   int n = cn_nt_binop_spine(x, NULL);
   const cn_nt_expr **spine = cn_alloc(I->ctx, sizeof *spine * (size_t)n);
   if (!spine) return NULL;
   cn_nt_binop_spine(x, spine);
-  value *a = nt_eval_operand(I, e, ds, spine[n - 1]->u.binop.lhs);
+  nt_value *a = nt_eval_operand(I, e, ds, spine[n - 1]->u.binop.lhs);
   for (int k = n - 1; k >= 0 && a; k--) {
-    value *b = nt_eval_operand(I, e, ds, spine[k]->u.binop.rhs);
+    nt_value *b = nt_eval_operand(I, e, ds, spine[k]->u.binop.rhs);
     a = b ? apply_binop(I, spine[k], a, b) : NULL;
   }
   return a;
 }
 
-static value *eval_field(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
-  value *s = nt_eval(I, e, ds, x->u.field.subject);
+static nt_value *eval_field(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  nt_value *s = nt_eval(I, e, ds, x->u.field.subject);
   if (!s) return NULL;
   const char *name = x->u.field.name;
-  if (s->kind == V_RECORD) {
+  if (s->kind == NT_V_RECORD) {
     for (int i = 0; i < s->n; i++)
       if (strcmp(s->names[i], name) == 0) return s->items[i];
     return nt_fail(I, x->u.field.name_pos, "the record has no field '%s'", name);
   }
-  if (s->kind != V_TENSOR) return nt_fail(I, x->pos, "%s has no fields", nt_kind_name(s->kind));
+  if (s->kind != NT_V_TENSOR) return nt_fail(I, x->pos, "%s has no fields", nt_kind_name(s->kind));
   if (s->merge) return nt_fail(I, x->u.field.name_pos, "%s", "a merge buffer has no fields");
-  value *v = nt_mk(I, V_TENSOR);
+  nt_value *v = nt_mk(I, NT_V_TENSOR);
   if (!v) return NULL;
   *v = *s;
   if (strcmp(name, "value") == 0) {
@@ -782,20 +789,20 @@ static value *eval_field(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x)
   return nt_fail(I, x->u.field.name_pos, "unsupported field '%s' (value, grad or merge)", name);
 }
 
-static value *eval_prefix(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+static nt_value *eval_prefix(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   const char *op = x->u.prefix.op;
   bool minus = strcmp(op, "-") == 0 || strcmp(op, "-.") == 0;
-  value *v = minus ? nt_eval_operand(I, e, ds, x->u.prefix.operand)
-                   : nt_eval(I, e, ds, x->u.prefix.operand);
+  nt_value *v = minus ? nt_eval_operand(I, e, ds, x->u.prefix.operand)
+                      : nt_eval(I, e, ds, x->u.prefix.operand);
   if (!v) return NULL;
   if (strcmp(op, "!.") == 0 || strcmp(op, "!..") == 0) {
-    if (v->kind != V_NUM) return nt_fail(I, x->pos, "%s expects a number", op);
+    if (v->kind != NT_V_NUM) return nt_fail(I, x->pos, "%s expects a number", op);
     cn_tensor *t = cn_tensor_number(I->g, op[2] ? trunc(v->num) : v->num);
     return t ? nt_tensor_value(I, t) : nt_fail_here(I, x->pos);
   }
   if (strcmp(op, "!@") == 0) { /* a static index's value, as a scalar tensor */
     cn_symbol sym;
-    if (v->kind != V_INDEX)
+    if (v->kind != NT_V_INDEX)
       return nt_fail(I, x->pos,
                      "!@ expects a static index (of static_index or a for loop), found %s",
                      nt_kind_name(v->kind));
@@ -804,7 +811,7 @@ static value *eval_prefix(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
     return t ? nt_tensor_value(I, t) : nt_fail_here(I, x->pos);
   }
   if (minus) {
-    if (v->kind == V_NUM) return nt_num(I, -v->num, v->is_int);
+    if (v->kind == NT_V_NUM) return nt_num(I, -v->num, v->is_int);
     cn_tensor *t = nt_tensor_of(I, v, x->pos);
     cn_tensor *r = t ? cn_tensor_apply(I->g, CN_OP_NEG, 1, &t) : NULL;
     return r ? nt_tensor_value(I, r) : t ? nt_fail_here(I, x->pos) : NULL;
@@ -815,7 +822,7 @@ static value *eval_prefix(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
 /* Scripts compute with doubles: an integer literal beyond 2^53 would silently change value. */
 #define EXACT_INT_LIMIT 9007199254740992LL /* 2^53 */
 
-static value *eval_number(interp *I, const cn_nt_expr *x) {
+static nt_value *eval_number(nt_interp *I, const cn_nt_expr *x) {
   int64_t n = x->u.number.ival;
   if (x->u.number.is_int && (n > EXACT_INT_LIMIT || n < -EXACT_INT_LIMIT)) {
     char digits[32];
@@ -833,8 +840,8 @@ static value *eval_number(interp *I, const cn_nt_expr *x) {
   return t ? nt_tensor_value(I, t) : nt_fail_here(I, x->pos);
 }
 
-static value *eval_record(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
-  value *v = nt_mk(I, V_RECORD);
+static nt_value *eval_record(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  nt_value *v = nt_mk(I, NT_V_RECORD);
   if (!v) return NULL;
   v->n = x->u.record.n_fields;
   v->items = cn_alloc(I->ctx, sizeof *v->items * (size_t)v->n);
@@ -849,18 +856,18 @@ static value *eval_record(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x
   return v;
 }
 
-static value *eval_node(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
+static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   switch (x->kind) {
   case CN_NT_NUMBER: return eval_number(I, x);
   case CN_NT_STRING: {
-    value *v = nt_mk(I, V_STR);
+    nt_value *v = nt_mk(I, NT_V_STR);
     if (v) v->str = x->u.string.text;
     return v;
   }
   case CN_NT_BOOL: return boolean(I, x->u.boolean);
-  case CN_NT_UNIT: return nt_mk(I, V_UNIT);
+  case CN_NT_UNIT: return nt_mk(I, NT_V_UNIT);
   case CN_NT_IDENT: {
-    value *v = nt_lookup(I, e, x->u.ident.name);
+    nt_value *v = nt_lookup(I, e, x->u.ident.name);
     return v ? v : nt_fail(I, x->pos, "unbound name '%s'", x->u.ident.name);
   }
   case CN_NT_FIELD: return eval_field(I, e, ds, x);
@@ -869,8 +876,8 @@ static value *eval_node(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) 
   case CN_NT_EINSUM: return eval_einsum(I, e, ds, x);
   case CN_NT_APPLY: return nt_apply(I, e, ds, x);
   case CN_NT_LET: {
-    value *v = nt_eval(I, e, ds, x->u.let.value);
-    env *inner = e;
+    nt_value *v = nt_eval(I, e, ds, x->u.let.value);
+    nt_env *inner = e;
     if (!v || (strcmp(x->u.let.name, "_") != 0 && !nt_bind(I, &inner, x->u.let.name, v)))
       return NULL;
     return nt_eval(I, inner, ds, x->u.let.body);
@@ -879,7 +886,7 @@ static value *eval_node(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) 
   case CN_NT_TUPLE:
   case CN_NT_ARRAY:
   case CN_NT_ANNOT: {
-    value *v = list_value(I, e, ds, x);
+    nt_value *v = list_value(I, e, ds, x);
     if (v && is_literal(x)) v->literal = x;
     if (v) v->tuple = x->kind == CN_NT_TUPLE;
     return v;
@@ -892,8 +899,8 @@ static value *eval_node(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) 
 
 /* Evaluates x and records it as the origin of the tensors built meanwhile (the operator's
  * position for an operator expression). */
-value *nt_eval(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x) {
-  value *v = eval_node(I, e, ds, x);
+nt_value *nt_eval(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  nt_value *v = eval_node(I, e, ds, x);
   nt_note(I, x->kind == CN_NT_BINOP    ? x->u.binop.op_pos
              : x->kind == CN_NT_EINSUM ? x->u.einsum.op_pos
                                        : x->pos);

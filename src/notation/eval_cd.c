@@ -1,4 +1,4 @@
-/* The evaluator, part 3 of 4 (see eval_internal.h): %cd. An assignment becomes a standalone
+/* The evaluator, part 3 of 5 (see eval_internal.h): %cd. An assignment becomes a standalone
  * update of the tensor layer (seed 001's producer regime: it contributes its own constraint
  * through ~logic, "." by default); sequences, `if` on host values and block comments build a
  * code tree whose assignments are produced once shapes are known.
@@ -21,14 +21,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static code *new_code(interp *I, code_kind kind) {
-  code *c = cn_alloc(I->ctx, sizeof *c);
+static nt_code *new_code(nt_interp *I, nt_code_kind kind) {
+  nt_code *c = cn_alloc(I->ctx, sizeof *c);
   if (c) c->kind = kind;
   return c;
 }
 
-code *nt_seq_code(interp *I, int n, code **items) {
-  code *c = new_code(I, C_SEQ);
+nt_code *nt_seq_code(nt_interp *I, int n, nt_code **items) {
+  nt_code *c = new_code(I, NT_C_SEQ);
   if (!c) return NULL;
   c->n = n;
   c->items = cn_alloc(I->ctx, sizeof *items * (size_t)(n + 1));
@@ -40,16 +40,16 @@ code *nt_seq_code(interp *I, int n, code **items) {
 /* The tensor that enriches the label of the declaration on the left of `cd`: the first
  * right-hand operand written as an identifier or a field of one (not the declared name itself);
  * a %cd declaration passes on its own enriching tensor. */
-static cn_tensor *enricher_of(interp *I, env *e, const cn_nt_cd *cd) {
+static cn_tensor *enricher_of(nt_interp *I, nt_env *e, const cn_nt_cd *cd) {
   const cn_nt_expr *lhs = cd->u.assign.lhs;
   const char *self = lhs->kind == CN_NT_DECL ? lhs->u.decl.name : lhs->u.string.text;
   for (int i = 0; i < cd->u.assign.n_rhs; i++) {
     const cn_nt_expr *x = cd->u.assign.rhs[i];
     while (x->kind == CN_NT_FIELD) x = x->u.field.subject;
     if (x->kind != CN_NT_IDENT || strcmp(x->u.ident.name, self) == 0) continue;
-    value *v = nt_lookup(I, e, x->u.ident.name);
-    if (!v || v->kind != V_TENSOR) continue;
-    const cd_decl *d = cn_map_get(&I->cd_decls, v->t);
+    nt_value *v = nt_lookup(I, e, x->u.ident.name);
+    if (!v || v->kind != NT_V_TENSOR) continue;
+    const nt_cd_decl *d = cn_map_get(&I->cd_decls, v->t);
     if (!d) return v->t;
     if (d->enricher) return d->enricher;
   }
@@ -59,7 +59,7 @@ static cn_tensor *enricher_of(interp *I, env *e, const cn_nt_cd *cd) {
 /* Whether some tensor computes from t (then t is no forward root). The tensors built since the
  * last question are scanned for their operands first, so over a script each tensor is scanned
  * once instead of the whole graph at every question; false with a message on exhaustion. */
-static bool computes_from(interp *I, const cn_tensor *t, bool *yes) {
+static bool computes_from(nt_interp *I, const cn_tensor *t, bool *yes) {
   for (; I->n_scanned < I->g->n_tensors; I->n_scanned++) {
     const cn_tensor *u = I->g->tensors[I->n_scanned];
     for (int k = 0; k < u->n_args; k++) {
@@ -81,8 +81,8 @@ static bool computes_from(interp *I, const cn_tensor *t, bool *yes) {
  * to *pre); so does the forward code of a tensor named by an identifier if it is a forward root
  * (nothing computes from it) now and no statement or routine computed it before the routine's
  * first run, and the init code of a parameter not yet initialized. */
-static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tref *out,
-                   bool *merge, code **pre, int *n_pre, cn_tensor *enricher) {
+static bool cd_ref(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x, cn_tref *out,
+                   bool *merge, nt_code **pre, int *n_pre, cn_tensor *enricher) {
   bool target = merge == NULL;
   if (x->kind == CN_NT_DECL || (x->kind == CN_NT_STRING && target)) {
     cn_tensor *t = nt_declare(I, e, ds, x, true, enricher);
@@ -93,10 +93,10 @@ static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tr
     return nt_fail(I, x->pos, "%s",
                    "a %cd declaration \"name\" is only allowed on the left of an assignment"),
            false;
-  value *v = nt_eval(I, e, ds, x);
+  nt_value *v = nt_eval(I, e, ds, x);
   if (!v) return false;
   bool named = false; /* an existing tensor: its forward code only while it is a root */
-  if (v->kind == V_TENSOR) {
+  if (v->kind == NT_V_TENSOR) {
     if (target && v->merge)
       return nt_fail(I, x->pos, "%s", "a merge buffer is read, never assigned to"), false;
     *out = (cn_tref){v->t, v->grad};
@@ -117,7 +117,7 @@ static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tr
     if (!t) return false;
     *out = (cn_tref){t, false};
   }
-  code *c = new_code(I, C_FORWARD);
+  nt_code *c = new_code(I, NT_C_FORWARD);
   if (!c) return false;
   c->tensor = out->tensor;
   c->if_root = named;
@@ -125,14 +125,14 @@ static bool cd_ref(interp *I, env *e, decl_scope *ds, const cn_nt_expr *x, cn_tr
   return true;
 }
 
-static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_cd *cd) {
   const cn_nt_arg *pa = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "projections");
   if (pa)
     return nt_fail(I, pa->pos, "%s",
                    "no projections are in scope in a script: ~projections belongs to an "
                    "operation's op_asn / grad_asn, defined in OCaml; give ~logic instead"),
            NULL;
-  code *items[5];
+  nt_code *items[5];
   int n = 0;
   cn_tref lhs, rhs[3];
   bool merge[3] = {false, false, false};
@@ -145,9 +145,9 @@ static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) 
   const char *logic = NULL;
   const cn_nt_arg *la = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "logic");
   if (la && la->value) {
-    value *lv = nt_eval(I, e, ds, la->value);
+    nt_value *lv = nt_eval(I, e, ds, la->value);
     if (!lv) return NULL;
-    if (lv->kind != V_STR) return nt_fail(I, la->pos, "%s", "~logic expects a string"), NULL;
+    if (lv->kind != NT_V_STR) return nt_fail(I, la->pos, "%s", "~logic expects a string"), NULL;
     if (!(logic = nt_spec_splice(I, e, lv->str, la->value->pos))) return NULL;
   } else if (la) {
     return nt_fail(I, la->pos, "%s", "~logic needs a value: ~logic:\".\", \"@\", \"T\" or a spec"),
@@ -167,7 +167,7 @@ static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) 
                                  cd->u.assign.n_rhs, rhs, logic);
   if (!u) return nt_fail_here(I, cd->u.assign.op_pos), NULL;
   nt_note(I, cd->u.assign.op_pos);
-  code *c = new_code(I, C_UPDATE);
+  nt_code *c = new_code(I, NT_C_UPDATE);
   if (!c) return NULL;
   c->update = u;
   memcpy(c->merge, merge, sizeof merge);
@@ -177,13 +177,13 @@ static code *eval_assign(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) 
 
 /* ~~("text" t ...; body): the parts are strings and tensors (their labels; a gradient as
  * label.grad). */
-static code *eval_comment(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+static nt_code *eval_comment(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_cd *cd) {
   cn_sbuf sb = {0};
   for (int i = 0; i < cd->u.comment.n_parts; i++) {
     const cn_nt_expr *part = cd->u.comment.parts[i];
-    value *v = nt_eval(I, e, ds, part);
-    if (v && v->kind == V_LIST && v->literal && !nt_tensor_of(I, v, part->pos)) v = NULL;
-    if (v && v->kind != V_STR && v->kind != V_TENSOR && !(v->kind == V_LIST && v->literal))
+    nt_value *v = nt_eval(I, e, ds, part);
+    if (v && v->kind == NT_V_LIST && v->literal && !nt_tensor_of(I, v, part->pos)) v = NULL;
+    if (v && v->kind != NT_V_STR && v->kind != NT_V_TENSOR && !(v->kind == NT_V_LIST && v->literal))
       v = nt_fail(I, part->pos, "a comment is made of strings and tensors, not %s",
                   nt_kind_name(v->kind));
     if (!v) {
@@ -191,12 +191,12 @@ static code *eval_comment(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd)
       return NULL;
     }
     if (i) cn_sbuf_putc(&sb, ' ');
-    if (v->kind == V_STR)
+    if (v->kind == NT_V_STR)
       cn_sbuf_puts(&sb, v->str);
     else
       cn_sbuf_printf(&sb, "%s%s", v->t->label, v->grad ? ".grad" : "");
   }
-  code *c = new_code(I, C_COMMENT);
+  nt_code *c = new_code(I, NT_C_COMMENT);
   if (!c) return cn_sbuf_free(&sb), NULL;
   c->text = cn_sbuf_finish(I->ctx, &sb);
   c->n = 1;
@@ -206,24 +206,24 @@ static code *eval_comment(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd)
   return c;
 }
 
-code *nt_eval_cd(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
+nt_code *nt_eval_cd(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_cd *cd) {
   switch (cd->kind) {
   case CN_NT_CD_ASSIGN: return eval_assign(I, e, ds, cd);
   case CN_NT_CD_SEQ: {
-    code **items = cn_alloc(I->ctx, sizeof *items * (size_t)(cd->u.seq.n + 1));
+    nt_code **items = cn_alloc(I->ctx, sizeof *items * (size_t)(cd->u.seq.n + 1));
     if (!items) return NULL;
     for (int i = 0; i < cd->u.seq.n; i++)
       if (!(items[i] = nt_eval_cd(I, e, ds, cd->u.seq.items[i]))) return NULL;
     return nt_seq_code(I, cd->u.seq.n, items);
   }
   case CN_NT_CD_IF: {
-    value *c = nt_eval(I, e, ds, cd->u.if_.cond);
+    nt_value *c = nt_eval(I, e, ds, cd->u.if_.cond);
     if (!c) return NULL;
-    if (c->kind != V_BOOL && c->kind != V_NUM)
+    if (c->kind != NT_V_BOOL && c->kind != NT_V_NUM)
       return nt_fail(I, cd->u.if_.cond->pos, "an if condition must be a host value, found %s",
                      nt_kind_name(c->kind)),
              NULL;
-    bool yes = c->kind == V_BOOL ? c->b : c->num != 0;
+    bool yes = c->kind == NT_V_BOOL ? c->b : c->num != 0;
     if (yes) return nt_eval_cd(I, e, ds, cd->u.if_.then_branch);
     return cd->u.if_.else_branch ? nt_eval_cd(I, e, ds, cd->u.if_.else_branch)
                                  : nt_seq_code(I, 0, NULL);
@@ -233,7 +233,7 @@ code *nt_eval_cd(interp *I, env *e, decl_scope *ds, const cn_nt_cd *cd) {
   return NULL;
 }
 
-void nt_consume(interp *I, const cn_tensor *t) {
+void nt_consume(nt_interp *I, const cn_tensor *t) {
   if (t->id >= I->cap_consumed) {
     int old = I->cap_consumed;
     /* a failed allocation leaves t a root: its forward code may run once more, harmlessly */
@@ -245,7 +245,7 @@ void nt_consume(interp *I, const cn_tensor *t) {
 
 /* The update's assignment with merge buffers read where flagged (cn_graph_update_code reads
  * every operand's node). */
-static cn_asgn *update_asgn(interp *I, const code *c) {
+static cn_asgn *update_asgn(nt_interp *I, const nt_code *c) {
   if (!c->merge[0] && !c->merge[1] && !c->merge[2]) return cn_graph_update_code(I->g, c->update);
   if (cn_graph_materialize(I->g) != CN_OK) return NULL;
   const cn_update *u = c->update;
@@ -258,11 +258,11 @@ static cn_asgn *update_asgn(interp *I, const code *c) {
   return lhs ? cn_asgn_accum(I->ctx, u->init, u->accum, lhs, u->prim, buf, u->proj) : NULL;
 }
 
-cn_asgn *nt_code_asgn(interp *I, const code *c, cn_asgn **init) {
+cn_asgn *nt_code_asgn(nt_interp *I, const nt_code *c, cn_asgn **init) {
   cn_ctx *ctx = I->ctx;
   switch (c->kind) {
-  case C_UPDATE: return update_asgn(I, c);
-  case C_FORWARD: {
+  case NT_C_UPDATE: return update_asgn(I, c);
+  case NT_C_FORWARD: {
     if (c->if_root && c->tensor->is_param) { /* its init, once, before the routine */
       if (!init) return cn_asgn_noop(ctx);
       cn_asgn *params = cn_graph_init_params(I->g, c->tensor);
@@ -280,11 +280,11 @@ cn_asgn *nt_code_asgn(interp *I, const code *c, cn_asgn **init) {
     *init = *init ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){*init, params}) : params;
     return *init ? forward : NULL;
   }
-  case C_COMMENT: {
+  case NT_C_COMMENT: {
     cn_asgn *body = nt_code_asgn(I, c->items[0], init);
     return body ? cn_asgn_comment(ctx, c->text, body) : NULL;
   }
-  case C_SEQ: {
+  case NT_C_SEQ: {
     cn_asgn **items = cn_alloc(ctx, sizeof *items * (size_t)(c->n + 1));
     if (!items) return NULL;
     for (int i = 0; i < c->n; i++)

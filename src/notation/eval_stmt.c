@@ -1,5 +1,5 @@
-/* The evaluator, part 4 of 4 (see eval_internal.h): the statements of a script (let, print,
- * backprop, run, sgd, set_seed, for loops) and the public entry points cn_notation_run,
+/* The evaluator, part 4 of 5 (see eval_internal.h): the statements of a script (let, print,
+ * backprop, run, sgd, set_seed, for loops) and the entry points cn_nt_run (run.h), cn_notation_run,
  * cn_notation_check, cn_notation_op and cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
@@ -11,19 +11,20 @@
  * Invariants: a routine compiled for a statement outside loops is freed after its run; routines
  * kept by loop statements and %cd routines live until the context is destroyed. */
 #include "notation/eval_internal.h"
+#include "notation/run.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static FILE *out(interp *I) {
+static FILE *out(nt_interp *I) {
   return I->opts.out ? I->opts.out : stdout;
 }
 
 /* A run stopped by the NaN check (option "check" = "nan") names a node: report it at the position
  * where the script built its tensor, with the operation that computes it and the statement
  * that ran the routine. */
-static void explain_nonfinite(interp *I, cn_nt_pos at) {
+static void explain_nonfinite(nt_interp *I, cn_nt_pos at) {
   cn_ctx *ctx = I->ctx;
   bool grad = false;
   cn_tensor *t = cn_graph_tensor_of_node(I->g, ctx->nonfinite_node, &grad);
@@ -60,7 +61,7 @@ static void explain_nonfinite(interp *I, cn_nt_pos at) {
 /* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
  * routine reads and runs it, printing what --emit asks for. Without a cache the routine is freed
  * after the run. */
-static bool run_asgn(interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
+static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
   cn_routine *r = cache ? *cache : NULL;
   if (!r) {
     char name[32];
@@ -100,7 +101,8 @@ static bool asgn_empty(const cn_asgn *a) {
 /* Runs a statement's parameter init code and its main code. Outside loops as one routine, freed
  * after the run; in a loop body the init code (if any) runs on its own, once, and main is
  * compiled into st->routine, which later executions run again. */
-static bool run_statement(interp *I, item_state *st, cn_asgn *init, cn_asgn *main, cn_nt_pos at) {
+static bool run_statement(nt_interp *I, nt_item_state *st, cn_asgn *init, cn_asgn *main,
+                          cn_nt_pos at) {
   if (!init || !main) return nt_fail_here(I, at), false;
   if (I->n_bound == 0)
     return run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
@@ -110,9 +112,9 @@ static bool run_statement(interp *I, item_state *st, cn_asgn *init, cn_asgn *mai
 
 /* The state of a statement in a loop body (created on its first execution); outside loops a
  * statement runs once and uses the caller's zeroed `local`. */
-static item_state *state_of(interp *I, const cn_nt_item *it, item_state *local) {
+static nt_item_state *state_of(nt_interp *I, const cn_nt_item *it, nt_item_state *local) {
   if (I->n_bound == 0) return local;
-  item_state *s = cn_map_get(&I->states, it);
+  nt_item_state *s = cn_map_get(&I->states, it);
   if (s) return s;
   if (!(s = cn_alloc(I->ctx, sizeof *s))) return NULL;
   s->item = it;
@@ -121,41 +123,40 @@ static item_state *state_of(interp *I, const cn_nt_item *it, item_state *local) 
 
 /* The tensor a statement works on (built once per statement state), with the graph
  * materialized. */
-static bool statement_tensor(interp *I, env *scope, const cn_nt_expr *x, item_state *st) {
+static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
   if (st->tensor) return true;
-  value *v = nt_eval(I, scope, &I->top, x);
-  st->grad = v && v->kind == V_TENSOR && v->grad;
-  st->tensor = v && v->kind == V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
+  nt_value *v = nt_eval(I, scope, &I->top, x);
+  st->grad = v && v->kind == NT_V_TENSOR && v->grad;
+  st->tensor = v && v->kind == NT_V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
   return st->tensor != NULL && nt_materialize(I, x->pos);
 }
 
-static bool item(interp *I, const cn_nt_item *it, env *scope);
+static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope);
 
 /* A value bound by a let: a literal becomes its tensor; a tensor or static index this let
  * created takes the name. */
-static value *let_value(interp *I, value *v, const char *name, int before, cn_nt_pos pos) {
-  if (v->kind == V_LIST && v->literal) {
+static nt_value *let_value(nt_interp *I, nt_value *v, const char *name, int before, cn_nt_pos pos) {
+  if (v->kind == NT_V_LIST && v->literal) {
     if (!nt_tensor_of(I, v, pos)) return NULL;
     v = nt_tensor_value(I, v->t);
   }
   if (!v || strcmp(name, "_") == 0) return v;
-  if (v->kind == V_TENSOR && v->t->id > before && cn_tensor_set_label(v->t, name) != CN_OK)
+  if (v->kind == NT_V_TENSOR && v->t->id > before && cn_tensor_set_label(v->t, name) != CN_OK)
     return NULL;
-  if (v->kind == V_INDEX && !v->index.name) v->index.name = name;
+  if (v->kind == NT_V_INDEX && !v->index.name) v->index.name = name;
   return v;
 }
 
 /* let (a, b, ...) = e: e must be a tuple of as many items. */
-static bool bind_pattern(interp *I, const cn_nt_item *it, value *v, int before) {
+static bool bind_pattern(nt_interp *I, const cn_nt_item *it, nt_value *v, int before) {
   int n = it->u.let.n_names;
-  if (v->kind != V_LIST || !v->tuple || v->n != n) {
-    cn_nt_fail_at(I->ctx, it->u.let.expr->pos, "the pattern binds %d names: expected a tuple of %d",
-                  n, n);
-    return false;
-  }
+  if (v->kind != NT_V_LIST || !v->tuple || v->n != n)
+    return nt_fail(I, it->u.let.expr->pos, "the pattern binds %d names: expected a tuple of %d", n,
+                   n),
+           false;
   for (int i = 0; i < n; i++) {
     const char *name = it->u.let.names[i];
-    value *item_v = let_value(I, v->items[i], name, before, it->u.let.expr->pos);
+    nt_value *item_v = let_value(I, v->items[i], name, before, it->u.let.expr->pos);
     if (!item_v || (strcmp(name, "_") != 0 && !nt_bind_global(I, name, item_v))) return false;
   }
   return true;
@@ -164,11 +165,11 @@ static bool bind_pattern(interp *I, const cn_nt_item *it, value *v, int before) 
 /* A let%op / let%cd / let%tile function (a Tile body was parsed with the script): a let%op function
  * without a lifting parameter creates its inline declarations (and config blocks) now, once, shared
  * by every application. */
-static value *function_value(interp *I, const cn_nt_item *it) {
-  value *v = nt_mk(I, V_FUNC);
+static nt_value *function_value(nt_interp *I, const cn_nt_item *it) {
+  nt_value *v = nt_mk(I, NT_V_FUNC);
   if (!v) return NULL;
   v->fn.def = it;
-  v->fn.given = cn_alloc(I->ctx, sizeof(value *) * (size_t)it->u.let.n_params);
+  v->fn.given = cn_alloc(I->ctx, sizeof(nt_value *) * (size_t)it->u.let.n_params);
   v->fn.decls = cn_alloc(I->ctx, sizeof *v->fn.decls);
   if (!v->fn.given || !v->fn.decls) return NULL;
   if (it->u.let.ext == CN_NT_LET_TILE) return v; /* the parser made the Tile function */
@@ -178,14 +179,14 @@ static value *function_value(interp *I, const cn_nt_item *it) {
   return v;
 }
 
-static bool let_item(interp *I, const cn_nt_item *it) {
+static bool let_item(nt_interp *I, const cn_nt_item *it) {
   const char *name = it->u.let.name;
-  value *v;
+  nt_value *v;
   if (it->u.let.n_params > 0) {
     if (!(v = function_value(I, it))) return false;
   } else if (it->u.let.ext == CN_NT_LET_CD) {
-    code *c = nt_eval_cd(I, NULL, &I->top, it->u.let.cd);
-    if (!c || !(v = nt_mk(I, V_ROUTINE))) return false;
+    nt_code *c = nt_eval_cd(I, NULL, &I->top, it->u.let.cd);
+    if (!c || !(v = nt_mk(I, NT_V_ROUTINE))) return false;
     v->routine = c;
   } else {
     int before = I->g->n_tensors;
@@ -196,11 +197,10 @@ static bool let_item(interp *I, const cn_nt_item *it) {
   return strcmp(name, "_") == 0 || nt_bind_global(I, name, v);
 }
 
-/* for i = a to b do ... done: binds i (an existing static index, or a new one with the values
- * 0 .. b) to a, a + 1, ..., b in turn and runs the body each time; nothing when b < a. */
-static bool for_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
-  value *from = nt_eval(I, scope, &I->top, it->u.for_.from);
-  value *to = from ? nt_eval(I, scope, &I->top, it->u.for_.to) : NULL;
+/* One execution of a for loop (for_item): the bounds, the index, the iterations. */
+static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  nt_value *from = nt_eval(I, scope, &I->top, it->u.for_.from);
+  nt_value *to = from ? nt_eval(I, scope, &I->top, it->u.for_.to) : NULL;
   int64_t lo, hi;
   if (!to || !nt_as_int(I, from, it->u.for_.from->pos, &lo) ||
       !nt_as_int(I, to, it->u.for_.to->pos, &hi))
@@ -208,22 +208,20 @@ static bool for_item(interp *I, const cn_nt_item *it, env *scope, item_state *st
   if (lo < 0 && hi >= lo)
     return nt_fail(I, it->u.for_.from->pos, "%s", "a static index starts at 0 or more");
   if (!st->index) {
-    value *v = nt_lookup(I, scope, it->u.for_.name);
-    if (!v || v->kind != V_INDEX) {
-      if (!(v = nt_mk(I, V_INDEX))) return false;
+    nt_value *v = nt_lookup(I, scope, it->u.for_.name);
+    if (!v || v->kind != NT_V_INDEX) {
+      if (!(v = nt_mk(I, NT_V_INDEX))) return false;
       v->index.range = hi >= lo ? hi + 1 : 1;
       v->index.name = it->u.for_.name;
     }
     st->index = v;
   }
-  if (hi >= lo && hi >= st->index->index.range) {
-    char what[160];
-    snprintf(what, sizeof what, "the loop reaches %lld, outside the values 0 .. %lld of '%s'",
-             (long long)hi, (long long)st->index->index.range - 1, it->u.for_.name);
-    return nt_fail(I, it->u.for_.to->pos, "%s", what);
-  }
+  if (hi >= lo && hi >= st->index->index.range)
+    return nt_fail(I, it->u.for_.to->pos,
+                   "the loop reaches %lld, outside the values 0 .. %lld of '%s'", (long long)hi,
+                   (long long)st->index->index.range - 1, it->u.for_.name);
   cn_symbol sym;
-  env *body = scope;
+  nt_env *body = scope;
   if (!nt_index_symbol(I, st->index, it->u.for_.name_pos, &sym) ||
       !nt_bind(I, &body, it->u.for_.name, st->index))
     return false;
@@ -236,21 +234,37 @@ static bool for_item(interp *I, const cn_nt_item *it, env *scope, item_state *st
     for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
   }
   I->n_bound--;
+  st->ran |= ok && hi >= lo;
   return ok;
 }
 
-static bool sgd_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
+/* for i = a to b do ... done: binds i (an existing static index, or a new one with the values
+ * 0 .. b) to a, a + 1, ..., b in turn and runs the body each time; nothing when b < a.
+ * A loop in a loop body runs again at each step of the outer loop. Once an execution has run
+ * its body, every statement below it is elaborated (bodies have no conditionals and their
+ * bounds are the same each time), so a later execution allocates only temporaries (the bounds'
+ * values, the index binding): it gives them back (cn_arena_reset), or nested loops would grow
+ * the arena at every step. A failure keeps them: the message may live there. */
+static bool for_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
+  bool again = st->ran;
+  if (!run_loop(I, it, scope, st)) return false;
+  if (again) cn_arena_reset(&I->ctx->arena, mark);
+  return true;
+}
+
+static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
-  value *lr = nt_eval(I, scope, &I->top, it->u.sgd.learning_rate);
+  nt_value *lr = nt_eval(I, scope, &I->top, it->u.sgd.learning_rate);
   cn_tensor *lrt = lr ? nt_tensor_of(I, lr, it->u.sgd.learning_rate->pos) : NULL;
   if (!lrt) return false;
-  value *m = it->u.sgd.momentum ? nt_eval(I, scope, &I->top, it->u.sgd.momentum) : NULL;
-  value *w = it->u.sgd.weight_decay ? nt_eval(I, scope, &I->top, it->u.sgd.weight_decay) : NULL;
-  value *nv = it->u.sgd.nesterov ? nt_eval(I, scope, &I->top, it->u.sgd.nesterov) : NULL;
-  if ((it->u.sgd.momentum && (!m || m->kind != V_NUM)) ||
-      (it->u.sgd.weight_decay && (!w || w->kind != V_NUM)) ||
-      (it->u.sgd.nesterov && (!nv || nv->kind != V_BOOL)))
+  nt_value *m = it->u.sgd.momentum ? nt_eval(I, scope, &I->top, it->u.sgd.momentum) : NULL;
+  nt_value *w = it->u.sgd.weight_decay ? nt_eval(I, scope, &I->top, it->u.sgd.weight_decay) : NULL;
+  nt_value *nv = it->u.sgd.nesterov ? nt_eval(I, scope, &I->top, it->u.sgd.nesterov) : NULL;
+  if ((it->u.sgd.momentum && (!m || m->kind != NT_V_NUM)) ||
+      (it->u.sgd.weight_decay && (!w || w->kind != NT_V_NUM)) ||
+      (it->u.sgd.nesterov && (!nv || nv->kind != NT_V_BOOL)))
     return nt_fail(I, it->pos, "%s",
                    "sgd expects numbers for ~momentum and ~weight_decay, a boolean for ~nesterov"),
            false;
@@ -261,7 +275,7 @@ static bool sgd_item(interp *I, const cn_nt_item *it, env *scope, item_state *st
                        it->pos);
 }
 
-static bool print_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
+static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.expr->pos;
   if (!statement_tensor(I, scope, it->u.expr, st)) return false;
   if (!st->grad && st->routine && !run_asgn(I, NULL, &st->routine, at)) return false;
@@ -279,17 +293,16 @@ static bool print_item(interp *I, const cn_nt_item *it, env *scope, item_state *
 
 /* run r, or run f args (a let%cd function applied): the routine's parameter init runs once,
  * before its first run; in a loop the application is elaborated once. */
-static bool run_item(interp *I, const cn_nt_item *it, env *scope, item_state *st) {
+static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.expr->pos;
-  value *v = st->run ? st->run : nt_eval(I, scope, &I->top, it->u.expr);
+  nt_value *v = st->run ? st->run : nt_eval(I, scope, &I->top, it->u.expr);
   if (!v) return false;
-  if (v->kind != V_ROUTINE) {
-    cn_nt_fail_at(I->ctx, at, "%s is not a routine%s", nt_kind_name(v->kind),
-                  v->kind == V_FUNC ? " (a let%cd function needs all its arguments)" : "");
-    return false;
-  }
+  if (v->kind != NT_V_ROUTINE)
+    return nt_fail(I, at, "%s is not a routine%s", nt_kind_name(v->kind),
+                   v->kind == NT_V_FUNC ? " (a let%cd function needs all its arguments)" : ""),
+           false;
   st->run = v;
-  code *c = v->routine;
+  nt_code *c = v->routine;
   if (c->compiled) return run_asgn(I, NULL, &c->compiled, at);
   if (!nt_materialize(I, at)) return false;
   cn_asgn *init = NULL, *main = nt_code_asgn(I, c, &init);
@@ -298,9 +311,9 @@ static bool run_item(interp *I, const cn_nt_item *it, env *scope, item_state *st
   return run_asgn(I, main, &c->compiled, at);
 }
 
-static bool item(interp *I, const cn_nt_item *it, env *scope) {
+static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   if (it->kind == CN_NT_ITEM_LET) return let_item(I, it);
-  item_state local = {0}, *st = state_of(I, it, &local);
+  nt_item_state local = {0}, *st = state_of(I, it, &local);
   if (!st) return false;
   switch (it->kind) {
   case CN_NT_ITEM_LET: return false; /* handled above: a let keeps no state */
@@ -326,10 +339,10 @@ static bool item(interp *I, const cn_nt_item *it, env *scope) {
 
 /* ---- Entry points ---------------------------------------------------------------------------- */
 
-static bool bind_all(interp *I, int n, const cn_notation_binding *b) {
+static bool bind_all(nt_interp *I, int n, const cn_notation_binding *b) {
   for (int i = 0; i < n; i++) {
-    value *v = b[i].tensor ? nt_tensor_value(I, b[i].tensor)
-                           : nt_num(I, b[i].number, b[i].number == floor(b[i].number));
+    nt_value *v = b[i].tensor ? nt_tensor_value(I, b[i].tensor)
+                              : nt_num(I, b[i].number, b[i].number == floor(b[i].number));
     if (!b[i].name || !v || !nt_bind_global(I, b[i].name, v)) {
       if (!b[i].name) cn_fail(I->ctx, CN_ERR_INVALID, "binding %d has no name", i);
       return false;
@@ -338,7 +351,7 @@ static bool bind_all(interp *I, int n, const cn_notation_binding *b) {
   return true;
 }
 
-static void open_interp(interp *I, cn_graph *g, const cn_notation_options *opts) {
+static void open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *opts) {
   memset(I, 0, sizeof *I);
   I->ctx = cn_graph_ctx(g);
   I->g = g;
@@ -349,16 +362,22 @@ static void open_interp(interp *I, cn_graph *g, const cn_notation_options *opts)
   I->noted_updates = g->n_updates;
 }
 
-cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
-                          const cn_notation_options *opts) {
-  interp I;
+cn_status cn_nt_run(cn_graph *g, const char *file, const char *text,
+                    const cn_notation_options *opts, bool *parse_failed) {
+  nt_interp I;
   open_interp(&I, g, opts);
   cn_nt_program *prog = cn_nt_parse_program(I.ctx, file ? file : "<script>", text ? text : "");
+  if (parse_failed) *parse_failed = !prog;
   if (!prog) return cn_ctx_status(I.ctx);
   for (int i = 0; i < prog->n_items; i++)
     if (!item(&I, &prog->items[i], NULL))
       return cn_ctx_status(I.ctx) ? cn_ctx_status(I.ctx) : CN_ERR_INVALID;
   return CN_OK;
+}
+
+cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
+                          const cn_notation_options *opts) {
+  return cn_nt_run(g, file, text, opts, NULL);
 }
 
 cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text) {
@@ -368,20 +387,20 @@ cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text) {
 
 cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
                           const cn_notation_binding *bindings) {
-  interp I;
+  nt_interp I;
   open_interp(&I, g, NULL);
   if (!bind_all(&I, n_bindings, bindings)) return NULL;
   cn_nt_expr *x = cn_nt_parse_expr(I.ctx, "<cn_op>", text ? text : "");
-  value *v = x ? nt_eval(&I, NULL, &I.top, x) : NULL;
+  nt_value *v = x ? nt_eval(&I, NULL, &I.top, x) : NULL;
   return v ? nt_tensor_of(&I, v, x->pos) : NULL;
 }
 
 cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
                         const cn_notation_binding *bindings) {
-  interp I;
+  nt_interp I;
   open_interp(&I, g, NULL);
   if (!bind_all(&I, n_bindings, bindings)) return NULL;
   cn_nt_cd *cd = cn_nt_parse_cd(I.ctx, "<cn_cd>", text ? text : "");
-  code *c = cd ? nt_eval_cd(&I, NULL, &I.top, cd) : NULL;
+  nt_code *c = cd ? nt_eval_cd(&I, NULL, &I.top, cd) : NULL;
   return c && nt_materialize(&I, cd->pos) ? nt_code_asgn(&I, c, NULL) : NULL;
 }

@@ -152,15 +152,17 @@ static bool is_label_start(char c) { /* ~name, ?name: lowercase as in OCaml */
 
 static const struct {
   const char *word;
-  tk_kind kind;
+  nt_tk_kind kind;
 } reserved[] = {
-    {"let", TK_LET},           {"in", TK_IN},     {"if", TK_IF},       {"then", TK_THEN},
-    {"else", TK_ELSE},         {"true", TK_TRUE}, {"false", TK_FALSE}, {"print", TK_PRINT},
-    {"backprop", TK_BACKPROP}, {"run", TK_RUN},   {"sgd", TK_SGD},     {"set_seed", TK_SET_SEED},
-    {"for", TK_FOR},           {"to", TK_TO},     {"do", TK_DO},       {"done", TK_DONE},
+    {"let", NT_TK_LET},     {"in", NT_TK_IN},       {"if", NT_TK_IF},
+    {"then", NT_TK_THEN},   {"else", NT_TK_ELSE},   {"true", NT_TK_TRUE},
+    {"false", NT_TK_FALSE}, {"print", NT_TK_PRINT}, {"backprop", NT_TK_BACKPROP},
+    {"run", NT_TK_RUN},     {"sgd", NT_TK_SGD},     {"set_seed", NT_TK_SET_SEED},
+    {"for", NT_TK_FOR},     {"to", NT_TK_TO},       {"do", NT_TK_DO},
+    {"done", NT_TK_DONE},
 };
 
-const char *cn_nt_reserved_word(tk_kind kind) {
+const char *cn_nt_reserved_word(nt_tk_kind kind) {
   for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
     if (reserved[i].kind == kind) return reserved[i].word;
   return NULL;
@@ -318,7 +320,7 @@ static bool lex_number(cn_nt_lexer *lx, cn_nt_token *out) {
   }
   digits[n] = '\0';
   if (is_float) {
-    out->kind = TK_FLOAT;
+    out->kind = NT_TK_FLOAT;
     out->fval = strtod(digits, NULL);
     if (!isfinite(out->fval)) return error_here(lx, start, "float literal out of range");
     return true;
@@ -329,7 +331,7 @@ static bool lex_number(cn_nt_lexer *lx, cn_nt_token *out) {
     if (v > (INT64_MAX - d) / 10) return error_here(lx, start, "integer literal too large");
     v = v * 10 + d;
   }
-  out->kind = TK_INT;
+  out->kind = NT_TK_INT;
   out->ival = v;
   out->fval = (double)v;
   return true;
@@ -427,7 +429,7 @@ static bool lex_string(cn_nt_lexer *lx, cn_nt_token *out) {
     }
   }
   lx->pos++;
-  out->kind = TK_STRING;
+  out->kind = NT_TK_STRING;
   out->text = s;
   return true;
 }
@@ -440,8 +442,8 @@ static bool lex_label(cn_nt_lexer *lx, cn_nt_token *out, bool optional) {
   lx->pos = end;
   bool colon = at(lx, end) == ':' && at(lx, end + 1) != ':' && at(lx, end + 1) != '=';
   if (colon) lx->pos++;
-  out->kind =
-      optional ? (colon ? TK_OPTLABEL_COLON : TK_OPTLABEL) : (colon ? TK_LABEL_COLON : TK_LABEL);
+  out->kind = optional ? (colon ? NT_TK_OPTLABEL_COLON : NT_TK_OPTLABEL)
+                       : (colon ? NT_TK_LABEL_COLON : NT_TK_LABEL);
   return true;
 }
 
@@ -460,13 +462,13 @@ static bool lex_token(cn_nt_lexer *lx, cn_nt_token *out) {
         out->kind = reserved[i].kind;
         return true;
       }
-    out->kind = TK_IDENT;
+    out->kind = NT_TK_IDENT;
     return (out->text = copy_text(lx, start, end - start)) != NULL;
   }
   if (c == '\'') {
     if ((isalnum((unsigned char)next) || next == '_') && at(lx, start + 2) == '\'') {
       lx->pos += 3;
-      out->kind = TK_CHAR;
+      out->kind = NT_TK_CHAR;
       return (out->text = copy_text(lx, start + 1, 1)) != NULL;
     }
     return error_here(lx, start,
@@ -476,16 +478,17 @@ static bool lex_token(cn_nt_lexer *lx, cn_nt_token *out) {
   if ((c == '~' || c == '?') && is_label_start(next)) return lex_label(lx, out, c == '?');
   if (c == '?' && !is_op_char(next)) {
     lx->pos++;
-    out->kind = TK_QUESTION;
+    out->kind = NT_TK_QUESTION;
     return true;
   }
   static const struct {
     char c, next;
-    tk_kind kind;
-  } punct[] = {{'[', '|', TK_LBRACKET_BAR}, {'|', ']', TK_BAR_RBRACKET}, {';', ';', TK_SEMISEMI},
-               {'(', 0, TK_LPAREN},         {')', 0, TK_RPAREN},         {'[', 0, TK_LBRACKET},
-               {']', 0, TK_RBRACKET},       {'{', 0, TK_LBRACE},         {'}', 0, TK_RBRACE},
-               {';', 0, TK_SEMI},           {',', 0, TK_COMMA}};
+    nt_tk_kind kind;
+  } punct[] = {
+      {'[', '|', NT_TK_LBRACKET_BAR}, {'|', ']', NT_TK_BAR_RBRACKET}, {';', ';', NT_TK_SEMISEMI},
+      {'(', 0, NT_TK_LPAREN},         {')', 0, NT_TK_RPAREN},         {'[', 0, NT_TK_LBRACKET},
+      {']', 0, NT_TK_RBRACKET},       {'{', 0, NT_TK_LBRACE},         {'}', 0, NT_TK_RBRACE},
+      {';', 0, NT_TK_SEMI},           {',', 0, NT_TK_COMMA}};
   for (size_t i = 0; i < sizeof punct / sizeof punct[0]; i++)
     if (punct[i].c == c && (!punct[i].next || punct[i].next == next)) {
       lx->pos += punct[i].next ? 2 : 1;
@@ -497,10 +500,10 @@ static bool lex_token(cn_nt_lexer *lx, cn_nt_token *out) {
     while (is_op_char(at(lx, end)) && !(at(lx, end) == '|' && at(lx, end + 1) == ']')) end++;
     lx->pos = end;
     if (end - start == 1 && c == '.') {
-      out->kind = TK_DOT;
+      out->kind = NT_TK_DOT;
       return true;
     }
-    out->kind = TK_OP;
+    out->kind = NT_TK_OP;
     return (out->text = copy_text(lx, start, end - start)) != NULL;
   }
   if (isprint((unsigned char)c)) return error_here(lx, start, "unexpected character '%c'", c);
@@ -512,7 +515,7 @@ bool cn_nt_lex(cn_nt_lexer *lx, cn_nt_token *out) {
   if (!skip_blanks(lx)) return false;
   size_t start = lx->pos;
   if (at(lx, start) == '\0') {
-    out->kind = TK_EOF;
+    out->kind = NT_TK_EOF;
     out->line = lx->end_line;
     out->col = lx->end_col;
     out->offset = start;

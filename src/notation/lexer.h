@@ -4,59 +4,59 @@
  * Invariants: after an error (cn_nt_lex returns false) the message is in the context and the
  * lexer must not be called again; token texts are arena strings; an operator token is the
  * longest run of OCaml operator characters, except that "|]" always closes an array and a lone
- * "." is TK_DOT. */
+ * "." is NT_TK_DOT. */
 #ifndef CN_NT_LEXER_H
 #define CN_NT_LEXER_H
 
 #include "notation/notation.h"
 
 typedef enum {
-  TK_EOF,
-  TK_IDENT,          /* text: the name (including "_") */
-  TK_INT,            /* ival, fval */
-  TK_FLOAT,          /* fval */
-  TK_STRING,         /* text: decoded */
-  TK_CHAR,           /* text: the one-character label of 'q' */
-  TK_OP,             /* text: the operator characters */
-  TK_LABEL,          /* ~name (text: name) */
-  TK_LABEL_COLON,    /* ~name: */
-  TK_OPTLABEL,       /* ?name */
-  TK_OPTLABEL_COLON, /* ?name: */
-  TK_QUESTION,       /* ? before '(' */
-  TK_DOT,            /* . */
-  TK_LPAREN,         /* ( */
-  TK_RPAREN,         /* ) */
-  TK_LBRACKET,       /* [ */
-  TK_RBRACKET,       /* ] */
-  TK_LBRACKET_BAR,   /* [| */
-  TK_BAR_RBRACKET,   /* |] */
-  TK_LBRACE,         /* { */
-  TK_RBRACE,         /* } */
-  TK_SEMI,           /* ; */
-  TK_SEMISEMI,       /* ;; */
-  TK_COMMA,          /* , */
+  NT_TK_EOF,
+  NT_TK_IDENT,          /* text: the name (including "_") */
+  NT_TK_INT,            /* ival, fval */
+  NT_TK_FLOAT,          /* fval */
+  NT_TK_STRING,         /* text: decoded */
+  NT_TK_CHAR,           /* text: the one-character label of 'q' */
+  NT_TK_OP,             /* text: the operator characters */
+  NT_TK_LABEL,          /* ~name (text: name) */
+  NT_TK_LABEL_COLON,    /* ~name: */
+  NT_TK_OPTLABEL,       /* ?name */
+  NT_TK_OPTLABEL_COLON, /* ?name: */
+  NT_TK_QUESTION,       /* ? before '(' */
+  NT_TK_DOT,            /* . */
+  NT_TK_LPAREN,         /* ( */
+  NT_TK_RPAREN,         /* ) */
+  NT_TK_LBRACKET,       /* [ */
+  NT_TK_RBRACKET,       /* ] */
+  NT_TK_LBRACKET_BAR,   /* [| */
+  NT_TK_BAR_RBRACKET,   /* |] */
+  NT_TK_LBRACE,         /* { */
+  NT_TK_RBRACE,         /* } */
+  NT_TK_SEMI,           /* ; */
+  NT_TK_SEMISEMI,       /* ;; */
+  NT_TK_COMMA,          /* , */
   /* reserved words */
-  TK_LET,
-  TK_IN,
-  TK_IF,
-  TK_THEN,
-  TK_ELSE,
-  TK_TRUE,
-  TK_FALSE,
-  TK_PRINT,
-  TK_BACKPROP,
-  TK_RUN,
-  TK_SGD,
-  TK_SET_SEED,
-  TK_FOR,
-  TK_TO,
-  TK_DO,
-  TK_DONE
-} tk_kind;
+  NT_TK_LET,
+  NT_TK_IN,
+  NT_TK_IF,
+  NT_TK_THEN,
+  NT_TK_ELSE,
+  NT_TK_TRUE,
+  NT_TK_FALSE,
+  NT_TK_PRINT,
+  NT_TK_BACKPROP,
+  NT_TK_RUN,
+  NT_TK_SGD,
+  NT_TK_SET_SEED,
+  NT_TK_FOR,
+  NT_TK_TO,
+  NT_TK_DO,
+  NT_TK_DONE
+} nt_tk_kind;
 
 typedef struct {
-  tk_kind kind;
-  const char *text; /* see tk_kind; NULL for punctuation and reserved words */
+  nt_tk_kind kind;
+  const char *text; /* see nt_tk_kind; NULL for punctuation and reserved words */
   int64_t ival;
   double fval;
   int line, col; /* of the first byte */
@@ -70,7 +70,7 @@ typedef struct {
   size_t pos;            /* next byte */
   int line;              /* line of pos */
   size_t line_start;     /* offset of the first byte of that line */
-  int end_line, end_col; /* just after the last token lexed: where TK_EOF is reported */
+  int end_line, end_col; /* just after the last token lexed: where NT_TK_EOF is reported */
 } cn_nt_lexer;
 
 void cn_nt_lexer_init(cn_nt_lexer *lx, cn_ctx *ctx, const cn_nt_source *src);
@@ -83,6 +83,6 @@ bool cn_nt_lex(cn_nt_lexer *lx, cn_nt_token *out);
  * character; lexing continues after it. False (message recorded) when the block is empty. */
 bool cn_nt_lex_block(cn_nt_lexer *lx, const char **text, int *line, int *col);
 /* The source text of a reserved word, for messages. */
-const char *cn_nt_reserved_word(tk_kind kind);
+const char *cn_nt_reserved_word(nt_tk_kind kind);
 
 #endif

@@ -115,19 +115,19 @@ static cn_nt_pos here(parser *p) {
   return pos_of(p, peek(p, 0));
 }
 
-static bool at_kind(parser *p, tk_kind kind) {
+static bool at_kind(parser *p, nt_tk_kind kind) {
   return peek(p, 0)->kind == kind;
 }
 
 static bool at_op(parser *p, const char *op) {
   const cn_nt_token *t = peek(p, 0);
-  return t->kind == TK_OP && strcmp(t->text, op) == 0;
+  return t->kind == NT_TK_OP && strcmp(t->text, op) == 0;
 }
 
 /* The token as a message names it. */
 static const char *describe(parser *p, const cn_nt_token *t, char *buf, size_t size) {
-  if (t->kind == TK_EOF) return "end of input";
-  if (t->kind == TK_STRING) return "a string";
+  if (t->kind == NT_TK_EOF) return "end of input";
+  if (t->kind == NT_TK_STRING) return "a string";
   const char *s = p->src->text + t->offset;
   int n = t->len > 30 ? 30 : (int)t->len;
   const char *word = cn_nt_reserved_word(t->kind);
@@ -144,7 +144,7 @@ static void expected(parser *p, const char *what) {
 }
 
 /* Consumes the closing bracket `kind` matching the opener at `open`. */
-static bool expect_close(parser *p, tk_kind kind, const char *close, cn_nt_pos open,
+static bool expect_close(parser *p, nt_tk_kind kind, const char *close, cn_nt_pos open,
                          const char *opener) {
   if (at_kind(p, kind)) {
     next(p);
@@ -165,7 +165,7 @@ static bool expect_equal(parser *p, const char *after) {
     return true;
   }
   const cn_nt_token *t = peek(p, 0);
-  if (t->kind == TK_OP && t->text[0] == '=') {
+  if (t->kind == NT_TK_OP && t->text[0] == '=') {
     error(p, pos_of(p, t), "'%s' is read as one operator: put a space after '='", t->text);
     return false;
   }
@@ -329,18 +329,18 @@ static bool is_bang_prefix(const char *op) {
 static bool starts_arg(parser *p) {
   const cn_nt_token *t = peek(p, 0);
   switch (t->kind) {
-  case TK_IDENT:
-  case TK_INT:
-  case TK_FLOAT:
-  case TK_STRING:
-  case TK_CHAR:
-  case TK_TRUE:
-  case TK_FALSE:
-  case TK_LPAREN:
-  case TK_LBRACKET:
-  case TK_LBRACKET_BAR:
-  case TK_LBRACE: return true;
-  case TK_OP: return is_bang_prefix(t->text);
+  case NT_TK_IDENT:
+  case NT_TK_INT:
+  case NT_TK_FLOAT:
+  case NT_TK_STRING:
+  case NT_TK_CHAR:
+  case NT_TK_TRUE:
+  case NT_TK_FALSE:
+  case NT_TK_LPAREN:
+  case NT_TK_LBRACKET:
+  case NT_TK_LBRACKET_BAR:
+  case NT_TK_LBRACE: return true;
+  case NT_TK_OP: return is_bang_prefix(t->text);
   default: return false;
   }
 }
@@ -354,7 +354,7 @@ static bool stops_application(const parser *p, const char *label) {
 static cn_nt_expr *number_node(parser *p, const cn_nt_token *t, cn_nt_pos pos) {
   cn_nt_expr *e = new_expr(p, CN_NT_NUMBER, pos);
   if (!e) return NULL;
-  e->u.number.is_int = t->kind == TK_INT;
+  e->u.number.is_int = t->kind == NT_TK_INT;
   e->u.number.ival = t->ival;
   e->u.number.value = t->fval;
   return e;
@@ -369,7 +369,7 @@ static cn_nt_expr *labeled_number(parser *p) {
     negative = true;
   }
   const cn_nt_token *t = peek(p, 0);
-  if (t->kind != TK_INT && t->kind != TK_FLOAT) {
+  if (t->kind != NT_TK_INT && t->kind != NT_TK_FLOAT) {
     expected(p, "a number after the dimension label (as in 'q' 2.0)");
     return NULL;
   }
@@ -388,7 +388,7 @@ static cn_nt_expr *labeled_number(parser *p) {
 static cn_nt_expr *parse_parens(parser *p) {
   cn_nt_token open = next(p);
   cn_nt_pos open_pos = pos_of(p, &open);
-  if (at_kind(p, TK_RPAREN)) {
+  if (at_kind(p, NT_TK_RPAREN)) {
     next(p);
     return new_expr(p, CN_NT_UNIT, open_pos);
   }
@@ -400,7 +400,7 @@ static cn_nt_expr *parse_parens(parser *p) {
   if (at_op(p, ":")) {
     next(p);
     const cn_nt_token *t = peek(p, 0);
-    if (t->kind != TK_IDENT || strcmp(t->text, "_") == 0) {
+    if (t->kind != NT_TK_IDENT || strcmp(t->text, "_") == 0) {
       expected(p, "a label name after ':' (as in ([2.0] : rgb))");
       return NULL;
     }
@@ -410,12 +410,12 @@ static cn_nt_expr *parse_parens(parser *p) {
     a->u.annot.label = next(p).text;
     e = finish(p, a, open_pos);
   }
-  if (!expect_close(p, TK_RPAREN, ")", open_pos, "(")) return NULL;
+  if (!expect_close(p, NT_TK_RPAREN, ")", open_pos, "(")) return NULL;
   return e;
 }
 
 /* [a; b], [|a; b|]: elements are full expressions, a trailing ';' is allowed. */
-static cn_nt_expr *parse_items(parser *p, cn_nt_expr_kind kind, tk_kind close,
+static cn_nt_expr *parse_items(parser *p, cn_nt_expr_kind kind, nt_tk_kind close,
                                const char *close_text, const char *open_text) {
   cn_nt_token open = next(p);
   cn_nt_pos open_pos = pos_of(p, &open);
@@ -423,13 +423,13 @@ static cn_nt_expr *parse_items(parser *p, cn_nt_expr_kind kind, tk_kind close,
   p->stop_labels = NULL;
   vec items = {0};
   while (!p->failed && !at_kind(p, close)) {
-    if (at_kind(p, TK_EOF)) {
+    if (at_kind(p, NT_TK_EOF)) {
       expect_close(p, close, close_text, open_pos, open_text);
       break;
     }
     cn_nt_expr *e = parse_expr(p);
     if (!e || !push(p, &items, &e, sizeof e)) break;
-    if (at_kind(p, TK_SEMI)) {
+    if (at_kind(p, NT_TK_SEMI)) {
       next(p);
     } else if (!at_kind(p, close)) {
       char what[120];
@@ -457,7 +457,7 @@ static cn_nt_expr *parse_braces(parser *p, bool record) {
   vec fields = {0};
   while (!p->failed) {
     const cn_nt_token *t = peek(p, 0);
-    if (t->kind != TK_IDENT || strcmp(t->text, "_") == 0) {
+    if (t->kind != NT_TK_IDENT || strcmp(t->text, "_") == 0) {
       expected(p, record ? "a field name" : fields.n ? "a field name" : "the declared name");
       break;
     }
@@ -473,17 +473,17 @@ static cn_nt_expr *parse_braces(parser *p, bool record) {
     if (at_op(p, "=")) {
       next(p);
       if (!(f.value = parse_expr(p))) break;
-    } else if (at_kind(p, TK_OP) && peek(p, 0)->text[0] == '=') {
+    } else if (at_kind(p, NT_TK_OP) && peek(p, 0)->text[0] == '=') {
       expect_equal(p, "");
     } else if (!record && fields.n > 0) {
       error(p, here(p), "expected '=' after '%s' (a declaration's further fields are name = value)",
             f.name);
     }
     if (p->failed || !push(p, &fields, &f, sizeof f)) break;
-    if (at_kind(p, TK_SEMI)) {
+    if (at_kind(p, NT_TK_SEMI)) {
       next(p);
-      if (at_kind(p, TK_RBRACE)) break;
-    } else if (!at_kind(p, TK_RBRACE)) {
+      if (at_kind(p, NT_TK_RBRACE)) break;
+    } else if (!at_kind(p, NT_TK_RBRACE)) {
       char what[120];
       snprintf(what, sizeof what, "';' or '}' (closing the '{' at line %d, column %d)",
                open_pos.line, open_pos.col);
@@ -515,7 +515,7 @@ static cn_nt_expr *atom_body(parser *p) {
   cn_nt_pos pos = pos_of(p, t);
   cn_nt_expr *e = NULL;
   switch (t->kind) {
-  case TK_IDENT:
+  case NT_TK_IDENT:
     if (strcmp(t->text, "_") == 0) {
       error(p, pos, "'_' is not a value (it names a wildcard binding: let _ = ...)");
       return NULL;
@@ -523,26 +523,26 @@ static cn_nt_expr *atom_body(parser *p) {
     if ((e = new_expr(p, CN_NT_IDENT, pos))) e->u.ident.name = t->text;
     next(p);
     return finish(p, e, pos);
-  case TK_INT:
-  case TK_FLOAT:
+  case NT_TK_INT:
+  case NT_TK_FLOAT:
     e = number_node(p, t, pos);
     next(p);
     return finish(p, e, pos);
-  case TK_CHAR: return finish(p, labeled_number(p), pos);
-  case TK_STRING:
+  case NT_TK_CHAR: return finish(p, labeled_number(p), pos);
+  case NT_TK_STRING:
     if ((e = new_expr(p, CN_NT_STRING, pos))) e->u.string.text = t->text;
     next(p);
     return finish(p, e, pos);
-  case TK_TRUE:
-  case TK_FALSE:
-    if ((e = new_expr(p, CN_NT_BOOL, pos))) e->u.boolean = t->kind == TK_TRUE;
+  case NT_TK_TRUE:
+  case NT_TK_FALSE:
+    if ((e = new_expr(p, CN_NT_BOOL, pos))) e->u.boolean = t->kind == NT_TK_TRUE;
     next(p);
     return finish(p, e, pos);
-  case TK_LPAREN: return parse_parens(p);
-  case TK_LBRACKET: return parse_items(p, CN_NT_LIST, TK_RBRACKET, "]", "[");
-  case TK_LBRACKET_BAR: return parse_items(p, CN_NT_ARRAY, TK_BAR_RBRACKET, "|]", "[|");
-  case TK_LBRACE: return parse_braces(p, false);
-  case TK_OP:
+  case NT_TK_LPAREN: return parse_parens(p);
+  case NT_TK_LBRACKET: return parse_items(p, CN_NT_LIST, NT_TK_RBRACKET, "]", "[");
+  case NT_TK_LBRACKET_BAR: return parse_items(p, CN_NT_ARRAY, NT_TK_BAR_RBRACKET, "|]", "[|");
+  case NT_TK_LBRACE: return parse_braces(p, false);
+  case NT_TK_OP:
     if (is_bang_prefix(t->text)) {
       const char *op = t->text;
       next(p);
@@ -573,10 +573,10 @@ static cn_nt_expr *parse_atom(parser *p) {
 /* atom ('.' name)*. */
 static cn_nt_expr *parse_arg(parser *p) {
   cn_nt_expr *e = parse_atom(p);
-  while (e && at_kind(p, TK_DOT)) {
+  while (e && at_kind(p, NT_TK_DOT)) {
     next(p);
     const cn_nt_token *t = peek(p, 0);
-    if (t->kind != TK_IDENT || strcmp(t->text, "_") == 0) {
+    if (t->kind != NT_TK_IDENT || strcmp(t->text, "_") == 0) {
       expected(p, "a field name after '.' (value, grad, merge or a record field)");
       return NULL;
     }
@@ -645,13 +645,13 @@ static cn_nt_expr *parse_app(parser *p) {
   for (;;) {
     const cn_nt_token *t = peek(p, 0);
     cn_nt_arg a = {NULL, pos_of(p, t), NULL};
-    if (t->kind == TK_LABEL || t->kind == TK_LABEL_COLON) {
+    if (t->kind == NT_TK_LABEL || t->kind == NT_TK_LABEL_COLON) {
       if (stops_application(p, t->text)) break;
       cn_nt_token label = next(p);
       a.label = label.text;
-      if (label.kind == TK_LABEL_COLON) {
+      if (label.kind == NT_TK_LABEL_COLON) {
         /* ~config:{...} is a config record, not a declaration (seed 002 "Lifting"). */
-        if (strcmp(label.text, "config") == 0 && at_kind(p, TK_LBRACE))
+        if (strcmp(label.text, "config") == 0 && at_kind(p, NT_TK_LBRACE))
           a.value = parse_braces(p, true);
         else
           a.value = parse_arg(p);
@@ -707,7 +707,7 @@ static cn_nt_expr *einsum_rest(parser *p, cn_nt_expr *lhs, const cn_nt_token *op
                                cn_nt_einsum_kind kind, cn_nt_prec prec) {
   bool binary = kind != CN_NT_EINSUM_UNARY && kind != CN_NT_EINSUM_MAX_UNARY;
   const cn_nt_token *t = peek(p, 0);
-  if (t->kind != TK_STRING) {
+  if (t->kind != NT_TK_STRING) {
     char what[100];
     snprintf(what, sizeof what, "an einsum spec string after '%s' (as in a %s \"%s\"%s)", op->text,
              op->text, binary ? "i;i=>i" : "ij=>ji", binary ? " b" : "");
@@ -742,7 +742,7 @@ static cn_nt_expr *einsum_rest(parser *p, cn_nt_expr *lhs, const cn_nt_token *op
   }
   /* OCaml would read `a +* "s" b * c` as `a +* ("s" b * c)`: refuse rather than guess. */
   const cn_nt_token *after = peek(p, 0);
-  cn_nt_prec next_prec = after->kind == TK_OP ? cn_nt_infix_prec(after->text) : CN_NT_PREC_NONE;
+  cn_nt_prec next_prec = after->kind == NT_TK_OP ? cn_nt_infix_prec(after->text) : CN_NT_PREC_NONE;
   if (next_prec > prec || (next_prec == prec && right_assoc(prec))) {
     error(p, pos_of(p, after),
           "'%s' binds tighter than '%s' here: parenthesize the einsum or its operand", after->text,
@@ -760,7 +760,7 @@ static cn_nt_expr *binary_body(parser *p, int min_prec) {
   }
   while (lhs) {
     const cn_nt_token *t = peek(p, 0);
-    if (t->kind != TK_OP) break;
+    if (t->kind != NT_TK_OP) break;
     cn_nt_prec prec = cn_nt_infix_prec(t->text);
     if (prec == CN_NT_PREC_NONE || (int)prec < min_prec) break;
     cn_nt_token op = next(p);
@@ -799,7 +799,7 @@ static cn_nt_expr *parse_let_in(parser *p) {
     return NULL;
   }
   const cn_nt_token *t = peek(p, 0);
-  if (t->kind != TK_IDENT) {
+  if (t->kind != NT_TK_IDENT) {
     expected(p, "a name after 'let'");
     return NULL;
   }
@@ -808,14 +808,14 @@ static cn_nt_expr *parse_let_in(parser *p) {
   e->u.let.name = t->text;
   e->u.let.name_pos = pos_of(p, t);
   next(p);
-  if (!at_kind(p, TK_OP) || peek(p, 0)->text[0] != '=') {
-    if (starts_arg(p) || at_kind(p, TK_LABEL) || at_kind(p, TK_OPTLABEL)) {
+  if (!at_kind(p, NT_TK_OP) || peek(p, 0)->text[0] != '=') {
+    if (starts_arg(p) || at_kind(p, NT_TK_LABEL) || at_kind(p, NT_TK_OPTLABEL)) {
       error(p, here(p), "a local 'let' cannot define a function: use let%%op at the top level");
       return NULL;
     }
   }
   if (!expect_equal(p, "after the name") || !(e->u.let.value = parse_expr(p))) return NULL;
-  if (!at_kind(p, TK_IN)) {
+  if (!at_kind(p, NT_TK_IN)) {
     expected(p, "'in' after the value of a local 'let'");
     return NULL;
   }
@@ -825,14 +825,14 @@ static cn_nt_expr *parse_let_in(parser *p) {
 }
 
 static cn_nt_expr *expr_body(parser *p) {
-  if (at_kind(p, TK_LET)) return parse_let_in(p);
+  if (at_kind(p, NT_TK_LET)) return parse_let_in(p);
   cn_nt_expr *first = parse_binary(p, 1);
-  if (!first || !at_kind(p, TK_COMMA)) return first;
+  if (!first || !at_kind(p, NT_TK_COMMA)) return first;
   vec items = {0};
   if (!push(p, &items, &first, sizeof first)) return NULL;
-  while (at_kind(p, TK_COMMA)) {
+  while (at_kind(p, NT_TK_COMMA)) {
     next(p);
-    cn_nt_expr *e = at_kind(p, TK_LET) ? parse_let_in(p) : parse_binary(p, 1);
+    cn_nt_expr *e = at_kind(p, NT_TK_LET) ? parse_let_in(p) : parse_binary(p, 1);
     if (!e || !push(p, &items, &e, sizeof e)) return NULL;
   }
   cn_nt_expr *e = new_expr(p, CN_NT_TUPLE, first->pos);
@@ -930,8 +930,8 @@ static cn_nt_cd *parse_assignment(parser *p) {
   const cn_nt_token *t = peek(p, 0);
   cn_op accum;
   bool clear;
-  if (t->kind != TK_OP || !cn_nt_assign_op(t->text, &accum, &clear)) {
-    if (t->kind == TK_OP && t->text[0] == '=')
+  if (t->kind != NT_TK_OP || !cn_nt_assign_op(t->text, &accum, &clear)) {
+    if (t->kind == NT_TK_OP && t->text[0] == '=')
       error(p, pos_of(p, t),
             "unknown assignment operator '%s' (the assignment operators are =: and =op, =:op "
             "for op one of + - * / ** ?/ ?^ || && @^ ^^)",
@@ -954,7 +954,7 @@ static cn_nt_cd *parse_assignment(parser *p) {
   p->stop_labels = saved;
   if (!rhs || !classify_rhs(p, c, rhs)) return NULL;
   vec args = {0};
-  while (at_kind(p, TK_LABEL) || at_kind(p, TK_LABEL_COLON)) {
+  while (at_kind(p, NT_TK_LABEL) || at_kind(p, NT_TK_LABEL_COLON)) {
     cn_nt_token label = next(p);
     cn_nt_arg a = {label.text, pos_of(p, &label), NULL};
     if (strcmp(a.label, "logic") != 0 && strcmp(a.label, "projections") != 0) {
@@ -968,7 +968,7 @@ static cn_nt_cd *parse_assignment(parser *p) {
       error(p, a.pos, "'~%s' is given twice", a.label);
       return NULL;
     }
-    if (label.kind == TK_LABEL_COLON && !(a.value = parse_arg(p))) return NULL;
+    if (label.kind == NT_TK_LABEL_COLON && !(a.value = parse_arg(p))) return NULL;
     if (!push(p, &args, &a, sizeof a)) return NULL;
   }
   c->u.assign.n_args = args.n;
@@ -980,7 +980,7 @@ static cn_nt_cd *parse_assignment(parser *p) {
 static cn_nt_cd *parse_block_comment(parser *p) {
   cn_nt_token tilde = next(p);
   cn_nt_pos pos = pos_of(p, &tilde);
-  if (!at_kind(p, TK_LPAREN)) {
+  if (!at_kind(p, NT_TK_LPAREN)) {
     expected(p, "'(' after '~~' (a block comment is ~~(\"text\" ...; assignments))");
     return NULL;
   }
@@ -994,13 +994,13 @@ static cn_nt_cd *parse_block_comment(parser *p) {
     expected(p, "the comment's text (strings and tensors) after '~~('");
     return NULL;
   }
-  if (!at_kind(p, TK_SEMI)) {
+  if (!at_kind(p, NT_TK_SEMI)) {
     expected(p, "';' after the comment's text, then the assignments it covers");
     return NULL;
   }
   next(p);
   cn_nt_cd *body = parse_cd_seq(p);
-  if (!body || !expect_close(p, TK_RPAREN, ")", pos_of(p, &open), "(")) return NULL;
+  if (!body || !expect_close(p, NT_TK_RPAREN, ")", pos_of(p, &open), "(")) return NULL;
   cn_nt_cd *c = new_cd(p, CN_NT_CD_COMMENT, pos);
   if (!c) return NULL;
   c->u.comment.n_parts = parts.n;
@@ -1011,30 +1011,30 @@ static cn_nt_cd *parse_block_comment(parser *p) {
 
 static cn_nt_cd *cd_item_body(parser *p) {
   cn_nt_pos pos = here(p);
-  if (at_kind(p, TK_IF)) {
+  if (at_kind(p, NT_TK_IF)) {
     next(p);
     cn_nt_cd *c = new_cd(p, CN_NT_CD_IF, pos);
     if (!c || !(c->u.if_.cond = parse_binary(p, 1))) return NULL;
-    if (!at_kind(p, TK_THEN)) {
+    if (!at_kind(p, NT_TK_THEN)) {
       expected(p, "'then' after the condition");
       return NULL;
     }
     next(p);
     if (!(c->u.if_.then_branch = parse_cd_item(p))) return NULL;
-    if (at_kind(p, TK_ELSE)) {
+    if (at_kind(p, NT_TK_ELSE)) {
       next(p);
       if (!(c->u.if_.else_branch = parse_cd_item(p))) return NULL;
     }
     return finish_cd(p, c);
   }
-  if (at_kind(p, TK_LPAREN)) {
+  if (at_kind(p, NT_TK_LPAREN)) {
     next(p);
-    if (at_kind(p, TK_RPAREN)) {
+    if (at_kind(p, NT_TK_RPAREN)) {
       next(p);
       return finish_cd(p, new_cd(p, CN_NT_CD_SEQ, pos));
     }
     cn_nt_cd *c = parse_cd_seq(p);
-    if (!c || !expect_close(p, TK_RPAREN, ")", pos, "(")) return NULL;
+    if (!c || !expect_close(p, NT_TK_RPAREN, ")", pos, "(")) return NULL;
     return c;
   }
   if (at_op(p, "~~")) return parse_block_comment(p);
@@ -1051,32 +1051,32 @@ static cn_nt_cd *parse_cd_item(parser *p) {
 /* Whether a trailing ';' ends the sequence here. */
 static bool sequence_ends(parser *p) {
   switch (peek(p, 0)->kind) {
-  case TK_EOF:
-  case TK_SEMISEMI:
-  case TK_RPAREN:
-  case TK_LET:
-  case TK_IN:
-  case TK_THEN:
-  case TK_ELSE:
-  case TK_PRINT:
-  case TK_BACKPROP:
-  case TK_RUN:
-  case TK_SGD:
-  case TK_SET_SEED:
-  case TK_FOR:
-  case TK_TO:
-  case TK_DO:
-  case TK_DONE: return true;
+  case NT_TK_EOF:
+  case NT_TK_SEMISEMI:
+  case NT_TK_RPAREN:
+  case NT_TK_LET:
+  case NT_TK_IN:
+  case NT_TK_THEN:
+  case NT_TK_ELSE:
+  case NT_TK_PRINT:
+  case NT_TK_BACKPROP:
+  case NT_TK_RUN:
+  case NT_TK_SGD:
+  case NT_TK_SET_SEED:
+  case NT_TK_FOR:
+  case NT_TK_TO:
+  case NT_TK_DO:
+  case NT_TK_DONE: return true;
   default: return false;
   }
 }
 
 static cn_nt_cd *cd_seq_body(parser *p) {
   cn_nt_cd *first = parse_cd_item(p);
-  if (!first || !at_kind(p, TK_SEMI)) return first;
+  if (!first || !at_kind(p, NT_TK_SEMI)) return first;
   vec items = {0};
   if (!push(p, &items, &first, sizeof first)) return NULL;
-  while (at_kind(p, TK_SEMI)) {
+  while (at_kind(p, NT_TK_SEMI)) {
     next(p);
     if (sequence_ends(p)) break;
     cn_nt_cd *c = parse_cd_item(p);
@@ -1103,28 +1103,28 @@ static bool parse_param(parser *p, vec *params) {
   const cn_nt_token *t = peek(p, 0);
   cn_nt_param param = {CN_NT_PARAM_PLAIN, NULL, pos_of(p, t), NULL};
   switch (t->kind) {
-  case TK_IDENT: param.name = next(p).text; break;
-  case TK_LABEL:
+  case NT_TK_IDENT: param.name = next(p).text; break;
+  case NT_TK_LABEL:
     param.kind = CN_NT_PARAM_LABELED;
     param.name = next(p).text;
     break;
-  case TK_OPTLABEL:
+  case NT_TK_OPTLABEL:
     param.kind = CN_NT_PARAM_OPTIONAL;
     param.name = next(p).text;
     break;
-  case TK_LABEL_COLON:
-  case TK_OPTLABEL_COLON:
+  case NT_TK_LABEL_COLON:
+  case NT_TK_OPTLABEL_COLON:
     error(p, param.pos, "a labeled parameter is written ~%s or ?%s (no pattern after ':')", t->text,
           t->text);
     return false;
-  case TK_QUESTION: {
+  case NT_TK_QUESTION: {
     cn_nt_token q = next(p);
-    if (!at_kind(p, TK_LPAREN)) {
+    if (!at_kind(p, NT_TK_LPAREN)) {
       expected(p, "'(' after '?' (as in ?(momentum = 0.0))");
       return false;
     }
     cn_nt_token open = next(p);
-    if (!at_kind(p, TK_IDENT)) {
+    if (!at_kind(p, NT_TK_IDENT)) {
       expected(p, "a parameter name in ?(name = default)");
       return false;
     }
@@ -1133,12 +1133,12 @@ static bool parse_param(parser *p, vec *params) {
     param.pos = pos_of(p, &q);
     if (!expect_equal(p, "and a default value in ?(name = default)") ||
         !(param.default_value = parse_expr(p)) ||
-        !expect_close(p, TK_RPAREN, ")", pos_of(p, &open), "("))
+        !expect_close(p, NT_TK_RPAREN, ")", pos_of(p, &open), "("))
       return false;
     break;
   }
-  case TK_LPAREN:
-    if (peek(p, 1)->kind == TK_RPAREN) {
+  case NT_TK_LPAREN:
+    if (peek(p, 1)->kind == NT_TK_RPAREN) {
       next(p);
       next(p);
       param.kind = CN_NT_PARAM_UNIT;
@@ -1173,7 +1173,7 @@ static bool parse_tuple_let(parser *p, cn_nt_item *it, bool parens) {
   do {
     if (names.n > 0) next(p); /* the ',' */
     const cn_nt_token *t = peek(p, 0);
-    if (t->kind != TK_IDENT) {
+    if (t->kind != NT_TK_IDENT) {
       expected(p, "a name in the tuple pattern");
       return false;
     }
@@ -1189,12 +1189,12 @@ static bool parse_tuple_let(parser *p, cn_nt_item *it, bool parens) {
     if (names.n == 0) it->u.let.name_pos = pos_of(p, t);
     const char *name = next(p).text;
     if (!push(p, &names, &name, sizeof name)) return false;
-  } while (at_kind(p, TK_COMMA));
+  } while (at_kind(p, NT_TK_COMMA));
   if (names.n < 2) {
     expected(p, "',' and another name (a tuple pattern has at least two)");
     return false;
   }
-  if (parens && !expect_close(p, TK_RPAREN, ")", open, "(")) return false;
+  if (parens && !expect_close(p, NT_TK_RPAREN, ")", open, "(")) return false;
   it->u.let.n_names = names.n;
   it->u.let.names = names.v;
   return expect_equal(p, "after the pattern") && (it->u.let.expr = parse_expr(p)) != NULL;
@@ -1251,11 +1251,11 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
     cn_nt_token pct = next(p);
     const cn_nt_token *t = peek(p, 0);
     bool adjacent = pct.offset == let.offset + 3 && t->offset == pct.offset + 1;
-    if (t->kind == TK_IDENT && adjacent && strcmp(t->text, "op") == 0)
+    if (t->kind == NT_TK_IDENT && adjacent && strcmp(t->text, "op") == 0)
       it->u.let.ext = CN_NT_LET_OP;
-    else if (t->kind == TK_IDENT && adjacent && strcmp(t->text, "cd") == 0)
+    else if (t->kind == NT_TK_IDENT && adjacent && strcmp(t->text, "cd") == 0)
       it->u.let.ext = CN_NT_LET_CD;
-    else if (t->kind == TK_IDENT && adjacent && strcmp(t->text, "tile") == 0)
+    else if (t->kind == NT_TK_IDENT && adjacent && strcmp(t->text, "tile") == 0)
       it->u.let.ext = CN_NT_LET_TILE;
     else {
       error(p, pos_of(p, &pct),
@@ -1265,10 +1265,10 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
     next(p);
   }
   const cn_nt_token *t = peek(p, 0);
-  bool parens = t->kind == TK_LPAREN;
-  if (parens || (t->kind == TK_IDENT && peek(p, 1)->kind == TK_COMMA))
+  bool parens = t->kind == NT_TK_LPAREN;
+  if (parens || (t->kind == NT_TK_IDENT && peek(p, 1)->kind == NT_TK_COMMA))
     return parse_tuple_let(p, it, parens);
-  if (t->kind != TK_IDENT) {
+  if (t->kind != NT_TK_IDENT) {
     expected(p, "a name after 'let'");
     return false;
   }
@@ -1276,7 +1276,7 @@ static bool parse_let_item(parser *p, cn_nt_item *it) {
   it->u.let.name_pos = pos_of(p, t);
   next(p);
   vec params = {0};
-  while (!p->failed && !(at_kind(p, TK_OP) && peek(p, 0)->text[0] == '='))
+  while (!p->failed && !(at_kind(p, NT_TK_OP) && peek(p, 0)->text[0] == '='))
     if (!parse_param(p, &params)) return false;
   if (!expect_equal(p, "after the name and parameters")) return false;
   cn_nt_param *ps = params.v;
@@ -1304,7 +1304,7 @@ static bool parse_sgd(parser *p, cn_nt_item *it) {
   it->u.sgd.expr = parse_binary(p, 1);
   p->stop_labels = saved;
   if (!it->u.sgd.expr) return false;
-  while (at_kind(p, TK_LABEL) || at_kind(p, TK_LABEL_COLON)) {
+  while (at_kind(p, NT_TK_LABEL) || at_kind(p, NT_TK_LABEL_COLON)) {
     cn_nt_token label = next(p);
     cn_nt_pos pos = pos_of(p, &label);
     cn_nt_expr **slot = strcmp(label.text, "learning_rate") == 0  ? &it->u.sgd.learning_rate
@@ -1323,7 +1323,7 @@ static bool parse_sgd(parser *p, cn_nt_item *it) {
       error(p, pos, "'~%s' is given twice", label.text);
       return false;
     }
-    if (label.kind != TK_LABEL_COLON) {
+    if (label.kind != NT_TK_LABEL_COLON) {
       error(p, pos, "'~%s' needs a value: ~%s:VALUE", label.text, label.text);
       return false;
     }
@@ -1347,7 +1347,7 @@ static bool parse_for(parser *p, cn_nt_item *it) {
   }
   next(p);
   const cn_nt_token *t = peek(p, 0);
-  if (t->kind != TK_IDENT || strcmp(t->text, "_") == 0) {
+  if (t->kind != NT_TK_IDENT || strcmp(t->text, "_") == 0) {
     expected(p, "the loop's index name after 'for'");
     return false;
   }
@@ -1356,25 +1356,25 @@ static bool parse_for(parser *p, cn_nt_item *it) {
   next(p);
   if (!expect_equal(p, "after the loop's index name") || !(it->u.for_.from = parse_expr(p)))
     return false;
-  if (!at_kind(p, TK_TO)) {
+  if (!at_kind(p, NT_TK_TO)) {
     expected(p, "'to' after the loop's first value");
     return false;
   }
   next(p);
   if (!(it->u.for_.to = parse_expr(p))) return false;
-  if (!at_kind(p, TK_DO)) {
+  if (!at_kind(p, NT_TK_DO)) {
     expected(p, "'do' after the loop's last value");
     return false;
   }
   next(p);
   p->loops++;
   vec items = {0};
-  while (!p->failed && !at_kind(p, TK_DONE)) {
-    if (at_kind(p, TK_SEMISEMI)) {
+  while (!p->failed && !at_kind(p, NT_TK_DONE)) {
+    if (at_kind(p, NT_TK_SEMISEMI)) {
       next(p);
       continue;
     }
-    if (at_kind(p, TK_EOF)) {
+    if (at_kind(p, NT_TK_EOF)) {
       char what[100];
       snprintf(what, sizeof what, "'done' to close the 'for' at line %d, column %d", it->pos.line,
                it->pos.col);
@@ -1398,32 +1398,32 @@ static bool parse_for(parser *p, cn_nt_item *it) {
 static bool parse_item(parser *p, cn_nt_item *it) {
   const cn_nt_token *t = peek(p, 0);
   it->pos = pos_of(p, t);
-  if (p->loops > 0 && (t->kind == TK_LET || t->kind == TK_SET_SEED)) {
+  if (p->loops > 0 && (t->kind == NT_TK_LET || t->kind == NT_TK_SET_SEED)) {
     error(p, it->pos,
           "a loop body holds print, backprop, run, sgd and for statements: bind names and set "
           "the seed before the loop");
     return false;
   }
   switch (t->kind) {
-  case TK_FOR: it->kind = CN_NT_ITEM_FOR; return parse_for(p, it);
-  case TK_LET: it->kind = CN_NT_ITEM_LET; return parse_let_item(p, it);
-  case TK_PRINT:
-  case TK_BACKPROP:
-    it->kind = t->kind == TK_PRINT ? CN_NT_ITEM_PRINT : CN_NT_ITEM_BACKPROP;
+  case NT_TK_FOR: it->kind = CN_NT_ITEM_FOR; return parse_for(p, it);
+  case NT_TK_LET: it->kind = CN_NT_ITEM_LET; return parse_let_item(p, it);
+  case NT_TK_PRINT:
+  case NT_TK_BACKPROP:
+    it->kind = t->kind == NT_TK_PRINT ? CN_NT_ITEM_PRINT : CN_NT_ITEM_BACKPROP;
     next(p);
     return (it->u.expr = parse_expr(p)) != NULL;
-  case TK_RUN:
+  case NT_TK_RUN:
     it->kind = CN_NT_ITEM_RUN;
     next(p);
     return (it->u.expr = parse_app(p)) != NULL;
-  case TK_SGD:
+  case NT_TK_SGD:
     it->kind = CN_NT_ITEM_SGD;
     next(p);
     return parse_sgd(p, it);
-  case TK_SET_SEED:
+  case NT_TK_SET_SEED:
     it->kind = CN_NT_ITEM_SET_SEED;
     next(p);
-    if (!at_kind(p, TK_INT)) {
+    if (!at_kind(p, NT_TK_INT)) {
       expected(p, "a non-negative integer literal after set_seed");
       return false;
     }
@@ -1437,16 +1437,16 @@ static bool parse_item(parser *p, cn_nt_item *it) {
 
 static bool starts_item(parser *p) {
   switch (peek(p, 0)->kind) {
-  case TK_EOF:
-  case TK_SEMISEMI:
-  case TK_LET:
-  case TK_PRINT:
-  case TK_BACKPROP:
-  case TK_RUN:
-  case TK_SGD:
-  case TK_SET_SEED:
-  case TK_FOR: return true;
-  case TK_DONE: return p->loops > 0;
+  case NT_TK_EOF:
+  case NT_TK_SEMISEMI:
+  case NT_TK_LET:
+  case NT_TK_PRINT:
+  case NT_TK_BACKPROP:
+  case NT_TK_RUN:
+  case NT_TK_SGD:
+  case NT_TK_SET_SEED:
+  case NT_TK_FOR: return true;
+  case NT_TK_DONE: return p->loops > 0;
   default: return false;
   }
 }
@@ -1457,9 +1457,9 @@ static void check_item_end(parser *p, const cn_nt_item *it) {
   const cn_nt_token *t = peek(p, 0);
   char buf[80];
   const char *hint = "";
-  if (t->kind == TK_IN)
+  if (t->kind == NT_TK_IN)
     hint = " (a top-level let has no 'in': its binding holds for the rest of the script)";
-  else if (t->kind == TK_OP && cn_nt_assign_op(t->text, NULL, NULL))
+  else if (t->kind == NT_TK_OP && cn_nt_assign_op(t->text, NULL, NULL))
     hint = it->kind == CN_NT_ITEM_LET && it->u.let.ext == CN_NT_LET_CD
                ? " (an assignment has one assignment operator; separate assignments with ';')"
                : " (assignments belong in let%cd)";
@@ -1479,14 +1479,14 @@ static bool start(parser *p, cn_ctx *ctx, const char *file, const char *text) {
       !(src->text = cn_strdup(ctx, text)))
     return false;
   p->src = src;
-  p->eof.kind = TK_EOF;
+  p->eof.kind = NT_TK_EOF;
   cn_nt_lexer_init(&p->lx, ctx, src);
   return true;
 }
 
 static bool at_end(parser *p, const char *what) {
   if (p->failed) return false;
-  if (at_kind(p, TK_EOF)) return true;
+  if (at_kind(p, NT_TK_EOF)) return true;
   char buf[80];
   const cn_nt_token *t = peek(p, 0);
   error(p, pos_of(p, t), "unexpected %s after the %s", describe(p, t, buf, sizeof buf), what);
@@ -1498,8 +1498,8 @@ cn_nt_program *cn_nt_parse_program(cn_ctx *ctx, const char *file, const char *te
   if (!start(&p, ctx, file, text)) return NULL;
   vec items = {0};
   while (!p.failed) {
-    while (at_kind(&p, TK_SEMISEMI)) next(&p);
-    if (at_kind(&p, TK_EOF)) break;
+    while (at_kind(&p, NT_TK_SEMISEMI)) next(&p);
+    if (at_kind(&p, NT_TK_EOF)) break;
     cn_nt_item it;
     memset(&it, 0, sizeof it);
     if (!parse_item(&p, &it)) break;

@@ -39,20 +39,6 @@ static compute_type compute_type_of(cn_prec prec) {
   return CT_BITS;
 }
 
-/* True if a stored cell is its compute value: loads and stores are then plain accesses. */
-static bool stores_as_computed(cn_prec prec) {
-  switch (prec) {
-#define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank)                                     \
-  case CN_PREC_##ID: {                                                                             \
-    return _Generic((store_t){0}, compute_t : true, default : false);                              \
-  }
-#include "cannl/precisions.def"
-  default: break;
-  }
-  CN_ASSERT(!"invalid precision");
-  return false;
-}
-
 /* ---- Type probes: does an op's template, on operands of a compute type, have that type? The
  * operands only appear in unevaluated _Generic selections. CN_NA is never spelled (support is
  * asserted first); here it just has the operands' type. ---- */
@@ -242,14 +228,14 @@ static void put_template(cn_sbuf *sb, const char *tmpl, const char *const *args,
 /* ---- Spellings ---- */
 
 void cn_load_c(cn_sbuf *sb, cn_prec prec, const char *cell) {
-  if (stores_as_computed(prec))
+  if (cn_prec_stores_as_computed(prec))
     cn_sbuf_puts(sb, cell);
   else
     cn_sbuf_printf(sb, "cn_load_%s(%s)", cn_prec_table[prec].name, cell);
 }
 
 void cn_store_c(cn_sbuf *sb, cn_prec prec, const char *cell, const char *value) {
-  if (stores_as_computed(prec))
+  if (cn_prec_stores_as_computed(prec))
     cn_sbuf_printf(sb, "%s = %s", cell, value);
   else
     cn_sbuf_printf(sb, "%s = cn_store_%s(%s)", cell, cn_prec_table[prec].name, value);
@@ -361,7 +347,7 @@ void cn_conv_c(cn_sbuf *sb, cn_prec from, cn_prec to, const char *expr) {
     }
   } else {
     /* Integer to integer: the compute type's signedness, then through a target cell. */
-    bool wrap = !stores_as_computed(to);
+    bool wrap = !cn_prec_stores_as_computed(to);
     if (wrap) cn_sbuf_printf(sb, "cn_load_%s(cn_store_%s(", to_name, to_name);
     compute_type ft = compute_type_of(from), tt = compute_type_of(to);
     if (ft == tt)

@@ -46,8 +46,8 @@
 /* The tables, one initializer per row of the X-macro files. */
 /* clang-format off */
 const cn_prec_info cn_prec_table[CN_PREC_COUNT] = {
-#define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank)                                     \
-  [CN_PREC_##ID] = {#lc, bytes, #store_t, #compute_t, CN_PKIND_##kind, rank},
+#define CN_PREC_ALL(ID, lc, bytes, store_t, compute_t, kind, rank, exact)                          \
+  [CN_PREC_##ID] = {#lc, bytes, #store_t, #compute_t, CN_PKIND_##kind, rank, exact},
 #include "cannl/precisions.def"
 };
 
@@ -95,18 +95,17 @@ static bool computes_in_float(cn_prec prec) {
   return false;
 }
 
-/* True if a stored cell is its compute value (no wrap or rounding on store). */
-static bool stores_as_computed(cn_prec prec) {
-  switch (prec) {
-#define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank)                                     \
-  case CN_PREC_##ID: {                                                                             \
-    return _Generic((store_t){0}, compute_t : true, default : false);                              \
-  }
+/* The table's `exact` column states what its two C types imply; a row that says otherwise does
+ * not compile. */
+#define CN_PREC_ALL(ID, lc, bytes, store_t, compute_t, kind, rank, exact)                          \
+  _Static_assert(_Generic((store_t){0}, compute_t : 1, default : 0) == (exact),                    \
+                 "precisions.def: the exact column of " #lc " contradicts its store and compute "  \
+                 "types");
 #include "cannl/precisions.def"
-  default: break;
-  }
-  CN_ASSERT(!"invalid precision");
-  return false;
+
+bool cn_prec_stores_as_computed(cn_prec prec) {
+  CN_ASSERT(valid_prec(prec));
+  return cn_prec_table[prec].exact;
 }
 
 /* The stored range of an integer precision (INT or UINT kind); 0 for the others. */
@@ -305,7 +304,7 @@ cn_value cn_value_convert(cn_prec from, cn_prec to, cn_value v) {
   r = v;
   if (fk == CN_PKIND_INT && tk == CN_PKIND_UINT) r.u = (uint64_t)v.i;
   if (fk == CN_PKIND_UINT && tk == CN_PKIND_INT) r.i = cn_u64_as_i64(v.u);
-  if (stores_as_computed(to)) return r;
+  if (cn_prec_stores_as_computed(to)) return r;
   unsigned char cell[sizeof(cn_value)];
   cn_value_store(to, r, cell);
   return cn_value_load(to, cell);

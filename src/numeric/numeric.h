@@ -46,6 +46,7 @@ typedef struct {
   const char *store_c, *compute_c;
   cn_prec_kind kind;
   int rank;
+  bool exact; /* a stored cell is its compute value (precisions.def) */
 } cn_prec_info;
 extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
 
@@ -54,6 +55,10 @@ extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
  * "=?/"); a clear-only accumulator (Arg2) is the plain "=:". False when accum has no such form.
  * Writes at most cap bytes (NUL included). */
 bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
+
+/* True if a stored cell of prec is its compute value (the `exact` column of precisions.def):
+ * loads and stores are plain accesses, with no wrap or rounding on store. */
+bool cn_prec_stores_as_computed(cn_prec prec);
 
 /* The kind bit (CN_KF/CN_KI/CN_KB) of a precision. */
 unsigned cn_prec_kind_bit(cn_prec prec);

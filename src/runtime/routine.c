@@ -9,7 +9,11 @@
  * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
  * symbol has a range. Local scratch is zeroed before every run, so a run's result depends only on
  * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`).
- * With the "check" option at "nan", a run also scans what it wrote (see check_nonfinite). */
+ * With the "check" option at "nan", a run also scans what it wrote (see check_nonfinite).
+ *
+ * The public option calls live here, the layer that knows every option: "check" is the routines'
+ * own, "cc", "cflags" and "cache_dir" the generated-C backend's (cn_cc_option); the context only
+ * stores the values set. */
 #include "backend/backend.h"
 
 #include <math.h>
@@ -90,7 +94,8 @@ static cn_status check_nonfinite(cn_routine *r) {
   cn_ctx *ctx = r->ctx;
   /* an option set on the context wins; the environment was read at compile time (a getenv per
    * run would cost a measurable share of a microsecond step) */
-  const char *check = ctx->opt_check ? ctx->opt_check : r->env_check;
+  const char *set = cn_ctx_stored_option(ctx, "check");
+  const char *check = set ? set : r->env_check;
   if (strcmp(check, "off") == 0) return CN_OK;
   if (strcmp(check, "nan") != 0)
     return cn_fail(ctx, CN_ERR_INVALID, "CANNL_CHECK=%s: unknown check (known: nan, off)", check);
@@ -264,4 +269,28 @@ void cn_routine_free(cn_routine *routine) {
   if (!routine) return;
   cn_ctx_remove_cleanup(routine->ctx, routine->cleanup);
   routine_release(routine);
+}
+
+/* ---- Options ---- */
+
+cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
+  bool check = key && strcmp(key, "check") == 0;
+  if (!check && !(key && cn_cc_option(ctx, key)))
+    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s' (known: " CN_CC_OPTION_KEYS ", check)",
+                   key ? key : "(null)");
+  if (check && value && strcmp(value, "nan") != 0 && strcmp(value, "off") != 0)
+    return cn_fail(ctx, CN_ERR_INVALID, "option check: unknown value '%s' (known: nan, off)",
+                   value);
+  return cn_ctx_store_option(ctx, key, value);
+}
+
+/* The defaults are computed on each call (environment lookups), so they follow the environment
+ * of the moment; a value set with cn_ctx_set_option wins. */
+const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
+  if (!key) return NULL;
+  if (strcmp(key, "check") != 0) return cn_cc_option(ctx, key);
+  const char *set = cn_ctx_stored_option(ctx, key);
+  if (set) return set;
+  const char *env = getenv("CANNL_CHECK");
+  return env && *env ? env : "off";
 }

@@ -13,25 +13,26 @@
  * only the entries that mention it). A stage's work is then proportional to what changed, and
  * the bindings are the full scan's, one at a time, in the same order.
  *
- * Invariants: each stage makes at most one binding and reports R_DONE when it did, so the cheap
- * principled stages always run before any guess; finalization is not trailed (a failure leaves
- * the environment partially closed). */
+ * Invariants: each stage makes at most one binding and reports CN_SV_DONE when it did, so the
+ * cheap principled stages always run before any guess; finalization is not trailed (a failure
+ * leaves the environment partially closed). It sits above unify.c (it binds through worklist.c's
+ * setters, then runs unify.c's propagation) and is called only from outside the solver. */
 #include "shape/solver.h"
 
 #include <string.h>
 
 /* The candidates of a stage: every id below `end` in reference mode, else the queue's. */
 typedef struct {
-  cn_queue *queue;
+  cn_sv_queue *queue;
   int next, end;
 } candidates;
 
 static int next_candidate(const cn_shape_env *env, candidates *c) {
   if (env->reference) return c->next < c->end ? c->next++ : -1;
-  return cn_queue_pop(c->queue);
+  return cn_sv_queue_pop(c->queue);
 }
 
-static pending *live_entry(cn_shape_env *env, int i) {
+static cn_sv_pending *live_entry(cn_shape_env *env, int i) {
   return i < env->n_pend && !env->pend[i].done ? &env->pend[i] : NULL;
 }
 
@@ -62,19 +63,19 @@ static int unit_axes(const cn_row *r) {
  * parameter and a use that fixes its axes (`w * x` in `b + w * x`) takes the axes of its uses,
  * which then reach the parameter as it closes upward in turn. Operands made of units never block
  * (they broadcast to whatever w becomes) as long as the bound leaves w the axes they need. */
-static result close_row_upward_(cn_shape_env *env, bool through) {
+static cn_sv_result close_row_upward_(cn_shape_env *env, bool through) {
   candidates c = {through ? &env->cand_through : &env->cand_upward, 0, env->n_rows};
   for (int w; (w = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[w]) continue;
     int n_uses = cn_sv_gather_row(env, w);
-    if (n_uses < 0) return R_FAIL;
+    if (n_uses < 0) return CN_SV_FAIL;
     int uses = 0, m = INT_MAX, need = 0;
     bool blocked = false;
     for (int u = 0; u < n_uses && !blocked; u++) {
-      pending *p = &env->pend[env->gathered[u]];
+      cn_sv_pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
-      if (!sup || !sub) return R_FAIL;
+      if (!sup || !sub) return CN_SV_FAIL;
       if (sub->var == w) {
         int k = unit_axes(sup);
         if (k >= 0) {
@@ -97,27 +98,27 @@ static result close_row_upward_(cn_shape_env *env, bool through) {
     int drop = 0;
     for (bool all_units = true; all_units && drop < m - need; drop += all_units) {
       for (int u = 0; u < n_uses && all_units; u++) {
-        pending *p = &env->pend[env->gathered[u]];
+        cn_sv_pending *p = &env->pend[env->gathered[u]];
         if (p->c.kind != CN_SC_ROW_INEQ) continue;
         cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
-        if (!sup || !sub) return R_FAIL;
+        if (!sup || !sub) return CN_SV_FAIL;
         if (sup->var != w) continue;
         cn_dim *d = cn_dim_resolve(env, sub->trail[sub->n_trail - m + drop]);
-        if (!d) return R_FAIL;
+        if (!d) return CN_SV_FAIL;
         all_units = cn_dim_is_unit(d);
       }
     }
     m -= drop;
     cn_dim **dims = cn_alloc(env->ctx, sizeof(cn_dim *) * (size_t)(m + 1));
-    if (!dims) return R_FAIL;
+    if (!dims) return CN_SV_FAIL;
     for (int j = 0; j < m; j++) {
       cn_dim *first = NULL;
       bool agree = true;
       for (int u = 0; u < n_uses; u++) {
-        pending *p = &env->pend[env->gathered[u]];
+        cn_sv_pending *p = &env->pend[env->gathered[u]];
         if (p->c.kind != CN_SC_ROW_INEQ) continue;
         cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
-        if (!sup || !sub) return R_FAIL;
+        if (!sup || !sub) return CN_SV_FAIL;
         if (sup->var != w) continue;
         cn_dim *d = sub->trail[sub->n_trail - m + j];
         if (!first)
@@ -126,41 +127,41 @@ static result close_row_upward_(cn_shape_env *env, bool through) {
           agree = false;
       }
       dims[j] = agree ? first : cn_dim_var(env);
-      if (!dims[j]) return R_FAIL;
+      if (!dims[j]) return CN_SV_FAIL;
     }
     cn_row *to = cn_row_make(env, 0, NULL, -1, m, dims);
-    if (!to) return R_FAIL;
-    if (!cn_sv_set_row(env, w, to)) return R_FAIL;
+    if (!to) return CN_SV_FAIL;
+    if (!cn_sv_set_row(env, w, to)) return CN_SV_FAIL;
     env->events++;
-    return R_DONE;
+    return CN_SV_DONE;
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
-static result close_row_upward(cn_shape_env *env) {
+static cn_sv_result close_row_upward(cn_shape_env *env) {
   return close_row_upward_(env, false);
 }
 
 /* Runs only when the leaves, the results and Total_elems are closed, just before guessing. */
-static result close_row_through(cn_shape_env *env) {
+static cn_sv_result close_row_through(cn_shape_env *env) {
   return close_row_upward_(env, true);
 }
 
 /* A dim variable whose every pending use is "solved ⊑ v" becomes their least upper bound: the
  * common size, or 1 when they differ (1 broadcasts to every size). */
-static result close_dim_upward(cn_shape_env *env) {
+static cn_sv_result close_dim_upward(cn_shape_env *env) {
   candidates c = {&env->cand_dim, 0, env->n_pend};
   for (int i; (i = next_candidate(env, &c)) >= 0;) {
-    pending *p = live_entry(env, i);
+    cn_sv_pending *p = live_entry(env, i);
     if (!p || p->c.kind != CN_SC_DIM_INEQ) continue;
     cn_dim *v = cn_dim_resolve(env, p->c.d2);
     if (!v || v->kind != CN_DIM_VAR) continue;
     int n_uses = cn_sv_gather_dim(env, v->var);
-    if (n_uses < 0) return R_FAIL;
+    if (n_uses < 0) return CN_SV_FAIL;
     cn_dim *lub = NULL;
     bool blocked = false;
     for (int u = 0; u < n_uses && !blocked; u++) {
-      pending *q = &env->pend[env->gathered[u]];
+      cn_sv_pending *q = &env->pend[env->gathered[u]];
       if (q->c.kind != CN_SC_DIM_INEQ) continue;
       cn_dim *sup = cn_dim_resolve(env, q->c.d2), *sub = cn_dim_resolve(env, q->c.d1);
       if (sub->kind == CN_DIM_VAR && sub->var == v->var && !cn_dim_is_unit(sup)) blocked = true;
@@ -170,15 +171,15 @@ static result close_dim_upward(cn_shape_env *env) {
       } else if (!lub) {
         lub = sub;
       } else if (!same_dim(env, lub, sub) && !(lub = cn_dim_solved(env, 1, NULL))) {
-        return R_FAIL;
+        return CN_SV_FAIL;
       }
     }
     if (blocked || !lub) continue;
-    if (!cn_sv_set_dim(env, v->var, lub)) return R_FAIL;
+    if (!cn_sv_set_dim(env, v->var, lub)) return CN_SV_FAIL;
     env->events++;
-    return R_DONE;
+    return CN_SV_DONE;
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* Binds row variable v to n fresh dim variables (no row variable left); the dims, or NULL on an
@@ -200,19 +201,19 @@ static cn_dim **bind_fresh_dims(cn_shape_env *env, int v, int n) {
  * operands made of units (numbers) ask for more, a v that is itself an operand of something
  * waits: its uses give it its axes (a parameter's initializer takes the parameter's), or, if
  * nothing does, guessing gives it the fewest the units need. */
-static result close_row_to_operands(cn_shape_env *env) {
+static cn_sv_result close_row_to_operands(cn_shape_env *env) {
   candidates c = {&env->cand_operands, 0, env->n_rows};
   for (int v; (v = next_candidate(env, &c)) >= 0;) {
     if (env->row_bind[v]) continue;
     int n_uses = cn_sv_gather_row(env, v);
-    if (n_uses < 0) return R_FAIL;
+    if (n_uses < 0) return CN_SV_FAIL;
     int need = -1, need_units = -1;
     bool used = false;
     for (int u = 0; u < n_uses; u++) {
-      pending *p = &env->pend[env->gathered[u]];
+      cn_sv_pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
-      if (!sup || !sub) return R_FAIL;
+      if (!sup || !sub) return CN_SV_FAIL;
       if (sup->var == v) used = true;
       if (sub->var != v || sup->var >= 0) continue;
       int uncovered = sup->n_trail - sub->n_trail - sub->n_lead;
@@ -225,9 +226,9 @@ static result close_row_to_operands(cn_shape_env *env) {
       need = need_units;
     }
     if (need < 0) continue;
-    return bind_fresh_dims(env, v, need) ? R_DONE : R_FAIL;
+    return bind_fresh_dims(env, v, need) ? CN_SV_DONE : CN_SV_FAIL;
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* Total_elems closes the row variable of a row whose other dims are all known: to one axis
@@ -235,16 +236,16 @@ static result close_row_to_operands(cn_shape_env *env) {
  * variable, first rows that already have axes close to no more (their product then gives the
  * count, as for the outputs of a vector conversion), then a bare row variable closes to one axis
  * that the count will size (the cells it converts). */
-static result close_total(cn_shape_env *env) {
+static cn_sv_result close_total(cn_shape_env *env) {
   int n_pend = env->n_pend;
   candidates c = {&env->cand_total, 0, 3 * n_pend}; /* sweep-major: (sweep, entry) */
   for (int k; (k = next_candidate(env, &c)) >= 0;) {
     int sweep = env->reference ? k / n_pend : k % 3, i = env->reference ? k % n_pend : k / 3;
-    pending *p = live_entry(env, i);
+    cn_sv_pending *p = live_entry(env, i);
     if (!p || p->c.kind != CN_SC_TOTAL) continue;
     cn_row *r = cn_row_resolve(env, p->c.r1);
     cn_dim *v = p->c.d1 ? cn_dim_resolve(env, p->c.d1) : NULL;
-    if (!r || (p->c.d1 && !v)) return R_FAIL;
+    if (!r || (p->c.d1 && !v)) return CN_SV_FAIL;
     if (r->var < 0) continue;
     int n = r->n_lead + r->n_trail;
     int64_t product = 1, num = p->c.count;
@@ -263,14 +264,14 @@ static result close_total(cn_shape_env *env) {
     cn_dim *rest = NULL;
     if (sweep == 2 || (sweep == 0 && num / product != 1)) {
       rest = sweep == 2 ? cn_dim_var(env) : cn_dim_solved(env, num / product, NULL);
-      if (!rest) return R_FAIL;
+      if (!rest) return CN_SV_FAIL;
     }
     cn_row *to = cn_row_make(env, 0, NULL, -1, rest ? 1 : 0, &rest);
-    if (!to || !cn_sv_set_row(env, r->var, to)) return R_FAIL;
+    if (!to || !cn_sv_set_row(env, r->var, to)) return CN_SV_FAIL;
     env->events++;
-    return R_DONE;
+    return CN_SV_DONE;
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 static bool row_has_var(cn_shape_env *env, const cn_row *r, int *row_var, cn_dim **dim_var,
@@ -321,7 +322,7 @@ static int min_rank_(cn_shape_env *env, int v, int depth) {
   if (n_uses) memcpy(entries, env->gathered, sizeof(int) * (size_t)n_uses);
   int need = 0;
   for (int u = 0; u < n_uses; u++) {
-    pending *p = &env->pend[entries[u]];
+    cn_sv_pending *p = &env->pend[entries[u]];
     if (p->done || p->c.kind != CN_SC_ROW_INEQ) continue;
     cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
     if (!sup || !sub) return -1;
@@ -350,14 +351,14 @@ static int min_rank(cn_shape_env *env, int v) {
   return min_rank_(env, v, 0);
 }
 
-static result bind_guess_dim(cn_shape_env *env, cn_dim *d) {
+static cn_sv_result bind_guess_dim(cn_shape_env *env, cn_dim *d) {
   cn_dim *v = first_var_in(env, d);
   CN_ASSERT(v);
   cn_dim *guessed = cn_dim_solved(env, env->dim_min[v->var], NULL);
-  if (!guessed) return R_FAIL;
-  if (!cn_sv_set_dim(env, v->var, guessed)) return R_FAIL;
+  if (!guessed) return CN_SV_FAIL;
+  if (!cn_sv_set_dim(env, v->var, guessed)) return CN_SV_FAIL;
   env->events++;
-  return R_DONE;
+  return CN_SV_DONE;
 }
 
 /* Whether dim variable d is bounded only by broadcast units: every pending constraint on it is
@@ -367,7 +368,7 @@ static int reads_only_units(cn_shape_env *env, const cn_dim *d) {
   if (n_uses < 0) return -1;
   bool any = false;
   for (int u = 0; u < n_uses; u++) {
-    pending *q = &env->pend[env->gathered[u]];
+    cn_sv_pending *q = &env->pend[env->gathered[u]];
     if (q->done) continue;
     if (q->c.kind != CN_SC_DIM_INEQ) return 0;
     cn_dim *sub = cn_dim_resolve(env, q->c.d1), *sup = cn_dim_resolve(env, q->c.d2);
@@ -383,22 +384,23 @@ static int reads_only_units(cn_shape_env *env, const cn_dim *d) {
  * none. Its fresh axes take what their operands give (propagation); those that only read units
  * (numbers) are guessed at once, before anything closes upward from this row: a number's unit
  * axis in a result must not become an open axis of the operands above it (a parameter's). */
-static result bind_guess_row(cn_shape_env *env, int rv) {
+static cn_sv_result bind_guess_row(cn_shape_env *env, int rv) {
   int need = min_rank(env, rv);
   cn_dim **dims = need < 0 ? NULL : bind_fresh_dims(env, rv, need);
-  if (!dims) return R_FAIL;
-  if (need && cn_shape_propagate(env) != CN_OK) return R_FAIL;
+  if (!dims) return CN_SV_FAIL;
+  if (need && cn_shape_propagate(env) != CN_OK) return CN_SV_FAIL;
   for (int j = 0; j < need; j++) {
     cn_dim *d = cn_dim_resolve(env, dims[j]);
-    if (!d) return R_FAIL;
+    if (!d) return CN_SV_FAIL;
     if (d->kind != CN_DIM_VAR) continue;
     int units = reads_only_units(env, d);
-    if (units < 0 || (units && bind_guess_dim(env, d) == R_FAIL)) return R_FAIL;
+    if (units < 0 || (units && bind_guess_dim(env, d) == CN_SV_FAIL)) return CN_SV_FAIL;
   }
-  return R_DONE;
+  return CN_SV_DONE;
 }
 
-static result param_undetermined(cn_shape_env *env, const cn_shape *sh, int k, bool dim, int axis) {
+static cn_sv_result param_undetermined(cn_shape_env *env, const cn_shape *sh, int k, bool dim,
+                                       int axis) {
   if (dim)
     cn_fail(env->ctx, CN_ERR_INVALID,
             "shape inference: dimension %d of the %s row of parameter \"%s\" (#%d) is not "
@@ -410,7 +412,7 @@ static result param_undetermined(cn_shape_env *env, const cn_shape *sh, int k, b
             "determined: give its %s dims (shape so far: %s)",
             cn_row_kind_name((cn_row_kind)k), sh->label, sh->id, cn_row_kind_name((cn_row_kind)k),
             cn_shape_str(env, sh));
-  return R_FAIL;
+  return CN_SV_FAIL;
 }
 
 /* The first row of sh with a variable (k = CN_N_ROWS when none); with dims_only, the first with
@@ -437,7 +439,7 @@ static int reads_unit(cn_shape_env *env, const cn_shape *sh, cn_dim *v) {
   int n_uses = cn_sv_gather_dim(env, v->var);
   if (n_uses < 0) return -1;
   for (int u = 0; u < n_uses; u++) {
-    pending *q = &env->pend[env->gathered[u]];
+    cn_sv_pending *q = &env->pend[env->gathered[u]];
     if (q->done || q->c.kind != CN_SC_DIM_INEQ || !q->op || q->c.a.slot < 0) continue;
     if ((q->c.a.slot == 0 ? q->op->lhs : q->op->rhs[q->c.a.slot - 1]) != sh) continue;
     cn_dim *sub = cn_dim_resolve(env, q->c.d1), *sup = cn_dim_resolve(env, q->c.d2);
@@ -452,7 +454,7 @@ static int reads_unit(cn_shape_env *env, const cn_shape *sh, cn_dim *v) {
  * parameters whose variables changed since their last check are candidates: at the previous
  * guess no parameter had an open dimension (it would have failed), and one gains a dimension
  * variable only through a binding of a variable of its rows, which queues it. */
-static result guess_param_dims(cn_shape_env *env) {
+static cn_sv_result guess_param_dims(cn_shape_env *env) {
   candidates c = {&env->cand_params, 0, env->n_shapes};
   for (int i; (i = next_candidate(env, &c)) >= 0;) {
     cn_shape *sh = env->shapes[i];
@@ -460,58 +462,58 @@ static result guess_param_dims(cn_shape_env *env) {
     int k, rv, axis;
     cn_dim *dv;
     if (!cn_sv_note_param(env, sh, i, false) || !open_row(env, sh, true, &k, &rv, &dv, &axis))
-      return R_FAIL;
+      return CN_SV_FAIL;
     if (k == CN_N_ROWS) continue;
-    if (!env->reference && !cn_queue_push(env->ctx, &env->cand_params, i, i)) return R_FAIL;
+    if (!env->reference && !cn_sv_queue_push(env->ctx, &env->cand_params, i, i)) return CN_SV_FAIL;
     if (dv->kind == CN_DIM_VAR) {
       int unit = reads_unit(env, sh, dv);
-      if (unit < 0) return R_FAIL;
+      if (unit < 0) return CN_SV_FAIL;
       if (unit) return bind_guess_dim(env, dv);
     }
     return param_undetermined(env, sh, k, true, axis); /* still a candidate if asked again */
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* Parameters with an open row, once nothing else can close: an error naming the first. The
  * open-parameter list drops the parameters found closed for good. */
-static result guess_param_rows(cn_shape_env *env) {
+static cn_sv_result guess_param_rows(cn_shape_env *env) {
   int n = env->reference ? env->n_shapes : env->n_open_params, kept = 0;
   for (int i = 0; i < n; i++) {
     cn_shape *sh = env->shapes[env->reference ? i : env->open_params[i]];
     if (!sh->is_param || sh->guessable) continue;
     int k, rv, axis;
     cn_dim *dv;
-    if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
+    if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return CN_SV_FAIL;
     if (k == CN_N_ROWS) continue; /* closed: never open again */
     if (!env->reference) env->open_params[kept++] = env->open_params[i];
     return param_undetermined(env, sh, k, dv != NULL, axis);
   }
   if (!env->reference) env->n_open_params = kept;
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* A non-parameter's first open row: its row variable becomes "no more axes", or its first dim
  * variable its minimum. Shapes before the cursor are closed (or parameters), for good. */
-static result guess_shapes(cn_shape_env *env) {
+static cn_sv_result guess_shapes(cn_shape_env *env) {
   for (int i = env->reference ? 0 : env->guess_cursor; i < env->n_shapes; i++) {
     cn_shape *sh = env->shapes[i];
     if (!sh->is_param || sh->guessable) {
       int k, rv, axis;
       cn_dim *dv;
-      if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return R_FAIL;
+      if (!open_row(env, sh, false, &k, &rv, &dv, &axis)) return CN_SV_FAIL;
       if (k < CN_N_ROWS) return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
     }
     if (!env->reference) env->guess_cursor = i + 1;
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* Variables that only pending constraints mention (spec axes that no tensor keeps). */
-static result guess_pending(cn_shape_env *env) {
+static cn_sv_result guess_pending(cn_shape_env *env) {
   candidates c = {&env->cand_guess, 0, env->n_pend};
   for (int i; (i = next_candidate(env, &c)) >= 0;) {
-    pending *p = live_entry(env, i);
+    cn_sv_pending *p = live_entry(env, i);
     if (!p) continue;
     cn_dim *ds[2] = {p->c.d1, p->c.d2};
     for (int j = 0; j < 2; j++)
@@ -524,7 +526,7 @@ static result guess_pending(cn_shape_env *env) {
       return rv >= 0 ? bind_guess_row(env, rv) : bind_guess_dim(env, dv);
     }
   }
-  return R_PEND;
+  return CN_SV_PEND;
 }
 
 /* Guessing, once nothing can be inferred: a parameter's open dimension is an error (parameters
@@ -532,24 +534,25 @@ static result guess_pending(cn_shape_env *env) {
  * closes to "no more axes" and its dim variables to size 1 (or their minimum); then variables only
  * pending constraints mention; a parameter's row variable that nothing bounded even after that is
  * an error. */
-static result guess(cn_shape_env *env) {
-  result r = guess_param_dims(env);
-  if (r == R_PEND) r = guess_shapes(env);
-  if (r == R_PEND) r = guess_pending(env);
-  return r == R_PEND ? guess_param_rows(env) : r;
+static cn_sv_result guess(cn_shape_env *env) {
+  cn_sv_result r = guess_param_dims(env);
+  if (r == CN_SV_PEND) r = guess_shapes(env);
+  if (r == CN_SV_PEND) r = guess_pending(env);
+  return r == CN_SV_PEND ? guess_param_rows(env) : r;
 }
 
 cn_status cn_shape_finalize(cn_shape_env *env) {
-  result (*const stages[])(cn_shape_env *) = {close_row_upward,      close_dim_upward,
-                                              close_row_to_operands, close_total,
-                                              close_row_through,     guess};
+  cn_sv_result (*const stages[])(cn_shape_env *) = {close_row_upward,      close_dim_upward,
+                                                    close_row_to_operands, close_total,
+                                                    close_row_through,     guess};
   for (;;) {
     cn_status st = cn_shape_propagate(env);
     if (st != CN_OK) return st;
-    result r = R_PEND;
-    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && r == R_PEND; i++) r = stages[i](env);
-    if (r == R_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
-    if (r == R_PEND) break;
+    cn_sv_result r = CN_SV_PEND;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0] && r == CN_SV_PEND; i++)
+      r = stages[i](env);
+    if (r == CN_SV_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
+    if (r == CN_SV_PEND) break;
   }
   /* A done entry stays done (a rollback only undoes the failed operation's own writes, made
    * after this cursor moved), so each entry is passed once over all finalizations. */

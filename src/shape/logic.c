@@ -7,25 +7,14 @@
  * the spec; a fixed index k is a fresh dim of at least k+1; `_` is a fresh dim. An operand row
  * written without a row variable broadcasts "to the left": it gets a fresh row variable before
  * its axes, so "ijk => ki" reduces any further axes; the result's rows are exactly what the spec
- * writes. Einsum asserts equalities only. */
+ * writes. Einsum asserts equalities only.
+ *
+ * Invariants: the logic builds terms (term.c's constructors: fresh variables, solved and affine
+ * dims, rows) and solves nothing; it calls no other file of the solver, so ops.c derives and
+ * then unifies, and projection inference can derive alone. */
 #include "shape/shape.h"
 
 #include <string.h>
-
-const char *cn_shape_kind_name(cn_shape_kind kind) {
-  switch (kind) {
-  case CN_SL_POINTWISE: return "pointwise";
-  case CN_SL_COMPOSE: return "compose";
-  case CN_SL_TRANSPOSE: return "transpose";
-  case CN_SL_EINSUM: return "einsum";
-  case CN_SL_BATCH_SLICE: return "batch slice";
-  case CN_SL_DATA: return "data";
-  case CN_SL_RESHAPE: return "reshape";
-  case CN_SL_VEC_CONVERT: return "vector conversion";
-  case CN_SL_TERMINAL: return "terminal";
-  }
-  return "?";
-}
 
 typedef struct {
   cn_shape_env *env;
@@ -235,125 +224,159 @@ static cn_status einsum(builder *b, const cn_shape_args *args, cn_shape *const *
 
 /* ---- The logic of each kind ------------------------------------------------------------------ */
 
+/* Pointwise, compose and transpose: the result broadcasts each operand row it reads. */
+static cn_status broadcasts(builder *b, cn_shape_kind kind, cn_shape *const *slots, int n_rhs) {
+  const cn_row_kind B = CN_ROW_BATCH, I = CN_ROW_INPUT, O = CN_ROW_OUTPUT;
+  bool ok = true;
+  if (kind == CN_SL_POINTWISE) {
+    for (int i = 1; i <= n_rhs && ok; i++)
+      for (int k = 0; k < CN_N_ROWS && ok; k++)
+        ok = row_rel(b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, i, (cn_row_kind)k);
+  } else if (kind == CN_SL_COMPOSE) {
+    ok = row_rel(b, CN_SC_ROW_INEQ, slots, 1, I, 2, O) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, O, 1, O) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, I, 2, I) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, B, 2, B);
+    /* compose-accumulate (fma, seed 002): the third operand is read like the result */
+    for (int k = 0; k < CN_N_ROWS && ok && n_rhs == 3; k++)
+      ok = row_rel(b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, 3, (cn_row_kind)k);
+  } else {
+    ok = row_rel(b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, I, 1, O) &&
+         row_rel(b, CN_SC_ROW_INEQ, slots, 0, O, 1, I);
+  }
+  return ok ? CN_OK : CN_ERR_NOMEM;
+}
+
+/* The operand's batch row is the result's with one more leading axis (the sliced one). */
+static cn_status batch_slice(builder *b, cn_shape *const *slots) {
+  cn_shape_env *env = b->env;
+  const cn_row_kind B = CN_ROW_BATCH;
+  const cn_row *lb = slots[0]->rows[B];
+  cn_dim **lead =
+      cn_alloc(cn_shape_env_ctx(env), sizeof *lead * (size_t)(lb->n_lead + lb->n_trail + 1));
+  cn_dim *sliced = cn_dim_var(env);
+  if (!lead || !sliced) return CN_ERR_NOMEM;
+  lead[0] = sliced;
+  cn_row *wider;
+  if (lb->var < 0) {
+    memcpy(lead + 1, lb->trail, sizeof *lead * (size_t)lb->n_trail);
+    wider = cn_row_make(env, 0, NULL, -1, lb->n_trail + 1, lead);
+  } else {
+    memcpy(lead + 1, lb->lead, sizeof *lead * (size_t)lb->n_lead);
+    wider = cn_row_make(env, lb->n_lead + 1, lead, lb->var, lb->n_trail, lb->trail);
+  }
+  cn_shape_constraint *eq = wider ? add(b, CN_SC_ROW_EQ, 1, B, 0, B) : NULL;
+  if (!eq) return CN_ERR_NOMEM;
+  eq->r1 = slots[1]->rows[B];
+  eq->r2 = wider;
+  return row_rel(b, CN_SC_ROW_EQ, slots, 0, CN_ROW_INPUT, 1, CN_ROW_INPUT) &&
+                 row_rel(b, CN_SC_ROW_EQ, slots, 0, CN_ROW_OUTPUT, 1, CN_ROW_OUTPUT)
+             ? CN_OK
+             : CN_ERR_NOMEM;
+}
+
+/* Data fixes every row; reshape fixes batch and input and leaves the output row its total. */
+static cn_status data_or_reshape(builder *b, cn_shape_kind kind, const cn_shape_args *args,
+                                 cn_shape *lhs) {
+  cn_shape_env *env = b->env;
+  cn_ctx *ctx = cn_shape_env_ctx(env);
+  const cn_row_kind O = CN_ROW_OUTPUT;
+  int64_t outer = 1;
+  for (int k = 0; k < CN_N_ROWS; k++) {
+    if (kind == CN_SL_RESHAPE && k == (int)O) continue;
+    cn_row *r = closed_row(env, args->n_dims[k], args->dims[k], args->labels[k]);
+    cn_shape_constraint *c = r ? add(b, CN_SC_EXACT, 0, (cn_row_kind)k, -1, (cn_row_kind)k) : NULL;
+    if (!c) return ctx->status ? ctx->status : CN_ERR_NOMEM;
+    c->r1 = lhs->rows[k];
+    c->r2 = r;
+    for (int i = 0; i < args->n_dims[k]; i++) outer *= args->dims[k][i];
+  }
+  if (kind != CN_SL_RESHAPE) return CN_OK;
+  if (args->total < 1 || args->total % outer != 0)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "reshape of \"%s\" (#%d): %lld elements do not split into batch and input "
+                   "axes holding %lld",
+                   lhs->label, lhs->id, (long long)args->total, (long long)outer);
+  cn_shape_constraint *c = add(b, CN_SC_TOTAL, 0, O, -1, O);
+  if (!c) return CN_ERR_NOMEM;
+  c->r1 = lhs->rows[O];
+  c->count = args->total / outer;
+  return CN_OK;
+}
+
+/* Equal batch and input rows; the output rows hold `cells` and `coeff` times `cells` elements. */
+static cn_status vec_convert(builder *b, const cn_shape_args *args, cn_shape *const *slots) {
+  cn_shape_env *env = b->env;
+  const cn_row_kind O = CN_ROW_OUTPUT;
+  cn_shape *lhs = slots[0];
+  if (args->coeff < 1)
+    return cn_fail(cn_shape_env_ctx(env), CN_ERR_INVALID,
+                   "vector conversion into \"%s\" (#%d): coefficient %lld", lhs->label, lhs->id,
+                   (long long)args->coeff);
+  cn_dim *cells = cn_dim_var(env);
+  if (!cells) return CN_ERR_NOMEM;
+  bool ok = row_rel(b, CN_SC_ROW_EQ, slots, 0, CN_ROW_BATCH, 1, CN_ROW_BATCH) &&
+            row_rel(b, CN_SC_ROW_EQ, slots, 0, CN_ROW_INPUT, 1, CN_ROW_INPUT);
+  cn_shape_constraint *c1 = ok ? add(b, CN_SC_TOTAL, 1, O, -1, O) : NULL;
+  if (!c1) return CN_ERR_NOMEM;
+  c1->r1 = slots[1]->rows[O];
+  c1->d1 = cells;
+  c1->coeff = c1->denom = 1;
+  cn_shape_constraint *c2 = add(b, CN_SC_TOTAL, 0, O, -1, O);
+  if (!c2) return CN_ERR_NOMEM;
+  c2->r1 = lhs->rows[O];
+  c2->d1 = cells;
+  c2->coeff = args->coeff;
+  c2->denom = 1;
+  return CN_OK;
+}
+
+/* The operand count each kind takes, then its logic. */
+static cn_status derive_kind(builder *b, cn_shape_kind kind, const cn_shape_args *args,
+                             cn_shape *const *slots, int n_rhs) {
+  cn_ctx *ctx = cn_shape_env_ctx(b->env);
+  cn_status st;
+  switch (kind) {
+  case CN_SL_POINTWISE:
+    st = arity(ctx, kind, n_rhs, 1, 3);
+    return st != CN_OK ? st : broadcasts(b, kind, slots, n_rhs);
+  case CN_SL_COMPOSE:
+    st = arity(ctx, kind, n_rhs, 2, 3);
+    return st != CN_OK ? st : broadcasts(b, kind, slots, n_rhs);
+  case CN_SL_TRANSPOSE:
+    st = arity(ctx, kind, n_rhs, 1, 1);
+    return st != CN_OK ? st : broadcasts(b, kind, slots, n_rhs);
+  case CN_SL_EINSUM:
+    st = arity(ctx, kind, n_rhs, 1, 3);
+    return st != CN_OK ? st : einsum(b, args, slots, n_rhs);
+  case CN_SL_BATCH_SLICE:
+    st = arity(ctx, kind, n_rhs, 1, 1);
+    return st != CN_OK ? st : batch_slice(b, slots);
+  case CN_SL_DATA:
+  case CN_SL_RESHAPE:
+    st = arity(ctx, kind, n_rhs, 0, 0);
+    return st != CN_OK ? st : data_or_reshape(b, kind, args, slots[0]);
+  case CN_SL_VEC_CONVERT:
+    st = arity(ctx, kind, n_rhs, 1, 1);
+    return st != CN_OK ? st : vec_convert(b, args, slots);
+  case CN_SL_TERMINAL: return arity(ctx, kind, n_rhs, 0, 0);
+  }
+  return CN_OK;
+}
+
 cn_status cn_shape_derive(cn_shape_env *env, cn_shape_kind kind, const cn_shape_args *args,
                           cn_shape *lhs, cn_shape *const *rhs, int n_rhs, cn_shape_constraint **out,
                           int *n_out) {
   static const cn_shape_args no_args;
-  cn_ctx *ctx = cn_shape_env_ctx(env);
   if (!args) args = &no_args;
   builder b = {env, NULL, 0, 0};
   cn_shape *slots[4] = {lhs, NULL, NULL, NULL};
-  if (n_rhs < 0 || n_rhs > 3) return arity(ctx, kind, n_rhs, 0, 3);
+  if (n_rhs < 0 || n_rhs > 3) return arity(cn_shape_env_ctx(env), kind, n_rhs, 0, 3);
   for (int i = 0; i < n_rhs; i++) slots[i + 1] = rhs[i];
-  cn_status st = CN_OK;
-  bool ok = true;
-  const cn_row_kind B = CN_ROW_BATCH, I = CN_ROW_INPUT, O = CN_ROW_OUTPUT;
-  switch (kind) {
-  case CN_SL_POINTWISE:
-    if ((st = arity(ctx, kind, n_rhs, 1, 3)) != CN_OK) return st;
-    for (int i = 1; i <= n_rhs && ok; i++)
-      for (int k = 0; k < CN_N_ROWS && ok; k++)
-        ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, i, (cn_row_kind)k);
-    break;
-  case CN_SL_COMPOSE:
-    if ((st = arity(ctx, kind, n_rhs, 2, 3)) != CN_OK) return st;
-    ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 1, I, 2, O) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, O, 1, O) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, I, 2, I) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, B, 2, B);
-    /* compose-accumulate (fma, seed 002): the third operand is read like the result */
-    for (int k = 0; k < CN_N_ROWS && ok && n_rhs == 3; k++)
-      ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, 3, (cn_row_kind)k);
-    break;
-  case CN_SL_TRANSPOSE:
-    if ((st = arity(ctx, kind, n_rhs, 1, 1)) != CN_OK) return st;
-    ok = row_rel(&b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, I, 1, O) &&
-         row_rel(&b, CN_SC_ROW_INEQ, slots, 0, O, 1, I);
-    break;
-  case CN_SL_EINSUM:
-    if ((st = arity(ctx, kind, n_rhs, 1, 3)) != CN_OK) return st;
-    if ((st = einsum(&b, args, slots, n_rhs)) != CN_OK) return st;
-    break;
-  case CN_SL_BATCH_SLICE: {
-    if ((st = arity(ctx, kind, n_rhs, 1, 1)) != CN_OK) return st;
-    const cn_row *lb = lhs->rows[B];
-    cn_ctx *c = ctx;
-    cn_dim **lead = cn_alloc(c, sizeof *lead * (size_t)(lb->n_lead + lb->n_trail + 1));
-    cn_dim *sliced = cn_dim_var(env);
-    if (!lead || !sliced) return CN_ERR_NOMEM;
-    lead[0] = sliced;
-    cn_row *wider;
-    if (lb->var < 0) {
-      memcpy(lead + 1, lb->trail, sizeof *lead * (size_t)lb->n_trail);
-      wider = cn_row_make(env, 0, NULL, -1, lb->n_trail + 1, lead);
-    } else {
-      memcpy(lead + 1, lb->lead, sizeof *lead * (size_t)lb->n_lead);
-      wider = cn_row_make(env, lb->n_lead + 1, lead, lb->var, lb->n_trail, lb->trail);
-    }
-    cn_shape_constraint *eq = wider ? add(&b, CN_SC_ROW_EQ, 1, B, 0, B) : NULL;
-    if (!eq) return CN_ERR_NOMEM;
-    eq->r1 = rhs[0]->rows[B];
-    eq->r2 = wider;
-    ok = row_rel(&b, CN_SC_ROW_EQ, slots, 0, I, 1, I) &&
-         row_rel(&b, CN_SC_ROW_EQ, slots, 0, O, 1, O);
-    break;
-  }
-  case CN_SL_DATA:
-  case CN_SL_RESHAPE: {
-    if ((st = arity(ctx, kind, n_rhs, 0, 0)) != CN_OK) return st;
-    int64_t outer = 1;
-    for (int k = 0; k < CN_N_ROWS && ok; k++) {
-      if (kind == CN_SL_RESHAPE && k == (int)O) continue;
-      cn_row *r = closed_row(env, args->n_dims[k], args->dims[k], args->labels[k]);
-      cn_shape_constraint *c =
-          r ? add(&b, CN_SC_EXACT, 0, (cn_row_kind)k, -1, (cn_row_kind)k) : NULL;
-      if (!c) return ctx->status ? ctx->status : CN_ERR_NOMEM;
-      c->r1 = lhs->rows[k];
-      c->r2 = r;
-      for (int i = 0; i < args->n_dims[k]; i++) outer *= args->dims[k][i];
-    }
-    if (kind == CN_SL_RESHAPE) {
-      if (args->total < 1 || args->total % outer != 0)
-        return cn_fail(ctx, CN_ERR_INVALID,
-                       "reshape of \"%s\" (#%d): %lld elements do not split into batch and input "
-                       "axes holding %lld",
-                       lhs->label, lhs->id, (long long)args->total, (long long)outer);
-      cn_shape_constraint *c = add(&b, CN_SC_TOTAL, 0, O, -1, O);
-      if (!c) return CN_ERR_NOMEM;
-      c->r1 = lhs->rows[O];
-      c->count = args->total / outer;
-    }
-    break;
-  }
-  case CN_SL_VEC_CONVERT: {
-    if ((st = arity(ctx, kind, n_rhs, 1, 1)) != CN_OK) return st;
-    if (args->coeff < 1)
-      return cn_fail(ctx, CN_ERR_INVALID, "vector conversion into \"%s\" (#%d): coefficient %lld",
-                     lhs->label, lhs->id, (long long)args->coeff);
-    cn_dim *cells = cn_dim_var(env);
-    if (!cells) return CN_ERR_NOMEM;
-    ok = row_rel(&b, CN_SC_ROW_EQ, slots, 0, B, 1, B) &&
-         row_rel(&b, CN_SC_ROW_EQ, slots, 0, I, 1, I);
-    cn_shape_constraint *c1 = ok ? add(&b, CN_SC_TOTAL, 1, O, -1, O) : NULL;
-    if (!c1) return CN_ERR_NOMEM;
-    c1->r1 = rhs[0]->rows[O];
-    c1->d1 = cells;
-    c1->coeff = c1->denom = 1;
-    cn_shape_constraint *c2 = add(&b, CN_SC_TOTAL, 0, O, -1, O);
-    if (!c2) return CN_ERR_NOMEM;
-    c2->r1 = lhs->rows[O];
-    c2->d1 = cells;
-    c2->coeff = args->coeff;
-    c2->denom = 1;
-    break;
-  }
-  case CN_SL_TERMINAL:
-    if ((st = arity(ctx, kind, n_rhs, 0, 0)) != CN_OK) return st;
-    break;
-  }
-  if (!ok) return CN_ERR_NOMEM;
+  cn_status st = derive_kind(&b, kind, args, slots, n_rhs);
+  if (st != CN_OK) return st;
   *out = b.v;
   *n_out = b.n;
   return CN_OK;

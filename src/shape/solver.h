@@ -1,13 +1,16 @@
-/* Internal to the shape solver (row.c: terms, unification, operations; worklist.c: the
- * occurrence index, the work queues and propagation; finalize.c: closing what propagation leaves
- * open): the environment, pending constraints and the writes the files make to the substitution.
+/* Internal to the shape solver, shared by its passes (bottom to top: term.c terms, resolution,
+ * printing and readers; worklist.c the occurrence index, the work queues and the trailed writes;
+ * logic.c each operation's constraints; conflict.c conflict messages; unify.c unification of
+ * pending constraints and propagation; finalize.c closing what propagation leaves open; ops.c
+ * adding shapes and operations): the environment, pending constraints, message sites and the
+ * writes the files make to the substitution. A file calls only the files below it.
  *
  * Invariants: every write to a binding, a minimum or a pending entry goes through a setter
- * (cn_sv_set_dim, cn_sv_set_row, and row.c's own for minimums and entries), so that while an
- * operation is being added (env->trailing) the old value is on the undo trail and a failing
- * cn_shape_add_op restores the environment exactly. Pending entries keep their index for life
- * (decided ones are marked done, never moved; a rollback only drops the entries it added), so
- * the index, the queues and the trail can name them by index.
+ * (cn_sv_set_dim, cn_sv_set_row, cn_sv_set_min, cn_sv_set_pending), so that while an operation is
+ * being added (env->trailing) the old value is on the undo trail and a failing cn_shape_add_op
+ * restores the environment exactly. Pending entries keep their index for life (decided ones are
+ * marked done, never moved; a rollback only drops the entries it added), so the index, the queues
+ * and the trail can name them by index.
  *
  * Scale (issue 12): nothing sweeps the whole environment per binding. Every pending entry is
  * registered under each variable its resolved constraint mentions (the occurrence index); binding
@@ -23,48 +26,52 @@
 
 #include <limits.h>
 
-#define NO_AXIS INT_MIN
+#define CN_SV_NO_AXIS INT_MIN
 
 /* Where the spec side of an einsum row equality points (a position in the cn_es_row): an axis
  * index into leading then trailing, or one of these. */
-#define SPEC_IN_VAR (-1) /* inside the row's variable */
-#define SPEC_WHOLE  (-2) /* the whole row (rank conflicts) */
+#define CN_SV_SPEC_IN_VAR (-1) /* inside the row's variable */
+#define CN_SV_SPEC_WHOLE  (-2) /* the whole row (rank conflicts) */
 
-typedef enum { R_DONE, R_PEND, R_FAIL } result;
+/* What processing a constraint decided: nothing left, still pending, or failed (the status set). */
+typedef enum { CN_SV_DONE, CN_SV_PEND, CN_SV_FAIL } cn_sv_result;
 
+/* A constraint not decided yet (or decided: done), with what its messages need; unify.c narrows
+ * its rows as it pairs axes. */
 typedef struct {
   const cn_shape_op *op;
   cn_shape_constraint c;
   int axis_a, axis_b;        /* DIM_*: the axes of each side */
   int off[2][2];             /* ROW_*: axes already paired, [side a/b][0 left, 1 right] */
   const cn_es_row *spec_row; /* DIM_* from an einsum row equality: the spec side's row ... */
-  int spec_pos;              /* ... and position (see SPEC_*), for messages */
+  int spec_pos;              /* ... and position (see CN_SV_SPEC_*), for messages */
   bool min_on_b;             /* MIN_DIM from a binding: d1 stands on side b */
   bool done;
   bool reused; /* DIM_*: a retry already re-deferred into this entry */
-} pending;
+} cn_sv_pending;
 
 /* A min-heap of (key, id) with a membership flag per id (an id is queued at most once). */
 typedef struct {
   int64_t key;
   int id;
-} cn_queue_item;
+} cn_sv_queue_item;
 typedef struct {
-  cn_queue_item *items;
+  cn_sv_queue_item *items;
   int n, cap;
   bool *queued; /* by id */
   int cap_queued;
-} cn_queue;
+} cn_sv_queue;
 
-typedef enum { U_DIM, U_MIN, U_ROW, U_PEND } undo_kind;
+/* One write on the undo trail: what was at a dim binding, a minimum, a row binding or an entry. */
+typedef enum { CN_SV_UNDO_DIM, CN_SV_UNDO_MIN, CN_SV_UNDO_ROW, CN_SV_UNDO_PEND } cn_sv_undo_kind;
 typedef struct {
-  undo_kind kind;
+  cn_sv_undo_kind kind;
   int index;
   cn_dim *dim;
   cn_row *row;
   int64_t min;
-  pending pend;
-} undo;
+  cn_sv_pending pend;
+} cn_sv_undo;
 
 struct cn_shape_env {
   cn_ctx *ctx;
@@ -77,7 +84,7 @@ struct cn_shape_env {
   int n_shapes, cap_shapes;
   cn_shape_op **ops;
   int n_ops, cap_ops;
-  pending *pend;
+  cn_sv_pending *pend;
   int n_pend, cap_pend; /* every entry ever added (done ones included) */
   long events;          /* bindings and simplifications: the reference sweeps' fixpoint test */
   long stamp;           /* changes whenever a binding or a minimum does: resolution caches */
@@ -91,15 +98,15 @@ struct cn_shape_env {
   int n_reg, cap_reg, cap_reg_next;
   /* propagation: this sweep's and the next sweep's entries; `current` is the entry being
    * processed (-1 outside propagation) */
-  cn_queue sweep_now, sweep_next;
+  cn_sv_queue sweep_now, sweep_next;
   int current;
   /* finalization candidates (see finalize.c): row variables for the row stages, DIM_INEQ
    * entries for the dim stage, (sweep, entry) for Total_elems, entries for the last guesses */
-  cn_queue cand_upward, cand_dim, cand_operands, cand_total, cand_through, cand_guess;
-  int guess_cursor;     /* shapes before it are closed for good (or parameters) */
-  int first_open;       /* entries before it are done for good (finalization's last check) */
-  cn_queue cand_params; /* parameters whose variables changed since their last check */
-  int *open_params;     /* the parameters' shape indices that may still have a variable */
+  cn_sv_queue cand_upward, cand_dim, cand_operands, cand_total, cand_through, cand_guess;
+  int guess_cursor;        /* shapes before it are closed for good (or parameters) */
+  int first_open;          /* entries before it are done for good (finalization's last check) */
+  cn_sv_queue cand_params; /* parameters whose variables changed since their last check */
+  int *open_params;        /* the parameters' shape indices that may still have a variable */
   int n_open_params, cap_open_params;
   int *gathered; /* scratch of cn_sv_gather */
   int cap_gathered;
@@ -109,23 +116,36 @@ struct cn_shape_env {
   int cap_rank_seen, cap_rank_need;
   long rank_call;
   bool trailing; /* inside cn_shape_add_op: record every write on the trail */
-  undo *trail;
+  cn_sv_undo *trail;
   int n_trail, cap_trail;
 };
 
-bool cn_sv_set_dim(cn_shape_env *env, int var, cn_dim *to);
-bool cn_sv_set_row(cn_shape_env *env, int var, cn_row *to);
-bool cn_sv_set_pending(cn_shape_env *env, int i, const pending *p);
-/* Processes one pending entry (row.c); the worklist decides when. */
-result cn_sv_process(cn_shape_env *env, pending *p);
+/* Whether pending entry `entry` still counts: added and not rolled back, and not decided. */
+static inline bool cn_sv_live(const cn_shape_env *env, int entry) {
+  return entry < env->n_pend && !env->pend[entry].done;
+}
+
+/* Where a constraint being processed comes from, for its messages. */
+typedef struct {
+  const cn_shape_op *op;
+  const cn_shape_constraint *c;
+  int axis_a, axis_b;
+  /* retrying this dim entry: a deferral updates it instead of adding another */
+  cn_sv_pending *self;
+  /* an einsum row equality: side b is this spec row, `spec_len` axes long once resolved (-1 while
+   * it has a row variable); spec_pos locates the current pair's side b in it (CN_SV_SPEC_*) */
+  const cn_es_row *spec_row;
+  int spec_len, spec_pos;
+} cn_sv_site;
+
+/* ---- term.c ---- */
+/* Prints a dim as cn_row_print does (a variable as 'dN, an affine term with its operands). */
+void cn_sv_dim_print(cn_sbuf *sb, cn_shape_env *env, cn_dim *d);
 
 /* ---- worklist.c ---- */
-bool cn_queue_push(cn_ctx *ctx, cn_queue *q, int id, int64_t key);
+bool cn_sv_queue_push(cn_ctx *ctx, cn_sv_queue *q, int id, int64_t key);
 /* The smallest key's id, or -1 when empty. */
-int cn_queue_pop(cn_queue *q);
-/* A new variable: its registration chain starts empty. */
-bool cn_sv_index_row_var(cn_shape_env *env, int var);
-bool cn_sv_index_dim_var(cn_shape_env *env, int var);
+int cn_sv_queue_pop(cn_sv_queue *q);
 /* Entry i is new or changed: registers it under the variables of its resolved constraint and
  * queues them (and it) as finalization candidates; a fresh entry is also queued for propagation
  * (a processed one is requeued only when a variable it mentions changes). */
@@ -133,15 +153,33 @@ bool cn_sv_note_entry(cn_shape_env *env, int i, bool fresh);
 /* Registers the parameter shape sh, of index i, under the variables of its resolved rows (their
  * changes queue it in cand_params), and queues it when asked. */
 bool cn_sv_note_param(cn_shape_env *env, const cn_shape *sh, int i, bool queue);
-/* A binding or minimum of the variable changed: its entries are processed again and its
- * parameters checked again. */
-bool cn_sv_wake_row(cn_shape_env *env, int var);
-bool cn_sv_wake_dim(cn_shape_env *env, int var);
 /* The live entries that may mention the variable (all live entries in reference mode), sorted by
  * index, in env->gathered; the count, or -1 on allocation failure. */
 int cn_sv_gather_row(cn_shape_env *env, int var);
 int cn_sv_gather_dim(cn_shape_env *env, int var);
+/* The trailed writes. The variable setters also wake the entries and parameters registered under
+ * the variable; an entry's own change is noted in the index by its caller (cn_sv_note_entry). */
+bool cn_sv_set_dim(cn_shape_env *env, int var, cn_dim *to);
+bool cn_sv_set_row(cn_shape_env *env, int var, cn_row *to);
+bool cn_sv_set_min(cn_shape_env *env, int var, int64_t min);
+bool cn_sv_set_pending(cn_shape_env *env, int i, const cn_sv_pending *p);
+/* Undoes the trail, newest first, and drops the pending entries from n_pend on. */
+void cn_sv_rollback(cn_shape_env *env, int n_pend);
+
+/* ---- conflict.c ---- */
+/* A conflict between the two sides of the site (d_a / d_b may be NULL: rank conflicts); sets and
+ * returns the context's status. */
+cn_status cn_sv_conflict(cn_shape_env *env, const cn_sv_site *s, cn_dim *d_a, cn_dim *d_b,
+                         const char *what);
+/* The same for two rows of different ranks, their axis counts appended to `what`. */
+cn_status cn_sv_rank_conflict(cn_shape_env *env, const cn_sv_site *s, const cn_row *a,
+                              const cn_row *b, const char *what);
 /* The conflict a pending entry still describes after closing. */
-cn_status cn_sv_pending_conflict(cn_shape_env *env, const pending *p, const char *what);
+cn_status cn_sv_pending_conflict(cn_shape_env *env, const cn_sv_pending *p, const char *what);
+/* The spec row on side b of an einsum row equality, or NULL for any other constraint. */
+const cn_es_row *cn_sv_spec_row_of(const cn_shape_op *op, const cn_shape_constraint *c);
+/* Where a message axis of the resolved spec row (len axes when closed, else -1) falls in the
+ * written row (see CN_SV_SPEC_*). */
+int cn_sv_spec_pos(const cn_es_row *r, int len, int axis);
 
 #endif

@@ -67,6 +67,26 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
   return t;
 }
 
+cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, const int64_t *dims,
+                                  cn_op accum, cn_op prim, int n_args, cn_tensor *const *operands,
+                                  cn_proj *proj) {
+  /* The operands are not given to the shape logic: the record already relates their dims to the
+   * output's, so the output's axes are Exact and nothing is left to infer. */
+  cn_shape_args sargs;
+  memset(&sargs, 0, sizeof sargs);
+  sargs.n_dims[CN_ROW_OUTPUT] = rank;
+  sargs.dims[CN_ROW_OUTPUT] = dims;
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_TILE, g->prec, NULL, CN_SL_DATA, &sargs, 0, NULL);
+  if (!t) return NULL;
+  t->n_args = n_args;
+  for (int a = 0; a < n_args; a++) t->args[a] = operands[a];
+  t->accum = accum;
+  t->prim = prim;
+  t->proj = proj;
+  t->diff = cn_tensor_op_diff(t);
+  return t;
+}
+
 /* The most bytes one node may hold (1 TiB): beyond it a size is a mistake in the program (a
  * dimension of 10^12), to be reported with the tensor's name and shape now, not as an anonymous
  * allocation failure when a routine first touches the buffer. */

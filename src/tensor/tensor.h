@@ -107,6 +107,13 @@ struct cn_graph {
 cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn_prec prec,
                          const cn_shape_row_spec *rows, cn_shape_kind logic,
                          const cn_shape_args *args, int n_args, cn_tensor *const *operands);
+/* A tensor recorded with its projections record (kind CN_TK_TILE: a Tile contraction): output
+ * axes of the rank dims only, forward code `v =:accum prim(operands)` over proj (slot 0 the
+ * tensor, slot i operand i, operands of g), `diff` as cn_tensor_op_diff. Materialization keeps
+ * proj instead of inferring one. NULL with a message on a bad dim or allocation failure. */
+cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, const int64_t *dims,
+                                  cn_op accum, cn_op prim, int n_args, cn_tensor *const *operands,
+                                  cn_proj *proj);
 /* The shape rows of a cn_dims (NULL dims: NULL, all rows inferred); rows is the storage. */
 const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]);
 /* A constant filling the given rows (NULL: inferred): Fetch Constant, not differentiable. */

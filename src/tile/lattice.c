@@ -106,7 +106,7 @@ static int hermite(int nv, lat_mat s) {
 
 /* Imposes one condition on the parametrization s (basis columns [0, nv), x0 column nv).
  * 1, 0 when no integer point remains, -1 on overflow. */
-static int impose(int nv, lat_mat s, const cn_lattice_cond *cond) {
+static int impose(int nv, lat_mat s, const cn_tile_lattice_cond *cond) {
   int64_t den = cond->den;
   CN_ASSERT(den >= 1);
   int64_t c[CN_TILE_MAX_VARS];
@@ -133,7 +133,7 @@ static int impose(int nv, lat_mat s, const cn_lattice_cond *cond) {
   return hermite(nv, s);
 }
 
-int cn_lattice_solve(int nv, int nc, const cn_lattice_cond *cs, cn_lattice *out) {
+int cn_tile_lattice_solve(int nv, int nc, const cn_tile_lattice_cond *cs, cn_tile_lattice *out) {
   CN_ASSERT(nv >= 0 && nv <= CN_TILE_MAX_VARS && nc >= 0 && (nc == 0 || cs) && out);
   lat_mat s;
   memset(s, 0, sizeof s);

@@ -35,7 +35,7 @@ typedef struct {
   int64_t c[CN_TILE_MAX_VARS];
   int64_t off;
   int64_t den;
-} cn_lattice_cond;
+} cn_tile_lattice_cond;
 
 /* The integer points satisfying every condition: x = x0 + basis * y for all integer y (n = number
  * of y variables, always = nv); basis[row][column], in the canonical form above. */
@@ -43,12 +43,12 @@ typedef struct {
   int n;
   int64_t x0[CN_TILE_MAX_VARS];
   int64_t basis[CN_TILE_MAX_VARS][CN_TILE_MAX_VARS];
-} cn_lattice;
+} cn_tile_lattice;
 
 /* Solves the nc conditions cs over nv variables (0 <= nv <= CN_TILE_MAX_VARS, nc >= 0; only
  * c[0..nv-1] are read). Returns 1 and fills *out when some integer point satisfies them all, 0
  * when none does, -1 when an intermediate or result value does not fit int64; *out is written
  * only when 1 is returned. */
-int cn_lattice_solve(int nv, int nc, const cn_lattice_cond *cs, cn_lattice *out);
+int cn_tile_lattice_solve(int nv, int nc, const cn_tile_lattice_cond *cs, cn_tile_lattice *out);
 
 #endif

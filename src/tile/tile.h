@@ -3,16 +3,17 @@
  * valid-only projections record (cn_proj_create_ranged) and a tensor of kind CN_TK_TILE whose
  * forward code is `O =:accum prim(operands)` over that record.
  *
- * Two front ends use it: cn_tile (one statement from C, tile.c) and Tile functions
- * (cn_tile_fn_*, function.c), whose bodies hold several statements. Text is parsed once into
+ * The reader is read.c, the compilation compile.c (over the iteration space of space.h). Two
+ * front ends use them: cn_tile (one statement from C, compile.c) and Tile functions
+ * (cn_tile_fn_*, function.h), whose bodies hold several statements. Text is parsed once into
  * trees (names are views into the text, never copied); a tree is compiled against a scope
  * (the names a statement sees: tensors with their dims, dims with their values) when a tensor is
  * built. Everything is decided then: the operands' shapes must be known, so the record (and the
  * `=` conflict check) needs nothing from materialization.
  *
- * Division inside an index polynomial is exact (seed 003 "Skipping"): tile.c solves the
- * divisibility conditions with lattice.h and compiles the statement over the resulting change of
- * variables.
+ * Division inside an index polynomial is exact (seed 003 "Skipping"): space.c solves the
+ * divisibility conditions with lattice.h and compile.c compiles the statement over the resulting
+ * change of variables.
  *
  * Layering: src/tile includes src/tensor (tensor creation) and, through it, src/proj and src/ir;
  * nothing below includes src/tile. */
@@ -47,7 +48,13 @@ void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) CN_PRINT
 
 /* ---- Tokens ---- */
 
-typedef enum { CN_TT_END, CN_TT_NAME, CN_TT_INT, CN_TT_FLOAT, CN_TT_OP } cn_tile_tok_kind;
+typedef enum {
+  CN_TILE_TOK_END,
+  CN_TILE_TOK_NAME,
+  CN_TILE_TOK_INT,
+  CN_TILE_TOK_FLOAT,
+  CN_TILE_TOK_OP
+} cn_tile_tok_kind;
 typedef struct {
   cn_tile_tok_kind kind;
   size_t at, len; /* offset in the text and length (END: at = the span's end) */
@@ -81,30 +88,37 @@ bool cn_tile_unexpected(cn_tile_reader *r, const char *wanted);
 
 /* ---- Expression trees ---- */
 
-typedef enum { CN_TX_INT, CN_TX_FLOAT, CN_TX_NAME, CN_TX_NEG, CN_TX_BINARY, CN_TX_CALL } cn_tx_kind;
 typedef enum {
-  CN_TB_ADD,
-  CN_TB_SUB,
-  CN_TB_MUL,
-  CN_TB_DIV,      /* '/' */
-  CN_TB_FLOORDIV, /* '//' */
-  CN_TB_EQ,
-  CN_TB_NE,
-  CN_TB_LT,
-  CN_TB_GT,
-  CN_TB_LE,
-  CN_TB_GE
-} cn_tx_binop;
+  CN_TILE_EXPR_INT,
+  CN_TILE_EXPR_FLOAT,
+  CN_TILE_EXPR_NAME,
+  CN_TILE_EXPR_NEG,
+  CN_TILE_EXPR_BINARY,
+  CN_TILE_EXPR_CALL
+} cn_tile_expr_kind;
+typedef enum {
+  CN_TILE_BIN_ADD,
+  CN_TILE_BIN_SUB,
+  CN_TILE_BIN_MUL,
+  CN_TILE_BIN_DIV,      /* '/' */
+  CN_TILE_BIN_FLOORDIV, /* '//' */
+  CN_TILE_BIN_EQ,
+  CN_TILE_BIN_NE,
+  CN_TILE_BIN_LT,
+  CN_TILE_BIN_GT,
+  CN_TILE_BIN_LE,
+  CN_TILE_BIN_GE
+} cn_tile_binop;
 
 typedef struct cn_tile_expr cn_tile_expr;
 struct cn_tile_expr {
-  cn_tx_kind kind;
+  cn_tile_expr_kind kind;
   size_t at; /* INT, FLOAT, NAME, CALL: the token; NEG, BINARY: the operator */
   int64_t ival;
   double fval;
   const char *name; /* NAME, CALL: a view into the text */
   size_t len;
-  cn_tx_binop op;
+  cn_tile_binop op;
   int n_args; /* NEG 1, BINARY 2, CALL its arguments */
   cn_tile_expr **args;
 };

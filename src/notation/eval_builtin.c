@@ -1,0 +1,364 @@
+/* The evaluator, part 5 of 5 (see eval_internal.h): builtins: the primitive ops by their ops.def
+ * name, and the library of builtins.def (the operation library, the Tile examples, the host
+ * builtins static_index and half_moons), applied to evaluated arguments.
+ *
+ * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
+ * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its
+ * positional arguments as builtins.def states: specs first read as einsum text, every other
+ * positional argument converted to a tensor (numbers included: the constant tensors they make
+ * take ids, which printed labels show) unless the only argument is `()`, then the builtin's form
+ * calls its constructor.
+ *
+ * Invariants: builtins.def is the only list of builtin names; every failure is a positioned
+ * message returned as NULL; a wrong application of a known builtin reports "unknown function
+ * '<name>' (or wrong arguments for it)", as an unknown name does. */
+#include "notation/eval_internal.h"
+
+#include "numeric/numeric.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NT_MAX_OPERANDS 4
+
+/* One application of a builtin, its arguments evaluated. */
+typedef struct {
+  const char *name;
+  const nt_args *a;
+  cn_nt_pos at;
+  const char *spec; /* the einsum spec (a builtin with specs), else NULL */
+  int nt;           /* operands converted to tensors */
+  cn_tensor *t[NT_MAX_OPERANDS];
+  int64_t stride[2], dilation[2]; /* Tile builtins: ~stride, ~dilation (default 1) */
+} nt_call;
+
+/* ---- Arguments ------------------------------------------------------------------------------ */
+
+static nt_value *labeled(const nt_args *a, const char *name) {
+  for (int i = 0; i < a->n_lab; i++)
+    if (strcmp(a->lab[i], name) == 0) return a->lab_v[i];
+  return NULL;
+}
+
+static bool int_list(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out, int *n) {
+  *n = 0;
+  if (!v) return true;
+  int count = v->kind == NT_V_LIST ? v->n : 1;
+  if (count > CN_MAX_RANK) return nt_fail(I, pos, "too many axes"), false;
+  for (int i = 0; i < count; i++)
+    if (!nt_as_int(I, v->kind == NT_V_LIST ? v->items[i] : v, pos, &out[i])) return false;
+  *n = count;
+  return true;
+}
+
+static int64_t int_arg(const nt_args *a, const char *name, int64_t dflt) {
+  nt_value *v = labeled(a, name);
+  return v && v->kind == NT_V_NUM ? (int64_t)v->num : dflt;
+}
+
+static bool bool_arg(const nt_args *a, const char *name) {
+  nt_value *v = labeled(a, name);
+  return v && v->kind == NT_V_BOOL && v->b;
+}
+
+/* ~name:N or ~name:(N0, N1) for a 2-D operation: out[0], out[1] (dflt when absent). */
+static bool pair_arg(nt_interp *I, const nt_args *a, const char *name, int64_t dflt, int64_t out[2],
+                     cn_nt_pos at) {
+  int64_t v[CN_MAX_RANK] = {0};
+  int n;
+  if (!int_list(I, labeled(a, name), at, v, &n)) return false;
+  if (n > 2) return nt_fail(I, at, "~%s takes one integer or a pair", name), false;
+  out[0] = n ? v[0] : dflt;
+  out[1] = n == 2 ? v[1] : out[0];
+  return true;
+}
+
+static nt_value *wrong_arguments(nt_interp *I, const nt_call *c) {
+  return nt_fail(I, c->at, "unknown function '%s' (or wrong arguments for it)", c->name);
+}
+
+/* The value of a constructed tensor: a Tile builtin's result takes the builtin's name (not the
+ * Tile output's "O"); NULL re-issues the library's message at the application. */
+static nt_value *tensor_result(nt_interp *I, const nt_call *c, bool tile, cn_tensor *r) {
+  if (r && tile && cn_tensor_set_label(r, c->name) != CN_OK) r = NULL;
+  if (!r) return nt_fail_here(I, c->at);
+  return nt_tensor_value(I, r);
+}
+
+/* ---- Host builtins -------------------------------------------------------------------------- */
+
+/* static_index N: a static index with values 0 .. N-1, bound by `for` loops. */
+static nt_value *nt_builtin_static_index(nt_interp *I, const nt_call *c) {
+  const nt_args *a = c->a;
+  int64_t range;
+  if (a->n_pos != 1 || a->n_lab != 0)
+    return nt_fail(I, c->at, "static_index takes one argument, the number of values");
+  if (!nt_as_int(I, a->pos[0], a->pos_at[0], &range)) return NULL;
+  if (range < 1) return nt_fail(I, a->pos_at[0], "a static index needs at least one value");
+  nt_value *v = nt_mk(I, NT_V_INDEX);
+  if (v) v->index.range = range;
+  return v;
+}
+
+/* The (points, labels) tuple of half_moons: n points with batch axes [n / batch, batch] (batch
+ * 0: [n]), points with one output axis of 2. */
+static nt_value *moons_tuple(nt_interp *I, cn_nt_pos at, int64_t n, int64_t batch, int64_t seed,
+                             double noise) {
+  double *xy = cn_malloc(I->ctx, sizeof *xy * 3 * (size_t)n);
+  if (!xy) return NULL;
+  cn_dataset_half_moons((uint64_t)seed, noise, (size_t)n, xy, xy + 2 * n);
+  const int64_t split[2] = {batch ? n / batch : n, batch}, coords = 2;
+  const cn_axes batch_axes = {batch ? 2 : 1, split, NULL};
+  const cn_dims pd = {batch_axes, CN_AXES_NONE, {1, &coords, NULL}};
+  const cn_dims ld = {batch_axes, CN_AXES_NONE, CN_AXES_NONE};
+  cn_tensor *points = cn_tensor_data(I->g, "half_moons", &pd, xy, 2 * (size_t)n);
+  cn_tensor *labels =
+      points ? cn_tensor_data(I->g, "half_moons_labels", &ld, xy + 2 * n, (size_t)n) : NULL;
+  free(xy);
+  nt_value *v = labels ? nt_mk(I, NT_V_LIST) : NULL;
+  if (!labels) return nt_fail_here(I, at);
+  if (!v || !(v->items = cn_alloc(I->ctx, 2 * sizeof *v->items)) ||
+      !(v->items[0] = nt_tensor_value(I, points)) || !(v->items[1] = nt_tensor_value(I, labels)))
+    return NULL;
+  v->n = 2;
+  v->tuple = true;
+  return v;
+}
+
+/* half_moons ~n ~noise ~seed ~batch_size: the dataset of cn_dataset_half_moons as a tuple. */
+static nt_value *nt_builtin_half_moons(nt_interp *I, const nt_call *c) {
+  static const char *const known[] = {"n", "noise", "seed", "batch_size"};
+  const nt_args *a = c->a;
+  cn_nt_pos at = c->at;
+  for (int i = 0; i < a->n_lab; i++) {
+    int k = 0;
+    while (k < 4 && strcmp(a->lab[i], known[k]) != 0) k++;
+    if (k == 4)
+      return nt_fail(I, a->lab_at[i],
+                     "half_moons has no argument ~%s (~n ~noise ~seed ~batch_size)", a->lab[i]);
+  }
+  nt_value *nv = labeled(a, "n"), *noise = labeled(a, "noise"), *seed = labeled(a, "seed");
+  nt_value *bv = labeled(a, "batch_size");
+  int64_t n, batch = 0, seed_v = 0;
+  if (a->n_pos > 0 || !nv)
+    return nt_fail(I, at,
+                   "half_moons takes labeled arguments: ~n (points), ~noise, ~seed, "
+                   "~batch_size");
+  if (!nt_as_int(I, nv, at, &n) || (seed && !nt_as_int(I, seed, at, &seed_v)) ||
+      (bv && !nt_as_int(I, bv, at, &batch)))
+    return NULL;
+  if (noise && noise->kind != NT_V_NUM) return nt_fail(I, at, "~noise expects a number");
+  if (n < 1 || n > (1 << 26) || seed_v < 0 || (bv && (batch < 1 || n % batch != 0)))
+    return nt_fail(I, at,
+                   "half_moons needs 1 <= ~n <= 2^26, ~seed >= 0 and a ~batch_size "
+                   "dividing ~n");
+  return moons_tuple(I, at, n, bv ? batch : 0, seed_v, noise ? noise->num : 0.1);
+}
+
+/* ---- Library builtins read from labeled options --------------------------------------------- */
+
+static nt_value *nt_builtin_conv2d(nt_interp *I, const nt_call *c) {
+  nt_value *bias = labeled(c->a, "bias");
+  cn_tensor *b = bias ? nt_tensor_of(I, bias, c->at) : NULL;
+  if (bias && !b) return NULL;
+  cn_conv2d opts = {int_arg(c->a, "stride", 1), int_arg(c->a, "dilation", 1),
+                    bool_arg(c->a, "valid")};
+  return tensor_result(I, c, false, cn_tensor_conv2d(I->g, c->t[0], c->t[1], b, &opts));
+}
+
+/* ~window_size:W (or ~window), default 2; ~stride, default the window. */
+static void pool_options(const nt_args *a, int64_t *window, int64_t *stride) {
+  *window = int_arg(a, "window_size", int_arg(a, "window", 2));
+  *stride = int_arg(a, "stride", *window);
+}
+
+static nt_value *nt_builtin_max_pool2d(nt_interp *I, const nt_call *c) {
+  int64_t window, stride;
+  pool_options(c->a, &window, &stride);
+  return tensor_result(I, c, false, cn_tensor_max_pool2d(I->g, c->t[0], window, stride));
+}
+
+static nt_value *nt_builtin_avg_pool2d(nt_interp *I, const nt_call *c) {
+  int64_t window, stride;
+  pool_options(c->a, &window, &stride);
+  return tensor_result(I, c, false, cn_tensor_avg_pool2d(I->g, c->t[0], window, stride));
+}
+
+static nt_value *nt_builtin_range(nt_interp *I, const nt_call *c) {
+  int64_t count;
+  if (c->a->pos[0]->kind != NT_V_NUM) return wrong_arguments(I, c);
+  if (!nt_as_int(I, c->a->pos[0], c->at, &count)) return NULL;
+  return tensor_result(I, c, false, cn_tensor_range(I->g, count));
+}
+
+static nt_value *nt_builtin_range_of_shape(nt_interp *I, const nt_call *c) {
+  static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
+  int64_t d[3][CN_MAX_RANK];
+  int n[3];
+  for (int k = 0; k < 3; k++)
+    if (!int_list(I, labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
+  cn_dims dims = {{n[0], d[0], NULL}, {n[1], d[1], NULL}, {n[2], d[2], NULL}};
+  return tensor_result(I, c, false, cn_tensor_range_of_shape(I->g, &dims));
+}
+
+static nt_value *nt_builtin_dim(nt_interp *I, const nt_call *c) {
+  if (c->a->pos[1]->kind != NT_V_NUM) return wrong_arguments(I, c);
+  return tensor_result(I, c, false, cn_tensor_embed_dim(I->g, c->t[0], (int)c->a->pos[1]->num));
+}
+
+static nt_value *nt_builtin_tile_max_pool_1d(nt_interp *I, const nt_call *c) {
+  return tensor_result(I, c, true, cn_tile_max_pool_1d(I->g, c->t[0], bool_arg(c->a, "round_up")));
+}
+
+static nt_value *nt_builtin_tile_conv_2d_dilated(nt_interp *I, const nt_call *c) {
+  return tensor_result(
+      I, c, true, cn_tile_conv_2d_dilated(I->g, c->t[0], c->t[1], c->dilation[0], c->dilation[1]));
+}
+
+static nt_value *nt_builtin_tile_complex_conv_2d(nt_interp *I, const nt_call *c) {
+  return tensor_result(I, c, true,
+                       cn_tile_complex_conv_2d(I->g, c->t[0], c->t[1], c->stride[0], c->stride[1],
+                                               c->dilation[0], c->dilation[1]));
+}
+
+/* ---- The table ------------------------------------------------------------------------------ */
+
+typedef enum {
+  NT_BF_UNIT,
+  NT_BF_T1,
+  NT_BF_T2,
+  NT_BF_E1,
+  NT_BF_E2,
+  NT_BF_E3,
+  NT_BF_LIB,
+  NT_BF_HOST
+} nt_bform;
+
+/* builtins.def's form tokens, spelled as the members of nt_builtin_fn, name the enum too. */
+#define NT_BF_unit NT_BF_UNIT
+#define NT_BF_t1   NT_BF_T1
+#define NT_BF_t2   NT_BF_T2
+#define NT_BF_e1   NT_BF_E1
+#define NT_BF_e2   NT_BF_E2
+#define NT_BF_e3   NT_BF_E3
+#define NT_BF_lib  NT_BF_LIB
+#define NT_BF_host NT_BF_HOST
+
+typedef union {
+  cn_tensor *(*unit)(cn_graph *g);
+  cn_tensor *(*t1)(cn_graph *g, cn_tensor *a);
+  cn_tensor *(*t2)(cn_graph *g, cn_tensor *a, cn_tensor *b);
+  cn_tensor *(*e1)(cn_graph *g, const char *spec, cn_tensor *a);
+  cn_tensor *(*e2)(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+  cn_tensor *(*e3)(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b, cn_tensor *c);
+  nt_value *(*lib)(nt_interp *I, const nt_call *c);
+  nt_value *(*host)(nt_interp *I, const nt_call *c);
+} nt_builtin_fn;
+
+typedef struct {
+  const char *name;
+  int min, max;
+  unsigned specs;
+  nt_bform form;
+  bool tile;
+  nt_builtin_fn fn;
+} nt_builtin_entry;
+
+static const nt_builtin_entry builtins[] = {
+#define NT_BUILTIN(name, min, max, specs, form, tile, fn)                                          \
+  {#name, min, max, specs, NT_BF_##form, tile, {.form = fn}},
+#include "notation/builtins.def"
+};
+
+static const nt_builtin_entry *find_builtin(const char *name) {
+  for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
+    if (strcmp(builtins[i].name, name) == 0) return &builtins[i];
+  return NULL;
+}
+
+bool nt_spec_argument(const char *name, int k) {
+  const nt_builtin_entry *b = find_builtin(name);
+  return b && k < 32 && (b->specs >> k & 1u);
+}
+
+/* ---- Application ---------------------------------------------------------------------------- */
+
+/* Fills c's spec and operands from the positional arguments (false: a message, or *wrong when
+ * they do not fit the builtin). */
+static bool convert_arguments(nt_interp *I, const nt_builtin_entry *b, nt_call *c, bool *wrong) {
+  const nt_args *a = c->a;
+  bool unit = a->n_pos == 1 && a->pos[0]->kind == NT_V_UNIT;
+  if (unit != (b->form == NT_BF_UNIT)) return *wrong = true, false;
+  for (int i = 0; i < a->n_pos && !unit; i++) {
+    if (b->specs >> i & 1u) {
+      if (a->pos[i]->kind != NT_V_STR) return *wrong = true, false;
+      if (!(c->spec = nt_spec_text(I, a->pos[i]->str))) return false;
+    } else if (!(c->t[c->nt++] = nt_tensor_of(I, a->pos[i], a->pos_at[i]))) {
+      return false;
+    }
+  }
+  if (!b->tile) return true;
+  return pair_arg(I, a, "stride", 1, c->stride, c->at) &&
+         pair_arg(I, a, "dilation", 1, c->dilation, c->at) &&
+         nt_settle_shapes(I, c->t, c->nt, c->at);
+}
+
+static nt_value *library_builtin(nt_interp *I, const nt_builtin_entry *b, const nt_args *a,
+                                 cn_nt_pos at) {
+  nt_call c = {.name = b->name, .a = a, .at = at};
+  bool wrong = false;
+  if (b->form != NT_BF_HOST && (a->n_pos < b->min || a->n_pos > b->max))
+    return wrong_arguments(I, &c);
+  if (b->form != NT_BF_HOST && !convert_arguments(I, b, &c, &wrong))
+    return wrong ? wrong_arguments(I, &c) : NULL;
+  cn_graph *g = I->g;
+  cn_tensor *const *t = c.t;
+  switch (b->form) {
+  case NT_BF_UNIT: return tensor_result(I, &c, b->tile, b->fn.unit(g));
+  case NT_BF_T1: return tensor_result(I, &c, b->tile, b->fn.t1(g, t[0]));
+  case NT_BF_T2: return tensor_result(I, &c, b->tile, b->fn.t2(g, t[0], t[1]));
+  case NT_BF_E1: return tensor_result(I, &c, b->tile, b->fn.e1(g, c.spec, t[0]));
+  case NT_BF_E2: return tensor_result(I, &c, b->tile, b->fn.e2(g, c.spec, t[0], t[1]));
+  case NT_BF_E3: return tensor_result(I, &c, b->tile, b->fn.e3(g, c.spec, t[0], t[1], t[2]));
+  case NT_BF_LIB: return b->fn.lib(I, &c);
+  case NT_BF_HOST:
+  default: return b->fn.host(I, &c); /* checks its own arguments */
+  }
+}
+
+/* A primitive op: its operands curried, or one tuple of them (uncurried). */
+static nt_value *primitive(nt_interp *I, cn_op op, const char *name, const nt_args *a,
+                           cn_nt_pos at) {
+  int n = a->n_pos;
+  if (op == CN_OP_NOT && n == 1 && a->pos[0]->kind == NT_V_BOOL) { /* host negation */
+    nt_value *v = nt_mk(I, NT_V_BOOL);
+    if (v) v->b = !a->pos[0]->b;
+    return v;
+  }
+  if (n == 1 && a->pos[0]->kind == NT_V_LIST && a->pos[0]->tuple && !a->pos[0]->literal &&
+      a->pos[0]->n == cn_op_arity(op) && a->pos[0]->n >= 2) { /* uncurried: add (a, b) */
+    nt_args un = *a;
+    un.n_pos = a->pos[0]->n;
+    for (int i = 0; i < un.n_pos; i++) {
+      un.pos[i] = a->pos[0]->items[i];
+      un.pos_at[i] = a->pos_at[0];
+    }
+    return primitive(I, op, name, &un, at);
+  }
+  cn_tensor *t[NT_MAX_OPERANDS] = {NULL};
+  int nt = n == 1 && a->pos[0]->kind == NT_V_UNIT ? 0 : n;
+  for (int i = 0; i < nt && i < NT_MAX_OPERANDS; i++)
+    if (!(t[i] = nt_tensor_of(I, a->pos[i], a->pos_at[i]))) return NULL;
+  if (nt != cn_op_arity(op)) return nt_fail(I, at, "%s takes its operands as arguments", name);
+  cn_tensor *r = cn_tensor_apply(I->g, op, nt, t);
+  if (!r) return nt_fail_here(I, at);
+  return nt_tensor_value(I, r);
+}
+
+nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at) {
+  cn_op op;
+  if (cn_op_from_name(name, &op)) return primitive(I, op, name, a, at);
+  const nt_builtin_entry *b = find_builtin(name);
+  if (b) return library_builtin(I, b, a, at);
+  return nt_fail(I, at, "unknown function '%s' (or wrong arguments for it)", name);
+}

@@ -1,0 +1,70 @@
+/* Shared helpers of the loop-IR tests (test_loops, test_interp, test_cgen, test_tile_ir): nodes,
+ * projections slots and affine indices in one call, and CHECK_STR against a printf-formatted
+ * expectation (node ids are not known in advance). The IR itself is built with the cn_lb_*
+ * constructors of loops.h, so that a test reads as an IR listing; a test that builds IR by hand
+ * depends on loops.h only, not on the lowering. */
+#ifndef CN_LOOPS_CHECK_H
+#define CN_LOOPS_CHECK_H
+
+#include "check.h"
+#include "loops/loops.h"
+
+#include <stdarg.h>
+
+/* A node of the given dims (rank int64_t arguments). */
+static inline cn_node *node(cn_ctx *ctx, const char *label, cn_prec prec, int rank, ...) {
+  int64_t dims[CN_MAX_RANK];
+  va_list ap;
+  va_start(ap, rank);
+  for (int d = 0; d < rank; d++) dims[d] = va_arg(ap, int64_t);
+  va_end(ap);
+  return cn_node_create(ctx, label, prec, rank, dims);
+}
+
+/* A projections slot: the node's rank and dims, indexed by map. */
+static inline cn_proj_tensor tensor(const cn_node *n, const cn_index *map) {
+  return (cn_proj_tensor){n->rank, n->dims, map};
+}
+
+/* coeff * sym + offset, in canonical form. */
+static inline cn_index affine1(cn_symbol sym, int64_t coeff, int64_t offset) {
+  return cn_index_affine(1, &sym, &coeff, offset);
+}
+
+/* c0 * s0 + c1 * s1 + offset, in canonical form. */
+static inline cn_index affine2(cn_symbol s0, int64_t c0, cn_symbol s1, int64_t c1, int64_t offset) {
+  cn_symbol syms[2] = {s0, s1};
+  int64_t coeffs[2] = {c0, c1};
+  return cn_index_affine(2, syms, coeffs, offset);
+}
+
+/* The body of a single-precision matmul c[m, n] =: a[m, kk] * b[kk, n], params 0, 1, 2 being a, b,
+ * c: the comment, c[r, s] := 0 over rows r and columns s, then c[r, s] := c[r, s] + a[r, t] *
+ * b[t, s] with the reduction t innermost. */
+static inline cn_ll_stmt *matmul_body(cn_ctx *ctx, const char *comment, cn_symbol r, int64_t m,
+                                      cn_symbol s, int64_t n, cn_symbol t, int64_t kk) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *c_rs = cn_lb_indices(ctx, 2, cn_index_iter(r), cn_index_iter(s));
+  cn_ll_stmt *prefill = cn_lb_loop(
+      ctx, r, 0, m, cn_lb_loop(ctx, s, 0, n, cn_lb_set(ctx, 2, c_rs, cn_lb_num(ctx, single, 0))));
+  cn_ll_expr *product = cn_lb_op(
+      ctx, CN_OP_MUL, single,
+      cn_lb_get(ctx, 0, single, cn_lb_indices(ctx, 2, cn_index_iter(r), cn_index_iter(t))),
+      cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, cn_index_iter(t), cn_index_iter(s))), NULL);
+  cn_ll_stmt *accumulate = cn_lb_loop(
+      ctx, r, 0, m,
+      cn_lb_loop(ctx, s, 0, n,
+                 cn_lb_loop(ctx, t, 0, kk, cn_lb_accum(ctx, 2, single, c_rs, CN_OP_ADD, product))));
+  return cn_lb_seq(ctx, 3, cn_lb_comment(ctx, comment), prefill, accumulate);
+}
+
+static inline void check_text(const char *actual, const char *fmt, ...) {
+  char expected[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(expected, sizeof expected, fmt, ap);
+  va_end(ap);
+  CHECK_STR(actual, expected);
+}
+
+#endif
