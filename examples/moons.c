@@ -15,9 +15,8 @@
  * expression over a second symbol, step_n. Forward, backward and update are one routine, compiled
  * once and run 6400 times with the two symbols bound.
  *
- * The model and its training loop are demo/moons.c (shared with bench/bench_moons.c and the
- * tests); this program draws them. tests/test_moons.c and tests/test_notation_moons.c still
- * include this file with MOONS_NO_MAIN defined, which leaves only the model's header. */
+ * The model and its training loop are demo/moons.c (shared with bench/bench_moons.c and the tests);
+ * this program draws them. */
 #include "../demo/moons.h"
 
 #include <math.h>
@@ -25,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef MOONS_NO_MAIN
 /* ---- The demo: progress, plots, the SVG ---------------------------------------------------- */
 
 #include <time.h>
@@ -344,4 +342,3 @@ int main(int argc, char **argv) {
   free(svg_path);
   return rc;
 }
-#endif

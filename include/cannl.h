@@ -9,9 +9,11 @@
  * leaves a precise message in the context, read with cn_ctx_error. Nothing in the library aborts
  * or exits on user input.
  *
- * This header covers the foundation: precisions, primitive ops, tensor nodes, index maps and
- * projections records, the assignments IR, and routines compiled for a backend (the reference
- * interpreter or generated C). */
+ * Sections, bottom to top (docs/ARCHITECTURE.md has the layers behind them): the context and its
+ * options; precisions and primitive ops (the X-macro tables include/cannl/precisions.def and
+ * ops.def); tensor nodes; index maps and projections records; the assignments IR; routines compiled
+ * for a backend (the reference interpreter or generated C); tensors, graphs, autodiff and training;
+ * the operation library; Tile; datasets; and the .cnl notation (scripts, %op, %cd). */
 #ifndef CANNL_H
 #define CANNL_H
 
@@ -189,9 +191,9 @@ const char *cn_symbol_name(const cn_ctx *ctx, cn_symbol sym);
 #define CN_MAX_AFFINE_TERMS 4
 typedef enum { CN_IDX_FIXED, CN_IDX_ITER, CN_IDX_AFFINE } cn_index_kind;
 /* One axis of an index map: Fixed(offset) | Iter(syms[0]) | Affine(sum coeffs[i]*syms[i] +
- * offset). Canonical form (seed 000): an Affine has at least one term, no zero coefficient, no
- * repeated symbol, and is never a single unit-coefficient term with offset 0 (that is an Iter);
- * the constructors normalize to it. */
+ * offset). Canonical form (convolution-is-a-contraction): an Affine has at least one term, no zero
+ * coefficient, no repeated symbol, and is never a single unit-coefficient term with offset 0 (that
+ * is an Iter); the constructors normalize to it. */
 typedef struct {
   cn_index_kind kind;
   int n_terms;
@@ -209,9 +211,9 @@ cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coef
 /* Equality of canonical indices (the order of affine terms does not matter). */
 bool cn_index_equal(const cn_index *a, const cn_index *b);
 
-/* The projections record of one assignment (seed 001 "What we compile to"): a product space of
- * iterators with sizes, and for the LHS and each of up to 3 RHS tensors its dims and one index
- * per axis. Dims are the unpadded shape; indices may reach into padding margins. */
+/* The projections record of one assignment (contraction-is-emergent "What we compile to"): a
+ * product space of iterators with sizes, and for the LHS and each of up to 3 RHS tensors its dims
+ * and one index per axis. Dims are the unpadded shape; indices may reach into padding margins. */
 typedef struct cn_proj cn_proj;
 typedef struct {
   int rank;
@@ -222,7 +224,7 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
                         const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
                         const cn_proj_tensor *rhs);
 
-/* Tile's valid index sets (seed 003 "Valid Indices"), as an extension of the product space:
+/* Tile's valid index sets (tile-edsl "Valid Indices"), as an extension of the product space:
  *   - each iterator ranges over [lo, hi), which may start below 0 (a plain record is lo = 0,
  *     hi = size);
  *   - constraints `0 <= expr < bound`, expr an index over product iterators (or static indices
@@ -232,7 +234,7 @@ cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
  *     not an error at construction; without it the maps must stay within the padded buffers over
  *     the whole box, as for cn_proj_create;
  *   - zero_unreached: with `=:`, LHS cells that no visited point writes end as 0 while written
- *     cells start from the accumulator's neutral element (Tile's initialization, seed 003
+ *     cells start from the accumulator's neutral element (Tile's initialization, tile-edsl
  *     "Skipping"); without it `=:` gives every cell the neutral element first, as usual.
  * An assignment visits exactly the points of the box where every constraint (and, with
  * valid_only, every bound) holds. Constraints or valid_only make cn_proj_lhs_surjective answer
@@ -253,17 +255,17 @@ typedef struct {
 } cn_proj_space;
 cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_tensor lhs,
                                int n_rhs, const cn_proj_tensor *rhs);
-/* Derived properties of the LHS map (seed 001): every LHS cell written by some product point /
- * by at most one. Both are decided conservatively for affine maps (a "false" may be a cell
- * that is in fact covered, never the converse). */
+/* Derived properties of the LHS map (contraction-is-emergent): every LHS cell written by some
+ * product point / by at most one. Both are decided conservatively for affine maps (a "false" may be
+ * a cell that is in fact covered, never the converse). */
 bool cn_proj_lhs_surjective(const cn_proj *proj);
 bool cn_proj_lhs_injective(const cn_proj *proj);
-/* The record of an assignment whose tensors are named by slot (seed 001 "slot" naming: lhs, t,
- * v, g = slot 0; t1, v1, g1 = slot 1; ...): its LHS is the original's slot lhs_slot and its RHS
- * i the original's slot rhs_slots[i], with the same product space. E.g. the gradient g1 =+ g * v2
- * of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). Ranges, constraints
- * and flags are kept, and under valid_only the bounds of a dropped slot become constraints, so the
- * new record visits the same points. */
+/* The record of an assignment whose tensors are named by slot (contraction-is-emergent "slot"
+ * naming: lhs, t, v, g = slot 0; t1, v1, g1 = slot 1; ...): its LHS is the original's slot lhs_slot
+ * and its RHS i the original's slot rhs_slots[i], with the same product space. E.g. the gradient g1
+ * =+ g * v2 of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). Ranges,
+ * constraints and flags are kept, and under valid_only the bounds of a dropped slot become
+ * constraints, so the new record visits the same points. */
 cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
                          const int *rhs_slots);
 /* A readable dump: product space (a ranged iterator as `j=-1..2`), constraints and flags when
@@ -279,8 +281,8 @@ typedef struct {
 } cn_buffer;
 
 /* lhs <accum>= op(rhs...), with `=:` clearing to accum's neutral element first when
- * init_neutral (seed 002 Accum_op). The projections record's LHS / RHS entries correspond to
- * lhs / rhs[i]. */
+ * init_neutral (syntax-extensions-cd-op Accum_op). The projections record's LHS / RHS entries
+ * correspond to lhs / rhs[i]. */
 cn_asgn *cn_asgn_accum(cn_ctx *ctx, bool init_neutral, cn_op accum, cn_node *lhs, cn_op op,
                        const cn_buffer *rhs, const cn_proj *proj);
 /* lhs[...] = vec_op(rhs[...]), writing length = 16/bytes(lhs prec) cells per product point: the
@@ -325,8 +327,9 @@ void cn_routine_free(cn_routine *routine);
 
 /* ---- Tensors, autodiff, training ------------------------------------------------------------ */
 
-/* A graph owns tensors: their shapes are inferred as they are built (seed 001/002), their
- * nodes, projections and code are produced when first asked for. Arena-owned by the context. */
+/* A graph owns tensors: their shapes are inferred as they are built (contraction-is-emergent,
+ * syntax-extensions-cd-op), their nodes, projections and code are produced when first asked for.
+ * Arena-owned by the context. */
 typedef struct cn_graph cn_graph;
 typedef struct cn_tensor cn_tensor;
 
@@ -352,11 +355,10 @@ typedef struct {
 
 typedef enum { CN_GRAD_IF_NEEDED, CN_GRAD_PROHIBIT, CN_GRAD_REQUIRE } cn_grad_spec;
 
-/* Terminals. A number is an array of one unlabeled output axis of size 1 (seed 002): the axis
- * broadcasts to any size (pointwise and through compose), and a result of numbers alone keeps it
- * (|->1). Data: a literal with the given
- * rows (dims given: Exact), or, with dims NULL, values laid into whatever axes inference assigns
- * (Total_elems, a reshape). */
+/* Terminals. A number is an array of one unlabeled output axis of size 1 (syntax-extensions-cd-op):
+ * the axis broadcasts to any size (pointwise and through compose), and a result of numbers alone
+ * keeps it (|->1). Data: a literal with the given rows (dims given: Exact), or, with dims NULL,
+ * values laid into whatever axes inference assigns (Total_elems, a reshape). */
 cn_tensor *cn_tensor_number(cn_graph *g, double value);
 cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, const double *values,
                           size_t count);
@@ -372,15 +374,17 @@ cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, 
 cn_tensor *cn_tensor_range_over_offsets(cn_graph *g);
 cn_tensor *cn_tensor_embed_self_id(cn_graph *g);
 cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym);
-/* Counter-based random values in [0, 1) at the graph's precision, shape inferred (seed 000):
- * uniform1 = uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed),
- * range_over_offsets)), one value per cell; uniform_at hashes an extra counter tensor into the
- * key; uniform is the vectorized conversion (16 / bytes(prec) values per hashed cell). */
+/* Counter-based random values in [0, 1) at the graph's precision, shape inferred
+ * (convolution-is-a-contraction): uniform1 =
+ * uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed), range_over_offsets)), one value
+ * per cell; uniform_at hashes an extra counter tensor into the key; uniform is the vectorized
+ * conversion (16 / bytes(prec) values per hashed cell). */
 cn_tensor *cn_tensor_uniform1(cn_graph *g);
 cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter);
 cn_tensor *cn_tensor_uniform(cn_graph *g);
 
-/* Pointwise application of a primitive op with broadcasting (seed 002 "."): arity 1, 2 or 3. */
+/* Pointwise application of a primitive op with broadcasting (syntax-extensions-cd-op "."): arity 1,
+ * 2 or 3. */
 cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args);
 /* Generalized einsum with 1, 2 or 3 operands: v =:accum prim(v1, ...) over the spec's
  * projections; e.g. `+*` is (ADD, MUL), `++` (ADD, ID), `@^+` (MAX, ADD), `@^^` (MAX, ID).
@@ -427,12 +431,12 @@ cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims)
  * `p.grad` inside an embedded expression); it is computed by backprop, never by forward code. */
 cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t);
 
-/* Standalone assignments (seed 001's producer regime): `lhs <accum>= prim(args...)`, `=:` when
- * init, contributing their own constraint to inference through `logic`: "." pointwise, "@"
- * compose (with fma's three operands: compose-accumulate, the third read like the result),
- * "T" transpose (unary), or an einsum spec; NULL: the primitive's default projection (compose
- * for fma, pointwise for every other, seed 002's op table). A reference names a
- * tensor's value or its gradient. The assignment's code is produced after materialization. */
+/* Standalone assignments (contraction-is-emergent's producer regime): `lhs <accum>= prim(args...)`,
+ * `=:` when init, contributing their own constraint to inference through `logic`: "." pointwise,
+ * "@" compose (with fma's three operands: compose-accumulate, the third read like the result), "T"
+ * transpose (unary), or an einsum spec; NULL: the primitive's default projection (compose for fma,
+ * pointwise for every other, syntax-extensions-cd-op's op table). A reference names a tensor's
+ * value or its gradient. The assignment's code is produced after materialization. */
 typedef struct {
   cn_tensor *tensor;
   bool grad;
@@ -500,9 +504,10 @@ cn_tensor *cn_tensor_range_of_shape(cn_graph *g, const cn_dims *dims);
 cn_tensor *cn_tensor_offsets(cn_graph *g);
 cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
 
-/* Along the last output axis (seed 000 "Striding without a kernel"): interleave puts a's cells at
- * the even positions and b's at the odd ones (a and b of equal shape; the result's axis is twice
- * as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must have even size). */
+/* Along the last output axis (convolution-is-a-contraction "Striding without a kernel"): interleave
+ * puts a's cells at the even positions and b's at the odd ones (a and b of equal shape; the
+ * result's axis is twice as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must
+ * have even size). */
 cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
 cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
 cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
@@ -513,10 +518,10 @@ cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
  *   y[oh, ow, oc] = bias[oc] + sum_{kh, kw, ic} x[S*oh + D*kh - left, S*ow + D*kw - left, ic]
  *                                                * kernel[oc, kh, kw, ic]
  * for stride S and dilation D. Padded (default): h = S*oh, out-of-range cells read 0, with
- * seed 000's split of a kernel of size k, left = D*(k - (k+1)/2) (the right margin is
- * D*((k+1)/2); the buffer's margins are the maximum over its readers). Valid: left = 0 and
- * h = S*(oh-1) + 1 + D*(k-1).
- * Zeroed fields of opts (or opts NULL) mean stride 1, dilation 1, padded. */
+ * convolution-is-a-contraction's split of a kernel of size k, left = D*(k - (k+1)/2) (the right
+ * margin is D*((k+1)/2); the buffer's margins are the maximum over its readers). Valid: left = 0
+ * and h = S*(oh-1) + 1 + D*(k-1). Zeroed fields of opts (or opts NULL) mean stride 1, dilation 1,
+ * padded. */
 typedef struct {
   int64_t stride, dilation;
   bool valid;
@@ -547,7 +552,7 @@ cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
 cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
 
-/* ---- Tile (src/tile, seed 003) ------------------------------------------------------------- */
+/* ---- Tile (src/tile, tile-edsl) ------------------------------------------------------------- */
 
 /* A name a Tile statement refers to: a tensor (tensor non-NULL; `dims`, if not NULL, names its
  * axes in memory order as Tile dims, e.g. "M, N" is I.bind_dims(M, N); a name repeated across
@@ -558,7 +563,7 @@ typedef struct {
   const char *dims;
   int64_t dim;
 } cn_tile_binding;
-/* One contraction (seed 003), e.g. "O[i : (N + 1) / 2] >= I[2*i + j], j < 2" with
+/* One contraction (tile-edsl), e.g. "O[i : (N + 1) / 2] >= I[2*i + j], j < 2" with
  * {"I", I, "N"}: the output's name and index polynomials with optional sizes (`: SIZE`, an
  * integer expression of dims with + - * and floor division `/` or `//`; an axis without one is
  * sized by the largest value its index reaches over the operands and constraints), an
@@ -581,7 +586,7 @@ typedef struct {
  * and a caret). */
 cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_binding *bindings);
 
-/* Tile functions: the body of a seed 003 function in its Python flavor or its C++ flavor
+/* Tile functions: the body of a tile-edsl function in its Python flavor or its C++ flavor
  * (`Tensor f(const Tensor& I) { TensorDim N; I.bind_dims(N); ...; return O; }`, the header
  * optional; with a header and n_params 0 the header's parameters are taken; see
  * docs/notation.md "Tile functions"), e.g. in Python with parameter I:
@@ -662,6 +667,10 @@ typedef struct {
   bool json;                          /* print tensors as JSON lines (cn_tensor_format) */
   bool emit_asgn, emit_loops, emit_c; /* print each compiled routine's code */
   FILE *out;                          /* NULL: stdout */
+  /* When not NULL, cn_notation_run sets it to whether a failure happened while parsing (a syntax
+   * error, or memory exhausted by the parser: nothing ran); `cannl run` exits 2 then, 1 for a
+   * failure while running. */
+  bool *syntax_error;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,

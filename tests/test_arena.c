@@ -9,26 +9,10 @@
 #include "check.h"
 #include "core/core.h"
 #include "ir/ir.h"
+#include "limit_check.h"
 
 #include <stdbool.h>
 #include <string.h>
-#include <sys/resource.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define ARENA_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ARENA_TEST_ASAN 1
-#endif
-#endif
-#ifdef ARENA_TEST_ASAN
-/* AddressSanitizer's allocator reports a failed allocation as fatal unless told to return NULL,
- * which is what the buffer test needs to observe (read by the sanitizer at start-up). */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) {
-  return "allocator_may_return_null=1";
-}
-#endif
 
 enum { BLOCK = 65536 }; /* the arena's block size (CN_ARENA_BLOCK in core.c) */
 
@@ -151,10 +135,6 @@ static void test_context_arena(void) {
  * restored afterwards (an unprivileged process may raise it back to the hard limit). */
 static void test_buffer_failure_names_node(void) {
   struct rlimit saved;
-  CHECK(getrlimit(RLIMIT_AS, &saved) == 0);
-  struct rlimit limited = saved;
-  rlim_t four_gib = (rlim_t)4 << 30;
-  if (limited.rlim_max == RLIM_INFINITY || limited.rlim_max > four_gib) limited.rlim_cur = four_gib;
   cn_ctx *ctx = cn_ctx_create();
   CHECK(ctx != NULL);
   if (!ctx) return;
@@ -162,9 +142,9 @@ static void test_buffer_failure_names_node(void) {
   cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 1, dims);
   CHECK(x != NULL);
   if (x) {
-    CHECK(setrlimit(RLIMIT_AS, &limited) == 0);
+    CHECK(limit_address_space(&saved));
     void *buffer = cn_node_buffer(x, false);
-    CHECK(setrlimit(RLIMIT_AS, &saved) == 0);
+    CHECK(restore_address_space(&saved));
     CHECK(buffer == NULL);
     CHECK_INT(cn_ctx_status(ctx), CN_ERR_NOMEM);
     CHECK_STR(cn_ctx_error(ctx),

@@ -275,7 +275,8 @@ static void test_padded(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- interleave: t[2i] =: a[i]; t[2i+1] =+ b[i] (seed 000 "Striding without a kernel") ---- */
+/* ---- interleave: t[2i] =: a[i]; t[2i+1] =+ b[i] (convolution-is-a-contraction "Striding without a
+ * kernel") ---- */
 static void test_interleave(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *a = node(ctx, "a", CN_PREC_INT32, 1, (int64_t[]){3});

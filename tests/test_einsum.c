@@ -1,11 +1,11 @@
 /* Tests of the einsum spec parser, printer and equality (src/shape/einsum.c): every example of
- * seed 002's einsum section and ocannl-notes §2.6 parsed into the expected tree (written by hand
- * in a compact test-side notation, independent of the printer), columns, mode detection, every
- * syntax error path with its column (and the full caret message for a few), canonical printing,
- * equality, a randomized print/parse round trip over generated trees, a fuzz loop over random
- * texts whose accepted specs also go through shape inference, with integers at and around the
- * int64 extremes and the spec limit 2^40 (run it under ASan and UBSan: nothing may crash or
- * overflow), and an allocation-failure sweep. */
+ * syntax-extensions-cd-op's einsum section and ocannl-notes §2.6 parsed into the expected tree
+ * (written by hand in a compact test-side notation, independent of the printer), columns, mode
+ * detection, every syntax error path with its column (and the full caret message for a few),
+ * canonical printing, equality, a randomized print/parse round trip over generated trees, a fuzz
+ * loop over random texts whose accepted specs also go through shape inference, with integers at and
+ * around the int64 extremes and the spec limit 2^40 (run it under ASan and UBSan: nothing may crash
+ * or overflow), and an allocation-failure sweep. */
 #include "check.h"
 #include "shape/einsum.h"
 #include "shape_check.h"
@@ -119,7 +119,8 @@ static cn_einsum *expect(cn_ctx *ctx, const char *text, bool multichar, int n_rh
 static void test_seed_examples(void) {
   cn_ctx *ctx = cn_ctx_create();
   const char *full = "[...batch]|[...input]->[...output]";
-  /* seed 002: reduce everything to a number; the three spellings differ only in the rows */
+  /* syntax-extensions-cd-op: reduce everything to a number; the three spellings differ only in the
+   * rows */
   cn_einsum *e = EXPECT(ctx, "...|...->... => 0", false, 1, full, "[][][#0]");
   if (e) {
     CHECK(e->rhs[0].has_batch && e->rhs[0].has_input);

@@ -1,7 +1,7 @@
-/* Counter-based random initialization (seed 000 "Random initialization, assembled from the
- * parts", ocannl-notes §7): uniform1 over 10^5 cells lies in [0, 1) with the mean, deviation and
- * 20-bin chi-square of a uniform; every cell equals the documented wiring recomputed here from
- * the threefry primitive (validated against known answers in test_numeric):
+/* Counter-based random initialization (convolution-is-a-contraction "Random initialization,
+ * assembled from the parts", ocannl-notes §7): uniform1 over 10^5 cells lies in [0, 1) with the
+ * mean, deviation and 20-bin chi-square of a uniform; every cell equals the documented wiring
+ * recomputed here from the threefry primitive (validated against known answers in test_numeric):
  *   key = light({id, 0, 0, 0}, {seed, 0, 0, 0}), bits = light(key, spread(offset)),
  *   single: (bits.v0 >> 8) * 2^-24
  * with id the node id of the embed_self_id tensor; the vectorized uniform follows the lane

@@ -1,7 +1,8 @@
 /* Tests of the high-level IR: canonical index forms, index ranges, the surjectivity and
- * injectivity of LHS maps on the cases of seeds 001 and 003 (expected answers worked out by hand
- * in the comments), projections records and their dump, node buffers with padding (checked in
- * the raw padded buffer), every validation error of the constructors, and the %cd printer. */
+ * injectivity of LHS maps on the cases of contraction-is-emergent and convolution-is-a-contraction
+ * (expected answers worked out by hand in the comments), projections records and their dump, node
+ * buffers with padding (checked in the raw padded buffer), every validation error of the
+ * constructors, and the %cd printer. */
 #include "check.h"
 
 #include "cannl.h"

@@ -205,7 +205,7 @@ static int64_t conv_out(int64_t in, int64_t k, const conv_case *c) {
 static void conv_reference(const conv_case *c, const double *x, const double *k, const double *bias,
                            double *y) {
   int64_t oh_n = conv_out(c->h, c->kh, c), ow_n = conv_out(c->w, c->kw, c);
-  /* padded: seed 000's left margin k - (k + 1) / 2, scaled by the dilation */
+  /* padded: convolution-is-a-contraction's left margin k - (k + 1) / 2, scaled by the dilation */
   int64_t lh = c->valid ? 0 : c->dilation * (c->kh - (c->kh + 1) / 2);
   int64_t lw = c->valid ? 0 : c->dilation * (c->kw - (c->kw + 1) / 2);
   for (int64_t n = 0; n < c->n; n++)

@@ -1,9 +1,9 @@
 /* Tests of the loop IR (src/loops): lowering of assignments built by hand through the public API,
- * simplification of hand-built procedures, and the printed text. Expected texts are written out
- * by hand from the lowering rules of seed 001 / ocannl-notes §2.3 (pre-fill exactly when =: and
- * not surjective-and-injective, plain write exactly when =: and injective, padding margins reset
- * to the accumulator's neutral element); the margin partition is also checked cell by cell, by
- * running the reset loops over a grid of the padded buffer. */
+ * simplification of hand-built procedures, and the printed text. Expected texts are written out by
+ * hand from the lowering rules of contraction-is-emergent / ocannl-notes §2.3 (pre-fill exactly
+ * when =: and not surjective-and-injective, plain write exactly when =: and injective, padding
+ * margins reset to the accumulator's neutral element); the margin partition is also checked cell by
+ * cell, by running the reset loops over a grid of the padded buffer. */
 #include "loops_check.h"
 
 #include <stdarg.h>
@@ -246,8 +246,9 @@ static void test_margin_partition(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* Interleave (seed 003): r =: x at 2*i is injective but not surjective, so it clears r and then
- * writes plainly; the second half, r =+ z at 2*i + 1, accumulates. */
+/* Interleave (convolution-is-a-contraction "Striding without a kernel"): r =: x at 2*i is injective
+ * but not surjective, so it clears r and then writes plainly; the second half, r =+ z at 2*i + 1,
+ * accumulates. */
 static void test_interleave(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 1, (int64_t)3);

@@ -1,10 +1,14 @@
-/* The half-moons run (examples/moons.c, included here) on a shortened schedule: the data
- * generator's determinism and geometry, the parameter shapes inference gives the OCANNL-style
+/* The half-moons run (demo/moons.c, as examples/moons.c trains it) on a shortened schedule: the
+ * data generator's determinism and geometry, the parameter shapes inference gives the OCANNL-style
  * model, distinct default-init values per cell, convergence (a loss bound and an accuracy bound
  * after 20 epochs), the trained model's outputs against the same MLP evaluated in plain C from the
  * trained parameters, and the interpreter against generated C over the first epoch. */
-#define MOONS_NO_MAIN
-#include "../examples/moons.c"
+#include "../demo/moons.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 

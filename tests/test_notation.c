@@ -1,8 +1,8 @@
 /* The notation evaluated (issue 6): scripts run through cn_notation_run with JSON output parsed
  * back, compared with values computed by hand: micrograd in the notation, literals (lists are
  * output axes, tuples input axes, arrays batch axes), einsum operators, the two spellings of a
- * parameter update from seed 002, the expansion spec filling the other cells with the
- * accumulator's neutral element, parameter sharing across applications of a let%op function and
+ * parameter update from syntax-extensions-cd-op, the expansion spec filling the other cells with
+ * the accumulator's neutral element, parameter sharing across applications of a let%op function and
  * fresh parameters per ~config, static indices and loops (statements compiled once, parameters
  * initialized once), the half_moons builtin against cn_dataset_half_moons, cn_notation_op /
  * cn_notation_cd from C, positioned errors, and a token-stream fuzz smoke test. */
@@ -114,9 +114,9 @@ static void test_literals_and_einsum(void) {
   free(json);
 }
 
-/* Seed 002: `p =+ learning_rate * p.grad ~logic:"."` and `p =+ learning_rate *. p.grad` (a
- * binary assignment vs a unary one over a sub-expression) give the same values; and
- * `lhs =:* rhs ~logic:"...|... => ...|...2"` fills the other cells with 1, the neutral of *. */
+/* syntax-extensions-cd-op: `p =+ learning_rate * p.grad ~logic:"."` and `p =+ learning_rate *.
+ * p.grad` (a binary assignment vs a unary one over a sub-expression) give the same values; and `lhs
+ * =:* rhs ~logic:"...|... => ...|...2"` fills the other cells with 1, the neutral of *. */
 static void test_cd_forms(void) {
   char err[512] = "";
   double v[16];
@@ -324,7 +324,8 @@ static void test_c_api(void) {
       cn_routine_free(r);
     }
   }
-  /* the %cd printer spells a gate accumulation as seed 002 does, so it parses back */
+  /* the %cd printer spells a gate accumulation as syntax-extensions-cd-op does, so it parses back
+   * */
   cn_asgn *gate =
       cn_notation_cd(g, "acc =?/ x", 2, (cn_notation_binding[]){{"acc", acc, 0}, {"x", x, 0}});
   CHECK_MSG(gate != NULL, "%s", cn_ctx_error(ctx));

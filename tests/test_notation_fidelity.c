@@ -5,10 +5,10 @@
  * Values computed by hand. */
 #include "notation_check.h"
 
-/* seed 002: "When the declaration is followed by a literal float, the float provides the initial
- * value": every cell of w is 0.25 and its shape (input 3) comes from w * x; y = 0.25 * (1+2+3);
- * v = 0.5 pointwise times [2; 4]. An integer after the string stays an output dimension (c has 2
- * output cells; no backprop ran, so its gradient is zero). */
+/* syntax-extensions-cd-op: "When the declaration is followed by a literal float, the float provides
+ * the initial value": every cell of w is 0.25 and its shape (input 3) comes from w * x; y = 0.25 *
+ * (1+2+3); v = 0.5 pointwise times [2; 4]. An integer after the string stays an output dimension (c
+ * has 2 output cells; no backprop ran, so its gradient is zero). */
 static void test_declaration_float(void) {
   BOTH {
     outcome o;
@@ -68,7 +68,7 @@ static void test_unicode_ellipsis(void) {
   }
 }
 
-/* seed 002: `/`, like `*`, has no default projection logic in %cd. */
+/* syntax-extensions-cd-op: `/`, like `*`, has no default projection logic in %cd. */
 static void test_cd_div_needs_logic(void) {
   CHECK_HAS(run_error("let a = [2.0]\nlet%cd u = a =: a / a\n"),
             "seed.cnl:2:14: '/' in an assignment needs ~logic (\".\" pointwise or a spec)");
@@ -110,9 +110,9 @@ static void test_absurd_sizes(void) {
             "bytes (axis 1 of size 1000000)");
 }
 
-/* seed 002: numbers are arrays of one output axis of size 1, a label prefix names that axis, and
- * a number initializer does not fix a parameter's shape; seed 001: compose relates its operands
- * by broadcasting. Values by hand:
+/* syntax-extensions-cd-op: numbers are arrays of one output axis of size 1, a label prefix names
+ * that axis, and a number initializer does not fix a parameter's shape; contraction-is-emergent:
+ * compose relates its operands by broadcasting. Values by hand:
  *   - ("hey" 7.0 * 'q' 2.0) + 'p' 1.0: hey is the 1x1 matrix q=1 -> p=1, y = 7 * 2 + 1 = 15;
  *   - ({hey = 7.0} * [2; 3]) + [4; 5; 6]: hey is |2->3 of 7s, y = 35 + [4; 5; 6];
  *   - m * !.2.0 with m = [(1, 2); (3, 4); (5, 6)] (|2->3): 2 * row sums = 6, 14, 22, and under
@@ -147,7 +147,7 @@ static void test_numbers_and_compose(void) {
             "\"hey\" (#2) |1:q->1:p\n");
 }
 
-/* seed 002's ternary table: fma's default projection is compose-accumulate. With
+/* syntax-extensions-cd-op's ternary table: fma's default projection is compose-accumulate. With
  * a = [(1, 2); (3, 4)] (|2->2), b = [5; 6], c0 = [10; 20], c =:+ fma a b c0 ~logic:"@" sums
  * a[i,k] * b[k] + c0[i] over k: c = [1*5 + 2*6 + 2*10; 3*5 + 4*6 + 2*20] = [37; 79]; without
  * ~logic the same (the table's default); ~logic:"." is pointwise, the result |2->2:

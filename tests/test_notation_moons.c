@@ -1,11 +1,15 @@
-/* examples/moons.cnl, the half-moons training in the notation, against examples/moons.c (included
- * here), on the full schedule and on shortened ones (the script's `let epochs = 80` line
- * rewritten), on both backends: the script's printed final epoch loss, training accuracy and
- * trained parameters are bit-identical to the C API run of the same schedule (same data, same
- * parameter init, same steps), and the runs of 20 epochs or more converge (a loss bound and an
- * accuracy bound, as tests/test_moons.c asks of the C run). */
-#define MOONS_NO_MAIN
-#include "../examples/moons.c"
+/* examples/moons.cnl, the half-moons training in the notation, against the C API model of
+ * demo/moons.c (which examples/moons.c runs), on the full schedule and on shortened ones (the
+ * script's `let epochs = 80` line rewritten), on both backends: the script's printed final epoch
+ * loss, training accuracy and trained parameters are bit-identical to the C API run of the same
+ * schedule (same data, same parameter init, same steps), and the runs of 20 epochs or more converge
+ * (a loss bound and an accuracy bound, as tests/test_moons.c asks of the C run). */
+#include "../demo/moons.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 

@@ -1,13 +1,13 @@
 /* Tests of the notation front end (src/notation: lexer, parser, printer): every notation example
- * of seed 002 (and seed 000's %cd interleave and random-init skeleton) parses and prints to a
- * canonical text derived by hand; precedence and tree shape checked through a test-side
- * S-expression rendering independent of the printer; AST fields (assignment operators against
- * seed 002's table and ops.def, right-hand-side forms, declarations, einsums, parameters,
- * statements, for loops, tuple patterns, positions); exact positioned error messages with source
- * line and caret; print -> parse -> print identity for every accepted input; a fuzz over random
- * token streams and over grammar-generated programs, let%tile bodies with calls of every arity
- * included (run under ASan and UBSan: nothing may crash); deep nesting; an allocation-failure
- * sweep. */
+ * of syntax-extensions-cd-op (and convolution-is-a-contraction's %cd interleave and random-init
+ * skeleton) parses and prints to a canonical text derived by hand; precedence and tree shape
+ * checked through a test-side S-expression rendering independent of the printer; AST fields
+ * (assignment operators against syntax-extensions-cd-op's table and ops.def, right-hand-side forms,
+ * declarations, einsums, parameters, statements, for loops, tuple patterns, positions); exact
+ * positioned error messages with source line and caret; print -> parse -> print identity for every
+ * accepted input; a fuzz over random token streams and over grammar-generated programs, let%tile
+ * bodies with calls of every arity included (run under ASan and UBSan: nothing may crash); deep
+ * nesting; an allocation-failure sweep. */
 #include "check.h"
 #include "notation/notation.h"
 #include "numeric/numeric.h"
@@ -232,11 +232,12 @@ typedef struct {
   const char *text, *expected;
 } example;
 
-/* Seed 002's notation examples (OCaml-only wrappers such as `in` and Tensor.param removed, the
- * `if Float.(momentum > 0.0)` of sgd_one written as a host comparison), seed 000's, the issue's;
- * the expected text is the canonical print, derived by hand. */
+/* syntax-extensions-cd-op's notation examples (OCaml-only wrappers such as `in` and Tensor.param
+ * removed, the `if Float.(momentum > 0.0)` of sgd_one written as a host comparison),
+ * convolution-is-a-contraction's, the issue's; the expected text is the canonical print, derived by
+ * hand. */
 static const example examples[] = {
-    /* seed 002 "The syntax for %op" */
+    /* syntax-extensions-cd-op "The syntax for %op" */
     {"let hid_dim = 8", "let hid_dim = 8\n"},
     {"let%op layer x = relu(w * x + b)", "let%op layer x = relu ((w * x) + b)\n"},
     {"let%op mlp_layer x = relu(\"w\" * x + \"b\" hid_dim)",
@@ -294,7 +295,7 @@ static const example examples[] = {
     {"let%cd g1 = g1 =+ g", "let%cd g1 = g1 =+ g\n"},
     {"let%cd gp = g1 =+ p_t *. (t1 **. (p -. 1.)) * g",
      "let%cd gp = g1 =+ (p_t *. (t1 **. (p -. 1.0))) * g\n"},
-    /* seed 000: interleave, random init, literal annotation */
+    /* convolution-is-a-contraction: interleave, random init, literal annotation */
     {"let%cd interleave = t =:+ id t1 ~logic:\"…, i => …, 2*i\";\n"
      "  t =+  id t2 ~logic:\"…, i => …, 2*i + 1\"",
      "let%cd interleave = t =:+ id t1 ~logic:\"…, i => …, 2*i\"; t =+ id t2 ~logic:\"…, i => "
@@ -383,7 +384,8 @@ static void test_examples(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* The assignment operators: exactly seed 002's table, consistent with ops.def's accumulators. */
+/* The assignment operators: exactly syntax-extensions-cd-op's table, consistent with ops.def's
+ * accumulators. */
 static void test_assignment_table(void) {
   static const struct {
     const char *text;

@@ -1,15 +1,14 @@
-/* Every code example of seed 002 (syntax-extensions-cd-op.txt) that does not depend on
- * OCaml-only constructs, and the notation examples of seed 000 (convolution-is-a-contraction.txt
- * "Surface: literals, inline declarations, and the unit boundary"; contraction-is-emergent.txt,
- * the producer-regime SGD update) and of ocannl-notes §2.6, run as .cnl scripts or through
+/* Every code example of syntax-extensions-cd-op.txt that does not depend on OCaml-only
+ * constructs, and the notation examples of convolution-is-a-contraction.txt ("Surface: literals,
+ * inline declarations, and the unit boundary"), of contraction-is-emergent.txt (the
+ * producer-regime SGD update) and of ocannl-notes §2.6, run as .cnl scripts or through
  * cn_notation_op / cn_notation_cd on both backends (the interpreter and generated C), in double
  * precision, with their JSON output parsed back and compared with values computed by hand. Each
  * test names the seed section its example comes from; docs/notation.md lists the examples that
  * do not apply and why. */
 #include "notation_check.h"
 
-/* ---- Seed 002 "Primitive operations" ----------------------------------------------------------
- */
+/* ---- syntax-extensions-cd-op "Primitive operations" ------------------------------------------ */
 
 /* The unary table, each op applied by name in %cd (and relu in %op), against interpret_unop. */
 static void test_unary_ops(void) {
@@ -69,7 +68,7 @@ static void test_unary_ops(void) {
 }
 
 /* The binary table: each op by its infix operator, curried and uncurried by name, against
- * interpret_binop (`*` needs ~logic in an assignment, seed 001). */
+ * interpret_binop (`*` needs ~logic in an assignment, contraction-is-emergent). */
 static void test_binary_ops(void) {
   static const struct {
     const char *name, *infix, *a, *b;
@@ -187,8 +186,7 @@ static void test_assignment_ops(void) {
   CHECK_HAS(run_error("let x = [1.0]\nlet%cd r = {y} =< x\n"), "unknown assignment operator '=<'");
 }
 
-/* ---- Seed 002 "The syntax for %op" ------------------------------------------------------------
- */
+/* ---- syntax-extensions-cd-op "The syntax for %op" -------------------------------------------- */
 
 /* y = relu(w x + b) for w (hid x 3, memory [out][in]), b (hid) as printed. */
 static void expect_layer(const outcome *o, int b, int iw, int ib, int iy, const double *x) {
@@ -245,8 +243,7 @@ static void test_op_inline_layer(void) {
   }
 }
 
-/* ---- Seed 002 "The syntax for %cd" ------------------------------------------------------------
- */
+/* ---- syntax-extensions-cd-op "The syntax for %cd" -------------------------------------------- */
 
 /* `c =:+ a * b ~logic:"@"`: tensor multiplication (rhs2's output axes feed rhs1's input axes),
  * in a script and through cn_notation_cd. */
@@ -333,7 +330,8 @@ static void test_update_spellings(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Seed 002 "Numeric and N-dimensional array literals" ------------------------------------ */
+/* ---- syntax-extensions-cd-op "Numeric and N-dimensional array literals"
+ * ------------------------------------ */
 
 /* `[ (1, 2, 3); (4, 5, 6) ]` converts 3D vectors into 2D vectors; `'q' 2.0` is a number whose
  * output axis (of dimension 1) is labeled q, and the label propagates through inference. */
@@ -357,7 +355,8 @@ static void test_literals(void) {
   CHECK_HAS(text, "\"y\" (#15) |->1:p\n      0.82677\n");
 }
 
-/* ---- Seed 002 "Wildcard bindings" ------------------------------------------------------------ */
+/* ---- syntax-extensions-cd-op "Wildcard bindings"
+ * ------------------------------------------------------------ */
 
 /* let%op _ and let%cd _ (and let _) only add shape constraints: x gets 3 output axes, z 2. */
 static void test_wildcards(void) {
@@ -373,7 +372,8 @@ static void test_wildcards(void) {
   }
 }
 
-/* ---- Seed 002 "Inline declarations" (%cd) ---------------------------------------------------- */
+/* ---- syntax-extensions-cd-op "Inline declarations" (%cd)
+ * ---------------------------------------------------- */
 
 /* sgd_one, with `Float.(momentum > 0.0)` (an OCaml local open) written `momentum > 0.0`: the
  * two inline declarations take p's label; plain SGD, momentum (state kept across runs of the
@@ -412,7 +412,8 @@ static void test_sgd_one(void) {
   }
 }
 
-/* ---- Seed 002 "inline declarations" under ~config and "Name from binding" -------------------- */
+/* ---- syntax-extensions-cd-op "inline declarations" under ~config and "Name from binding"
+ * -------------------- */
 
 /* `let%op mlp_layer ~config x = relu ("w" * x + "b" config.hid_dim)`: parameters per config,
  * labeled by the declared name then config.label, shared by the applications of one configured
@@ -487,8 +488,7 @@ static void test_declaration_forms(void) {
   }
 }
 
-/* ---- Seed 002 "Using OCANNL's generalized einsum notation" ------------------------------------
- */
+/* ---- syntax-extensions-cd-op "Using OCANNL's generalized einsum notation" -------------------- */
 
 /* `let%op scalar_loss = (margin_loss ++ "...|... => 0") /. !..batch_size`. */
 static void test_scalar_loss(void) {
@@ -562,8 +562,7 @@ static void test_spec_examples(void) {
   }
 }
 
-/* ---- Seed 002 "Referencing arrays" and "Block comments" ---------------------------------------
- */
+/* ---- syntax-extensions-cd-op "Referencing arrays" and "Block comments" ----------------------- */
 
 /* `p.grad =+ p.grad.merge` (and `p =+ p.merge`, the shorthand for p.value.merge): the merge
  * buffers, filled from C as a device-to-device transfer would, are read in place of the nodes. */
@@ -664,8 +663,8 @@ static void test_pointpow(void) {
             "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
 }
 
-/* ---- Seed 000 "Surface: literals, inline declarations, and the unit boundary" -----------------
- */
+/* ---- convolution-is-a-contraction "Surface: literals, inline declarations, and the unit boundary"
+ * ---- */
 
 /* Literals: lists are output axes, tuples input axes, arrays batch axes; `([2.0] : rgb)` names
  * an axis's basis, and differently labeled axes do not fuse (the error points at the operator
@@ -726,8 +725,7 @@ static void test_unit_boundary(void) {
   }
 }
 
-/* ---- Seed 000 contraction-is-emergent: the producer regime -------------------------------------
- */
+/* ---- contraction-is-emergent: the producer regime ------------------------------------------ */
 
 /* The SGD skeleton `{ sgd_delta } =: p.grad + (!.weight_decay *. p); { sgd_momentum } =:
  * (!.momentum *. sgd_momentum) + sgd_delta; p =- learning_rate *. sgd_delta`, run twice, and

@@ -1,4 +1,4 @@
-/* Tile functions in scripts (issue 7, `let%tile NAME PARAMS = BODY`; seed 003): defined in a
+/* Tile functions in scripts (issue 7, `let%tile NAME PARAMS = BODY`; tile-edsl): defined in a
  * .cnl script, applied to tensors and integer dims, their results used by the rest of the
  * notation, on both backends with values worked out by hand: the seed's round-up max pool, a pool
  * whose stride is an argument, an average with an elementwise division by dims, skipping (cells
@@ -14,7 +14,7 @@ static const char *const max_pool = "let%tile max_pool_1d I =\n"
                                     "  O.add_constraint(j < 2)\n"
                                     "  return O\n";
 
-/* Seed 003's max_pool_1d with round-up: [1 5 2 3 9] -> [max(1,5) max(2,3) max(9)]. */
+/* tile-edsl's max_pool_1d with round-up: [1 5 2 3 9] -> [max(1,5) max(2,3) max(9)]. */
 static void test_max_pool(void) {
   char script[1024];
   snprintf(script, sizeof script,
@@ -75,7 +75,7 @@ static void test_skipping(void) {
   BOTH if (run(&o, b, script)) expect(&o, b, 0, NULL, "|->6", VALUES(1, 0, 2, 0, 3, 0), 0);
 }
 
-/* Seed 003's cumulative sum, differentiated: loss = sum_i sum_{k <= i} w_k, so
+/* tile-edsl's cumulative sum, differentiated: loss = sum_i sum_{k <= i} w_k, so
  * d loss / d w_k = N - k. */
 static void test_cumsum_backprop(void) {
   const char *script = "let%tile csum I =\n"

@@ -1,12 +1,12 @@
 /* Tests of the numeric core (src/numeric): the storage formats half / bfloat16 / fp8 against
  * bit patterns worked out by hand and against a brute-force nearest-value search; the integer
- * helpers' wrapping and total division; pow / max / min; threefry4x32 known answers and the
- * uniform conversions (ocannl-notes §7); every primitive op's reference semantics on hand-picked
- * values (seed 002's interpret_*), including NaN, infinities, zeros and negatives; the conversion
- * rules between precisions; the public precision / op API and its errors; the C spellings; and,
- * when a C compiler is available, that builtins.h compiles as the generated-C prelude and that C
- * code spelled by cn_conv_c / cn_op_c / cn_load_c / cn_store_c / cn_const_c computes the same
- * cells as the interpreter's cn_value_* / cn_eval_op. */
+ * helpers' wrapping and total division; pow / max / min; threefry4x32 known answers and the uniform
+ * conversions (ocannl-notes §7); every primitive op's reference semantics on hand-picked values
+ * (syntax-extensions-cd-op's interpret_*), including NaN, infinities, zeros and negatives; the
+ * conversion rules between precisions; the public precision / op API and its errors; the C
+ * spellings; and, when a C compiler is available, that builtins.h compiles as the generated-C
+ * prelude and that C code spelled by cn_conv_c / cn_op_c / cn_load_c / cn_store_c / cn_const_c
+ * computes the same cells as the interpreter's cn_value_* / cn_eval_op. */
 #include "check.h"
 
 #include "numeric/numeric.h"

@@ -1,4 +1,4 @@
-/* Padding fidelity (issue 13, items 1 and 2; seed 000 "Padding"):
+/* Padding fidelity (issue 13, items 1 and 2; convolution-is-a-contraction "Padding"):
  * - margins freeze per tensor when its buffer is allocated, not for the whole graph: a padded
  *   convolution built after a first `print` (over new tensors) works, in a script and through the
  *   C API; reading an already allocated tensor with a wider kernel is an error that says so;
@@ -63,7 +63,7 @@ static void test_even_kernel_split(void) {
 
 /* conv2d of a 4x4 image (cell (h, w) holds 4h + w) with two 3x3 kernels (kernel c, tap (i, j)
  * holds 9c + 3i + j), padded: the 3-wide kernel is centred (left margin 1). Built after a first
- * print, as seed 002 scripts do. */
+ * print, as syntax-extensions-cd-op scripts do. */
 static void test_padded_after_print(void) {
   double want[32];
   for (int oh = 0; oh < 4; oh++)

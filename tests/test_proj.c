@@ -1,11 +1,11 @@
-/* Projection inference, core (seed 001): the three worked examples, locality of identities,
- * fixed indices, slicing, diagonals, expansion, batch slices by a static symbol, the vector
- * conversion's group map, slot permutation, and errors. Each test checks the whole inferred
+/* Projection inference, core (contraction-is-emergent): the three worked examples, locality of
+ * identities, fixed indices, slicing, diagonals, expansion, batch slices by a static symbol, the
+ * vector conversion's group map, slot permutation, and errors. Each test checks the whole inferred
  * record (product space and maps, worked out by hand from the seed's rules), then lowers it and
  * runs it on the interpreter and on generated C against values computed by plain loops here. */
 #include "proj_check.h"
 
-/* ---- Seed 001 worked example 1: a;b=>c over a[i,j], b[j,k], c[i,k] ---- */
+/* ---- contraction-is-emergent worked example 1: a;b=>c over a[i,j], b[j,k], c[i,k] ---- */
 static void test_matmul(void) {
   pt_env e = pt_open();
   cn_shape *a = pt_shape(&e, "a", PT_NONE, PT_NONE, PT_DIMS(2, 3));
@@ -50,7 +50,7 @@ static void test_matmul(void) {
   pt_close(&e);
 }
 
-/* ---- Seed 001 worked example 2: a scalar s times a matrix m into r ---- */
+/* ---- contraction-is-emergent worked example 2: a scalar s times a matrix m into r ---- */
 static void test_scalar_times_matrix(void) {
   pt_env e = pt_open();
   cn_shape *s = pt_shape(&e, "s", PT_NONE, PT_NONE, PT_DIMS(1, 1));
@@ -78,7 +78,8 @@ static void test_scalar_times_matrix(void) {
   pt_close(&e);
 }
 
-/* ---- Seed 001 worked example 3: summing by a vector of ones whose length is inferred ---- */
+/* ---- contraction-is-emergent worked example 3: summing by a vector of ones whose length is
+ * inferred ---- */
 static void test_sum_by_ones(void) {
   pt_env e = pt_open();
   cn_shape *m = pt_shape(&e, "m", PT_NONE, PT_DIMS(3), PT_DIMS(2)); /* memory [2, 3] */

@@ -1,9 +1,9 @@
-/* Projection inference, affine stratum (seed 000): valid 1-D convolution (the seed's loop nest),
- * strided + dilated 2-D convolution, padded convolution reading left of the array (margins
- * reset to the accumulator's neutral: 0 for +, -inf for max), two readers with kernels 3 and 5
- * (margin from the 5), the freeze of margins, interleave by two strided writes tiling the
- * result, even/odd extraction and their gradients as the inverse strided maps, and gradients
- * by slot permutation (matmul, padded convolution) checked against finite differences.
+/* Projection inference, affine stratum (convolution-is-a-contraction): valid 1-D convolution (the
+ * seed's loop nest), strided + dilated 2-D convolution, padded convolution reading left of the
+ * array (margins reset to the accumulator's neutral: 0 for +, -inf for max), two readers with
+ * kernels 3 and 5 (margin from the 5), the freeze of margins, interleave by two strided writes
+ * tiling the result, even/odd extraction and their gradients as the inverse strided maps, and
+ * gradients by slot permutation (matmul, padded convolution) checked against finite differences.
  * Records are checked whole; values come from plain loops written here. */
 #include "proj_check.h"
 
@@ -94,7 +94,8 @@ static void test_padded_two_readers(void) {
                          "rhs1 [5]: (o + k - 1)\n"
                          "rhs2 [3]: (k)\n");
   int64_t m[2];
-  cn_proj_padding(e.projs, x, 0, m); /* seed 000: k = 3 splits right = 2, left = 1 */
+  cn_proj_padding(e.projs, x, 0, m); /* convolution-is-a-contraction: k = 3 splits right = 2, left =
+                                        1 */
   CHECK(m[0] == 1 && m[1] == 2);
   cn_proj *p5 = pt_infer(&e, op5,
                          "product space: o=5 k=5\n"
@@ -316,7 +317,8 @@ static void test_gradients(void) {
                           "rhs1 [3, 4]: (oh + kh - 1, ow + kw - 1)\n"
                           "rhs2 [3, 2]: (kh, kw)\n");
     int64_t m[2];
-    cn_proj_padding(e.projs, x, 1, m); /* seed 000: k = 2 splits right = 1, left = 1 */
+    cn_proj_padding(e.projs, x, 1, m); /* convolution-is-a-contraction: k = 2 splits right = 1, left
+                                          = 1 */
     CHECK(m[0] == 1 && m[1] == 1);
     cn_node *nx = pt_node(&e, x, CN_PREC_DOUBLE), *nw = pt_node(&e, w, CN_PREC_DOUBLE),
             *no = pt_node(&e, out, CN_PREC_DOUBLE), *gx = pt_node(&e, x, CN_PREC_DOUBLE),

@@ -1,9 +1,11 @@
 /* Robustness of scripts (issue 14): integer extremes are reported as written, at the literal's
  * position, never wrapped (a script computes with doubles, exact up to 2^53); sizes computed from
- * script values are checked with positions; the NaN check (option "check" = "nan",
- * CANNL_CHECK=nan) stops at the first non-finite value a routine writes, naming the tensor, its
- * operation and where the script built it, and never reads padding margins. Messages compared
- * exactly, on both backends. */
+ * script values are checked with positions; the NaN check (option "check" = "nan", CANNL_CHECK=nan)
+ * stops at the first non-finite value a routine writes, naming the tensor, its operation and where
+ * the script built it, and never reads padding margins; a buffer too large for memory (below the
+ * 2^40-byte limit checked when the shape is known) is reported at the tensor's position with its
+ * dims. Messages compared exactly, on both backends. */
+#include "limit_check.h"
 #include "notation_check.h"
 
 /* Runs script with the "check" option at `check` (NULL: the default) on backend b; the status,
@@ -133,7 +135,27 @@ static void test_nan_check_api(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* 4e11 bytes pass the shape-time limit (2^40) but not malloc under a 4 GiB address space: the
+ * failure names the tensor as the script does, its dims and bytes, at the position that built it,
+ * with the line that needed it; the status stays CN_ERR_NOMEM. */
+static void test_buffer_too_large(void) {
+  char msg[2048], printed[2048];
+  struct rlimit saved;
+  BOTH {
+    CHECK(limit_address_space(&saved));
+    cn_status st = run_checked("let x = range 100000000000\nprint x\n", NULL, b, msg, sizeof msg,
+                               printed, sizeof printed);
+    CHECK(restore_address_space(&saved));
+    CHECK_INT(st, CN_ERR_NOMEM);
+    CHECK_STR(msg, "nan.cnl:1:9: cannot allocate the buffer of \"x\" (#2) [100000000000] "
+                   "(400000000000 bytes) (needed by line 2)\nlet x = range 100000000000\n"
+                   "        ^");
+    CHECK_STR(printed, "");
+  }
+}
+
 int main(void) {
+  test_buffer_too_large();
   test_nan_check();
   test_nan_check_api();
   test_integer_extremes();

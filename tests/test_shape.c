@@ -19,11 +19,11 @@ static cn_shape_op *op2(cn_shape_env *env, cn_shape_kind kind, cn_shape *lhs, cn
 
 static void test_matrix_chain(void) {
   /* h = w1 * x, y = w2 * h: x is 7|->3 data; w1 gives only its output 4, w2 only its output 2.
-   * Compose relates w1's input to x's output (3) by the broadcasting inequality (seed 001), and
-   * w2's input to h's output, which is w1's output (4): online w1's input row stays open (x's
-   * output could broadcast into more axes); finalization closes it upward to x's 3, so the hidden
-   * size is resolved from use. Batches: h ⊑ 7 and ⊑ the parameters' empty batch, so h and y are
-   * 7|->4 and 7|->2. */
+   * Compose relates w1's input to x's output (3) by the broadcasting inequality
+   * (contraction-is-emergent), and w2's input to h's output, which is w1's output (4): online w1's
+   * input row stays open (x's output could broadcast into more axes); finalization closes it upward
+   * to x's 3, so the hidden size is resolved from use. Batches: h ⊑ 7 and ⊑ the parameters' empty
+   * batch, so h and y are 7|->4 and 7|->2. */
   cn_ctx *ctx = cn_ctx_create();
   cn_shape_env *env = cn_shape_env_new(ctx);
   cn_shape *x = mk(env, "x", false, "7|->3");

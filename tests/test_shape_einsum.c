@@ -1,10 +1,11 @@
-/* Shape inference through einsum specs (issue 3 "Tests"): every example of seed 002's einsum
- * section, matrix multiplication with a hidden size resolved from use, convolution sizes through
- * affine axes (valid with strides and dilations in every direction, padded, non-tiling, named
- * strides, interleaving), Total_elems and Exact meeting specs, rank cycles, axis labels, and the
- * full wording of conflict messages. Every expected shape is derived by hand in the comments from
- * the seed's reading of the spec: a spec row written without a row variable on an operand reduces
- * any further (leading) axes; the result's rows are exactly what the spec writes. */
+/* Shape inference through einsum specs (issue 3 "Tests"): every example of
+ * syntax-extensions-cd-op's einsum section, matrix multiplication with a hidden size resolved from
+ * use, convolution sizes through affine axes (valid with strides and dilations in every direction,
+ * padded, non-tiling, named strides, interleaving), Total_elems and Exact meeting specs, rank
+ * cycles, axis labels, and the full wording of conflict messages. Every expected shape is derived
+ * by hand in the comments from the seed's reading of the spec: a spec row written without a row
+ * variable on an operand reduces any further (leading) axes; the result's rows are exactly what the
+ * spec writes. */
 #include "check.h"
 #include "shape_check.h"
 

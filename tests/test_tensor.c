@@ -1,9 +1,8 @@
 /* Tensors and autodiff end to end: Karpathy's micrograd README expression (g = 24.7041,
- * a.grad = 138.8338, b.grad = 645.5773), a tensor used twice, prohibited gradients, parameter
- * init gathered once, numbers as unit arrays (seed 002) broadcasting through compose, fma's
- * compose-accumulate update, and a
- * two-layer MLP's forward values against a hand computation. Every
- * case runs on the interpreter and on generated C. */
+ * a.grad = 138.8338, b.grad = 645.5773), a tensor used twice, prohibited gradients, parameter init
+ * gathered once, numbers as unit arrays (syntax-extensions-cd-op) broadcasting through compose,
+ * fma's compose-accumulate update, and a two-layer MLP's forward values against a hand computation.
+ * Every case runs on the interpreter and on generated C. */
 #include "check.h"
 
 #include "cannl.h"
@@ -105,7 +104,7 @@ static void test_format(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* Standalone updates (seed 001's producer regime), the SGD skeleton written out:
+/* Standalone updates (contraction-is-emergent's producer regime), the SGD skeleton written out:
  *   {delta} =: p.grad + (wd *. p);  p =- lr * delta ~logic:"."
  * and an einsum-logic update writing a diagonal into a fresh buffer (its shape inferred). */
 static void test_updates(cn_backend_kind backend) {
@@ -196,8 +195,8 @@ static void test_grad_spec(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* Numbers are arrays of one output axis of size 1 (seed 002), and compose relates its operands
- * by broadcasting (seed 001):
+/* Numbers are arrays of one output axis of size 1 (syntax-extensions-cd-op), and compose relates
+ * its operands by broadcasting (contraction-is-emergent):
  *   - hey = param initialized by the number 7, y = hey * [2; 3] + [4; 5; 6]: the number does
  *     not fix hey's shape, hey is |2->3 of 7s and y = 7 * (2 + 3) + [4; 5; 6] = [39; 40; 41];
  *   - r = m * 2 with m |2->3 = [(1, 2); (3, 4); (5, 6)]: the number's unit axis broadcasts into
@@ -244,9 +243,9 @@ static void test_numbers_are_unit_arrays(cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
-/* fma as a standalone update (seed 002: compose-accumulate is its default projection):
- * c =:+ fma(a, b, c0) with a = [[1, 2]; [3, 4]] (|2->2), b = [5; 6], c0 = [10; 20] sums
- * a[i,k] b[k] + c0[i] over k: [37; 79], with logic "@" and with NULL alike. */
+/* fma as a standalone update (syntax-extensions-cd-op: compose-accumulate is its default
+ * projection): c =:+ fma(a, b, c0) with a = [[1, 2]; [3, 4]] (|2->2), b = [5; 6], c0 = [10; 20]
+ * sums a[i,k] b[k] + c0[i] over k: [37; 79], with logic "@" and with NULL alike. */
 static void test_fma_update(cn_backend_kind backend) {
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);

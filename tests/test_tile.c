@@ -1,4 +1,4 @@
-/* Tests of Tile contractions from C (cn_tile; seed 003): the seed's examples on small inputs
+/* Tests of Tile contractions from C (cn_tile; tile-edsl): the seed's examples on small inputs
  * worked out by hand (sum and max over an axis, global max and min, matmul, max pool 1-D rounding
  * down and up, the "wrong" max pool, skipping, cumulative sum, 1-D, dilated 2-D and strided
  * padded convolutions), exact division (fractional index expressions: points where one is not an
@@ -38,7 +38,7 @@ static void check_error(cn_graph *g, const char *text, int n, const cn_tile_bind
   CHECK_STR(cn_ctx_error(ctx), expected);
 }
 
-/* ---- Sum, max, min over axes (seed 003 "Sum Over Axis", "Max Over Axis", "Global Min") ---- */
+/* ---- Sum, max, min over axes (tile-edsl "Sum Over Axis", "Max Over Axis", "Global Min") ---- */
 
 static void test_reductions(void) {
   cn_ctx *ctx;
@@ -71,7 +71,7 @@ static void test_reductions(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Matrix multiply (seed 003 "Matrix Multiply") ---- */
+/* ---- Matrix multiply (tile-edsl "Matrix Multiply") ---- */
 
 static void test_matmul(void) {
   cn_ctx *ctx;
@@ -101,7 +101,7 @@ static void test_matmul(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Max pool 1-D (seed 003 "Max Pool 1D") ---- */
+/* ---- Max pool 1-D (tile-edsl "Max Pool 1D") ---- */
 
 static void test_max_pool(void) {
   cn_ctx *ctx;
@@ -125,7 +125,7 @@ static void test_max_pool(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Skipping, cumulative sum, negative indices (seed 003 "Skipping", "Cumulative Sum") ---- */
+/* ---- Skipping, cumulative sum, negative indices (tile-edsl "Skipping", "Cumulative Sum") ---- */
 
 static void test_skipping_and_cumsum(void) {
   cn_ctx *ctx;
@@ -158,7 +158,7 @@ static void test_skipping_and_cumsum(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- 1-D convolution (seed 003 "Convolution") ---- */
+/* ---- 1-D convolution (tile-edsl "Convolution") ---- */
 
 static void test_conv1d(void) {
   cn_ctx *ctx;
@@ -181,7 +181,7 @@ static void test_conv1d(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- 2-D convolutions (seed 003 "Dilated 2D Convolution", "Complex Convolution") ---- */
+/* ---- 2-D convolutions (tile-edsl "Dilated 2D Convolution", "Complex Convolution") ---- */
 
 static void test_conv2d(void) {
   cn_ctx *ctx;
@@ -221,7 +221,7 @@ static void test_conv2d(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Exact division (seed 003 "Valid Indices", "Skipping") ---- */
+/* ---- Exact division (tile-edsl "Valid Indices", "Skipping") ---- */
 
 /* The routine of t's forward code must not mention `text` (a contraction no point reaches). */
 static void check_loops_lack(cn_graph *g, cn_tensor *t, const char *text) {

@@ -1,4 +1,4 @@
-/* Tests of the C++ flavor of Tile functions (issue 13; seed 003 gives every example in C++ and
+/* Tests of the C++ flavor of Tile functions (issue 13; tile-edsl gives every example in C++ and
  * in Python): each C++ example of the seed, as the seed writes it, is built next to its Python
  * twin, both are applied to the same inputs, and their values must agree bit for bit; the C++
  * results are also checked on both backends against values worked out by hand or by plain

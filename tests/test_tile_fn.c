@@ -1,4 +1,4 @@
-/* Tests of Tile functions (cn_tile_fn_*) and the Tile library (cn_tile_<name>; seed 003): every
+/* Tests of Tile functions (cn_tile_fn_*) and the Tile library (cn_tile_<name>; tile-edsl): every
  * example of the seed on small inputs worked out by hand, on both backends with the outputs first
  * filled with a sentinel (99) so cells that must end 0 are written by the routine: sum and max
  * over an axis, global min, average, max pool 1-D rounding down and up, the "wrong" max pool,

@@ -1,6 +1,6 @@
-/* Gradients of Tile contractions (issue 7 point 4; seed 003, derived as seed 001 derives einsum
- * gradients: the forward record's index space, ranges, constraints and valid sets, with the LHS
- * and operand roles swapped).
+/* Gradients of Tile contractions (issue 7 point 4; tile-edsl, derived as contraction-is-emergent
+ * derives einsum gradients: the forward record's index space, ranges, constraints and valid sets,
+ * with the LHS and operand roles swapped).
  *
  * Every case runs in double precision on the interpreter and on generated C: the loss is the sum
  * of the contraction's output times fixed coefficients, the forward values are compared with
@@ -211,7 +211,7 @@ static void test_conv1d(int be) {
   check_values(c.name, "W.grad", r.grad[1], r.n_grad[1], gw, 3);
 }
 
-/* The "same-lower" strided convolution of seed 003's complex convolution, 2-D with channels:
+/* The "same-lower" strided convolution of tile-edsl's complex convolution, 2-D with channels:
  * X = 5, K = 3, S = 2: Y = 3, P = ((Y - 1) S + K - X) / 2 = 1, so I is read at 2x + k - 1, which
  * is -1 at x = k = 0 and 5 at x = k = 2: invalid points on both edges. */
 static void conv2d_ref(const double *iv, const double *wv, double *o) {

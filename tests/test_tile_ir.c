@@ -1,4 +1,4 @@
-/* Tests of the IR foundation for Tile contractions (seed 003 "Valid Indices", "Skipping",
+/* Tests of the IR foundation for Tile contractions (tile-edsl "Valid Indices", "Skipping",
  * "Reference"): projections records with ranged iterators, constraints and valid_only
  * (cn_proj_create_ranged), their lowering (tightened loop ranges, guards, the zero_unreached
  * initialization), the guard statement in the simplifier and its conversion into affine loop
@@ -67,7 +67,7 @@ static const char *run_both(cn_ctx *ctx, const cn_asgn *asgn, const char *name, 
   return run_both_source(ctx, asgn, name, lhs, expected, NULL);
 }
 
-/* ---- Max pool 1-D (seed 003 "Max Pool 1D") ---- */
+/* ---- Max pool 1-D (tile-edsl "Max Pool 1D") ---- */
 
 /* O[i] >= I[2*i + j] with j < 2 (or without the constraint: the "wrong" pool), O of size out,
  * I of size n, both iterators given the range [-10, 10) as a Tile compiler that knows nothing
@@ -155,7 +155,7 @@ static void test_max_pool(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Skipping (seed 003 "Skipping") ---- */
+/* ---- Skipping (tile-edsl "Skipping") ---- */
 
 /* O[2*i] <accum> I[2*i, j] with I of dims (M, N) = (3, 4) and O of size N = 4: the valid i are
  * 0 and 1 (2*i < 3), so only O0 and O2 are written; O1 and O3 must end 0 under zero_unreached. */
@@ -234,7 +234,7 @@ static void test_skipping(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Cumulative sum (seed 003 "Cumulative Sum") ---- */
+/* ---- Cumulative sum (tile-edsl "Cumulative Sum") ---- */
 
 static void test_cumsum(void) {
   cn_ctx *ctx = test_ctx();
@@ -386,7 +386,7 @@ static void test_bounds_non_unit(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Convolution padded by valid indices (seed 003 "Valid Indices") ---- */
+/* ---- Convolution padded by valid indices (tile-edsl "Valid Indices") ---- */
 
 static void test_conv_padding(void) {
   cn_ctx *ctx = test_ctx();

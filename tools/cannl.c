@@ -3,14 +3,13 @@
  * include/cannl/ops.def and precisions.def), and the demo of demo/demo.c with a choice of
  * backend and of what to print.
  *
- * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse
- * error (message on stderr). Only the public API (cannl.h) is used, and cn_nt_run
- * (src/notation/run.h), which tells a syntax error from a runtime error so that a script is
- * parsed once. */
+ * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse error
+ * (message on stderr): cn_notation_run tells a syntax error from a runtime error
+ * (cn_notation_options.syntax_error), so a script is parsed once. Only the public API (cannl.h) is
+ * used. */
 #include "cannl.h"
 
 #include "../demo/demo.h"
-#include "../src/notation/run.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -258,10 +257,11 @@ static int cmd_run(int argc, char **argv) {
   const char *name = file ? file : "<-e>", *source = file ? text : inline_text;
   int status = 0;
   bool parse_failed = false;
+  opts.syntax_error = &parse_failed;
   if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
     fputs("cannl: out of memory\n", stderr);
     status = EXIT_RUNTIME;
-  } else if (cn_nt_run(g, name, source, &opts, &parse_failed) != CN_OK) {
+  } else if (cn_notation_run(g, name, source, &opts) != CN_OK) {
     /* stdout is block-buffered on a pipe: what the script printed before failing must come out
      * before the message when both streams go to the same place */
     fflush(stdout);

@@ -262,6 +262,7 @@ cn_status cn_fail(cn_ctx *ctx, cn_status status, const char *fmt, ...) {
   vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
   va_end(ap);
   ctx->status = status;
+  ctx->failed_node = 0;
   if (ctx->log_fn && ctx->log_min <= CN_LOG_DEBUG)
     ctx->log_fn(ctx->log_user, CN_LOG_DEBUG, ctx->error);
   return status;

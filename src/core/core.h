@@ -74,6 +74,26 @@ void cn_sbuf_indent(cn_sbuf *sb, int levels); /* two spaces per level */
  * breaks and other blanks print as spaces and tabs stay in the caret line, so that the caret
  * stands under its column in a terminal. */
 void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at);
+/* ---- Positioned messages (src/core/source.c) ----
+ * A source text a message can point into: a file's text (file set; line and col say where the text
+ * starts in it, 1 and 1 for a whole file, elsewhere for a Tile body inside a script), or a one-line
+ * text without a file (file NULL; kind names it in the message: "einsum spec"). */
+typedef struct {
+  const char *file;
+  const char *kind;
+  const char *text;
+  int line, col;
+} cn_source;
+/* The file line and column of byte `offset` of src->text. */
+void cn_source_locate(const cn_source *src, size_t offset, int *line, int *col);
+/* Fails with CN_ERR_INVALID and the message WHAT positioned at (line, col) of the file (for a
+ * text without a file, line is 1 and col the byte column in the text): "FILE:LINE:COL: WHAT", the
+ * source line and a caret; or KIND "TEXT": WHAT at column COL, the text and a caret. */
+cn_status cn_fail_at(cn_ctx *ctx, const cn_source *src, int line, int col, const char *fmt, ...)
+    CN_PRINTF(5, 6);
+cn_status cn_fail_at_v(cn_ctx *ctx, const cn_source *src, int line, int col, const char *fmt,
+                       va_list ap);
+
 /* Moves the text into the context's arena and frees the builder; NULL (with a CN_ERR_NOMEM
  * message) if the builder failed or the copy cannot be made. */
 const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb);
@@ -129,7 +149,10 @@ struct cn_ctx {
   cn_log_level log_min;
   cn_option *options; /* the values set with cn_ctx_set_option; malloc'd, as their texts */
   int n_options, cap_options;
-  int nonfinite_node; /* the node id of the last failed "check" = "nan" (runtime), else 0 */
+  /* The id of the node the last failure is about, set right after cn_fail by the layer that
+   * knows it (a NaN check, a buffer that cannot be allocated) so that higher layers can name the
+   * tensor and its script position; cn_fail clears it. */
+  int failed_node;
   uint64_t stats[CN_STAT_ROUTINE_RUNS + 1];
   int next_node_id;
   cn_symbol_info *symbols; /* malloc'd, grown by doubling */

@@ -1,5 +1,5 @@
-/* The assignments IR (seed 002 `Assignments.t`, ocannl-notes §2.3): constructors that validate
- * everything the lowering relies on, and the printer in %cd syntax.
+/* The assignments IR (syntax-extensions-cd-op `Assignments.t`, ocannl-notes §2.3): constructors
+ * that validate everything the lowering relies on, and the printer in %cd syntax.
  *
  * Invariants: a constructed assignment is consistent — the accumulator can accumulate (the
  * clear-only ones, Arg2, only as `=:`), the op's arity equals the record's RHS count, the op and
@@ -497,7 +497,8 @@ static void print_string_literal(cn_sbuf *sb, const char *text) {
   cn_sbuf_putc(sb, '"');
 }
 
-/* `=:+`, `=-`, `=?/` (seed 002's spelling); a clear-only accumulator (Arg2) is the plain `=:`. */
+/* `=:+`, `=-`, `=?/` (syntax-extensions-cd-op's spelling); a clear-only accumulator (Arg2) is the
+ * plain `=:`. */
 static void print_accum_operator(cn_sbuf *sb, cn_op accum, bool init_neutral) {
   char text[16];
   cn_sbuf_puts(sb, cn_op_assign_spelling(accum, init_neutral, text, sizeof text) ? text : "=?");

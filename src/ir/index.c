@@ -1,15 +1,16 @@
 /* Index maps and projections records: the canonical constructors of cn_index, the validated
- * construction of cn_proj (with seed 003's ranged iterators, constraints and valid-only flag),
- * the range of an index over a product space, the surjectivity and injectivity analyses of the
- * LHS map (seed 001 "What we compile to") and the readable dumps.
+ * construction of cn_proj (with tile-edsl's ranged iterators, constraints and valid-only flag), the
+ * range of an index over a product space, the surjectivity and injectivity analyses of the LHS map
+ * (contraction-is-emergent "What we compile to") and the readable dumps.
  *
- * Invariants: every index returned by a constructor is canonical (seed 000: Fixed for no term,
- * Iter for one unit term without offset, otherwise Affine with 1..CN_MAX_AFFINE_TERMS terms,
- * nonzero coefficients, distinct symbols ordered by id), or invalid (Affine with n_terms = -1);
- * a cn_proj holds arena copies of its arrays, only canonical indices, only symbols of its
- * context, pairwise distinct iterators whose ranges fit in int64, and constraints whose symbols
- * all have values (iterators, or static indices with a range). The analyses are conservative: they
- * may answer false for a map that has the property, never true for one that lacks it. */
+ * Invariants: every index returned by a constructor is canonical (convolution-is-a-contraction:
+ * Fixed for no term, Iter for one unit term without offset, otherwise Affine
+ * with 1..CN_MAX_AFFINE_TERMS terms, nonzero coefficients, distinct symbols ordered by id), or
+ * invalid (Affine with n_terms = -1); a cn_proj holds arena copies of its arrays, only canonical
+ * indices, only symbols of its context, pairwise distinct iterators whose ranges fit in int64, and
+ * constraints whose symbols all have values (iterators, or static indices with a range). The
+ * analyses are conservative: they may answer false for a map that has the property, never true for
+ * one that lacks it. */
 #include "ir/ir.h"
 
 #include <stdlib.h>
@@ -295,7 +296,7 @@ static bool copy_tensor(cn_ctx *ctx, const cn_proj_tensor *given, int slot, cn_p
   return true;
 }
 
-/* What a record holds besides the product box and the slots (the seed 003 extension). */
+/* What a record holds besides the product box and the slots (the tile-edsl extension). */
 typedef struct {
   int n_constraints;
   const cn_proj_constraint *constraints;
@@ -472,7 +473,7 @@ cn_proj *cn_proj_over(cn_ctx *ctx, const cn_proj *proj, cn_proj_tensor lhs, int 
 }
 
 /* The slots are re-addressed, never re-derived: every map is the original's, so a gradient
- * assignment reads the forward operation's loops (seed 001, last section). */
+ * assignment reads the forward operation's loops (contraction-is-emergent, last section). */
 cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
                          const int *rhs_slots) {
   if (!ctx) return NULL;

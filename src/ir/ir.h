@@ -1,5 +1,5 @@
 /* The high-level IR: tensor nodes, index maps, projections records and assignments
- * (seed 002 `Assignments.t`, generalized), with the analyses the lowering needs.
+ * (syntax-extensions-cd-op `Assignments.t`, generalized), with the analyses the lowering needs.
  *
  * Invariants: a cn_proj is immutable once created and owns copies of its arrays (arena); slot 0
  * is the LHS and slots 1..n_rhs the RHS tensors, so a slot permutation is an index shuffle;
@@ -51,7 +51,7 @@ typedef struct {
 
 /* Iterator p ranges over [lo[p], lo[p] + sizes[p]) (lo is 0 for cn_proj_create, so `sizes` keeps
  * its meaning of a value count for every consumer). The constraints and valid_only restrict the
- * visited points to a subset of that box (seed 003 "Valid Indices"); zero_unreached changes what
+ * visited points to a subset of that box (tile-edsl "Valid Indices"); zero_unreached changes what
  * `=:` leaves in LHS cells no visited point writes (0 instead of the neutral element). */
 struct cn_proj {
   int n_product;

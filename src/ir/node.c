@@ -1,14 +1,14 @@
 /* Tensor nodes: creation, shape and padding queries, the value and merge buffers and the host
  * transfers (cn_node_set/get_values/cells).
  *
- * Invariants: a node lives in the context arena; its dims never change; its buffers are
- * malloc'd zero-filled on first use over the padded extent, after which the padding is frozen,
- * and each buffer is registered as a cleanup of the context (cn_ctx_add_cleanup), whose
- * destruction frees it: the context never knows nodes, only what to free;
- * the padded cell count times the cell size fits in size_t (checked whenever dims or padding are
- * set), so buffer arithmetic cannot overflow. Host transfers address the unpadded cells in
- * row-major order: the margins are the routines' business (seed 003 "Padding"). Query functions
- * given an axis outside 0..rank-1 return -1. */
+ * Invariants: a node lives in the context arena; its dims never change; its buffers are malloc'd
+ * zero-filled on first use over the padded extent, after which the padding is frozen, and each
+ * buffer is registered as a cleanup of the context (cn_ctx_add_cleanup), whose destruction frees
+ * it: the context never knows nodes, only what to free; the padded cell count times the cell size
+ * fits in size_t (checked whenever dims or padding are set), so buffer arithmetic cannot overflow.
+ * Host transfers address the unpadded cells in row-major order: the margins are the routines'
+ * business (convolution-is-a-contraction "Padding"). Query functions given an axis outside
+ * 0..rank-1 return -1. */
 #include "ir/ir.h"
 
 #include <stdio.h>
@@ -200,6 +200,7 @@ static void *buffer_failure(const cn_node *node, bool merge, size_t bytes) {
   strcat(dims, "]");
   cn_fail(node->ctx, CN_ERR_NOMEM, "cannot allocate the %sbuffer of %s %s (%zu bytes)",
           merge ? "merge " : "", who, dims, bytes);
+  node->ctx->failed_node = node->id;
   return NULL;
 }
 

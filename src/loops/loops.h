@@ -1,25 +1,26 @@
-/* The loop IR: nested for-loops, cell writes and scalar expressions (seed 001 "What we compile
- * to", after the projections are spent), the lowering from assignments, and simplification.
+/* The loop IR: nested for-loops, cell writes and scalar expressions (contraction-is-emergent "What
+ * we compile to", after the projections are spent), the lowering from assignments, and
+ * simplification.
  *
  * Invariants: a loop runs its variable over [start, end): start is the largest of its `lower`
  * bounds and end the smallest of its `upper` bounds, each bound ceil(expr / div) with expr affine
  * over outer loop variables and free symbols (never the loop's own variable nor an inner one) and
  * div >= 1; without lower bounds start is `from`, without upper bounds end is `to`; start >= end
- * runs nothing. The constant box [from, to) contains every value the loop runs (whoever adds
- * bounds keeps that, listing the box's constant among the bounds unless the affine ones provably
- * stay inside it), so readers that reason about ranges may use the box as an over-approximation.
- * A guard (CN_LL_IF) is a conjunction of affine conditions `lo <= index < hi` with constant lo,
- * hi, and its body runs exactly when all of them hold (the lowering puts them where Tile's valid
- * index sets, seed 003, need them, and the simplifier turns those it can into loop bounds, so a
- * cell access under a guard or in a bounded loop may be out of range for the points skipped,
- * never for the points run); every cell access names its buffer and one canonical cn_index per
- * axis of the node, in logical coordinates (the padding offset is added by the backends); every
- * expression carries the precision it is computed in, and operands of another precision are
- * converted where they are used (backends apply cn_value_convert / cn_conv_c); a procedure lists
- * every buffer it touches as a parameter, so backends need no knowledge of nodes beyond dims,
- * padding and precision. IR is built only through the cn_lb_* constructors below (build.c): the
- * lowering, the simplifier and the tests do, and passes and backends that add IR should too. Lower
- * stages (backends) include this header; this header never includes a backend. */
+ * runs nothing. The constant box [from, to) contains every value the loop runs (whoever adds bounds
+ * keeps that, listing the box's constant among the bounds unless the affine ones provably stay
+ * inside it), so readers that reason about ranges may use the box as an over-approximation. A guard
+ * (CN_LL_IF) is a conjunction of affine conditions `lo <= index < hi` with constant lo, hi, and its
+ * body runs exactly when all of them hold (the lowering puts them where Tile's valid index sets,
+ * tile-edsl, need them, and the simplifier turns those it can into loop bounds, so a cell access
+ * under a guard or in a bounded loop may be out of range for the points skipped, never for the
+ * points run); every cell access names its buffer and one canonical cn_index per axis of the node,
+ * in logical coordinates (the padding offset is added by the backends); every expression carries
+ * the precision it is computed in, and operands of another precision are converted where they are
+ * used (backends apply cn_value_convert / cn_conv_c); a procedure lists every buffer it touches as
+ * a parameter, so backends need no knowledge of nodes beyond dims, padding and precision. IR is
+ * built only through the cn_lb_* constructors below (build.c): the lowering, the simplifier and the
+ * tests do, and passes and backends that add IR should too. Lower stages (backends) include this
+ * header; this header never includes a backend. */
 #ifndef CN_LOOPS_H
 #define CN_LOOPS_H
 

@@ -1,6 +1,6 @@
 /* Lowering of an assignments tree to a loop-IR procedure (ocannl-notes §2.3 "Lowering
- * semantics", seed 001 "What we compile to", seed 003 on padding, Set_from_vec and fetches, and
- * the Tile seed's valid index sets).
+ * semantics", contraction-is-emergent "What we compile to", convolution-is-a-contraction on
+ * padding, Set_from_vec and fetches, and the Tile seed's valid index sets).
  *
  * An Accum_op becomes, in order: resets of the padding margins of the RHS buffers it reads (to the
  * accumulator's neutral element, so a padded read contributes nothing; not under valid_only,
@@ -234,7 +234,7 @@ static bool node_is_padded(const cn_node *node) {
   return false;
 }
 
-/* ---- Valid index sets (seed 003): ranges, tightening, guards ---- */
+/* ---- Valid index sets (tile-edsl): ranges, tightening, guards ---- */
 
 /* The loops of a record and the guards inside them. A record's conditions are its constraints
  * (0 <= expr < bound) and, under valid_only, every slot index within its tensor's dims; the box
@@ -464,14 +464,14 @@ static cn_status push_text(cn_ctx *ctx, stmt_list *out, cn_sbuf *sb) {
 }
 
 /* The LHS before the loop nest of `=:`. Plain: every cell (margins included) to the neutral
- * element. zero_unreached (seed 003: cells no valid point writes are 0, written cells start from
+ * element. zero_unreached (tile-edsl: cells no valid point writes are 0, written cells start from
  * the aggregation's identity): every cell to 0, then — unless the map is injective (each written
  * cell is then assigned exactly once) or the neutral element is 0 — a marking pass, the same nest
- * as the assignment's without the loops of iterators that neither the LHS map nor a guard
- * mentions, storing the neutral element into each cell a visited point writes. The pass costs
- * one traversal of the visited points projected on those iterators (guards and constant stores,
- * no reads) and no memory; a reached-mask would need a scratch node per assignment, a pass to
- * clear it and one to apply it. */
+ * as the assignment's without the loops of iterators that neither the LHS map nor a guard mentions,
+ * storing the neutral element into each cell a visited point writes. The pass costs one traversal
+ * of the visited points projected on those iterators (guards and constant stores, no reads) and no
+ * memory; a reached-mask would need a scratch node per assignment, a pass to clear it and one to
+ * apply it. */
 static cn_status prefill_lhs(lower_state *st, stmt_list *out, const cn_asgn *asgn,
                              const nest_plan *plan, bool surjective, bool injective) {
   cn_ctx *ctx = st->ctx;

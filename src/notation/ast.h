@@ -1,13 +1,14 @@
 /* The syntax tree of the cannl notation: `.cnl` scripts, %op expressions and %cd assignments
- * (issue 6; seed 002 "The syntax for %op", "The syntax for %cd" and its further features; seed 000
- * "Surface: literals, inline declarations, and the unit boundary").
+ * (issue 6; syntax-extensions-cd-op "The syntax for %op", "The syntax for %cd" and its further
+ * features; convolution-is-a-contraction "Surface: literals, inline declarations, and the unit
+ * boundary").
  *
- * The tree is purely syntactic: names are not resolved and nothing is checked against shapes or
- * ops beyond what the grammar fixes (a %cd right-hand side is classified by the primitive-op
- * table, the assignment operator by seed 002's table). The evaluator walks it; every node has a
- * kind and a tagged union, lists are arrays with counts, and every node carries its position
- * (file, 1-based line and byte column of its first token) so that later errors can point at it
- * with cn_nt_fail_at (notation.h).
+ * The tree is purely syntactic: names are not resolved and nothing is checked against shapes or ops
+ * beyond what the grammar fixes (a %cd right-hand side is classified by the primitive-op table, the
+ * assignment operator by syntax-extensions-cd-op's table). The evaluator walks it; every node has a
+ * kind and a tagged union, lists are arrays with counts, and every node carries its position (file,
+ * 1-based line and byte column of its first token) so that later errors can point at it with
+ * cn_nt_fail_at (notation.h).
  *
  * Invariants (guaranteed by the parser): all memory is in the context's arena and lives until
  * cn_ctx_destroy; strings are NUL-terminated and contain no NUL; a node's `height` (1 for a leaf)
@@ -58,7 +59,7 @@ typedef enum {
 typedef enum {
   CN_NT_NUMBER, /* 2, 2.5, 'q' 2.0 (a number with a dimension label), -4 (a folded minus) */
   CN_NT_STRING, /* "text": an einsum spec, a ~logic argument, a comment part, or, in a tensor
-                   position, an inline declaration like {text} (seed 002 "Inline
+                   position, an inline declaration like {text} (syntax-extensions-cd-op "Inline
                    declarations": the evaluator decides by position) */
   CN_NT_BOOL,   /* true, false */
   CN_NT_UNIT,   /* () */
@@ -79,7 +80,7 @@ typedef enum {
 } cn_nt_expr_kind;
 
 typedef enum {
-  CN_NT_EINSUM_BINARY,   /* +* (also seed 002's spelling *+): multiply, add-reduce */
+  CN_NT_EINSUM_BINARY,   /* +* (also syntax-extensions-cd-op's spelling *+): multiply, add-reduce */
   CN_NT_EINSUM_OUTER,    /* +++: add, add-reduce (outer_sum) */
   CN_NT_EINSUM_TROPICAL, /* @^+: add, max-reduce */
   CN_NT_EINSUM_UNARY,    /* ++: add-reduce (einsum1); no right operand */
@@ -240,7 +241,7 @@ typedef enum {
   CN_NT_LET_PLAIN, /* let x = e: binds a tensor (or a host value) */
   CN_NT_LET_OP,    /* let%op f PARAMS = e: a function (or, without params, a named tensor) */
   CN_NT_LET_CD,    /* let%cd r PARAMS = cd: a routine */
-  CN_NT_LET_TILE   /* let%tile f PARAMS = BODY: a Tile function (seed 003), BODY in its own
+  CN_NT_LET_TILE   /* let%tile f PARAMS = BODY: a Tile function (tile-edsl), BODY in its own
                       language (src/tile), kept as text */
 } cn_nt_let_kind;
 
@@ -248,7 +249,7 @@ typedef enum {
   CN_NT_PARAM_PLAIN,    /* x */
   CN_NT_PARAM_LABELED,  /* ~x (~config is the seed's config parameter) */
   CN_NT_PARAM_OPTIONAL, /* ?x or ?(x = default) */
-  CN_NT_PARAM_UNIT      /* (): the unit boundary of seed 000 */
+  CN_NT_PARAM_UNIT      /* (): the unit boundary of convolution-is-a-contraction */
 } cn_nt_param_kind;
 
 typedef struct {

@@ -2,22 +2,20 @@
  * errors and provenance, array literals, inline declarations and %op expressions.
  *
  * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and
- * ~config), tensors (optionally a `.grad` reference, or in a %cd operand a `.merge` buffer),
- * let%op / let%cd functions (closures with curried, labeled arguments), %cd routines (a code tree
- * compiled on first run) and static indices (symbols bound by `for` loops, read with `!@i`,
- * slicing with `x @| i`).
- * Inline declarations (seed 002 "Inline declarations", seed 000 "the unit boundary"): a
- * declaration is created once per *lifting point* and shared by every evaluation of the same
- * declaration node there: at its first evaluation for top-level code, when a let%op function is
- * defined, or, for a function with a `~config` or `()` parameter, each time that parameter is
- * supplied; for a let%cd function, at each full application. The declared name stays bound for
- * the rest of the script. In %op a declaration is a parameter (its label the declared name, then
- * config.label); in %cd a non-differentiable buffer (its label the declared name, then the label
- * of the tensor chosen to enrich it). In a tensor position of %op, a string "w" is the
- * declaration {w}.
- * Provenance: every tensor and standalone update records the expression that built it, so that
- * a conflict found only when shapes are closed (at the first print, run, ...) is reported at
- * the expression that introduced the constraint.
+ * ~config), tensors (optionally a `.grad` reference, or in a %cd operand a `.merge` buffer), let%op
+ * / let%cd functions (closures with curried, labeled arguments), %cd routines (a code tree compiled
+ * on first run) and static indices (symbols bound by `for` loops, read with `!@i`, slicing with `x
+ * @| i`). Inline declarations (syntax-extensions-cd-op "Inline declarations",
+ * convolution-is-a-contraction "the unit boundary"): a declaration is created once per *lifting
+ * point* and shared by every evaluation of the same declaration node there: at its first evaluation
+ * for top-level code, when a let%op function is defined, or, for a function with a `~config` or
+ * `()` parameter, each time that parameter is supplied; for a let%cd function, at each full
+ * application. The declared name stays bound for the rest of the script. In %op a declaration is a
+ * parameter (its label the declared name, then config.label); in %cd a non-differentiable buffer
+ * (its label the declared name, then the label of the tensor chosen to enrich it). In a tensor
+ * position of %op, a string "w" is the declaration {w}. Provenance: every tensor and standalone
+ * update records the expression that built it, so that a conflict found only when shapes are closed
+ * (at the first print, run, ...) is reported at the expression that introduced the constraint.
  *
  * Invariants: every failure is a positioned message (FILE:LINE:COL, the line, a caret) naming
  * the expression that introduced it, library messages included; nothing here aborts on user
@@ -64,7 +62,44 @@ nt_value *nt_tensor_value(nt_interp *I, cn_tensor *t) {
 
 /* Re-issues the context's last message at pos (library failures point at the expression), except
  * an allocation failure, which has no position worth adding. */
+/* A failure about a node (ctx->failed_node: a run stopped by the NaN check, a buffer that cannot
+ * be allocated) is reported at the position where the script built the node's tensor, with the
+ * operation that computes it and the statement at `at`, keeping its status (a runtime failure,
+ * memory). False when the node is not one of the script's tensors. */
+static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
+  cn_ctx *ctx = I->ctx;
+  bool grad = false;
+  cn_tensor *t = cn_graph_tensor_of_node(I->g, ctx->failed_node, &grad);
+  cn_status status = cn_ctx_status(ctx);
+  const char *msg = t ? cn_strdup(ctx, cn_ctx_error(ctx)) : NULL;
+  if (!msg) return false;
+  /* the runtime names the node ('y' (#9)); the script knows the tensor ("y" (#2)), as print shows
+   * it */
+  const char *node = cn_node_describe(grad ? t->grad : t->value), *hit = strstr(msg, node);
+  if (hit) {
+    cn_sbuf sb = {0};
+    cn_sbuf_printf(&sb, "%.*s\"%s%s\" (#%d)%s", (int)(hit - msg), msg, t->label,
+                   grad ? ".grad" : "", t->id, hit + strlen(node));
+    if (!(msg = cn_sbuf_finish(ctx, &sb))) return true; /* out of memory, said so */
+  }
+  bool built = t->id < I->cap_tensor_at && I->tensor_at[t->id].src;
+  char op[160] = "";
+  if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
+    bool pointwise = t->sop && t->sop->kind == CN_SL_POINTWISE;
+    snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
+             cn_op_name(t->prim), pointwise ? "" : ", accumulated by ",
+             pointwise ? "" : cn_op_name(t->accum));
+  } else if (grad) {
+    snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
+  }
+  cn_nt_fail_at(ctx, built ? I->tensor_at[t->id] : at, "%s%s (%s line %d)", msg, op,
+                status == CN_ERR_RUNTIME ? "the routine ran for" : "needed by", at.line);
+  ctx->status = status; /* positioned like a script error, but a runtime or memory failure */
+  return true;
+}
+
 nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
+  if (I->ctx->failed_node && explain_node_failure(I, pos)) return NULL;
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
   cn_nt_fail_at(I->ctx, pos, "%s", msg ? msg : "out of memory");
@@ -512,7 +547,7 @@ cn_tensor *nt_declare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_ex
     cn_tensor *init_t = NULL;
     if (init) {
       /* an array literal gives the parameter its rows; a number fills a parameter whose shape
-       * is inferred ({hey = 7.0}, "w" 0.25: seed 002) as a scalar with no axes */
+       * is inferred ({hey = 7.0}, "w" 0.25: syntax-extensions-cd-op) as a scalar with no axes */
       if (init->kind == CN_NT_NUMBER && !init->u.number.label) {
         init_t = cn_tensor_scalar(I->g, init->u.number.value);
         if (!init_t) nt_fail_here(I, init->pos);
@@ -638,8 +673,8 @@ static nt_value *host_binop(nt_interp *I, const char *op, nt_value *a, nt_value 
   return nt_num(I, r, ints);
 }
 
-/* A binary primitive by its infix spelling in the op table (seed 002: "-?/" is relu_gate, "<>"
- * eq; cannl's "!=" ne). */
+/* A binary primitive by its infix spelling in the op table (syntax-extensions-cd-op: "-?/" is
+ * relu_gate, "<>" eq; cannl's "!=" ne). */
 static bool op_by_infix(const char *infix, cn_op *out) {
   for (int i = 0; i < CN_OP_COUNT; i++)
     if (cn_op_table[i].infix && cn_op_table[i].arity == 2 &&
@@ -728,7 +763,8 @@ static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_
   }
   cn_tensor *ta = nt_tensor_of(I, a, x->u.binop.lhs->pos), *r;
   if (!ta) return NULL;
-  if (strcmp(op, "**.") == 0) { /* seed 002: the exponent is a number, not a tensor */
+  /* syntax-extensions-cd-op: the exponent is a number, not a tensor */
+  if (strcmp(op, "**.") == 0) {
     if (b->kind != NT_V_NUM)
       return nt_fail(I, x->u.binop.rhs->pos, "**. takes a number as its exponent, found %s",
                      nt_kind_name(b->kind));

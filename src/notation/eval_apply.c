@@ -2,16 +2,17 @@
  * application, and let%op / let%cd / let%tile functions; a name the script does not bind is a
  * builtin (eval_builtin.c).
  *
- * A function is applied curried: positional arguments fill its plain parameters in order,
- * labeled ones (~x, ?x) by name; once every required parameter is given the body runs (a let%op
- * body gives a value, a let%cd body a routine). Lifting points (seed 002 "Lifting of the
- * applications of config arguments", seed 000 "the unit boundary"): supplying a `~config` or
- * `()` parameter creates the function's inline declarations for that application, shared by
- * every later application of the partial function; and a config application `f ~config:{...}`
- * inside a body is a *config block*, evaluated once per lifting point (when it is created) and
- * reused by every evaluation of the body, as seed 002's expansion into config_block__i
- * bindings does. The primary tensor a let%op function returns is labeled by the function's name
- * and its input argument's label (seed 002 "Name from binding", "Label from function argument").
+ * A function is applied curried: positional arguments fill its plain parameters in order, labeled
+ * ones (~x, ?x) by name; once every required parameter is given the body runs (a let%op body gives
+ * a value, a let%cd body a routine). Lifting points (syntax-extensions-cd-op "Lifting of the
+ * applications of config arguments", convolution-is-a-contraction "the unit boundary"): supplying a
+ * `~config` or `()` parameter creates the function's inline declarations for that application,
+ * shared by every later application of the partial function; and a config application `f
+ * ~config:{...}` inside a body is a *config block*, evaluated once per lifting point (when it is
+ * created) and reused by every evaluation of the body, as syntax-extensions-cd-op's expansion into
+ * config_block__i bindings does. The primary tensor a let%op function returns is labeled by the
+ * function's name and its input argument's label (syntax-extensions-cd-op "Name from binding",
+ * "Label from function argument").
  *
  * Invariants: an application never changes the function value it applies (partial
  * applications are copies); call depth is bounded by NT_MAX_CALL_DEPTH. */

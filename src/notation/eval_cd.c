@@ -1,16 +1,16 @@
 /* The evaluator, part 3 of 5 (see eval_internal.h): %cd. An assignment becomes a standalone
- * update of the tensor layer (seed 001's producer regime: it contributes its own constraint
- * through ~logic, "." by default); sequences, `if` on host values and block comments build a
- * code tree whose assignments are produced once shapes are known.
+ * update of the tensor layer (contraction-is-emergent's producer regime: it contributes its own
+ * constraint through ~logic, "." by default); sequences, `if` on host values and block comments
+ * build a code tree whose assignments are produced once shapes are known.
  *
- * Operands (seed 002 "The syntax for %cd"): a tensor's value (`t`, `t.value`), gradient
- * (`t.grad`) or merge buffer (`t.merge`, `t.grad.merge`); an embedded tensor expression is built
- * as a tensor whose forward code runs just before the assignment that reads it. Targets: a
+ * Operands (syntax-extensions-cd-op "The syntax for %cd"): a tensor's value (`t`, `t.value`),
+ * gradient (`t.grad`) or merge buffer (`t.merge`, `t.grad.merge`); an embedded tensor expression is
+ * built as a tensor whose forward code runs just before the assignment that reads it. Targets: a
  * tensor's value or gradient, or an inline declaration ("name" or {name}): a non-differentiable
  * buffer whose label is the name, then the label of the first right-hand operand written as an
- * identifier or a field of one (seed 002 "Intricacies": a declaration read on the right passes
- * on the tensor that enriched its own label). There is no projections record in scope in a
- * script, so `~projections` (the consumer regime of an operation's op_asn / grad_asn, defined
+ * identifier or a field of one (syntax-extensions-cd-op "Intricacies": a declaration read on the
+ * right passes on the tensor that enriched its own label). There is no projections record in scope
+ * in a script, so `~projections` (the consumer regime of an operation's op_asn / grad_asn, defined
  * in OCaml) is refused.
  *
  * Invariants: code trees are built at evaluation and turned into assignments only after the
@@ -154,8 +154,8 @@ static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
            NULL;
   } else if (cd->u.assign.form == CN_NT_RHS_INFIX &&
              (strcmp(cd->u.assign.op_text, "*") == 0 || strcmp(cd->u.assign.op_text, "/") == 0)) {
-    /* seed 002: `*` and `/` have no default projection logic in %cd (`*` is compose in a tensor
-     * expression but Mul here); it must be told */
+    /* syntax-extensions-cd-op: `*` and `/` have no default projection logic in %cd (`*` is compose
+     * in a tensor expression but Mul here); it must be told */
     const char *why =
         cd->u.assign.op_text[0] == '*'
             ? "'*' in an assignment needs ~logic (\".\" pointwise, \"@\" compose, or a "

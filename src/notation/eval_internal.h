@@ -2,8 +2,8 @@
  *   eval.c       values, positioned errors and provenance, literals, inline declarations, %op
  *                expressions (operators, einsum, fields);
  *   eval_apply.c arguments, let%op / let%cd / let%tile function application with its lifting
- *                points (seed 002 "Lifting of the applications of config arguments", seed 000
- *                "the unit boundary");
+ *                points (syntax-extensions-cd-op "Lifting of the applications of config
+ *                arguments", convolution-is-a-contraction "the unit boundary");
  *   eval_builtin.c builtins: primitive ops by their ops.def name and the library of
  *                builtins.def (its single list of names);
  *   eval_cd.c    %cd assignments into standalone updates and code trees, label enrichment of
@@ -48,9 +48,9 @@ struct nt_env {
 };
 
 /* The declarations and config blocks of one lifting point. A declaration is keyed by the syntax
- * node that declared it; a config application (`f ~config:{...}`, seed 002's config_block__i),
- * evaluated once per lifting point, by its application node. Maps, so that a script with many
- * declarations does not search them all at each one. */
+ * node that declared it; a config application (`f ~config:{...}`, syntax-extensions-cd-op's
+ * config_block__i), evaluated once per lifting point, by its application node. Maps, so that a
+ * script with many declarations does not search them all at each one. */
 struct nt_decl_scope {
   cn_map decls;           /* const cn_nt_expr * -> cn_tensor * */
   cn_map blocks;          /* const cn_nt_expr * -> nt_value * (the partial application) */
@@ -94,16 +94,16 @@ struct nt_code {
   bool merge[3];     /* NT_C_UPDATE: operand i reads its node's merge buffer */
   cn_tensor *tensor; /* NT_C_FORWARD: its forward code (and its parameters' init) */
   bool if_root;      /* NT_C_FORWARD: a tensor named by an identifier, a forward root when the
-                        assignment was built (seed 002 "Intricacies"): only if nothing computed
-                        it before the routine's first run */
+                        assignment was built (syntax-extensions-cd-op "Intricacies"): only if
+                        nothing computed it before the routine's first run */
   const char *text;
   int n;
   nt_code **items;
   cn_routine *compiled;
 };
 
-/* A %cd declaration and the tensor that enriches its label (seed 002 "Intricacies": a later
- * declaration reading this one takes the same enriching tensor). */
+/* A %cd declaration and the tensor that enriches its label (syntax-extensions-cd-op "Intricacies":
+ * a later declaration reading this one takes the same enriching tensor). */
 typedef struct nt_cd_decl {
   cn_tensor *t, *enricher;
 } nt_cd_decl;

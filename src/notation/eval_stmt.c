@@ -1,6 +1,6 @@
 /* The evaluator, part 4 of 5 (see eval_internal.h): the statements of a script (let, print,
- * backprop, run, sgd, set_seed, for loops) and the entry points cn_nt_run (run.h), cn_notation_run,
- * cn_notation_check, cn_notation_op and cn_notation_cd.
+ * backprop, run, sgd, set_seed, for loops) and the entry points cn_notation_run, cn_notation_check,
+ * cn_notation_op and cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
@@ -11,7 +11,6 @@
  * Invariants: a routine compiled for a statement outside loops is freed after its run; routines
  * kept by loop statements and %cd routines live until the context is destroyed. */
 #include "notation/eval_internal.h"
-#include "notation/run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,43 +18,6 @@
 
 static FILE *out(nt_interp *I) {
   return I->opts.out ? I->opts.out : stdout;
-}
-
-/* A run stopped by the NaN check (option "check" = "nan") names a node: report it at the position
- * where the script built its tensor, with the operation that computes it and the statement
- * that ran the routine. */
-static void explain_nonfinite(nt_interp *I, cn_nt_pos at) {
-  cn_ctx *ctx = I->ctx;
-  bool grad = false;
-  cn_tensor *t = cn_graph_tensor_of_node(I->g, ctx->nonfinite_node, &grad);
-  ctx->nonfinite_node = 0;
-  const char *msg = t ? cn_strdup(ctx, cn_ctx_error(ctx)) : NULL;
-  if (!msg) {
-    nt_fail_here(I, at);
-    return;
-  }
-  /* the runtime names the node ('y' (#9)); the script knows the tensor ("y" (#2)), as print shows
-   * it */
-  const char *node = cn_node_describe(grad ? t->grad : t->value), *hit = strstr(msg, node);
-  if (hit) {
-    cn_sbuf sb = {0};
-    cn_sbuf_printf(&sb, "%.*s\"%s%s\" (#%d)%s", (int)(hit - msg), msg, t->label,
-                   grad ? ".grad" : "", t->id, hit + strlen(node));
-    if (!(msg = cn_sbuf_finish(ctx, &sb))) return;
-  }
-  bool built = t->id < I->cap_tensor_at && I->tensor_at[t->id].src;
-  char op[160] = "";
-  if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
-    bool pointwise = t->sop && t->sop->kind == CN_SL_POINTWISE;
-    snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
-             cn_op_name(t->prim), pointwise ? "" : ", accumulated by ",
-             pointwise ? "" : cn_op_name(t->accum));
-  } else if (grad) {
-    snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
-  }
-  cn_nt_fail_at(ctx, built ? I->tensor_at[t->id] : at, "%s%s (the routine ran for line %d)", msg,
-                op, at.line);
-  ctx->status = CN_ERR_RUNTIME; /* positioned like a script error, but a runtime failure */
 }
 
 /* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
@@ -81,7 +43,6 @@ static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos 
       st = cn_routine_bind(r, I->bound[i].sym, I->bound[i].value);
   if (st == CN_OK) st = cn_routine_run(r);
   if (!cache) cn_routine_free(r);
-  if (st == CN_ERR_RUNTIME && I->ctx->nonfinite_node) return explain_nonfinite(I, at), false;
   if (st != CN_OK) return nt_fail_here(I, at), false;
   return true;
 }
@@ -362,22 +323,17 @@ static void open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *op
   I->noted_updates = g->n_updates;
 }
 
-cn_status cn_nt_run(cn_graph *g, const char *file, const char *text,
-                    const cn_notation_options *opts, bool *parse_failed) {
+cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
+                          const cn_notation_options *opts) {
   nt_interp I;
   open_interp(&I, g, opts);
   cn_nt_program *prog = cn_nt_parse_program(I.ctx, file ? file : "<script>", text ? text : "");
-  if (parse_failed) *parse_failed = !prog;
+  if (opts && opts->syntax_error) *opts->syntax_error = !prog;
   if (!prog) return cn_ctx_status(I.ctx);
   for (int i = 0; i < prog->n_items; i++)
     if (!item(&I, &prog->items[i], NULL))
       return cn_ctx_status(I.ctx) ? cn_ctx_status(I.ctx) : CN_ERR_INVALID;
   return CN_OK;
-}
-
-cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
-                          const cn_notation_options *opts) {
-  return cn_nt_run(g, file, text, opts, NULL);
 }
 
 cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text) {

@@ -1,5 +1,5 @@
 /* The notation's lexer, its positioned error messages and the operator tables of notation.h
- * (infix precedence, seed 002's assignment operators) (see lexer.h, notation.h).
+ * (infix precedence, syntax-extensions-cd-op's assignment operators) (see lexer.h, notation.h).
  *
  * Tokens follow OCaml's lexical conventions where the notation borrows them: identifiers may
  * contain primes, numbers may contain underscores, strings take OCaml's escapes, an operator is
@@ -21,69 +21,21 @@
 
 /* ---- Positioned messages ------------------------------------------------------------------- */
 
-/* Long lines are shown as a window around the column, so the message stays within the
- * context's buffer and a terminal line. */
-enum { WINDOW = 160, WINDOW_BEFORE = 80 };
-
-static bool utf8_continuation(unsigned char c) {
-  return c >= 0x80 && c < 0xc0;
-}
-
-/* The source line `line` and a caret under byte column `col`: tabs are kept in the caret line
- * and a multi-byte UTF-8 character counts once, so the caret stands under the column on a
- * terminal. */
-static void put_line_and_caret(cn_sbuf *sb, const char *text, int line, int col) {
-  const char *p = text;
-  for (int l = 1; l < line && *p; p++)
-    if (*p == '\n') l++;
-  size_t len = strcspn(p, "\n");
-  while (len > 0 && p[len - 1] == '\r') len--;
-  size_t c = col > 1 ? (size_t)col - 1 : 0;
-  if (c > len) c = len;
-  size_t from = 0, to = len;
-  if (len > WINDOW) {
-    from = c > WINDOW_BEFORE ? c - WINDOW_BEFORE : 0;
-    while (from < c && utf8_continuation((unsigned char)p[from])) from++;
-    to = from + WINDOW < len ? from + WINDOW : len;
-  }
-  for (size_t i = from; i < to; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    cn_sbuf_putc(sb, (ch < 0x20 && ch != '\t') || ch == 0x7f ? ' ' : (char)ch);
-  }
-  cn_sbuf_putc(sb, '\n');
-  for (size_t i = from; i < c; i++) {
-    unsigned char ch = (unsigned char)p[i];
-    if (ch == '\t')
-      cn_sbuf_putc(sb, '\t');
-    else if (!utf8_continuation(ch))
-      cn_sbuf_putc(sb, ' ');
-  }
-  cn_sbuf_putc(sb, '^');
-}
-
 cn_status cn_nt_fail_at(cn_ctx *ctx, cn_nt_pos pos, const char *fmt, ...) {
-  char what[600];
+  cn_source src = {pos.src && pos.src->file ? pos.src->file : "<input>", NULL,
+                   pos.src ? pos.src->text : NULL, 1, 1};
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  cn_status status = cn_fail_at_v(ctx, &src, pos.line, pos.col, fmt, ap);
   va_end(ap);
-  const char *file = pos.src && pos.src->file ? pos.src->file : "<input>";
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "%s:%d:%d: %s\n", file, pos.line, pos.col, what);
-  if (pos.src && pos.src->text) put_line_and_caret(&sb, pos.src->text, pos.line, pos.col);
-  /* Without memory for the builder the message still has the position and the problem. */
-  if (sb.failed)
-    cn_fail(ctx, CN_ERR_INVALID, "%s:%d:%d: %s", file, pos.line, pos.col, what);
-  else
-    cn_fail(ctx, CN_ERR_INVALID, "%s", sb.data);
-  cn_sbuf_free(&sb);
-  return CN_ERR_INVALID;
+  return status;
 }
 
 /* ---- Operator tables ---------------------------------------------------------------------- */
 
-/* Seed 002's assignment operators are derived from the op table (cn_op_assign_spelling): `=`
- * then `:` when the LHS is cleared to the accumulator's neutral element first, then the op. */
+/* syntax-extensions-cd-op's assignment operators are derived from the op table
+ * (cn_op_assign_spelling): `=` then `:` when the LHS is cleared to the accumulator's neutral
+ * element first, then the op. */
 bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear) {
   char text[16];
   for (int i = 0; op && i < CN_OP_COUNT; i++)

@@ -2,7 +2,7 @@
  * cn_op) and %cd assignments (the text of cn_cd) into the tree of ast.h, printing trees back as
  * canonical source, and positioned error messages.
  *
- * Grammar (OCaml-flavored, so that seed 002's examples read the same):
+ * Grammar (OCaml-flavored, so that syntax-extensions-cd-op's examples read the same):
  *   program := (item [';;'])*
  *   item    := 'let' ['%op' | '%cd'] (NAME | '_') param* '=' (expr | cd)   (no 'in' at the top)
  *            | 'let' ('(' names ')' | names) '=' expr               (a tuple pattern)
@@ -63,8 +63,8 @@ void cn_nt_print_cd(cn_sbuf *sb, const cn_nt_cd *cd);
 /* The precedence class of an infix operator token, CN_NT_PREC_NONE if the token is not one
  * (keyword-like tokens such as '->' ':=' '|' and the %cd assignment operators are not). */
 cn_nt_prec cn_nt_infix_prec(const char *op);
-/* The %cd assignment operator spelled `op` (seed 002's table): its accumulation op and whether
- * it clears first. False if `op` is not an assignment operator. */
+/* The %cd assignment operator spelled `op` (syntax-extensions-cd-op's table): its accumulation op
+ * and whether it clears first. False if `op` is not an assignment operator. */
 bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear);
 /* The spelling of an assignment operator (the inverse of cn_nt_assign_op), or NULL. */
 const char *cn_nt_assign_spelling(cn_op accum, bool clear);

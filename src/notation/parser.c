@@ -11,8 +11,8 @@
  * loop consumes a token per iteration.
  *
  * Infix operators follow OCaml's precedence by the operator's first characters (precedence
- * climbing); a %cd right-hand side is classified against the primitive-op table (ops.def) and
- * the assignment operators against seed 002's table (both tables in lexer.c). */
+ * climbing); a %cd right-hand side is classified against the primitive-op table (ops.def) and the
+ * assignment operators against syntax-extensions-cd-op's table (both tables in lexer.c). */
 #include "notation/lexer.h"
 #include "numeric/numeric.h"
 
@@ -34,7 +34,8 @@ static bool right_assoc(cn_nt_prec prec) {
          prec == CN_NT_PREC_POW;
 }
 
-/* The operators that take an einsum spec (ocannl-notes §2.6; seed 002 spells einsum `*+`). */
+/* The operators that take an einsum spec (ocannl-notes §2.6; syntax-extensions-cd-op spells einsum
+ * `*+`). */
 static bool einsum_op(const char *op, cn_nt_einsum_kind *kind) {
   static const struct {
     const char *text;
@@ -607,10 +608,10 @@ static bool is_literal(const cn_nt_expr *e) {
   }
 }
 
-/* "w" ARG: the string form of an inline declaration (seed 002 "Configuring inline
- * declarations"): a list or a float literal initializes (seed 002: "When the declaration is
- * followed by a literal float, the float provides the initial value"), anything else gives the
- * output dimension(s): an integer literal is a dimension, not a value. */
+/* "w" ARG: the string form of an inline declaration (syntax-extensions-cd-op "Configuring inline
+ * declarations"): a list or a float literal initializes (syntax-extensions-cd-op: "When the
+ * declaration is followed by a literal float, the float provides the initial value"), anything else
+ * gives the output dimension(s): an integer literal is a dimension, not a value. */
 static cn_nt_expr *string_declaration(parser *p, cn_nt_expr *head, int n, cn_nt_arg *args) {
   if (n != 1 || args[0].label) {
     error(p, args[n > 1 && !args[0].label ? 1 : 0].pos,
@@ -650,7 +651,8 @@ static cn_nt_expr *parse_app(parser *p) {
       cn_nt_token label = next(p);
       a.label = label.text;
       if (label.kind == NT_TK_LABEL_COLON) {
-        /* ~config:{...} is a config record, not a declaration (seed 002 "Lifting"). */
+        /* ~config:{...} is a config record, not a declaration (syntax-extensions-cd-op "Lifting").
+         * */
         if (strcmp(label.text, "config") == 0 && at_kind(p, NT_TK_LBRACE))
           a.value = parse_braces(p, true);
         else
@@ -866,8 +868,9 @@ static bool infix_primitive(const char *op, cn_op *out) {
   return false;
 }
 
-/* Seed 002 "The syntax for %cd": the RHS is a primitive applied by its infix operator, curried
- * or uncurried by name; anything else is an expression copied with the identity. */
+/* syntax-extensions-cd-op "The syntax for %cd": the RHS is a primitive applied by its infix
+ * operator, curried or uncurried by name; anything else is an expression copied with the identity.
+ * */
 static bool classify_rhs(parser *p, cn_nt_cd *c, cn_nt_expr *rhs) {
   cn_op op;
   if (rhs->kind == CN_NT_BINOP && infix_primitive(rhs->u.binop.op, &op)) {

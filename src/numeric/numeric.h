@@ -50,10 +50,10 @@ typedef struct {
 } cn_prec_info;
 extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
 
-/* The %cd assignment operator that accumulates with `accum` (seed 002's table): "=" then ":" when
- * the LHS is cleared first, then the op's infix without a leading '-' (relu_gate's "-?/" gives
- * "=?/"); a clear-only accumulator (Arg2) is the plain "=:". False when accum has no such form.
- * Writes at most cap bytes (NUL included). */
+/* The %cd assignment operator that accumulates with `accum` (syntax-extensions-cd-op's table): "="
+ * then ":" when the LHS is cleared first, then the op's infix without a leading '-' (relu_gate's
+ * "-?/" gives "=?/"); a clear-only accumulator (Arg2) is the plain "=:". False when accum has no
+ * such form. Writes at most cap bytes (NUL included). */
 bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
 
 /* True if a stored cell of prec is its compute value (the `exact` column of precisions.def):

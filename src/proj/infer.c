@@ -62,10 +62,10 @@ static bool is_frozen(const cn_proj_env *env, int shape_id) {
   return shape_id < env->cap_frozen && env->frozen[shape_id];
 }
 
-/* The margins a padded convolution's input axis needs (seed 000: "for a kernel of size k the
- * margin splits right = (k + 1) / 2, left = k - right"). With dilation d the dilated kernel is
- * centred the same way: both sides scale by d, and the right margin d * ((k + 1) / 2) covers
- * the overrun d * (k - 1) - left of the last tap. */
+/* The margins a padded convolution's input axis needs (convolution-is-a-contraction: "for a kernel
+ * of size k the margin splits right = (k + 1) / 2, left = k - right"). With dilation d the dilated
+ * kernel is centred the same way: both sides scale by d, and the right margin d * ((k + 1) / 2)
+ * covers the overrun d * (k - 1) - left of the last tap. */
 static void split_margins(int64_t kernel, int64_t dilation, int64_t margin[2]) {
   int64_t right = (kernel + 1) / 2;
   margin[0] = dilation * (kernel - right);

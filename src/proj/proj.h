@@ -1,7 +1,8 @@
-/* Projection inference (issue 4; seed 001 "Two equation forms" to "Solving: union-find with
- * pinning", seed 000 "Solve, then evaluate", "Padding", "Striding without a kernel"): turns one
- * operation of a finalized shape environment into the projections record (product space and one
- * index map per tensor) that its assignments are lowered with.
+/* Projection inference (issue 4; contraction-is-emergent "Two equation forms" to "Solving:
+ * union-find with pinning", convolution-is-a-contraction "Solve, then evaluate", "Padding",
+ * "Striding without a kernel"): turns one operation of a finalized shape environment into the
+ * projections record (product space and one index map per tensor) that its assignments are lowered
+ * with.
  *
  * Per operation ("global sizes, local identities"): the operation's shapes are copied with
  * fresh axis identities (solved sizes, a new projection id per axis), its constraints are
@@ -15,11 +16,11 @@
  * against the first stratum's indices and checks deferred equalities.
  *
  * Padding: a padded convolution's input axis with a kernel of size k and dilation d needs margins
- * left = d * (k - right), right = d * ((k + 1) / 2) (seed 000's split, scaled by the dilation).
- * The environment keeps the running maximum per tensor axis (shape id, memory-order axis) over
- * every operation inferred; cn_proj_freeze_padding commits one shape's margins when its buffers
- * are allocated, after which an operation needing more on that shape is an error (other shapes,
- * new or not yet materialized, keep growing theirs).
+ * left = d * (k - right), right = d * ((k + 1) / 2) (convolution-is-a-contraction's split, scaled
+ * by the dilation). The environment keeps the running maximum per tensor axis (shape id,
+ * memory-order axis) over every operation inferred; cn_proj_freeze_padding commits one shape's
+ * margins when its buffers are allocated, after which an operation needing more on that shape is an
+ * error (other shapes, new or not yet materialized, keep growing theirs).
  *
  * Invariants: the product space lists iterators in order of first appearance over the LHS then
  * the RHS tensors (memory order: batch, output, input); every index is canonical; a conflict
@@ -45,8 +46,8 @@ cn_proj *cn_proj_infer(cn_proj_env *env, const cn_shape_op *op, const cn_index *
 
 /* The margins accumulated so far for one axis (memory order) of a shape: [0] left, [1] right. */
 void cn_proj_padding(const cn_proj_env *env, const cn_shape *shape, int axis, int64_t margin[2]);
-/* Commits a shape's margins: its buffers are about to be allocated (seed 000: frozen at
- * finalization, when buffers can be allocated). */
+/* Commits a shape's margins: its buffers are about to be allocated (convolution-is-a-contraction:
+ * frozen at finalization, when buffers can be allocated). */
 cn_status cn_proj_freeze_padding(cn_proj_env *env, const cn_shape *shape);
 
 #endif

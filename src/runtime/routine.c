@@ -88,8 +88,8 @@ static void collect_writes(const cn_ll_stmt *stmt, bool *seen, int *out, int *n)
 }
 
 /* The "check" = "nan" option: the first written node holding a NaN or an infinity fails the run
- * (CN_ERR_RUNTIME), naming the node, the cell and the value; ctx->nonfinite_node keeps its id so
- * that higher layers can name the tensor, operation and script position. */
+ * (CN_ERR_RUNTIME), naming the node, the cell and the value; ctx->failed_node keeps its id so that
+ * higher layers can name the tensor, operation and script position. */
 static cn_status check_nonfinite(cn_routine *r) {
   cn_ctx *ctx = r->ctx;
   /* an option set on the context wins; the environment was read at compile time (a getenv per
@@ -109,15 +109,16 @@ static cn_status check_nonfinite(cn_routine *r) {
       snprintf(cell + strlen(cell), sizeof cell - strlen(cell), "%s%lld", a ? ", " : "",
                (long long)at[a]);
     strcat(cell, "]");
-    ctx->nonfinite_node = p->node->id;
-    return cn_fail(ctx, CN_ERR_RUNTIME,
-                   "routine '%s' wrote %s into %s%s at %s, its first non-finite value (check "
-                   "\"nan\")",
-                   r->name,
-                   isnan(value) ? "NaN"
-                   : value > 0  ? "+Inf"
-                                : "-Inf",
-                   cn_node_describe(p->node), p->merge ? " (merge buffer)" : "", cell);
+    cn_fail(ctx, CN_ERR_RUNTIME,
+            "routine '%s' wrote %s into %s%s at %s, its first non-finite value (check "
+            "\"nan\")",
+            r->name,
+            isnan(value) ? "NaN"
+            : value > 0  ? "+Inf"
+                         : "-Inf",
+            cn_node_describe(p->node), p->merge ? " (merge buffer)" : "", cell);
+    ctx->failed_node = p->node->id;
+    return CN_ERR_RUNTIME;
   }
   return CN_OK;
 }

@@ -38,20 +38,11 @@ static void syntax_error(parser *p, size_t at, const char *fmt, ...) CN_PRINTF(3
 static void syntax_error(parser *p, size_t at, const char *fmt, ...) {
   if (p->failed) return;
   p->failed = true;
-  char what[200];
+  cn_source src = {NULL, "einsum spec", p->text, 1, 1};
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  cn_fail_at_v(p->ctx, &src, 1, (int)at + 1, fmt, ap);
   va_end(ap);
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "einsum spec \"%s\": %s at column %zu\n", p->text, what, at + 1);
-  cn_sbuf_quote_caret(&sb, p->text, at);
-  /* Without memory for the builder the message still names the problem and the column. */
-  if (sb.failed)
-    cn_fail(p->ctx, CN_ERR_INVALID, "einsum spec: %s at column %zu", what, at + 1);
-  else
-    cn_fail(p->ctx, CN_ERR_INVALID, "%s", sb.data);
-  cn_sbuf_free(&sb);
 }
 
 static void unexpected(parser *p) {

@@ -1,5 +1,6 @@
-/* The generalized einsum spec (seed 002 "Syntax of the generalized einsum notation", seed 000
- * "What the notation carries", ocannl-notes §2.6): its syntax tree, parser and printer.
+/* The generalized einsum spec (syntax-extensions-cd-op "Syntax of the generalized einsum notation",
+ * convolution-is-a-contraction "What the notation carries", ocannl-notes §2.6): its syntax tree,
+ * parser and printer.
  *
  *   spec  := shape (';' shape){0,2} '=>' shape          RHS shapes first, then the LHS
  *   shape := row '|' row '->' row | row '|' row | row '->' row | row

@@ -2,10 +2,10 @@
  * operation over shapes into its constraint list, a pure function of the shapes, the kind and the
  * arguments, so projection inference can derive the same constraints again over fresh copies.
  *
- * Einsum reading (seed 002): a label names one dim variable per operation; `...` is the row
- * variable of its row kind (..batch.., ..input.., ..output..) and a named ..v.. is shared across
- * the spec; a fixed index k is a fresh dim of at least k+1; `_` is a fresh dim. An operand row
- * written without a row variable broadcasts "to the left": it gets a fresh row variable before
+ * Einsum reading (syntax-extensions-cd-op): a label names one dim variable per operation; `...` is
+ * the row variable of its row kind (..batch.., ..input.., ..output..) and a named ..v.. is shared
+ * across the spec; a fixed index k is a fresh dim of at least k+1; `_` is a fresh dim. An operand
+ * row written without a row variable broadcasts "to the left": it gets a fresh row variable before
  * its axes, so "ijk => ki" reduces any further axes; the result's rows are exactly what the spec
  * writes. Einsum asserts equalities only.
  *
@@ -238,7 +238,8 @@ static cn_status broadcasts(builder *b, cn_shape_kind kind, cn_shape *const *slo
          row_rel(b, CN_SC_ROW_INEQ, slots, 0, I, 2, I) &&
          row_rel(b, CN_SC_ROW_INEQ, slots, 0, B, 1, B) &&
          row_rel(b, CN_SC_ROW_INEQ, slots, 0, B, 2, B);
-    /* compose-accumulate (fma, seed 002): the third operand is read like the result */
+    /* compose-accumulate (fma, syntax-extensions-cd-op): the third operand is read like the result
+     * */
     for (int k = 0; k < CN_N_ROWS && ok && n_rhs == 3; k++)
       ok = row_rel(b, CN_SC_ROW_INEQ, slots, 0, (cn_row_kind)k, 3, (cn_row_kind)k);
   } else {

@@ -1,14 +1,15 @@
-/* Shape inference (issue 3; seed 001 "The same constraints, read again", seed 000 Part 2, seed 002
- * einsum, ocannl-notes §2.5): shapes as three rows, dimensions (variables, solved sizes, affine
- * convolution/stride terms), the constraint language as data, the solver, and the shape logic of
- * each operation kind.
+/* Shape inference (issue 3; contraction-is-emergent "The same constraints, read again",
+ * convolution-is-a-contraction Part 2, syntax-extensions-cd-op einsum, ocannl-notes §2.5): shapes
+ * as three rows, dimensions (variables, solved sizes, affine convolution/stride terms), the
+ * constraint language as data, the solver, and the shape logic of each operation kind.
  *
  * Model.
  *   A shape is three rows, batch | input -> output; memory order is batch, output, input.
  *   A row is `lead` dims, an optional row variable, `trail` dims. A closed row (var < 0) keeps
  *   all its dims in `trail`.
  *   A dim is a variable, a solved size (with an optional label and a projection-id slot that
- *   projection inference fills), or an affine term (seed 000) whose size reading is
+ *   projection inference fills), or an affine term (convolution-is-a-contraction) whose size
+ *   reading is
  *     no kernel:          input = stride * over
  *     padded convolution: input = stride * over
  *     valid convolution:  input = stride * (over - 1) + 1 + (kernel - 1) * dilation
@@ -126,8 +127,9 @@ typedef struct {
 /* ---- Operations ----------------------------------------------------------------------------- */
 typedef enum {
   CN_SL_POINTWISE,   /* 1..3 operands: lhs ⊑ each rhs, row by row */
-  CN_SL_COMPOSE,     /* 2 operands: rhs1.input ⊑ rhs2.output (seed 001: the right operand's
-                        output broadcasts into the left one's input); lhs.output ⊑ rhs1.output,
+  CN_SL_COMPOSE,     /* 2 operands: rhs1.input ⊑ rhs2.output (contraction-is-emergent: the
+                        right operand's output broadcasts into the left one's input);
+                        lhs.output ⊑ rhs1.output,
                         lhs.input ⊑ rhs2.input, lhs.batch ⊑ both batches. A third operand
                         (compose-accumulate, fma) is pointwise with lhs: lhs ⊑ rhs3 per row */
   CN_SL_TRANSPOSE,   /* 1 operand: input and output rows swapped (inequalities) */

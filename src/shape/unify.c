@@ -30,6 +30,24 @@ static cn_sv_result push_pending(cn_shape_env *env, const cn_sv_pending *p) {
   return cn_sv_note_entry(env, env->n_pend - 1, true) ? CN_SV_PEND : CN_SV_FAIL;
 }
 
+/* Fills *p with a pending entry for a dim constraint of `kind` between a and b at site s (its
+ * operation, the constraint it came from, the axes and the spec position that messages name).
+ * The entry is zeroed first, padding included: entries are compared with memcmp. */
+static void pending_at(cn_sv_pending *p, const cn_sv_site *s, cn_sc_kind kind, cn_dim *a,
+                       cn_dim *b) {
+  memset(p, 0, sizeof *p);
+  p->op = s->op;
+  if (s->c) p->c = *s->c;
+  p->c.kind = kind;
+  p->c.d1 = a;
+  p->c.d2 = b;
+  p->c.r1 = p->c.r2 = NULL;
+  p->axis_a = s->axis_a;
+  p->axis_b = s->axis_b;
+  p->spec_row = s->spec_row;
+  p->spec_pos = s->spec_pos;
+}
+
 static cn_sv_result defer_dim(cn_shape_env *env, const cn_sv_site *s, cn_sc_kind kind, cn_dim *a,
                               cn_dim *b) {
   if (s->self && !s->self->reused) {
@@ -39,17 +57,8 @@ static cn_sv_result defer_dim(cn_shape_env *env, const cn_sv_site *s, cn_sc_kind
     s->self->c.d2 = b;
     return CN_SV_PEND;
   }
-  cn_sv_pending p = {0};
-  p.op = s->op;
-  if (s->c) p.c = *s->c;
-  p.c.kind = kind;
-  p.c.d1 = a;
-  p.c.d2 = b;
-  p.c.r1 = p.c.r2 = NULL;
-  p.axis_a = s->axis_a;
-  p.axis_b = s->axis_b;
-  p.spec_row = s->spec_row;
-  p.spec_pos = s->spec_pos;
+  cn_sv_pending p;
+  pending_at(&p, s, kind, a, b);
   return push_pending(env, &p);
 }
 
@@ -87,19 +96,10 @@ static cn_sv_result bind_dim(cn_shape_env *env, const cn_sv_site *s, cn_dim *var
   if (to->kind == CN_DIM_VAR && env->dim_min[to->var] < min && !cn_sv_set_min(env, to->var, min))
     return CN_SV_FAIL;
   if (to->kind == CN_DIM_AFFINE && min > 1) { /* checked once the affine term has a size */
-    cn_sv_pending p = {0};
-    p.op = s->op;
-    if (s->c) p.c = *s->c;
-    p.c.kind = CN_SC_MIN_DIM;
-    p.c.d1 = to;
-    p.c.d2 = NULL;
-    p.c.r1 = p.c.r2 = NULL;
+    cn_sv_pending p;
+    pending_at(&p, s, CN_SC_MIN_DIM, to, NULL);
     p.c.min = min;
-    p.axis_a = s->axis_a;
-    p.axis_b = s->axis_b;
     p.min_on_b = var_is_a;
-    p.spec_row = s->spec_row;
-    p.spec_pos = s->spec_pos;
     if (push_pending(env, &p) == CN_SV_FAIL) return CN_SV_FAIL;
   }
   return CN_SV_DONE;

@@ -1,8 +1,9 @@
-/* Gathering code from the graph (seed 000 "What the tensor carries", seed 001's SGD producer
- * example): forward code (each sub-expression once, in dependency order, parameters only read),
- * parameter initialization (held-out code gathered transitively, never handing a parameter out
- * twice), backprop (zero gradients, loss.grad =: 1, gradient assignments in reverse order, `=+`
- * so a tensor used twice gets both contributions), grad_update and sgd_update.
+/* Gathering code from the graph (convolution-is-a-contraction "What the tensor carries",
+ * contraction-is-emergent's SGD producer example): forward code (each sub-expression once, in
+ * dependency order, parameters only read), parameter initialization (held-out code gathered
+ * transitively, never handing a parameter out twice), backprop (zero gradients, loss.grad =: 1,
+ * gradient assignments in reverse order, `=+` so a tensor used twice gets both contributions),
+ * grad_update and sgd_update.
  *
  * Invariants: every entry point materializes the graph first; traversals mark tensors with a
  * fresh graph epoch, so shared sub-expressions are visited once per traversal. */

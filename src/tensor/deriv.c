@@ -1,7 +1,7 @@
 /* Assignments of a tensor's operation: its forward code (v =:accum prim(v1, ...)) and its
- * backprop, built from the derivative table (derivs.def) over the operation's one inferred
- * record, re-addressed by slot (seed 001: "one inference; many assignments, each a slot-permuted
- * view of it").
+ * backprop, built from the derivative table (derivs.def) over the operation's one inferred record,
+ * re-addressed by slot (contraction-is-emergent: "one inference; many assignments, each a
+ * slot-permuted view of it").
  *
  * A derivative formula is compiled into assignments over the operation's product space: a leaf
  * (an operand, the result v, the incoming gradient g) is read through its slot's map, a number
@@ -12,9 +12,9 @@
  * axes, affine reads) sum their contributions.
  *
  * Every gradient assignment visits exactly the forward operation's points (cn_proj_over): the same
- * iterators and ranges (a Tile record's may start below 0), constraints and valid index sets, so
- * a Tile contraction's gradient is seed 001's derivation unchanged — same index space, same
- * constraints, LHS and operand roles swapped (seed 003, issue 7).
+ * iterators and ranges (a Tile record's may start below 0), constraints and valid index sets, so a
+ * Tile contraction's gradient is contraction-is-emergent's derivation unchanged — same index space,
+ * same constraints, LHS and operand roles swapped (tile-edsl, issue 7).
  *
  * Invariants: a formula reads v only when the LHS map is injective, where a written cell holds
  * the op of its one point's operands whatever the accumulation; several points per cell need a +,

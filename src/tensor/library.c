@@ -33,8 +33,8 @@ static cn_tensor *un(cn_graph *g, cn_op op, cn_tensor *a) {
 }
 
 /* The library's own constants have no axes (cn_tensor_scalar), unlike a user's number (a unit
- * axis, seed 002): an initializer such as kaiming_uniform must not give the parameter it
- * initializes an axis, nor a softmax its result. */
+ * axis, syntax-extensions-cd-op): an initializer such as kaiming_uniform must not give the
+ * parameter it initializes an axis, nor a softmax its result. */
 static cn_tensor *num(cn_graph *g, double v) {
   return cn_tensor_scalar(g, v);
 }
@@ -169,7 +169,8 @@ cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis) {
   return r;
 }
 
-/* ---- Interleaving: strided writes and reads along the last output axis (seed 000) ------------ */
+/* ---- Interleaving: strided writes and reads along the last output axis
+ * (convolution-is-a-contraction) ------------ */
 
 /* Each strided copy writes every other cell and leaves the rest at 0, so the sum of the two
  * copies is the interleaving; the gradient of each copy reads g back at its own cells. The sum is

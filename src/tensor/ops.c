@@ -1,9 +1,9 @@
 /* Tensor constructors of the core library: numbers, data literals, parameters (with the default
  * random init), pointwise application of any primitive op, einsum with 1-3 operands, compose,
  * transpose, stop_gradient, batch slices, the fetch terminals and counter-based random
- * initialization assembled as seed 000 describes it:
- *   uniform1 = uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed),
- * range_over_offsets)) with the light (2-round) threefry, as OCANNL wires it (ocannl-notes §7.4).
+ * initialization assembled as convolution-is-a-contraction describes it: uniform1 =
+ * uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed), range_over_offsets)) with the
+ * light (2-round) threefry, as OCANNL wires it (ocannl-notes §7.4).
  *
  * Invariants: a result's precision is the promotion of its operands' (uint4x32 wins, so hashes
  * stay words), except the uint4x32 conversions, which produce the graph's precision; a tensor is
@@ -18,11 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Numbers are arrays of one output axis of size 1 (seed 002 "Numeric and N-dimensional array
- * literals"; ocannl-notes §2.5): an unlabeled unit axis, which broadcasts to any size but gives a
- * result of numbers its axis. The library's own scalars (the embedded node id, symbol value and
- * random seed, the default initializer's constants) have no axes: they fill whatever shape they
- * meet and never give a parameter's initializer, which takes the parameter's shape, an axis. */
+/* Numbers are arrays of one output axis of size 1 (syntax-extensions-cd-op "Numeric and
+ * N-dimensional array literals"; ocannl-notes §2.5): an unlabeled unit axis, which broadcasts to
+ * any size but gives a result of numbers its axis. The library's own scalars (the embedded node id,
+ * symbol value and random seed, the default initializer's constants) have no axes: they fill
+ * whatever shape they meet and never give a parameter's initializer, which takes the parameter's
+ * shape, an axis. */
 static const int64_t unit_dim[1] = {1};
 static const cn_shape_row_spec unit_rows[CN_N_ROWS] = {
     {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 1, unit_dim, NULL}};
@@ -226,8 +227,8 @@ cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, 
     if (!init) return NULL;
   }
   /* A number initializer fills the parameter (rank-free) and lets inference guess what nothing
-   * determines, as for any leaf: {q = 3.0} alone is a scalar, while {hey = 7.0} * [2; 3] makes
-   * hey a matrix (seed 002). */
+   * determines, as for any leaf: {q = 3.0} alone is a scalar, while {hey = 7.0} * [2; 3] makes hey
+   * a matrix (syntax-extensions-cd-op). */
   int64_t init_dims[CN_MAX_RANK];
   int init_rank = init->kind == CN_TK_NUMBER && !init->number_bits
                       ? cn_shape_dims(g->shapes, init->shape, init_dims, CN_MAX_RANK)

@@ -1,7 +1,7 @@
 /* Tensors and the graph that owns them (issue 5): differentiable tensors whose forward and
- * backward code are assignments built from the operation's inferred projections (seed 001 "From
- * what you write to the projections"), parameters with held-out init code, and the code
- * gathering behind the public cn_graph_* functions.
+ * backward code are assignments built from the operation's inferred projections
+ * (contraction-is-emergent "From what you write to the projections"), parameters with held-out init
+ * code, and the code gathering behind the public cn_graph_* functions.
  *
  * Lifecycle: building a tensor adds its shape and its shape-logic operation to the graph's shape
  * environment (inference is online); the first request for code or nodes materializes every
@@ -70,9 +70,9 @@ struct cn_tensor {
   unsigned visit; /* traversal mark (graph epoch) */
 };
 
-/* A standalone assignment (seed 001's producer regime): it contributes its own constraint to
- * shape and projection inference through its logic, and its record is inferred with the
- * tensors' at materialization. */
+/* A standalone assignment (contraction-is-emergent's producer regime): it contributes its own
+ * constraint to shape and projection inference through its logic, and its record is inferred with
+ * the tensors' at materialization. */
 struct cn_update {
   cn_tref lhs;
   bool init;

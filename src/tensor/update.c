@@ -1,8 +1,8 @@
-/* Standalone assignments (seed 001 "producer regime"): an update names tensors' values or
- * gradients by reference, contributes its own shape constraint through its logic ("." pointwise,
- * "@" compose, "T" transpose, an einsum spec), gets its projections inferred with the tensors' at
- * materialization, and lowers to one Accum_op. Buffers are the nodes such updates introduce
- * (a %cd inline declaration, an optimizer's state). */
+/* Standalone assignments (contraction-is-emergent "producer regime"): an update names tensors'
+ * values or gradients by reference, contributes its own shape constraint through its logic ("."
+ * pointwise, "@" compose, "T" transpose, an einsum spec), gets its projections inferred with the
+ * tensors' at materialization, and lowers to one Accum_op. Buffers are the nodes such updates
+ * introduce (a %cd inline declaration, an optimizer's state). */
 #include "tensor/tensor.h"
 
 #include "shape/einsum.h"
@@ -69,8 +69,9 @@ cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_
   cn_shape_kind kind = CN_SL_POINTWISE;
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
-  /* without a logic, the primitive's default projection (the op table; seed 002): compose for
-   * fma (compose-accumulate), pointwise otherwise (mul and div, which have none, too) */
+  /* without a logic, the primitive's default projection (the op table; syntax-extensions-cd-op):
+   * compose for fma (compose-accumulate), pointwise otherwise (mul and div, which have none, too)
+   * */
   if ((logic && strcmp(logic, "@") == 0) ||
       (!logic && cn_op_table[prim].logic == CN_LOGIC_COMPOSE_ACC)) {
     kind = CN_SL_COMPOSE;

@@ -1,22 +1,22 @@
-/* Tile compilation (seed 003): one parsed contraction, compiled against a scope, becomes a ranged,
+/* Tile compilation (tile-edsl): one parsed contraction, compiled against a scope, becomes a ranged,
  * valid-only projections record and a tensor of kind CN_TK_TILE; cn_tile, the C entry point for
  * one statement with its bindings.
  *
- * Semantics (seed 003 "Valid Indices"): a set of index values is visited iff every index of every
- * tensor, the output included, is within its bounds and every constraint holds; the record says
- * so with valid_only and the constraints, and zero_unreached gives Tile's initialization
- * (unreached output cells 0, reached ones start from the aggregation's identity). Each variable's
- * range [lo, hi) is derived by interval propagation over those conditions (space.c); the
- * lowering tightens it again and keeps what stays undecided as guards.
+ * Semantics (tile-edsl "Valid Indices"): a set of index values is visited iff every index of every
+ * tensor, the output included, is within its bounds and every constraint holds; the record says so
+ * with valid_only and the constraints, and zero_unreached gives Tile's initialization (unreached
+ * output cells 0, reached ones start from the aggregation's identity). Each variable's range [lo,
+ * hi) is derived by interval propagation over those conditions (space.c); the lowering tightens it
+ * again and keeps what stays undecided as guards.
  *
  * Index polynomials are affine combinations of index variables (lower-case names not bound to
  * anything, or names declared as indices) with dims as constants, over a positive denominator:
- * division is exact (seed 003 "Skipping"), so a point is valid only if every index expression,
- * and every constraint's polynomial, is an integer there. Those divisibility conditions are
- * solved together (space.c, lattice.h) into a change of variables x = x0 + B*y over all integer
- * y, and the record's iterators are the y, over which every polynomial is an integer one:
- * `O[i/2] += I[i]` iterates i_2 with i = 2*i_2. Sizes and bounds must not mention index
- * variables; between integers (dims), division is floor division.
+ * division is exact (tile-edsl "Skipping"), so a point is valid only if every index expression, and
+ * every constraint's polynomial, is an integer there. Those divisibility conditions are solved
+ * together (space.c, lattice.h) into a change of variables x = x0 + B*y over all integer y, and the
+ * record's iterators are the y, over which every polynomial is an integer one: `O[i/2] += I[i]`
+ * iterates i_2 with i = 2*i_2. Sizes and bounds must not mention index variables; between integers
+ * (dims), division is floor division.
  *
  * Invariants: every failure is a cn_tile_fail_at with the position (or, for a cn_tile binding,
  * the statement); the first one is kept. Everything is decided when the tensor is built: the

@@ -1,17 +1,17 @@
-/* Tile functions, the evaluator (issue 7, seed 003): cn_tile_fn_apply runs the statements
+/* Tile functions, the evaluator (issue 7, tile-edsl): cn_tile_fn_apply runs the statements
  * fn_read.c parsed, in order, against tensor and dim arguments: declarations and bind_dims bind
  * names, a TensorOutput waits for its contraction (which takes its dims and every add_constraint
  * of its tensor), contractions compile through cn_tile_contract, and elementwise expressions
  * build tensors.
  *
- * Elementwise expressions follow seed 003's list: + - * / (unary -), == != < > <= >=, sqrt,
- * exp, log, sin, cos, tanh, sigmoid, pow, select. Sub-expressions of dims and numbers are
- * constants (integer arithmetic while every part is an integer, as Tile's dims); a constant
- * meeting a tensor becomes a scalar. Operands broadcast NumPy-style over their memory-order dims
- * (right-aligned; a dim of 1 stretches). Each operation is a cannl einsum applying the op
- * (cn_tensor_einsum with a spec naming every axis), so its result has output axes only and
- * a shape known at once (a plain pointwise result's shape is inferred at materialization, and
- * cannl's per-row broadcasting differs from NumPy's), and it differentiates like any einsum.
+ * Elementwise expressions follow tile-edsl's list: + - * / (unary -), == != < > <= >=, sqrt, exp,
+ * log, sin, cos, tanh, sigmoid, pow, select. Sub-expressions of dims and numbers are constants
+ * (integer arithmetic while every part is an integer, as Tile's dims); a constant meeting a tensor
+ * becomes a scalar. Operands broadcast NumPy-style over their memory-order dims (right-aligned; a
+ * dim of 1 stretches). Each operation is a cannl einsum applying the op (cn_tensor_einsum with a
+ * spec naming every axis), so its result has output axes only and a shape known at once (a plain
+ * pointwise result's shape is inferred at materialization, and cannl's per-row broadcasting differs
+ * from NumPy's), and it differentiates like any einsum.
  *
  * Invariants: the names an application binds never move (their array holds the function's
  * max_names at once), so a scope may point into it; every failure is positioned in the body,

@@ -1,4 +1,4 @@
-/* Tile functions, the reader (issue 7, seed 003): the body of a seed function in its Python or
+/* Tile functions, the reader (issue 7, tile-edsl): the body of a seed function in its Python or
  * its C++ flavor, split into statements and parsed once by cn_tile_fn_create (function.h);
  * fn_apply.c evaluates them.
  *

@@ -1,4 +1,4 @@
-/* Tile functions (issue 7, seed 003), internal to src/tile: a body parsed once into statements
+/* Tile functions (issue 7, tile-edsl), internal to src/tile: a body parsed once into statements
  * (fn_read.c, cn_tile_fn_create) and evaluated against tensors and dims (fn_apply.c,
  * cn_tile_fn_apply).
  *

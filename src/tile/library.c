@@ -1,4 +1,4 @@
-/* The seed 003 examples as ready operations (issue 7 point 5), each written as the seed writes
+/* The tile-edsl examples as ready operations (issue 7 point 5), each written as the seed writes
  * it: a Tile function body (function.h) applied to the caller's tensors. A body's messages are
  * positioned in the body, named after the C function (e.g. "cn_tile_conv_1d:3:1: 'I' has 2
  * axes ... but bind_dims names 3").

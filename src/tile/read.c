@@ -1,4 +1,4 @@
-/* The Tile reader (seed 003): positioned messages, tokens, expression trees and contraction
+/* The Tile reader (tile-edsl): positioned messages, tokens, expression trees and contraction
  * statements, shared by cn_tile (one statement, compile.c) and Tile functions (fn_read.c).
  *
  * Invariants: every failure is a cn_tile_fail_at with the position, and only the first one of a
@@ -15,55 +15,18 @@
 
 /* ---- Positioned messages ---- */
 
-/* The function-body form: FILE:LINE:COL: WHAT, the line of `at` and a caret under it. */
-static void put_positioned(cn_sbuf *sb, const cn_tile_src *src, size_t at, const char *what) {
-  const char *t = src->text;
-  int line = src->line;
-  size_t start = 0;
-  for (size_t i = 0; i < at && t[i]; i++)
-    if (t[i] == '\n') line++, start = i + 1;
-  size_t col = at - start + (start == 0 ? (size_t)src->col : 1);
-  cn_sbuf_printf(sb, "%s:%d:%zu: %s\n", src->file, line, col, what);
-  /* the body's first line starts at src->col of its line: quote it there, under the caret */
-  int indent = start == 0 && src->col > 1 ? src->col - 1 : 0;
-  cn_sbuf_printf(sb, "%*s", indent, "");
-  size_t end = start + strcspn(t + start, "\n");
-  for (size_t i = start; i < end; i++) {
-    unsigned char ch = (unsigned char)t[i];
-    cn_sbuf_putc(sb, (ch < 0x20 && ch != '\t') || ch == 0x7f ? ' ' : (char)ch);
-  }
-  cn_sbuf_putc(sb, '\n');
-  cn_sbuf_printf(sb, "%*s", indent, "");
-  for (size_t i = start; i < at; i++) cn_sbuf_putc(sb, t[i] == '\t' ? '\t' : ' ');
-  cn_sbuf_putc(sb, '^');
-}
-
-/* The statement form: tile "TEXT": WHAT at column C, the text on one line and a caret. */
-static void put_statement(cn_sbuf *sb, const cn_tile_src *src, size_t at, const char *what) {
-  const char *t = src->text;
-  cn_sbuf_printf(sb, "tile \"%s\": %s at column %zu\n", t, what, at + 1);
-  cn_sbuf_quote_caret(sb, t, at);
-}
-
 void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) {
   if (src->failed) return;
   src->failed = true;
-  char what[400];
+  /* A body in a script is quoted from its file position; a statement on its own line. */
+  cn_source text = {src->file, src->file ? NULL : "tile", src->text, src->file ? src->line : 1,
+                    src->file ? src->col : 1};
+  int line = 1, col = (int)at + 1;
+  if (src->file) cn_source_locate(&text, at, &line, &col);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  cn_fail_at_v(src->ctx, &text, line, col, fmt, ap);
   va_end(ap);
-  cn_sbuf sb = {0};
-  if (src->file)
-    put_positioned(&sb, src, at, what);
-  else
-    put_statement(&sb, src, at, what);
-  /* Without memory for the builder the message still has the problem. */
-  if (sb.failed)
-    cn_fail(src->ctx, CN_ERR_INVALID, "tile: %s", what);
-  else
-    cn_fail(src->ctx, CN_ERR_INVALID, "%s", sb.data);
-  cn_sbuf_free(&sb);
 }
 
 /* ---- Tokens ---- */

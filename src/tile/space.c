@@ -1,6 +1,6 @@
 /* The iteration space of a Tile contraction (space.h): interval propagation over the conditions
  * 0 <= poly < bound, the sizes of unsized output axes, and the change of variables x = x0 + B*y
- * that keeps the integer points of exact divisions (seed 003 "Skipping"), chosen among the orders
+ * that keeps the integer points of exact divisions (tile-edsl "Skipping"), chosen among the orders
  * of the variables the divisions involve so that the loops visit the fewest points.
  *
  * Ranges are inclusive [lo, hi] with known[v] when bounded; a range with hi < lo is empty. All

@@ -1,4 +1,4 @@
-/* Tile (issue 7, seed 003): the shared reader, expression trees and contraction statements, and
+/* Tile (issue 7, tile-edsl): the shared reader, expression trees and contraction statements, and
  * the compilation of one contraction such as "O[i : N] >= I[2*i + j], j < 2" to a single ranged,
  * valid-only projections record (cn_proj_create_ranged) and a tensor of kind CN_TK_TILE whose
  * forward code is `O =:accum prim(operands)` over that record.
@@ -11,7 +11,7 @@
  * built. Everything is decided then: the operands' shapes must be known, so the record (and the
  * `=` conflict check) needs nothing from materialization.
  *
- * Division inside an index polynomial is exact (seed 003 "Skipping"): space.c solves the
+ * Division inside an index polynomial is exact (tile-edsl "Skipping"): space.c solves the
  * divisibility conditions with lattice.h and compile.c compiles the statement over the resulting
  * change of variables.
  *
@@ -41,7 +41,8 @@ typedef struct {
   const char *file;
   int line, col;
   bool failed; /* the first failure is the one reported */
-  bool cpp;    /* seed 003's C++ flavor: `//` and block comments, no `#` comments, `{ } &` tokens */
+  bool cpp;    /* tile-edsl's C++ flavor: `//` and block comments, no `#` comments, `{ } &`
+                  tokens */
 } cn_tile_src;
 
 void cn_tile_fail_at(cn_tile_src *src, size_t at, const char *fmt, ...) CN_PRINTF(3, 4);
