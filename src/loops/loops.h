@@ -73,6 +73,15 @@ typedef struct {
   int64_t div; /* >= 1 */
 } cn_ll_bound;
 
+/* Schedule marks of a FOR loop (set by the scheduling stage, src/sched; 0 from the lowering).
+ * They are promises about the loop that let a backend run it faster without changing a bit of
+ * its results; a backend may ignore them:
+ *   CN_LL_PARALLEL  its iterations are independent (no two write the same cell, none reads a cell
+ *                   another writes): they may run on several threads, each iteration whole;
+ *   CN_LL_VECTOR    an innermost loop whose iterations are independent and whose accesses walk
+ *                   memory with stride 0 or 1: it may run as SIMD lanes (no reassociation). */
+enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1 };
+
 typedef struct cn_ll_stmt cn_ll_stmt;
 struct cn_ll_stmt {
   cn_ll_kind kind;
@@ -88,6 +97,7 @@ struct cn_ll_stmt {
       int n_lower, n_upper; /* 0: the box's side is the bound */
       cn_ll_bound *lower, *upper;
       cn_ll_stmt *body;
+      unsigned marks; /* CN_LL_PARALLEL | CN_LL_VECTOR */
     } loop;
     struct {
       int n_conds; /* >= 1 after lowering; the simplifier removes a guard left without one */
