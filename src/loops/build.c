@@ -144,6 +144,13 @@ cn_ll_stmt *cn_lb_bounds(cn_ctx *ctx, cn_ll_stmt *loop, int n_lower, const cn_ll
   return loop;
 }
 
+cn_ll_stmt *cn_lb_marks(cn_ll_stmt *loop, unsigned marks) {
+  if (!loop) return NULL;
+  CN_ASSERT(loop->kind == CN_LL_FOR);
+  loop->u.loop.marks = marks;
+  return loop;
+}
+
 cn_ll_stmt *cn_lb_guard(cn_ctx *ctx, int n_conds, const cn_ll_cond *conds, cn_ll_stmt *body) {
   cn_ll_stmt *s = body ? stmt_new(ctx, CN_LL_IF) : NULL;
   cn_ll_cond *copy = s ? arena_copy(ctx, conds, n_conds, sizeof *conds) : NULL;

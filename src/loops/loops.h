@@ -177,6 +177,9 @@ cn_ll_stmt *cn_lb_loop(cn_ctx *ctx, cn_symbol sym, int64_t from, int64_t to, cn_
  * the loop. */
 cn_ll_stmt *cn_lb_bounds(cn_ctx *ctx, cn_ll_stmt *loop, int n_lower, const cn_ll_bound *lower,
                          int n_upper, const cn_ll_bound *upper);
+/* Sets the schedule marks of a loop (CN_LL_PARALLEL | CN_LL_VECTOR: the scheduling stage's
+ * promises, whose truth is the caller's); returns the loop, NULL for NULL. */
+cn_ll_stmt *cn_lb_marks(cn_ll_stmt *loop, unsigned marks);
 /* if every condition holds: body (n_conds >= 1). */
 cn_ll_stmt *cn_lb_guard(cn_ctx *ctx, int n_conds, const cn_ll_cond *conds, cn_ll_stmt *body);
 /* A sequence of `count` statements (variadic), or of the array items. */

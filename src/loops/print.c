@@ -15,6 +15,9 @@
  *   for i in 0..3:
  *     for k in max(0, i - 2)..min(4, ceil((-i + 9) / 2)):
  *       c[i, k] := a[i, k - 1]
+ *   for i in 0..3 (parallel):
+ *     for j in 0..4 (vector):
+ *       c[i, j] := a[i, j]
  *
  * Invariants: the text is deterministic (no addresses, nothing dependent on allocation); a name
  * means one thing within a procedure — a symbol is printed by its name, and by name#id when
@@ -25,8 +28,9 @@
  * compound operand); other ops print as name(args). Constants print in the shortest form that
  * reads back to the same value. A loop prints its range as start..end, each side the box's edge
  * or its bounds (max(...) of the lower ones, min(...) of the upper ones, ceil(expr / div) for a
- * bound with a divisor). A guard prints its conditions joined by `and`, one that admits a single
- * value as `expr == value`. */
+ * bound with a divisor), then its schedule marks in parentheses when it has any
+ * (`for i in 0..64 (parallel):`, `(vector)`, `(parallel, vector)`). A guard prints its conditions
+ * joined by `and`, one that admits a single value as `expr == value`. */
 #include "loops/loops.h"
 
 #include <inttypes.h>
@@ -275,6 +279,16 @@ static void print_range_side(printer *p, int64_t edge, int n, const cn_ll_bound 
   if (n > 1) cn_sbuf_putc(&p->sb, ')');
 }
 
+/* A loop's schedule marks, ` (parallel)`, ` (vector)` or both; nothing without marks. */
+static void print_marks(cn_sbuf *sb, unsigned marks) {
+  if (!marks) return;
+  cn_sbuf_puts(sb, " (");
+  if (marks & CN_LL_PARALLEL) cn_sbuf_puts(sb, "parallel");
+  if ((marks & CN_LL_PARALLEL) && (marks & CN_LL_VECTOR)) cn_sbuf_puts(sb, ", ");
+  if (marks & CN_LL_VECTOR) cn_sbuf_puts(sb, "vector");
+  cn_sbuf_putc(sb, ')');
+}
+
 static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
   cn_sbuf *sb = &p->sb;
   switch (s->kind) {
@@ -299,6 +313,7 @@ static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
     print_range_side(p, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "max");
     cn_sbuf_puts(sb, "..");
     print_range_side(p, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, "min");
+    print_marks(sb, s->u.loop.marks);
     cn_sbuf_puts(sb, ":\n");
     const cn_ll_stmt *body = s->u.loop.body;
     if (body->kind == CN_LL_SEQ && body->u.seq.count == 0) {

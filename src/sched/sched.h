@@ -1,0 +1,121 @@
+/* The scheduling stage (issue 16): passes over a loop-IR procedure, between the simplifier
+ * (src/loops) and the backends, that change how a procedure runs and never what it computes.
+ *
+ * Invariants: every pass preserves the results bit for bit — for every cell, the sequence of
+ * values stored into it (the order of its accumulation) is the one of the unscheduled procedure —
+ * and is conservative: when an analysis cannot prove a change legal, the IR is left as it was. A
+ * pass builds new IR only through the cn_lb_* constructors of loops.h. The passes run in the order
+ * of cn_sched_proc (loop order, tiling, then marks), each can be switched off alone
+ * (cn_sched_options) so a failure can be bisected, and each is testable alone through its own entry
+ * point below. This stage includes src/loops, src/ir, src/numeric and src/core only; src/runtime
+ * calls it. */
+#ifndef CN_SCHED_H
+#define CN_SCHED_H
+
+#include "loops/loops.h"
+
+/* ---- The driver (sched.c) ---- */
+
+/* The passes, as bits of cn_sched_options.passes, in the order they run. */
+enum {
+  CN_SCHED_ORDER = 1u << 0, /* loop order by a cost model of strides (order.c) */
+  CN_SCHED_TILE = 1u << 1,  /* tiling of nests larger than the cache (tile.c) */
+  CN_SCHED_MARKS = 1u << 2, /* parallel and vector marks (marks.c) */
+  CN_SCHED_ALL = CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS
+};
+
+/* The names cn_sched_parse accepts, for messages and documentation. */
+#define CN_SCHED_OPTION_NAMES "all, none, order, tile, marks"
+
+typedef struct {
+  unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
+  /* The cache sizes tiling aims at, in bytes; 0: the machine's (cn_sched_cache_sizes). */
+  int64_t l1_bytes, l2_bytes;
+} cn_sched_options;
+
+/* Every pass on: the default (what a NULL options pointer means). */
+cn_sched_options cn_sched_default(void);
+/* Reads an option text: "all" (or NULL or ""), "none", or a comma-separated list of pass names
+ * ("order,marks"; spaces around names allowed) naming the passes that run. An unknown or empty
+ * name is CN_ERR_INVALID with a message naming it and the known names; *out is then unchanged. */
+cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out);
+/* The L1 data and L2 cache sizes of cpu0 in bytes, read once (thread-safe) from the files level,
+ * type and size of /sys/devices/system/cpu/cpu0/cache/index<n>; 48 KiB and 1 MiB for a level that
+ * cannot be read. */
+void cn_sched_cache_sizes(int64_t *l1_bytes, int64_t *l2_bytes);
+/* Runs the passes opts selects (NULL: all) over proc, in place. Fails only on allocation
+ * failure (CN_ERR_NOMEM), the procedure then being unchanged or scheduled only in part, every part
+ * being correct on its own. */
+cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts);
+
+/* ---- Dependence analysis (deps.c) ---- */
+
+/* A perfect nest: a chain of FOR loops, each the whole body of the previous one (directly or as
+ * the one statement of a SEQ), down to a body made only of stores (CN_LL_SET), guards over such
+ * bodies, sequences of them and comments. Loops outside the nest are constants inside it. */
+#define CN_SCHED_MAX_DEPTH 16
+
+typedef struct {
+  int param;
+  const cn_index *idx; /* one per axis of the param's node */
+  bool write;
+} cn_sched_access;
+
+typedef struct {
+  int depth;
+  cn_ll_stmt **slots[CN_SCHED_MAX_DEPTH]; /* where each loop is held: slots[0] in its parent */
+  cn_ll_stmt *loops[CN_SCHED_MAX_DEPTH];  /* loops[0] outermost */
+  int n_stores;                           /* the body's CN_LL_SET statements */
+  int n_access;
+  cn_sched_access *access; /* arena; every store's write, then its reads, in body order */
+} cn_sched_nest;
+
+/* Reads the perfect nest whose outermost loop is *slot (a CN_LL_FOR): *found is false when the
+ * chain does not end in a body of stores, or is deeper than CN_SCHED_MAX_DEPTH. CN_ERR_NOMEM on
+ * allocation failure. */
+cn_status cn_sched_nest_read(cn_ctx *ctx, cn_ll_stmt **slot, cn_sched_nest *nest, bool *found);
+/* Calls fn on every perfect nest of proc, outermost first: a loop heading a perfect nest is handed
+ * to fn (which may replace the nest in its slot) and not entered; other loops, guards and sequences
+ * are entered. Stops at the first status fn returns other than CN_OK. */
+typedef cn_status (*cn_sched_nest_fn)(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
+                                      void *user);
+cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn, void *user);
+/* A new loop with old's variable, box, bounds and marks over body (NULL on allocation failure):
+ * how the passes rebuild a nest in another shape. */
+cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *body);
+/* The distance in cells between the cells an access reaches for two consecutive values of sym,
+ * in the padded row-major layout of its node (coefficients of sym times the axes' strides). */
+double cn_sched_stride(const cn_ll_proc *proc, const cn_sched_access *access, cn_symbol sym);
+/* Whether sym is a reduction loop of the store whose write is access w: sym appears in none of
+ * the indices of the written cell, so several of its values accumulate into one cell. */
+bool cn_sched_is_reduction(const cn_sched_access *w, int rank, cn_symbol sym);
+/* Whether the iterations of the loop of sym are independent when the symbols inner[0..n_inner)
+ * vary inside each iteration (every other symbol is fixed): no two iterations write the same cell,
+ * and no iteration reads a cell another writes. Conservative (false when unsure): each write and
+ * each access of its buffer (itself included) must share an axis index that is c*sym (c != 0) plus
+ * symbols other than the inner ones, or hold two different constants in one axis. */
+bool cn_sched_independent(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_symbol sym,
+                          const cn_symbol *inner, int n_inner);
+
+/* Whether the nest is one store whose cells separate by output loops: no axis of the written
+ * cell mentions two of the nest's loop variables, and every other access of the written buffer
+ * has the write's indices. Then two points touch one cell only when all output loops agree, and
+ * such points run in the order of the reduction loops: loops may be permuted (and output loops
+ * split) as long as the reduction loops keep their relative order. */
+bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest);
+/* Whether one of the affine bounds of a loop reads sym. */
+bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
+
+/* ---- Passes ---- */
+
+/* Loop order of every perfect nest (order.c). */
+cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
+/* Tiling of every perfect nest whose working set exceeds the L2 cache (tile.c), for the cache
+ * sizes given (bytes, > 0). */
+cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t l2_bytes);
+/* Parallel and vector marks of every perfect nest (marks.c); the work threshold of a parallel
+ * loop, in cell updates (stores run). */
+#define CN_SCHED_PARALLEL_WORK ((int64_t)1 << 15)
+cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc);
+
+#endif

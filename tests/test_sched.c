@@ -1,0 +1,620 @@
+/* Tests of the scheduling stage (src/sched) on procedures built by hand with the cn_lb_*
+ * constructors: the loop order and marks chosen for a matmul, a padded convolution strided on one
+ * axis, a Tile-style nest with affine bounds (cumulative sums), a reduction to a scalar, a nest
+ * whose two reduction loops must keep their order, and nests with cross-iteration dependences that
+ * must not be marked (checked on the printed loops text); every scheduled procedure run on
+ * generated C and on the interpreter from the same random buffers as the unscheduled one, with
+ * memcmp-identical results on each backend (the scheduled C also close to the interpreter); the
+ * dependence helpers directly; the option parser and the driver's switches. */
+#include "backend/backend.h"
+#include "loops_check.h"
+#include "sched/sched.h"
+
+#include <stdlib.h>
+
+/* ---- Running and comparing ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+
+static float random_float(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  /* values in [-2, 2) with 24 random bits: sums of them round, so their order shows */
+  return (float)((double)(rng_state >> 40) / (double)(1u << 22) - 2.0);
+}
+
+/* Fills every buffer of proc (padding included) with random single-precision values. */
+static void fill_random(const cn_ll_proc *proc) {
+  for (int k = 0; k < proc->n_params; k++) {
+    cn_node *n = proc->params[k].node;
+    CHECK(n->prec == CN_PREC_SINGLE);
+    float *cells = cn_node_buffer(n, proc->params[k].merge);
+    CHECK(cells != NULL);
+    if (!cells) return;
+    for (size_t c = 0; c < cn_node_buffer_cells(n); c++) cells[c] = random_float();
+  }
+}
+
+#define MAX_PARAMS 4
+
+typedef struct {
+  size_t bytes[MAX_PARAMS];
+  unsigned char *data[MAX_PARAMS];
+} buffers;
+
+static void save(const cn_ll_proc *proc, buffers *b) {
+  CHECK(proc->n_params <= MAX_PARAMS);
+  for (int k = 0; k < proc->n_params; k++) {
+    cn_node *n = proc->params[k].node;
+    b->bytes[k] = cn_node_buffer_cells(n) * cn_prec_bytes(n->prec);
+    b->data[k] = malloc(b->bytes[k]);
+    CHECK(b->data[k] != NULL);
+    memcpy(b->data[k], cn_node_buffer(n, proc->params[k].merge), b->bytes[k]);
+  }
+}
+
+static void restore(const cn_ll_proc *proc, const buffers *b) {
+  for (int k = 0; k < proc->n_params; k++)
+    memcpy(cn_node_buffer(proc->params[k].node, proc->params[k].merge), b->data[k], b->bytes[k]);
+}
+
+static void release(const cn_ll_proc *proc, buffers *b) {
+  for (int k = 0; k < proc->n_params; k++) free(b->data[k]);
+}
+
+/* Runs proc on a backend from the buffers `start`, saving every buffer after the run. */
+static void run_from(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *proc,
+                     const buffers *start, buffers *after) {
+  restore(proc, start);
+  void *compiled = NULL;
+  const char *source = NULL;
+  cn_status st = backend->compile(ctx, proc, &compiled, &source);
+  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+  if (st == CN_OK) {
+    void *bufs[MAX_PARAMS];
+    for (int k = 0; k < proc->n_params; k++)
+      bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
+    CHECK_INT(backend->run(ctx, compiled, bufs, NULL), CN_OK);
+    backend->release(compiled);
+  }
+  save(proc, after);
+}
+
+static bool same_bits(const cn_ll_proc *proc, const buffers *a, const buffers *b) {
+  for (int k = 0; k < proc->n_params; k++)
+    if (memcmp(a->data[k], b->data[k], a->bytes[k]) != 0) return false;
+  return true;
+}
+
+/* Every cell of a within tol (relative to max(1, |cell|)) of b. */
+static bool close_to(const cn_ll_proc *proc, const buffers *a, const buffers *b, double tol) {
+  for (int k = 0; k < proc->n_params; k++) {
+    const float *x = (const float *)a->data[k], *y = (const float *)b->data[k];
+    for (size_t c = 0; c < a->bytes[k] / sizeof(float); c++) {
+      double scale = fabs((double)y[c]) > 1 ? fabs((double)y[c]) : 1;
+      if (fabs((double)x[c] - (double)y[c]) > tol * scale) return false;
+    }
+  }
+  return true;
+}
+
+/* plain and scheduled, two procedures over the same nodes: run from the same random buffers,
+ * each backend gives the same bits for both, and the C result is close to the interpreter's. */
+static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll_proc *scheduled) {
+  fill_random(plain);
+  buffers start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
+  save(plain, &start);
+  run_from(ctx, &cn_backend_c, plain, &start, &c_plain);
+  run_from(ctx, &cn_backend_c, scheduled, &start, &c_sched);
+  run_from(ctx, &cn_backend_interp, plain, &start, &i_plain);
+  run_from(ctx, &cn_backend_interp, scheduled, &start, &i_sched);
+  CHECK(same_bits(plain, &c_plain, &c_sched));
+  CHECK(same_bits(plain, &i_plain, &i_sched));
+  CHECK(close_to(plain, &c_sched, &i_sched, 1e-4));
+  CHECK(!same_bits(plain, &start, &c_plain)); /* the run wrote something */
+  release(plain, &start);
+  release(plain, &c_plain);
+  release(plain, &c_sched);
+  release(plain, &i_plain);
+  release(plain, &i_sched);
+}
+
+/* A procedure's text, scheduled with every pass for a 48 KiB L1 and a 1 MiB L2 (whatever the
+ * machine's caches), none of the procedures being large enough to tile. */
+static const char *scheduled_text(cn_ctx *ctx, cn_ll_proc *proc) {
+  cn_sched_options opts = {CN_SCHED_ALL, 48 << 10, 1 << 20};
+  CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
+  const char *text = cn_ll_to_string(ctx, proc);
+  CHECK(text != NULL);
+  return text ? text : "";
+}
+
+static cn_ll_param param_of(cn_node *n) {
+  return (cn_ll_param){n, false};
+}
+
+/* ---- Matmul: the reduction moves out of the innermost position ---- */
+
+/* c[m, n] =: a[m, kk] * b[kk, n] looping i, k, j (the nodes' dims are the caller's). */
+static cn_ll_proc *matmul_sized(cn_ctx *ctx, cn_node *const *abc, const cn_symbol *iks, int64_t m,
+                                int64_t n, int64_t kk) {
+  cn_ll_param params[3] = {param_of(abc[0]), param_of(abc[1]), param_of(abc[2])};
+  return cn_lb_proc(ctx, "matmul",
+                    matmul_body(ctx, "c =:+ a * b", iks[0], m, iks[1], n, iks[2], kk), 3, params, 0,
+                    NULL);
+}
+
+static cn_ll_proc *matmul_proc(cn_ctx *ctx, cn_node *const *abc, const cn_symbol *iks) {
+  return matmul_sized(ctx, abc, iks, 64, 40, 48);
+}
+
+static void test_matmul(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)48),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)48, (int64_t)40),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)40)};
+  cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 64), cn_symbol_create(ctx, "k", 40),
+                      cn_symbol_create(ctx, "j", 48)};
+  cn_ll_proc *plain = matmul_proc(ctx, abc, iks), *scheduled = matmul_proc(ctx, abc, iks);
+  CHECK(plain && scheduled);
+  check_text(scheduled_text(ctx, scheduled),
+             "routine matmul\n"
+             "  params: a#1 single[64, 48], b#2 single[48, 40], c#3 single[64, 40]\n"
+             "# c =:+ a * b\n"
+             "for i in 0..64:\n"
+             "  for k in 0..40 (vector):\n"
+             "    c[i, k] := 0\n"
+             "for i in 0..64 (parallel):\n"
+             "  for j in 0..48:\n"
+             "    for k in 0..40 (vector):\n"
+             "      c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Tiling: the matmul's k in tiles when b exceeds the (given) L2 ---- */
+
+static void test_tile(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)64),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)100),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)100)};
+  cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 16), cn_symbol_create(ctx, "k", 100),
+                      cn_symbol_create(ctx, "j", 64)};
+  cn_ll_proc *plain = matmul_sized(ctx, abc, iks, 16, 100, 64);
+  cn_ll_proc *scheduled = matmul_sized(ctx, abc, iks, 16, 100, 64);
+  cn_ll_proc *untiled = matmul_sized(ctx, abc, iks, 16, 100, 64);
+  CHECK(plain && scheduled && untiled);
+  /* The cells below i: a's row (256 bytes) + 260 bytes per value of k (c's cell and b's column),
+   * 26256 bytes for the whole of k: above an L2 of 20000 bytes, and a tile of 32 values of k
+   * (8576 bytes) fills at most half of it; a 1 MiB L2 holds it all. */
+  cn_sched_options opts = {CN_SCHED_ALL, 2048, 20000};
+  CHECK_INT(cn_sched_proc(ctx, scheduled, &opts), CN_OK);
+  check_text(cn_ll_to_string(ctx, scheduled),
+             "routine matmul\n"
+             "  params: a#1 single[16, 64], b#2 single[64, 100], c#3 single[16, 100]\n"
+             "# c =:+ a * b\n"
+             "for i in 0..16:\n"
+             "  for k in 0..100 (vector):\n"
+             "    c[i, k] := 0\n"
+             "for k_tile in 0..4:\n"
+             "  for i in 0..16 (parallel):\n"
+             "    for j in 0..64:\n"
+             "      for k in 32*k_tile..min(100, 32*k_tile + 32) (vector):\n"
+             "        c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+  check_same_results(ctx, plain, scheduled);
+  opts.l2_bytes = 1 << 20;
+  CHECK_INT(cn_sched_proc(ctx, untiled, &opts), CN_OK);
+  CHECK(strstr(cn_ll_to_string(ctx, untiled), "tile") == NULL);
+  int64_t l1 = 0, l2 = 0;
+  cn_sched_cache_sizes(&l1, &l2);
+  CHECK(l1 > 0 && l2 > 0);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- A padded convolution, strided on y: x (an output loop) goes inside the reductions ---- */
+
+typedef struct {
+  cn_node *in, *w, *out;
+  cn_symbol o, y, x, c, ky, kx;
+} conv_fixture;
+
+/* out[o, y, x] += in[c, 2y + ky - 1, x + kx - 1] * w[o, c, ky, kx] in the lowering's order. */
+static cn_ll_proc *conv_proc(cn_ctx *ctx, const conv_fixture *f) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *out_idx =
+      cn_lb_indices(ctx, 3, cn_index_iter(f->o), cn_index_iter(f->y), cn_index_iter(f->x));
+  cn_index *in_idx = cn_lb_indices(ctx, 3, cn_index_iter(f->c), affine2(f->y, 2, f->ky, 1, -1),
+                                   affine2(f->x, 1, f->kx, 1, -1));
+  cn_index *w_idx = cn_lb_indices(ctx, 4, cn_index_iter(f->o), cn_index_iter(f->c),
+                                  cn_index_iter(f->ky), cn_index_iter(f->kx));
+  cn_ll_expr *product = cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, 0, single, in_idx),
+                                 cn_lb_get(ctx, 1, single, w_idx), NULL);
+  cn_ll_stmt *s = cn_lb_accum(ctx, 2, single, out_idx, CN_OP_ADD, product);
+  s = cn_lb_loop(ctx, f->kx, 0, 3, s);
+  s = cn_lb_loop(ctx, f->ky, 0, 3, s);
+  s = cn_lb_loop(ctx, f->c, 0, 3, s);
+  s = cn_lb_loop(ctx, f->x, 0, 16, s);
+  s = cn_lb_loop(ctx, f->y, 0, 8, s);
+  s = cn_lb_loop(ctx, f->o, 0, 16, s);
+  cn_ll_param params[3] = {param_of(f->in), param_of(f->w), param_of(f->out)};
+  return cn_lb_proc(ctx, "conv", s, 3, params, 0, NULL);
+}
+
+static void test_conv(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  conv_fixture f = {
+      .in = node(ctx, "in", CN_PREC_SINGLE, 3, (int64_t)3, (int64_t)16, (int64_t)16),
+      .w = node(ctx, "w", CN_PREC_SINGLE, 4, (int64_t)16, (int64_t)3, (int64_t)3, (int64_t)3),
+      .out = node(ctx, "out", CN_PREC_SINGLE, 3, (int64_t)16, (int64_t)8, (int64_t)16),
+      .o = cn_symbol_create(ctx, "o", 16),
+      .y = cn_symbol_create(ctx, "y", 8),
+      .x = cn_symbol_create(ctx, "x", 16),
+      .c = cn_symbol_create(ctx, "c", 3),
+      .ky = cn_symbol_create(ctx, "ky", 3),
+      .kx = cn_symbol_create(ctx, "kx", 3)};
+  CHECK_INT(cn_node_set_padding(f.in, 1, 1, 1), CN_OK);
+  CHECK_INT(cn_node_set_padding(f.in, 2, 1, 1), CN_OK);
+  cn_ll_proc *plain = conv_proc(ctx, &f), *scheduled = conv_proc(ctx, &f);
+  CHECK(plain && scheduled);
+  check_text(scheduled_text(ctx, scheduled),
+             "routine conv\n"
+             "  params: in#1 single[3, 16 pad 1:1, 16 pad 1:1], w#2 single[16, 3, 3, 3], "
+             "out#3 single[16, 8, 16]\n"
+             "for o in 0..16 (parallel):\n"
+             "  for y in 0..8:\n"
+             "    for c in 0..3:\n"
+             "      for ky in 0..3:\n"
+             "        for kx in 0..3:\n"
+             "          for x in 0..16 (vector):\n"
+             "            out[o, y, x] := out[o, y, x] + in[c, 2*y + ky - 1, x + kx - 1] * "
+             "w[o, c, ky, kx]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Affine bounds (Tile's cumulative sums): a loop never moves inside one whose bounds read
+ * its variable, a loop with bounds moves outward ---- */
+
+typedef struct {
+  cn_node *in2, *out2, *in1, *out1;
+  cn_symbol i, j, k, p, q;
+} cumsum_fixture;
+
+/* `for v in 0..box` with the upper bound `outer + 1`. */
+static cn_ll_stmt *triangle_loop(cn_ctx *ctx, cn_symbol v, int64_t box, cn_symbol outer,
+                                 cn_ll_stmt *body) {
+  cn_ll_bound upper = {affine1(outer, 1, 1), 1};
+  return cn_lb_bounds(ctx, cn_lb_loop(ctx, v, 0, box, body), 0, NULL, 1, &upper);
+}
+
+/* out2[i, j] += in2[k, j] for k <= i, looping i, j, k; out1[p] += in1[q] for q <= p. */
+static cn_ll_proc *cumsum_proc(cn_ctx *ctx, const cumsum_fixture *f) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_expr *read2 =
+      cn_lb_get(ctx, 0, single, cn_lb_indices(ctx, 2, cn_index_iter(f->k), cn_index_iter(f->j)));
+  cn_index *out2_idx = cn_lb_indices(ctx, 2, cn_index_iter(f->i), cn_index_iter(f->j));
+  cn_ll_stmt *two = cn_lb_loop(
+      ctx, f->i, 0, 64,
+      cn_lb_loop(ctx, f->j, 0, 32,
+                 triangle_loop(ctx, f->k, 64, f->i,
+                               cn_lb_accum(ctx, 1, single, out2_idx, CN_OP_ADD, read2))));
+  cn_ll_expr *read1 = cn_lb_get(ctx, 2, single, cn_lb_indices(ctx, 1, cn_index_iter(f->q)));
+  cn_index *out1_idx = cn_lb_indices(ctx, 1, cn_index_iter(f->p));
+  cn_ll_stmt *one = cn_lb_loop(
+      ctx, f->p, 0, 256,
+      triangle_loop(ctx, f->q, 256, f->p, cn_lb_accum(ctx, 3, single, out1_idx, CN_OP_ADD, read1)));
+  cn_ll_param params[4] = {param_of(f->in2), param_of(f->out2), param_of(f->in1),
+                           param_of(f->out1)};
+  return cn_lb_proc(ctx, "cumsum", cn_lb_seq(ctx, 2, two, one), 4, params, 0, NULL);
+}
+
+static void test_affine_bounds(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cumsum_fixture f = {.in2 = node(ctx, "in2", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)32),
+                      .out2 = node(ctx, "out2", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)32),
+                      .in1 = node(ctx, "in1", CN_PREC_SINGLE, 1, (int64_t)256),
+                      .out1 = node(ctx, "out1", CN_PREC_SINGLE, 1, (int64_t)256),
+                      .i = cn_symbol_create(ctx, "i", 64),
+                      .j = cn_symbol_create(ctx, "j", 32),
+                      .k = cn_symbol_create(ctx, "k", 64),
+                      .p = cn_symbol_create(ctx, "p", 256),
+                      .q = cn_symbol_create(ctx, "q", 256)};
+  cn_ll_proc *plain = cumsum_proc(ctx, &f), *scheduled = cumsum_proc(ctx, &f);
+  CHECK(plain && scheduled);
+  check_text(scheduled_text(ctx, scheduled),
+             "routine cumsum\n"
+             "  params: in2#1 single[64, 32], out2#2 single[64, 32], in1#3 single[256], "
+             "out1#4 single[256]\n"
+             "for i in 0..64 (parallel):\n"
+             "  for k in 0..i + 1:\n"
+             "    for j in 0..32 (vector):\n"
+             "      out2[i, j] := out2[i, j] + in2[k, j]\n"
+             "for p in 0..256 (parallel):\n"
+             "  for q in 0..p + 1:\n"
+             "    out1[p] := out1[p] + in1[q]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Reductions: to a scalar, and two reduction loops that must keep their order ---- */
+
+/* s[] += a[i, j] (params a, s), and t[i] += x[i, k, j] looping i, j, k (params x, t): j has the
+ * unit stride but is a reduction with the reduction k inside it. */
+static cn_ll_proc *reductions_proc(cn_ctx *ctx, cn_node *const *nodes, const cn_symbol *ijk) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_symbol i = ijk[0], j = ijk[1], k = ijk[2];
+  cn_ll_expr *a =
+      cn_lb_get(ctx, 0, single, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j)));
+  cn_ll_stmt *scalar = cn_lb_loop(
+      ctx, i, 0, 256,
+      cn_lb_loop(ctx, j, 0, 256, cn_lb_accum(ctx, 1, single, cn_lb_indices(ctx, 0), CN_OP_ADD, a)));
+  cn_ll_expr *x = cn_lb_get(
+      ctx, 2, single, cn_lb_indices(ctx, 3, cn_index_iter(i), cn_index_iter(k), cn_index_iter(j)));
+  cn_ll_stmt *ordered = cn_lb_loop(
+      ctx, i, 0, 16,
+      cn_lb_loop(ctx, j, 0, 64,
+                 cn_lb_loop(ctx, k, 0, 64,
+                            cn_lb_accum(ctx, 3, single, cn_lb_indices(ctx, 1, cn_index_iter(i)),
+                                        CN_OP_ADD, x))));
+  cn_ll_param params[4] = {param_of(nodes[0]), param_of(nodes[1]), param_of(nodes[2]),
+                           param_of(nodes[3])};
+  return cn_lb_proc(ctx, "reductions", cn_lb_seq(ctx, 2, scalar, ordered), 4, params, 0, NULL);
+}
+
+static void test_reductions(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
+                       node(ctx, "s", CN_PREC_SINGLE, 0),
+                       node(ctx, "x", CN_PREC_SINGLE, 3, (int64_t)16, (int64_t)64, (int64_t)64),
+                       node(ctx, "t", CN_PREC_SINGLE, 1, (int64_t)16)};
+  cn_symbol ijk[3] = {cn_symbol_create(ctx, "i", 256), cn_symbol_create(ctx, "j", 256),
+                      cn_symbol_create(ctx, "k", 64)};
+  cn_ll_proc *plain = reductions_proc(ctx, nodes, ijk),
+             *scheduled = reductions_proc(ctx, nodes, ijk);
+  CHECK(plain && scheduled);
+  check_text(scheduled_text(ctx, scheduled),
+             "routine reductions\n"
+             "  params: a#1 single[256, 256], s#2 single[], x#3 single[16, 64, 64], "
+             "t#4 single[16]\n"
+             "for i in 0..256:\n"
+             "  for j in 0..256:\n"
+             "    s[] := s[] + a[i, j]\n"
+             "for i in 0..16 (parallel):\n"
+             "  for j in 0..64:\n"
+             "    for k in 0..64:\n"
+             "      t[i] := t[i] + x[i, k, j]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Cross-iteration dependences: nothing marked where an iteration reads another's cell ---- */
+
+/* u[v] := u[v - 1] + a[v] for v in 1..40000 (params a, u), and y[i, j] := y[i, j - 1] + b[i, j]
+ * (params b, y): rows are independent, columns are not. */
+static cn_ll_proc *scans_proc(cn_ctx *ctx, cn_node *const *nodes, const cn_symbol *vij) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_symbol v = vij[0], i = vij[1], j = vij[2];
+  cn_ll_expr *sum1 = cn_lb_op(
+      ctx, CN_OP_ADD, single, cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 1, affine1(v, 1, -1))),
+      cn_lb_get(ctx, 0, single, cn_lb_indices(ctx, 1, cn_index_iter(v))), NULL);
+  cn_ll_stmt *scan1 = cn_lb_loop(ctx, v, 1, 40000,
+                                 cn_lb_set(ctx, 1, cn_lb_indices(ctx, 1, cn_index_iter(v)), sum1));
+  cn_ll_expr *sum2 = cn_lb_op(
+      ctx, CN_OP_ADD, single,
+      cn_lb_get(ctx, 3, single, cn_lb_indices(ctx, 2, cn_index_iter(i), affine1(j, 1, -1))),
+      cn_lb_get(ctx, 2, single, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))), NULL);
+  cn_ll_stmt *scan2 = cn_lb_loop(
+      ctx, i, 0, 256,
+      cn_lb_loop(
+          ctx, j, 1, 256,
+          cn_lb_set(ctx, 3, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j)), sum2)));
+  cn_ll_param params[4] = {param_of(nodes[0]), param_of(nodes[1]), param_of(nodes[2]),
+                           param_of(nodes[3])};
+  return cn_lb_proc(ctx, "scans", cn_lb_seq(ctx, 2, scan1, scan2), 4, params, 0, NULL);
+}
+
+static void test_dependences(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 1, (int64_t)40000),
+                       node(ctx, "u", CN_PREC_SINGLE, 1, (int64_t)40000),
+                       node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
+                       node(ctx, "y", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256)};
+  cn_symbol vij[3] = {cn_symbol_create(ctx, "v", 40000), cn_symbol_create(ctx, "i", 256),
+                      cn_symbol_create(ctx, "j", 256)};
+  cn_ll_proc *plain = scans_proc(ctx, nodes, vij), *scheduled = scans_proc(ctx, nodes, vij);
+  CHECK(plain && scheduled);
+  check_text(scheduled_text(ctx, scheduled),
+             "routine scans\n"
+             "  params: a#1 single[40000], u#2 single[40000], b#3 single[256, 256], "
+             "y#4 single[256, 256]\n"
+             "for v in 1..40000:\n"
+             "  u[v] := u[v - 1] + a[v]\n"
+             "for i in 0..256 (parallel):\n"
+             "  for j in 1..256:\n"
+             "    y[i, j] := y[i, j - 1] + b[i, j]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- A nest from the lowering: c =:+ a * b over the product space (i, k, j) ---- */
+
+static cn_ll_proc *lowered_matmul(cn_ctx *ctx, cn_node *const *abc, const cn_symbol *ikj) {
+  int64_t sizes[3] = {24, 20, 16};
+  cn_index mc[2] = {cn_index_iter(ikj[0]), cn_index_iter(ikj[1])};
+  cn_index ma[2] = {cn_index_iter(ikj[0]), cn_index_iter(ikj[2])};
+  cn_index mb[2] = {cn_index_iter(ikj[2]), cn_index_iter(ikj[1])};
+  cn_proj_tensor rhs[2] = {tensor(abc[0], ma), tensor(abc[1], mb)};
+  cn_proj *proj = cn_proj_create(ctx, 3, ikj, sizes, tensor(abc[2], mc), 2, rhs);
+  cn_buffer ab[2] = {{abc[0], false}, {abc[1], false}};
+  cn_asgn *asgn = cn_asgn_accum(ctx, true, CN_OP_ADD, abc[2], CN_OP_MUL, ab, proj);
+  cn_ll_proc *proc = NULL;
+  CHECK(asgn != NULL);
+  if (!asgn) return NULL;
+  CHECK_INT(cn_ll_lower(ctx, asgn, "lowered", &proc), CN_OK);
+  CHECK_INT(cn_ll_simplify(ctx, proc), CN_OK);
+  return proc;
+}
+
+static void test_lowered(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)24, (int64_t)16),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)20),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)24, (int64_t)20)};
+  cn_symbol ikj[3] = {cn_symbol_create(ctx, "i", 0), cn_symbol_create(ctx, "k", 0),
+                      cn_symbol_create(ctx, "j", 0)};
+  cn_ll_proc *plain = lowered_matmul(ctx, abc, ikj), *scheduled = lowered_matmul(ctx, abc, ikj);
+  CHECK(plain && scheduled);
+  if (!plain || !scheduled) return;
+  const char *plain_text = cn_ll_to_string(ctx, plain);
+  CHECK_HAS(plain_text, "for i in 0..24:\n  for k in 0..20:\n    for j in 0..16:\n");
+  CHECK_HAS(scheduled_text(ctx, scheduled),
+            "for i in 0..24:\n  for j in 0..16:\n    for k in 0..20 (vector):\n"
+            "      c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+  check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- The dependence helpers alone, on the matmul nest ---- */
+
+static void test_deps(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)48),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)48, (int64_t)40),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)40)};
+  cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 64), cn_symbol_create(ctx, "k", 40),
+                      cn_symbol_create(ctx, "j", 48)};
+  cn_symbol i = iks[0], k = iks[1], j = iks[2];
+  CHECK_INT(cn_node_set_padding(abc[1], 1, 2, 3), CN_OK); /* b's rows: 2 + 40 + 3 = 45 cells */
+  cn_ll_proc *proc = matmul_proc(ctx, abc, iks);
+  CHECK(proc != NULL);
+  cn_ll_stmt **slot = &proc->body->u.seq.items[2]; /* the accumulation, after comment, prefill */
+  cn_sched_nest nest;
+  bool found = false;
+  CHECK_INT(cn_sched_nest_read(ctx, slot, &nest, &found), CN_OK);
+  CHECK(found);
+  CHECK_INT(nest.depth, 3);
+  CHECK_INT(nest.n_stores, 1);
+  CHECK_INT(nest.n_access, 4); /* c written, then c, a, b read */
+  CHECK(nest.access[0].write && nest.access[0].param == 2);
+  CHECK(!nest.access[1].write && nest.access[1].param == 2);
+  CHECK_INT(nest.access[3].param, 1);
+  CHECK_NEAR(cn_sched_stride(proc, &nest.access[3], k), 1, 0);
+  CHECK_NEAR(cn_sched_stride(proc, &nest.access[3], j), 45, 0);
+  CHECK_NEAR(cn_sched_stride(proc, &nest.access[2], j), 1, 0);
+  CHECK_NEAR(cn_sched_stride(proc, &nest.access[2], k), 0, 0);
+  CHECK(cn_sched_is_reduction(&nest.access[0], 2, j));
+  CHECK(!cn_sched_is_reduction(&nest.access[0], 2, i));
+  CHECK(!cn_sched_is_reduction(&nest.access[0], 2, k));
+  cn_symbol jk[2] = {j, k};
+  CHECK(cn_sched_independent(proc, &nest, i, jk, 2));
+  CHECK(cn_sched_independent(proc, &nest, k, NULL, 0));
+  CHECK(!cn_sched_independent(proc, &nest, j, NULL, 0));
+  CHECK(cn_sched_independent(proc, &nest, k, &i, 1)); /* columns of c stay apart, whatever i does */
+  /* The prefill: a nest of one store that reads nothing. */
+  CHECK_INT(cn_sched_nest_read(ctx, &proc->body->u.seq.items[1], &nest, &found), CN_OK);
+  CHECK(found);
+  CHECK_INT(nest.n_access, 1);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Options and the driver ---- */
+
+static void test_options(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_sched_options o = {0};
+  CHECK_INT(cn_sched_parse(ctx, NULL, &o), CN_OK);
+  CHECK_INT(o.passes, CN_SCHED_ALL);
+  CHECK_INT(cn_sched_parse(ctx, "none", &o), CN_OK);
+  CHECK_INT(o.passes, 0);
+  CHECK_INT(cn_sched_parse(ctx, "order", &o), CN_OK);
+  CHECK_INT(o.passes, CN_SCHED_ORDER);
+  CHECK_INT(cn_sched_parse(ctx, " marks , order", &o), CN_OK);
+  CHECK_INT(o.passes, CN_SCHED_ORDER | CN_SCHED_MARKS);
+  CHECK_INT(cn_sched_parse(ctx, "tile", &o), CN_OK);
+  CHECK_INT(o.passes, CN_SCHED_TILE);
+  CHECK_INT(cn_sched_parse(ctx, "all", &o), CN_OK);
+  CHECK_INT(o.passes, CN_SCHED_ALL);
+  CHECK_INT(cn_sched_default().passes, CN_SCHED_ALL);
+  o.passes = CN_SCHED_MARKS;
+  CHECK_INT(cn_sched_parse(ctx, "order,bogus", &o), CN_ERR_INVALID);
+  CHECK_STR(cn_ctx_error(ctx), "schedule 'order,bogus': unknown pass 'bogus' (known: all, none, "
+                               "order, tile, marks)");
+  CHECK_INT(o.passes, CN_SCHED_MARKS);
+  CHECK_INT(cn_sched_parse(ctx, "order,,marks", &o), CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "unknown pass ''");
+
+  /* Each switch alone, on the matmul. */
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)48),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)48, (int64_t)40),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)40)};
+  cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 64), cn_symbol_create(ctx, "k", 40),
+                      cn_symbol_create(ctx, "j", 48)};
+  cn_ll_proc *plain = matmul_proc(ctx, abc, iks), *none = matmul_proc(ctx, abc, iks),
+             *order = matmul_proc(ctx, abc, iks), *marks = matmul_proc(ctx, abc, iks);
+  CHECK(plain && none && order && marks);
+  const char *plain_text = cn_ll_to_string(ctx, plain);
+  CHECK(plain_text && !strchr(plain_text, '('));
+  o.passes = 0;
+  CHECK_INT(cn_sched_proc(ctx, none, &o), CN_OK);
+  CHECK_STR(cn_ll_to_string(ctx, none), plain_text);
+  o.passes = CN_SCHED_ORDER;
+  CHECK_INT(cn_sched_proc(ctx, order, &o), CN_OK);
+  const char *order_text = cn_ll_to_string(ctx, order);
+  CHECK_HAS(order_text, "for i in 0..64:\n  for j in 0..48:\n    for k in 0..40:\n      c[i, k]");
+  CHECK(!strchr(order_text, '('));
+  o.passes = CN_SCHED_MARKS;
+  CHECK_INT(cn_sched_proc(ctx, marks, &o), CN_OK);
+  CHECK_HAS(cn_ll_to_string(ctx, marks),
+            "for i in 0..64 (parallel):\n  for k in 0..40:\n    for j in 0..48:\n      c[i, k]");
+  check_same_results(ctx, plain, order);
+  cn_ctx_destroy(ctx);
+}
+
+/* Every allocation of the stage failing in turn: CN_ERR_NOMEM, and the procedure left whole
+ * (printable, with the same results), never a crash. */
+static void test_allocation_failures(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)64),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)100),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)100)};
+  cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 16), cn_symbol_create(ctx, "k", 100),
+                      cn_symbol_create(ctx, "j", 64)};
+  cn_sched_options opts = {CN_SCHED_ALL, 2048, 20000};
+  int failures = 0;
+  for (long n = 1; n < 1000; n++) {
+    cn_ll_proc *proc = matmul_sized(ctx, abc, iks, 16, 100, 64);
+    CHECK(proc != NULL);
+    if (!proc) break;
+    ctx->fail_alloc_countdown = n;
+    cn_status st = cn_sched_proc(ctx, proc, &opts);
+    ctx->fail_alloc_countdown = 0;
+    CHECK(cn_ll_to_string(ctx, proc) != NULL);
+    if (st == CN_OK) break;
+    CHECK_INT(st, CN_ERR_NOMEM);
+    failures++;
+  }
+  CHECK(failures > 3);
+  cn_ll_proc *plain = matmul_sized(ctx, abc, iks, 16, 100, 64);
+  cn_ll_proc *partial = matmul_sized(ctx, abc, iks, 16, 100, 64);
+  ctx->fail_alloc_countdown = 3;
+  CHECK_INT(cn_sched_proc(ctx, partial, &opts), CN_ERR_NOMEM);
+  ctx->fail_alloc_countdown = 0;
+  check_same_results(ctx, plain, partial);
+  cn_ctx_destroy(ctx);
+}
+
+int main(void) {
+  test_matmul();
+  test_tile();
+  test_conv();
+  test_affine_bounds();
+  test_reductions();
+  test_dependences();
+  test_lowered();
+  test_deps();
+  test_options();
+  test_allocation_failures();
+  CHECK_DONE();
+}
