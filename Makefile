@@ -11,7 +11,8 @@
 #                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
 #                  build/moons.svg)
-#   make bench     install python3-torch when missing, build, run the benchmarks (bench/)
+#   make bench     install python3-torch, python3-numpy and libopenblas0-pthread when missing,
+#                  build, run the benchmarks (bench/; bench_perf's JSON lines in build/bench_perf.json)
 #   make install   install under PREFIX (default /usr/local)
 #   make format    clang-format every C file in place
 #   make clean     remove the build directories
@@ -113,18 +114,27 @@ fuzz: deps
 demo: build
 	build/example_moons build/moons.svg
 
-# The PyTorch baseline of bench_moons comes from Debian's python3-torch (large, so only here,
-# never a dependency of `make test`).
+# The PyTorch and numpy baselines of bench_moons and bench_perf come from Debian's python3-torch
+# and python3-numpy (large, so only here, never a dependency of `make test`), with OpenBLAS: both
+# call libblas.so.3, which without libopenblas0 is the reference BLAS (about 30x slower at a
+# 1024^2 matmul). bench_perf prints the table of issue 16 and writes its JSON lines to
+# build/bench_perf.json.
+BENCH_PY_PACKAGES := python3-torch python3-numpy libopenblas0-pthread
 bench: deps
-	@dpkg -s python3-torch 2>/dev/null | grep -q '^Status: install ok installed' || { \
-	  echo "installing: python3-torch"; \
+	@missing=""; \
+	for p in $(BENCH_PY_PACKAGES); do \
+	  dpkg -s "$$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$p"; \
+	done; \
+	[ -z "$$missing" ] || { \
+	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-	    python3-torch; }
+	    $$missing; }
 	$(MAKE) --no-print-directory build
 	build/bench_bench_matmul
 	build/bench_bench_moons
 	build/bench_bench_scale
+	build/bench_bench_perf --json build/bench_perf.json
 
 install: build
 	cmake --install build --prefix $(PREFIX)
