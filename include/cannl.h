@@ -58,9 +58,10 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
 
 /* Options of the generated-C backend (copied):
  *   "cc"        compiler command (default: $CC, else "cc")
- *   "cflags"    flags (default: $CANNL_CFLAGS, else "-O3 -march=native -shared -fPIC -std=c11";
- *               the test suite's valgrind run drops -march=native, whose AVX-512 code valgrind
- *               cannot execute)
+ *   "cflags"    flags (default: $CANNL_CFLAGS, else
+ *               "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11", -fopenmp-simd for the
+ *               `#pragma omp simd` of vector loops; the test suite's valgrind run drops
+ *               -march=native, whose AVX-512 code valgrind cannot execute)
  *   "cache_dir" where generated sources and compiled objects are kept, each object with a
  *               record of its key and checksum verified before loading (default:
  *               $CANNL_CACHE_DIR, "off" for no disk cache, else $XDG_CACHE_HOME/cannl, else
@@ -71,7 +72,10 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               NaN or an infinity (in write order, padding margins excepted) fails the run with
  *               CN_ERR_RUNTIME, naming the node, the cell and the value; "off" (default:
  *               $CANNL_CHECK as it was when the routine was compiled, else "off"). The scan
- *               reads every cell written: a debugging mode (bench_moons measures its cost). */
+ *               reads every cell written: a debugging mode (bench_moons measures its cost).
+ *   "threads"   the threads that run the parallel loops of a routine, the caller included: a
+ *               count in [1, 1024] (default: $CANNL_THREADS, else the cores the process may run
+ *               on). Results are the same bits for every count. */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 

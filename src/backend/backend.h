@@ -9,6 +9,15 @@
 
 #include "loops/loops.h"
 
+/* How a run splits a CN_LL_PARALLEL loop across threads: pool_for(pool, n, fn, env) runs fn on
+ * contiguous chunks of [0, n) covering it exactly once and returns when all are done (the
+ * runtime's cn_pool_for). Generated C declares the same layout as cn_par_t, so the two must
+ * agree. A NULL cn_parallel runs every loop on the caller's thread. */
+typedef struct {
+  void (*pool_for)(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi), void *env);
+  void *pool;
+} cn_parallel;
+
 typedef struct {
   const char *name;
   /* On success *compiled is backend-owned state; *source (may be NULL) is text describing what
@@ -16,6 +25,11 @@ typedef struct {
   cn_status (*compile)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled, const char **source);
   cn_status (*run)(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms);
   void (*release)(void *compiled);
+  /* run with a thread pool for the parallel-marked loops (NULL: the backend runs them
+   * sequentially through `run`, as the interpreter does); results are those of `run` bit for bit.
+   */
+  cn_status (*run_parallel)(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms,
+                            const cn_parallel *par);
 } cn_backend;
 
 extern const cn_backend cn_backend_interp;
@@ -29,7 +43,10 @@ extern const cn_backend cn_backend_c;
 const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 
 /* Generates the C source of a procedure (used by cn_backend_c; exposed for golden tests).
- * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`. */
+ * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`; a procedure
+ * with a CN_LL_PARALLEL loop also exports `void <name>_entry_par(void *const *buffers,
+ * const int64_t *syms, const cn_par_t *par)` (cn_par_t laid out as cn_parallel; the plain entry
+ * passes NULL: every loop on the caller). */
 cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out);
 
 #endif

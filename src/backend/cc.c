@@ -5,12 +5,12 @@
  * The options cc, cflags and cache_dir are this backend's: their defaults and environment
  * variables live here (cn_cc_option), the context only stores the values set on it. The compiler
  * is the option cc, else $CC, else "cc"; its flags the option cflags, else $CANNL_CFLAGS, else
- * "-O3 -march=native -shared -fPIC -std=c11". The cache directory is the option cache_dir, else
- * $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no usable home)
- * the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory owned by the
- * user and writable by nobody else. The value "off" (option or variable), or a refused per-user
- * directory, compiles into a private temporary directory whose files are removed once the object
- * is loaded.
+ * "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11". The cache directory is the option
+ * cache_dir, else $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no
+ * usable home) the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory
+ * owned by the user and writable by nobody else. The value "off" (option or variable), or a refused
+ * per-user directory, compiles into a private temporary directory whose files are removed once the
+ * object is loaded.
  *
  * Invariants: the cache key is a hash of the key text <cc> "\n" <cflags> "\n" <source>, so a
  * file <name>-<key>.so is meant to be the compilation of <name>-<key>.c with those settings, and
@@ -24,7 +24,9 @@
  * loaded from its temporary name before it is published, so a concurrent process that evicts the
  * entry in between cannot make the load fail. No temporary file survives a failure. The compiler
  * runs without a shell, from an argv split out of the cc and cflags options (split_words). The
- * compiled state owns the loaded object and the malloc'd source until release. */
+ * compiled state owns the loaded object and the malloc'd source until release. A procedure with
+ * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
+ * (per call: one cached object may serve several contexts); without it run_parallel is run. */
 #include "backend/backend.h"
 
 #include <dlfcn.h>
@@ -52,11 +54,13 @@ extern char **environ;
 #define FNV_PRIME  1099511628211ull
 
 typedef void (*cc_entry_fn)(void *const *buffers, const int64_t *syms);
+typedef void (*cc_entry_par_fn)(void *const *buffers, const int64_t *syms, const cn_parallel *par);
 
 typedef struct {
   void *handle;
   cc_entry_fn entry;
-  char *source; /* malloc'd generated C */
+  cc_entry_par_fn entry_par; /* NULL: the procedure has no parallel loop */
+  char *source;              /* malloc'd generated C */
 } cc_compiled;
 
 /* Paths of one compilation (malloc'd). */
@@ -391,7 +395,7 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key) {
   if (set) return set;
   const char *env = getenv(cc ? "CC" : "CANNL_CFLAGS");
   if (env && *env) return env;
-  return cc ? "cc" : "-O3 -march=native -shared -fPIC -std=c11";
+  return cc ? "cc" : "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11";
 }
 
 /* Empties and removes a private directory (its files are all named in paths). */
@@ -591,6 +595,8 @@ static bool load_object(const char *so_path, const char *name, cc_compiled *c, c
     c->handle = NULL;
     return false;
   }
+  snprintf(symbol, sizeof symbol, "%s_entry_par", name);
+  *(void **)(&c->entry_par) = dlsym(c->handle, symbol); /* absent without parallel loops */
   return true;
 }
 
@@ -797,9 +803,21 @@ static cn_status cc_run(cn_ctx *ctx, void *compiled, void *const *buffers, const
   return CN_OK;
 }
 
+static cn_status cc_run_parallel(cn_ctx *ctx, void *compiled, void *const *buffers,
+                                 const int64_t *syms, const cn_parallel *par) {
+  (void)ctx;
+  cc_compiled *c = compiled;
+  if (c->entry_par)
+    c->entry_par(buffers, syms, par);
+  else
+    c->entry(buffers, syms);
+  return CN_OK;
+}
+
 const cn_backend cn_backend_c = {
     .name = "c",
     .compile = cc_compile,
     .run = cc_run,
     .release = cc_release,
+    .run_parallel = cc_run_parallel,
 };

@@ -26,9 +26,20 @@
 #define CGEN_LANES "cn_lanes"
 #define CGEN_LANE  "cn_lane"
 
+/* The outlining of parallel loops (see "Parallel loops"): mutable state shared by the cgen
+ * copies that write the routine's body and the outlined functions. */
+typedef struct {
+  cn_sbuf outlined; /* the outlined functions, emitted before the routine */
+  int count;        /* outlined so far: the next function is cn_body_<count> */
+  cn_symbol *scope; /* the loop variables enclosing the statement being emitted */
+  int n_scope;      /* at most the number of symbols the procedure names */
+  bool inside;      /* emitting an outlined body: inner parallel marks run sequentially */
+} cgen_par;
+
 typedef struct {
   cn_ctx *ctx;
   const cn_ll_proc *proc;
+  cgen_par *par; /* NULL: no loop is outlined (no parallel mark, or a routine of kernels) */
   cn_sbuf *out;
   const char **param_names;        /* per param */
   int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
@@ -531,6 +542,112 @@ static void emit_range_side(const cgen *g, int64_t edge, int n, const cn_ll_boun
   }
 }
 
+/* ---- Parallel loops ----
+ * A CN_LL_PARALLEL loop (iterations independent, loops.h) becomes a static function
+ * cn_body_<k>(env, lo, hi) running iterations [from + lo, from + hi) of it, with the body's text
+ * unchanged, and at its place a call through the per-call cn_par_t (the runtime's pool, passed to
+ * the entry point: never a global, since two contexts may load one object) over [0, to - from),
+ * or a direct call over all of it without a pool. The environment struct cn_env_<k> carries every
+ * buffer, free symbol and enclosing loop variable under its own name, so the outlined body reads
+ * them as the routine does. Each iteration runs whole on one thread, in the scalar order: a cell
+ * gets the same sequence of stores for any thread count. Parallel marks inside an outlined body
+ * run sequentially (one level of threads). */
+
+static void emit_loop_body(const cgen *g, int depth, const cn_ll_stmt *s) {
+  if (g->par) g->par->scope[g->par->n_scope++] = s->u.loop.sym;
+  emit_stmt(g, depth + 1, s->u.loop.body);
+  if (g->par) g->par->n_scope--;
+}
+
+/* Calls fn(g, sb, param, name) for every entry of the environment: the buffers (param their
+ * position), then the free symbols and the enclosing loop variables (param -1: an int64_t). */
+static void each_env_entry(const cgen *g, cn_sbuf *sb,
+                           void (*fn)(const cgen *g, cn_sbuf *sb, int param, const char *name)) {
+  for (int k = 0; k < g->proc->n_params; k++) fn(g, sb, k, g->param_names[k]);
+  for (int i = 0; i < g->proc->n_free_syms; i++) fn(g, sb, -1, sym_name(g, g->proc->free_syms[i]));
+  for (int i = 0; i < g->par->n_scope; i++) fn(g, sb, -1, sym_name(g, g->par->scope[i]));
+}
+
+static void print_param_type(const cgen *g, cn_sbuf *sb, int param);
+
+static void env_field(const cgen *g, cn_sbuf *sb, int param, const char *name) {
+  cn_sbuf_puts(sb, "  ");
+  if (param >= 0)
+    print_param_type(g, sb, param);
+  else
+    cn_sbuf_puts(sb, "int64_t ");
+  cn_sbuf_printf(sb, "%s;\n", name);
+}
+
+static void env_local(const cgen *g, cn_sbuf *sb, int param, const char *name) {
+  cn_sbuf_puts(sb, "  ");
+  if (param >= 0) {
+    print_param_type(g, sb, param);
+    cn_sbuf_puts(sb, "restrict ");
+  } else {
+    cn_sbuf_puts(sb, "const int64_t ");
+  }
+  cn_sbuf_printf(sb, "%s = cn_env->%s;\n  (void)%s;\n", name, name, name);
+}
+
+static void env_init(const cgen *g, cn_sbuf *sb, int param, const char *name) {
+  (void)g;
+  (void)param;
+  cn_sbuf_printf(sb, ".%s = %s, ", name, name);
+}
+
+/* The outlined function of loop s, appended to the outlined text. */
+static void emit_outlined(const cgen *g, int k, const cn_ll_stmt *s) {
+  cn_sbuf fn = {0};
+  cgen h = *g;
+  h.out = &fn;
+  cn_sbuf_printf(&fn, "struct cn_env_%d {\n", k);
+  each_env_entry(g, &fn, env_field);
+  cn_sbuf_puts(&fn, "  int64_t cn_from;\n};\n");
+  cn_sbuf_printf(&fn, "static void cn_body_%d(void *cn_envp, int64_t cn_lo, int64_t cn_hi) {\n", k);
+  cn_sbuf_printf(&fn, "  const struct cn_env_%d *cn_env = cn_envp;\n", k);
+  each_env_entry(g, &fn, env_local);
+  const char *var = sym_name(g, s->u.loop.sym);
+  cn_sbuf_printf(
+      &fn, "  for (int64_t %s = cn_env->cn_from + cn_lo; %s < cn_env->cn_from + cn_hi; ++%s) {\n",
+      var, var, var);
+  g->par->inside = true;
+  emit_loop_body(&h, 1, s);
+  g->par->inside = false;
+  cn_sbuf_puts(&fn, "  }\n}\n");
+  cn_sbuf_puts(&g->par->outlined, text_of(&fn));
+  if (fn.failed) g->par->outlined.failed = true;
+  cn_sbuf_free(&fn);
+}
+
+static void emit_parallel(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  int k = g->par->count++;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "{ /* parallel */\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "const int64_t cn_from = ");
+  emit_range_side(g, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "cn_max_i64");
+  cn_sbuf_puts(sb, ", cn_to = ");
+  emit_range_side(g, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, "cn_min_i64");
+  cn_sbuf_puts(sb, ";\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "struct cn_env_%d cn_env = {", k);
+  each_env_entry(g, sb, env_init);
+  cn_sbuf_puts(sb, ".cn_from = cn_from};\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "if (cn_from < cn_to && cn_par)\n");
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_printf(sb, "cn_par->pool_for(cn_par->pool, cn_to - cn_from, cn_body_%d, &cn_env);\n", k);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "else if (cn_from < cn_to)\n");
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_printf(sb, "cn_body_%d(&cn_env, 0, cn_to - cn_from);\n", k);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  emit_outlined(g, k, s);
+}
+
 static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf *sb = g->out;
   switch (s->kind) {
@@ -542,14 +659,25 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
     emit_comment(sb, s->u.comment ? s->u.comment : "");
     return;
   case CN_LL_FOR: {
+    if ((s->u.loop.marks & CN_LL_PARALLEL) && g->par && !g->par->inside) {
+      emit_parallel(g, depth, s);
+      return;
+    }
     const char *var = sym_name(g, s->u.loop.sym);
+    /* A vector-marked loop's iterations are independent and its accesses unit-stride (loops.h):
+     * the pragma lets the compiler vectorize it without proving that itself; the body is emitted
+     * unchanged (no reassociation: one lane computes one cell exactly as the scalar loop). */
+    if (s->u.loop.marks & CN_LL_VECTOR) {
+      cn_sbuf_indent(sb, depth);
+      cn_sbuf_puts(sb, "#pragma omp simd\n");
+    }
     cn_sbuf_indent(sb, depth);
     cn_sbuf_printf(sb, "for (int64_t %s = ", var);
     emit_range_side(g, s->u.loop.from, s->u.loop.n_lower, s->u.loop.lower, "cn_max_i64");
     cn_sbuf_printf(sb, "; %s < ", var);
     emit_range_side(g, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, "cn_min_i64");
     cn_sbuf_printf(sb, "; ++%s) {\n", var);
-    emit_stmt(g, depth + 1, s->u.loop.body);
+    emit_loop_body(g, depth, s);
     cn_sbuf_indent(sb, depth);
     cn_sbuf_puts(sb, "}\n");
     return;
@@ -567,10 +695,10 @@ static void print_param_type(const cgen *g, cn_sbuf *sb, int param) {
   cn_sbuf_printf(sb, "%s%s *", g->written[param] ? "" : "const ", cn_prec_table[prec].store_c);
 }
 
-static void emit_routine(const cgen *g) {
+/* The signature of the routine's function; a routine with outlined loops takes the pool too. */
+static void emit_signature(const cgen *g) {
   const cn_ll_proc *proc = g->proc;
   cn_sbuf *sb = g->out;
-  cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
   cn_sbuf_printf(sb, "static void %s(", proc->name);
   for (int k = 0; k < proc->n_params; k++) {
     if (k > 0) cn_sbuf_puts(sb, ", ");
@@ -580,16 +708,22 @@ static void emit_routine(const cgen *g) {
   for (int i = 0; i < proc->n_free_syms; i++)
     cn_sbuf_printf(sb, "%sint64_t %s", proc->n_params + i > 0 ? ", " : "",
                    sym_name(g, proc->free_syms[i]));
-  if (proc->n_params + proc->n_free_syms == 0) cn_sbuf_puts(sb, "void");
+  if (g->par)
+    cn_sbuf_printf(sb, "%sconst cn_par_t *cn_par", proc->n_params + proc->n_free_syms ? ", " : "");
+  else if (proc->n_params + proc->n_free_syms == 0)
+    cn_sbuf_puts(sb, "void");
   cn_sbuf_puts(sb, ") {\n");
-  for (int k = 0; k < proc->n_params; k++) /* e.g. a Tile contraction no valid point reaches */
-    if (!g->accessed[k]) cn_sbuf_printf(sb, "  (void)%s; /* not accessed */\n", g->param_names[k]);
-  emit_stmt(g, 1, proc->body);
-  cn_sbuf_puts(sb, "}\n");
+}
 
-  const char *entry_params = "(void *const *buffers, const int64_t *syms)";
-  cn_sbuf_printf(sb, "void %s_entry%s;\n", proc->name, entry_params);
-  cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
+/* An entry point `<name><suffix>(buffers, syms<extra>)` calling the routine's function, which
+ * gets `par` last when the routine outlines loops. */
+static void emit_entry(const cgen *g, const char *suffix, const char *extra, const char *par) {
+  const cn_ll_proc *proc = g->proc;
+  cn_sbuf *sb = g->out;
+  cn_sbuf_printf(sb, "void %s_entry%s(void *const *buffers, const int64_t *syms%s);\n", proc->name,
+                 suffix, extra);
+  cn_sbuf_printf(sb, "void %s_entry%s(void *const *buffers, const int64_t *syms%s) {\n", proc->name,
+                 suffix, extra);
   if (proc->n_params == 0) cn_sbuf_puts(sb, "  (void)buffers;\n");
   if (proc->n_free_syms == 0) cn_sbuf_puts(sb, "  (void)syms;\n");
   cn_sbuf_printf(sb, "  %s(", proc->name);
@@ -601,7 +735,43 @@ static void emit_routine(const cgen *g) {
   }
   for (int i = 0; i < proc->n_free_syms; i++)
     cn_sbuf_printf(sb, "%ssyms[%d]", proc->n_params + i > 0 ? ", " : "", i);
+  if (g->par) cn_sbuf_printf(sb, "%s%s", proc->n_params + proc->n_free_syms ? ", " : "", par);
   cn_sbuf_puts(sb, ");\n}\n");
+}
+
+static void emit_routine(const cgen *g) {
+  const cn_ll_proc *proc = g->proc;
+  cn_sbuf *sb = g->out;
+  cn_sbuf body = {0};
+  cgen h = *g;
+  if (g->par) {
+    h.out = &body; /* the outlined functions come first */
+  } else {
+    cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
+    emit_signature(g);
+  }
+  for (int k = 0; k < proc->n_params; k++) /* e.g. a Tile contraction no valid point reaches */
+    if (!g->accessed[k])
+      cn_sbuf_printf(h.out, "  (void)%s; /* not accessed */\n", g->param_names[k]);
+  emit_stmt(&h, 1, proc->body);
+  if (g->par) {
+    cn_sbuf_puts(sb,
+                 "/* the runtime's pool (cn_parallel of src/backend/backend.h) */\n"
+                 "typedef struct {\n"
+                 "  void (*pool_for)(void *pool, int64_t n,\n"
+                 "                   void (*fn)(void *env, int64_t lo, int64_t hi), void *env);\n"
+                 "  void *pool;\n"
+                 "} cn_par_t;\n");
+    cn_sbuf_puts(sb, text_of(&g->par->outlined));
+    cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
+    emit_signature(g);
+    cn_sbuf_puts(sb, text_of(&body));
+    if (body.failed) sb->failed = true;
+    cn_sbuf_free(&body);
+  }
+  cn_sbuf_puts(sb, "}\n");
+  emit_entry(g, "", "", "NULL");
+  if (g->par) emit_entry(g, "_par", ", const cn_par_t *par", "par");
 }
 
 /* ---- Routines as kernels ----
@@ -884,6 +1054,22 @@ static cn_status split_stmt(const cgen *g, splitter *sp, const cn_ll_stmt *s) {
   return CN_OK;
 }
 
+/* Whether some loop of `s` carries `mark`. */
+static bool has_mark(const cn_ll_stmt *s, unsigned mark) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++)
+      if (has_mark(s->u.seq.items[i], mark)) return true;
+    return false;
+  case CN_LL_FOR: return (s->u.loop.marks & mark) || has_mark(s->u.loop.body, mark);
+  case CN_LL_IF: return has_mark(s->u.guard.body, mark);
+  case CN_LL_COMMENT:
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return false;
+  }
+  return false;
+}
+
 static int count_statements(const cn_ll_stmt *s) {
   if (s->kind == CN_LL_COMMENT) return 0;
   if (s->kind != CN_LL_SEQ) return 1;
@@ -928,10 +1114,140 @@ static cn_status emit_kernels(const cgen *g) {
   return status;
 }
 
+/* ---- The prelude, pruned ----
+ * A generated file carries only the prelude's helpers it uses, with what they use in turn: the
+ * C compiler then parses a few dozen lines instead of all of builtins.h. The prelude is read as
+ * items: a function (a line starting "static inline" through the next line "}"), a macro (a line
+ * "#define cn_..." with its continuation lines), each named by the identifier it defines, and
+ * top-level comments, dropped (builtins.h is where they are read), and every other line (includes,
+ * pragmas, conditionals, the cn_u4x32 typedef), kept, runs of blank lines as one. builtins.h is
+ * clang-formatted, which is what makes these line shapes reliable. An item is needed when its name
+ * occurs in the routine's text or in a needed item; items keep their order, so the text stays a
+ * deterministic function of the routine's. */
+
+/* A character of a C identifier. */
+static bool is_word(char c) {
+  return is_alpha(c) || is_digit(c) || c == '_';
+}
+
+typedef struct {
+  size_t start, end; /* bytes of cn_builtins_source, end after the newline */
+  bool named, needed, comment;
+} prelude_item;
+
+typedef struct {
+  prelude_item *items;
+  int n;
+  cn_map names; /* identifier -> item index + 1 */
+} prelude;
+
+static size_t line_end(size_t at) {
+  while (at < cn_builtins_source_len && cn_builtins_source[at] != '\n') at++;
+  return at < cn_builtins_source_len ? at + 1 : at;
+}
+
+/* The identifier a line defines: the one before the first '(' of a function, after "#define ". */
+static char *defined_name(cn_ctx *ctx, size_t at, bool macro) {
+  const char *line = cn_builtins_source + at;
+  const char *end = macro ? line + 8 : strchr(line, '(');
+  if (!macro) {
+    while (end > line && is_word(end[-1])) end--;
+  }
+  size_t len = 0;
+  while (is_word(end[len])) len++;
+  char *name = cn_alloc(ctx, len + 1);
+  if (!name) return NULL;
+  memcpy(name, end, len);
+  name[len] = 0;
+  return name;
+}
+
+static cn_status prelude_read(cn_ctx *ctx, prelude *p) {
+  int lines = 1;
+  for (size_t i = 0; i < cn_builtins_source_len; i++) lines += cn_builtins_source[i] == '\n';
+  p->items = cn_alloc(ctx, sizeof *p->items * (size_t)lines);
+  p->names.strings = true;
+  if (!p->items) return ctx->status;
+  for (size_t at = 0; at < cn_builtins_source_len;) {
+    const char *line = cn_builtins_source + at;
+    bool fn = starts_with(line, "static inline "), macro = starts_with(line, "#define cn_");
+    bool comment = starts_with(line, "/*");
+    size_t end = line_end(at);
+    if (comment) {
+      const char *close = strstr(line, "*/");
+      end = close ? line_end((size_t)(close - cn_builtins_source)) : cn_builtins_source_len;
+    }
+    if (fn)
+      while (end < cn_builtins_source_len && !starts_with(cn_builtins_source + end, "}\n"))
+        end = line_end(end);
+    if (fn) end = line_end(end);
+    while (macro && end >= 2 && cn_builtins_source[end - 2] == '\\') end = line_end(end);
+    prelude_item *item = &p->items[p->n++];
+    *item = (prelude_item){.start = at, .end = end, .named = fn || macro, .comment = comment};
+    if (item->named) {
+      char *name = defined_name(ctx, at, macro);
+      if (!name || !cn_map_put(ctx, &p->names, name, (void *)(intptr_t)p->n)) return ctx->status;
+    }
+    at = end;
+  }
+  return CN_OK;
+}
+
+/* Marks the items named by the cn_ identifiers of text[0, len), and (recursively, through a
+ * stack of items to scan) those their texts name. */
+static cn_status prelude_mark(cn_ctx *ctx, prelude *p, const char *text, size_t len) {
+  int *stack = cn_alloc(ctx, sizeof(int) * (size_t)(p->n + 1)), top = 0;
+  if (!stack) return ctx->status;
+  for (;;) {
+    for (size_t i = 0; i < len;) {
+      if (!is_word(text[i]) || is_digit(text[i]) || (i > 0 && is_word(text[i - 1]))) {
+        i++;
+        continue;
+      }
+      size_t n = 0;
+      char word[128];
+      while (i < len && is_word(text[i])) {
+        if (n + 1 < sizeof word) word[n++] = text[i];
+        i++;
+      }
+      word[n] = 0;
+      int found = starts_with(word, "cn_") ? (int)(intptr_t)cn_map_get(&p->names, word) : 0;
+      if (found && !p->items[found - 1].needed) {
+        p->items[found - 1].needed = true;
+        stack[top++] = found - 1;
+      }
+    }
+    if (top == 0) return CN_OK;
+    const prelude_item *next = &p->items[stack[--top]];
+    text = cn_builtins_source + next->start;
+    len = next->end - next->start;
+  }
+}
+
+/* The prelude's kept lines and the items `body` needs, in order. */
+static cn_status emit_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body) {
+  prelude p = {0};
+  cn_status status = prelude_read(ctx, &p);
+  if (status == CN_OK) status = prelude_mark(ctx, &p, text_of(body), body->len);
+  if (status != CN_OK) return status;
+  bool blank = false; /* the last line emitted was blank */
+  for (int k = 0; k < p.n; k++) {
+    const prelude_item *item = &p.items[k];
+    bool is_blank = cn_builtins_source[item->start] == '\n';
+    if (item->comment || (item->named && !item->needed) || (is_blank && blank)) continue;
+    cn_sbuf_printf(out, "%.*s", (int)(item->end - item->start), cn_builtins_source + item->start);
+    blank = is_blank;
+  }
+  if (cn_builtins_source_len > 0 && cn_builtins_source[cn_builtins_source_len - 1] != '\n')
+    cn_sbuf_putc(out, '\n');
+  return CN_OK;
+}
+
 cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   CN_ASSERT(proc && proc->name && proc->body && proc->n_params >= 0 && proc->n_free_syms >= 0);
   size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
-  cgen g = {.ctx = ctx, .proc = proc, .out = out};
+  cn_sbuf body = {0}; /* what follows the prelude, written first: it says what the prelude needs */
+  cgen g = {.ctx = ctx, .proc = proc, .out = &body};
   g.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
   g.strides = cn_alloc(ctx, sizeof(*g.strides) * n_params);
   g.written = cn_alloc(ctx, sizeof(bool) * n_params);
@@ -947,20 +1263,35 @@ cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   if (status == CN_OK) status = name_symbols(&g);
   if (status != CN_OK) return status;
 
+  /* Flags without -fopenmp-simd make `#pragma omp simd` unknown: harmless, but -Wall -Werror in
+   * the user's flags must not turn it into an error. Only procedures with vector marks say so. */
+  if (has_mark(proc->body, CN_LL_VECTOR))
+    cn_sbuf_puts(&body, "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n");
+  if (count_statements(proc->body) > CGEN_STEP_STATEMENTS) {
+    status = emit_kernels(&g); /* parallel marks run sequentially in kernels */
+  } else if (has_mark(proc->body, CN_LL_PARALLEL)) {
+    cgen_par par = {.scope = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(g.symbols.n + 1))};
+    if (!par.scope) status = ctx->status;
+    g.par = &par;
+    if (par.scope) emit_routine(&g);
+    if (par.outlined.failed) body.failed = true;
+    cn_sbuf_free(&par.outlined);
+  } else {
+    emit_routine(&g);
+  }
+
   cn_sbuf_printf(out, "/* Generated by cannl: routine %s. Do not edit. */\n", proc->name);
   cn_sbuf_puts(out, "#include <stdint.h>\n#include <tgmath.h>\n");
-  /* A routine uses few of the prelude's helpers: the rest must not trip -Wall -Werror in the
-   * user's flags (clang warns about unused static inline functions of a main file). */
+  /* The prelude's helpers may still outnumber what a routine calls (a whole family behind one
+   * macro): they must not trip -Wall -Werror in the user's flags (clang warns about unused static
+   * inline functions of a main file). */
   cn_sbuf_puts(out, "#pragma GCC diagnostic push\n"
                     "#pragma GCC diagnostic ignored \"-Wunused-function\"\n");
-  cn_sbuf_puts(out, cn_builtins_source);
-  if (cn_builtins_source_len > 0 && cn_builtins_source[cn_builtins_source_len - 1] != '\n')
-    cn_sbuf_putc(out, '\n');
+  if (status == CN_OK) status = emit_prelude(ctx, out, &body);
   cn_sbuf_puts(out, "#pragma GCC diagnostic pop\n");
-  if (count_statements(proc->body) > CGEN_STEP_STATEMENTS)
-    status = emit_kernels(&g);
-  else
-    emit_routine(&g);
+  cn_sbuf_puts(out, text_of(&body));
+  if (body.failed) out->failed = true;
+  cn_sbuf_free(&body);
   if (status != CN_OK) return status;
   if (out->failed)
     return cn_fail(ctx, CN_ERR_NOMEM, "out of memory generating C for routine '%s'", proc->name);

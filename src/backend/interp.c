@@ -2,7 +2,9 @@
  * with the semantics of src/numeric (cn_value_load/store/convert, cn_eval_op, cn_eval_vec_op).
  * Every other backend is compared with it, so it favors the obvious reading of the IR; it still
  * keeps the walk free of allocation: compile precomputes each parameter's padded strides, the cell
- * of its logical origin and its per-axis bounds, and sizes the symbol environment once.
+ * of its logical origin and its per-axis bounds, and sizes the symbol environment once. Schedule
+ * marks (CN_LL_PARALLEL, CN_LL_VECTOR) say how a loop may run, never what it computes: the
+ * interpreter ignores them and runs every loop sequentially (it has no run_parallel).
  *
  * Invariants: the compiled state copies what it needs of the nodes (precision, padded geometry)
  * and points only at the procedure, which lives in the context arena and so outlives it; the

@@ -11,12 +11,24 @@
  * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`).
  * With the "check" option at "nan", a run also scans what it wrote (see check_nonfinite).
  *
- * The public option calls live here, the layer that knows every option: "check" is the routines'
- * own, "cc", "cflags" and "cache_dir" the generated-C backend's (cn_cc_option); the context only
- * stores the values set. */
+ * A procedure is scheduled (src/sched) after simplification, with the passes the "schedule"
+ * option names when the routine is compiled; the loop-IR text is the scheduled one.
+ *
+ * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
+ * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
+ * the process may run on); the pool splits only iterations the schedule proved independent, so
+ * results are the same bits for every thread count.
+ *
+ * The public option calls live here, the layer that knows every option: "check", "schedule" and
+ * "threads" are the routines' own, "cc", "cflags" and "cache_dir" the generated-C backend's
+ * (cn_cc_option); the context only stores the values set. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/backend.h"
+#include "runtime/pool.h"
+#include "sched/sched.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +49,7 @@ struct cn_routine {
   const char *env_check;  /* the "check" default when compiled ($CANNL_CHECK or "off"; arena) */
   int *written;           /* params the body writes, in the order of their first write (arena) */
   int n_written;
+  bool parallel;       /* the procedure has a CN_LL_PARALLEL loop */
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
@@ -85,6 +98,23 @@ static void collect_writes(const cn_ll_stmt *stmt, bool *seen, int *out, int *n)
     seen[param] = true;
     out[(*n)++] = param;
   }
+}
+
+/* Whether some loop of stmt is marked CN_LL_PARALLEL. */
+static bool has_parallel_loop(const cn_ll_stmt *stmt) {
+  switch (stmt->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < stmt->u.seq.count; i++)
+      if (has_parallel_loop(stmt->u.seq.items[i])) return true;
+    return false;
+  case CN_LL_FOR:
+    return (stmt->u.loop.marks & CN_LL_PARALLEL) || has_parallel_loop(stmt->u.loop.body);
+  case CN_LL_IF: return has_parallel_loop(stmt->u.guard.body);
+  case CN_LL_COMMENT:
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return false;
+  }
+  return false;
 }
 
 /* The "check" = "nan" option: the first written node holding a NaN or an infinity fails the run
@@ -174,6 +204,10 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   cn_ll_proc *proc;
   if (cn_ll_lower(ctx, asgn, name_copy, &proc) != CN_OK) return NULL;
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
+  cn_sched_options sched;
+  if (cn_sched_parse(ctx, cn_ctx_option(ctx, "schedule"), &sched) != CN_OK ||
+      cn_sched_proc(ctx, proc, &sched) != CN_OK)
+    return NULL;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
 
@@ -192,6 +226,7 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
     return NULL;
   }
   collect_writes(proc->body, seen, r->written, &r->n_written);
+  r->parallel = has_parallel_loop(proc->body);
   if (routine_alloc_tables(r) != CN_OK ||
       impl->compile(ctx, proc, &r->compiled, &r->source) != CN_OK) {
     routine_release(r);
@@ -205,6 +240,51 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   cn_log(ctx, CN_LOG_DEBUG, "compiled routine '%s' for backend %s (%d buffers, %d symbols)",
          r->name, impl->name, proc->n_params, proc->n_free_syms);
   return r;
+}
+
+/* ---- Threads ---- */
+
+#define MAX_THREADS 1024
+
+/* A thread count: a decimal integer in [1, MAX_THREADS]. */
+static bool parse_threads(const char *text, int *threads) {
+  char *end;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end || v < 1 || v > MAX_THREADS) return false;
+  *threads = (int)v;
+  return true;
+}
+
+/* The "threads" default: $CANNL_THREADS, else the cores the process may run on (in a thread-local
+ * buffer until the thread's next call). */
+static const char *threads_default(void) {
+  const char *env = getenv("CANNL_THREADS");
+  if (env && *env) return env;
+  static _Thread_local char text[16];
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  snprintf(text, sizeof text, "%d", cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores);
+  return text;
+}
+
+static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                     void *env) {
+  cn_pool_for(pool, n, fn, env);
+}
+
+/* Runs the backend with the context's pool. */
+static cn_status run_parallel(cn_routine *routine) {
+  cn_ctx *ctx = routine->ctx;
+  const char *text = cn_ctx_option(ctx, "threads");
+  int threads;
+  if (!parse_threads(text, &threads))
+    return cn_fail(ctx, CN_ERR_INVALID, "CANNL_THREADS=%s: not a thread count in [1, %d]", text,
+                   MAX_THREADS);
+  cn_pool *pool = cn_pool_of(ctx, threads);
+  if (!pool) return ctx->status;
+  cn_parallel par = {pool_for, pool};
+  return routine->backend->run_parallel(ctx, routine->compiled, routine->buffers,
+                                        routine->sym_values, &par);
 }
 
 /* The position of sym among the procedure's free symbols, or -1. */
@@ -252,7 +332,9 @@ cn_status cn_routine_run(cn_routine *routine) {
     if (!routine->buffers[i]) return ctx->status;
   }
   cn_status status =
-      routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
+      routine->parallel && routine->backend->run_parallel
+          ? run_parallel(routine)
+          : routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
   if (status != CN_OK) return status;
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
   return check_nonfinite(routine);
@@ -275,13 +357,21 @@ void cn_routine_free(cn_routine *routine) {
 /* ---- Options ---- */
 
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
-  bool check = key && strcmp(key, "check") == 0;
-  if (!check && !(key && cn_cc_option(ctx, key)))
-    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s' (known: " CN_CC_OPTION_KEYS ", check)",
+  bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
+  bool threads = key && strcmp(key, "threads") == 0;
+  if (!check && !schedule && !threads && !(key && cn_cc_option(ctx, key)))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "unknown option '%s' (known: " CN_CC_OPTION_KEYS ", check, schedule, threads)",
                    key ? key : "(null)");
+  int count;
+  if (threads && value && !parse_threads(value, &count))
+    return cn_fail(ctx, CN_ERR_INVALID, "option threads: '%s' is not a count in [1, %d]", value,
+                   MAX_THREADS);
   if (check && value && strcmp(value, "nan") != 0 && strcmp(value, "off") != 0)
     return cn_fail(ctx, CN_ERR_INVALID, "option check: unknown value '%s' (known: nan, off)",
                    value);
+  cn_sched_options unused;
+  if (schedule && cn_sched_parse(ctx, value, &unused) != CN_OK) return cn_ctx_status(ctx);
   return cn_ctx_store_option(ctx, key, value);
 }
 
@@ -289,9 +379,12 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
  * of the moment; a value set with cn_ctx_set_option wins. */
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (!key) return NULL;
-  if (strcmp(key, "check") != 0) return cn_cc_option(ctx, key);
+  bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
+  bool threads = strcmp(key, "threads") == 0;
+  if (!check && !schedule && !threads) return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
-  const char *env = getenv("CANNL_CHECK");
-  return env && *env ? env : "off";
+  if (threads) return threads_default();
+  const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
+  return env && *env ? env : check ? "off" : "all";
 }

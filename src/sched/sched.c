@@ -57,6 +57,7 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
     if (!*end) break;
     item = end + 1;
   }
+  *out = cn_sched_default(); /* the cache sizes: the machine's */
   out->passes = passes;
   return CN_OK;
 }

@@ -1,0 +1,167 @@
+/* The worker pool of parallel loops (pool.h).
+ *
+ * Workers sleep on `wake` until `generation` moves; each then runs its own chunk of the current
+ * job (if the job has one for it), and the last to finish signals `done`. Only the submitting
+ * thread, holding `submit`, changes the job, so a worker always reads a complete one under `lock`.
+ * Invariants: `pending` counts the workers that have not finished the current job; a job is
+ * published only when it is 0; `stop` is set once, by cn_pool_destroy, which then joins every
+ * worker it started. A worker counts generations from 0, not from what it first reads: a job may be
+ * published before a fresh worker first takes the lock, and it must still run its chunk. */
+#include "runtime/pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct cn_pool {
+  pthread_mutex_t lock, submit;
+  pthread_cond_t wake, done;
+  pthread_t *workers;
+  int n_workers;
+  uint64_t generation;
+  int pending;
+  bool stop;
+  /* the current job */
+  cn_pool_fn fn;
+  void *env;
+  int64_t n;
+  int chunks;
+};
+
+typedef struct {
+  cn_pool *pool;
+  int index; /* 1-based: chunk 0 is the caller's */
+} worker_arg;
+
+/* Set on a thread while it runs a chunk, so that nested calls run inline instead of waiting on
+ * the pool they are part of. */
+static _Thread_local bool in_chunk;
+
+static void run_chunk(cn_pool_fn fn, void *env, int64_t n, int chunks, int k) {
+  int64_t q = n / chunks, r = n % chunks;
+  int64_t lo = k * q + (k < r ? k : r);
+  int64_t hi = lo + q + (k < r ? 1 : 0);
+  in_chunk = true;
+  fn(env, lo, hi);
+  in_chunk = false;
+}
+
+static void *worker_main(void *arg) {
+  cn_pool *pool = ((worker_arg *)arg)->pool;
+  int index = ((worker_arg *)arg)->index;
+  free(arg);
+  pthread_mutex_lock(&pool->lock);
+  uint64_t seen = 0; /* every pool starts at generation 0 */
+  for (;;) {
+    while (pool->generation == seen && !pool->stop) pthread_cond_wait(&pool->wake, &pool->lock);
+    if (pool->stop) break;
+    seen = pool->generation;
+    cn_pool_fn fn = pool->fn;
+    void *env = pool->env;
+    int64_t n = pool->n;
+    int chunks = pool->chunks;
+    pthread_mutex_unlock(&pool->lock);
+    if (index < chunks) run_chunk(fn, env, n, chunks, index);
+    pthread_mutex_lock(&pool->lock);
+    if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+  }
+  pthread_mutex_unlock(&pool->lock);
+  return NULL;
+}
+
+/* Starts up to `count` workers; returns how many started. */
+static int start_workers(cn_pool *pool, int count) {
+  int started = 0;
+  while (started < count) {
+    worker_arg *arg = malloc(sizeof *arg);
+    if (!arg) break;
+    *arg = (worker_arg){pool, started + 1};
+    if (pthread_create(&pool->workers[started], NULL, worker_main, arg) != 0) {
+      free(arg);
+      break;
+    }
+    started++;
+  }
+  return started;
+}
+
+cn_pool *cn_pool_create(cn_ctx *ctx, int threads) {
+  CN_ASSERT(threads >= 1);
+  cn_pool *pool = cn_calloc(ctx, 1, sizeof *pool);
+  if (!pool) return NULL;
+  pool->workers = cn_calloc(ctx, (size_t)threads, sizeof *pool->workers);
+  if (!pool->workers) {
+    free(pool);
+    return NULL;
+  }
+  pthread_mutex_init(&pool->lock, NULL);
+  pthread_mutex_init(&pool->submit, NULL);
+  pthread_cond_init(&pool->wake, NULL);
+  pthread_cond_init(&pool->done, NULL);
+  pool->n_workers = start_workers(pool, threads - 1);
+  return pool;
+}
+
+void cn_pool_destroy(cn_pool *pool) {
+  if (!pool) return;
+  pthread_mutex_lock(&pool->lock);
+  pool->stop = true;
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->lock);
+  for (int k = 0; k < pool->n_workers; k++) pthread_join(pool->workers[k], NULL);
+  pthread_cond_destroy(&pool->done);
+  pthread_cond_destroy(&pool->wake);
+  pthread_mutex_destroy(&pool->submit);
+  pthread_mutex_destroy(&pool->lock);
+  free(pool->workers);
+  free(pool);
+}
+
+int cn_pool_threads(const cn_pool *pool) {
+  return pool->n_workers + 1;
+}
+
+void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
+  if (n <= 0) return;
+  int threads = pool->n_workers + 1;
+  if (in_chunk || threads == 1 || n == 1) {
+    fn(env, 0, n);
+    return;
+  }
+  int chunks = n < threads ? (int)n : threads;
+  pthread_mutex_lock(&pool->submit);
+  pthread_mutex_lock(&pool->lock);
+  pool->fn = fn;
+  pool->env = env;
+  pool->n = n;
+  pool->chunks = chunks;
+  pool->pending = pool->n_workers;
+  pool->generation++;
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->lock);
+  run_chunk(fn, env, n, chunks, 0);
+  pthread_mutex_lock(&pool->lock);
+  while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+  pthread_mutex_unlock(&pool->lock);
+  pthread_mutex_unlock(&pool->submit);
+}
+
+static void pool_cleanup(void *pool) {
+  cn_pool_destroy(pool);
+}
+
+cn_pool *cn_pool_of(cn_ctx *ctx, int threads) {
+  for (cn_cleanup *c = ctx->cleanups; c; c = c->next) {
+    if (c->fn != pool_cleanup) continue;
+    if (cn_pool_threads(c->arg) == threads) return c->arg;
+    cn_pool_destroy(c->arg);
+    cn_ctx_remove_cleanup(ctx, c);
+    break;
+  }
+  cn_pool *pool = cn_pool_create(ctx, threads);
+  if (!pool) return NULL;
+  if (!cn_ctx_add_cleanup(ctx, pool_cleanup, pool)) {
+    cn_pool_destroy(pool);
+    return NULL;
+  }
+  return pool;
+}

@@ -1,0 +1,323 @@
+/* Tests of parallel and vector loops: the worker pool (src/runtime/pool.c: chunks cover [0, n)
+ * exactly once, for n below, at and above the thread count, n = 0, nested calls), and the C
+ * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
+ * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
+ * to a vector under an outer unmarked loop, each run on 1, 2 and 3 threads and compared bit for
+ * bit (memcmp) with the unmarked procedure; a small parallel routine run 10 000 times; the
+ * assembly of a vector-marked kernel holding ymm/zmm instructions (on a CPU with AVX2); the
+ * "threads" option. Generated code is compiled in a mkdtemp cache directory, removed at the end. */
+#include "backend/backend.h"
+#include "loops_check.h"
+#include "runtime/pool.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static char cache_dir[] = "/tmp/cannl-test-parallel-XXXXXX";
+
+/* ---- The pool ---- */
+
+#define MAX_N 1000
+
+/* Each index is counted by the one thread that runs it: no two threads write one cell. */
+typedef struct {
+  int count[MAX_N];
+} coverage;
+
+static void count_indices(void *env, int64_t lo, int64_t hi) {
+  coverage *c = env;
+  for (int64_t x = lo; x < hi; x++) c->count[x]++;
+}
+
+static void check_cover(cn_pool *pool, int64_t n) {
+  static coverage c;
+  memset(&c, 0, sizeof c);
+  cn_pool_for(pool, n, count_indices, &c);
+  int wrong = 0;
+  for (int64_t x = 0; x < MAX_N; x++) wrong += c.count[x] != (x < n ? 1 : 0);
+  CHECK_MSG(wrong == 0, "%d threads, n = %lld: %d indices not run exactly once",
+            cn_pool_threads(pool), (long long)n, wrong);
+}
+
+/* A call from inside a chunk runs inline (no deadlock) and still covers its range. */
+static void nested(void *env, int64_t lo, int64_t hi) {
+  cn_pool **pool = env;
+  for (int64_t x = lo; x < hi; x++) check_cover(*pool, 3);
+}
+
+static void test_pool(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  for (int threads = 1; threads <= 5; threads++) {
+    cn_pool *pool = cn_pool_create(ctx, threads);
+    CHECK(pool != NULL);
+    if (!pool) continue;
+    CHECK_INT(cn_pool_threads(pool), threads);
+    int64_t sizes[] = {0, 1, 2, 3, 4, 5, 7, 64, 999, MAX_N};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) check_cover(pool, sizes[k]);
+    cn_pool_for(pool, 1, nested, &pool);
+    cn_pool_destroy(pool);
+  }
+  /* The context's pool: one per count, replaced when the count changes, freed by the context. */
+  cn_pool *a = cn_pool_of(ctx, 2);
+  CHECK(a != NULL && cn_pool_of(ctx, 2) == a);
+  cn_pool *b = cn_pool_of(ctx, 3);
+  CHECK(b != NULL && cn_pool_threads(b) == 3);
+  check_cover(b, 10);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Procedures ---- */
+
+static void fill(cn_node *n, int seed) {
+  size_t count = 1;
+  for (int d = 0; d < n->rank; d++) count *= (size_t)n->dims[d];
+  double *v = malloc(count * sizeof *v);
+  CHECK(v != NULL);
+  if (!v) return;
+  uint32_t s = (uint32_t)seed * 2654435761u + 1;
+  for (size_t x = 0; x < count; x++) {
+    s = s * 1664525u + 1013904223u;
+    v[x] = (double)(s >> 8) / (1 << 24) * 2 - 1;
+  }
+  CHECK_INT(cn_node_set_values(n, false, v, count), CN_OK);
+  free(v);
+}
+
+static cn_ll_stmt *loop(cn_ctx *ctx, cn_symbol s, int64_t to, unsigned marks, cn_ll_stmt *body) {
+  return cn_lb_marks(cn_lb_loop(ctx, s, 0, to, body), marks);
+}
+
+static cn_ll_expr *get2(cn_ctx *ctx, int param, cn_symbol r, cn_symbol s) {
+  return cn_lb_get(ctx, param, CN_PREC_SINGLE,
+                   cn_lb_indices(ctx, 2, cn_index_iter(r), cn_index_iter(s)));
+}
+
+/* c[r, s] =: a[r, t] * b[t, s] over 67 x 45 x 93, loops r, t, s (s innermost, unit stride). */
+static cn_ll_proc *matmul(cn_ctx *ctx, cn_node **nodes, unsigned par, unsigned vec) {
+  cn_symbol r = cn_symbol_create(ctx, "r", 67), t = cn_symbol_create(ctx, "t", 45),
+            s = cn_symbol_create(ctx, "s", 93);
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *c_rs = cn_lb_indices(ctx, 2, cn_index_iter(r), cn_index_iter(s));
+  cn_ll_stmt *prefill = loop(
+      ctx, r, 67, par, loop(ctx, s, 93, vec, cn_lb_set(ctx, 2, c_rs, cn_lb_num(ctx, single, 0))));
+  cn_ll_expr *product =
+      cn_lb_op(ctx, CN_OP_MUL, single, get2(ctx, 0, r, t), get2(ctx, 1, t, s), NULL);
+  cn_ll_stmt *acc =
+      loop(ctx, r, 67, par,
+           loop(ctx, t, 45, 0,
+                loop(ctx, s, 93, vec, cn_lb_accum(ctx, 2, single, c_rs, CN_OP_ADD, product))));
+  cn_ll_param params[3] = {{nodes[0], false}, {nodes[1], false}, {nodes[2], false}};
+  return cn_lb_proc(ctx, "mm", cn_lb_seq(ctx, 2, prefill, acc), 3, params, 0, NULL);
+}
+
+/* c[i, j] := a[i, j] + 3 * b[i, j] over 1000 x 1000. */
+static cn_ll_proc *elementwise(cn_ctx *ctx, cn_node **nodes, int64_t n, unsigned par,
+                               unsigned vec) {
+  cn_symbol i = cn_symbol_create(ctx, "i", n), j = cn_symbol_create(ctx, "j", n);
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_expr *value = cn_lb_op(
+      ctx, CN_OP_ADD, single, get2(ctx, 0, i, j),
+      cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_num(ctx, single, 3), get2(ctx, 1, i, j), NULL), NULL);
+  cn_ll_stmt *body = loop(
+      ctx, i, n, par,
+      loop(ctx, j, n, vec,
+           cn_lb_set(ctx, 2, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j)), value)));
+  cn_ll_param params[3] = {{nodes[0], false}, {nodes[1], false}, {nodes[2], false}};
+  return cn_lb_proc(ctx, "ew", body, 3, params, 0, NULL);
+}
+
+/* v[b, i] =: sum over j of m[b, i, j], 3 x 301 x 257, the b loop outside the parallel i loop. */
+static cn_ll_proc *reduction(cn_ctx *ctx, cn_node **nodes, unsigned par) {
+  cn_symbol b = cn_symbol_create(ctx, "b", 3), i = cn_symbol_create(ctx, "i", 301),
+            j = cn_symbol_create(ctx, "j", 257);
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *v_bi = cn_lb_indices(ctx, 2, cn_index_iter(b), cn_index_iter(i));
+  cn_ll_expr *m = cn_lb_get(
+      ctx, 0, single, cn_lb_indices(ctx, 3, cn_index_iter(b), cn_index_iter(i), cn_index_iter(j)));
+  cn_ll_stmt *body =
+      loop(ctx, b, 3, 0,
+           loop(ctx, i, 301, par,
+                cn_lb_seq(ctx, 2, cn_lb_set(ctx, 1, v_bi, cn_lb_num(ctx, single, 0)),
+                          loop(ctx, j, 257, 0, cn_lb_accum(ctx, 1, single, v_bi, CN_OP_ADD, m)))));
+  cn_ll_param params[2] = {{nodes[0], false}, {nodes[1], false}};
+  return cn_lb_proc(ctx, "red", body, 2, params, 0, NULL);
+}
+
+/* ---- Running ---- */
+
+static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                     void *env) {
+  cn_pool_for(pool, n, fn, env);
+}
+
+/* Compiles proc, runs it `runs` times (with the pool when not NULL) and copies the last param's
+ * buffer to out (bytes). */
+static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, void *out,
+                size_t bytes) {
+  void *compiled = NULL;
+  cn_status st = cn_backend_c.compile(ctx, proc, &compiled, NULL);
+  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+  if (st != CN_OK) return;
+  void *bufs[3];
+  for (int k = 0; k < proc->n_params; k++)
+    bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
+  cn_parallel par = {pool_for, pool};
+  int failed = 0;
+  for (int x = 0; x < runs; x++)
+    failed += (pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, NULL, &par)
+                    : cn_backend_c.run(ctx, compiled, bufs, NULL)) != CN_OK;
+  CHECK_INT(failed, 0);
+  cn_backend_c.release(compiled);
+  memcpy(out, bufs[proc->n_params - 1], bytes);
+}
+
+/* Runs `plain` once on one thread and `marked` on 1, 2 and 3 threads: the same bits. */
+static void check_same_bits(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll_proc *marked,
+                            cn_node *out) {
+  size_t bytes = cn_node_buffer_cells(out) * cn_prec_table[out->prec].bytes;
+  unsigned char *want = malloc(bytes), *got = malloc(bytes);
+  CHECK(want && got);
+  if (want && got) {
+    run(ctx, plain, NULL, 1, want, bytes);
+    for (int threads = 1; threads <= 3; threads++) {
+      memset(cn_node_buffer(out, false), 0xff, bytes); /* every cell must be written again */
+      cn_pool *pool = cn_pool_of(ctx, threads);
+      CHECK(pool != NULL);
+      if (pool) run(ctx, marked, pool, 1, got, bytes);
+      CHECK_MSG(memcmp(want, got, bytes) == 0, "'%s' on %d threads", marked->name, threads);
+    }
+    float sample;
+    memcpy(&sample, want + bytes / 2 / sizeof sample * sizeof sample, sizeof sample);
+    CHECK(sample == sample && sample != 0); /* computed, not a NaN fill */
+  }
+  free(want);
+  free(got);
+}
+
+static cn_ctx *test_ctx(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(ctx != NULL);
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", cache_dir), CN_OK);
+  return ctx;
+}
+
+static void test_matmul(void) {
+  cn_ctx *ctx = test_ctx();
+  cn_node *n[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)67, (int64_t)45),
+                   node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)93),
+                   node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)67, (int64_t)93)};
+  fill(n[0], 1);
+  fill(n[1], 2);
+  check_same_bits(ctx, matmul(ctx, n, 0, 0), matmul(ctx, n, CN_LL_PARALLEL, CN_LL_VECTOR), n[2]);
+  cn_ctx_destroy(ctx);
+}
+
+static void test_elementwise(void) {
+  cn_ctx *ctx = test_ctx();
+  int64_t e = 1000;
+  cn_node *n[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, e, e), node(ctx, "b", CN_PREC_SINGLE, 2, e, e),
+                   node(ctx, "c", CN_PREC_SINGLE, 2, e, e)};
+  fill(n[0], 3);
+  fill(n[1], 4);
+  cn_ll_proc *plain = elementwise(ctx, n, e, 0, 0);
+  check_same_bits(ctx, plain, elementwise(ctx, n, e, CN_LL_PARALLEL, CN_LL_VECTOR), n[2]);
+  /* The unmarked text has neither pool nor pragma. */
+  cn_sbuf sb = {0};
+  CHECK_INT(cn_cgen_source(ctx, plain, &sb), CN_OK);
+  CHECK(sb.data && !strstr(sb.data, "cn_par") && !strstr(sb.data, "omp simd"));
+  cn_sbuf_free(&sb);
+  cn_ctx_destroy(ctx);
+}
+
+static void test_reduction(void) {
+  cn_ctx *ctx = test_ctx();
+  cn_node *n[2] = {node(ctx, "m", CN_PREC_SINGLE, 3, (int64_t)3, (int64_t)301, (int64_t)257),
+                   node(ctx, "v", CN_PREC_SINGLE, 2, (int64_t)3, (int64_t)301)};
+  fill(n[0], 5);
+  check_same_bits(ctx, reduction(ctx, n, 0), reduction(ctx, n, CN_LL_PARALLEL), n[1]);
+  cn_ctx_destroy(ctx);
+}
+
+/* A small parallel routine run 10 000 times on 3 threads: no error, the plain result. */
+static void test_many_runs(void) {
+  cn_ctx *ctx = test_ctx();
+  int64_t e = 8;
+  cn_node *n[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, e, e), node(ctx, "b", CN_PREC_SINGLE, 2, e, e),
+                   node(ctx, "c", CN_PREC_SINGLE, 2, e, e)};
+  fill(n[0], 6);
+  fill(n[1], 7);
+  float want[64], got[64];
+  run(ctx, elementwise(ctx, n, e, 0, 0), NULL, 1, want, sizeof want);
+  memset(cn_node_buffer(n[2], false), 0, sizeof got);
+  cn_pool *pool = cn_pool_of(ctx, 3);
+  CHECK(pool != NULL);
+  if (pool) run(ctx, elementwise(ctx, n, e, CN_LL_PARALLEL, 0), pool, 10000, got, sizeof got);
+  CHECK(memcmp(want, got, sizeof got) == 0);
+  cn_ctx_destroy(ctx);
+}
+
+/* The vector-marked elementwise kernel compiled with -S -O3 -march=native: its assembly uses ymm
+ * or zmm registers (skipped on a CPU without AVX2, where -march=native has none). */
+static void test_vector_asm(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!__builtin_cpu_supports("avx2")) return;
+  cn_ctx *ctx = test_ctx();
+  int64_t e = 64;
+  cn_node *n[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, e, e), node(ctx, "b", CN_PREC_SINGLE, 2, e, e),
+                   node(ctx, "c", CN_PREC_SINGLE, 2, e, e)};
+  cn_sbuf sb = {0};
+  CHECK_INT(cn_cgen_source(ctx, elementwise(ctx, n, e, 0, CN_LL_VECTOR), &sb), CN_OK);
+  CHECK(sb.data && strstr(sb.data, "#pragma omp simd\n    for (int64_t j = 0;"));
+  char c_path[256], s_path[256], cmd[1024];
+  snprintf(c_path, sizeof c_path, "%s/vec.c", cache_dir);
+  snprintf(s_path, sizeof s_path, "%s/vec.s", cache_dir);
+  FILE *f = fopen(c_path, "w");
+  CHECK(f != NULL);
+  if (f && sb.data) {
+    fputs(sb.data, f);
+    fclose(f);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "%s -S -O3 -march=native -fopenmp-simd -std=c11 -o %s %s",
+             cc && *cc ? cc : "cc", s_path, c_path);
+    CHECK_INT(system(cmd), 0);
+    f = fopen(s_path, "r");
+    CHECK(f != NULL);
+    static char text[1 << 20];
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = 0;
+    const char *kernel = strstr(text, "ew_entry:");
+    CHECK(kernel != NULL);
+    CHECK(kernel && (strstr(kernel, "%ymm") || strstr(kernel, "%zmm")));
+  }
+  cn_sbuf_free(&sb);
+  cn_ctx_destroy(ctx);
+#endif
+}
+
+static void test_threads_option(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_INT(cn_ctx_set_option(ctx, "threads", "3"), CN_OK);
+  CHECK_STR(cn_ctx_option(ctx, "threads"), "3");
+  CHECK_INT(cn_ctx_set_option(ctx, "threads", "0"), CN_ERR_INVALID);
+  CHECK_INT(cn_ctx_set_option(ctx, "threads", "2x"), CN_ERR_INVALID);
+  CHECK_INT(cn_ctx_set_option(ctx, "threads", NULL), CN_OK);
+  const char *dflt = cn_ctx_option(ctx, "threads");
+  CHECK(dflt != NULL && atoi(dflt) >= 1);
+  cn_ctx_destroy(ctx);
+}
+
+int main(void) {
+  CHECK(mkdtemp(cache_dir) != NULL);
+  test_pool();
+  test_matmul();
+  test_elementwise();
+  test_reduction();
+  test_many_runs();
+  test_vector_asm();
+  test_threads_option();
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", cache_dir);
+  CHECK_INT(system(cmd), 0);
+  CHECK_DONE();
+}
