@@ -75,7 +75,8 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               reads every cell written: a debugging mode (bench_moons measures its cost).
  *   "threads"   the threads that run the parallel loops of a routine, the caller included: a
  *               count in [1, 1024] (default: $CANNL_THREADS, else the cores the process may run
- *               on). Results are the same bits for every count. */
+ *               on, as they were when the routine was compiled). Results are the same bits for
+ *               every count. */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 

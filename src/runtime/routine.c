@@ -47,7 +47,10 @@ struct cn_routine {
   int64_t *sym_values;    /* per free symbol */
   bool *sym_bound;        /* per free symbol */
   const char *env_check;  /* the "check" default when compiled ($CANNL_CHECK or "off"; arena) */
-  int *written;           /* params the body writes, in the order of their first write (arena) */
+  /* the "threads" default when compiled ($CANNL_THREADS or the cores; arena): a run of a parallel
+   * routine reads no environment */
+  const char *env_threads;
+  int *written; /* params the body writes, in the order of their first write (arena) */
   int n_written;
   bool parallel;       /* the procedure has a CN_LL_PARALLEL loop */
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
@@ -219,9 +222,10 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   r->proc = proc;
   r->loops = loops;
   r->env_check = cn_strdup(ctx, cn_ctx_option(ctx, "check"));
+  r->env_threads = cn_strdup(ctx, cn_ctx_option(ctx, "threads"));
   bool *seen = cn_alloc(ctx, sizeof *seen * (size_t)(proc->n_params + 1));
   r->written = cn_alloc(ctx, sizeof *r->written * (size_t)(proc->n_params + 1));
-  if (!r->env_check || !seen || !r->written) {
+  if (!r->env_check || !r->env_threads || !seen || !r->written) {
     routine_release(r);
     return NULL;
   }
@@ -275,7 +279,9 @@ static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, in
 /* Runs the backend with the context's pool. */
 static cn_status run_parallel(cn_routine *routine) {
   cn_ctx *ctx = routine->ctx;
-  const char *text = cn_ctx_option(ctx, "threads");
+  /* a value set on the context wins; the default was read when the routine was compiled */
+  const char *set = cn_ctx_stored_option(ctx, "threads");
+  const char *text = set ? set : routine->env_threads;
   int threads;
   if (!parse_threads(text, &threads))
     return cn_fail(ctx, CN_ERR_INVALID, "CANNL_THREADS=%s: not a thread count in [1, %d]", text,
