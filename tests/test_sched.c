@@ -166,9 +166,12 @@ static void test_matmul(void) {
              "  for k in 0..40 (vector):\n"
              "    c[i, k] := 0\n"
              "for i in 0..64 (parallel):\n"
-             "  for j in 0..48:\n"
+             "  for j_jam in 0..12:\n"
              "    for k in 0..40 (vector):\n"
-             "      c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+             "      c[i, k] := c[i, k] + a[i, 4*j_jam] * b[4*j_jam, k]\n"
+             "      c[i, k] := c[i, k] + a[i, 4*j_jam + 1] * b[4*j_jam + 1, k]\n"
+             "      c[i, k] := c[i, k] + a[i, 4*j_jam + 2] * b[4*j_jam + 2, k]\n"
+             "      c[i, k] := c[i, k] + a[i, 4*j_jam + 3] * b[4*j_jam + 3, k]\n");
   check_same_results(ctx, plain, scheduled);
   cn_ctx_destroy(ctx);
 }
@@ -200,9 +203,12 @@ static void test_tile(void) {
              "    c[i, k] := 0\n"
              "for k_tile in 0..4:\n"
              "  for i in 0..16 (parallel):\n"
-             "    for j in 0..64:\n"
+             "    for j_jam in 0..16:\n"
              "      for k in 32*k_tile..min(100, 32*k_tile + 32) (vector):\n"
-             "        c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+             "        c[i, k] := c[i, k] + a[i, 4*j_jam] * b[4*j_jam, k]\n"
+             "        c[i, k] := c[i, k] + a[i, 4*j_jam + 1] * b[4*j_jam + 1, k]\n"
+             "        c[i, k] := c[i, k] + a[i, 4*j_jam + 2] * b[4*j_jam + 2, k]\n"
+             "        c[i, k] := c[i, k] + a[i, 4*j_jam + 3] * b[4*j_jam + 3, k]\n");
   check_same_results(ctx, plain, scheduled);
   opts.l2_bytes = 1 << 20;
   CHECK_INT(cn_sched_proc(ctx, untiled, &opts), CN_OK);
@@ -381,10 +387,17 @@ static void test_reductions(void) {
              "for i in 0..256:\n"
              "  for j in 0..256:\n"
              "    s[] := s[] + a[i, j]\n"
-             "for i in 0..16 (parallel):\n"
+             "for i_jam in 0..2 (parallel):\n"
              "  for j in 0..64:\n"
              "    for k in 0..64:\n"
-             "      t[i] := t[i] + x[i, k, j]\n");
+             "      t[8*i_jam] := t[8*i_jam] + x[8*i_jam, k, j]\n"
+             "      t[8*i_jam + 1] := t[8*i_jam + 1] + x[8*i_jam + 1, k, j]\n"
+             "      t[8*i_jam + 2] := t[8*i_jam + 2] + x[8*i_jam + 2, k, j]\n"
+             "      t[8*i_jam + 3] := t[8*i_jam + 3] + x[8*i_jam + 3, k, j]\n"
+             "      t[8*i_jam + 4] := t[8*i_jam + 4] + x[8*i_jam + 4, k, j]\n"
+             "      t[8*i_jam + 5] := t[8*i_jam + 5] + x[8*i_jam + 5, k, j]\n"
+             "      t[8*i_jam + 6] := t[8*i_jam + 6] + x[8*i_jam + 6, k, j]\n"
+             "      t[8*i_jam + 7] := t[8*i_jam + 7] + x[8*i_jam + 7, k, j]\n");
   check_same_results(ctx, plain, scheduled);
   cn_ctx_destroy(ctx);
 }
@@ -470,9 +483,74 @@ static void test_lowered(void) {
   const char *plain_text = cn_ll_to_string(ctx, plain);
   CHECK_HAS(plain_text, "for i in 0..24:\n  for k in 0..20:\n    for j in 0..16:\n");
   CHECK_HAS(scheduled_text(ctx, scheduled),
-            "for i in 0..24:\n  for j in 0..16:\n    for k in 0..20 (vector):\n"
-            "      c[i, k] := c[i, k] + a[i, j] * b[j, k]\n");
+            "for i in 0..24:\n  for j_jam in 0..4:\n    for k in 0..20 (vector):\n"
+            "      c[i, k] := c[i, k] + a[i, 4*j_jam] * b[4*j_jam, k]\n");
   check_same_results(ctx, plain, scheduled);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Unroll-and-jam ---- */
+
+/* c[i, k] =: w[k, j] * x[i, j] + k (a dense layer's forward form: the reduction j innermost is
+ * the only unit-stride loop) over i < 5, k < 20, j < 50: k (an output loop) jams 8 copies into j,
+ * the 4 values left run after in the original form, and the embedded index k is substituted. */
+static cn_ll_proc *dense_proc(cn_ctx *ctx, cn_node *const *wxc, const cn_symbol *ikj) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_symbol i = ikj[0], k = ikj[1], j = ikj[2];
+  cn_ll_expr *product = cn_lb_op(
+      ctx, CN_OP_MUL, single,
+      cn_lb_get(ctx, 0, single, cn_lb_indices(ctx, 2, cn_index_iter(k), cn_index_iter(j))),
+      cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))), NULL);
+  cn_ll_expr *value =
+      cn_lb_op(ctx, CN_OP_ADD, single, product, cn_lb_index(ctx, cn_index_iter(k)), NULL);
+  cn_index *c_ik = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(k));
+  cn_ll_stmt *body = cn_lb_loop(
+      ctx, i, 0, 5,
+      cn_lb_loop(ctx, k, 0, 20,
+                 cn_lb_loop(ctx, j, 0, 50, cn_lb_accum(ctx, 2, single, c_ik, CN_OP_ADD, value))));
+  cn_ll_param params[3] = {param_of(wxc[0]), param_of(wxc[1]), param_of(wxc[2])};
+  return cn_lb_proc(ctx, "dense", body, 3, params, 0, NULL);
+}
+
+static void test_jam(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *wxc[3] = {node(ctx, "w", CN_PREC_SINGLE, 2, (int64_t)20, (int64_t)50),
+                     node(ctx, "x", CN_PREC_SINGLE, 2, (int64_t)5, (int64_t)50),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)5, (int64_t)20)};
+  cn_symbol ikj[3] = {cn_symbol_create(ctx, "i", 0), cn_symbol_create(ctx, "k", 0),
+                      cn_symbol_create(ctx, "j", 0)};
+  cn_ll_proc *plain = dense_proc(ctx, wxc, ikj), *scheduled = dense_proc(ctx, wxc, ikj);
+  CHECK(plain && scheduled);
+  if (!plain || !scheduled) return;
+  cn_sched_options jam_only = {CN_SCHED_JAM, 0, 0};
+  CHECK_INT(cn_sched_proc(ctx, scheduled, &jam_only), CN_OK);
+  const char *text = cn_ll_to_string(ctx, scheduled);
+  CHECK_HAS(text, "for i in 0..5:\n"
+                  "  for k_jam in 0..2:\n"
+                  "    for j in 0..50:\n"
+                  "      c[i, 8*k_jam] := c[i, 8*k_jam] + (w[8*k_jam, j] * x[i, j] + 8*k_jam)\n"
+                  "      c[i, 8*k_jam + 1] := c[i, 8*k_jam + 1] + (w[8*k_jam + 1, j] * x[i, j] + "
+                  "(8*k_jam + 1))\n");
+  CHECK_HAS(text, "      c[i, 8*k_jam + 7] := c[i, 8*k_jam + 7] + (w[8*k_jam + 7, j] * x[i, j] + "
+                  "(8*k_jam + 7))\n"
+                  "  for k in 16..20:\n"
+                  "    for j in 0..50:\n"
+                  "      c[i, k] := c[i, k] + (w[k, j] * x[i, j] + k)\n");
+  check_same_results(ctx, plain, scheduled);
+  /* Too small to jam: the same nest with a reduction of 4 values (inner loop below 8). */
+  cn_symbol r = cn_symbol_create(ctx, "r", 0), s = cn_symbol_create(ctx, "s", 0),
+            t = cn_symbol_create(ctx, "t", 0);
+  cn_node *small[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)4),
+                       node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)4),
+                       node(ctx, "d", CN_PREC_SINGLE, 2, (int64_t)64, (int64_t)4)};
+  cn_ll_param params[3] = {param_of(small[0]), param_of(small[1]), param_of(small[2])};
+  cn_ll_proc *tiny = cn_lb_proc(ctx, "tiny", matmul_body(ctx, "d =:+ a * b", r, 64, s, 4, t, 4), 3,
+                                params, 0, NULL);
+  CHECK(tiny != NULL);
+  if (tiny) {
+    CHECK_INT(cn_sched_proc(ctx, tiny, &jam_only), CN_OK);
+    CHECK(strstr(cn_ll_to_string(ctx, tiny), "jam") == NULL);
+  }
   cn_ctx_destroy(ctx);
 }
 
@@ -540,7 +618,7 @@ static void test_options(void) {
   o.passes = CN_SCHED_MARKS;
   CHECK_INT(cn_sched_parse(ctx, "order,bogus", &o), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx), "schedule 'order,bogus': unknown pass 'bogus' (known: all, none, "
-                               "order, tile, marks)");
+                               "order, tile, marks, jam)");
   CHECK_INT(o.passes, CN_SCHED_MARKS);
   CHECK_INT(cn_sched_parse(ctx, "order,,marks", &o), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "unknown pass ''");
@@ -613,6 +691,7 @@ int main(void) {
   test_reductions();
   test_dependences();
   test_lowered();
+  test_jam();
   test_deps();
   test_options();
   test_allocation_failures();

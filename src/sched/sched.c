@@ -1,6 +1,7 @@
 /* The scheduling stage's driver: the options (which passes run) and their text form, and
  * cn_sched_proc, which runs the selected passes in their order — loop order (order.c), then
- * tiling (tile.c) of the ordered nests, then the marks (marks.c), which describe the final nests.
+ * tiling (tile.c) of the ordered nests, the marks (marks.c), then unroll-and-jam (jam.c), which
+ * copies the marked loops with their marks.
  *
  * Contract: cn_sched_proc changes how proc runs, never its results (sched.h); with no pass
  * selected it leaves proc untouched. cn_sched_parse is the one reader of the option text, for the
@@ -13,8 +14,9 @@ static const struct {
   const char *name;
   unsigned bits;
 } pass_names[] = {
-    {"all", CN_SCHED_ALL},     {"none", 0}, {"order", CN_SCHED_ORDER}, {"tile", CN_SCHED_TILE},
-    {"marks", CN_SCHED_MARKS},
+    {"all", CN_SCHED_ALL},     {"none", 0},
+    {"order", CN_SCHED_ORDER}, {"tile", CN_SCHED_TILE},
+    {"marks", CN_SCHED_MARKS}, {"jam", CN_SCHED_JAM},
 };
 
 cn_sched_options cn_sched_default(void) {
@@ -73,5 +75,6 @@ cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o
                        o.l2_bytes > 0 ? o.l2_bytes : l2);
   }
   if (st == CN_OK && (o.passes & CN_SCHED_MARKS)) st = cn_sched_marks(ctx, proc);
+  if (st == CN_OK && (o.passes & CN_SCHED_JAM)) st = cn_sched_jam(ctx, proc);
   return st;
 }

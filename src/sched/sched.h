@@ -5,7 +5,7 @@
  * values stored into it (the order of its accumulation) is the one of the unscheduled procedure —
  * and is conservative: when an analysis cannot prove a change legal, the IR is left as it was. A
  * pass builds new IR only through the cn_lb_* constructors of loops.h. The passes run in the order
- * of cn_sched_proc (loop order, tiling, then marks), each can be switched off alone
+ * of cn_sched_proc (loop order, tiling, marks, then unroll-and-jam), each can be switched off alone
  * (cn_sched_options) so a failure can be bisected, and each is testable alone through its own entry
  * point below. This stage includes src/loops, src/ir, src/numeric and src/core only; src/runtime
  * calls it. */
@@ -21,11 +21,12 @@ enum {
   CN_SCHED_ORDER = 1u << 0, /* loop order by a cost model of strides (order.c) */
   CN_SCHED_TILE = 1u << 1,  /* tiling of nests larger than the cache (tile.c) */
   CN_SCHED_MARKS = 1u << 2, /* parallel and vector marks (marks.c) */
-  CN_SCHED_ALL = CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS
+  CN_SCHED_JAM = 1u << 3,   /* unroll-and-jam into the innermost loop (jam.c) */
+  CN_SCHED_ALL = CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
 };
 
 /* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, order, tile, marks"
+#define CN_SCHED_OPTION_NAMES "all, none, order, tile, marks, jam"
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
@@ -117,5 +118,8 @@ cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t
  * loop, in cell updates (stores run). */
 #define CN_SCHED_PARALLEL_WORK ((int64_t)1 << 15)
 cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc);
+/* Unroll-and-jam of one outer loop into the innermost loop of every separable perfect nest large
+ * enough (jam.c); runs after the marks, which the copied loops keep. */
+cn_status cn_sched_jam(cn_ctx *ctx, cn_ll_proc *proc);
 
 #endif

@@ -1,0 +1,192 @@
+/* Unroll-and-jam: one outer loop of a nest unrolled into its innermost loop, so that every
+ * iteration of the innermost loop carries several independent updates.
+ *
+ * Contract: in a separable perfect nest (cn_sched_separable) with innermost loop I, a loop L
+ * outside I of constant range (no affine bounds, read by no loop's bounds) and at least JAM_FACTOR
+ * iterations is rewritten, at L's place, as a loop L_jam over [0, n / U) whose body is the loops
+ * between L and I and I itself, around U copies of the body, copy u with L := U*L_jam + from + u
+ * (u ascending), followed by L over the n % U remaining values with the original body when the
+ * range does not divide. L is chosen for two shapes:
+ *  - I is a reduction loop (the written cell does not move with I): L is the deepest output loop.
+ *    The U copies accumulate into U different cells, each invariant in I, so the compiler keeps
+ *    them in registers across the whole reduction (loop-invariant store motion, the buffers being
+ *    restrict) and U independent chains of additions hide the latency of each: the dot-product
+ *    form c[i,k] += a[k,j] * b[i,j] with j innermost runs U times as many updates per cycle.
+ *  - I is an output loop and L is the deepest reduction loop, with no reduction loop inside it:
+ *    the U copies update one cell in a row, which is loaded and stored once per U updates (the
+ *    matmul c[i,k] += a[i,j] * b[j,k] ordered i, j, k reads and writes c a quarter as often).
+ * Legality, which keeps every cell's sequence of stores: in a separable nest the points touching
+ * one cell differ only in reduction loops and no point reads a cell another writes. Jamming an
+ * output loop only reorders points of different cells. Jamming a reduction loop with no reduction
+ * loop inside it runs, for each cell, its values of L in ascending order (copies in order, then the
+ * remainder loop after the whole jammed loop), and the outer reductions as before. The copies are
+ * built through the cn_lb_* constructors with L replaced in every index, bound, guard and embedded
+ * index; the marks of the loops are kept (a parallel loop stays parallel: its iterations are still
+ * independent; a vector loop stays vector: its accesses keep their strides). Small nests (less
+ * than JAM_MIN_WORK stores or an innermost loop shorter than JAM_MIN_INNER) are left alone: the
+ * copies would cost compile time for nothing. */
+#include "sched/sched.h"
+
+#include <stdio.h>
+
+/* Copies per jammed loop: dot-product chains need about latency x throughput of the FMA unit
+ * (4 cycles x 2 per cycle on current x86) independent accumulations; a loaded and stored cell
+ * needs fewer updates to amortize its two memory operations. */
+#define JAM_FACTOR_REDUCTION 8
+#define JAM_FACTOR_OUTPUT    4
+#define JAM_MIN_WORK         4096
+#define JAM_MIN_INNER        8
+
+static int64_t extent(const cn_ll_stmt *loop) {
+  return loop->u.loop.to > loop->u.loop.from ? loop->u.loop.to - loop->u.loop.from : 0;
+}
+
+/* ---- Substitution of L by U*L_jam + offset ---- */
+
+typedef struct {
+  cn_ctx *ctx;
+  cn_symbol sym, jam; /* L and L_jam */
+  int64_t factor, offset;
+} subst;
+
+static cn_index subst_index(const subst *s, const cn_index *ix) {
+  if (ix->kind == CN_IDX_FIXED || !cn_index_mentions(ix, s->sym)) return *ix;
+  cn_symbol syms[CN_MAX_AFFINE_TERMS];
+  int64_t coeffs[CN_MAX_AFFINE_TERMS], offset = ix->offset;
+  for (int t = 0; t < ix->n_terms; t++) {
+    syms[t] = ix->syms[t];
+    coeffs[t] = ix->coeffs[t];
+    if (syms[t] == s->sym) {
+      syms[t] = s->jam;
+      offset += coeffs[t] * s->offset;
+      coeffs[t] *= s->factor;
+    }
+  }
+  return cn_index_affine(ix->n_terms, syms, coeffs, offset);
+}
+
+/* A new index array for an access of `rank` axes, NULL on allocation failure. */
+static cn_index *subst_indices(const subst *s, int rank, const cn_index *idx) {
+  cn_index copy[CN_MAX_RANK];
+  for (int d = 0; d < rank; d++) copy[d] = subst_index(s, &idx[d]);
+  return cn_lb_index_array(s->ctx, rank, copy);
+}
+
+static cn_ll_expr *subst_expr(const subst *s, const cn_ll_proc *proc, const cn_ll_expr *e) {
+  switch (e->kind) {
+  case CN_LE_GET:
+    return cn_lb_get(s->ctx, e->u.get.param, e->prec,
+                     subst_indices(s, proc->params[e->u.get.param].node->rank, e->u.get.idx));
+  case CN_LE_CONST: return cn_lb_const(s->ctx, e->prec, e->u.constant);
+  case CN_LE_INDEX: return cn_lb_index(s->ctx, subst_index(s, &e->u.index));
+  case CN_LE_OP: {
+    cn_ll_expr *args[3] = {NULL, NULL, NULL};
+    int arity = cn_op_arity(e->u.op.op);
+    for (int a = 0; a < arity; a++)
+      if (!(args[a] = subst_expr(s, proc, e->u.op.args[a]))) return NULL;
+    return cn_lb_op(s->ctx, e->u.op.op, e->prec, args[0], args[1], args[2]);
+  }
+  }
+  CN_ASSERT(!"unknown expression kind");
+  return NULL;
+}
+
+/* A copy of a body of stores (stores, guards, sequences, comments) with the substitution; every
+ * access gets an index array of its own (nothing downstream relies on shared arrays). */
+static cn_ll_stmt *subst_stmt(const subst *s, const cn_ll_proc *proc, const cn_ll_stmt *st) {
+  switch (st->kind) {
+  case CN_LL_SET: {
+    int rank = proc->params[st->u.set.param].node->rank;
+    return cn_lb_set(s->ctx, st->u.set.param, subst_indices(s, rank, st->u.set.idx),
+                     subst_expr(s, proc, st->u.set.value));
+  }
+  case CN_LL_IF: {
+    int n = st->u.guard.n_conds;
+    cn_ll_cond *conds = cn_alloc(s->ctx, sizeof *conds * (size_t)n);
+    if (!conds) return NULL;
+    for (int c = 0; c < n; c++) {
+      conds[c] = st->u.guard.conds[c];
+      conds[c].expr = subst_index(s, &conds[c].expr);
+    }
+    return cn_lb_guard(s->ctx, n, conds, subst_stmt(s, proc, st->u.guard.body));
+  }
+  case CN_LL_SEQ: {
+    int n = st->u.seq.count;
+    cn_ll_stmt **items = cn_alloc(s->ctx, sizeof *items * (size_t)(n > 0 ? n : 1));
+    if (!items) return NULL;
+    for (int i = 0; i < n; i++)
+      if (!(items[i] = subst_stmt(s, proc, st->u.seq.items[i]))) return NULL;
+    return cn_lb_seq_array(s->ctx, n, items);
+  }
+  case CN_LL_COMMENT: return cn_lb_comment(s->ctx, st->u.comment);
+  case CN_LL_FOR:
+  case CN_LL_SET_VEC: break; /* not in a body of stores (cn_sched_nest) */
+  }
+  CN_ASSERT(!"not a body of stores");
+  return NULL;
+}
+
+/* ---- Choice of the loop ---- */
+
+/* The loop to jam and its factor, or -1. */
+static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t *factor) {
+  const cn_sched_access *w = &nest->access[0];
+  int rank = proc->params[w->param].node->rank, inner = nest->depth - 1;
+  if (nest->depth < 2 || !cn_sched_separable(proc, nest) ||
+      extent(nest->loops[inner]) < JAM_MIN_INNER)
+    return -1;
+  double work = 1;
+  for (int k = 0; k < nest->depth; k++) work *= (double)extent(nest->loops[k]);
+  if (work < JAM_MIN_WORK) return -1;
+  bool inner_reduction = cn_sched_is_reduction(w, rank, nest->loops[inner]->u.loop.sym);
+  int chosen = -1;
+  for (int k = inner - 1; k >= 0 && chosen < 0; k--) {
+    bool reduction = cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym);
+    if (inner_reduction ? !reduction : reduction) chosen = k;
+    /* an output innermost loop: only the deepest reduction loop may jam */
+    if (!inner_reduction && reduction) break;
+  }
+  if (chosen < 0) return -1;
+  *factor = inner_reduction ? JAM_FACTOR_REDUCTION : JAM_FACTOR_OUTPUT;
+  const cn_ll_stmt *l = nest->loops[chosen];
+  if (l->u.loop.n_lower || l->u.loop.n_upper || extent(l) < *factor) return -1;
+  for (int k = 0; k < nest->depth; k++)
+    if (cn_sched_bounds_mention(nest->loops[k], l->u.loop.sym)) return -1;
+  return chosen;
+}
+
+/* ---- The rewrite ---- */
+
+static cn_status jam_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
+  (void)user;
+  int64_t u_count;
+  int k = jam_choice(proc, nest, &u_count);
+  if (k < 0) return CN_OK;
+  const cn_ll_stmt *l = nest->loops[k];
+  int64_t from = l->u.loop.from, to = l->u.loop.to, whole = extent(l) / u_count;
+  char name[64];
+  snprintf(name, sizeof name, "%s_jam", cn_symbol_name(ctx, l->u.loop.sym));
+  cn_symbol jam = cn_symbol_create(ctx, name, 0);
+  if (jam < 0) return CN_ERR_NOMEM;
+  const cn_ll_stmt *inner = nest->loops[nest->depth - 1];
+  cn_ll_stmt **copies = cn_alloc(ctx, sizeof *copies * (size_t)u_count);
+  if (!copies) return CN_ERR_NOMEM;
+  for (int64_t u = 0; u < u_count; u++) {
+    subst s = {ctx, l->u.loop.sym, jam, u_count, from + u};
+    if (!(copies[u] = subst_stmt(&s, proc, inner->u.loop.body))) return CN_ERR_NOMEM;
+  }
+  cn_ll_stmt *body = cn_lb_seq_array(ctx, (int)u_count, copies);
+  for (int q = nest->depth - 1; q > k; q--) body = cn_sched_loop_copy(ctx, nest->loops[q], body);
+  cn_ll_stmt *jammed = cn_lb_marks(cn_lb_loop(ctx, jam, 0, whole, body), l->u.loop.marks);
+  if (from + whole * u_count < to) {
+    cn_ll_stmt *rest = cn_lb_loop(ctx, l->u.loop.sym, from + whole * u_count, to, l->u.loop.body);
+    jammed = cn_lb_seq(ctx, 2, jammed, cn_lb_marks(rest, l->u.loop.marks));
+  }
+  if (!jammed) return CN_ERR_NOMEM;
+  *nest->slots[k] = jammed;
+  return CN_OK;
+}
+
+cn_status cn_sched_jam(cn_ctx *ctx, cn_ll_proc *proc) {
+  return cn_sched_each_nest(ctx, proc, jam_nest, NULL);
+}
