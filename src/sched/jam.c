@@ -23,8 +23,8 @@
  * built through the cn_lb_* constructors with L replaced in every index, bound, guard and embedded
  * index; the marks of the loops are kept (a parallel loop stays parallel: its iterations are still
  * independent; a vector loop stays vector: its accesses keep their strides). Small nests (less
- * than JAM_MIN_WORK stores or an innermost loop shorter than JAM_MIN_INNER) are left alone: the
- * copies would cost compile time for nothing. */
+ * than JAM_MIN_WORK stores, or less than JAM_MIN_INNER iterations of the loops inside L per
+ * iteration of L) are left alone: the copies would cost compile time for nothing. */
 #include "sched/sched.h"
 
 #include <stdio.h>
@@ -128,16 +128,21 @@ static cn_ll_stmt *subst_stmt(const subst *s, const cn_ll_proc *proc, const cn_l
 
 /* ---- Choice of the loop ---- */
 
+/* The product of the extents of the loops inside loop k: the updates one cell receives per
+ * iteration of k when those loops are reductions (a convolution's 3x3 window inside its input
+ * channels: 288 of them, although the innermost loop runs 3). */
+static double inner_work(const cn_sched_nest *nest, int k) {
+  double work = 1;
+  for (int q = k + 1; q < nest->depth; q++) work *= (double)extent(nest->loops[q]);
+  return work;
+}
+
 /* The loop to jam and its factor, or -1. */
 static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t *factor) {
   const cn_sched_access *w = &nest->access[0];
   int rank = proc->params[w->param].node->rank, inner = nest->depth - 1;
-  if (nest->depth < 2 || !cn_sched_separable(proc, nest) ||
-      extent(nest->loops[inner]) < JAM_MIN_INNER)
+  if (nest->depth < 2 || !cn_sched_separable(proc, nest) || inner_work(nest, -1) < JAM_MIN_WORK)
     return -1;
-  double work = 1;
-  for (int k = 0; k < nest->depth; k++) work *= (double)extent(nest->loops[k]);
-  if (work < JAM_MIN_WORK) return -1;
   bool inner_reduction = cn_sched_is_reduction(w, rank, nest->loops[inner]->u.loop.sym);
   int chosen = -1;
   for (int k = inner - 1; k >= 0 && chosen < 0; k--) {
@@ -146,7 +151,7 @@ static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t
     /* an output innermost loop: only the deepest reduction loop may jam */
     if (!inner_reduction && reduction) break;
   }
-  if (chosen < 0) return -1;
+  if (chosen < 0 || inner_work(nest, chosen) < JAM_MIN_INNER) return -1;
   *factor = inner_reduction ? JAM_FACTOR_REDUCTION : JAM_FACTOR_OUTPUT;
   const cn_ll_stmt *l = nest->loops[chosen];
   if (l->u.loop.n_lower || l->u.loop.n_upper || extent(l) < *factor) return -1;
