@@ -120,7 +120,7 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
   release(plain, &i_sched);
 }
 
-/* A procedure's text, scheduled with every pass for a 48 KiB L1 and a 1 MiB L2 (whatever the
+/* A procedure's text, scheduled with every pass for a 48 KiB L1 and a 1 MiB LLC (whatever the
  * machine's caches), none of the procedures being large enough to tile. */
 static const char *scheduled_text(cn_ctx *ctx, cn_ll_proc *proc) {
   cn_sched_options opts = {CN_SCHED_ALL, 48 << 10, 1 << 20};
@@ -176,7 +176,7 @@ static void test_matmul(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- Tiling: the matmul's k in tiles when b exceeds the (given) L2 ---- */
+/* ---- Tiling: the matmul's k in tiles when b exceeds the (given) last-level cache ---- */
 
 static void test_tile(void) {
   cn_ctx *ctx = cn_ctx_create();
@@ -190,8 +190,8 @@ static void test_tile(void) {
   cn_ll_proc *untiled = matmul_sized(ctx, abc, iks, 16, 100, 64);
   CHECK(plain && scheduled && untiled);
   /* The cells below i: a's row (256 bytes) + 260 bytes per value of k (c's cell and b's column),
-   * 26256 bytes for the whole of k: above an L2 of 20000 bytes, and a tile of 32 values of k
-   * (8576 bytes) fills at most half of it; a 1 MiB L2 holds it all. */
+   * 26256 bytes for the whole of k: above an LLC of 20000 bytes, and a tile of 32 values of k
+   * (8576 bytes) fills at most half of it; a 1 MiB LLC holds it all. */
   cn_sched_options opts = {CN_SCHED_ALL, 2048, 20000};
   CHECK_INT(cn_sched_proc(ctx, scheduled, &opts), CN_OK);
   check_text(cn_ll_to_string(ctx, scheduled),
@@ -210,12 +210,12 @@ static void test_tile(void) {
              "        c[i, k] := c[i, k] + a[i, 4*j_jam + 2] * b[4*j_jam + 2, k]\n"
              "        c[i, k] := c[i, k] + a[i, 4*j_jam + 3] * b[4*j_jam + 3, k]\n");
   check_same_results(ctx, plain, scheduled);
-  opts.l2_bytes = 1 << 20;
+  opts.llc_bytes = 1 << 20;
   CHECK_INT(cn_sched_proc(ctx, untiled, &opts), CN_OK);
   CHECK(strstr(cn_ll_to_string(ctx, untiled), "tile") == NULL);
-  int64_t l1 = 0, l2 = 0;
-  cn_sched_cache_sizes(&l1, &l2);
-  CHECK(l1 > 0 && l2 > 0);
+  int64_t l1 = 0, llc = 0;
+  cn_sched_cache_sizes(&l1, &llc);
+  CHECK(l1 > 0 && llc >= l1);
   cn_ctx_destroy(ctx);
 }
 

@@ -69,10 +69,10 @@ cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o
   cn_status st = CN_OK;
   if (o.passes & CN_SCHED_ORDER) st = cn_sched_order(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {
-    int64_t l1, l2;
-    cn_sched_cache_sizes(&l1, &l2);
+    int64_t l1, llc;
+    cn_sched_cache_sizes(&l1, &llc);
     st = cn_sched_tile(ctx, proc, o.l1_bytes > 0 ? o.l1_bytes : l1,
-                       o.l2_bytes > 0 ? o.l2_bytes : l2);
+                       o.llc_bytes > 0 ? o.llc_bytes : llc);
   }
   if (st == CN_OK && (o.passes & CN_SCHED_MARKS)) st = cn_sched_marks(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_JAM)) st = cn_sched_jam(ctx, proc);

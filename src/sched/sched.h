@@ -30,8 +30,9 @@ enum {
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
-  /* The cache sizes tiling aims at, in bytes; 0: the machine's (cn_sched_cache_sizes). */
-  int64_t l1_bytes, l2_bytes;
+  /* The cache sizes tiling aims at, in bytes: the L1 data cache and the last-level cache; 0: the
+   * machine's (cn_sched_cache_sizes). */
+  int64_t l1_bytes, llc_bytes;
 } cn_sched_options;
 
 /* Every pass on: the default (what a NULL options pointer means). */
@@ -40,10 +41,11 @@ cn_sched_options cn_sched_default(void);
  * ("order,marks"; spaces around names allowed) naming the passes that run. An unknown or empty
  * name is CN_ERR_INVALID with a message naming it and the known names; *out is then unchanged. */
 cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out);
-/* The L1 data and L2 cache sizes of cpu0 in bytes, read once (thread-safe) from the files level,
+/* The L1 data and last-level (the highest level listed) cache sizes of cpu0 in bytes, read once
+ * (thread-safe) from the files level,
  * type and size of /sys/devices/system/cpu/cpu0/cache/index<n>; 48 KiB and 1 MiB for a level that
  * cannot be read. */
-void cn_sched_cache_sizes(int64_t *l1_bytes, int64_t *l2_bytes);
+void cn_sched_cache_sizes(int64_t *l1_bytes, int64_t *llc_bytes);
 /* Runs the passes opts selects (NULL: all) over proc, in place. Fails only on allocation
  * failure (CN_ERR_NOMEM), the procedure then being unchanged or scheduled only in part, every part
  * being correct on its own. */
@@ -111,9 +113,9 @@ bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
 
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
-/* Tiling of every perfect nest whose working set exceeds the L2 cache (tile.c), for the cache
- * sizes given (bytes, > 0). */
-cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t l2_bytes);
+/* Tiling of every perfect nest whose working set exceeds the last-level cache (tile.c), for the
+ * cache sizes given (bytes, > 0). */
+cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t llc_bytes);
 /* Parallel and vector marks of every perfect nest (marks.c); the work threshold of a parallel
  * loop, in cell updates (stores run). */
 #define CN_SCHED_PARALLEL_WORK ((int64_t)1 << 15)
