@@ -4,9 +4,10 @@
 #
 #   make deps      install the missing Debian packages (apt-get; sudo only when not root)
 #   make build     configure build/ (RelWithDebInfo) and build everything
-#   make test      gcc build + ctest; ASan+UBSan build (build-asan/) + ctest; clang build
-#                  (build-clang/) + ctest; clang-format check; valgrind runs of the routine, cache and
-#                  Tile tests; make fuzz
+#   make test      gcc build + ctest; the same suite unscheduled (CANNL_SCHEDULE=none); ASan+UBSan
+#                  build (build-asan/) + ctest; clang build (build-clang/) + ctest; ThreadSanitizer
+#                  build (build-tsan/) of the thread-pool tests; clang-format check; valgrind runs
+#                  of the routine, cache, parallel and Tile tests; make fuzz
 #   make fuzz      build the libFuzzer targets (fuzz/, build-fuzz/) and run each for
 #                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
@@ -29,7 +30,7 @@ DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format \
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
-.PHONY: deps build test test-gcc test-asan test-clang format-check test-valgrind fuzz demo bench \
+.PHONY: deps build test test-gcc test-unscheduled test-asan test-clang test-tsan format-check test-valgrind fuzz demo bench \
         install format clean
 
 # Two passes: DEB_PACKAGES, then (on a fresh machine, where clang came with the first pass)
@@ -55,8 +56,10 @@ build: deps
 
 test: deps
 	$(MAKE) --no-print-directory test-gcc
+	$(MAKE) --no-print-directory test-unscheduled
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-clang
+	$(MAKE) --no-print-directory test-tsan
 	$(MAKE) --no-print-directory format-check
 	$(MAKE) --no-print-directory test-valgrind
 	$(MAKE) --no-print-directory fuzz
@@ -64,6 +67,23 @@ test: deps
 
 test-gcc: build
 	cd build && ctest --output-on-failure -j$(JOBS)
+
+# Every pass of the scheduling stage can be switched off; the whole suite must pass without them
+# too (a scheduled routine computes the same bits, so a failure here or above bisects a pass).
+test-unscheduled: build
+	cd build && CANNL_SCHEDULE=none ctest --output-on-failure -j$(JOBS)
+
+# The thread pool (src/runtime/pool.c) and the parallel routines that use it, under
+# ThreadSanitizer: 10 000 runs of a parallel routine on 3 threads among them (test_parallel).
+TSAN_TESTS := test_parallel
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCANNL_TSAN=ON
+	cmake --build build-tsan -j$(JOBS) --target $(TSAN_TESTS)
+	for t in $(TSAN_TESTS); do \
+	  echo "tsan $$t"; \
+	  CANNL_CACHE_DIR=$(CURDIR)/build-tsan/cache TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
+	    build-tsan/$$t > /dev/null || exit 1; \
+	done
 
 test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCANNL_SANITIZE=ON
@@ -81,7 +101,8 @@ format-check: deps
 	clang-format --dry-run -Werror $(C_FILES)
 
 # Generated code is built without -march=native here: valgrind cannot execute AVX-512.
-VALGRIND_TESTS := test_routine test_cache test_tile test_tile_fn test_tile_grad test_notation_tile
+VALGRIND_TESTS := test_routine test_cache test_parallel test_tile test_tile_fn test_tile_grad \
+                  test_notation_tile
 test-valgrind: build
 	for t in $(VALGRIND_TESTS); do \
 	  echo "valgrind $$t"; \
@@ -143,4 +164,4 @@ format:
 	clang-format -i $(C_FILES)
 
 clean:
-	rm -rf build build-asan build-clang build-fuzz
+	rm -rf build build-asan build-clang build-tsan build-fuzz
