@@ -158,6 +158,10 @@ struct cn_ctx {
   cn_symbol_info *symbols; /* malloc'd, grown by doubling */
   int n_symbols, cap_symbols;
   cn_cleanup *cleanups; /* newest first */
+  /* The cleanup that owns the runtime's worker pool (src/runtime/pool.c, cn_pool_of), NULL before
+   * the first parallel run: every run finds it at once, where the list of cleanups holds one
+   * entry per node buffer. The core neither creates nor reads the pool. */
+  cn_cleanup *worker_pool;
   /* Test hook: when > 0, counts down on every allocation through cn_alloc / cn_malloc and the
    * allocation that reaches 0 fails, so error paths can be exercised. */
   long fail_alloc_countdown;

@@ -150,16 +150,16 @@ static void pool_cleanup(void *pool) {
 }
 
 cn_pool *cn_pool_of(cn_ctx *ctx, int threads) {
-  for (cn_cleanup *c = ctx->cleanups; c; c = c->next) {
-    if (c->fn != pool_cleanup) continue;
-    if (cn_pool_threads(c->arg) == threads) return c->arg;
-    cn_pool_destroy(c->arg);
-    cn_ctx_remove_cleanup(ctx, c);
-    break;
+  cn_cleanup *owner = ctx->worker_pool;
+  if (owner) {
+    if (cn_pool_threads(owner->arg) == threads) return owner->arg;
+    cn_pool_destroy(owner->arg);
+    cn_ctx_remove_cleanup(ctx, owner);
+    ctx->worker_pool = NULL;
   }
   cn_pool *pool = cn_pool_create(ctx, threads);
   if (!pool) return NULL;
-  if (!cn_ctx_add_cleanup(ctx, pool_cleanup, pool)) {
+  if (!(ctx->worker_pool = cn_ctx_add_cleanup(ctx, pool_cleanup, pool))) {
     cn_pool_destroy(pool);
     return NULL;
   }
