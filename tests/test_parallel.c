@@ -2,8 +2,9 @@
  * exactly once, for n below, at and above the thread count, n = 0, nested calls), and the C
  * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
  * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
- * to a vector under an outer unmarked loop, each run on 1, 2 and 3 threads and compared bit for
- * bit (memcmp) with the unmarked procedure; a small parallel routine run 10 000 times; the
+ * to a vector under an outer unmarked loop, a routine of kernels (more than 32 statements), each
+ * run on 1, 2 and 3 threads and compared bit for bit (memcmp) with the unmarked procedure (and the
+ * routine of kernels with the interpreter); a small parallel routine run 10 000 times; the
  * assembly of a vector-marked kernel holding ymm/zmm instructions (on a CPU with AVX2); the
  * "threads" option. Generated code is compiled in a mkdtemp cache directory, removed at the end. */
 #include "backend/backend.h"
@@ -143,7 +144,47 @@ static cn_ll_proc *reduction(cn_ctx *ctx, cn_node **nodes, unsigned par) {
   return cn_lb_proc(ctx, "red", body, 2, params, 0, NULL);
 }
 
+/* A routine of kernels (more than the 32 top-level statements of one function, cgen.c) over
+ * e x e cells: y := x; 36 times y := y * 0.5 + x, marked `par` on i, unmarked, marked `par` on j
+ * in turn, so that statements equal but for their parallel marks must not share a kernel;
+ * w[b, i] =: sum over j of y[i, j] with the unmarked b loop outside the `par` i loop (an
+ * enclosing loop variable in the environment); y[i, j] := y[i, j] + w[s, i] with s a static index
+ * (a kernel parameter in the environment). Params x, w, y (the output last); free symbol s. */
+static cn_ll_proc *kernels(cn_ctx *ctx, cn_node **nodes, int64_t e, unsigned par) {
+  cn_symbol i = cn_symbol_create(ctx, "i", e), j = cn_symbol_create(ctx, "j", e),
+            b = cn_symbol_create(ctx, "b", 3), s = cn_symbol_create(ctx, "s", 3);
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_stmt *items[40];
+  int n = 0;
+  cn_index *y_ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+  items[n++] =
+      loop(ctx, i, e, par, loop(ctx, j, e, 0, cn_lb_set(ctx, 2, y_ij, get2(ctx, 0, i, j))));
+  for (int k = 0; k < 36; k++) {
+    cn_ll_expr *half =
+        cn_lb_op(ctx, CN_OP_MUL, single, get2(ctx, 2, i, j), cn_lb_num(ctx, single, 0.5), NULL);
+    cn_ll_expr *value = cn_lb_op(ctx, CN_OP_ADD, single, half, get2(ctx, 0, i, j), NULL);
+    items[n++] = loop(ctx, i, e, k % 3 == 0 ? par : 0,
+                      loop(ctx, j, e, k % 3 == 2 ? par : 0, cn_lb_set(ctx, 2, y_ij, value)));
+  }
+  cn_index *w_bi = cn_lb_indices(ctx, 2, cn_index_iter(b), cn_index_iter(i));
+  items[n++] =
+      loop(ctx, b, 3, 0,
+           loop(ctx, i, e, par,
+                cn_lb_seq(ctx, 2, cn_lb_set(ctx, 1, w_bi, cn_lb_num(ctx, single, 0)),
+                          loop(ctx, j, e, 0,
+                               cn_lb_accum(ctx, 1, single, w_bi, CN_OP_ADD, get2(ctx, 2, i, j))))));
+  items[n++] =
+      loop(ctx, i, e, par,
+           loop(ctx, j, e, 0, cn_lb_accum(ctx, 2, single, y_ij, CN_OP_ADD, get2(ctx, 1, s, i))));
+  cn_ll_param params[3] = {{nodes[0], false}, {nodes[1], false}, {nodes[2], false}};
+  return cn_lb_proc(ctx, "ks", cn_lb_seq_array(ctx, n, items), 3, params, 1, &s);
+}
+
 /* ---- Running ---- */
+
+/* The free-symbol values of every run: the static index s of `kernels` (the other procedures
+ * have no free symbol and read none). */
+static const int64_t sym_values[1] = {2};
 
 static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
                      void *env) {
@@ -164,8 +205,8 @@ static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, vo
   cn_parallel par = {pool_for, pool};
   int failed = 0;
   for (int x = 0; x < runs; x++)
-    failed += (pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, NULL, &par)
-                    : cn_backend_c.run(ctx, compiled, bufs, NULL)) != CN_OK;
+    failed += (pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, sym_values, &par)
+                    : cn_backend_c.run(ctx, compiled, bufs, sym_values)) != CN_OK;
   CHECK_INT(failed, 0);
   cn_backend_c.release(compiled);
   memcpy(out, bufs[proc->n_params - 1], bytes);
@@ -235,6 +276,72 @@ static void test_reduction(void) {
                    node(ctx, "v", CN_PREC_SINGLE, 2, (int64_t)3, (int64_t)301)};
   fill(n[0], 5);
   check_same_bits(ctx, reduction(ctx, n, 0), reduction(ctx, n, CN_LL_PARALLEL), n[1]);
+  cn_ctx_destroy(ctx);
+}
+
+static int count_occurrences(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+  return n;
+}
+
+/* The routine of kernels: its parallel loops are outlined from the kernels (the pool reaches them
+ * through the steps), the statements differing by a parallel mark get two kernels, and the result
+ * on 1, 2 and 3 threads is the unmarked routine's and the interpreter's, bit for bit. */
+static void test_kernels(void) {
+  cn_ctx *ctx = test_ctx();
+  int64_t e = 256;
+  cn_node *n[3] = {node(ctx, "x", CN_PREC_SINGLE, 2, e, e), node(ctx, "w", CN_PREC_SINGLE, 2, 3, e),
+                   node(ctx, "y", CN_PREC_SINGLE, 2, e, e)};
+  fill(n[0], 8);
+  cn_ll_proc *plain = kernels(ctx, n, e, 0), *marked = kernels(ctx, n, e, CN_LL_PARALLEL);
+  check_same_bits(ctx, plain, marked, n[2]);
+
+  cn_sbuf sb = {0};
+  CHECK_INT(cn_cgen_source(ctx, marked, &sb), CN_OK);
+  const char *text = sb.data ? sb.data : "";
+  /* y := x, the three updates, the reduction, the static-index update */
+  CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_kernel_"), 6);
+  CHECK_INT(count_occurrences(text, "const cn_par_t *cn_par) {\n"), 7); /* 5 kernels, 2 steps */
+  CHECK_INT(count_occurrences(text, "static void cn_body_"), 5);
+  const char *body = strstr(text, "static void cn_body_0(");
+  const char *kernel = strstr(text, "CN_NOINLINE static void cn_kernel_0(");
+  const char *pool = strstr(text, "cn_par->pool_for(cn_par->pool, cn_to - cn_from, cn_body_0, ");
+  CHECK(body && kernel && pool && body < kernel && kernel < pool);
+  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_0(float *restrict y_");
+  /* the loop runs in a function whose buffers are restrict parameters (what gcc vectorizes) */
+  CHECK_HAS(text, "static void cn_range_0(float *restrict y_");
+  CHECK_HAS(text, "  int64_t i;\n  int64_t cn_from;\n};\n"); /* the j-parallel update's i */
+  CHECK_HAS(text, "  int64_t b;\n  int64_t cn_from;\n};\n"); /* the reduction's outer loop */
+  CHECK_HAS(text, "  int64_t s;\n  int64_t cn_from;\n};\n"); /* the static index */
+  CHECK_HAS(text,
+            "void ks_entry_par(void *const *buffers, const int64_t *syms, const cn_par_t "
+            "*par) {\n  cn_step_0(buffers, syms, par);\n  cn_step_1(buffers, syms, par);\n}\n");
+  CHECK_HAS(text, "  ks_entry_par(buffers, syms, NULL);\n");
+  cn_sbuf_free(&sb);
+  /* The unmarked routine: every update shares one kernel, no pool anywhere. */
+  CHECK_INT(cn_cgen_source(ctx, plain, &sb), CN_OK);
+  CHECK(sb.data && !strstr(sb.data, "cn_par"));
+  CHECK_INT(count_occurrences(sb.data ? sb.data : "", "CN_NOINLINE static void cn_kernel_"), 4);
+  cn_sbuf_free(&sb);
+
+  /* The interpreter runs the marked routine sequentially: the same bits. */
+  size_t bytes = cn_node_buffer_cells(n[2]) * sizeof(float);
+  unsigned char *want = malloc(bytes);
+  void *compiled = NULL;
+  CHECK(want != NULL);
+  if (want) {
+    run(ctx, plain, NULL, 1, want, bytes);
+    memset(cn_node_buffer(n[2], false), 0xff, bytes);
+    cn_status st = cn_backend_interp.compile(ctx, marked, &compiled, NULL);
+    CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+    void *bufs[3] = {cn_node_buffer(n[0], false), cn_node_buffer(n[1], false),
+                     cn_node_buffer(n[2], false)};
+    if (st == CN_OK) CHECK_INT(cn_backend_interp.run(ctx, compiled, bufs, sym_values), CN_OK);
+    if (st == CN_OK) cn_backend_interp.release(compiled);
+    CHECK(memcmp(want, bufs[2], bytes) == 0);
+  }
+  free(want);
   cn_ctx_destroy(ctx);
 }
 
@@ -313,6 +420,7 @@ int main(void) {
   test_matmul();
   test_elementwise();
   test_reduction();
+  test_kernels();
   test_many_runs();
   test_vector_asm();
   test_threads_option();

@@ -27,19 +27,27 @@
 #define CGEN_LANE  "cn_lane"
 
 /* The outlining of parallel loops (see "Parallel loops"): mutable state shared by the cgen
- * copies that write the routine's body and the outlined functions. */
+ * copies that write a function (the routine's or a kernel's) and its outlined loops. The
+ * environment of an outlined loop is the enclosing function's parameters: `params` (positions in
+ * the procedure's list, stored into when `writes`) and `statics`, plus the loop variables in
+ * `scope`. */
 typedef struct {
-  cn_sbuf outlined; /* the outlined functions, emitted before the routine */
-  int count;        /* outlined so far: the next function is cn_body_<count> */
+  cn_sbuf outlined; /* the outlined functions not yet emitted: they go before their user */
+  int count;        /* outlined so far in the routine: the next function is cn_body_<count> */
   cn_symbol *scope; /* the loop variables enclosing the statement being emitted */
   int n_scope;      /* at most the number of symbols the procedure names */
   bool inside;      /* emitting an outlined body: inner parallel marks run sequentially */
+  const int *params;
+  const bool *writes;
+  int n_params;
+  const cn_symbol *statics;
+  int n_statics;
 } cgen_par;
 
 typedef struct {
   cn_ctx *ctx;
   const cn_ll_proc *proc;
-  cgen_par *par; /* NULL: no loop is outlined (no parallel mark, or a routine of kernels) */
+  cgen_par *par; /* NULL: no loop is outlined (no parallel mark in the function emitted) */
   cn_sbuf *out;
   const char **param_names;        /* per param */
   int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
@@ -544,14 +552,35 @@ static void emit_range_side(const cgen *g, int64_t edge, int n, const cn_ll_boun
 
 /* ---- Parallel loops ----
  * A CN_LL_PARALLEL loop (iterations independent, loops.h) becomes a static function
- * cn_body_<k>(env, lo, hi) running iterations [from + lo, from + hi) of it, with the body's text
- * unchanged, and at its place a call through the per-call cn_par_t (the runtime's pool, passed to
- * the entry point: never a global, since two contexts may load one object) over [0, to - from),
- * or a direct call over all of it without a pool. The environment struct cn_env_<k> carries every
- * buffer, free symbol and enclosing loop variable under its own name, so the outlined body reads
- * them as the routine does. Each iteration runs whole on one thread, in the scalar order: a cell
- * gets the same sequence of stores for any thread count. Parallel marks inside an outlined body
- * run sequentially (one level of threads). */
+ * cn_body_<k>(env, lo, hi) running iterations [from + lo, from + hi) of it (through
+ * cn_range_<k>, which has the body's text unchanged), and at its place a call through the
+ * per-call cn_par_t (the runtime's pool, passed to the entry point and down to the function
+ * holding the loop: never a global, since two contexts may load one object) over [0, to - from),
+ * or a direct call over all of it without a pool. The loop is in the routine's function (a short
+ * routine) or in a kernel (a routine of kernels, see "Routines as kernels"); the environment
+ * struct cn_env_<k> carries that function's parameters — the routine's buffers and free symbols,
+ * or the kernel's buffers and static indices — and the enclosing loop variables, which
+ * cn_range_<k> takes as parameters under their names there (restrict buffers included), so the
+ * body reads them as the function does. Outlined functions are numbered in the order of the
+ * routine's text and emitted before the function using them. Each iteration runs whole on one
+ * thread, in the scalar order: a cell gets the same sequence of stores for any thread count.
+ * Parallel marks inside an outlined body run sequentially (one level of threads). */
+
+/* Whether some loop of `s` carries `mark`. */
+static bool has_mark(const cn_ll_stmt *s, unsigned mark) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++)
+      if (has_mark(s->u.seq.items[i], mark)) return true;
+    return false;
+  case CN_LL_FOR: return (s->u.loop.marks & mark) || has_mark(s->u.loop.body, mark);
+  case CN_LL_IF: return has_mark(s->u.guard.body, mark);
+  case CN_LL_COMMENT:
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return false;
+  }
+  return false;
+}
 
 static void emit_loop_body(const cgen *g, int depth, const cn_ll_stmt *s) {
   if (g->par) g->par->scope[g->par->n_scope++] = s->u.loop.sym;
@@ -559,62 +588,96 @@ static void emit_loop_body(const cgen *g, int depth, const cn_ll_stmt *s) {
   if (g->par) g->par->n_scope--;
 }
 
-/* Calls fn(g, sb, param, name) for every entry of the environment: the buffers (param their
- * position), then the free symbols and the enclosing loop variables (param -1: an int64_t). */
-static void each_env_entry(const cgen *g, cn_sbuf *sb,
-                           void (*fn)(const cgen *g, cn_sbuf *sb, int param, const char *name)) {
-  for (int k = 0; k < g->proc->n_params; k++) fn(g, sb, k, g->param_names[k]);
-  for (int i = 0; i < g->proc->n_free_syms; i++) fn(g, sb, -1, sym_name(g, g->proc->free_syms[i]));
-  for (int i = 0; i < g->par->n_scope; i++) fn(g, sb, -1, sym_name(g, g->par->scope[i]));
+/* The environment's entry types are the enclosing function's parameter types, constness
+ * included (a kernel may only read a buffer the routine writes elsewhere), so copying a
+ * parameter into the struct and back never drops a qualifier. */
+typedef void env_entry_fn(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name);
+
+/* Calls fn(g, sb, param, written, name) for every entry of the environment: the buffers (param
+ * their position in the procedure), then the static indices and the enclosing loop variables
+ * (param -1: an int64_t). */
+static void each_env_entry(const cgen *g, cn_sbuf *sb, env_entry_fn *fn) {
+  const cgen_par *par = g->par;
+  for (int k = 0; k < par->n_params; k++)
+    fn(g, sb, par->params[k], par->writes[k], g->param_names[par->params[k]]);
+  for (int i = 0; i < par->n_statics; i++) fn(g, sb, -1, false, sym_name(g, par->statics[i]));
+  for (int i = 0; i < par->n_scope; i++) fn(g, sb, -1, false, sym_name(g, par->scope[i]));
 }
 
-static void print_param_type(const cgen *g, cn_sbuf *sb, int param);
+static void print_buffer_type(const cgen *g, cn_sbuf *sb, int param, bool written);
 
-static void env_field(const cgen *g, cn_sbuf *sb, int param, const char *name) {
+/* A member of the struct cn_env_<k>. */
+static void env_field(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name) {
   cn_sbuf_puts(sb, "  ");
   if (param >= 0)
-    print_param_type(g, sb, param);
+    print_buffer_type(g, sb, param, written);
   else
     cn_sbuf_puts(sb, "int64_t ");
   cn_sbuf_printf(sb, "%s;\n", name);
 }
 
-static void env_local(const cgen *g, cn_sbuf *sb, int param, const char *name) {
-  cn_sbuf_puts(sb, "  ");
+/* A parameter of the range function: restrict buffers, as the enclosing function's are. */
+static void env_param(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name) {
   if (param >= 0) {
-    print_param_type(g, sb, param);
+    print_buffer_type(g, sb, param, written);
     cn_sbuf_puts(sb, "restrict ");
   } else {
-    cn_sbuf_puts(sb, "const int64_t ");
+    cn_sbuf_puts(sb, "int64_t ");
   }
-  cn_sbuf_printf(sb, "%s = cn_env->%s;\n  (void)%s;\n", name, name, name);
+  cn_sbuf_printf(sb, "%s, ", name);
 }
 
-static void env_init(const cgen *g, cn_sbuf *sb, int param, const char *name) {
+/* The body may not read every entry (a short routine's environment is all of its parameters). */
+static void env_unused(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name) {
   (void)g;
   (void)param;
+  (void)written;
+  cn_sbuf_printf(sb, "  (void)%s;\n", name);
+}
+
+/* An argument of cn_body_<k>'s call of the range function: the entry saved in the struct. */
+static void env_arg(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name) {
+  (void)g;
+  (void)param;
+  (void)written;
+  cn_sbuf_printf(sb, "cn_env->%s, ", name);
+}
+
+/* A designated initializer of the struct at the loop's place: the entry's value there. */
+static void env_init(const cgen *g, cn_sbuf *sb, int param, bool written, const char *name) {
+  (void)g;
+  (void)param;
+  (void)written;
   cn_sbuf_printf(sb, ".%s = %s, ", name, name);
 }
 
-/* The outlined function of loop s, appended to the outlined text. */
+/* The outlined functions of loop s, appended to the outlined text: cn_range_<k> runs iterations
+ * [cn_lo, cn_hi) over the environment passed as restrict parameters, and cn_body_<k>, the pool's
+ * callback, unpacks the struct into a call of it. The parameters are what carry the no-alias
+ * promise: gcc ignores restrict on locals loaded from a struct, and without it (a kernel's
+ * restrict parameters copied into such locals) left a conv net's hottest loop unvectorized,
+ * 3 times slower on one thread; inlined into cn_body_<k>, the parameters keep it. */
 static void emit_outlined(const cgen *g, int k, const cn_ll_stmt *s) {
   cn_sbuf fn = {0};
   cgen h = *g;
   h.out = &fn;
-  cn_sbuf_printf(&fn, "struct cn_env_%d {\n", k);
-  each_env_entry(g, &fn, env_field);
-  cn_sbuf_puts(&fn, "  int64_t cn_from;\n};\n");
-  cn_sbuf_printf(&fn, "static void cn_body_%d(void *cn_envp, int64_t cn_lo, int64_t cn_hi) {\n", k);
-  cn_sbuf_printf(&fn, "  const struct cn_env_%d *cn_env = cn_envp;\n", k);
-  each_env_entry(g, &fn, env_local);
+  cn_sbuf_printf(&fn, "static void cn_range_%d(", k);
+  each_env_entry(g, &fn, env_param);
+  cn_sbuf_puts(&fn, "int64_t cn_lo, int64_t cn_hi) {\n");
+  each_env_entry(g, &fn, env_unused);
   const char *var = sym_name(g, s->u.loop.sym);
-  cn_sbuf_printf(
-      &fn, "  for (int64_t %s = cn_env->cn_from + cn_lo; %s < cn_env->cn_from + cn_hi; ++%s) {\n",
-      var, var, var);
+  cn_sbuf_printf(&fn, "  for (int64_t %s = cn_lo; %s < cn_hi; ++%s) {\n", var, var, var);
   g->par->inside = true;
   emit_loop_body(&h, 1, s);
   g->par->inside = false;
   cn_sbuf_puts(&fn, "  }\n}\n");
+  cn_sbuf_printf(&fn, "struct cn_env_%d {\n", k);
+  each_env_entry(g, &fn, env_field);
+  cn_sbuf_puts(&fn, "  int64_t cn_from;\n};\n");
+  cn_sbuf_printf(&fn, "static void cn_body_%d(void *cn_envp, int64_t cn_lo, int64_t cn_hi) {\n", k);
+  cn_sbuf_printf(&fn, "  const struct cn_env_%d *cn_env = cn_envp;\n  cn_range_%d(", k, k);
+  each_env_entry(g, &fn, env_arg);
+  cn_sbuf_puts(&fn, "cn_env->cn_from + cn_lo, cn_env->cn_from + cn_hi);\n}\n");
   cn_sbuf_puts(&g->par->outlined, text_of(&fn));
   if (fn.failed) g->par->outlined.failed = true;
   cn_sbuf_free(&fn);
@@ -689,10 +752,15 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   CN_ASSERT(!"unknown statement kind");
 }
 
-/* The C type of a buffer parameter, without restrict: "const float *". */
-static void print_param_type(const cgen *g, cn_sbuf *sb, int param) {
+/* The C type of a buffer, without restrict: "const float *" unless `written`. */
+static void print_buffer_type(const cgen *g, cn_sbuf *sb, int param, bool written) {
   cn_prec prec = g->proc->params[param].node->prec;
-  cn_sbuf_printf(sb, "%s%s *", g->written[param] ? "" : "const ", cn_prec_table[prec].store_c);
+  cn_sbuf_printf(sb, "%s%s *", written ? "" : "const ", cn_prec_table[prec].store_c);
+}
+
+/* The type of a parameter of the routine's function, const when no statement stores into it. */
+static void print_param_type(const cgen *g, cn_sbuf *sb, int param) {
+  print_buffer_type(g, sb, param, g->written[param]);
 }
 
 /* The signature of the routine's function; a routine with outlined loops takes the pool too. */
@@ -739,6 +807,16 @@ static void emit_entry(const cgen *g, const char *suffix, const char *extra, con
   cn_sbuf_puts(sb, ");\n}\n");
 }
 
+/* The pool's call table, as generated code sees it: a function with parallel loops takes one. */
+static void emit_par_type(cn_sbuf *sb) {
+  cn_sbuf_puts(sb, "/* the runtime's pool (cn_parallel of src/backend/backend.h) */\n"
+                   "typedef struct {\n"
+                   "  void (*pool_for)(void *pool, int64_t n,\n"
+                   "                   void (*fn)(void *env, int64_t lo, int64_t hi), void *env);\n"
+                   "  void *pool;\n"
+                   "} cn_par_t;\n");
+}
+
 static void emit_routine(const cgen *g) {
   const cn_ll_proc *proc = g->proc;
   cn_sbuf *sb = g->out;
@@ -755,13 +833,7 @@ static void emit_routine(const cgen *g) {
       cn_sbuf_printf(h.out, "  (void)%s; /* not accessed */\n", g->param_names[k]);
   emit_stmt(&h, 1, proc->body);
   if (g->par) {
-    cn_sbuf_puts(sb,
-                 "/* the runtime's pool (cn_parallel of src/backend/backend.h) */\n"
-                 "typedef struct {\n"
-                 "  void (*pool_for)(void *pool, int64_t n,\n"
-                 "                   void (*fn)(void *env, int64_t lo, int64_t hi), void *env);\n"
-                 "  void *pool;\n"
-                 "} cn_par_t;\n");
+    emit_par_type(sb);
     cn_sbuf_puts(sb, text_of(&g->par->outlined));
     cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
     emit_signature(g);
@@ -785,9 +857,15 @@ static void emit_routine(const cgen *g) {
  * statements each, which the entry point calls in order. Kernels and steps are noinline: the
  * compiler would otherwise inline them back into one function. Two statements share a kernel when
  * they print the same text with their buffers, static indices and loop variables renamed by order
- * of first appearance (the key, never compiled): strides, margins, constants and precisions are
- * part of that text, so a shared kernel computes each statement exactly. A kernel's text is its
- * first statement's, under that statement's names. Smaller routines stay one function. */
+ * of first appearance (the key, never compiled): strides, margins, constants, precisions and
+ * loop marks are part of that text, so a shared kernel computes each statement exactly and
+ * outlines the same loops for each. A kernel's text is its first statement's, under that
+ * statement's names. A kernel whose statement has a parallel loop takes the pool as a last
+ * parameter cn_par and outlines the loop (see "Parallel loops": the environment is the kernel's
+ * buffers and static indices and the loop variables around the loop), its outlined functions
+ * emitted just before it; the steps calling such kernels take cn_par too, and the routine exports
+ * <name>_entry_par passing the caller's pool, <name>_entry passing NULL. Smaller routines stay
+ * one function. */
 
 #define CGEN_STEP_STATEMENTS 32
 
@@ -903,8 +981,9 @@ static bool use_stmt(const cgen *g, uses *u, const cn_ll_stmt *s) {
   return false;
 }
 
-/* A kernel's parameters under g's names: the statement's buffers, then its static indices. */
-static void print_kernel_params(const cgen *g, cn_sbuf *sb, const uses *u) {
+/* A kernel's parameters under g's names: the statement's buffers, then its static indices, then
+ * the pool when the statement has a parallel loop. */
+static void print_kernel_params(const cgen *g, cn_sbuf *sb, const uses *u, bool parallel) {
   for (int k = 0; k < u->n_params; k++) {
     cn_prec prec = g->proc->params[u->params[k]].node->prec;
     cn_sbuf_printf(sb, "%s%s%s *restrict %s", k ? ", " : "", u->writes[k] ? "" : "const ",
@@ -912,7 +991,32 @@ static void print_kernel_params(const cgen *g, cn_sbuf *sb, const uses *u) {
   }
   for (int k = 0; k < u->n_statics; k++)
     cn_sbuf_printf(sb, "%sint64_t %s", u->n_params + k ? ", " : "", sym_name(g, u->statics[k]));
-  if (u->n_params + u->n_statics == 0) cn_sbuf_puts(sb, "void");
+  if (parallel)
+    cn_sbuf_printf(sb, "%sconst cn_par_t *cn_par", u->n_params + u->n_statics ? ", " : "");
+  else if (u->n_params + u->n_statics == 0)
+    cn_sbuf_puts(sb, "void");
+}
+
+/* The marks of the loops of s, in the order its text prints the loops: part of a kernel's key.
+ * The key is printed without outlining, where a parallel loop's text is that of an unmarked loop:
+ * its parameters tell whether a statement takes the pool, but not which of its loops is
+ * outlined, so without the marks statements parallel on different loops would share a kernel
+ * outlining the first one's loop. */
+static void print_marks(cn_sbuf *sb, const cn_ll_stmt *s) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) print_marks(sb, s->u.seq.items[i]);
+    return;
+  case CN_LL_FOR:
+    cn_sbuf_printf(sb, " %u", s->u.loop.marks);
+    print_marks(sb, s->u.loop.body);
+    return;
+  case CN_LL_IF: print_marks(sb, s->u.guard.body); return;
+  case CN_LL_COMMENT:
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return;
+  }
+  CN_ASSERT(!"unknown statement kind");
 }
 
 typedef struct {
@@ -923,6 +1027,9 @@ typedef struct {
   const char **positional[3]; /* "@b<k>", "@s<k>", "@v<k>": never C, so never ambiguous */
   int cap_positional[3];
   cn_sbuf kernel_text, step_text, calls; /* kernels, finished steps, the current step's calls */
+  cn_sbuf entry_calls;                   /* the entry point's calls of the finished steps */
+  bool step_par;                         /* a call of the current step passes the pool */
+  cgen_par par;                          /* the outlining of the kernels' parallel loops */
   uses stmt, step;
 } splitter;
 
@@ -949,8 +1056,10 @@ static const char *positional_name(cn_ctx *ctx, splitter *sp, int kind, int k) {
   return sp->positional[kind][k];
 }
 
-/* The number of the kernel computing s (whose names are in sp->stmt), emitted when new. */
-static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, int *number) {
+/* The number of the kernel computing s (whose names are in sp->stmt), emitted when new, after
+ * the outlined functions of its parallel loops when `parallel`. */
+static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, bool parallel,
+                           int *number) {
   cn_ctx *ctx = g->ctx;
   const uses *u = &sp->stmt;
   for (int k = 0; k < u->n_params; k++)
@@ -962,9 +1071,11 @@ static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, int
     if (!(sp->keyed.sym_names[sym_slot(g, u->loops[k])] = positional_name(ctx, sp, 2, k)))
       return ctx->status;
   sbuf_clear(&sp->key);
-  print_kernel_params(&sp->keyed, &sp->key, u);
+  print_kernel_params(&sp->keyed, &sp->key, u, parallel);
   cn_sbuf_putc(&sp->key, '\n');
   emit_stmt(&sp->keyed, 1, s);
+  cn_sbuf_puts(&sp->key, "marks:");
+  print_marks(&sp->key, s);
   if (sp->key.failed)
     return cn_fail(ctx, CN_ERR_NOMEM, "out of memory generating C for routine '%s'", g->proc->name);
   const int *known = cn_map_get(&sp->kernels, sp->key.data);
@@ -977,26 +1088,43 @@ static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, int
   if (!key || !fresh) return ctx->status;
   *fresh = *number = sp->n_kernels++;
   if (!cn_map_put(ctx, &sp->kernels, key, fresh)) return ctx->status;
+  cn_sbuf kernel = {0};
   cgen named = *g;
-  named.out = &sp->kernel_text;
-  cn_sbuf_printf(&sp->kernel_text, "CN_NOINLINE static void cn_kernel_%d(", *number);
-  print_kernel_params(&named, &sp->kernel_text, u);
-  cn_sbuf_puts(&sp->kernel_text, ") {\n");
+  named.out = &kernel;
+  if (parallel) { /* the environment: the kernel's parameters */
+    sp->par.params = u->params;
+    sp->par.writes = u->writes;
+    sp->par.n_params = u->n_params;
+    sp->par.statics = u->statics;
+    sp->par.n_statics = u->n_statics;
+    named.par = &sp->par;
+  }
+  cn_sbuf_printf(&kernel, "CN_NOINLINE static void cn_kernel_%d(", *number);
+  print_kernel_params(&named, &kernel, u, parallel);
+  cn_sbuf_puts(&kernel, ") {\n");
   emit_stmt(&named, 1, s);
-  cn_sbuf_puts(&sp->kernel_text, "}\n");
+  cn_sbuf_puts(&kernel, "}\n");
+  if (kernel.failed || sp->par.outlined.failed) sp->kernel_text.failed = true;
+  cn_sbuf_puts(&sp->kernel_text, text_of(&sp->par.outlined));
+  cn_sbuf_puts(&sp->kernel_text, text_of(&kernel));
+  sbuf_clear(&sp->par.outlined);
+  cn_sbuf_free(&kernel);
   return CN_OK;
 }
 
 /* Closes the current step: its function takes what its calls pass from the entry point's arrays
- * (under the reserved names cn_buffers and cn_syms, which no buffer or symbol can take). */
+ * (under the reserved names cn_buffers and cn_syms, which no buffer or symbol can take), and the
+ * pool when a call passes it on to a kernel with parallel loops. */
 static void end_step(const cgen *g, splitter *sp) {
   const cn_ll_proc *proc = g->proc;
   cn_sbuf *sb = &sp->step_text;
   const uses *st = &sp->step;
+  cn_sbuf_printf(&sp->entry_calls, "  cn_step_%d(buffers, syms%s);\n", sp->n_steps,
+                 sp->step_par ? ", par" : "");
   cn_sbuf_printf(sb,
                  "CN_NOINLINE static void cn_step_%d(void *const *cn_buffers, "
-                 "const int64_t *cn_syms) {\n",
-                 sp->n_steps++);
+                 "const int64_t *cn_syms%s) {\n",
+                 sp->n_steps++, sp->step_par ? ", const cn_par_t *cn_par" : "");
   if (st->n_params == 0) cn_sbuf_puts(sb, "  (void)cn_buffers;\n");
   if (st->n_statics == 0) cn_sbuf_puts(sb, "  (void)cn_syms;\n");
   for (int k = 0; k < st->n_params; k++) {
@@ -1017,6 +1145,7 @@ static void end_step(const cgen *g, splitter *sp) {
   sbuf_clear(&sp->calls);
   uses_clear(&sp->step);
   sp->in_step = 0;
+  sp->step_par = false;
 }
 
 /* Top-level statements in order (nested sequences flattened): a comment goes into the current
@@ -1037,8 +1166,9 @@ static cn_status split_stmt(const cgen *g, splitter *sp, const cn_ll_stmt *s) {
   uses *u = &sp->stmt;
   uses_clear(u);
   int number = 0;
+  bool parallel = has_mark(s, CN_LL_PARALLEL);
   if (!use_stmt(g, u, s)) return g->ctx->status;
-  cn_status status = kernel_of(g, sp, s, &number);
+  cn_status status = kernel_of(g, sp, s, parallel, &number);
   if (status != CN_OK) return status;
   cn_sbuf_printf(&sp->calls, "  cn_kernel_%d(", number);
   for (int k = 0; k < u->n_params; k++) {
@@ -1049,25 +1179,11 @@ static cn_status split_stmt(const cgen *g, splitter *sp, const cn_ll_stmt *s) {
     cn_sbuf_printf(&sp->calls, "%s%s", u->n_params + k ? ", " : "", sym_name(g, u->statics[k]));
     if (!use_symbol(g, &sp->step, u->statics[k], false)) return g->ctx->status;
   }
+  if (parallel) cn_sbuf_puts(&sp->calls, u->n_params + u->n_statics ? ", cn_par" : "cn_par");
+  sp->step_par = sp->step_par || parallel;
   cn_sbuf_puts(&sp->calls, ");\n");
   if (++sp->in_step == CGEN_STEP_STATEMENTS) end_step(g, sp);
   return CN_OK;
-}
-
-/* Whether some loop of `s` carries `mark`. */
-static bool has_mark(const cn_ll_stmt *s, unsigned mark) {
-  switch (s->kind) {
-  case CN_LL_SEQ:
-    for (int i = 0; i < s->u.seq.count; i++)
-      if (has_mark(s->u.seq.items[i], mark)) return true;
-    return false;
-  case CN_LL_FOR: return (s->u.loop.marks & mark) || has_mark(s->u.loop.body, mark);
-  case CN_LL_IF: return has_mark(s->u.guard.body, mark);
-  case CN_LL_COMMENT:
-  case CN_LL_SET:
-  case CN_LL_SET_VEC: return false;
-  }
-  return false;
 }
 
 static int count_statements(const cn_ll_stmt *s) {
@@ -1078,6 +1194,9 @@ static int count_statements(const cn_ll_stmt *s) {
   return n;
 }
 
+/* The routine as kernels, steps and an entry point. With a parallel mark the entry point is
+ * <name>_entry_par, passing the pool down to the steps that need it, and <name>_entry calls it
+ * with NULL (every loop on the caller's thread), as a short routine's entries do. */
 static cn_status emit_kernels(const cgen *g) {
   cn_ctx *ctx = g->ctx;
   const cn_ll_proc *proc = g->proc;
@@ -1087,8 +1206,9 @@ static cn_status emit_kernels(const cgen *g) {
   sp.keyed.out = &sp.key;
   sp.keyed.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
   sp.keyed.sym_names = cn_alloc(ctx, sizeof(char *) * n_syms);
+  sp.par.scope = cn_alloc(ctx, sizeof(cn_symbol) * n_syms);
   cn_status status = CN_OK;
-  if (!sp.keyed.param_names || !sp.keyed.sym_names || !uses_init(g, &sp.stmt) ||
+  if (!sp.keyed.param_names || !sp.keyed.sym_names || !sp.par.scope || !uses_init(g, &sp.stmt) ||
       !uses_init(g, &sp.step))
     status = ctx->status;
   if (status == CN_OK) status = split_stmt(g, &sp, proc->body);
@@ -1098,19 +1218,30 @@ static cn_status emit_kernels(const cgen *g) {
     cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
     cn_sbuf_puts(sb, "#if defined(__GNUC__)\n#define CN_NOINLINE __attribute__((noinline))\n"
                      "#else\n#define CN_NOINLINE\n#endif\n");
-    if (sp.kernel_text.failed || sp.step_text.failed) sb->failed = true;
-    cn_sbuf_puts(sb, sp.kernel_text.data ? sp.kernel_text.data : "");
-    cn_sbuf_puts(sb, sp.step_text.data ? sp.step_text.data : "");
+    bool parallel = sp.par.count > 0;
+    if (parallel) emit_par_type(sb);
+    if (sp.kernel_text.failed || sp.step_text.failed || sp.entry_calls.failed) sb->failed = true;
+    cn_sbuf_puts(sb, text_of(&sp.kernel_text));
+    cn_sbuf_puts(sb, text_of(&sp.step_text));
     const char *entry_params = "(void *const *buffers, const int64_t *syms)";
-    cn_sbuf_printf(sb, "void %s_entry%s;\n", proc->name, entry_params);
-    cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
-    for (int k = 0; k < sp.n_steps; k++) cn_sbuf_printf(sb, "  cn_step_%d(buffers, syms);\n", k);
+    const char *par_params = "(void *const *buffers, const int64_t *syms, const cn_par_t *par)";
+    const char *params = parallel ? par_params : entry_params, *suffix = parallel ? "_par" : "";
+    cn_sbuf_printf(sb, "void %s_entry%s%s;\n", proc->name, suffix, params);
+    cn_sbuf_printf(sb, "void %s_entry%s%s {\n", proc->name, suffix, params);
+    cn_sbuf_puts(sb, text_of(&sp.entry_calls));
     cn_sbuf_puts(sb, "}\n");
+    if (parallel) {
+      cn_sbuf_printf(sb, "void %s_entry%s;\n", proc->name, entry_params);
+      cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
+      cn_sbuf_printf(sb, "  %s_entry_par(buffers, syms, NULL);\n}\n", proc->name);
+    }
   }
   cn_sbuf_free(&sp.key);
   cn_sbuf_free(&sp.kernel_text);
   cn_sbuf_free(&sp.step_text);
   cn_sbuf_free(&sp.calls);
+  cn_sbuf_free(&sp.entry_calls);
+  cn_sbuf_free(&sp.par.outlined);
   return status;
 }
 
@@ -1268,12 +1399,20 @@ cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
   if (has_mark(proc->body, CN_LL_VECTOR))
     cn_sbuf_puts(&body, "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n");
   if (count_statements(proc->body) > CGEN_STEP_STATEMENTS) {
-    status = emit_kernels(&g); /* parallel marks run sequentially in kernels */
+    status = emit_kernels(&g);
   } else if (has_mark(proc->body, CN_LL_PARALLEL)) {
-    cgen_par par = {.scope = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(g.symbols.n + 1))};
-    if (!par.scope) status = ctx->status;
+    /* the environment: the routine function's parameters, all buffers and free symbols */
+    int *params = cn_alloc(ctx, sizeof(int) * n_params);
+    cgen_par par = {.scope = cn_alloc(ctx, sizeof(cn_symbol) * (size_t)(g.symbols.n + 1)),
+                    .params = params,
+                    .writes = g.written,
+                    .n_params = proc->n_params,
+                    .statics = proc->free_syms,
+                    .n_statics = proc->n_free_syms};
+    for (int k = 0; params && k < proc->n_params; k++) params[k] = k;
+    if (!par.scope || !params) status = ctx->status;
     g.par = &par;
-    if (par.scope) emit_routine(&g);
+    if (status == CN_OK) emit_routine(&g);
     if (par.outlined.failed) body.failed = true;
     cn_sbuf_free(&par.outlined);
   } else {
