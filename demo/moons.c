@@ -92,17 +92,20 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
     return moons_fail(ctx);
 
   cn_asgn *init = cn_graph_init_params(g, m->loss);
-  cn_routine *init_routine =
-      init ? cn_routine_compile(ctx, init, cfg->backend, "moons_init") : NULL;
-  if (!init_routine || cn_routine_run(init_routine) != CN_OK) return moons_fail(ctx);
-  cn_routine_free(init_routine);
-
   const cn_sgd sgd = {m->learning_rate, 0.0, MOONS_WEIGHT_DECAY, false};
-  cn_asgn *parts[2] = {cn_graph_grad_update(g, m->loss), NULL};
+  cn_asgn *parts[2] = {init ? cn_graph_grad_update(g, m->loss) : NULL, NULL};
   parts[1] = parts[0] ? cn_graph_sgd_update(g, m->loss, &sgd) : NULL;
   cn_asgn *step = parts[1] ? cn_asgn_seq(ctx, 2, parts) : NULL;
-  m->step = step ? cn_routine_compile(ctx, step, cfg->backend, "moons_step") : NULL;
-  return m->step ? CN_OK : moons_fail(ctx);
+  /* Both routines compile at once (their C compilers run side by side on a cold cache). */
+  const cn_asgn *code[2] = {init, step};
+  const char *names[2] = {"moons_init", "moons_step"};
+  cn_routine *routines[2];
+  if (!step || cn_routine_compile_many(ctx, 2, code, names, cfg->backend, routines) != CN_OK)
+    return moons_fail(ctx);
+  m->step = routines[1];
+  cn_status st = cn_routine_run(routines[0]);
+  cn_routine_free(routines[0]);
+  return st == CN_OK ? CN_OK : moons_fail(ctx);
 }
 
 /* One training step (global step number `step`, batch step % 80); *loss is the batch's loss

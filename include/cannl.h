@@ -76,7 +76,15 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *   "threads"   the threads that run the parallel loops of a routine, the caller included: a
  *               count in [1, 1024] (default: $CANNL_THREADS, else the cores the process may run
  *               on, as they were when the routine was compiled). Results are the same bits for
- *               every count. */
+ *               every count.
+ * And of every routine compiled (read by cn_routine_compile):
+ *   "schedule"  the passes of the scheduling stage: "all" (default: $CANNL_SCHEDULE, else "all"),
+ *               "none", or a comma list of virtual, order, tile, marks, jam; each pass keeps the
+ *               results bit for bit, so switching them off bisects a failure (docs/ARCHITECTURE.md
+ *               "Scheduling").
+ *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
+ *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
+ *               one core; smaller nests stay on the caller's thread). */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
@@ -158,6 +166,9 @@ typedef struct cn_node cn_node;
 typedef enum {
   CN_MEM_MATERIALIZED, /* a host-visible buffer: set and read with cn_node_set/get_values */
   CN_MEM_LOCAL,        /* scratch owned by each routine that uses it, not visible outside */
+  /* written and read within one routine only, never by the host: the schedule (pass "virtual")
+   * inlines its computation at its reads where that is exact, else it is LOCAL scratch */
+  CN_MEM_VIRTUAL,
 } cn_memory_mode;
 
 /* A node of the given precision and dims (rank <= CN_MAX_RANK; dims >= 0). Its buffers are
@@ -319,6 +330,14 @@ typedef struct cn_routine cn_routine;
 /* Lowers, optimizes and compiles an assignments tree for a backend. */
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name);
+/* Compiles n routines (asgns[k] named names[k]) as n calls of cn_routine_compile would, except
+ * that the generated-C backend runs the C compilers of the routines missing from the cache at the
+ * same time (up to one per online processor): a model's routines compile in about the time of the
+ * longest. CN_OK with out[k] set for every k; otherwise the status of the first failure, its
+ * message, and every out[k] NULL (no routine kept). */
+cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                                  const char *const *names, cn_backend_kind backend,
+                                  cn_routine **out);
 /* Whether the routine reads the static index symbol (binding one it does not read fails). */
 bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
 /* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */

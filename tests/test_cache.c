@@ -6,7 +6,9 @@
  * are each discarded with one warning and recompiled, and the routine computes its own values;
  * the cache location order ($CANNL_CACHE_DIR, $XDG_CACHE_HOME, $HOME, the per-user directory
  * under $TMPDIR and its refusal), CANNL_CACHE_DIR=off leaving no file, and the word grammar of
- * CANNL_CFLAGS and CC (quotes, escapes, no shell) with its exact error messages.
+ * CANNL_CFLAGS and CC (quotes, escapes, no shell) with its exact error messages; several routines
+ * compiled at once (cn_routine_compile_many: compilers side by side on a cold cache, all hits on a
+ * warm one, nothing kept when one fails).
  *
  * Generated C is compiled with -O1 and without -march=native: fast, and valgrind-friendly. */
 #include "cannl.h"
@@ -468,6 +470,68 @@ static void test_command(void) {
   CHECK(unsetenv("CANNL_CFLAGS") == 0);
 }
 
+/* ---- Several routines at once ---- */
+
+/* Compiles three fills (names fill_a, fill_b, fill_c) with cn_routine_compile_many into dir, each
+ * run and checked exactly; the compiler runs and cache hits expected. */
+static void compile_three(const char *dir, int runs, int hits) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(ctx != NULL);
+  if (!ctx) return;
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dir), CN_OK);
+  const double *values[3] = {values_a, values_b, values_other};
+  const char *names[3] = {"fill_a", "fill_b", "fill_c"};
+  cn_node *x[3];
+  const cn_asgn *code[3];
+  int64_t n = 3;
+  for (int k = 0; k < 3; k++) {
+    x[k] = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+    code[k] = x[k] ? cn_asgn_fetch_constant_fill(ctx, x[k], values[k], 3) : NULL;
+  }
+  cn_routine *r[3];
+  CHECK_INT(cn_routine_compile_many(ctx, 3, code, names, CN_BACKEND_C, r), CN_OK);
+  for (int k = 0; k < 3 && cn_ctx_status(ctx) == CN_OK; k++) {
+    CHECK_INT(cn_routine_run(r[k]), CN_OK);
+    double got[3] = {0, 0, 0};
+    CHECK_INT(cn_node_get_values(x[k], false, got, 3), CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[k][i], 0);
+  }
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), runs);
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), hits);
+  /* With a flag the compiler refuses, none of three new sources compiles: no routine is kept, and
+   * the message is the compiler's on the first routine's file (the others are only reaped). */
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", CFLAGS " -fno-such-flag-anywhere"), CN_OK);
+  const double *changed[3] = {values_b, values_other, values_a};
+  for (int k = 0; k < 3; k++) code[k] = cn_asgn_fetch_constant_fill(ctx, x[k], changed[k], 3);
+  r[0] = r[1] = r[2] = (cn_routine *)code; /* overwritten with NULL on failure */
+  CHECK_INT(cn_routine_compile_many(ctx, 3, code, names, CN_BACKEND_C, r), CN_ERR_COMPILE);
+  CHECK(r[0] == NULL && r[1] == NULL && r[2] == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "C compiler failed on generated file");
+  CHECK_HAS(cn_ctx_error(ctx), "fill_a-");
+  CHECK_HAS(cn_ctx_error(ctx), "-fno-such-flag-anywhere");
+  cn_ctx_destroy(ctx);
+}
+
+static void test_many(void) {
+  char dir[PATH_MAX];
+  path_in(dir, sizeof dir, root, "many");
+  CHECK(mkdir(dir, 0700) == 0);
+  compile_three(dir, 3, 0); /* cold: three compilers */
+  compile_three(dir, 0, 3); /* warm: three hits */
+  CHECK_INT(count_files(dir, ".so"), 3);
+  CHECK_INT(count_files(dir, ".sum"), 3);
+  /* The sources of the failed compilations stay: the first's at least, all three's when the
+   * machine has three processors or more (compilers start in waves of one per processor). */
+  int sources = count_files(dir, ".c");
+  CHECK_MSG(sources >= 4 && sources <= 6, "%d sources", sources);
+  /* No temporary (<name>-<key>.tmp-<pid>-<serial>.*) survives. */
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  for (struct dirent *e; d && (e = readdir(d));)
+    CHECK_MSG(!strstr(e->d_name, ".tmp-"), "%s", e->d_name);
+  if (d) closedir(d);
+}
+
 int main(void) {
   char cwd[PATH_MAX - 64];
   if (!getcwd(cwd, sizeof cwd)) return 1;
@@ -480,6 +544,7 @@ int main(void) {
   test_integrity();
   test_locations();
   test_command();
+  test_many();
   remove_tree(root);
   CHECK_DONE();
 }

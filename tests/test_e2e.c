@@ -6,7 +6,9 @@
  * max accumulation, broadcast of a scalar, 1-D valid convolution, strided + dilated 2-D
  * convolution, padded convolution reading left of the array (margins reset to the neutral of
  * + and of max), interleave, diagonal read and write, non-surjective writes keeping neutrals,
- * fetch ops, a vectorized uniform, and a merge buffer. */
+ * fetch ops, a vectorized uniform, and a merge buffer. Every case also runs on generated C with
+ * every independent loop nest split across threads (option parallel_work 1) on 1, 2 and 3
+ * threads, with the same bits on each. */
 #include "check.h"
 
 #include "cannl.h"
@@ -28,9 +30,46 @@ static void set(cn_node *n, const double *values) {
   CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(n->ctx));
 }
 
-/* Runs `asgn` on both backends, resetting inputs from `init` before each run, and compares the
- * node `out` with `expected` (count cells) within tol. */
 typedef void (*init_fn)(void *user);
+
+/* The routines of check_threads that had a loop split across threads. */
+static int parallel_routines;
+
+/* `asgn` on generated C scheduled (every pass) with parallel_work 1 (every independent nest marked
+ * parallel, however small), run from `init` on 1, 2 and 3 threads: `out` holds the same bits each
+ * time. */
+static void check_threads(cn_ctx *ctx, const char *name, const cn_asgn *asgn, init_fn init,
+                          void *user, cn_node *out) {
+  size_t count = (size_t)cn_node_numel(out);
+  double *first = calloc(count ? count : 1, sizeof(double));
+  double *got = calloc(count ? count : 1, sizeof(double));
+  CHECK(first && got);
+  /* Scheduled whatever $CANNL_SCHEDULE says (make test also runs the suite with it "none"). */
+  CHECK(cn_ctx_set_option(ctx, "parallel_work", "1") == CN_OK);
+  CHECK(cn_ctx_set_option(ctx, "schedule", "all") == CN_OK);
+  cn_routine *r = first && got ? cn_routine_compile(ctx, asgn, CN_BACKEND_C, name) : NULL;
+  CHECK_MSG(r != NULL, "%s threaded: %s", name, cn_ctx_error(ctx));
+  CHECK(cn_ctx_set_option(ctx, "parallel_work", NULL) == CN_OK);
+  CHECK(cn_ctx_set_option(ctx, "schedule", NULL) == CN_OK);
+  for (int threads = 1; r && threads <= 3; threads++) {
+    const char *count_text[] = {"", "1", "2", "3"};
+    CHECK(cn_ctx_set_option(ctx, "threads", count_text[threads]) == CN_OK);
+    if (init) init(user);
+    CHECK_MSG(cn_routine_run(r) == CN_OK, "%s: %s", name, cn_ctx_error(ctx));
+    CHECK(cn_node_get_values(out, false, threads == 1 ? first : got, count) == CN_OK);
+    if (threads > 1)
+      CHECK_MSG(memcmp(first, got, count * sizeof(double)) == 0, "%s: %d threads differ", name,
+                threads);
+  }
+  CHECK(cn_ctx_set_option(ctx, "threads", NULL) == CN_OK);
+  if (r && strstr(cn_routine_loops(r), "(parallel)")) parallel_routines++;
+  cn_routine_free(r);
+  free(first);
+  free(got);
+}
+
+/* Runs `asgn` on both backends, resetting inputs from `init` before each run, and compares the
+ * node `out` with `expected` (count cells) within tol; then check_threads. */
 static void run_both(cn_ctx *ctx, const char *name, const cn_asgn *asgn, init_fn init, void *user,
                      cn_node *out, const double *expected, double tol) {
   CHECK_MSG(asgn != NULL, "%s: %s", name, cn_ctx_error(ctx));
@@ -52,6 +91,7 @@ static void run_both(cn_ctx *ctx, const char *name, const cn_asgn *asgn, init_fn
     cn_routine_free(r);
   }
   free(got);
+  check_threads(ctx, name, asgn, init, user, out);
 }
 
 static cn_index I(cn_symbol s) {
@@ -458,5 +498,8 @@ int main(void) {
   test_fetches();
   test_uniform_stream();
   test_merge_buffer();
+  /* Most cases have an independent loop (the others are reductions to one cell, or loops whose
+   * iterations touch one another's cells): the threaded runs did split work. */
+  CHECK_MSG(parallel_routines >= 8, "only %d routines ran in parallel", parallel_routines);
   CHECK_DONE();
 }

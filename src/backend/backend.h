@@ -23,6 +23,11 @@ typedef struct {
   /* On success *compiled is backend-owned state; *source (may be NULL) is text describing what
    * was compiled (the generated C), owned by the compiled state. */
   cn_status (*compile)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled, const char **source);
+  /* compile of n procedures at once, the same as n calls in order (same states, same sources),
+   * but free to overlap their work (the generated-C backend runs their compilers at the same
+   * time); on failure no state is left. NULL: the caller calls compile n times. */
+  cn_status (*compile_many)(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **compiled,
+                            const char **sources);
   cn_status (*run)(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms);
   void (*release)(void *compiled);
   /* run with a thread pool for the parallel-marked loops (NULL: the backend runs them

@@ -518,21 +518,26 @@ static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
   return err;
 }
 
-/* Runs <cc words> <flags words> -o <tmp_so> <c_path>, leaving the object at tmp_so. */
-static cn_status run_compiler(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
-                              const cc_paths *paths) {
+/* Starts <cc words> <flags words> -o <tmp_so> <c_path>, its output readable from *fd. */
+static cn_status compiler_start(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
+                                const cc_paths *paths, pid_t *pid, int *fd) {
   cmd->argv[cmd->argc] = "-o";
   cmd->argv[cmd->argc + 1] = paths->tmp_so;
   cmd->argv[cmd->argc + 2] = paths->c_path;
   cmd->argv[cmd->argc + 3] = NULL;
   cn_log(ctx, CN_LOG_DEBUG, "compiling: %s %s -o %s %s", cc, flags, paths->tmp_so, paths->c_path);
   ctx->stats[CN_STAT_COMPILER_RUNS]++;
-  pid_t pid = 0;
-  int fd = -1; /* set by spawn_compiler on success (gcc -O2 cannot see it) */
-  int err = spawn_compiler(cmd->argv, &pid, &fd);
+  int err = spawn_compiler(cmd->argv, pid, fd);
   if (err)
     return cn_fail(ctx, CN_ERR_COMPILE, "cannot run the C compiler '%s' on '%s': %s", cc,
                    paths->c_path, strerror(err));
+  return CN_OK;
+}
+
+/* Reads the output of the compiler compiler_start started, waits for it and checks that it left
+ * the object at tmp_so; with `report` false (another compilation failed first) only reaps it. */
+static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *cmd,
+                                 const cc_paths *paths, pid_t pid, int fd, bool report) {
   cn_sbuf output = {0};
   read_compiler_output(fd, &output);
   close(fd);
@@ -540,7 +545,9 @@ static cn_status run_compiler(cn_ctx *ctx, const char *cc, const char *flags, cc
   pid_t waited;
   while ((waited = waitpid(pid, &wait_status, 0)) < 0 && errno == EINTR) continue;
   cn_status status = CN_OK;
-  if (waited < 0) {
+  if (!report) {
+    status = CN_ERR_COMPILE;
+  } else if (waited < 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler on generated file %s: cannot wait: %s",
                      paths->c_path, strerror(errno));
   } else if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
@@ -696,22 +703,90 @@ static void cc_release(void *compiled) {
   free(c);
 }
 
-/* Compiles into paths->tmp_so and loads it from there; in a shared cache, then publishes the
- * object and its record (head + the object's size and checksum). */
-static cn_status compile_and_load(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
-                                  const cc_paths *paths, const cn_sbuf *head, bool publish,
-                                  const char *name, cc_compiled *c) {
-  cn_status status =
-      write_file_atomically(ctx, paths->tmp_c, paths->c_path, c->source, strlen(c->source), "", 0);
-  if (status == CN_OK) status = run_compiler(ctx, cc, flags, cmd, paths);
+/* ---- Compilations as jobs ----
+ * A compilation is started (cc_start: generate the source, look the object up in the cache, and
+ * on a miss write the source and start the compiler) and finished (cc_finish: wait for the
+ * compiler, load the object, publish it with its record). cc_compile does both in a row;
+ * cc_compile_many starts up to one compiler per online processor before finishing them in order,
+ * so the routines of a model compile at the same time, each exactly as cc_compile would. */
+typedef struct {
+  const char *name; /* the routine's */
+  cc_compiled *c;
+  const char *cc, *flags;
+  cc_command cmd;
+  cc_place place;
+  cc_paths paths;
+  cn_sbuf head; /* the cache record's head (key text), in a shared cache */
+  bool hit;     /* loaded from the cache: nothing to compile */
+  pid_t pid;    /* the compiler, when fd >= 0 */
+  int fd;       /* its output; -1: not running */
+} cc_job;
+
+static void cc_job_free(cc_job *job) {
+  place_release(&job->place, &job->paths);
+  cn_sbuf_free(&job->head);
+  cc_paths_free(&job->paths);
+  cc_command_free(&job->cmd);
+}
+
+static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
+  *job = (cc_job){.name = proc->name, .c = c, .fd = -1};
+  cn_sbuf sb = {0};
+  cn_status status = cn_cgen_source(ctx, proc, &sb);
+  if (status != CN_OK) {
+    cn_sbuf_free(&sb);
+    return status;
+  }
+  size_t source_len = sb.len;
+  if (!(c->source = sbuf_release(ctx, &sb))) return ctx->status;
+  job->cc = cn_cc_option(ctx, "cc");
+  job->flags = cn_cc_option(ctx, "cflags");
+  CN_ASSERT(job->cc && job->flags);
+  /* A bad command is reported before any file is written. */
+  uint64_t key = cache_key(c->source, source_len, job->cc, job->flags);
+  status = cc_command_make(ctx, job->cc, job->flags, &job->cmd);
+  if (status == CN_OK) status = resolve_place(ctx, &job->place);
+  if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
+  bool shared = !job->place.private_dir;
+  if (status == CN_OK && shared) {
+    cn_sbuf_printf(&job->head, "cannl cache record 1\nkey %zu\n%s\n%s\n",
+                   strlen(job->cc) + strlen(job->flags) + 2 + source_len, job->cc, job->flags);
+    cn_sbuf_puts(&job->head, c->source);
+    if (job->head.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache record");
+  }
+  if (status == CN_OK && shared) {
+    job->hit = try_cached(ctx, &job->paths, &job->head, proc->name, c, &status);
+    if (job->hit) {
+      ctx->stats[CN_STAT_CACHE_HITS]++;
+      cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached %s", proc->name, job->paths.so_path);
+    }
+  }
+  if (status == CN_OK && !job->hit)
+    status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
+                                   strlen(c->source), "", 0);
+  if (status == CN_OK && !job->hit)
+    status = compiler_start(ctx, job->cc, job->flags, &job->cmd, &job->paths, &job->pid, &job->fd);
+  return status;
+}
+
+/* Finishes a started job: waits for its compiler, loads the object from its temporary name and,
+ * in a shared cache, publishes the object and its record (head + the object's size and
+ * checksum). With `report` false (another job failed) only reaps the compiler. */
+static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
+  if (job->hit) return CN_OK;
+  if (job->fd < 0) return CN_ERR_COMPILE; /* never started: its failure is already reported */
+  const cc_paths *paths = &job->paths;
+  cn_status status = compiler_finish(ctx, job->cc, &job->cmd, paths, job->pid, job->fd, report);
+  job->fd = -1;
   if (status != CN_OK) return status;
+  cc_compiled *c = job->c;
   char why[1024];
-  if (!load_object(paths->tmp_so, name, c, why, sizeof why)) {
+  if (!load_object(paths->tmp_so, job->name, c, why, sizeof why)) {
     discard(paths->tmp_so);
-    return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", name,
+    return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", job->name,
                    paths->tmp_so, why);
   }
-  if (!publish) return CN_OK;
+  if (job->place.private_dir) return CN_OK;
   uint64_t size, sum;
   int err = file_checksum(paths->tmp_so, &size, &sum);
   if (err) {
@@ -723,8 +798,8 @@ static cn_status compile_and_load(cn_ctx *ctx, const char *cc, const char *flags
   } else {
     char tail[64];
     record_tail(tail, sizeof tail, size, sum);
-    status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, head->data, head->len,
-                                   tail, strlen(tail));
+    status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, job->head.data,
+                                   job->head.len, tail, strlen(tail));
     /* An object without its record would only be evicted by the next reader. */
     if (status != CN_OK) discard(paths->so_path);
   }
@@ -736,57 +811,14 @@ static cn_status compile_and_load(cn_ctx *ctx, const char *cc, const char *flags
   return status;
 }
 
-static cn_status cc_build(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c) {
-  cn_sbuf sb = {0};
-  cn_status status = cn_cgen_source(ctx, proc, &sb);
-  if (status != CN_OK) {
-    cn_sbuf_free(&sb);
-    return status;
-  }
-  size_t source_len = sb.len;
-  if (!(c->source = sbuf_release(ctx, &sb))) return ctx->status;
-
-  const char *cc = cn_cc_option(ctx, "cc");
-  const char *flags = cn_cc_option(ctx, "cflags");
-  CN_ASSERT(cc && flags);
-  /* A bad command is reported before any file is written. */
-  cc_command cmd = {0};
-  cc_place place = {0};
-  cc_paths paths = {0};
-  cn_sbuf head = {0};
-  uint64_t key = cache_key(c->source, source_len, cc, flags);
-  status = cc_command_make(ctx, cc, flags, &cmd);
-  if (status == CN_OK) status = resolve_place(ctx, &place);
-  if (status == CN_OK) status = cc_paths_make(ctx, place.dir, proc->name, key, &paths);
-  if (status == CN_OK && !place.private_dir) {
-    cn_sbuf_printf(&head, "cannl cache record 1\nkey %zu\n%s\n%s\n",
-                   strlen(cc) + strlen(flags) + 2 + source_len, cc, flags);
-    cn_sbuf_puts(&head, c->source);
-    if (head.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache record");
-  }
-  bool hit = false;
-  if (status == CN_OK && !place.private_dir) {
-    hit = try_cached(ctx, &paths, &head, proc->name, c, &status);
-    if (hit) {
-      ctx->stats[CN_STAT_CACHE_HITS]++;
-      cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached %s", proc->name, paths.so_path);
-    }
-  }
-  if (status == CN_OK && !hit)
-    status =
-        compile_and_load(ctx, cc, flags, &cmd, &paths, &head, !place.private_dir, proc->name, c);
-  place_release(&place, &paths);
-  cn_sbuf_free(&head);
-  cc_paths_free(&paths);
-  cc_command_free(&cmd);
-  return status;
-}
-
 static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                             const char **source) {
   cc_compiled *c = cn_calloc(ctx, 1, sizeof *c);
   if (!c) return ctx->status;
-  cn_status status = cc_build(ctx, proc, c);
+  cc_job job;
+  cn_status status = cc_start(ctx, proc, c, &job);
+  if (status == CN_OK) status = cc_finish(ctx, &job, true);
+  cc_job_free(&job);
   if (status != CN_OK) {
     cc_release(c);
     return status;
@@ -794,6 +826,39 @@ static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled
   *compiled = c;
   if (source) *source = c->source;
   return CN_OK;
+}
+
+static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
+                                 void **compiled, const char **sources) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int width = online < 1 ? 1 : online > 64 ? 64 : (int)online;
+  cc_job jobs[64];
+  cc_compiled **cs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *cs);
+  if (!cs) return ctx->status;
+  cn_status status = CN_OK;
+  for (int first = 0; first < n && status == CN_OK; first += width) {
+    int count = n - first < width ? n - first : width, started = 0;
+    for (; started < count && status == CN_OK; started++) {
+      cc_compiled *c = cs[first + started] = cn_calloc(ctx, 1, sizeof *c);
+      status = c ? cc_start(ctx, procs[first + started], c, &jobs[started]) : ctx->status;
+      if (!c) jobs[started] = (cc_job){.fd = -1};
+    }
+    for (int k = 0; k < started; k++) {
+      cn_status st = cc_finish(ctx, &jobs[k], status == CN_OK);
+      if (status == CN_OK) status = st;
+      cc_job_free(&jobs[k]);
+    }
+  }
+  for (int k = 0; k < n; k++) {
+    if (status != CN_OK) {
+      cc_release(cs[k]);
+      continue;
+    }
+    compiled[k] = cs[k];
+    if (sources) sources[k] = cs[k]->source;
+  }
+  free(cs);
+  return status;
 }
 
 static cn_status cc_run(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms) {
@@ -817,6 +882,7 @@ static cn_status cc_run_parallel(cn_ctx *ctx, void *compiled, void *const *buffe
 const cn_backend cn_backend_c = {
     .name = "c",
     .compile = cc_compile,
+    .compile_many = cc_compile_many,
     .run = cc_run,
     .release = cc_release,
     .run_parallel = cc_run_parallel,

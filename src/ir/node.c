@@ -175,7 +175,7 @@ int64_t cn_node_padding(const cn_node *node, int axis, bool right) {
 
 cn_status cn_node_set_memory(cn_node *node, cn_memory_mode mode) {
   if (!node) return CN_ERR_INVALID;
-  if (mode != CN_MEM_MATERIALIZED && mode != CN_MEM_LOCAL)
+  if (mode != CN_MEM_MATERIALIZED && mode != CN_MEM_LOCAL && mode != CN_MEM_VIRTUAL)
     return cn_fail(node->ctx, CN_ERR_INVALID, "memory mode of %s: %d is not a memory mode",
                    cn_node_describe(node), (int)mode);
   node->mode = mode;
@@ -281,6 +281,11 @@ static cn_status transfer(cn_node *node, bool merge, host_array host, size_t cou
   if (node->mode == CN_MEM_LOCAL)
     return cn_fail(ctx, CN_ERR_INVALID,
                    "%s: %s is local to the routines using it (CN_MEM_LOCAL): it has no host buffer",
+                   transfer_name(kind), cn_node_describe(node));
+  if (node->mode == CN_MEM_VIRTUAL)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "%s: %s is virtual (CN_MEM_VIRTUAL): computed inside the routine that uses it, "
+                   "it has no host buffer (set it CN_MEM_MATERIALIZED before compiling to read it)",
                    transfer_name(kind), cn_node_describe(node));
   unsigned char *buffer = cn_node_buffer(node, merge);
   if (!buffer) return ctx->status;

@@ -119,8 +119,9 @@ struct cn_ll_stmt {
   } u;
 };
 
-/* A buffer the procedure reads or writes; nodes with CN_MEM_LOCAL are scratch (the routine
- * supplies a private buffer), the others are the nodes' own buffers. */
+/* A buffer the procedure reads or writes; nodes with CN_MEM_LOCAL, and CN_MEM_VIRTUAL ones the
+ * schedule did not inline, are scratch (the routine supplies a private buffer), the others are the
+ * nodes' own buffers. */
 typedef struct {
   cn_node *node;
   bool merge;

@@ -23,7 +23,10 @@
  * means one thing within a procedure — a symbol is printed by its name, and by name#id when
  * another symbol of the procedure shares the name; a buffer by its node's label (n<id> when the
  * label is empty), with #id when another node of the procedure shares it, and `.merge` for a
- * merge buffer; the parameter list always shows ids. Infix ops print infix, parenthesized only
+ * merge buffer; the parameter list always shows ids, and after a parameter's dims its memory mode
+ * when it is not materialized (` local`, or ` virtual` for a virtual node the schedule did not
+ * inline, which runs as local scratch; the virtual pass names the nodes it inlined, and why it kept
+ * the others, in a comment at the top of the body). Infix ops print infix, parenthesized only
  * where the usual binding of + - * / % ** requires it (other infix operators parenthesize every
  * compound operand); other ops print as name(args). Constants print in the shortest form that
  * reads back to the same value. A loop prints its range as start..end, each side the box's edge
@@ -394,6 +397,7 @@ static void print_header(printer *p) {
     }
     cn_sbuf_putc(sb, ']');
     if (node->mode == CN_MEM_LOCAL) cn_sbuf_puts(sb, " local");
+    if (node->mode == CN_MEM_VIRTUAL) cn_sbuf_puts(sb, " virtual");
   }
   cn_sbuf_putc(sb, '\n');
   if (proc->n_free_syms == 0) return;

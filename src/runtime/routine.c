@@ -3,7 +3,8 @@
  *
  * Invariants: a routine holds its procedure (arena) and the loop-IR text (arena) for as long as
  * the context lives, and owns, through malloc, its struct, its binding and buffer tables, the
- * scratch of every CN_MEM_LOCAL parameter and the backend's compiled state; all of those are
+ * scratch of every CN_MEM_LOCAL parameter (and of every CN_MEM_VIRTUAL one the schedule did not
+ * inline) and the backend's compiled state; all of those are
  * released exactly once, by cn_routine_free or, for routines the user did not free, by the
  * cleanup registered with the context (removed by cn_routine_free). A routine runs only once
  * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
@@ -27,6 +28,7 @@
 #include "runtime/pool.h"
 #include "sched/sched.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -169,7 +171,7 @@ static cn_status routine_alloc_tables(cn_routine *r) {
     return ctx->status;
   for (int i = 0; i < proc->n_params; i++) {
     const cn_node *node = proc->params[i].node;
-    if (node->mode != CN_MEM_LOCAL) continue;
+    if (node->mode == CN_MEM_MATERIALIZED) continue; /* LOCAL, or VIRTUAL left as scratch */
     size_t bytes;
     if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes))
       return cn_fail(ctx, CN_ERR_NOMEM, "routine '%s': scratch of %s is too large", r->name,
@@ -181,9 +183,34 @@ static cn_status routine_alloc_tables(cn_routine *r) {
   return CN_OK;
 }
 
-cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                               const char *name) {
-  if (!ctx) return NULL;
+/* The "parallel_work" default: $CANNL_PARALLEL_WORK, else the schedule's threshold (in a
+ * thread-local buffer until the thread's next call). */
+static const char *work_default(void) {
+  const char *env = getenv("CANNL_PARALLEL_WORK");
+  if (env && *env) return env;
+  static _Thread_local char text[24];
+  snprintf(text, sizeof text, "%lld", (long long)CN_SCHED_PARALLEL_WORK);
+  return text;
+}
+
+/* The "parallel_work" option: a decimal count of cell updates in [1, 2^62]; false with a message
+ * naming the value otherwise (a bad $CANNL_PARALLEL_WORK reaches here unchecked). */
+static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (end == text || *end || errno || v < 1 || v > ((long long)1 << 62)) {
+    cn_fail(ctx, CN_ERR_INVALID, "option parallel_work: '%s' is not a count in [1, 2^62]", text);
+    return false;
+  }
+  *work = (int64_t)v;
+  return true;
+}
+
+/* A routine of asgn up to its backend compilation: lowered, simplified, scheduled, with its tables;
+ * NULL with a message on failure. Owned by the caller until routine_adopt. */
+static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                   const char *name) {
   if (!name) name = "routine";
   if (!is_c_identifier(name)) {
     cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier", name);
@@ -209,6 +236,7 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
   cn_sched_options sched;
   if (cn_sched_parse(ctx, cn_ctx_option(ctx, "schedule"), &sched) != CN_OK ||
+      !parse_work(ctx, cn_ctx_option(ctx, "parallel_work"), &sched.parallel_work) ||
       cn_sched_proc(ctx, proc, &sched) != CN_OK)
     return NULL;
   const char *loops = cn_ll_to_string(ctx, proc);
@@ -231,19 +259,74 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
   }
   collect_writes(proc->body, seen, r->written, &r->n_written);
   r->parallel = has_parallel_loop(proc->body);
-  if (routine_alloc_tables(r) != CN_OK ||
-      impl->compile(ctx, proc, &r->compiled, &r->source) != CN_OK) {
+  if (routine_alloc_tables(r) != CN_OK) {
     routine_release(r);
     return NULL;
   }
-  r->cleanup = cn_ctx_add_cleanup(ctx, routine_cleanup, r);
-  if (!r->cleanup) {
-    routine_release(r);
-    return NULL;
-  }
-  cn_log(ctx, CN_LOG_DEBUG, "compiled routine '%s' for backend %s (%d buffers, %d symbols)",
-         r->name, impl->name, proc->n_params, proc->n_free_syms);
   return r;
+}
+
+/* Registers a compiled routine with the context (released at cn_ctx_destroy unless freed). */
+static bool routine_adopt(cn_routine *r) {
+  r->cleanup = cn_ctx_add_cleanup(r->ctx, routine_cleanup, r);
+  if (!r->cleanup) return false;
+  cn_log(r->ctx, CN_LOG_DEBUG, "compiled routine '%s' for backend %s (%d buffers, %d symbols)",
+         r->name, r->backend->name, r->proc->n_params, r->proc->n_free_syms);
+  return true;
+}
+
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name) {
+  if (!ctx) return NULL;
+  cn_routine *r = routine_prepare(ctx, asgn, backend, name);
+  if (!r) return NULL;
+  if (r->backend->compile(ctx, r->proc, &r->compiled, &r->source) != CN_OK || !routine_adopt(r)) {
+    routine_release(r);
+    return NULL;
+  }
+  return r;
+}
+
+cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                                  const char *const *names, cn_backend_kind backend,
+                                  cn_routine **out) {
+  if (!ctx) return CN_ERR_INVALID;
+  if (n < 0 || (n > 0 && (!asgns || !names || !out)))
+    return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
+  for (int k = 0; k < n; k++) out[k] = NULL;
+  cn_routine **rs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *rs);
+  const cn_ll_proc **procs = cn_alloc(ctx, sizeof *procs * (size_t)(n > 0 ? n : 1));
+  void **compiled = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *compiled);
+  const char **sources = cn_alloc(ctx, sizeof *sources * (size_t)(n > 0 ? n : 1));
+  cn_status status = rs && procs && compiled && sources ? CN_OK : ctx->status;
+  for (int k = 0; k < n && status == CN_OK; k++) {
+    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k]))) status = ctx->status;
+    if (rs[k]) procs[k] = rs[k]->proc;
+  }
+  const cn_backend *impl = status == CN_OK && n > 0 ? rs[0]->backend : NULL;
+  if (impl && impl->compile_many) {
+    status = impl->compile_many(ctx, n, procs, compiled, sources);
+  } else if (impl) {
+    for (int k = 0; k < n && status == CN_OK; k++)
+      status = impl->compile(ctx, procs[k], &compiled[k], &sources[k]);
+  }
+  for (int k = 0; k < n && rs; k++) {
+    if (!rs[k]) continue;
+    rs[k]->compiled = compiled[k];
+    rs[k]->source = compiled[k] ? sources[k] : NULL;
+    if (status == CN_OK && !routine_adopt(rs[k])) status = ctx->status;
+  }
+  for (int k = 0; k < n && rs; k++) {
+    if (status == CN_OK) {
+      out[k] = rs[k];
+    } else if (rs[k]) {
+      if (rs[k]->cleanup) cn_ctx_remove_cleanup(ctx, rs[k]->cleanup);
+      routine_release(rs[k]);
+    }
+  }
+  free(rs);
+  free(compiled);
+  return status;
 }
 
 /* ---- Threads ---- */
@@ -365,10 +448,14 @@ void cn_routine_free(cn_routine *routine) {
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
   bool threads = key && strcmp(key, "threads") == 0;
-  if (!check && !schedule && !threads && !(key && cn_cc_option(ctx, key)))
+  bool work = key && strcmp(key, "parallel_work") == 0;
+  if (!check && !schedule && !threads && !work && !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
-                   "unknown option '%s' (known: " CN_CC_OPTION_KEYS ", check, schedule, threads)",
+                   "unknown option '%s' (known: " CN_CC_OPTION_KEYS
+                   ", check, schedule, threads, parallel_work)",
                    key ? key : "(null)");
+  int64_t unused_work;
+  if (work && value && !parse_work(ctx, value, &unused_work)) return cn_ctx_status(ctx);
   int count;
   if (threads && value && !parse_threads(value, &count))
     return cn_fail(ctx, CN_ERR_INVALID, "option threads: '%s' is not a count in [1, %d]", value,
@@ -386,11 +473,12 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (!key) return NULL;
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
-  bool threads = strcmp(key, "threads") == 0;
-  if (!check && !schedule && !threads) return cn_cc_option(ctx, key);
+  bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
+  if (!check && !schedule && !threads && !work) return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
   if (threads) return threads_default();
+  if (work) return work_default();
   const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
   return env && *env ? env : check ? "off" : "all";
 }

@@ -6,9 +6,11 @@
  * and every access of the body walks it with stride 0 or 1 (cn_sched_stride). CN_LL_PARALLEL goes
  * on the outermost loop of the nest whose iterations are independent while the loops inside it
  * vary, that runs at least 2 iterations, and whose work — its box's extent times the extents of
- * the loops inside it times the body's stores, the box over-approximating affine bounds — exceeds
- * CN_SCHED_PARALLEL_WORK (2^15 cell updates, some 20-50 us on one core: below that, handing the
- * iterations to a thread pool costs more than it saves, so tiny routines stay on one thread). A
+ * the loops inside it times the body's stores, the box over-approximating affine bounds — reaches
+ * the work threshold (by default CN_SCHED_PARALLEL_WORK, 2^15 cell updates, some 20-50 us on one
+ * core: below that, handing the iterations to a thread pool costs more than it saves, so tiny
+ * routines stay on one thread; the option "parallel_work" sets it, tests set 1 to run small
+ * models on several threads). A
  * loop may carry both marks (a one-loop nest). Nests of one loop inside another loop are marked as
  * nests of their own: their parallel loop then runs once per value of the loops outside. */
 #include "sched/sched.h"
@@ -27,8 +29,8 @@ static bool vectorizable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
   return true;
 }
 
-/* The outermost loop worth running in parallel, or -1. */
-static int parallel_loop(const cn_ll_proc *proc, const cn_sched_nest *nest) {
+/* The outermost loop worth running in parallel (at least min_work stores), or -1. */
+static int parallel_loop(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t min_work) {
   cn_symbol syms[CN_SCHED_MAX_DEPTH];
   double work[CN_SCHED_MAX_DEPTH + 1]; /* work[k]: the stores run by one entry into loop k */
   work[nest->depth] = nest->n_stores;
@@ -37,7 +39,7 @@ static int parallel_loop(const cn_ll_proc *proc, const cn_sched_nest *nest) {
     work[k] = work[k + 1] * (double)extent(nest->loops[k]);
   }
   for (int k = 0; k < nest->depth; k++) {
-    if (work[k] <= (double)CN_SCHED_PARALLEL_WORK) return -1;
+    if (work[k] < (double)min_work) return -1;
     if (extent(nest->loops[k]) >= 2 &&
         cn_sched_independent(proc, nest, syms[k], syms + k + 1, nest->depth - k - 1))
       return k;
@@ -47,14 +49,15 @@ static int parallel_loop(const cn_ll_proc *proc, const cn_sched_nest *nest) {
 
 static cn_status mark_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   (void)ctx;
-  (void)user;
+  const int64_t *min_work = user;
   cn_ll_stmt *inner = nest->loops[nest->depth - 1];
   if (vectorizable(proc, nest)) cn_lb_marks(inner, inner->u.loop.marks | CN_LL_VECTOR);
-  int k = parallel_loop(proc, nest);
+  int k = parallel_loop(proc, nest, *min_work);
   if (k >= 0) cn_lb_marks(nest->loops[k], nest->loops[k]->u.loop.marks | CN_LL_PARALLEL);
   return CN_OK;
 }
 
-cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc) {
-  return cn_sched_each_nest(ctx, proc, mark_nest, NULL);
+cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work) {
+  CN_ASSERT(parallel_work >= 1);
+  return cn_sched_each_nest(ctx, proc, mark_nest, &parallel_work);
 }

@@ -1,5 +1,6 @@
 /* The scheduling stage's driver: the options (which passes run) and their text form, and
- * cn_sched_proc, which runs the selected passes in their order — loop order (order.c), then
+ * cn_sched_proc, which runs the selected passes in their order — virtual nodes (virtual.c), whose
+ * inlining changes the nests the others see, loop order (order.c), then
  * tiling (tile.c) of the ordered nests, the marks (marks.c), then unroll-and-jam (jam.c), which
  * copies the marked loops with their marks.
  *
@@ -14,13 +15,14 @@ static const struct {
   const char *name;
   unsigned bits;
 } pass_names[] = {
-    {"all", CN_SCHED_ALL},     {"none", 0},
-    {"order", CN_SCHED_ORDER}, {"tile", CN_SCHED_TILE},
-    {"marks", CN_SCHED_MARKS}, {"jam", CN_SCHED_JAM},
+    {"all", CN_SCHED_ALL},         {"none", 0},
+    {"virtual", CN_SCHED_VIRTUAL}, {"order", CN_SCHED_ORDER},
+    {"tile", CN_SCHED_TILE},       {"marks", CN_SCHED_MARKS},
+    {"jam", CN_SCHED_JAM},
 };
 
 cn_sched_options cn_sched_default(void) {
-  return (cn_sched_options){CN_SCHED_ALL, 0, 0};
+  return (cn_sched_options){CN_SCHED_ALL, 0, 0, 0};
 }
 
 static bool is_space(char c) {
@@ -67,14 +69,16 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
 cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
   cn_sched_options o = opts ? *opts : cn_sched_default();
   cn_status st = CN_OK;
-  if (o.passes & CN_SCHED_ORDER) st = cn_sched_order(ctx, proc);
+  if (o.passes & CN_SCHED_VIRTUAL) st = cn_sched_virtual(ctx, proc);
+  if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {
     int64_t l1, llc;
     cn_sched_cache_sizes(&l1, &llc);
     st = cn_sched_tile(ctx, proc, o.l1_bytes > 0 ? o.l1_bytes : l1,
                        o.llc_bytes > 0 ? o.llc_bytes : llc);
   }
-  if (st == CN_OK && (o.passes & CN_SCHED_MARKS)) st = cn_sched_marks(ctx, proc);
+  if (st == CN_OK && (o.passes & CN_SCHED_MARKS))
+    st = cn_sched_marks(ctx, proc, o.parallel_work > 0 ? o.parallel_work : CN_SCHED_PARALLEL_WORK);
   if (st == CN_OK && (o.passes & CN_SCHED_JAM)) st = cn_sched_jam(ctx, proc);
   return st;
 }

@@ -5,10 +5,10 @@
  * values stored into it (the order of its accumulation) is the one of the unscheduled procedure —
  * and is conservative: when an analysis cannot prove a change legal, the IR is left as it was. A
  * pass builds new IR only through the cn_lb_* constructors of loops.h. The passes run in the order
- * of cn_sched_proc (loop order, tiling, marks, then unroll-and-jam), each can be switched off alone
- * (cn_sched_options) so a failure can be bisected, and each is testable alone through its own entry
- * point below. This stage includes src/loops, src/ir, src/numeric and src/core only; src/runtime
- * calls it. */
+ * of cn_sched_proc (virtual nodes, loop order, tiling, marks, then unroll-and-jam), each can be
+ * switched off alone (cn_sched_options) so a failure can be bisected, and each is testable alone
+ * through its own entry point below. This stage includes src/loops, src/ir, src/numeric and
+ * src/core only; src/runtime calls it. */
 #ifndef CN_SCHED_H
 #define CN_SCHED_H
 
@@ -18,21 +18,24 @@
 
 /* The passes, as bits of cn_sched_options.passes, in the order they run. */
 enum {
-  CN_SCHED_ORDER = 1u << 0, /* loop order by a cost model of strides (order.c) */
-  CN_SCHED_TILE = 1u << 1,  /* tiling of nests larger than the cache (tile.c) */
-  CN_SCHED_MARKS = 1u << 2, /* parallel and vector marks (marks.c) */
-  CN_SCHED_JAM = 1u << 3,   /* unroll-and-jam into the innermost loop (jam.c) */
-  CN_SCHED_ALL = CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
+  CN_SCHED_VIRTUAL = 1u << 4, /* virtual nodes inlined at their reads (virtual.c) */
+  CN_SCHED_ORDER = 1u << 0,   /* loop order by a cost model of strides (order.c) */
+  CN_SCHED_TILE = 1u << 1,    /* tiling of nests larger than the cache (tile.c) */
+  CN_SCHED_MARKS = 1u << 2,   /* parallel and vector marks (marks.c) */
+  CN_SCHED_JAM = 1u << 3,     /* unroll-and-jam into the innermost loop (jam.c) */
+  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
 };
 
 /* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, order, tile, marks, jam"
+#define CN_SCHED_OPTION_NAMES "all, none, virtual, order, tile, marks, jam"
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
   /* The cache sizes tiling aims at, in bytes: the L1 data cache and the last-level cache; 0: the
    * machine's (cn_sched_cache_sizes). */
   int64_t l1_bytes, llc_bytes;
+  /* The least work (cell updates) of a loop marked parallel; 0: CN_SCHED_PARALLEL_WORK. */
+  int64_t parallel_work;
 } cn_sched_options;
 
 /* Every pass on: the default (what a NULL options pointer means). */
@@ -111,15 +114,23 @@ bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
 
 /* ---- Passes ---- */
 
+/* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL and whose producer can
+ * be recomputed exactly at each of its reads is inlined there and leaves the procedure's params;
+ * the others stay, as routine-local scratch. Runs first, so the later passes see the fused nests.
+ * The most expression nodes a producer read more than once may copy into its reads, in all. */
+#define CN_SCHED_VIRTUAL_MAX_COPIED 32
+cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc);
+
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
 /* Tiling of every perfect nest whose working set exceeds the last-level cache (tile.c), for the
  * cache sizes given (bytes, > 0). */
 cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t llc_bytes);
-/* Parallel and vector marks of every perfect nest (marks.c); the work threshold of a parallel
- * loop, in cell updates (stores run). */
+/* Parallel and vector marks of every perfect nest (marks.c); parallel_work (>= 1) is the least
+ * work, in cell updates (stores run), of a loop marked parallel, by default
+ * CN_SCHED_PARALLEL_WORK. */
 #define CN_SCHED_PARALLEL_WORK ((int64_t)1 << 15)
-cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc);
+cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work);
 /* Unroll-and-jam of one outer loop into the innermost loop of every separable perfect nest large
  * enough (jam.c); runs after the marks, which the copied loops keep. */
 cn_status cn_sched_jam(cn_ctx *ctx, cn_ll_proc *proc);

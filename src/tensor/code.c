@@ -201,8 +201,18 @@ cn_asgn *cn_graph_grad_update(cn_graph *g, cn_tensor *loss) {
 /* ---- SGD --------------------------------------------------------------------------------------
  */
 
+/* The constants and temporaries below are fresh nodes of one cn_graph_sgd_update tree, written
+ * and read only by it and never handed out: virtual (private to the routine that runs the tree),
+ * so the schedule inlines them where it can (src/sched/virtual.c). */
+static cn_node *temporary(cn_graph *g, const char *label, cn_prec prec, int rank,
+                          const int64_t *dims) {
+  cn_node *n = cn_node_create(g->ctx, label, prec, rank, dims);
+  if (n && cn_node_set_memory(n, CN_MEM_VIRTUAL) != CN_OK) return NULL;
+  return n;
+}
+
 static cn_node *constant(cn_graph *g, asgn_list *out, cn_prec prec, double value) {
-  cn_node *c = cn_node_create(g->ctx, "sgd_const", prec, 0, NULL);
+  cn_node *c = temporary(g, "sgd_const", prec, 0, NULL);
   if (c && add(out, cn_asgn_fetch_constant(g->ctx, c, value)) != CN_OK) return NULL;
   return c;
 }
@@ -217,11 +227,13 @@ static cn_status update(cn_graph *g, asgn_list *out, cn_node *target, bool init,
   return add(out, cn_asgn_accum(g->ctx, init, accum, target, op, buf, p));
 }
 
-/* A node with the dims of `like` (no padding: updates touch the unpadded cells only). */
-static cn_node *node_like(cn_graph *g, cn_node *like, const char *label) {
+/* A node with the dims of `like` (no padding: updates touch the unpadded cells only), virtual
+ * when it is a temporary of this update. */
+static cn_node *node_like(cn_graph *g, cn_node *like, const char *label, bool temp) {
   int64_t dims[CN_MAX_RANK];
   int rank = cn_node_rank(like);
   for (int a = 0; a < rank; a++) dims[a] = cn_node_dim(like, a);
+  if (temp) return temporary(g, label, cn_node_prec(like), rank, dims);
   return cn_node_create(g->ctx, label, cn_node_prec(like), rank, dims);
 }
 
@@ -232,18 +244,18 @@ static cn_status sgd_one(cn_graph *g, asgn_list *out, cn_tensor *p, const cn_sgd
   cn_node *delta = p->grad;
   if (sgd->weight_decay != 0) { /* delta =: weight_decay * p + p.grad */
     cn_node *wd = constant(g, out, p->prec, sgd->weight_decay);
-    if (!wd || !(delta = node_like(g, p->value, "sgd_delta"))) return ctx->status;
+    if (!wd || !(delta = node_like(g, p->value, "sgd_delta", true))) return ctx->status;
     st = update(g, out, delta, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){wd, p->value, p->grad});
   }
   if (st == CN_OK && sgd->momentum != 0) { /* m =: momentum * m + delta */
     cn_node *mu = constant(g, out, p->prec, sgd->momentum);
-    if (!p->sgd_momentum && !(p->sgd_momentum = node_like(g, p->value, "sgd_momentum")))
+    if (!p->sgd_momentum && !(p->sgd_momentum = node_like(g, p->value, "sgd_momentum", false)))
       return ctx->status;
     if (!mu) return ctx->status;
     cn_node *m = p->sgd_momentum;
     st = update(g, out, m, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){mu, m, delta});
     if (st == CN_OK && sgd->nesterov) { /* delta + momentum * m */
-      cn_node *step = node_like(g, p->value, "sgd_nesterov");
+      cn_node *step = node_like(g, p->value, "sgd_nesterov", true);
       if (!step) return ctx->status;
       st = update(g, out, step, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){mu, m, delta});
       delta = step;

@@ -226,6 +226,10 @@ static bool product_ref(builder *b, ref *out) {
   cn_index *map = cn_alloc(b->ctx, sizeof *map * (size_t)(p->n_product + 1));
   cn_node *node = cn_node_create(b->ctx, "grad_tmp", b->t->prec, p->n_product, p->sizes);
   if (!map || !node) return false;
+  /* written and read only by this formula's assignments, all in the one tree cn_graph_backprop
+   * returns, and no handle to it leaves this file: private to whichever routine runs that tree,
+   * so the schedule may inline it (src/sched/virtual.c) */
+  if (cn_node_set_memory(node, CN_MEM_VIRTUAL) != CN_OK) return false;
   for (int i = 0; i < p->n_product; i++)
     map[i] = cn_index_affine(1, &p->iters[i], (const int64_t[]){1}, -p->lo[i]);
   *out = (ref){node, p->n_product, p->sizes, map, -1};
@@ -261,7 +265,8 @@ static cn_status operand_ref(builder *b, const expr *e, ref *out) {
   case E_GRAD: *out = slot_ref(b, t->grad, 0); return CN_OK;
   case E_NUMBER: {
     cn_node *c = cn_node_create(b->ctx, "grad_const", t->prec, 0, NULL);
-    if (!c) return b->ctx->status;
+    /* virtual for the reason grad_tmp is (product_ref) */
+    if (!c || cn_node_set_memory(c, CN_MEM_VIRTUAL) != CN_OK) return b->ctx->status;
     *out = (ref){c, 0, NULL, NULL, -1};
     return push(b, cn_asgn_fetch_constant(b->ctx, c, e->number));
   }
