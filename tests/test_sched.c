@@ -2,7 +2,10 @@
  * constructors: the loop order and marks chosen for a matmul, a padded convolution strided on one
  * axis, a Tile-style nest with affine bounds (cumulative sums), a reduction to a scalar, a nest
  * whose two reduction loops must keep their order, and nests with cross-iteration dependences that
- * must not be marked (checked on the printed loops text); every scheduled procedure run on
+ * must not be marked (checked on the printed loops text), unroll-and-jam of a dense layer's
+ * dot-product form with a remainder and an embedded index, flat pairs (an element-wise nest run as
+ * one loop, checked on the generated C, and three nests that must not be flat); every scheduled
+ * procedure run on
  * generated C and on the interpreter from the same random buffers as the unscheduled one, with
  * memcmp-identical results on each backend (the scheduled C also close to the interpreter); the
  * dependence helpers directly; the option parser and the driver's switches. */
@@ -162,7 +165,7 @@ static void test_matmul(void) {
              "routine matmul\n"
              "  params: a#1 single[64, 48], b#2 single[48, 40], c#3 single[64, 40]\n"
              "# c =:+ a * b\n"
-             "for i in 0..64:\n"
+             "for i in 0..64 (flat):\n"
              "  for k in 0..40 (vector):\n"
              "    c[i, k] := 0\n"
              "for i in 0..64 (parallel):\n"
@@ -198,7 +201,7 @@ static void test_tile(void) {
              "routine matmul\n"
              "  params: a#1 single[16, 64], b#2 single[64, 100], c#3 single[16, 100]\n"
              "# c =:+ a * b\n"
-             "for i in 0..16:\n"
+             "for i in 0..16 (flat):\n"
              "  for k in 0..100 (vector):\n"
              "    c[i, k] := 0\n"
              "for k_tile in 0..4:\n"
@@ -554,6 +557,64 @@ static void test_jam(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Flat pairs: an element-wise nest over contiguous buffers runs as one loop ---- */
+
+/* out[i, j] := a[i, j] * b[i, j] + extra, extra a read of b at [0, j] (a broadcast over i) when
+ * `broadcast`, or the embedded index j when `embed`; i < 12, j < 10. */
+static cn_ll_proc *pointwise_proc(cn_ctx *ctx, cn_node *const *abo, cn_symbol i, cn_symbol j,
+                                  bool broadcast, bool embed) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+  cn_ll_expr *extra =
+      broadcast
+          ? cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, cn_index_fixed(0), cn_index_iter(j)))
+      : embed ? cn_lb_index(ctx, cn_index_iter(j))
+              : cn_lb_num(ctx, single, 0.5);
+  cn_ll_expr *value = cn_lb_op(ctx, CN_OP_ADD, single,
+                               cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, 0, single, ij),
+                                        cn_lb_get(ctx, 1, single, ij), NULL),
+                               extra, NULL);
+  cn_ll_stmt *body =
+      cn_lb_loop(ctx, i, 0, 12, cn_lb_loop(ctx, j, 0, 10, cn_lb_set(ctx, 2, ij, value)));
+  cn_ll_param params[3] = {param_of(abo[0]), param_of(abo[1]), param_of(abo[2])};
+  return cn_lb_proc(ctx, "pointwise", body, 3, params, 0, NULL);
+}
+
+static void test_flat(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abo[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
+                     node(ctx, "o", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10)};
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_ll_proc *plain = pointwise_proc(ctx, abo, i, j, false, false);
+  cn_ll_proc *scheduled = pointwise_proc(ctx, abo, i, j, false, false);
+  CHECK(plain && scheduled);
+  if (!plain || !scheduled) return;
+  CHECK_HAS(scheduled_text(ctx, scheduled), "for i in 0..12 (flat):\n  for j in 0..10 (vector):\n");
+  cn_sbuf c = {0};
+  CHECK_INT(cn_cgen_source(ctx, scheduled, &c), CN_OK);
+  CHECK_HAS(c.data ? c.data : "",
+            "  #pragma omp simd\n"
+            "  for (int64_t j = 0; j < 120; ++j) { /* i and j as one loop */\n"
+            "    o_3[j] = ((a_1[j] * b_2[j]) + 0.5f);\n");
+  cn_sbuf_free(&c);
+  check_same_results(ctx, plain, scheduled);
+  /* Not flat: a broadcast read (b[0, j] does not advance with i), an embedded index, a padded
+   * buffer (its rows are longer than 10 cells). */
+  cn_ll_proc *broadcast = pointwise_proc(ctx, abo, i, j, true, false);
+  cn_ll_proc *embed = pointwise_proc(ctx, abo, i, j, false, true);
+  CHECK(broadcast && embed);
+  if (broadcast) CHECK(!strstr(scheduled_text(ctx, broadcast), "flat"));
+  if (embed) CHECK(!strstr(scheduled_text(ctx, embed), "flat"));
+  cn_node *padded = node(ctx, "p", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10);
+  CHECK_INT(cn_node_set_padding(padded, 1, 0, 2), CN_OK);
+  cn_node *with_pad[3] = {abo[0], padded, abo[2]};
+  cn_ll_proc *pad = pointwise_proc(ctx, with_pad, i, j, false, false);
+  CHECK(pad != NULL);
+  if (pad) CHECK(!strstr(scheduled_text(ctx, pad), "flat"));
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- The dependence helpers alone, on the matmul nest ---- */
 
 static void test_deps(void) {
@@ -692,6 +753,7 @@ int main(void) {
   test_dependences();
   test_lowered();
   test_jam();
+  test_flat();
   test_deps();
   test_options();
   test_allocation_failures();

@@ -55,6 +55,9 @@ typedef struct {
   const char **sym_names;          /* per position in `symbols` (see sym_name) */
   bool *written;                   /* per param: some statement stores into it */
   bool *accessed;                  /* per param: some statement reads or stores it */
+  /* Inside a CN_LL_FLAT pair run as one loop (emit_flat): the outer loop, whose variable is not
+   * declared and whose terms are dropped from offsets; NULL elsewhere. */
+  const cn_ll_stmt *flat_outer;
 } cgen;
 
 /* The position of a symbol of the procedure in its symbol list, where its tables keep it. */
@@ -338,7 +341,7 @@ static void print_term(cn_sbuf *sb, bool first, int64_t coeff, const char *name)
 static void print_linear(const cgen *g, cn_sbuf *sb, const linear *l, const char *extra) {
   bool first = true;
   for (int t = 0; t < l->n; t++) {
-    if (l->coeffs[t] == 0) continue;
+    if (l->coeffs[t] == 0 || (g->flat_outer && l->syms[t] == g->flat_outer->u.loop.sym)) continue;
     print_term(sb, first, l->coeffs[t], sym_name(g, l->syms[t]));
     first = false;
   }
@@ -711,6 +714,38 @@ static void emit_parallel(const cgen *g, int depth, const cn_ll_stmt *s) {
   emit_outlined(g, k, s);
 }
 
+/* The loop a CN_LL_FLAT loop's body consists of (loops.h: its whole body, directly or alone in a
+ * sequence). */
+static const cn_ll_stmt *flat_inner(const cn_ll_stmt *outer) {
+  const cn_ll_stmt *body = outer->u.loop.body;
+  if (body->kind == CN_LL_SEQ && body->u.seq.count == 1) body = body->u.seq.items[0];
+  CN_ASSERT(body->kind == CN_LL_FOR);
+  return body;
+}
+
+/* A CN_LL_FLAT pair as one loop under the inner loop's name over the product of the extents:
+ * every access of the pair advances by (inner extent) * (inner stride) with the outer variable,
+ * so its offset with the outer term dropped and the inner variable running over the product is
+ * the offset of the same point (the element-wise nest over [128, 10]: one loop of 1280). */
+static void emit_flat(const cgen *g, int depth, const cn_ll_stmt *outer) {
+  cn_sbuf *sb = g->out;
+  const cn_ll_stmt *inner = flat_inner(outer);
+  const char *var = sym_name(g, inner->u.loop.sym);
+  if (inner->u.loop.marks & CN_LL_VECTOR) {
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "#pragma omp simd\n");
+  }
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int64_t %s = 0; %s < %lld; ++%s) { /* %s and %s as one loop */\n", var,
+                 var, (long long)(outer->u.loop.to * inner->u.loop.to), var,
+                 sym_name(g, outer->u.loop.sym), var);
+  cgen h = *g;
+  h.flat_outer = outer;
+  emit_loop_body(&h, depth, inner);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+}
+
 static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_sbuf *sb = g->out;
   switch (s->kind) {
@@ -724,6 +759,10 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   case CN_LL_FOR: {
     if ((s->u.loop.marks & CN_LL_PARALLEL) && g->par && !g->par->inside) {
       emit_parallel(g, depth, s);
+      return;
+    }
+    if (s->u.loop.marks & CN_LL_FLAT) {
+      emit_flat(g, depth, s);
       return;
     }
     const char *var = sym_name(g, s->u.loop.sym);

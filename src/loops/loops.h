@@ -79,8 +79,14 @@ typedef struct {
  *   CN_LL_PARALLEL  its iterations are independent (no two write the same cell, none reads a cell
  *                   another writes): they may run on several threads, each iteration whole;
  *   CN_LL_VECTOR    an innermost loop whose iterations are independent and whose accesses walk
- *                   memory with stride 0 or 1: it may run as SIMD lanes (no reassociation). */
-enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1 };
+ *                   memory with stride 0 or 1: it may run as SIMD lanes (no reassociation);
+ *   CN_LL_FLAT      a loop from 0 without affine bounds whose whole body is one such loop from 0
+ *                   (the inner), every access of which advances by the inner's extent times its
+ *                   inner stride when the outer variable moves by one (the two walk the buffers
+ *                   as one contiguous range), and whose body reads neither variable otherwise
+ *                   (no guard, no embedded index): the pair may run as one loop over the product
+ *                   of the extents, every access at (inner stride) * (flat position). */
+enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1, CN_LL_FLAT = 1u << 2 };
 
 typedef struct cn_ll_stmt cn_ll_stmt;
 struct cn_ll_stmt {

@@ -282,13 +282,19 @@ static void print_range_side(printer *p, int64_t edge, int n, const cn_ll_bound 
   if (n > 1) cn_sbuf_putc(&p->sb, ')');
 }
 
-/* A loop's schedule marks, ` (parallel)`, ` (vector)` or both; nothing without marks. */
+/* A loop's schedule marks, ` (parallel)`, ` (vector, flat)`...; nothing without marks. */
 static void print_marks(cn_sbuf *sb, unsigned marks) {
   if (!marks) return;
-  cn_sbuf_puts(sb, " (");
-  if (marks & CN_LL_PARALLEL) cn_sbuf_puts(sb, "parallel");
-  if ((marks & CN_LL_PARALLEL) && (marks & CN_LL_VECTOR)) cn_sbuf_puts(sb, ", ");
-  if (marks & CN_LL_VECTOR) cn_sbuf_puts(sb, "vector");
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } names[] = {{CN_LL_PARALLEL, "parallel"}, {CN_LL_VECTOR, "vector"}, {CN_LL_FLAT, "flat"}};
+  const char *sep = " (";
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    if (!(marks & names[k].bit)) continue;
+    cn_sbuf_printf(sb, "%s%s", sep, names[k].name);
+    sep = ", ";
+  }
   cn_sbuf_putc(sb, ')');
 }
 

@@ -10,7 +10,11 @@
  * the work threshold (by default CN_SCHED_PARALLEL_WORK, 2^15 cell updates, some 20-50 us on one
  * core: below that, handing the iterations to a thread pool costs more than it saves, so tiny
  * routines stay on one thread; the option "parallel_work" sets it, tests set 1 to run small
- * models on several threads). A
+ * models on several threads). CN_LL_FLAT goes on the loop around a vector-marked innermost loop
+ * when the pair walks every buffer as one contiguous range (loops.h: both from 0 without affine
+ * bounds, each access's stride in the outer loop the inner extent times its stride in the inner,
+ * no guard or embedded index in the body) and the outer loop is not parallel: an element-wise nest
+ * over [128, 10] then runs as one vector loop of 1280 instead of 128 loops of 10. A
  * loop may carry both marks (a one-loop nest). Nests of one loop inside another loop are marked as
  * nests of their own: their parallel loop then runs once per value of the loops outside. */
 #include "sched/sched.h"
@@ -27,6 +31,58 @@ static bool vectorizable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
     if (s != 0 && s != 1) return false;
   }
   return true;
+}
+
+/* Whether an expression embeds the value of one of two loop variables (an index expression). */
+static bool expr_embeds(const cn_ll_expr *e, cn_symbol a, cn_symbol b) {
+  switch (e->kind) {
+  case CN_LE_INDEX: return cn_index_mentions(&e->u.index, a) || cn_index_mentions(&e->u.index, b);
+  case CN_LE_OP:
+    for (int k = 0; k < cn_op_arity(e->u.op.op); k++)
+      if (expr_embeds(e->u.op.args[k], a, b)) return true;
+    return false;
+  case CN_LE_GET:
+  case CN_LE_CONST: return false;
+  }
+  return true;
+}
+
+/* Whether a body of stores reads loop variables a or b other than through its accesses: a guard
+ * (any: guards of a perfect nest's body test its variables) or an embedded index. */
+static bool body_reads_vars(const cn_ll_stmt *s, cn_symbol a, cn_symbol b) {
+  switch (s->kind) {
+  case CN_LL_SET: return expr_embeds(s->u.set.value, a, b);
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++)
+      if (body_reads_vars(s->u.seq.items[i], a, b)) return true;
+    return false;
+  case CN_LL_COMMENT: return false;
+  case CN_LL_IF:
+  case CN_LL_FOR:
+  case CN_LL_SET_VEC: return true;
+  }
+  return true;
+}
+
+static bool box_only_from_zero(const cn_ll_stmt *loop) {
+  return loop->u.loop.from == 0 && !loop->u.loop.n_lower && !loop->u.loop.n_upper;
+}
+
+/* Whether the two innermost loops may run as one (CN_LL_FLAT on the outer, loops.h). */
+static bool flattenable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
+  if (nest->depth < 2) return false;
+  const cn_ll_stmt *outer = nest->loops[nest->depth - 2], *inner = nest->loops[nest->depth - 1];
+  if (!(inner->u.loop.marks & CN_LL_VECTOR) || (outer->u.loop.marks & CN_LL_PARALLEL) ||
+      !box_only_from_zero(outer) || !box_only_from_zero(inner))
+    return false;
+  double n = (double)extent(inner);
+  for (int a = 0; a < nest->n_access; a++) {
+    const cn_sched_access *acc = &nest->access[a];
+    if (cn_sched_stride(proc, acc, outer->u.loop.sym) !=
+        n * cn_sched_stride(proc, acc, inner->u.loop.sym))
+      return false;
+  }
+  return !body_reads_vars(inner->u.loop.body, outer->u.loop.sym, inner->u.loop.sym);
 }
 
 /* The outermost loop worth running in parallel (at least min_work stores), or -1. */
@@ -54,6 +110,10 @@ static cn_status mark_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   if (vectorizable(proc, nest)) cn_lb_marks(inner, inner->u.loop.marks | CN_LL_VECTOR);
   int k = parallel_loop(proc, nest, *min_work);
   if (k >= 0) cn_lb_marks(nest->loops[k], nest->loops[k]->u.loop.marks | CN_LL_PARALLEL);
+  if (flattenable(proc, nest)) {
+    cn_ll_stmt *outer = nest->loops[nest->depth - 2];
+    cn_lb_marks(outer, outer->u.loop.marks | CN_LL_FLAT);
+  }
   return CN_OK;
 }
 
