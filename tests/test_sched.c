@@ -5,12 +5,12 @@
  * must not be marked (checked on the printed loops text), unroll-and-jam of a dense layer's
  * dot-product form with a remainder and an embedded index, flat pairs (an element-wise nest run as
  * one loop, checked on the generated C, and three nests that must not be flat); every scheduled
- * procedure run on
- * generated C and on the interpreter from the same random buffers as the unscheduled one, with
- * memcmp-identical results on each backend (the scheduled C also close to the interpreter); the
- * dependence helpers directly; the option parser and the driver's switches. */
+ * procedure run on generated C and on the interpreter from the same random buffers as the
+ * unscheduled one, with memcmp-identical results on each backend (the scheduled C also close to the
+ * interpreter); the dependence helpers directly; the option parser and the driver's switches. */
 #include "backend/backend.h"
 #include "loops_check.h"
+#include "snapshot.h"
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -39,59 +39,32 @@ static void fill_random(const cn_ll_proc *proc) {
   }
 }
 
-#define MAX_PARAMS 4
-
-typedef struct {
-  size_t bytes[MAX_PARAMS];
-  unsigned char *data[MAX_PARAMS];
-} buffers;
-
-static void save(const cn_ll_proc *proc, buffers *b) {
-  CHECK(proc->n_params <= MAX_PARAMS);
-  for (int k = 0; k < proc->n_params; k++) {
-    cn_node *n = proc->params[k].node;
-    b->bytes[k] = cn_node_buffer_cells(n) * cn_prec_bytes(n->prec);
-    b->data[k] = malloc(b->bytes[k]);
-    CHECK(b->data[k] != NULL);
-    memcpy(b->data[k], cn_node_buffer(n, proc->params[k].merge), b->bytes[k]);
-  }
-}
-
-static void restore(const cn_ll_proc *proc, const buffers *b) {
-  for (int k = 0; k < proc->n_params; k++)
-    memcpy(cn_node_buffer(proc->params[k].node, proc->params[k].merge), b->data[k], b->bytes[k]);
-}
-
-static void release(const cn_ll_proc *proc, buffers *b) {
-  for (int k = 0; k < proc->n_params; k++) free(b->data[k]);
-}
-
 /* Runs proc on a backend from the buffers `start`, saving every buffer after the run. */
 static void run_from(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *proc,
-                     const buffers *start, buffers *after) {
-  restore(proc, start);
+                     const snapshot *start, snapshot *after) {
+  snapshot_restore(proc, start);
   void *compiled = NULL;
   const char *source = NULL;
   cn_status st = backend->compile(ctx, proc, &compiled, &source);
   CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
   if (st == CN_OK) {
-    void *bufs[MAX_PARAMS];
+    void *bufs[SNAPSHOT_MAX_PARAMS];
     for (int k = 0; k < proc->n_params; k++)
       bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
     CHECK_INT(backend->run(ctx, compiled, bufs, NULL), CN_OK);
     backend->release(compiled);
   }
-  save(proc, after);
+  snapshot_save(proc, after);
 }
 
-static bool same_bits(const cn_ll_proc *proc, const buffers *a, const buffers *b) {
+static bool same_bits(const cn_ll_proc *proc, const snapshot *a, const snapshot *b) {
   for (int k = 0; k < proc->n_params; k++)
     if (memcmp(a->data[k], b->data[k], a->bytes[k]) != 0) return false;
   return true;
 }
 
 /* Every cell of a within tol (relative to max(1, |cell|)) of b. */
-static bool close_to(const cn_ll_proc *proc, const buffers *a, const buffers *b, double tol) {
+static bool close_to(const cn_ll_proc *proc, const snapshot *a, const snapshot *b, double tol) {
   for (int k = 0; k < proc->n_params; k++) {
     const float *x = (const float *)a->data[k], *y = (const float *)b->data[k];
     for (size_t c = 0; c < a->bytes[k] / sizeof(float); c++) {
@@ -106,8 +79,8 @@ static bool close_to(const cn_ll_proc *proc, const buffers *a, const buffers *b,
  * each backend gives the same bits for both, and the C result is close to the interpreter's. */
 static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll_proc *scheduled) {
   fill_random(plain);
-  buffers start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
-  save(plain, &start);
+  snapshot start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
+  snapshot_save(plain, &start);
   run_from(ctx, &cn_backend_c, plain, &start, &c_plain);
   run_from(ctx, &cn_backend_c, scheduled, &start, &c_sched);
   run_from(ctx, &cn_backend_interp, plain, &start, &i_plain);
@@ -116,11 +89,11 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
   CHECK(same_bits(plain, &i_plain, &i_sched));
   CHECK(close_to(plain, &c_sched, &i_sched, 1e-4));
   CHECK(!same_bits(plain, &start, &c_plain)); /* the run wrote something */
-  release(plain, &start);
-  release(plain, &c_plain);
-  release(plain, &c_sched);
-  release(plain, &i_plain);
-  release(plain, &i_sched);
+  snapshot_release(plain, &start);
+  snapshot_release(plain, &c_plain);
+  snapshot_release(plain, &c_sched);
+  snapshot_release(plain, &i_plain);
+  snapshot_release(plain, &i_sched);
 }
 
 /* A procedure's text, scheduled with every pass for a 48 KiB L1 and a 1 MiB LLC (whatever the

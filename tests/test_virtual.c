@@ -20,6 +20,7 @@
  *     SGD) prints the same bits with the schedule on and off, on both backends. */
 #include "backend/backend.h"
 #include "loops_check.h"
+#include "snapshot.h"
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -53,55 +54,28 @@ static void fill_random(const cn_ll_proc *proc) {
   }
 }
 
-#define MAX_PARAMS 8
-
-typedef struct {
-  size_t bytes[MAX_PARAMS];
-  unsigned char *data[MAX_PARAMS];
-} buffers;
-
-static void save(const cn_ll_proc *proc, buffers *b) {
-  CHECK(proc->n_params <= MAX_PARAMS);
-  for (int k = 0; k < proc->n_params; k++) {
-    cn_node *n = proc->params[k].node;
-    b->bytes[k] = cn_node_buffer_cells(n) * cn_prec_bytes(n->prec);
-    b->data[k] = malloc(b->bytes[k]);
-    CHECK(b->data[k] != NULL);
-    memcpy(b->data[k], cn_node_buffer(n, proc->params[k].merge), b->bytes[k]);
-  }
-}
-
-static void restore(const cn_ll_proc *proc, const buffers *b) {
-  for (int k = 0; k < proc->n_params; k++)
-    memcpy(cn_node_buffer(proc->params[k].node, proc->params[k].merge), b->data[k], b->bytes[k]);
-}
-
-static void release(const cn_ll_proc *proc, buffers *b) {
-  for (int k = 0; k < proc->n_params; k++) free(b->data[k]);
-}
-
 /* Runs proc on a backend from the buffers `start` of `plain` (proc's params are a subset of
  * plain's), saving plain's buffers after the run. */
 static void run_from(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *plain,
-                     const cn_ll_proc *proc, const buffers *start, buffers *after) {
-  restore(plain, start);
+                     const cn_ll_proc *proc, const snapshot *start, snapshot *after) {
+  snapshot_restore(plain, start);
   void *compiled = NULL;
   const char *source = NULL;
   cn_status st = backend->compile(ctx, proc, &compiled, &source);
   CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
   if (st == CN_OK) {
-    void *bufs[MAX_PARAMS];
+    void *bufs[SNAPSHOT_MAX_PARAMS];
     for (int k = 0; k < proc->n_params; k++)
       bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
     CHECK_INT(backend->run(ctx, compiled, bufs, NULL), CN_OK);
     backend->release(compiled);
   }
-  save(plain, after);
+  snapshot_save(plain, after);
 }
 
 /* Whether the buffers of every param plain and scheduled share hold the same bits. */
-static bool same_kept(const cn_ll_proc *plain, const cn_ll_proc *scheduled, const buffers *a,
-                      const buffers *b) {
+static bool same_kept(const cn_ll_proc *plain, const cn_ll_proc *scheduled, const snapshot *a,
+                      const snapshot *b) {
   for (int k = 0; k < plain->n_params; k++)
     for (int s = 0; s < scheduled->n_params; s++)
       if (scheduled->params[s].node == plain->params[k].node &&
@@ -114,8 +88,8 @@ static bool same_kept(const cn_ll_proc *plain, const cn_ll_proc *scheduled, cons
  * the same bits on every buffer the scheduled procedure keeps. */
 static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll_proc *scheduled) {
   fill_random(plain);
-  buffers start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
-  save(plain, &start);
+  snapshot start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
+  snapshot_save(plain, &start);
   run_from(ctx, &cn_backend_c, plain, plain, &start, &c_plain);
   run_from(ctx, &cn_backend_c, plain, scheduled, &start, &c_sched);
   run_from(ctx, &cn_backend_interp, plain, plain, &start, &i_plain);
@@ -123,11 +97,11 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
   CHECK(same_kept(plain, scheduled, &c_plain, &c_sched));
   CHECK(same_kept(plain, scheduled, &i_plain, &i_sched));
   CHECK(!same_kept(plain, scheduled, &start, &c_plain)); /* the run wrote something */
-  release(plain, &start);
-  release(plain, &c_plain);
-  release(plain, &c_sched);
-  release(plain, &i_plain);
-  release(plain, &i_sched);
+  snapshot_release(plain, &start);
+  snapshot_release(plain, &c_plain);
+  snapshot_release(plain, &c_sched);
+  snapshot_release(plain, &i_plain);
+  snapshot_release(plain, &i_sched);
 }
 
 typedef cn_ll_proc *(*builder)(cn_ctx *ctx, cn_node *const *nodes, const cn_symbol *syms);
@@ -194,18 +168,25 @@ static cn_ll_proc *chain_proc(cn_ctx *ctx, cn_node *const *n, const cn_symbol *s
   return cn_lb_proc(ctx, "chain", cn_lb_seq(ctx, 3, s1, s2, s3), 6, params, 0, NULL);
 }
 
-static void test_chain(void) {
-  cn_ctx *ctx = cn_ctx_create();
-  cn_node *n[6] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "t1", CN_PREC_DOUBLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "t2", CN_PREC_SINGLE, 2, (int64_t)6, (int64_t)4),
-                   node(ctx, "out", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6)};
-  cn_symbol s[4] = {cn_symbol_create(ctx, "p", 0), cn_symbol_create(ctx, "q", 0),
-                    cn_symbol_create(ctx, "i", 0), cn_symbol_create(ctx, "j", 0)};
+/* The nodes and loop variables of chain_proc: a, b, c, the virtual t1 (double) and t2, out. */
+static void chain_nodes(cn_ctx *ctx, cn_node **n, cn_symbol *s) {
+  n[0] = node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6);
+  n[1] = node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6);
+  n[2] = node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6);
+  n[3] = node(ctx, "t1", CN_PREC_DOUBLE, 2, (int64_t)4, (int64_t)6);
+  n[4] = node(ctx, "t2", CN_PREC_SINGLE, 2, (int64_t)6, (int64_t)4);
+  n[5] = node(ctx, "out", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6);
+  const char *names[4] = {"p", "q", "i", "j"};
+  for (int k = 0; k < 4; k++) s[k] = cn_symbol_create(ctx, names[k], 0);
   CHECK_INT(cn_node_set_memory(n[3], CN_MEM_VIRTUAL), CN_OK);
   CHECK_INT(cn_node_set_memory(n[4], CN_MEM_VIRTUAL), CN_OK);
+}
+
+static void test_chain(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *n[6];
+  cn_symbol s[4];
+  chain_nodes(ctx, n, s);
   CHECK_INT(cn_node_memory(n[4]), CN_MEM_VIRTUAL);
   int n_params = 0;
   const char *text = check_builder(ctx, chain_proc, n, s, &n_params);
@@ -490,16 +471,9 @@ static void test_in_place(void) {
 /* Every allocation of the pass failing in turn: CN_ERR_NOMEM, the procedure unchanged. */
 static void test_allocation_failures(void) {
   cn_ctx *ctx = cn_ctx_create();
-  cn_node *n[6] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "t1", CN_PREC_DOUBLE, 2, (int64_t)4, (int64_t)6),
-                   node(ctx, "t2", CN_PREC_SINGLE, 2, (int64_t)6, (int64_t)4),
-                   node(ctx, "out", CN_PREC_SINGLE, 2, (int64_t)4, (int64_t)6)};
-  cn_symbol s[4] = {cn_symbol_create(ctx, "p", 0), cn_symbol_create(ctx, "q", 0),
-                    cn_symbol_create(ctx, "i", 0), cn_symbol_create(ctx, "j", 0)};
-  CHECK_INT(cn_node_set_memory(n[3], CN_MEM_VIRTUAL), CN_OK);
-  CHECK_INT(cn_node_set_memory(n[4], CN_MEM_VIRTUAL), CN_OK);
+  cn_node *n[6];
+  cn_symbol s[4];
+  chain_nodes(ctx, n, s);
   int failures = 0;
   for (long k = 1; k < 1000; k++) {
     cn_ll_proc *proc = chain_proc(ctx, n, s);
