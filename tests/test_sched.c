@@ -588,6 +588,83 @@ static void test_flat(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Fusion: a chain of element-wise nests becomes one nest ---- */
+
+/* `count` nests over [0, 12) x [0, 10), nest k computing t[k+1][i, j] := t[k][i, j] * 0.5 + a[i,
+ * j] (t[0] = a), each with loop variables of its own; `shift` reads t[k] at [i, j + 1] in the last
+ * nest instead (j below 9 there), `writes_a` makes the last nest write a (which every nest reads).
+ */
+static cn_ll_proc *chain_proc(cn_ctx *ctx, cn_node *const *t, int count, bool shift,
+                              bool writes_a) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_stmt *nests[12];
+  for (int k = 0; k < count; k++) {
+    cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+    bool last = k == count - 1;
+    cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+    cn_index *read = last && shift ? cn_lb_indices(ctx, 2, cn_index_iter(i), affine1(j, 1, 1)) : ij;
+    cn_ll_expr *value = cn_lb_op(ctx, CN_OP_ADD, single,
+                                 cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, k, single, read),
+                                          cn_lb_num(ctx, single, 0.5), NULL),
+                                 cn_lb_get(ctx, 0, single, ij), NULL);
+    int target = last && writes_a ? 0 : k + 1;
+    nests[k] = cn_lb_loop(
+        ctx, i, 0, 12,
+        cn_lb_loop(ctx, j, 0, last && shift ? 9 : 10, cn_lb_set(ctx, target, ij, value)));
+  }
+  cn_ll_param params[12];
+  for (int k = 0; k <= count; k++) params[k] = param_of(t[k]);
+  return cn_lb_proc(ctx, "chain", cn_lb_seq_array(ctx, count, nests), count + 1, params, 0, NULL);
+}
+
+/* The number of top-level loops of a procedure. */
+static int top_level_loops(const cn_ll_proc *proc) {
+  const cn_ll_stmt *b = proc->body;
+  if (b->kind == CN_LL_FOR) return 1;
+  int n = 0;
+  for (int k = 0; b->kind == CN_LL_SEQ && k < b->u.seq.count; k++)
+    n += b->u.seq.items[k]->kind == CN_LL_FOR;
+  return n;
+}
+
+static void test_fuse(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *t[12];
+  for (int k = 0; k < 12; k++) t[k] = node(ctx, "t", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10);
+  cn_sched_options fuse_only = {CN_SCHED_FUSE, 0, 0, 0};
+  /* Three nests: one nest of three stores, the later ones renamed to the first's loops. */
+  cn_ll_proc *plain = chain_proc(ctx, t, 3, false, false);
+  cn_ll_proc *fused = chain_proc(ctx, t, 3, false, false);
+  CHECK(plain && fused);
+  if (!plain || !fused) return;
+  CHECK_INT(cn_sched_proc(ctx, fused, &fuse_only), CN_OK);
+  CHECK_INT(top_level_loops(fused), 1);
+  CHECK_HAS(cn_ll_to_string(ctx, fused), "for i in 0..12:\n  for j in 0..10:\n"
+                                         "    t#2[i, j] := t#1[i, j] * 0.5 + t#1[i, j]\n"
+                                         "    t#3[i, j] := t#2[i, j] * 0.5 + t#1[i, j]\n"
+                                         "    t#4[i, j] := t#3[i, j] * 0.5 + t#1[i, j]\n");
+  check_same_results(ctx, plain, fused);
+  /* Eleven nests: at most FUSE_MAX_STORES (8) stores per nest, so two nests. */
+  cn_ll_proc *long11 = chain_proc(ctx, t, 11, false, false);
+  CHECK(long11 != NULL);
+  if (long11) {
+    CHECK_INT(cn_sched_proc(ctx, long11, &fuse_only), CN_OK);
+    CHECK_INT(top_level_loops(long11), 2);
+  }
+  /* Not fused: a read one cell ahead of the producer (another box too), a consumer writing what
+   * the producer reads. */
+  cn_ll_proc *shifted = chain_proc(ctx, t, 2, true, false);
+  cn_ll_proc *writes_a = chain_proc(ctx, t, 2, false, true);
+  CHECK(shifted && writes_a);
+  if (shifted && writes_a) {
+    CHECK_INT(cn_sched_proc(ctx, shifted, &fuse_only), CN_OK);
+    CHECK_INT(cn_sched_proc(ctx, writes_a, &fuse_only), CN_OK);
+    CHECK_INT(top_level_loops(shifted), 2);
+    CHECK_INT(top_level_loops(writes_a), 2);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- The dependence helpers alone, on the matmul nest ---- */
 
 static void test_deps(void) {
@@ -652,7 +729,7 @@ static void test_options(void) {
   o.passes = CN_SCHED_MARKS;
   CHECK_INT(cn_sched_parse(ctx, "order,bogus", &o), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx), "schedule 'order,bogus': unknown pass 'bogus' (known: all, none, "
-                               "virtual, order, tile, marks, jam)");
+                               "virtual, order, fuse, tile, marks, jam)");
   CHECK_INT(o.passes, CN_SCHED_MARKS);
   CHECK_INT(cn_sched_parse(ctx, "order,,marks", &o), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "unknown pass ''");
@@ -727,6 +804,7 @@ int main(void) {
   test_lowered();
   test_jam();
   test_flat();
+  test_fuse();
   test_deps();
   test_options();
   test_allocation_failures();

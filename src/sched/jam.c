@@ -41,91 +41,6 @@ static int64_t extent(const cn_ll_stmt *loop) {
   return loop->u.loop.to > loop->u.loop.from ? loop->u.loop.to - loop->u.loop.from : 0;
 }
 
-/* ---- Substitution of L by U*L_jam + offset ---- */
-
-typedef struct {
-  cn_ctx *ctx;
-  cn_symbol sym, jam; /* L and L_jam */
-  int64_t factor, offset;
-} subst;
-
-static cn_index subst_index(const subst *s, const cn_index *ix) {
-  if (ix->kind == CN_IDX_FIXED || !cn_index_mentions(ix, s->sym)) return *ix;
-  cn_symbol syms[CN_MAX_AFFINE_TERMS];
-  int64_t coeffs[CN_MAX_AFFINE_TERMS], offset = ix->offset;
-  for (int t = 0; t < ix->n_terms; t++) {
-    syms[t] = ix->syms[t];
-    coeffs[t] = ix->coeffs[t];
-    if (syms[t] == s->sym) {
-      syms[t] = s->jam;
-      offset += coeffs[t] * s->offset;
-      coeffs[t] *= s->factor;
-    }
-  }
-  return cn_index_affine(ix->n_terms, syms, coeffs, offset);
-}
-
-/* A new index array for an access of `rank` axes, NULL on allocation failure. */
-static cn_index *subst_indices(const subst *s, int rank, const cn_index *idx) {
-  cn_index copy[CN_MAX_RANK];
-  for (int d = 0; d < rank; d++) copy[d] = subst_index(s, &idx[d]);
-  return cn_lb_index_array(s->ctx, rank, copy);
-}
-
-static cn_ll_expr *subst_expr(const subst *s, const cn_ll_proc *proc, const cn_ll_expr *e) {
-  switch (e->kind) {
-  case CN_LE_GET:
-    return cn_lb_get(s->ctx, e->u.get.param, e->prec,
-                     subst_indices(s, proc->params[e->u.get.param].node->rank, e->u.get.idx));
-  case CN_LE_CONST: return cn_lb_const(s->ctx, e->prec, e->u.constant);
-  case CN_LE_INDEX: return cn_lb_index(s->ctx, subst_index(s, &e->u.index));
-  case CN_LE_OP: {
-    cn_ll_expr *args[3] = {NULL, NULL, NULL};
-    int arity = cn_op_arity(e->u.op.op);
-    for (int a = 0; a < arity; a++)
-      if (!(args[a] = subst_expr(s, proc, e->u.op.args[a]))) return NULL;
-    return cn_lb_op(s->ctx, e->u.op.op, e->prec, args[0], args[1], args[2]);
-  }
-  }
-  CN_ASSERT(!"unknown expression kind");
-  return NULL;
-}
-
-/* A copy of a body of stores (stores, guards, sequences, comments) with the substitution; every
- * access gets an index array of its own (nothing downstream relies on shared arrays). */
-static cn_ll_stmt *subst_stmt(const subst *s, const cn_ll_proc *proc, const cn_ll_stmt *st) {
-  switch (st->kind) {
-  case CN_LL_SET: {
-    int rank = proc->params[st->u.set.param].node->rank;
-    return cn_lb_set(s->ctx, st->u.set.param, subst_indices(s, rank, st->u.set.idx),
-                     subst_expr(s, proc, st->u.set.value));
-  }
-  case CN_LL_IF: {
-    int n = st->u.guard.n_conds;
-    cn_ll_cond *conds = cn_alloc(s->ctx, sizeof *conds * (size_t)n);
-    if (!conds) return NULL;
-    for (int c = 0; c < n; c++) {
-      conds[c] = st->u.guard.conds[c];
-      conds[c].expr = subst_index(s, &conds[c].expr);
-    }
-    return cn_lb_guard(s->ctx, n, conds, subst_stmt(s, proc, st->u.guard.body));
-  }
-  case CN_LL_SEQ: {
-    int n = st->u.seq.count;
-    cn_ll_stmt **items = cn_alloc(s->ctx, sizeof *items * (size_t)(n > 0 ? n : 1));
-    if (!items) return NULL;
-    for (int i = 0; i < n; i++)
-      if (!(items[i] = subst_stmt(s, proc, st->u.seq.items[i]))) return NULL;
-    return cn_lb_seq_array(s->ctx, n, items);
-  }
-  case CN_LL_COMMENT: return cn_lb_comment(s->ctx, st->u.comment);
-  case CN_LL_FOR:
-  case CN_LL_SET_VEC: break; /* not in a body of stores (cn_sched_nest) */
-  }
-  CN_ASSERT(!"not a body of stores");
-  return NULL;
-}
-
 /* ---- Choice of the loop ---- */
 
 /* The product of the extents of the loops inside loop k: the updates one cell receives per
@@ -177,8 +92,9 @@ static cn_status jam_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *ne
   cn_ll_stmt **copies = cn_alloc(ctx, sizeof *copies * (size_t)u_count);
   if (!copies) return CN_ERR_NOMEM;
   for (int64_t u = 0; u < u_count; u++) {
-    subst s = {ctx, l->u.loop.sym, jam, u_count, from + u};
-    if (!(copies[u] = subst_stmt(&s, proc, inner->u.loop.body))) return CN_ERR_NOMEM;
+    const int64_t offset = from + u;
+    cn_sched_subst s = {1, &l->u.loop.sym, &jam, &u_count, &offset};
+    if (!(copies[u] = cn_sched_subst_body(ctx, proc, &s, inner->u.loop.body))) return CN_ERR_NOMEM;
   }
   cn_ll_stmt *body = cn_lb_seq_array(ctx, (int)u_count, copies);
   for (int q = nest->depth - 1; q > k; q--) body = cn_sched_loop_copy(ctx, nest->loops[q], body);

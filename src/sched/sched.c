@@ -1,7 +1,7 @@
 /* The scheduling stage's driver: the options (which passes run) and their text form, and
  * cn_sched_proc, which runs the selected passes in their order — virtual nodes (virtual.c), whose
- * inlining changes the nests the others see, loop order (order.c), then
- * tiling (tile.c) of the ordered nests, the marks (marks.c), then unroll-and-jam (jam.c), which
+ * inlining changes the nests the others see, loop order (order.c), fusion (fuse.c) of the ordered
+ * nests, tiling (tile.c), the marks (marks.c), then unroll-and-jam (jam.c), which
  * copies the marked loops with their marks.
  *
  * Contract: cn_sched_proc changes how proc runs, never its results (sched.h); with no pass
@@ -17,8 +17,8 @@ static const struct {
 } pass_names[] = {
     {"all", CN_SCHED_ALL},         {"none", 0},
     {"virtual", CN_SCHED_VIRTUAL}, {"order", CN_SCHED_ORDER},
-    {"tile", CN_SCHED_TILE},       {"marks", CN_SCHED_MARKS},
-    {"jam", CN_SCHED_JAM},
+    {"fuse", CN_SCHED_FUSE},       {"tile", CN_SCHED_TILE},
+    {"marks", CN_SCHED_MARKS},     {"jam", CN_SCHED_JAM},
 };
 
 cn_sched_options cn_sched_default(void) {
@@ -71,6 +71,7 @@ cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o
   cn_status st = CN_OK;
   if (o.passes & CN_SCHED_VIRTUAL) st = cn_sched_virtual(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
+  if (st == CN_OK && (o.passes & CN_SCHED_FUSE)) st = cn_sched_fuse(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {
     int64_t l1, llc;
     cn_sched_cache_sizes(&l1, &llc);

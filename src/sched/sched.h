@@ -5,9 +5,9 @@
  * values stored into it (the order of its accumulation) is the one of the unscheduled procedure —
  * and is conservative: when an analysis cannot prove a change legal, the IR is left as it was. A
  * pass builds new IR only through the cn_lb_* constructors of loops.h. The passes run in the order
- * of cn_sched_proc (virtual nodes, loop order, tiling, marks, then unroll-and-jam), each can be
- * switched off alone (cn_sched_options) so a failure can be bisected, and each is testable alone
- * through its own entry point below. This stage includes src/loops, src/ir, src/numeric and
+ * of cn_sched_proc (virtual nodes, loop order, fusion, tiling, marks, then unroll-and-jam), each
+ * can be switched off alone (cn_sched_options) so a failure can be bisected, and each is testable
+ * alone through its own entry point below. This stage includes src/loops, src/ir, src/numeric and
  * src/core only; src/runtime calls it. */
 #ifndef CN_SCHED_H
 #define CN_SCHED_H
@@ -23,11 +23,13 @@ enum {
   CN_SCHED_TILE = 1u << 1,    /* tiling of nests larger than the cache (tile.c) */
   CN_SCHED_MARKS = 1u << 2,   /* parallel and vector marks (marks.c) */
   CN_SCHED_JAM = 1u << 3,     /* unroll-and-jam into the innermost loop (jam.c) */
-  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_ORDER | CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
+  CN_SCHED_FUSE = 1u << 5,    /* fusion of a nest with the next one that reads it (fuse.c) */
+  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_ORDER | CN_SCHED_FUSE | CN_SCHED_TILE |
+                 CN_SCHED_MARKS | CN_SCHED_JAM
 };
 
 /* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, virtual, order, tile, marks, jam"
+#define CN_SCHED_OPTION_NAMES "all, none, virtual, order, fuse, tile, marks, jam"
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
@@ -112,6 +114,17 @@ bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest);
 /* Whether one of the affine bounds of a loop reads sym. */
 bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
 
+/* A replacement of loop variables (subst.c): from[k] becomes scale[k] * to[k] + offset[k]. */
+typedef struct {
+  int n;
+  const cn_symbol *from, *to;
+  const int64_t *scale, *offset;
+} cn_sched_subst;
+/* A copy of a body of stores (stores, guards, sequences, comments) with the replacement applied
+ * to every index, guard condition and embedded index; NULL on allocation failure. */
+cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sched_subst *s,
+                                const cn_ll_stmt *body);
+
 /* ---- Passes ---- */
 
 /* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL and whose producer can
@@ -123,6 +136,9 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc);
 
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
+/* Fusion of consecutive top-level nests where the second reads what the first wrote, cell by
+ * cell (fuse.c). */
+cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc);
 /* Tiling of every perfect nest whose working set exceeds the last-level cache (tile.c), for the
  * cache sizes given (bytes, > 0). */
 cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t llc_bytes);
