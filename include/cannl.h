@@ -79,9 +79,9 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               every count.
  * And of every routine compiled (read by cn_routine_compile):
  *   "schedule"  the passes of the scheduling stage: "all" (default: $CANNL_SCHEDULE, else "all"),
- *               "none", or a comma list of virtual, order, fuse, tile, marks, jam; each pass keeps the
- *               results bit for bit, so switching them off bisects a failure (docs/ARCHITECTURE.md
- *               "Scheduling").
+ *               "none", or a comma list of virtual, order, fuse, tile, marks, jam; each
+ *               pass keeps the results bit for bit, so switching them off bisects a failure
+ *               (docs/ARCHITECTURE.md "Scheduling").
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
  *               one core; smaller nests stay on the caller's thread). */

@@ -99,7 +99,7 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
 /* A procedure's text, scheduled with every pass for a 48 KiB L1 and a 1 MiB LLC (whatever the
  * machine's caches), none of the procedures being large enough to tile. */
 static const char *scheduled_text(cn_ctx *ctx, cn_ll_proc *proc) {
-  cn_sched_options opts = {CN_SCHED_ALL, 48 << 10, 1 << 20, 0};
+  cn_sched_options opts = {.passes = CN_SCHED_ALL, .l1_bytes = 48 << 10, .llc_bytes = 1 << 20};
   CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
   const char *text = cn_ll_to_string(ctx, proc);
   CHECK(text != NULL);
@@ -168,7 +168,7 @@ static void test_tile(void) {
   /* The cells below i: a's row (256 bytes) + 260 bytes per value of k (c's cell and b's column),
    * 26256 bytes for the whole of k: above an LLC of 20000 bytes, and a tile of 32 values of k
    * (8576 bytes) fills at most half of it; a 1 MiB LLC holds it all. */
-  cn_sched_options opts = {CN_SCHED_ALL, 2048, 20000, 0};
+  cn_sched_options opts = {.passes = CN_SCHED_ALL, .l1_bytes = 2048, .llc_bytes = 20000};
   CHECK_INT(cn_sched_proc(ctx, scheduled, &opts), CN_OK);
   check_text(cn_ll_to_string(ctx, scheduled),
              "routine matmul\n"
@@ -498,7 +498,7 @@ static void test_jam(void) {
   cn_ll_proc *plain = dense_proc(ctx, wxc, ikj), *scheduled = dense_proc(ctx, wxc, ikj);
   CHECK(plain && scheduled);
   if (!plain || !scheduled) return;
-  cn_sched_options jam_only = {CN_SCHED_JAM, 0, 0, 0};
+  cn_sched_options jam_only = {.passes = CN_SCHED_JAM};
   CHECK_INT(cn_sched_proc(ctx, scheduled, &jam_only), CN_OK);
   const char *text = cn_ll_to_string(ctx, scheduled);
   CHECK_HAS(text, "for i in 0..5:\n"
@@ -631,7 +631,7 @@ static void test_fuse(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *t[12];
   for (int k = 0; k < 12; k++) t[k] = node(ctx, "t", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10);
-  cn_sched_options fuse_only = {CN_SCHED_FUSE, 0, 0, 0};
+  cn_sched_options fuse_only = {.passes = CN_SCHED_FUSE};
   /* Three nests: one nest of three stores, the later ones renamed to the first's loops. */
   cn_ll_proc *plain = chain_proc(ctx, t, 3, false, false);
   cn_ll_proc *fused = chain_proc(ctx, t, 3, false, false);
@@ -770,7 +770,7 @@ static void test_allocation_failures(void) {
                      node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)16, (int64_t)100)};
   cn_symbol iks[3] = {cn_symbol_create(ctx, "i", 16), cn_symbol_create(ctx, "k", 100),
                       cn_symbol_create(ctx, "j", 64)};
-  cn_sched_options opts = {CN_SCHED_ALL, 2048, 20000, 0};
+  cn_sched_options opts = {.passes = CN_SCHED_ALL, .l1_bytes = 2048, .llc_bytes = 20000};
   int failures = 0;
   for (long n = 1; n < 1000; n++) {
     cn_ll_proc *proc = matmul_sized(ctx, abc, iks, 16, 100, 64);

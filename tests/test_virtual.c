@@ -115,7 +115,7 @@ static const char *check_builder(cn_ctx *ctx, builder build, cn_node *const *nod
              *all = build(ctx, nodes, syms);
   CHECK(plain && virt && all);
   if (!plain || !virt || !all) return "";
-  CHECK_INT(cn_sched_virtual(ctx, virt), CN_OK);
+  CHECK_INT(cn_sched_virtual(ctx, virt, false), CN_OK);
   CHECK_INT(cn_sched_proc(ctx, all, NULL), CN_OK); /* every pass */
   CHECK_INT(all->n_params, virt->n_params);
   check_same_results(ctx, plain, virt);
@@ -418,7 +418,7 @@ static void test_kept(void) {
   CHECK(proc != NULL);
   if (proc) {
     const char *before = cn_ll_to_string(ctx, proc);
-    CHECK_INT(cn_sched_virtual(ctx, proc), CN_OK);
+    CHECK_INT(cn_sched_virtual(ctx, proc, false), CN_OK);
     CHECK_STR(cn_ll_to_string(ctx, proc), before);
   }
   cn_ctx_destroy(ctx);
@@ -481,7 +481,7 @@ static void test_allocation_failures(void) {
     if (!proc) break;
     const char *before = cn_ll_to_string(ctx, proc);
     ctx->fail_alloc_countdown = k;
-    cn_status st = cn_sched_virtual(ctx, proc);
+    cn_status st = cn_sched_virtual(ctx, proc, false);
     ctx->fail_alloc_countdown = 0;
     if (st == CN_OK) {
       CHECK_INT(proc->n_params, 4);
@@ -623,12 +623,17 @@ static void test_mlp(void) {
     free(on);
     free(off);
   }
-  /* the backprop routine's grad_tmp intermediates are inlined */
+  /* the backprop routine's grad_tmp intermediates are inlined, and so are the script's unnamed
+   * values (the first layer's `w1 * x + b1`, read by relu and by its derivative), while the named
+   * h1 (relu) stays stored */
   char *loops = run_mlp("all", CN_BACKEND_INTERP, true);
   CHECK(loops != NULL);
   if (loops) {
-    CHECK_HAS(loops, "# virtual, inlined: 'grad_tmp'");
+    CHECK_HAS(loops, "'grad_tmp' (#");
     CHECK(!strstr(loops, "grad_tmp["));
+    CHECK_HAS(loops, "'add' (#");
+    CHECK(!strstr(loops, "add["));
+    CHECK_HAS(loops, ", relu#");
   }
   free(loops);
 }

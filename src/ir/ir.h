@@ -24,6 +24,10 @@ struct cn_node {
   cn_memory_mode mode;
   void *value, *merge; /* malloc'd padded buffers, NULL until first use; freed by the context */
   bool buffers_used;   /* set once a buffer exists: padding is then frozen */
+  /* An intermediate nothing outside the routines that compute it can read (set by the tensor
+   * layer for the unnamed values of a script, cn_graph_fuse_unnamed): the schedule may inline it
+   * like a CN_MEM_VIRTUAL node where that is exact, and otherwise leaves it materialized. */
+  bool fusable;
 };
 
 /* Cells of the padded buffer, and row-major strides over the padded dims. */

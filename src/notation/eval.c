@@ -266,7 +266,19 @@ bool nt_materialize(nt_interp *I, cn_nt_pos at) {
 
 /* ---- Environments ---------------------------------------------------------------------------- */
 
+/* Marks the tensors a bound value holds as named (cn_tensor_set_named): the script may print
+ * them or hand them to code written later, so the schedule must keep their nodes. */
+static void mark_named(nt_value *v) {
+  if (!v) return;
+  if (v->kind == NT_V_TENSOR && v->t) cn_tensor_set_named(v->t);
+  if (v->kind == NT_V_LIST || v->kind == NT_V_RECORD)
+    for (int i = 0; i < v->n; i++) mark_named(v->items[i]);
+  if (v->kind == NT_V_FUNC)
+    for (int i = 0; i < v->fn.n_given; i++) mark_named(v->fn.given[i]);
+}
+
 bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v) {
+  mark_named(v);
   nt_env *b = cn_alloc(I->ctx, sizeof *b);
   if (!b) return false;
   b->name = name;
@@ -277,6 +289,7 @@ bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v) {
 }
 
 bool nt_bind_global(nt_interp *I, const char *name, nt_value *v) {
+  mark_named(v);
   return cn_map_put(I->ctx, &I->globals, name, v);
 }
 

@@ -89,6 +89,7 @@ static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, n
   nt_value *v = nt_eval(I, scope, &I->top, x);
   st->grad = v && v->kind == NT_V_TENSOR && v->grad;
   st->tensor = v && v->kind == NT_V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
+  if (st->tensor) cn_tensor_set_named(st->tensor); /* printed, or a loss the host reports */
   return st->tensor != NULL && nt_materialize(I, x->pos);
 }
 
@@ -323,17 +324,29 @@ static void open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *op
   I->noted_updates = g->n_updates;
 }
 
+static cn_status run_program(nt_interp *I, const char *file, const char *text,
+                             const cn_notation_options *opts) {
+  cn_nt_program *prog = cn_nt_parse_program(I->ctx, file ? file : "<script>", text ? text : "");
+  if (opts && opts->syntax_error) *opts->syntax_error = !prog;
+  if (!prog) return cn_ctx_status(I->ctx);
+  for (int i = 0; i < prog->n_items; i++)
+    if (!item(I, &prog->items[i], NULL))
+      return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
+  return CN_OK;
+}
+
+/* A script's tensors reach the host and later code only through names, so those it never names
+ * are fusable while it runs (tensor.h, fuse_unnamed); cn_notation_op and cn_notation_cd hand
+ * their results to C code and keep every node. */
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
                           const cn_notation_options *opts) {
   nt_interp I;
   open_interp(&I, g, opts);
-  cn_nt_program *prog = cn_nt_parse_program(I.ctx, file ? file : "<script>", text ? text : "");
-  if (opts && opts->syntax_error) *opts->syntax_error = !prog;
-  if (!prog) return cn_ctx_status(I.ctx);
-  for (int i = 0; i < prog->n_items; i++)
-    if (!item(&I, &prog->items[i], NULL))
-      return cn_ctx_status(I.ctx) ? cn_ctx_status(I.ctx) : CN_ERR_INVALID;
-  return CN_OK;
+  bool was = g->fuse_unnamed;
+  g->fuse_unnamed = true;
+  cn_status st = run_program(&I, file, text, opts);
+  g->fuse_unnamed = was;
+  return st;
 }
 
 cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text) {

@@ -236,9 +236,12 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
   cn_sched_options sched;
   if (cn_sched_parse(ctx, cn_ctx_option(ctx, "schedule"), &sched) != CN_OK ||
-      !parse_work(ctx, cn_ctx_option(ctx, "parallel_work"), &sched.parallel_work) ||
-      cn_sched_proc(ctx, proc, &sched) != CN_OK)
+      !parse_work(ctx, cn_ctx_option(ctx, "parallel_work"), &sched.parallel_work))
     return NULL;
+  /* The NaN check names the first stored node holding a non-finite value: a script's unnamed
+   * intermediates stay stored so that it is the operation that produced it. */
+  sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
+  if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
 

@@ -22,7 +22,7 @@ static const struct {
 };
 
 cn_sched_options cn_sched_default(void) {
-  return (cn_sched_options){CN_SCHED_ALL, 0, 0, 0};
+  return (cn_sched_options){.passes = CN_SCHED_ALL};
 }
 
 static bool is_space(char c) {
@@ -69,7 +69,7 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
 cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
   cn_sched_options o = opts ? *opts : cn_sched_default();
   cn_status st = CN_OK;
-  if (o.passes & CN_SCHED_VIRTUAL) st = cn_sched_virtual(ctx, proc);
+  if (o.passes & CN_SCHED_VIRTUAL) st = cn_sched_virtual(ctx, proc, o.keep_fusable);
   if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_FUSE)) st = cn_sched_fuse(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {

@@ -38,6 +38,9 @@ typedef struct {
   int64_t l1_bytes, llc_bytes;
   /* The least work (cell updates) of a loop marked parallel; 0: CN_SCHED_PARALLEL_WORK. */
   int64_t parallel_work;
+  /* Keep fusable nodes (ir.h) stored: the "check" = "nan" option names the first stored node
+   * holding a non-finite value, which must be the operation that produced it. */
+  bool keep_fusable;
 } cn_sched_options;
 
 /* Every pass on: the default (what a NULL options pointer means). */
@@ -127,12 +130,14 @@ cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sc
 
 /* ---- Passes ---- */
 
-/* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL and whose producer can
- * be recomputed exactly at each of its reads is inlined there and leaves the procedure's params;
- * the others stay, as routine-local scratch. Runs first, so the later passes see the fused nests.
- * The most expression nodes a producer read more than once may copy into its reads, in all. */
+/* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL, or fusable (ir.h)
+ * unless keep_fusable, and whose producer can be recomputed exactly at each of its reads is
+ * inlined there and leaves the procedure's params; the other virtual ones stay, as routine-local
+ * scratch, the other fusable ones as they were. Runs first, so the later passes see the fused
+ * nests. The most expression nodes a producer read more than once may copy into its reads, in
+ * all. */
 #define CN_SCHED_VIRTUAL_MAX_COPIED 32
-cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc);
+cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable);
 
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);

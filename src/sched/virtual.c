@@ -8,7 +8,9 @@
  * sets it on the fresh nodes no handle leads to: the intermediates and constants of a derivative
  * formula (src/tensor/deriv.c) and the constants and temporaries of an SGD update (code.c). This
  * pass only decides whether inlining is exact, and a virtual node it keeps runs as routine-local
- * scratch (routine.c), which is exact by that promise.
+ * scratch (routine.c), which is exact by that promise. A node marked fusable (ir.h: an unnamed
+ * value of a script, which every routine reading it computes first and the host cannot name) is a
+ * candidate too; when it cannot go it stays materialized, as it was.
  * The procedure's body is read as a list of top-level statements (nested sequences flattened). A
  * node v is inlined when (1) exactly one top-level statement P writes it, and P is a plain store
  * `v[s_0, .., s_r-1] := e` under r loops with no affine bounds, each s_a a distinct loop variable
@@ -486,10 +488,17 @@ static void describe_into(cn_sbuf *sb, const cn_node *node, bool *first) {
   *first = false;
 }
 
-cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc) {
+/* A node the pass may inline: CN_MEM_VIRTUAL (kept as scratch when it cannot go), or fusable (an
+ * unnamed value of a script, ir.h: kept materialized when it cannot go, so its buffer holds what
+ * it always held). */
+static bool candidate(const cn_node *node, bool keep_fusable) {
+  return node->mode == CN_MEM_VIRTUAL || (node->fusable && !keep_fusable);
+}
+
+cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
   int n = proc->n_params;
   bool any = false;
-  for (int k = 0; k < n; k++) any = any || proc->params[k].node->mode == CN_MEM_VIRTUAL;
+  for (int k = 0; k < n; k++) any = any || candidate(proc->params[k].node, keep_fusable);
   if (!any) return CN_OK;
   stmt_list list = {NULL, 0, 0};
   bool *gone = cn_alloc(ctx, sizeof *gone * (size_t)n);
@@ -507,7 +516,7 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc) {
   for (bool progress = true; st == CN_OK && progress;) {
     progress = false;
     for (int k = 0; k < n && st == CN_OK; k++) {
-      if (gone[k] || proc->params[k].node->mode != CN_MEM_VIRTUAL || proc->params[k].merge)
+      if (gone[k] || !candidate(proc->params[k].node, keep_fusable) || proc->params[k].merge)
         continue;
       int at;
       producer prod;
@@ -528,7 +537,7 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc) {
     describe_into(&note, proc->params[k].node, &first);
   }
   for (int k = 0; st == CN_OK && k < n; k++)
-    if (!gone[k] && why[k])
+    if (!gone[k] && why[k] && proc->params[k].node->mode == CN_MEM_VIRTUAL)
       cn_sbuf_printf(&note, "%svirtual %s kept as local scratch: %s", note.len ? "\n" : "",
                      cn_node_describe(proc->params[k].node), why[k]);
   if (st != CN_OK || note.len == 0) {

@@ -63,6 +63,7 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
   cn_shape *rhs[3];
   for (int i = 0; i < n_args; i++) rhs[i] = operands[i]->shape;
   if (!(t->sop = cn_shape_add_op(g->shapes, logic, args, t->shape, rhs, n_args))) return NULL;
+  t->scripted = g->fuse_unnamed;
   g->tensors[g->n_tensors++] = t;
   return t;
 }
@@ -91,6 +92,32 @@ cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, cons
  * dimension of 10^12), to be reported with the tensor's name and shape now, not as an anonymous
  * allocation failure when a routine first touches the buffer. */
 #define MAX_NODE_BYTES ((int64_t)1 << 40)
+
+/* Whether t's value node may be inlined by the schedule (cn_node.fusable): a script's tensor no
+ * name reaches, computed by its own code in every routine that reads it — forward code always
+ * includes the code of every ancestor but parameters (code.c), so no routine reads such a node
+ * without computing it first, and the host cannot name it. Parameters, host data, buffers of
+ * standalone updates and gradient views never are. */
+static bool fusable(const cn_tensor *t) {
+  if (!t->scripted || t->named) return false;
+  switch (t->kind) {
+  case CN_TK_NUMBER:
+  case CN_TK_FETCH:
+  case CN_TK_ACCUM:
+  case CN_TK_VEC:
+  case CN_TK_TILE: return true;
+  case CN_TK_DATA:
+  case CN_TK_PARAM:
+  case CN_TK_BUFFER:
+  case CN_TK_VIEW: return false;
+  }
+  return false;
+}
+
+void cn_tensor_set_named(cn_tensor *t) {
+  t->named = true;
+  if (t->value && t->kind != CN_TK_VIEW) t->value->fusable = false;
+}
 
 /* The node of a final shape, in memory order, with the frozen margins. */
 static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
@@ -151,6 +178,7 @@ cn_status cn_graph_materialize(cn_graph *g) {
       t->value = t->args[0]->grad;
     else if (!(t->value = make_node(g, t, "")))
       return g->ctx->status;
+    t->value->fusable = fusable(t);
     if (t->diff && !(t->grad = make_node(g, t, ".grad"))) return g->ctx->status;
     if (t->kind == CN_TK_DATA) {
       size_t numel = (size_t)cn_node_numel(t->value);

@@ -63,6 +63,8 @@ struct cn_tensor {
   bool stops_gradient; /* stop_gradient: never differentiable through */
   bool is_param;       /* held out of forward code; init code gathered by cn_graph_init_params */
   bool seeded;         /* a parameter whose init code was already handed out */
+  bool scripted;       /* created while the graph's fuse_unnamed was on (a script's evaluation) */
+  bool named;          /* bound to a name (cn_tensor_set_named): never fusable */
   int materialized;
   cn_node *value, *grad;
   cn_node *sgd_momentum; /* a parameter's momentum buffer, created by the first sgd_update */
@@ -96,11 +98,19 @@ struct cn_graph {
   unsigned epoch;
   uint32_t seed;
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
+  /* on while a script is evaluated (cn_notation_run): tensors created then are `scripted`, and
+   * the value nodes of those computed and never named are fusable (cn_node.fusable) */
+  bool fuse_unnamed;
   /* the text of the last cn_tensor_format, rewritten in place by the next one (malloc'd, freed
    * by a context cleanup), so that printing in a training loop does not grow the arena */
   cn_sbuf formatted;
   cn_cleanup *formatted_cleanup;
 };
+
+/* A script bound t to a name (a let, a function parameter, a loop or pattern variable, a value
+ * handed back to C): it may be printed or read by code written later, so its node is never
+ * fusable. */
+void cn_tensor_set_named(cn_tensor *t);
 
 /* Records a new tensor (label copied; shape from rows, NULL = all inferred) and its operation.
  * NULL with a message on a shape conflict or a bad argument. */
