@@ -11,7 +11,7 @@
 
 #include <stdlib.h>
 
-#define SNAPSHOT_MAX_PARAMS 8
+#define SNAPSHOT_MAX_PARAMS 64
 
 typedef struct {
   size_t bytes[SNAPSHOT_MAX_PARAMS];

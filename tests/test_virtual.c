@@ -574,6 +574,49 @@ static void test_routines(void) {
   }
 }
 
+/* ---- A long chain: copies stop short of nesting too deeply ---- */
+
+#define DEEP 60 /* links: t[k] := t[k-1] * 0.5 + a, t[1..DEEP-1] virtual, t[DEEP] the output */
+
+static cn_ll_proc *deep_proc(cn_ctx *ctx, cn_node *const *t, const cn_symbol *s) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_stmt *links[DEEP];
+  for (int k = 1; k <= DEEP; k++) {
+    cn_symbol i = s[2 * k], j = s[2 * k + 1];
+    cn_ll_expr *value =
+        cn_lb_op(ctx, CN_OP_ADD, single,
+                 cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, k - 1, single, ij(ctx, i, j)),
+                          cn_lb_num(ctx, single, 0.5), NULL),
+                 cn_lb_get(ctx, 0, single, ij(ctx, i, j)), NULL);
+    links[k - 1] = nest2(ctx, i, 2, j, 3, cn_lb_set(ctx, k, ij(ctx, i, j), value));
+  }
+  cn_ll_param params[DEEP + 1];
+  for (int k = 0; k <= DEEP; k++) params[k] = param_of(t[k]);
+  return cn_lb_proc(ctx, "deep", cn_lb_seq_array(ctx, DEEP, links), DEEP + 1, params, 0, NULL);
+}
+
+static void test_deep(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *t[DEEP + 1];
+  cn_symbol s[2 * DEEP + 2];
+  for (int k = 0; k <= DEEP; k++) {
+    t[k] = node(ctx, "t", CN_PREC_SINGLE, 2, (int64_t)2, (int64_t)3);
+    if (k > 0 && k < DEEP) CHECK_INT(cn_node_set_memory(t[k], CN_MEM_VIRTUAL), CN_OK);
+    s[2 * k] = cn_symbol_create(ctx, "i", 0);
+    s[2 * k + 1] = cn_symbol_create(ctx, "j", 0);
+  }
+  cn_ll_proc *plain = deep_proc(ctx, t, s), *virt = deep_proc(ctx, t, s);
+  CHECK(plain && virt);
+  if (!plain || !virt) return;
+  CHECK_INT(cn_sched_virtual(ctx, virt, false), CN_OK);
+  const char *text = cn_ll_to_string(ctx, virt);
+  /* most links go, those whose copies would pass CN_SCHED_VIRTUAL_MAX_DEPTH stay */
+  CHECK_HAS(text, "kept as local scratch: its copies would nest too deeply");
+  CHECK(virt->n_params > 2 && virt->n_params < DEEP / 2);
+  check_same_results(ctx, plain, virt);
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- End to end: an MLP trained by a script ---- */
 
 static const char *const mlp_script =
@@ -646,6 +689,7 @@ int main(void) {
   test_in_place();
   test_allocation_failures();
   test_routines();
+  test_deep();
   test_mlp();
   CHECK_DONE();
 }

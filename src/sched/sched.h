@@ -137,6 +137,10 @@ cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sc
  * nests. The most expression nodes a producer read more than once may copy into its reads, in
  * all. */
 #define CN_SCHED_VIRTUAL_MAX_COPIED 32
+/* The deepest expression a copy may leave in a statement: an unnamed chain of a thousand sums
+ * would otherwise become one expression a thousand operations deep (recursion in every stage,
+ * and clang refuses more than 256 nested parentheses). */
+#define CN_SCHED_VIRTUAL_MAX_DEPTH 48
 cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable);
 
 /* Loop order of every perfect nest (order.c). */
