@@ -16,8 +16,11 @@
  *   - routines: a virtual node that could not be inlined runs as scratch, a node the host reads
  *     or a later routine reads is materialized and stays, cn_node_get_values on a virtual node
  *     fails, cn_node_set_memory accepts CN_MEM_VIRTUAL;
+ *   - a chain of 60 links: copies stop where they would nest deeper than the bound;
  *   - end to end: an MLP trained by a script (forward, backprop with its grad_tmp intermediates,
- *     SGD) prints the same bits with the schedule on and off, on both backends. */
+ *     SGD) prints the same bits with the schedule on and off, on both backends, and on 1, 2 and 3
+ *     threads with every independent nest parallel; its unnamed first-layer sum is inlined and
+ *     its named h1 stays. */
 #include "backend/backend.h"
 #include "loops_check.h"
 #include "snapshot.h"
@@ -640,10 +643,16 @@ static const char *const mlp_script =
     "print w3\n";
 
 /* The script's printed text (JSON lines: full precision) under a schedule and a backend; with
- * `loops` the loop IR of its routines instead. */
-static char *run_mlp(const char *schedule, cn_backend_kind backend, bool loops) {
+ * `loops` the loop IR of its routines instead; `threads` (NULL: the default) with every
+ * independent nest parallel. */
+static char *run_mlp_threads(const char *schedule, cn_backend_kind backend, bool loops,
+                             const char *threads) {
   cn_ctx *ctx = cn_ctx_create();
   CHECK_INT(cn_ctx_set_option(ctx, "schedule", schedule), CN_OK);
+  if (threads) {
+    CHECK_INT(cn_ctx_set_option(ctx, "threads", threads), CN_OK);
+    CHECK_INT(cn_ctx_set_option(ctx, "parallel_work", "1"), CN_OK);
+  }
   cn_graph *g = cn_graph_create(ctx);
   char *text = NULL;
   size_t size = 0;
@@ -657,6 +666,10 @@ static char *run_mlp(const char *schedule, cn_backend_kind backend, bool loops) 
   return text;
 }
 
+static char *run_mlp(const char *schedule, cn_backend_kind backend, bool loops) {
+  return run_mlp_threads(schedule, backend, loops, NULL);
+}
+
 static void test_mlp(void) {
   for (int be = 0; be < 2; be++) {
     cn_backend_kind backend = be ? CN_BACKEND_C : CN_BACKEND_INTERP;
@@ -666,6 +679,19 @@ static void test_mlp(void) {
     free(on);
     free(off);
   }
+  /* every independent nest on 1, 2 and 3 threads: the same training, bit for bit */
+  char *one = run_mlp_threads("all", CN_BACKEND_C, false, "1");
+  for (int t = 2; t <= 3 && one; t++) {
+    char *more = run_mlp_threads("all", CN_BACKEND_C, false, t == 2 ? "2" : "3");
+    CHECK(more != NULL);
+    if (more) CHECK_STR(more, one);
+    free(more);
+  }
+  free(one);
+  char *parallel = run_mlp_threads("all", CN_BACKEND_C, true, "2");
+  CHECK(parallel != NULL);
+  if (parallel) CHECK_HAS(parallel, "(parallel"); /* the runs above did split loops */
+  free(parallel);
   /* the backprop routine's grad_tmp intermediates are inlined, and so are the script's unnamed
    * values (the first layer's `w1 * x + b1`, read by relu and by its derivative), while the named
    * h1 (relu) stays stored */
