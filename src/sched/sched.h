@@ -128,6 +128,26 @@ typedef struct {
 cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sched_subst *s,
                                 const cn_ll_stmt *body);
 
+/* ---- GEMM-class nests (gemm.c) ---- */
+
+/* The group of a loop of a GEMM-class nest (cn_sched_gemm_of): rows (the output and the first
+ * operand), columns (the output and the second), the reduction (both operands), batch (all). */
+typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_sched_gemm_role;
+#define CN_GEMM_ROLES 4
+
+typedef struct {
+  int c, x, y; /* params: the accumulated output, the first and the second operand */
+  int depth;
+  cn_sched_gemm_role role[CN_SCHED_MAX_DEPTH]; /* per loop of the nest, outermost first */
+  int count[CN_GEMM_ROLES];                    /* loops per group */
+} cn_sched_gemm;
+
+/* Whether a perfect nest is GEMM-class: one store c[w] := c[w] + x[p] * y[q] (one precision, no
+ * guard) whose every loop falls in one of the groups, with at least one M, one N and one K loop;
+ * *out then holds the operands and the groups. Indices may be affine (transposed, strided,
+ * dilated, offset operands). */
+bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out);
+
 /* ---- Passes ---- */
 
 /* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL, or fusable (ir.h)

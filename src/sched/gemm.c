@@ -1,0 +1,81 @@
+/* Recognition of GEMM-class nests by their projections (issue 17, item 1): which perfect nests are
+ * a sum of products of two operands, and how their loops split into the M, N, K and batch groups a
+ * register-tiled, packed micro-kernel works on. An analysis only: it reads the IR and never
+ * changes it.
+ *
+ * Contract: cn_sched_gemm_of accepts a perfect nest whose body is exactly one store
+ * `c[w] := c[w] + x[p] * y[q]` (an accumulation by addition of a product of two reads, all three
+ * of one precision, c distinct from x and y, no guard), and classifies every loop variable v of
+ * the nest by the accesses that mention it: in c and x only: M (rows: the output walks it with x);
+ * in c and y only: N (columns); in x and y only: K (the reduction); in all three: batch. A loop
+ * that no access mentions, or only one access (a sum over one operand, a broadcast of the
+ * output), makes the nest not GEMM-class, as does any other shape of body: a max accumulation, a
+ * product of three operands, a product with a constant, an assignment without accumulation (an
+ * interleave). Indices may be affine in any number of loops with any strides and offsets (a
+ * transposed operand, a batched attention product, a gradient whose slots were permuted, a
+ * convolution whose input reads stride*o + dilation*k: o is M with the output, k is K with the
+ * kernel). The groups are what the order of the loops and the operands' strides are not: M is
+ * the group that walks x, N the one that walks y, whatever the nest's loop order; a kernel picks
+ * its MR x NR tile over them. */
+#include "sched/sched.h"
+
+/* Whether the expression is a read of param at exactly idx. */
+static bool is_read_of(const cn_ll_proc *proc, const cn_ll_expr *e, int param,
+                       const cn_index *idx) {
+  if (e->kind != CN_LE_GET || e->u.get.param != param) return false;
+  for (int d = 0; d < proc->params[param].node->rank; d++)
+    if (!cn_index_equal(&e->u.get.idx[d], &idx[d])) return false;
+  return true;
+}
+
+/* Whether an access mentions sym in any of its axes. */
+static bool mentions(const cn_ll_proc *proc, int param, const cn_index *idx, cn_symbol sym) {
+  for (int d = 0; d < proc->params[param].node->rank; d++)
+    if (cn_index_mentions(&idx[d], sym)) return true;
+  return false;
+}
+
+bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out) {
+  /* the body: the store itself (possibly alone in a sequence), no guard */
+  const cn_ll_stmt *body = nest->loops[nest->depth - 1]->u.loop.body;
+  while (body->kind == CN_LL_SEQ && body->u.seq.count == 1) body = body->u.seq.items[0];
+  if (body->kind != CN_LL_SET) return false;
+  int c = body->u.set.param;
+  const cn_index *w = body->u.set.idx;
+  cn_prec prec = proc->params[c].node->prec;
+  const cn_ll_expr *sum = body->u.set.value;
+  if (sum->kind != CN_LE_OP || sum->u.op.op != CN_OP_ADD || sum->prec != prec ||
+      !is_read_of(proc, sum->u.op.args[0], c, w))
+    return false;
+  const cn_ll_expr *product = sum->u.op.args[1];
+  if (product->kind != CN_LE_OP || product->u.op.op != CN_OP_MUL || product->prec != prec)
+    return false;
+  const cn_ll_expr *x = product->u.op.args[0], *y = product->u.op.args[1];
+  if (x->kind != CN_LE_GET || y->kind != CN_LE_GET || x->prec != prec || y->prec != prec ||
+      x->u.get.param == c || y->u.get.param == c ||
+      proc->params[x->u.get.param].node->prec != prec ||
+      proc->params[y->u.get.param].node->prec != prec)
+    return false;
+  *out = (cn_sched_gemm){.c = c, .x = x->u.get.param, .y = y->u.get.param, .depth = nest->depth};
+  for (int k = 0; k < nest->depth; k++) {
+    cn_symbol v = nest->loops[k]->u.loop.sym;
+    bool in_c = mentions(proc, c, w, v);
+    bool in_x = mentions(proc, x->u.get.param, x->u.get.idx, v);
+    bool in_y = mentions(proc, y->u.get.param, y->u.get.idx, v);
+    cn_sched_gemm_role role;
+    if (in_c && in_x && in_y)
+      role = CN_GEMM_BATCH;
+    else if (in_c && in_x && !in_y)
+      role = CN_GEMM_M;
+    else if (in_c && in_y && !in_x)
+      role = CN_GEMM_N;
+    else if (in_x && in_y && !in_c)
+      role = CN_GEMM_K;
+    else
+      return false;
+    out->role[k] = role;
+    out->count[role]++;
+  }
+  /* a product needs rows, columns and a reduction to be a matrix product at all */
+  return out->count[CN_GEMM_M] > 0 && out->count[CN_GEMM_N] > 0 && out->count[CN_GEMM_K] > 0;
+}
