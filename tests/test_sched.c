@@ -40,24 +40,6 @@ static void fill_random(const cn_ll_proc *proc) {
   }
 }
 
-/* Runs proc on a backend from the buffers `start`, saving every buffer after the run. */
-static void run_from(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *proc,
-                     const snapshot *start, snapshot *after) {
-  snapshot_restore(proc, start);
-  void *compiled = NULL;
-  const char *source = NULL;
-  cn_status st = backend->compile(ctx, proc, &compiled, &source);
-  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
-  if (st == CN_OK) {
-    void *bufs[SNAPSHOT_MAX_PARAMS];
-    for (int k = 0; k < proc->n_params; k++)
-      bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
-    CHECK_INT(backend->run(ctx, compiled, bufs, NULL), CN_OK);
-    backend->release(compiled);
-  }
-  snapshot_save(proc, after);
-}
-
 static bool same_bits(const cn_ll_proc *proc, const snapshot *a, const snapshot *b) {
   for (int k = 0; k < proc->n_params; k++)
     if (memcmp(a->data[k], b->data[k], a->bytes[k]) != 0) return false;
@@ -82,10 +64,10 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
   fill_random(plain);
   snapshot start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
   snapshot_save(plain, &start);
-  run_from(ctx, &cn_backend_c, plain, &start, &c_plain);
-  run_from(ctx, &cn_backend_c, scheduled, &start, &c_sched);
-  run_from(ctx, &cn_backend_interp, plain, &start, &i_plain);
-  run_from(ctx, &cn_backend_interp, scheduled, &start, &i_sched);
+  snapshot_run(ctx, &cn_backend_c, plain, plain, &start, &c_plain);
+  snapshot_run(ctx, &cn_backend_c, scheduled, scheduled, &start, &c_sched);
+  snapshot_run(ctx, &cn_backend_interp, plain, plain, &start, &i_plain);
+  snapshot_run(ctx, &cn_backend_interp, scheduled, scheduled, &start, &i_sched);
   CHECK(same_bits(plain, &c_plain, &c_sched));
   CHECK(same_bits(plain, &i_plain, &i_sched));
   CHECK(close_to(plain, &c_sched, &i_sched, 1e-4));

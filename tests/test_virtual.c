@@ -57,25 +57,6 @@ static void fill_random(const cn_ll_proc *proc) {
   }
 }
 
-/* Runs proc on a backend from the buffers `start` of `plain` (proc's params are a subset of
- * plain's), saving plain's buffers after the run. */
-static void run_from(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *plain,
-                     const cn_ll_proc *proc, const snapshot *start, snapshot *after) {
-  snapshot_restore(plain, start);
-  void *compiled = NULL;
-  const char *source = NULL;
-  cn_status st = backend->compile(ctx, proc, &compiled, &source);
-  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
-  if (st == CN_OK) {
-    void *bufs[SNAPSHOT_MAX_PARAMS];
-    for (int k = 0; k < proc->n_params; k++)
-      bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
-    CHECK_INT(backend->run(ctx, compiled, bufs, NULL), CN_OK);
-    backend->release(compiled);
-  }
-  snapshot_save(plain, after);
-}
-
 /* Whether the buffers of every param plain and scheduled share hold the same bits. */
 static bool same_kept(const cn_ll_proc *plain, const cn_ll_proc *scheduled, const snapshot *a,
                       const snapshot *b) {
@@ -93,10 +74,10 @@ static void check_same_results(cn_ctx *ctx, const cn_ll_proc *plain, const cn_ll
   fill_random(plain);
   snapshot start = {0}, c_plain = {0}, c_sched = {0}, i_plain = {0}, i_sched = {0};
   snapshot_save(plain, &start);
-  run_from(ctx, &cn_backend_c, plain, plain, &start, &c_plain);
-  run_from(ctx, &cn_backend_c, plain, scheduled, &start, &c_sched);
-  run_from(ctx, &cn_backend_interp, plain, plain, &start, &i_plain);
-  run_from(ctx, &cn_backend_interp, plain, scheduled, &start, &i_sched);
+  snapshot_run(ctx, &cn_backend_c, plain, plain, &start, &c_plain);
+  snapshot_run(ctx, &cn_backend_c, plain, scheduled, &start, &c_sched);
+  snapshot_run(ctx, &cn_backend_interp, plain, plain, &start, &i_plain);
+  snapshot_run(ctx, &cn_backend_interp, plain, scheduled, &start, &i_sched);
   CHECK(same_kept(plain, scheduled, &c_plain, &c_sched));
   CHECK(same_kept(plain, scheduled, &i_plain, &i_sched));
   CHECK(!same_kept(plain, scheduled, &start, &c_plain)); /* the run wrote something */
