@@ -3,8 +3,9 @@
  * operands, a batched attention product `b h q d; b h k d => b h q k`, a matmul's input gradient
  * (slots permuted), a strided, dilated, padded convolution (implicit GEMM: K = window x input
  * channels), and the nests that are not GEMM-class: a max accumulation, a product of three
- * operands, a product with a constant, a broadcast operand (an output loop no operand walks) and
- * an interleave (no accumulation). */
+ * operands, a product with a constant, a broadcast operand (an output loop no operand walks), the
+ * convolution's input gradient (several points per output cell) and an interleave (no
+ * accumulation). */
 #include "loops_check.h"
 #include "sched/sched.h"
 
@@ -195,6 +196,26 @@ static void test_attention_and_conv(void) {
       3, iwo);
   CHECK_STR(roles(&conv, &x, &y), "MMNKK");
   CHECK(x == 0 && y == 1);
+  /* its input gradient din[n, 2*o + 3*kk - 1, ic] += dout[n, o, oc] * w[kk, ic, oc]: several
+   * (o, kk) points per cell, not a matrix product (yet: the implicit-GEMM rewrite is to come) */
+  cn_node *gw[3] = {iwo[2], iwo[1],
+                    node(ctx, "din", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)13, (int64_t)2)};
+  CHECK_INT(cn_node_set_padding(gw[2], 1, 1, 0), CN_OK);
+  built input_grad =
+      nest_of(ctx, 5, c, cext,
+              cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                          cn_lb_indices(ctx, 3, cn_index_iter(c[0]), affine2(c[1], 2, c[3], 3, -1),
+                                        cn_index_iter(c[4])),
+                          CN_OP_ADD,
+                          product(ctx,
+                                  get(ctx, 0,
+                                      cn_lb_indices(ctx, 3, cn_index_iter(c[0]),
+                                                    cn_index_iter(c[1]), cn_index_iter(c[2]))),
+                                  get(ctx, 1,
+                                      cn_lb_indices(ctx, 3, cn_index_iter(c[3]),
+                                                    cn_index_iter(c[4]), cn_index_iter(c[2]))))),
+              3, gw);
+  CHECK_STR(roles(&input_grad, &x, &y), "-");
   /* an interleave: out[2i] := a[i] (no accumulation) */
   cn_symbol i = cn_symbol_create(ctx, "i", 0);
   int64_t n = 8;

@@ -5,7 +5,8 @@
  *
  * Contract: cn_sched_gemm_of accepts a perfect nest whose body is exactly one store
  * `c[w] := c[w] + x[p] * y[q]` (an accumulation by addition of a product of two reads, all three
- * of one precision, c distinct from x and y, no guard), and classifies every loop variable v of
+ * of one precision, c distinct from x and y, no guard, no axis of w mixing two loops, so each
+ * cell of c is one point of the output loops), and classifies every loop variable v of
  * the nest by the accesses that mention it: in c and x only: M (rows: the output walks it with x);
  * in c and y only: N (columns); in x and y only: K (the reduction); in all three: batch. A loop
  * that no access mentions, or only one access (a sum over one operand, a broadcast of the
@@ -56,6 +57,14 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
       proc->params[x->u.get.param].node->prec != prec ||
       proc->params[y->u.get.param].node->prec != prec)
     return false;
+  /* each cell of c one (batch, M, N) point: no axis of w mixes two loops (a convolution's input
+   * gradient writes in[oh + kh]: several points per cell, not a matrix product) */
+  for (int d = 0; d < proc->params[c].node->rank; d++) {
+    int loops = 0;
+    for (int k = 0; k < nest->depth; k++)
+      loops += cn_index_mentions(&w[d], nest->loops[k]->u.loop.sym);
+    if (loops > 1) return false;
+  }
   *out = (cn_sched_gemm){.c = c, .x = x->u.get.param, .y = y->u.get.param, .depth = nest->depth};
   for (int k = 0; k < nest->depth; k++) {
     cn_symbol v = nest->loops[k]->u.loop.sym;

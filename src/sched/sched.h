@@ -143,9 +143,9 @@ typedef struct {
 } cn_sched_gemm;
 
 /* Whether a perfect nest is GEMM-class: one store c[w] := c[w] + x[p] * y[q] (one precision, no
- * guard) whose every loop falls in one of the groups, with at least one M, one N and one K loop;
- * *out then holds the operands and the groups. Indices may be affine (transposed, strided,
- * dilated, offset operands). */
+ * guard, each axis of w one loop at most) whose every loop falls in one of the groups, with at
+ * least one M, one N and one K loop; *out then holds the operands and the groups. Indices may be
+ * affine (transposed, strided, dilated, offset operands). */
 bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out);
 
 /* ---- Passes ---- */
