@@ -756,6 +756,9 @@ static const bad bads[] = {
     {"let%tile f I' = O[i] += I[i]; return O",
      "b.cnl:1:12: a Tile parameter name 'I'' cannot contain a prime (')\nlet%tile f I' = O[i] "
      "+= I[i]; return O\n           ^"},
+    {"let%tile max_pool_d _  _ =wt.grad",
+     "b.cnl:1:24: the Tile parameter '_' is repeated\nlet%tile max_pool_d _  _ =wt.grad\n"
+     "                       ^"},
     {"let%tile f I =\nprint x",
      "b.cnl:1:15: expected the body of the Tile function\nlet%tile f I =\n              ^"},
     {"let x = let%op y = 1 in y", "b.cnl:1:12: let%op, let%cd and let%tile are only allowed at the "

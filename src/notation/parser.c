@@ -1223,12 +1223,20 @@ static bool parse_tile_body(parser *p, cn_nt_item *it, cn_nt_token let) {
           it->u.let.name);
     return false;
   }
-  for (int i = 0; i < it->u.let.n_params; i++)
+  for (int i = 0; i < it->u.let.n_params; i++) {
     if (strchr(it->u.let.params[i].name, '\'')) {
       error(p, it->u.let.params[i].pos, "a Tile parameter name '%s' cannot contain a prime (')",
             it->u.let.params[i].name);
       return false;
     }
+    /* Tile names its tensors by parameter: a repeated one (even `_`) would be ambiguous there */
+    for (int j = 0; j < i; j++)
+      if (strcmp(it->u.let.params[i].name, it->u.let.params[j].name) == 0) {
+        error(p, it->u.let.params[i].pos, "the Tile parameter '%s' is repeated",
+              it->u.let.params[i].name);
+        return false;
+      }
+  }
   CN_ASSERT(p->count == 0);
   int line, col;
   if (!cn_nt_lex_block(&p->lx, &it->u.let.tile, &line, &col)) {
