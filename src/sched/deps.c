@@ -117,6 +117,20 @@ cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn,
   return each_nest(ctx, proc, &proc->body, fn, user);
 }
 
+bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s) {
+  if (!cn_arena_grow(ctx, (void **)&list->items, &list->cap, list->n + 1, sizeof *list->items))
+    return false;
+  list->items[list->n++] = s;
+  return true;
+}
+
+bool cn_sched_stmts_flatten(cn_ctx *ctx, cn_ll_stmt *body, cn_sched_stmts *list) {
+  if (body->kind != CN_LL_SEQ) return cn_sched_stmts_push(ctx, list, body);
+  for (int i = 0; i < body->u.seq.count; i++)
+    if (!cn_sched_stmts_flatten(ctx, body->u.seq.items[i], list)) return false;
+  return true;
+}
+
 cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *body) {
   cn_ll_stmt *loop = cn_lb_loop(ctx, old->u.loop.sym, old->u.loop.from, old->u.loop.to, body);
   loop = cn_lb_bounds(ctx, loop, old->u.loop.n_lower, old->u.loop.lower, old->u.loop.n_upper,

@@ -24,26 +24,6 @@
  * superlinear time on, the reason routines are split into kernels (cgen.c). */
 #define FUSE_MAX_STORES 8
 
-/* The top-level statements of a body (sequences flattened), in order; an arena array. */
-typedef struct {
-  cn_ll_stmt **items;
-  int n, cap;
-} stmt_list;
-
-static bool push(cn_ctx *ctx, stmt_list *list, cn_ll_stmt *s) {
-  if (!cn_arena_grow(ctx, (void **)&list->items, &list->cap, list->n + 1, sizeof *list->items))
-    return false;
-  list->items[list->n++] = s;
-  return true;
-}
-
-static bool flatten(cn_ctx *ctx, cn_ll_stmt *s, stmt_list *out) {
-  if (s->kind != CN_LL_SEQ) return push(ctx, out, s);
-  for (int i = 0; i < s->u.seq.count; i++)
-    if (!flatten(ctx, s->u.seq.items[i], out)) return false;
-  return true;
-}
-
 static bool same_indices(int rank, const cn_index *a, const cn_index *b) {
   for (int d = 0; d < rank; d++)
     if (!cn_index_equal(&a[d], &b[d])) return false;
@@ -67,22 +47,22 @@ static bool one_cell_per_iteration(const cn_ll_proc *proc, const cn_sched_nest *
   return true;
 }
 
-/* An index of nest s with s's loop variables renamed to f's (loop k of s is loop k of f). */
-static void rename_to_f(const cn_sched_nest *f, const cn_sched_nest *s, int rank,
-                        const cn_index *idx, cn_index *out) {
-  for (int d = 0; d < rank; d++) {
-    out[d] = idx[d];
-    if (idx[d].kind == CN_IDX_FIXED) continue;
-    cn_symbol syms[CN_MAX_AFFINE_TERMS];
-    int64_t coeffs[CN_MAX_AFFINE_TERMS];
-    for (int t = 0; t < idx[d].n_terms; t++) {
-      syms[t] = idx[d].syms[t];
-      coeffs[t] = idx[d].coeffs[t];
-      for (int k = 0; k < s->depth; k++)
-        if (syms[t] == s->loops[k]->u.loop.sym) syms[t] = f->loops[k]->u.loop.sym;
-    }
-    out[d] = cn_index_affine(idx[d].n_terms, syms, coeffs, idx[d].offset);
+/* The renaming of nest s's loop variables to f's (loop k of s is loop k of f), as a
+ * substitution (subst.c). */
+typedef struct {
+  cn_symbol from[CN_SCHED_MAX_DEPTH], to[CN_SCHED_MAX_DEPTH];
+  int64_t one[CN_SCHED_MAX_DEPTH], zero[CN_SCHED_MAX_DEPTH];
+  cn_sched_subst sub;
+} renaming;
+
+static void renaming_of(const cn_sched_nest *f, const cn_sched_nest *s, renaming *r) {
+  for (int k = 0; k < s->depth; k++) {
+    r->from[k] = s->loops[k]->u.loop.sym;
+    r->to[k] = f->loops[k]->u.loop.sym;
+    r->one[k] = 1;
+    r->zero[k] = 0;
   }
+  r->sub = (cn_sched_subst){s->depth, r->from, r->to, r->one, r->zero};
 }
 
 /* The nests fused so far: the first one's loops, the bodies in order (S's renamed), and per
@@ -132,7 +112,7 @@ static bool same_boxes(const cn_sched_nest *f, const cn_sched_nest *s) {
 }
 
 /* The accesses of s with its loop variables renamed to the group's; NULL on allocation failure. */
-static cn_index *renamed_indices(cn_ctx *ctx, const cn_ll_proc *proc, const group *g,
+static cn_index *renamed_indices(cn_ctx *ctx, const cn_ll_proc *proc, const renaming *r,
                                  const cn_sched_nest *s) {
   int total = 0;
   for (int a = 0; a < s->n_access; a++) total += proc->params[s->access[a].param].node->rank;
@@ -140,7 +120,8 @@ static cn_index *renamed_indices(cn_ctx *ctx, const cn_ll_proc *proc, const grou
   if (!all) return NULL;
   for (int a = 0, at = 0; a < s->n_access; a++) {
     int rank = proc->params[s->access[a].param].node->rank;
-    rename_to_f(&g->first, s, rank, s->access[a].idx, all + at);
+    for (int d = 0; d < rank; d++)
+      all[at + d] = cn_sched_subst_index(&r->sub, &s->access[a].idx[d]);
     at += rank;
   }
   return all;
@@ -201,7 +182,9 @@ static cn_status open_group(cn_ctx *ctx, const cn_ll_proc *proc, group *g, cn_ll
   g->slot = slot;
   g->n_bodies = g->n_stores = 0;
   /* The first nest's own indices: renaming it to itself is the identity. */
-  cn_index *same = renamed_indices(ctx, proc, g, &g->first);
+  renaming self;
+  renaming_of(&g->first, &g->first, &self);
+  cn_index *same = renamed_indices(ctx, proc, &self, &g->first);
   if (!same ||
       !add_member(ctx, proc, g, &g->first, same, g->first.loops[g->first.depth - 1]->u.loop.body))
     return CN_ERR_NOMEM;
@@ -209,8 +192,8 @@ static cn_status open_group(cn_ctx *ctx, const cn_ll_proc *proc, group *g, cn_ll
 }
 
 cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
-  stmt_list list = {0}, out = {0};
-  if (!flatten(ctx, proc->body, &list)) return CN_ERR_NOMEM;
+  cn_sched_stmts list = {0}, out = {0};
+  if (!cn_sched_stmts_flatten(ctx, proc->body, &list)) return CN_ERR_NOMEM;
   size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
   group g = {.write_idx = cn_alloc(ctx, sizeof *g.write_idx * n_params),
              .accessed = cn_alloc(ctx, sizeof *g.accessed * n_params),
@@ -223,7 +206,7 @@ cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
   for (int i = 0; i < list.n; i++) {
     cn_ll_stmt *st = list.items[i];
     if (st->kind == CN_LL_COMMENT) {
-      if (!push(ctx, &out, st)) return CN_ERR_NOMEM;
+      if (!cn_sched_stmts_push(ctx, &out, st)) return CN_ERR_NOMEM;
       continue;
     }
     if (st->kind == CN_LL_FOR && open) {
@@ -232,19 +215,13 @@ cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
       cn_ll_stmt *slot = st;
       if (cn_sched_nest_read(ctx, &slot, &s, &found) != CN_OK) return CN_ERR_NOMEM;
       bool aligned = found && same_boxes(&g.first, &s); /* renaming needs loop k <-> loop k */
-      cn_index *renamed = aligned ? renamed_indices(ctx, proc, &g, &s) : NULL;
+      renaming r;
+      if (aligned) renaming_of(&g.first, &s, &r);
+      cn_index *renamed = aligned ? renamed_indices(ctx, proc, &r, &s) : NULL;
       if (aligned && !renamed) return CN_ERR_NOMEM;
       if (aligned && may_join(proc, &g, &s, renamed)) {
-        cn_symbol from[CN_SCHED_MAX_DEPTH], to[CN_SCHED_MAX_DEPTH];
-        int64_t scale[CN_SCHED_MAX_DEPTH], offset[CN_SCHED_MAX_DEPTH];
-        for (int k = 0; k < s.depth; k++) {
-          from[k] = s.loops[k]->u.loop.sym;
-          to[k] = g.first.loops[k]->u.loop.sym;
-          scale[k] = 1;
-          offset[k] = 0;
-        }
-        cn_sched_subst sub = {s.depth, from, to, scale, offset};
-        cn_ll_stmt *body = cn_sched_subst_body(ctx, proc, &sub, s.loops[s.depth - 1]->u.loop.body);
+        cn_ll_stmt *body =
+            cn_sched_subst_body(ctx, proc, &r.sub, s.loops[s.depth - 1]->u.loop.body);
         if (!body || !add_member(ctx, proc, &g, &s, renamed, body)) return CN_ERR_NOMEM;
         fused++;
         continue;
@@ -254,7 +231,7 @@ cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
       if (!(out.items[g.slot] = close_group(ctx, &g))) return CN_ERR_NOMEM;
       open = false;
     }
-    if (!push(ctx, &out, st)) return CN_ERR_NOMEM;
+    if (!cn_sched_stmts_push(ctx, &out, st)) return CN_ERR_NOMEM;
     if (st->kind == CN_LL_FOR) {
       cn_status status = open_group(ctx, proc, &g, st, out.n - 1, &open);
       if (status != CN_OK) return status;

@@ -91,6 +91,16 @@ cn_status cn_sched_nest_read(cn_ctx *ctx, cn_ll_stmt **slot, cn_sched_nest *nest
 typedef cn_status (*cn_sched_nest_fn)(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
                                       void *user);
 cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn, void *user);
+/* The top-level statements of a body, sequences flattened, in order (an arena array): how the
+ * passes that work across statements (virtual.c, fuse.c) read a procedure. */
+typedef struct {
+  cn_ll_stmt **items;
+  int n, cap;
+} cn_sched_stmts;
+/* Appends s; false on allocation failure. */
+bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s);
+/* Appends the statements of body, its sequences flattened; false on allocation failure. */
+bool cn_sched_stmts_flatten(cn_ctx *ctx, cn_ll_stmt *body, cn_sched_stmts *list);
 /* A new loop with old's variable, box, bounds and marks over body (NULL on allocation failure):
  * how the passes rebuild a nest in another shape. */
 cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *body);
@@ -123,6 +133,8 @@ typedef struct {
   const cn_symbol *from, *to;
   const int64_t *scale, *offset;
 } cn_sched_subst;
+/* ix with the replacement applied (canonical form). */
+cn_index cn_sched_subst_index(const cn_sched_subst *s, const cn_index *ix);
 /* A copy of a body of stores (stores, guards, sequences, comments) with the replacement applied
  * to every index, guard condition and embedded index; NULL on allocation failure. */
 cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sched_subst *s,

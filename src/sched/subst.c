@@ -11,7 +11,7 @@
  * downstream relies on arrays shared between accesses). */
 #include "sched/sched.h"
 
-static cn_index subst_index(const cn_sched_subst *s, const cn_index *ix) {
+cn_index cn_sched_subst_index(const cn_sched_subst *s, const cn_index *ix) {
   if (ix->kind == CN_IDX_FIXED) return *ix;
   cn_symbol syms[CN_MAX_AFFINE_TERMS];
   int64_t coeffs[CN_MAX_AFFINE_TERMS], offset = ix->offset;
@@ -35,7 +35,7 @@ static cn_index subst_index(const cn_sched_subst *s, const cn_index *ix) {
 static cn_index *subst_indices(cn_ctx *ctx, const cn_sched_subst *s, int rank,
                                const cn_index *idx) {
   cn_index copy[CN_MAX_RANK];
-  for (int d = 0; d < rank; d++) copy[d] = subst_index(s, &idx[d]);
+  for (int d = 0; d < rank; d++) copy[d] = cn_sched_subst_index(s, &idx[d]);
   return cn_lb_index_array(ctx, rank, copy);
 }
 
@@ -46,7 +46,7 @@ static cn_ll_expr *subst_expr(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sche
     return cn_lb_get(ctx, e->u.get.param, e->prec,
                      subst_indices(ctx, s, proc->params[e->u.get.param].node->rank, e->u.get.idx));
   case CN_LE_CONST: return cn_lb_const(ctx, e->prec, e->u.constant);
-  case CN_LE_INDEX: return cn_lb_index(ctx, subst_index(s, &e->u.index));
+  case CN_LE_INDEX: return cn_lb_index(ctx, cn_sched_subst_index(s, &e->u.index));
   case CN_LE_OP: {
     cn_ll_expr *args[3] = {NULL, NULL, NULL};
     int arity = cn_op_arity(e->u.op.op);
@@ -73,7 +73,7 @@ cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sc
     if (!conds) return NULL;
     for (int c = 0; c < n; c++) {
       conds[c] = st->u.guard.conds[c];
-      conds[c].expr = subst_index(s, &conds[c].expr);
+      conds[c].expr = cn_sched_subst_index(s, &conds[c].expr);
     }
     return cn_lb_guard(ctx, n, conds, cn_sched_subst_body(ctx, proc, s, st->u.guard.body));
   }

@@ -46,28 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The top-level statements of a body (sequences flattened), in order; arena arrays. */
-typedef struct {
-  cn_ll_stmt **items;
-  int n, cap;
-} stmt_list;
-
-static cn_status push_stmt(cn_ctx *ctx, stmt_list *list, cn_ll_stmt *s) {
-  if (!cn_arena_grow(ctx, (void **)&list->items, &list->cap, list->n + 1, sizeof *list->items))
-    return CN_ERR_NOMEM;
-  list->items[list->n++] = s;
-  return CN_OK;
-}
-
-static cn_status flatten(cn_ctx *ctx, cn_ll_stmt *s, stmt_list *out) {
-  if (s->kind != CN_LL_SEQ) return push_stmt(ctx, out, s);
-  for (int i = 0; i < s->u.seq.count; i++) {
-    cn_status st = flatten(ctx, s->u.seq.items[i], out);
-    if (st != CN_OK) return st;
-  }
-  return CN_OK;
-}
-
 /* ---- Reads and writes ---- */
 
 static int64_t expr_size(const cn_ll_expr *e) {
@@ -410,7 +388,7 @@ typedef struct {
 
 typedef struct {
   cn_ctx *ctx;
-  stmt_list *list;
+  cn_sched_stmts *list;
   bool *dead;            /* per statement: a producer that was inlined (deleted at the end) */
   positions *writers;    /* per param */
   positions *readers;    /* per param */
@@ -635,7 +613,7 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
   bool any = false;
   for (int k = 0; k < n; k++) any = any || candidate(proc->params[k].node, keep_fusable);
   if (!any) return CN_OK;
-  stmt_list list = {NULL, 0, 0};
+  cn_sched_stmts list = {NULL, 0, 0};
   bool *gone = cn_alloc(ctx, sizeof *gone * (size_t)n);
   const char **why = cn_alloc(ctx, sizeof *why * (size_t)n);
   int *renumber = cn_alloc(ctx, sizeof *renumber * (size_t)n);
@@ -645,7 +623,7 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
     memset(gone, 0, sizeof *gone * (size_t)n);
     memset(why, 0, sizeof *why * (size_t)n);
   }
-  if (st == CN_OK) st = flatten(ctx, proc->body, &list);
+  if (st == CN_OK && !cn_sched_stmts_flatten(ctx, proc->body, &list)) st = CN_ERR_NOMEM;
   index_t ix = {ctx, &list, NULL, NULL, NULL, NULL, 0};
   candidate_at *order = NULL;
   int *readers = NULL, *inputs = NULL, n_order = 0;
