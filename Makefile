@@ -156,6 +156,7 @@ bench: deps
 	build/bench_bench_moons
 	build/bench_bench_scale
 	build/bench_bench_perf --json build/bench_perf.json
+	build/bench_bench_gemm --json build/bench_gemm.json
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -59,9 +59,12 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
 /* Options of the generated-C backend (copied):
  *   "cc"        compiler command (default: $CC, else "cc")
  *   "cflags"    flags (default: $CANNL_CFLAGS, else
- *               "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11", -fopenmp-simd for the
- *               `#pragma omp simd` of vector loops; the test suite's valgrind run drops
- *               -march=native, whose AVX-512 code valgrind cannot execute)
+ *               "-O3 -march=native -fopenmp-simd -ffp-contract=off -shared -fPIC -std=c11",
+ *               -fopenmp-simd for the `#pragma omp simd` of vector loops, -ffp-contract=off so
+ *               that no compiler fuses a multiply and an add the code keeps apart (clang would
+ *               by default): fused multiply-adds are only where a GEMM plan asks for them; the
+ *               test suite's valgrind run drops -march=native, whose AVX-512 code valgrind
+ *               cannot execute)
  *   "cache_dir" where generated sources and compiled objects are kept, each object with a
  *               record of its key and checksum verified before loading (default:
  *               $CANNL_CACHE_DIR, "off" for no disk cache, else $XDG_CACHE_HOME/cannl, else
@@ -79,9 +82,15 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               every count.
  * And of every routine compiled (read by cn_routine_compile):
  *   "schedule"  the passes of the scheduling stage: "all" (default: $CANNL_SCHEDULE, else "all"),
- *               "none", or a comma list of virtual, order, fuse, tile, marks, jam; each
- *               pass keeps the results bit for bit, so switching them off bisects a failure
- *               (docs/ARCHITECTURE.md "Scheduling").
+ *               "none", or a comma list of virtual, gemm, order, fuse, tile, marks, jam; each
+ *               loop pass keeps the results bit for bit, so switching them off bisects a
+ *               failure, and gemm (packed, register-tiled matrix products) does too in exact
+ *               mode (docs/ARCHITECTURE.md "Scheduling").
+ *   "exact"     "off" (default: $CANNL_EXACT, else "off"): the matrix-product kernels of the
+ *               gemm pass accumulate with fused multiply-adds, one rounding per update (as every
+ *               BLAS); "on" (or "1"): a multiply and an add, each rounded, as the unscheduled
+ *               nest does, bit for bit. Either way a cell's value depends on its operands only,
+ *               never on tiles, blocks or the thread count.
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
  *               one core; smaller nests stay on the caller's thread). */

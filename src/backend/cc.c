@@ -5,12 +5,12 @@
  * The options cc, cflags and cache_dir are this backend's: their defaults and environment
  * variables live here (cn_cc_option), the context only stores the values set on it. The compiler
  * is the option cc, else $CC, else "cc"; its flags the option cflags, else $CANNL_CFLAGS, else
- * "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11". The cache directory is the option
- * cache_dir, else $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else $HOME/.cache/cannl, else (no
- * usable home) the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...), which must be a directory
- * owned by the user and writable by nobody else. The value "off" (option or variable), or a refused
- * per-user directory, compiles into a private temporary directory whose files are removed once the
- * object is loaded.
+ * "-O3 -march=native -fopenmp-simd -ffp-contract=off -shared -fPIC -std=c11". The cache directory
+ * is the option cache_dir, else $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else
+ * $HOME/.cache/cannl, else (no usable home) the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...),
+ * which must be a directory owned by the user and writable by nobody else. The value "off" (option
+ * or variable), or a refused per-user directory, compiles into a private temporary directory whose
+ * files are removed once the object is loaded.
  *
  * Invariants: the cache key is a hash of the key text <cc> "\n" <cflags> "\n" <source>, so a
  * file <name>-<key>.so is meant to be the compilation of <name>-<key>.c with those settings, and
@@ -395,7 +395,7 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key) {
   if (set) return set;
   const char *env = getenv(cc ? "CC" : "CANNL_CFLAGS");
   if (env && *env) return env;
-  return cc ? "cc" : "-O3 -march=native -fopenmp-simd -shared -fPIC -std=c11";
+  return cc ? "cc" : "-O3 -march=native -fopenmp-simd -ffp-contract=off -shared -fPIC -std=c11";
 }
 
 /* Empties and removes a private directory (its files are all named in paths). */

@@ -17,7 +17,7 @@
  * int64_t expressions over loop variables and static indices, a bound with a divisor through the
  * prelude's exact cn_ceil_div_i64, several bounds combined by cn_max_i64 / cn_min_i64 (pure
  * functions: the compiler hoists an upper bound out of the loop test). */
-#include "backend/backend.h"
+#include "backend/cgen.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -25,40 +25,6 @@
 /* The generator's own block-local names: the "cn_" prefix is never given to user names. */
 #define CGEN_LANES "cn_lanes"
 #define CGEN_LANE  "cn_lane"
-
-/* The outlining of parallel loops (see "Parallel loops"): mutable state shared by the cgen
- * copies that write a function (the routine's or a kernel's) and its outlined loops. The
- * environment of an outlined loop is the enclosing function's parameters: `params` (positions in
- * the procedure's list, stored into when `writes`) and `statics`, plus the loop variables in
- * `scope`. */
-typedef struct {
-  cn_sbuf outlined; /* the outlined functions not yet emitted: they go before their user */
-  int count;        /* outlined so far in the routine: the next function is cn_body_<count> */
-  cn_symbol *scope; /* the loop variables enclosing the statement being emitted */
-  int n_scope;      /* at most the number of symbols the procedure names */
-  bool inside;      /* emitting an outlined body: inner parallel marks run sequentially */
-  const int *params;
-  const bool *writes;
-  int n_params;
-  const cn_symbol *statics;
-  int n_statics;
-} cgen_par;
-
-typedef struct {
-  cn_ctx *ctx;
-  const cn_ll_proc *proc;
-  cgen_par *par; /* NULL: no loop is outlined (no parallel mark in the function emitted) */
-  cn_sbuf *out;
-  const char **param_names;        /* per param */
-  int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
-  cn_ll_symbols symbols;           /* the symbols the procedure names */
-  const char **sym_names;          /* per position in `symbols` (see sym_name) */
-  bool *written;                   /* per param: some statement stores into it */
-  bool *accessed;                  /* per param: some statement reads or stores it */
-  /* Inside a CN_LL_FLAT pair run as one loop (emit_flat): the outer loop, whose variable is not
-   * declared and whose terms are dropped from offsets; NULL elsewhere. */
-  const cn_ll_stmt *flat_outer;
-} cgen;
 
 /* The position of a symbol of the procedure in its symbol list, where its tables keep it. */
 static int sym_slot(const cgen *g, cn_symbol sym) {
@@ -69,6 +35,10 @@ static int sym_slot(const cgen *g, cn_symbol sym) {
 
 static const char *sym_name(const cgen *g, cn_symbol sym) {
   return g->sym_names[sym_slot(g, sym)];
+}
+
+const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym) {
+  return sym_name(g, sym);
 }
 
 /* ---- Identifiers ---- */
@@ -248,6 +218,7 @@ static void mark_stmt(cgen *g, const cn_ll_stmt *s) {
     mark_expr(g, s->u.vec.arg);
     g->written[s->u.vec.param] = true;
     return;
+  case CN_LL_GEMM: mark_stmt(g, s->u.gemm.nest); return;
   }
   CN_ASSERT(!"unknown statement kind");
 }
@@ -367,6 +338,25 @@ static void print_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *id
   }
   cn_sbuf_printf(sb, "%s[", g->param_names[param]);
   print_linear(g, sb, &l, extra);
+  cn_sbuf_putc(sb, ']');
+}
+
+void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
+                       const cn_ll_stmt *const *loops, int n_loops) {
+  const cn_node *node = g->proc->params[param].node;
+  linear l = {0};
+  for (int d = 0; d < node->rank; d++) {
+    linear_add_index(&l, &idx[d], g->strides[param][d]);
+    l.constant += node->pad[d][0] * g->strides[param][d];
+  }
+  for (int t = 0; t < l.n; t++)
+    for (int k = 0; k < n_loops; k++)
+      if (l.syms[t] == loops[k]->u.loop.sym) {
+        l.constant += l.coeffs[t] * loops[k]->u.loop.from;
+        l.coeffs[t] = 0; /* print_linear skips it */
+      }
+  cn_sbuf_printf(sb, "&%s[", g->param_names[param]);
+  print_linear(g, sb, &l, NULL);
   cn_sbuf_putc(sb, ']');
 }
 
@@ -578,6 +568,8 @@ static bool has_mark(const cn_ll_stmt *s, unsigned mark) {
     return false;
   case CN_LL_FOR: return (s->u.loop.marks & mark) || has_mark(s->u.loop.body, mark);
   case CN_LL_IF: return has_mark(s->u.guard.body, mark);
+  case CN_LL_GEMM: /* its function goes to the outlined text and may run on the pool */
+    return mark == CN_LL_PARALLEL;
   case CN_LL_COMMENT:
   case CN_LL_SET:
   case CN_LL_SET_VEC: return false;
@@ -787,8 +779,13 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   case CN_LL_IF: emit_guard(g, depth, s); return;
   case CN_LL_SET: emit_set(g, depth, s); return;
   case CN_LL_SET_VEC: emit_set_vec(g, depth, s); return;
+  case CN_LL_GEMM: cn_cgen_gemm(g, depth, s); return;
   }
   CN_ASSERT(!"unknown statement kind");
+}
+
+void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
+  emit_stmt(g, depth, s);
 }
 
 /* The C type of a buffer, without restrict: "const float *" unless `written`. */
@@ -1015,6 +1012,7 @@ static bool use_stmt(const cgen *g, uses *u, const cn_ll_stmt *s) {
     return use_access(g, u, s->u.set.param, s->u.set.idx, true) && use_expr(g, u, s->u.set.value);
   case CN_LL_SET_VEC:
     return use_access(g, u, s->u.vec.param, s->u.vec.idx, true) && use_expr(g, u, s->u.vec.arg);
+  case CN_LL_GEMM: return use_stmt(g, u, s->u.gemm.nest);
   }
   CN_ASSERT(!"unknown statement kind");
   return false;
@@ -1051,6 +1049,7 @@ static void print_marks(cn_sbuf *sb, const cn_ll_stmt *s) {
     print_marks(sb, s->u.loop.body);
     return;
   case CN_LL_IF: print_marks(sb, s->u.guard.body); return;
+  case CN_LL_GEMM: print_marks(sb, s->u.gemm.nest); return;
   case CN_LL_COMMENT:
   case CN_LL_SET:
   case CN_LL_SET_VEC: return;

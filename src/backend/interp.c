@@ -20,6 +20,7 @@
  * time, like its context. */
 #include "backend/backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* CN_LE_INDEX values are wrapped to 32 bits below; that is the meaning of the index precision. */
@@ -46,11 +47,13 @@ typedef struct {
   interp_param params[];
 } interp_compiled;
 
-/* What the walk reads: the geometry, this run's buffers and the environment. */
+/* What the walk reads: the geometry, this run's buffers and the environment; `fma` inside the
+ * nest of a GEMM plan in fused mode, whose one store is c + x * y (loops.h). */
 typedef struct {
   const interp_param *params;
   void *const *buffers;
   int64_t *env;
+  bool fma;
 } interp_machine;
 
 /* ---- Compile: geometry and a check of the procedure's symbols and accesses ---- */
@@ -166,6 +169,7 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
     CN_ASSERT(s->u.vec.length <= INTERP_MAX_LANES);
     check_expr(k, s->u.vec.arg);
     return;
+  case CN_LL_GEMM: check_stmt(k, s->u.gemm.nest); return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
@@ -280,6 +284,20 @@ static cn_value eval_expr(const interp_machine *m, const cn_ll_expr *e) {
   cn_assert_fail(__FILE__, __LINE__, "unknown expression kind");
 }
 
+/* The value of a GEMM store c + x * y (one floating precision, loops.h) as one fused
+ * multiply-add, rounded once to the precision. */
+static cn_value eval_fused(const interp_machine *m, const cn_ll_expr *sum) {
+  const cn_ll_expr *product = sum->u.op.args[1];
+  double c = eval_expr(m, sum->u.op.args[0]).f, x = eval_expr(m, product->u.op.args[0]).f;
+  double y = eval_expr(m, product->u.op.args[1]).f;
+  cn_value v;
+  switch (sum->prec) {
+  case CN_PREC_SINGLE: v.f = fmaf((float)x, (float)y, (float)c); return v;
+  case CN_PREC_DOUBLE: v.f = fma(x, y, c); return v;
+  default: cn_assert_fail(__FILE__, __LINE__, "a fused GEMM in a precision without fma");
+  }
+}
+
 static void exec_set_vec(const interp_machine *m, const cn_ll_stmt *s) {
   int param = s->u.vec.param;
   const interp_param *p = &m->params[param];
@@ -336,12 +354,18 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
     int param = s->u.set.param;
     cn_prec prec = m->params[param].prec;
     const cn_ll_expr *value = s->u.set.value;
-    cn_value v = eval_expr(m, value);
+    cn_value v = m->fma ? eval_fused(m, value) : eval_expr(m, value);
     if (value->prec != prec) v = cn_value_convert(value->prec, prec, v);
     cn_value_store(prec, v, cell_pointer(m, param, cell_of(m, param, s->u.set.idx)));
     return;
   }
   case CN_LL_SET_VEC: exec_set_vec(m, s); return;
+  case CN_LL_GEMM: {
+    interp_machine fused = *m;
+    fused.fma = s->u.gemm.plan->fma;
+    exec_stmt(&fused, s->u.gemm.nest);
+    return;
+  }
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
@@ -352,7 +376,7 @@ static cn_status interp_run(cn_ctx *ctx, void *compiled, void *const *buffers,
   interp_compiled *c = compiled;
   const cn_ll_proc *proc = c->proc;
   for (int i = 0; i < proc->n_free_syms; i++) c->env[proc->free_syms[i]] = syms[i];
-  interp_machine m = {c->params, buffers, c->env};
+  interp_machine m = {c->params, buffers, c->env, false};
   exec_stmt(&m, proc->body);
   return CN_OK;
 }

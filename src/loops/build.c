@@ -114,6 +114,16 @@ cn_ll_stmt *cn_lb_set_vec(cn_ctx *ctx, cn_op op, int param, cn_index *idx, int l
   return s;
 }
 
+cn_ll_stmt *cn_lb_gemm(cn_ctx *ctx, cn_ll_stmt *nest, const cn_ll_gemm *plan) {
+  cn_ll_stmt *s = nest ? stmt_new(ctx, CN_LL_GEMM) : NULL;
+  cn_ll_gemm *copy = s ? arena_copy(ctx, plan, 1, sizeof *plan) : NULL;
+  if (!copy) return NULL;
+  CN_ASSERT(nest->kind == CN_LL_FOR && plan->depth >= 1 && plan->depth <= CN_GEMM_MAX_LOOPS);
+  s->u.gemm.nest = nest;
+  s->u.gemm.plan = copy;
+  return s;
+}
+
 cn_ll_stmt *cn_lb_comment(cn_ctx *ctx, const char *text) {
   cn_ll_stmt *s = text ? stmt_new(ctx, CN_LL_COMMENT) : NULL;
   if (s) s->u.comment = text;

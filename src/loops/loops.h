@@ -55,7 +55,15 @@ struct cn_ll_expr {
   } u;
 };
 
-typedef enum { CN_LL_SEQ, CN_LL_COMMENT, CN_LL_FOR, CN_LL_IF, CN_LL_SET, CN_LL_SET_VEC } cn_ll_kind;
+typedef enum {
+  CN_LL_SEQ,
+  CN_LL_COMMENT,
+  CN_LL_FOR,
+  CN_LL_IF,
+  CN_LL_SET,
+  CN_LL_SET_VEC,
+  CN_LL_GEMM, /* a GEMM-class nest with its plan (cn_ll_gemm) */
+} cn_ll_kind;
 
 /* One condition of a guard: lo <= expr < hi, expr over loop variables and free symbols. */
 typedef struct {
@@ -87,6 +95,33 @@ typedef struct {
  *                   (no guard, no embedded index): the pair may run as one loop over the product
  *                   of the extents, every access at (inner stride) * (flat position). */
 enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1, CN_LL_FLAT = 1u << 2 };
+
+/* The groups of the loops of a GEMM-class nest (src/sched/gemm.c): rows (the output and the first
+ * operand), columns (the output and the second), the reduction (both operands), batch (all). */
+typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_gemm_role;
+#define CN_GEMM_ROLES     4
+#define CN_GEMM_MAX_LOOPS 16
+
+/* How a backend may run a GEMM-class nest (CN_LL_GEMM, made by the scheduling stage): the nest
+ * is a perfect nest of loops without affine bounds over the one store c[w] := c[w] + x[p] * y[q]
+ * (one floating precision, c distinct from x and y), every loop in one group (role, outermost
+ * first). Its meaning: every cell of c gets the updates of its points in the order of the K
+ * loops (the nest's order, outer to inner), each update either c + x * y with the product and
+ * the sum rounded apart (exact: what the nest says, bit for bit) or one fused multiply-add,
+ * rounded once (fma). Either way a cell's value is one function of its operands, whatever
+ * tiles, cache blocks, packing or threads a backend uses: they may only reorder work across
+ * cells. The sizes are advice to a backend that tiles: a register tile of mr rows by nv vectors
+ * of columns (0: the backend's default for the instruction set it compiles for) and cache blocks
+ * of mc rows, kc reduction steps and nc columns. */
+typedef struct {
+  int c, x, y; /* params: the accumulated output, the first and the second operand */
+  int depth;
+  cn_gemm_role role[CN_GEMM_MAX_LOOPS];
+  bool fma;
+  bool parallel; /* enough work to split its blocks of cells across threads */
+  int mr, nv;
+  int64_t mc, kc, nc;
+} cn_ll_gemm;
 
 typedef struct cn_ll_stmt cn_ll_stmt;
 struct cn_ll_stmt {
@@ -122,6 +157,10 @@ struct cn_ll_stmt {
       int length;
       cn_ll_expr *arg; /* uint4x32 */
     } vec;
+    struct {
+      cn_ll_stmt *nest; /* the outermost CN_LL_FOR of the nest the plan describes */
+      const cn_ll_gemm *plan;
+    } gemm;
   } u;
 };
 
@@ -176,6 +215,8 @@ cn_ll_stmt *cn_lb_accum(cn_ctx *ctx, int param, cn_prec prec, cn_index *idx, cn_
 /* `length` row-major cells of param from idx on := op(arg), op a CN_OPF_VEC op. */
 cn_ll_stmt *cn_lb_set_vec(cn_ctx *ctx, cn_op op, int param, cn_index *idx, int length,
                           cn_ll_expr *arg);
+/* A GEMM-class nest run by its plan (copied); nest is referenced. */
+cn_ll_stmt *cn_lb_gemm(cn_ctx *ctx, cn_ll_stmt *nest, const cn_ll_gemm *plan);
 /* A comment; text is referenced (static or arena), NULL propagates. */
 cn_ll_stmt *cn_lb_comment(cn_ctx *ctx, const char *text);
 /* for sym in [from, to): body — the box, no affine bounds. */

@@ -756,6 +756,7 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
     scan_access(fs, proc->params[s->u.vec.param].node->rank, s->u.vec.idx);
     scan_expr(fs, proc, s->u.vec.arg);
     return;
+  case CN_LL_GEMM: scan_stmt(fs, proc, s->u.gemm.nest); return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

@@ -298,6 +298,39 @@ static void print_marks(cn_sbuf *sb, unsigned marks) {
   cn_sbuf_putc(sb, ')');
 }
 
+static void print_stmt(printer *p, const cn_ll_stmt *s, int depth);
+
+/* `gemm M=(i) N=(j) K=(k) tile 0x0 blocks 112/384/4096 fma:` over the nest: the groups with their
+ * loops in nest order, the register tile (rows x vectors, 0 for the backend's default), the cache
+ * blocks and the mode. */
+static void print_gemm(printer *p, const cn_ll_stmt *s, int depth) {
+  static const char *const group_names[CN_GEMM_ROLES] = {"M", "N", "K", "batch"};
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  cn_sbuf *sb = &p->sb;
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  const cn_ll_stmt *loop = s->u.gemm.nest;
+  for (int k = 0; k < plan->depth; k++) {
+    loops[k] = loop;
+    loop = loop->u.loop.body;
+    if (loop->kind == CN_LL_SEQ && loop->u.seq.count == 1) loop = loop->u.seq.items[0];
+  }
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "gemm");
+  for (int g = 0; g < CN_GEMM_ROLES; g++) {
+    int n = 0;
+    for (int k = 0; k < plan->depth; k++) {
+      if (plan->role[k] != (cn_gemm_role)g) continue;
+      cn_sbuf_puts(sb, n++ ? ", " : " ");
+      if (n == 1) cn_sbuf_printf(sb, "%s=(", group_names[g]);
+      print_symbol(p, loops[k]->u.loop.sym);
+    }
+    if (n) cn_sbuf_putc(sb, ')');
+  }
+  cn_sbuf_printf(sb, " tile %dx%d blocks %" PRId64 "/%" PRId64 "/%" PRId64 " %s:\n", plan->mr,
+                 plan->nv, plan->mc, plan->kc, plan->nc, plan->fma ? "fma" : "exact");
+  print_stmt(p, s->u.gemm.nest, depth + 1);
+}
+
 static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
   cn_sbuf *sb = &p->sb;
   switch (s->kind) {
@@ -379,6 +412,7 @@ static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
     cn_sbuf_puts(sb, ")\n");
     return;
   }
+  case CN_LL_GEMM: print_gemm(p, s, depth); return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

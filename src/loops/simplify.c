@@ -465,6 +465,7 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
   case CN_LL_SET_VEC:
     s->u.vec.arg = simplify_expr(ctx, s->u.vec.arg);
     return s->u.vec.arg ? CN_OK : CN_ERR_NOMEM;
+  case CN_LL_GEMM: return CN_OK; /* made by the scheduling stage, after simplification */
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

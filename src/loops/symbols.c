@@ -77,6 +77,7 @@ static void add_stmt(occurrences *o, const cn_ll_proc *proc, const cn_ll_stmt *s
     add_access(o, proc, s->u.vec.param, s->u.vec.idx);
     add_expr(o, proc, s->u.vec.arg);
     return;
+  case CN_LL_GEMM: add_stmt(o, proc, s->u.gemm.nest); return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

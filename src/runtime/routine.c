@@ -96,6 +96,7 @@ static void collect_writes(const cn_ll_stmt *stmt, bool *seen, int *out, int *n)
   case CN_LL_COMMENT: return;
   case CN_LL_FOR: collect_writes(stmt->u.loop.body, seen, out, n); return;
   case CN_LL_IF: collect_writes(stmt->u.guard.body, seen, out, n); return;
+  case CN_LL_GEMM: collect_writes(stmt->u.gemm.nest, seen, out, n); return;
   case CN_LL_SET: param = stmt->u.set.param; break;
   case CN_LL_SET_VEC: param = stmt->u.vec.param; break;
   }
@@ -115,6 +116,7 @@ static bool has_parallel_loop(const cn_ll_stmt *stmt) {
   case CN_LL_FOR:
     return (stmt->u.loop.marks & CN_LL_PARALLEL) || has_parallel_loop(stmt->u.loop.body);
   case CN_LL_IF: return has_parallel_loop(stmt->u.guard.body);
+  case CN_LL_GEMM: return true; /* its blocks of cells run on the pool */
   case CN_LL_COMMENT:
   case CN_LL_SET:
   case CN_LL_SET_VEC: return false;
@@ -193,6 +195,16 @@ static const char *work_default(void) {
   return text;
 }
 
+/* The values of an on/off option ("exact"). */
+static bool is_switch(const char *value) {
+  return strcmp(value, "on") == 0 || strcmp(value, "off") == 0 || strcmp(value, "1") == 0 ||
+         strcmp(value, "0") == 0;
+}
+
+static bool switch_on(const char *value) {
+  return strcmp(value, "on") == 0 || strcmp(value, "1") == 0;
+}
+
 /* The "parallel_work" option: a decimal count of cell updates in [1, 2^62]; false with a message
  * naming the value otherwise (a bad $CANNL_PARALLEL_WORK reaches here unchecked). */
 static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
@@ -241,6 +253,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   /* The NaN check names the first stored node holding a non-finite value: a script's unnamed
    * intermediates stay stored so that it is the operation that produced it. */
   sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
+  sched.exact = switch_on(cn_ctx_option(ctx, "exact"));
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
@@ -451,12 +464,15 @@ void cn_routine_free(cn_routine *routine) {
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
   bool threads = key && strcmp(key, "threads") == 0;
-  bool work = key && strcmp(key, "parallel_work") == 0;
-  if (!check && !schedule && !threads && !work && !(key && cn_cc_option(ctx, key)))
+  bool work = key && strcmp(key, "parallel_work") == 0, exact = key && strcmp(key, "exact") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "unknown option '%s' (known: " CN_CC_OPTION_KEYS
-                   ", check, schedule, threads, parallel_work)",
+                   ", check, schedule, threads, parallel_work, exact)",
                    key ? key : "(null)");
+  if (exact && value && !is_switch(value))
+    return cn_fail(ctx, CN_ERR_INVALID, "option exact: unknown value '%s' (known: on, off, 1, 0)",
+                   value);
   int64_t unused_work;
   if (work && value && !parse_work(ctx, value, &unused_work)) return cn_ctx_status(ctx);
   int count;
@@ -477,11 +493,16 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (!key) return NULL;
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
-  if (!check && !schedule && !threads && !work) return cn_cc_option(ctx, key);
+  bool exact = strcmp(key, "exact") == 0;
+  if (!check && !schedule && !threads && !work && !exact) return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
   if (threads) return threads_default();
   if (work) return work_default();
+  if (exact) {
+    const char *env = getenv("CANNL_EXACT");
+    return env && is_switch(env) ? env : "off";
+  }
   const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
   return env && *env ? env : check ? "off" : "all";
 }

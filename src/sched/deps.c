@@ -33,7 +33,8 @@ static bool is_store_body(const cn_ll_stmt *s) {
       if (!is_store_body(s->u.seq.items[i])) return false;
     return true;
   case CN_LL_FOR:
-  case CN_LL_SET_VEC: return false;
+  case CN_LL_SET_VEC:
+  case CN_LL_GEMM: return false;
   }
   return false;
 }

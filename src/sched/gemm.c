@@ -17,7 +17,14 @@
  * convolution whose input reads stride*o + dilation*k: o is M with the output, k is K with the
  * kernel). The groups are what the order of the loops and the operands' strides are not: M is
  * the group that walks x, N the one that walks y, whatever the nest's loop order; a kernel picks
- * its MR x NR tile over them. */
+ * its MR x NR tile over them.
+ *
+ * The pass (cn_sched_gemm_plans) turns the GEMM-class nests a backend can tile into CN_LL_GEMM
+ * statements with a plan (loops.h): the nest as the lowering ordered it, whose K loops in nest
+ * order are each cell's order of accumulation, the mode, and cache blocks sized so that a packed
+ * panel of the second operand (kc steps of a register tile's columns) stays in L1, a block of the
+ * first (mc rows by kc) in L2 and a block of the second (kc by nc) in about half of the last
+ * level. */
 #include "sched/sched.h"
 
 /* Whether the expression is a read of param at exactly idx. */
@@ -71,7 +78,7 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
     bool in_c = mentions(proc, c, w, v);
     bool in_x = mentions(proc, x->u.get.param, x->u.get.idx, v);
     bool in_y = mentions(proc, y->u.get.param, y->u.get.idx, v);
-    cn_sched_gemm_role role;
+    cn_gemm_role role;
     if (in_c && in_x && in_y)
       role = CN_GEMM_BATCH;
     else if (in_c && in_x && !in_y)
@@ -87,4 +94,64 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
   }
   /* a product needs rows, columns and a reduction to be a matrix product at all */
   return out->count[CN_GEMM_M] > 0 && out->count[CN_GEMM_N] > 0 && out->count[CN_GEMM_K] > 0;
+}
+
+/* Cache blocks, in values: kc reduction steps (a 64-value-wide panel of y over kc steps in half
+ * of L1: 384 for single on 48 KiB), mc rows (mc x kc of x in a quarter of a 1 MiB L2), nc columns
+ * (kc x nc of y in half of the last level, at most 4096). */
+static void block_sizes(cn_prec prec, int64_t l1, int64_t llc, cn_ll_gemm *plan) {
+  int64_t bytes = prec == CN_PREC_DOUBLE ? 8 : 4;
+  plan->kc = l1 / 2 / (64 * 4); /* the panel's width in bytes is the same for both precisions */
+  if (plan->kc < 256) plan->kc = 256;
+  if (plan->kc > 512) plan->kc = 512;
+  plan->mc = ((int64_t)1 << 18) / (plan->kc * bytes);
+  plan->mc -= plan->mc % 16;
+  plan->nc = llc / 2 / (plan->kc * bytes);
+  if (plan->nc > 4096) plan->nc = 4096;
+  plan->nc -= plan->nc % 64;
+  if (plan->nc < 64) plan->nc = 64;
+}
+
+typedef struct {
+  const cn_sched_options *opts;
+  int64_t l1, llc;
+} gemm_pass;
+
+static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
+  const gemm_pass *pass = user;
+  cn_sched_gemm g;
+  if (!cn_sched_gemm_of(proc, nest, &g)) return CN_OK;
+  cn_prec prec = proc->params[g.c].node->prec;
+  if (prec != CN_PREC_SINGLE && prec != CN_PREC_DOUBLE) return CN_OK;
+  int64_t work = 1;
+  for (int k = 0; k < nest->depth; k++) {
+    const cn_ll_stmt *loop = nest->loops[k];
+    if (loop->u.loop.n_lower || loop->u.loop.n_upper || loop->u.loop.from >= loop->u.loop.to)
+      return CN_OK;
+    int64_t extent = loop->u.loop.to - loop->u.loop.from;
+    work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
+  }
+  if (work < (pass->opts->gemm_work > 0 ? pass->opts->gemm_work : CN_SCHED_GEMM_WORK)) return CN_OK;
+  int64_t parallel_work =
+      pass->opts->parallel_work > 0 ? pass->opts->parallel_work : CN_SCHED_PARALLEL_WORK;
+  cn_ll_gemm plan = {.c = g.c,
+                     .x = g.x,
+                     .y = g.y,
+                     .depth = g.depth,
+                     .fma = !pass->opts->exact,
+                     .parallel = work / 8 >= parallel_work};
+  for (int k = 0; k < g.depth; k++) plan.role[k] = g.role[k];
+  block_sizes(prec, pass->l1, pass->llc, &plan);
+  cn_ll_stmt *stmt = cn_lb_gemm(ctx, nest->loops[0], &plan);
+  if (!stmt) return ctx->status;
+  *nest->slots[0] = stmt;
+  return CN_OK;
+}
+
+cn_status cn_sched_gemm_plans(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
+  gemm_pass pass = {.opts = opts};
+  cn_sched_cache_sizes(&pass.l1, &pass.llc);
+  if (opts->l1_bytes > 0) pass.l1 = opts->l1_bytes;
+  if (opts->llc_bytes > 0) pass.llc = opts->llc_bytes;
+  return cn_sched_each_nest(ctx, proc, plan_nest, &pass);
 }

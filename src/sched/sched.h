@@ -24,12 +24,13 @@ enum {
   CN_SCHED_MARKS = 1u << 2,   /* parallel and vector marks (marks.c) */
   CN_SCHED_JAM = 1u << 3,     /* unroll-and-jam into the innermost loop (jam.c) */
   CN_SCHED_FUSE = 1u << 5,    /* fusion of a nest with the next one that reads it (fuse.c) */
-  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_ORDER | CN_SCHED_FUSE | CN_SCHED_TILE |
+  CN_SCHED_GEMM = 1u << 6,    /* GEMM plans for GEMM-class nests (gemm.c) */
+  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_GEMM | CN_SCHED_ORDER | CN_SCHED_FUSE | CN_SCHED_TILE |
                  CN_SCHED_MARKS | CN_SCHED_JAM
 };
 
 /* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, virtual, order, fuse, tile, marks, jam"
+#define CN_SCHED_OPTION_NAMES "all, none, virtual, gemm, order, fuse, tile, marks, jam"
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
@@ -41,13 +42,20 @@ typedef struct {
   /* Keep fusable nodes (ir.h) stored: the "check" = "nan" option names the first stored node
    * holding a non-finite value, which must be the operation that produced it. */
   bool keep_fusable;
+  /* GEMM plans in exact mode: separate multiply and add, the nest's bits (loops.h, cn_ll_gemm);
+   * else fused multiply-adds. Kept by cn_sched_parse. */
+  bool exact;
+  /* The fewest points of a nest given a GEMM plan; 0: CN_SCHED_GEMM_WORK (tests plan small
+   * nests to reach every edge of the tiles). */
+  int64_t gemm_work;
 } cn_sched_options;
 
 /* Every pass on: the default (what a NULL options pointer means). */
 cn_sched_options cn_sched_default(void);
 /* Reads an option text: "all" (or NULL or ""), "none", or a comma-separated list of pass names
- * ("order,marks"; spaces around names allowed) naming the passes that run. An unknown or empty
- * name is CN_ERR_INVALID with a message naming it and the known names; *out is then unchanged. */
+ * ("order,marks"; spaces around names allowed) naming the passes that run, into out->passes (the
+ * other fields the defaults, out->exact kept). An unknown or empty name is CN_ERR_INVALID with a
+ * message naming it and the known names; *out is then unchanged. */
 cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out);
 /* The L1 data and last-level (the highest level listed) cache sizes of cpu0 in bytes, read once
  * (thread-safe) from the files level,
@@ -144,14 +152,11 @@ cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sc
 
 /* The group of a loop of a GEMM-class nest (cn_sched_gemm_of): rows (the output and the first
  * operand), columns (the output and the second), the reduction (both operands), batch (all). */
-typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_sched_gemm_role;
-#define CN_GEMM_ROLES 4
-
 typedef struct {
   int c, x, y; /* params: the accumulated output, the first and the second operand */
   int depth;
-  cn_sched_gemm_role role[CN_SCHED_MAX_DEPTH]; /* per loop of the nest, outermost first */
-  int count[CN_GEMM_ROLES];                    /* loops per group */
+  cn_gemm_role role[CN_SCHED_MAX_DEPTH]; /* per loop of the nest, outermost first */
+  int count[CN_GEMM_ROLES];              /* loops per group */
 } cn_sched_gemm;
 
 /* Whether a perfect nest is GEMM-class: one store c[w] := c[w] + x[p] * y[q] (one precision, no
@@ -159,6 +164,13 @@ typedef struct {
  * least one M, one N and one K loop; *out then holds the operands and the groups. Indices may be
  * affine (transposed, strided, dilated, offset operands). */
 bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out);
+
+/* GEMM plans (gemm.c): every GEMM-class perfect nest of single or double precision with box
+ * loops (no affine bounds) and at least opts->gemm_work points becomes a CN_LL_GEMM statement
+ * with a plan (loops.h): fused or exact by opts->exact, the backend's default register tile, cache
+ * blocks from the cache sizes. */
+#define CN_SCHED_GEMM_WORK ((int64_t)1 << 15)
+cn_status cn_sched_gemm_plans(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts);
 
 /* ---- Passes ---- */
 

@@ -86,6 +86,7 @@ static void stmt_reads(const cn_ll_stmt *s, int param, int64_t trips, int64_t *n
   case CN_LL_IF: stmt_reads(s->u.guard.body, param, trips, n, most); return;
   case CN_LL_SET: expr_reads(s->u.set.value, param, trips, n, most); return;
   case CN_LL_SET_VEC: expr_reads(s->u.vec.arg, param, trips, n, most); return;
+  case CN_LL_GEMM: stmt_reads(s->u.gemm.nest, param, trips, n, most); return;
   }
 }
 
@@ -309,7 +310,9 @@ static cn_ll_stmt *rewrite_stmt(cn_ctx *ctx, const cn_ll_proc *proc, const rewri
                          cn_lb_index_array(ctx, rank, s->u.vec.idx), s->u.vec.length,
                          rewrite_expr(ctx, proc, rw, s->u.vec.arg));
   }
+  case CN_LL_GEMM: break; /* made by a later pass (sched.c's order) */
   }
+  CN_ASSERT(!"a GEMM plan before the virtual pass");
   return NULL;
 }
 
@@ -423,6 +426,7 @@ static bool index_stmt(index_t *ix, const cn_ll_stmt *s, int at) {
     return add_position(ix, &ix->writers[s->u.set.param], at) && index_expr(ix, s->u.set.value, at);
   case CN_LL_SET_VEC:
     return add_position(ix, &ix->writers[s->u.vec.param], at) && index_expr(ix, s->u.vec.arg, at);
+  case CN_LL_GEMM: return index_stmt(ix, s->u.gemm.nest, at);
   }
   return true;
 }
@@ -477,6 +481,7 @@ static int stmt_depth(const cn_ll_stmt *s) {
   case CN_LL_IF: return stmt_depth(s->u.guard.body);
   case CN_LL_SET: return expr_depth(s->u.set.value);
   case CN_LL_SET_VEC: return expr_depth(s->u.vec.arg);
+  case CN_LL_GEMM: return stmt_depth(s->u.gemm.nest);
   case CN_LL_COMMENT: return 0;
   }
   return 0;

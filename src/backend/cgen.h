@@ -1,0 +1,59 @@
+/* Internals of the generated-C backend shared by its two source files: cgen.c (routines, loops,
+ * parallel outlining, kernels, prelude) and cgen_gemm.c (GEMM-class nests run by their plans as
+ * packed, cache-blocked, register-tiled code). Not a public interface. */
+#ifndef CN_CGEN_H
+#define CN_CGEN_H
+
+#include "backend/backend.h"
+
+/* The outlining of parallel loops (see "Parallel loops"): mutable state shared by the cgen
+ * copies that write a function (the routine's or a kernel's) and its outlined loops. The
+ * environment of an outlined loop is the enclosing function's parameters: `params` (positions in
+ * the procedure's list, stored into when `writes`) and `statics`, plus the loop variables in
+ * `scope`. */
+typedef struct {
+  cn_sbuf outlined; /* the outlined functions not yet emitted: they go before their user */
+  int count;        /* outlined so far in the routine: the next function is cn_body_<count> */
+  cn_symbol *scope; /* the loop variables enclosing the statement being emitted */
+  int n_scope;      /* at most the number of symbols the procedure names */
+  bool inside;      /* emitting an outlined body: inner parallel marks run sequentially */
+  const int *params;
+  const bool *writes;
+  int n_params;
+  const cn_symbol *statics;
+  int n_statics;
+  /* The GEMM preamble (cgen_gemm.c) is in the text already: the common part, and the part of
+   * each precision (single, double). */
+  bool gemm_common, gemm_single, gemm_double;
+} cgen_par;
+
+typedef struct {
+  cn_ctx *ctx;
+  const cn_ll_proc *proc;
+  cgen_par *par; /* NULL: no loop is outlined (no parallel mark in the function emitted) */
+  cn_sbuf *out;
+  const char **param_names;        /* per param */
+  int64_t (*strides)[CN_MAX_RANK]; /* per param: padded row-major strides */
+  cn_ll_symbols symbols;           /* the symbols the procedure names */
+  const char **sym_names;          /* per position in `symbols` (see sym_name) */
+  bool *written;                   /* per param: some statement stores into it */
+  bool *accessed;                  /* per param: some statement reads or stores it */
+  /* Inside a CN_LL_FLAT pair run as one loop (emit_flat): the outer loop, whose variable is not
+   * declared and whose terms are dropped from offsets; NULL elsewhere. */
+  const cn_ll_stmt *flat_outer;
+} cgen;
+
+/* The name a symbol of the procedure has in the generated text. */
+const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);
+/* "&buf[offset]" of the cell the access reaches when each of the n_loops loops (CN_LL_FOR) runs
+ * its box's first value: where a GEMM's operand starts. */
+void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
+                       const cn_ll_stmt *const *loops, int n_loops);
+/* A statement at depth, as cgen.c emits it. */
+void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
+/* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the
+ * function using it (in the outlined text, g->par), that runs the plan; without g->par (the text
+ * of a kernel's key, which is never compiled) the plan and the nest, which identify it. */
+void cn_cgen_gemm(const cgen *g, int depth, const cn_ll_stmt *s);
+
+#endif

@@ -1,0 +1,525 @@
+/* Generated C for GEMM-class nests run by their plans (CN_LL_GEMM, loops.h): the nest
+ * c[w] := c[w] + x[p] * y[q] becomes a function that packs x into panels of MR rows and y into
+ * panels of NR columns (contiguous, aligned, zero past the edges), blocked by the plan's mc x kc x
+ * nc, and runs a micro-kernel holding an MR x NR tile of c in vector registers (GCC/clang vector
+ * extensions) across a block of the reduction; the blocks of cells are tasks for the thread pool.
+ *
+ * Invariants: every cell of c gets its updates in the nest's K order — the reduction blocks run
+ * in order, the steps inside a block in order, and a cell is in one task only — each update
+ * c + x * y with the product and the sum rounded apart (exact) or one fused multiply-add (fma),
+ * so the bits depend neither on the tile, the blocks nor the threads: the same as the
+ * interpreter running the plan's nest. The loops of a group (M, N, K, batch) are flattened
+ * row-major in nest order; an access's offset for a flat index is linear when the group's loops
+ * are contiguous in it (one multiplication), else summed over the loops by division and
+ * remainder (per row, column or reduction step of a block, never per update). An edge tile (fewer
+ * than MR rows or NR columns) or a c whose columns are not adjacent goes through a tile of its
+ * own: gathered, computed, scattered. Scratch: one block of each operand per task range,
+ * malloc'd per call (aligned_alloc); without memory a range computes its cells one by one in the
+ * same order. The register tile comes from the plan or, when the plan leaves it to the backend,
+ * from the instruction set the C compiler targets (its predefined macros), as does the vector
+ * width; every identifier starts with cn_, which no user name does. */
+#include "backend/cgen.h"
+
+#include <string.h>
+
+/* The part of the preamble every GEMM needs: vector width, register count and default tile of
+ * the instruction set compiled for. */
+static const char preamble_common[] =
+    "/* ---- GEMM micro-kernels: vector width and register tile of the target ---- */\n"
+    "#include <stdlib.h>\n"
+    "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n"
+    "#if defined(__AVX512F__)\n"
+    "#include <immintrin.h>\n"
+    "#define CN_VBYTES 64\n"
+    "#define CN_VREGS 32\n"
+    "#elif defined(__AVX__)\n"
+    "#include <immintrin.h>\n"
+    "#define CN_VBYTES 32\n"
+    "#define CN_VREGS 16\n"
+    "#elif defined(__aarch64__) && defined(__ARM_NEON)\n"
+    "#include <arm_neon.h>\n"
+    "#define CN_VBYTES 16\n"
+    "#define CN_VREGS 32\n"
+    "#else\n"
+    "#define CN_VBYTES 16 /* generic vectors: the compiler lowers them to what the target has */\n"
+    "#define CN_VREGS 16\n"
+    "#endif\n"
+    "/* rows x vectors of columns: accumulators, a row of y's panel and a broadcast in registers "
+    "*/\n"
+    "#if CN_VREGS >= 32\n"
+    "#define CN_GEMM_MR 6\n"
+    "#define CN_GEMM_NV 4\n"
+    "#else\n"
+    "#define CN_GEMM_MR 6\n"
+    "#define CN_GEMM_NV 2\n"
+    "#endif\n"
+    "/* packing scratch; CN_GEMM_NO_MEMORY (tests) makes every allocation fail */\n"
+    "#ifndef CN_GEMM_NO_MEMORY\n"
+    "#define cn_gemm_alloc(bytes) aligned_alloc(64, bytes)\n"
+    "#else\n"
+    "#define cn_gemm_alloc(bytes) NULL\n"
+    "#endif\n";
+
+/* The part of one precision: its vector types and fused multiply-add on vectors. */
+static const char preamble_prec[] =
+    "typedef @T@ cn_v@P@ __attribute__((vector_size(CN_VBYTES), __may_alias__));\n"
+    "typedef @T@ cn_v@P@u __attribute__((vector_size(CN_VBYTES), aligned(sizeof(@T@)), "
+    "__may_alias__));\n"
+    "static inline cn_v@P@ cn_vfma_@P@(cn_v@P@ a, cn_v@P@ b, cn_v@P@ c) {\n"
+    "#if defined(__AVX512F__)\n"
+    "  return (cn_v@P@)_mm512_fmadd_@X86@((__m512@X86S@)a, (__m512@X86S@)b, (__m512@X86S@)c);\n"
+    "#elif defined(__AVX__) && defined(__FMA__)\n"
+    "  return (cn_v@P@)_mm256_fmadd_@X86@((__m256@X86S@)a, (__m256@X86S@)b, (__m256@X86S@)c);\n"
+    "#elif defined(__aarch64__) && defined(__ARM_NEON)\n"
+    "  return (cn_v@P@)vfmaq_@NEON@((@NEONT@)c, (@NEONT@)a, (@NEONT@)b);\n"
+    "#else\n"
+    "  for (int l = 0; l < (int)(sizeof a / sizeof a[0]); l++) c[l] = fma(a[l], b[l], c[l]);\n"
+    "  return c;\n"
+    "#endif\n"
+    "}\n";
+
+/* The micro-kernel: the tile's rows start at rows[r] (NR adjacent cells each), a is a panel of
+ * MR rows by kc steps, b one of kc steps by NR columns. */
+static const char micro_kernel[] =
+    "static inline void cn_ukr_@N@(int64_t cn_kc, const @T@ *restrict cn_a, "
+    "const @T@ *restrict cn_b,\n"
+    "                            @T@ *const *cn_rows) {\n"
+    "  enum { cn_mr = cn_g@N@_mr, cn_nv = cn_g@N@_nv, cn_vl = CN_VBYTES / (int)sizeof(@T@) };\n"
+    "  cn_v@P@ cn_acc[cn_mr][cn_nv];\n"
+    "#pragma GCC unroll 16\n"
+    "  for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "      cn_acc[cn_r][cn_v] = *(const cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl);\n"
+    "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "    cn_v@P@ cn_bv[cn_nv];\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "      cn_bv[cn_v] = *(const cn_v@P@ *)(cn_b + (cn_k * cn_nv + cn_v) * cn_vl);\n"
+    "#pragma GCC unroll 16\n"
+    "    for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "      const @T@ cn_s = cn_a[cn_k * cn_mr + cn_r];\n"
+    "#pragma GCC unroll 8\n"
+    "      for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "        cn_acc[cn_r][cn_v] = @UPDATE@;\n"
+    "    }\n"
+    "  }\n"
+    "#pragma GCC unroll 16\n"
+    "  for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "      *(cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl) = cn_acc[cn_r][cn_v];\n"
+    "}\n";
+
+/* A range of tasks: task t is the batch point, column block and row block
+ * (t / (njc * nic), t / nic % njc, t % nic); consecutive tasks of one batch point and column
+ * block share the packing of y. */
+static const char task_range[] =
+    "static void cn_gemm_range_@N@(@T@ *restrict cn_c, const @T@ *restrict cn_x,\n"
+    "                              const @T@ *restrict cn_y, int64_t cn_lo, int64_t cn_hi) {\n"
+    "  enum { cn_mr = cn_g@N@_mr, cn_nr = cn_g@N@_nr, cn_mc = cn_g@N@_mc, cn_kcb = cn_g@N@_kc };\n"
+    "  enum { cn_ncb = cn_g@N@_nc, cn_unit = sizeof(@T@) < 64 ? 64 / sizeof(@T@) : 1 };\n"
+    "  const int64_t cn_nic = (@M@ + cn_mc - 1) / cn_mc, cn_njc = (@NN@ + cn_ncb - 1) / cn_ncb;\n"
+    "  const int64_t cn_asize = (cn_mc * cn_kcb + cn_unit - 1) / cn_unit * cn_unit;\n"
+    "  const int64_t cn_bsize = cn_kcb * ((cn_ncb + cn_nr - 1) / cn_nr * cn_nr);\n"
+    "  const size_t cn_bytes = ((size_t)(cn_asize + cn_bsize) * sizeof(@T@) + 63) / 64 * 64;\n"
+    "  @T@ *const cn_pack = cn_gemm_alloc(cn_bytes);\n"
+    "  @T@ *const cn_ap = cn_pack, *const cn_bp = cn_pack ? cn_pack + cn_asize : NULL;\n"
+    "  int64_t cn_kx[cn_kcb], cn_ky[cn_kcb];\n"
+    "  for (int64_t cn_t = cn_lo; cn_t < cn_hi;) {\n"
+    "    const int64_t cn_ic0 = cn_t % cn_nic, cn_group = cn_t / cn_nic;\n"
+    "    const int64_t cn_ic1 = cn_nic - cn_ic0 < cn_hi - cn_t ? cn_nic : cn_ic0 + (cn_hi - "
+    "cn_t);\n"
+    "    cn_t += cn_ic1 - cn_ic0;\n"
+    "    const int64_t cn_b = cn_group / cn_njc, cn_n0 = cn_group % cn_njc * cn_ncb;\n"
+    "    const int64_t cn_nc = @NN@ - cn_n0 < cn_ncb ? @NN@ - cn_n0 : cn_ncb;\n"
+    "    @T@ *const cn_cb = cn_c + @BC@;\n"
+    "    const @T@ *const cn_xb = cn_x + @BX@, *const cn_yb = cn_y + @BY@;\n"
+    "    (void)cn_b;\n"
+    "    for (int64_t cn_p0 = 0; cn_p0 < @K@; cn_p0 += cn_kcb) {\n"
+    "      const int64_t cn_kc = @K@ - cn_p0 < cn_kcb ? @K@ - cn_p0 : cn_kcb;\n"
+    "      for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "        cn_kx[cn_k] = @KX(cn_p0 + cn_k)@;\n"
+    "        cn_ky[cn_k] = @KY(cn_p0 + cn_k)@;\n"
+    "      }\n"
+    "      if (!cn_pack) { /* no scratch memory: cell by cell, in the same order */\n"
+    "        for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
+    "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc; cn_j++) {\n"
+    "            @T@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
+    "            const @T@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
+    "            @T@ cn_sum = *cn_cell;\n"
+    "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
+    "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
+    "            *cn_cell = cn_sum;\n"
+    "          }\n"
+    "        continue;\n"
+    "      }\n"
+    "      /* y's block: panels of cn_nr columns by cn_kc steps, zeros past the last column */\n"
+    "      for (int64_t cn_j0 = 0; cn_j0 < cn_nc; cn_j0 += cn_nr) {\n"
+    "        @T@ *const cn_panel = cn_bp + cn_j0 * cn_kc;\n"
+    "        const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
+    "        int64_t cn_col[cn_nr];\n"
+    "        for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = @NY(cn_n0 + cn_j0 + "
+    "cn_q)@;\n"
+    "        for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "          for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "            cn_panel[cn_k * cn_nr + cn_q] = cn_yb[cn_ky[cn_k] + cn_col[cn_q]];\n"
+    "          for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
+    "        }\n"
+    "      }\n"
+    "      for (int64_t cn_ic = cn_ic0; cn_ic < cn_ic1; cn_ic++) {\n"
+    "        const int64_t cn_m0 = cn_ic * cn_mc, cn_mb = @M@ - cn_m0 < cn_mc ? @M@ - cn_m0 : "
+    "cn_mc;\n"
+    "        /* x's block: panels of cn_mr rows by cn_kc steps, zeros past the last row */\n"
+    "        for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
+    "          @T@ *const cn_panel = cn_ap + cn_i0 * cn_kc;\n"
+    "          const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
+    "          int64_t cn_row[cn_mr];\n"
+    "          for (int cn_q = 0; cn_q < cn_rows; cn_q++) cn_row[cn_q] = @MX(cn_m0 + cn_i0 + "
+    "cn_q)@;\n"
+    "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
+    "              cn_panel[cn_k * cn_mr + cn_q] = cn_xb[cn_row[cn_q] + cn_kx[cn_k]];\n"
+    "            for (int cn_q = cn_rows; cn_q < cn_mr; cn_q++) cn_panel[cn_k * cn_mr + cn_q] = "
+    "0;\n"
+    "          }\n"
+    "        }\n"
+    "        for (int64_t cn_j0 = 0; cn_j0 < cn_nc; cn_j0 += cn_nr)\n"
+    "          for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
+    "            const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
+    "            const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
+    "            @T@ *cn_rp[cn_mr];\n"
+    "            if (@DIRECT@ && cn_rows == cn_mr && cn_cols == cn_nr) {\n"
+    "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
+    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
+    "              cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "              continue;\n"
+    "            }\n"
+    "            /* an edge tile, or columns apart in c: through a tile of its own */\n"
+    "            _Alignas(64) @T@ cn_tile[cn_mr][cn_nr];\n"
+    "            int64_t cn_col[cn_nr], cn_row[cn_mr];\n"
+    "            for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = @NC(cn_n0 + cn_j0 + "
+    "cn_q)@;\n"
+    "            for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "              cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
+    "              cn_rp[cn_r] = cn_tile[cn_r];\n"
+    "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
+    "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols ? "
+    "cn_cb[cn_row[cn_r] + cn_col[cn_q]] : 0;\n"
+    "            }\n"
+    "            cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
+    "              for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "                cn_cb[cn_row[cn_r] + cn_col[cn_q]] = cn_tile[cn_r][cn_q];\n"
+    "          }\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "  free(cn_pack);\n"
+    "}\n";
+
+/* The pool's callback and the function the routine calls. */
+static const char entry[] =
+    "struct cn_genv_@N@ {\n"
+    "  @T@ *c;\n"
+    "  const @T@ *x, *y;\n"
+    "};\n"
+    "static void cn_gemm_body_@N@(void *cn_envp, int64_t cn_lo, int64_t cn_hi) {\n"
+    "  const struct cn_genv_@N@ *cn_env = cn_envp;\n"
+    "  cn_gemm_range_@N@(cn_env->c, cn_env->x, cn_env->y, cn_lo, cn_hi);\n"
+    "}\n"
+    "static void cn_gemm_@N@(@T@ *cn_c, const @T@ *cn_x, const @T@ *cn_y, const cn_par_t *cn_par) "
+    "{\n"
+    "  struct cn_genv_@N@ cn_env = {cn_c, cn_x, cn_y};\n"
+    "  const int64_t cn_tasks = @B@ * ((@NN@ + cn_g@N@_nc - 1) / cn_g@N@_nc) *\n"
+    "                           ((@M@ + cn_g@N@_mc - 1) / cn_g@N@_mc);\n"
+    "  if (@PARALLEL@ && cn_par && cn_tasks > 1)\n"
+    "    cn_par->pool_for(cn_par->pool, cn_tasks, cn_gemm_body_@N@, &cn_env);\n"
+    "  else\n"
+    "    cn_gemm_body_@N@(&cn_env, 0, cn_tasks);\n"
+    "}\n";
+
+/* ---- The nest's geometry ---- */
+
+enum { ACC_C, ACC_X, ACC_Y, ACCESSES };
+
+typedef struct {
+  const cn_ll_gemm *plan;
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  int64_t extent[CN_GEMM_MAX_LOOPS];
+  int64_t coeff[ACCESSES][CN_GEMM_MAX_LOOPS]; /* cells per step of each loop, per access */
+  int64_t total[CN_GEMM_ROLES];               /* points of each group */
+  int param[ACCESSES];
+  const cn_index *idx[ACCESSES];
+  cn_prec prec;
+} geometry;
+
+/* The coefficient of sym in an index. */
+static int64_t coeff_of(const cn_index *idx, cn_symbol sym) {
+  if (idx->kind == CN_IDX_ITER) return idx->syms[0] == sym;
+  if (idx->kind != CN_IDX_AFFINE) return 0;
+  int64_t c = 0;
+  for (int t = 0; t < idx->n_terms; t++)
+    if (idx->syms[t] == sym) c += idx->coeffs[t];
+  return c;
+}
+
+static void geometry_of(const cgen *g, const cn_ll_stmt *s, geometry *geo) {
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  *geo = (geometry){.plan = plan};
+  const cn_ll_stmt *st = s->u.gemm.nest;
+  for (int k = 0; k < plan->depth; k++) {
+    CN_ASSERT(st->kind == CN_LL_FOR);
+    geo->loops[k] = st;
+    geo->extent[k] = st->u.loop.to - st->u.loop.from;
+    st = st->u.loop.body;
+    if (st->kind == CN_LL_SEQ && st->u.seq.count == 1) st = st->u.seq.items[0];
+  }
+  CN_ASSERT(st->kind == CN_LL_SET); /* loops.h: the one store */
+  const cn_ll_expr *product = st->u.set.value->u.op.args[1];
+  geo->param[ACC_C] = st->u.set.param;
+  geo->idx[ACC_C] = st->u.set.idx;
+  for (int a = 0; a < 2; a++) {
+    geo->param[ACC_X + a] = product->u.op.args[a]->u.get.param;
+    geo->idx[ACC_X + a] = product->u.op.args[a]->u.get.idx;
+  }
+  geo->prec = g->proc->params[geo->param[ACC_C]].node->prec;
+  for (int r = 0; r < CN_GEMM_ROLES; r++) geo->total[r] = 1;
+  for (int k = 0; k < plan->depth; k++) {
+    geo->total[plan->role[k]] *= geo->extent[k];
+    for (int a = 0; a < ACCESSES; a++) {
+      const cn_node *node = g->proc->params[geo->param[a]].node;
+      for (int d = 0; d < node->rank; d++)
+        geo->coeff[a][k] +=
+            coeff_of(&geo->idx[a][d], geo->loops[k]->u.loop.sym) * g->strides[geo->param[a]][d];
+    }
+  }
+}
+
+/* Whether the loops of a group walk an access as one range: each outer loop's step is the next
+ * inner loop's extent times its step, so the offset of flat index f is (innermost step) * f. */
+static bool group_linear(const geometry *geo, cn_gemm_role role, int access, int64_t *step) {
+  int last = -1;
+  for (int k = 0; k < geo->plan->depth; k++) {
+    if (geo->plan->role[k] != role) continue;
+    if (last >= 0 && geo->coeff[access][last] != geo->coeff[access][k] * geo->extent[k])
+      return false;
+    last = k;
+  }
+  *step = last >= 0 ? geo->coeff[access][last] : 0;
+  return true;
+}
+
+/* The offset in an access of the flat index `var` of a group: "(3 * (v))", or the sum over the
+ * group's loops of step * (v / inner extents % extent). */
+static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, int access,
+                         const char *var) {
+  int64_t step;
+  if (group_linear(geo, role, access, &step)) {
+    cn_sbuf_printf(sb, "(int64_t)%lld * (%s)", (long long)step, var);
+    return;
+  }
+  cn_sbuf_putc(sb, '(');
+  bool first = true, outer = true;
+  for (int k = 0; k < geo->plan->depth; k++) {
+    if (geo->plan->role[k] != role) continue;
+    int64_t inner = 1;
+    for (int j = k + 1; j < geo->plan->depth; j++)
+      if (geo->plan->role[j] == role) inner *= geo->extent[j];
+    if (geo->coeff[access][k] != 0) {
+      cn_sbuf_printf(sb, "%s(int64_t)%lld * ((%s) / %lld", first ? "" : " + ",
+                     (long long)geo->coeff[access][k], var, (long long)inner);
+      if (!outer) cn_sbuf_printf(sb, " %% %lld", (long long)geo->extent[k]);
+      cn_sbuf_putc(sb, ')');
+      first = false;
+    }
+    outer = false;
+  }
+  cn_sbuf_puts(sb, first ? "0)" : ")");
+}
+
+/* ---- Templates ---- */
+
+typedef struct {
+  const geometry *geo;
+  const char *keys[16], *values[16];
+  int n;
+} expansion;
+
+static void define(expansion *e, const char *key, const char *value) {
+  CN_ASSERT(e->n < 16);
+  e->keys[e->n] = key;
+  e->values[e->n++] = value;
+}
+
+/* A template's text with @KEY@ replaced by the key's value and @KEY(arg)@ (an offset, MX for M
+ * in x, NC for N in c...; SCALAR for one update) printed for arg. */
+static void expand(cn_sbuf *sb, const expansion *e, const char *text) {
+  static const struct {
+    const char *key;
+    cn_gemm_role role;
+    int access;
+  } offsets[] = {{"MC", CN_GEMM_M, ACC_C}, {"NC", CN_GEMM_N, ACC_C}, {"MX", CN_GEMM_M, ACC_X},
+                 {"KX", CN_GEMM_K, ACC_X}, {"KY", CN_GEMM_K, ACC_Y}, {"NY", CN_GEMM_N, ACC_Y}};
+  for (const char *p = text; *p;) {
+    const char *at = strchr(p, '@');
+    if (!at) {
+      cn_sbuf_puts(sb, p);
+      return;
+    }
+    cn_sbuf_printf(sb, "%.*s", (int)(at - p), p);
+    const char *end = strchr(at + 1, '@');
+    CN_ASSERT(end);
+    size_t len = (size_t)(end - at - 1);
+    const char *paren = memchr(at + 1, '(', len);
+    size_t name_len = paren ? (size_t)(paren - at - 1) : len;
+    bool done = false;
+    if (paren) {
+      char arg[96], *args[3];
+      size_t arg_len = (size_t)(end - paren - 2); /* between the parentheses */
+      CN_ASSERT(arg_len < sizeof arg && end[-1] == ')');
+      memcpy(arg, paren + 1, arg_len);
+      arg[arg_len] = 0;
+      if (name_len == 6 && strncmp(at + 1, "SCALAR", 6) == 0) {
+        /* SCALAR(sum, x, y): one update, as the plan's mode says */
+        args[0] = arg;
+        for (int k = 1; k < 3; k++) {
+          args[k] = strchr(args[k - 1], ',');
+          CN_ASSERT(args[k]);
+          *args[k] = 0;
+          args[k] += 2;
+        }
+        if (e->geo->plan->fma)
+          cn_sbuf_printf(sb, "fma(%s, %s, %s)", args[1], args[2], args[0]);
+        else
+          cn_sbuf_printf(sb, "%s + %s * %s", args[0], args[1], args[2]);
+        done = true;
+      }
+      for (size_t k = 0; !done && k < sizeof offsets / sizeof offsets[0]; k++)
+        if (name_len == 2 && strncmp(at + 1, offsets[k].key, 2) == 0) {
+          print_offset(sb, e->geo, offsets[k].role, offsets[k].access, arg);
+          done = true;
+        }
+    }
+    for (int k = 0; !done && k < e->n; k++)
+      if (strlen(e->keys[k]) == len && strncmp(at + 1, e->keys[k], len) == 0) {
+        cn_sbuf_puts(sb, e->values[k]);
+        done = true;
+      }
+    CN_ASSERT(done); /* every key of the templates is defined */
+    p = end + 1;
+  }
+}
+
+/* The offset of batch point `cn_b` in an access, as the template's @BC@, @BX@, @BY@. */
+static const char *batch_offset(cn_ctx *ctx, const geometry *geo, int access) {
+  cn_sbuf sb = {0};
+  print_offset(&sb, geo, CN_GEMM_BATCH, access, "cn_b");
+  return cn_sbuf_finish(ctx, &sb);
+}
+
+static const char *number_text(cn_ctx *ctx, int64_t n) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", (long long)n);
+  return cn_strdup(ctx, buf);
+}
+
+/* The row block: the plan's, rounded to the register tile, but small enough that the rows give
+ * four tasks when there are rows enough (a 128-row batch still splits across threads). */
+static int64_t row_block(const geometry *geo) {
+  int64_t mc = geo->plan->mc, quarter = (geo->total[CN_GEMM_M] + 3) / 4;
+  if (quarter < mc) mc = quarter < 16 ? 16 : quarter;
+  return mc;
+}
+
+static void emit_functions(const cgen *g, const geometry *geo, int number) {
+  cn_ctx *ctx = g->ctx;
+  cgen_par *par = g->par;
+  cn_sbuf *sb = &par->outlined;
+  const cn_ll_gemm *plan = geo->plan;
+  bool single = geo->prec == CN_PREC_SINGLE;
+  expansion e = {.geo = geo};
+  define(&e, "T", single ? "float" : "double");
+  define(&e, "P", single ? "f32" : "f64");
+  if (!par->gemm_common) {
+    cn_sbuf_puts(sb, preamble_common);
+    par->gemm_common = true;
+  }
+  bool *prec_done = single ? &par->gemm_single : &par->gemm_double;
+  if (!*prec_done) {
+    expansion p = e;
+    define(&p, "X86", single ? "ps" : "pd");
+    define(&p, "X86S", single ? "" : "d");
+    define(&p, "NEON", single ? "f32" : "f64");
+    define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
+    expand(sb, &p, preamble_prec);
+    *prec_done = true;
+  }
+  int64_t direct_step;
+  bool direct = group_linear(geo, CN_GEMM_N, ACC_C, &direct_step) && direct_step == 1;
+  int64_t kc = plan->kc < geo->total[CN_GEMM_K] ? plan->kc : geo->total[CN_GEMM_K];
+  int64_t nc = plan->nc < geo->total[CN_GEMM_N] ? plan->nc : geo->total[CN_GEMM_N];
+  cn_sbuf_printf(sb, "/* GEMM %d: %lld batch x %lld rows x %lld columns x %lld steps, %s */\n",
+                 number, (long long)geo->total[CN_GEMM_BATCH], (long long)geo->total[CN_GEMM_M],
+                 (long long)geo->total[CN_GEMM_N], (long long)geo->total[CN_GEMM_K],
+                 plan->fma ? "fused multiply-adds" : "exact: multiply, then add");
+  if (plan->mr > 0)
+    cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
+                   plan->nv);
+  else
+    cn_sbuf_printf(sb, "enum { cn_g%d_mr = CN_GEMM_MR, cn_g%d_nv = CN_GEMM_NV };\n", number,
+                   number);
+  cn_sbuf_printf(sb,
+                 "enum { cn_g%d_nr = cn_g%d_nv * (CN_VBYTES / (int)sizeof(%s)), cn_g%d_kc = %lld, "
+                 "cn_g%d_nc = %lld };\n",
+                 number, number, single ? "float" : "double", number, (long long)kc, number,
+                 (long long)nc);
+  cn_sbuf_printf(sb, "enum { cn_g%d_mc = (%lld + cn_g%d_mr - 1) / cn_g%d_mr * cn_g%d_mr };\n",
+                 number, (long long)row_block(geo), number, number, number);
+  define(&e, "N", number_text(ctx, number));
+  /* fma: the broadcast is s - 0, exactly s (s + 0 would turn -0 into +0) */
+  define(&e, "UPDATE",
+         !plan->fma ? "cn_acc[cn_r][cn_v] + cn_bv[cn_v] * cn_s"
+         : single   ? "cn_vfma_f32(cn_bv[cn_v], cn_s - (cn_vf32){0}, cn_acc[cn_r][cn_v])"
+                    : "cn_vfma_f64(cn_bv[cn_v], cn_s - (cn_vf64){0}, cn_acc[cn_r][cn_v])");
+  define(&e, "M", number_text(ctx, geo->total[CN_GEMM_M]));
+  define(&e, "NN", number_text(ctx, geo->total[CN_GEMM_N]));
+  define(&e, "K", number_text(ctx, geo->total[CN_GEMM_K]));
+  define(&e, "B", number_text(ctx, geo->total[CN_GEMM_BATCH]));
+  define(&e, "BC", batch_offset(ctx, geo, ACC_C));
+  define(&e, "BX", batch_offset(ctx, geo, ACC_X));
+  define(&e, "BY", batch_offset(ctx, geo, ACC_Y));
+  define(&e, "DIRECT", direct ? "1" : "0");
+  define(&e, "PARALLEL", plan->parallel ? "1" : "0");
+  for (int k = 0; k < e.n; k++)
+    if (!e.values[k]) {
+      sb->failed = true;
+      return;
+    }
+  expand(sb, &e, micro_kernel);
+  expand(sb, &e, task_range);
+  expand(sb, &e, entry);
+}
+
+void cn_cgen_gemm(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  geometry geo;
+  geometry_of(g, s, &geo);
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  if (!g->par) { /* a kernel's key: the plan and the nest */
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_printf(sb, "gemm %d %d %lld %lld %lld %d %d\n", plan->mr, plan->nv, (long long)plan->mc,
+                   (long long)plan->kc, (long long)plan->nc, plan->fma, plan->parallel);
+    cn_cgen_stmt(g, depth, s->u.gemm.nest);
+    return;
+  }
+  int number = g->par->count++;
+  emit_functions(g, &geo, number);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "cn_gemm_%d(", number);
+  for (int a = 0; a < ACCESSES; a++) {
+    cn_cgen_base_cell(g, sb, geo.param[a], geo.idx[a], geo.loops, plan->depth);
+    cn_sbuf_puts(sb, ", ");
+  }
+  cn_sbuf_puts(sb, g->par->inside ? "NULL);\n" : "cn_par);\n");
+}
