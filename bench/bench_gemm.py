@@ -18,74 +18,15 @@ at least 3); prints `NAME SIDE median_ms=M best_ms=B reps=R` lines for SIDE torc
 numpy, after a `versions torch=V numpy=V blas=PATH` line, and `torch=missing` or `numpy=missing`
 first when a package is not installed.
 """
-import ctypes
-import statistics
 import sys
-import time
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
-try:
-    import torch
-except ImportError:
-    torch = None
-try:
-    import threadpoolctl
-except ImportError:
-    threadpoolctl = None
-
-
-def blas_libraries():
-    """The BLAS and LAPACK libraries loaded into this process (numpy and torch link libblas.so.3,
-    Debian's alternative: reference BLAS, or OpenBLAS when libopenblas0 is installed)."""
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "blas" in line or "lapack" in line}
-    return sorted(p for p in paths if p.startswith("/"))
-
-
-def set_threads(threads):
-    """PyTorch's intra-op threads and OpenBLAS's own pool (torch.set_num_threads does not reach
-    OpenBLAS in Debian's build, BLAS_INFO=generic), so that "one thread" is one thread: through
-    threadpoolctl when installed, and openblas_set_num_threads of each loaded BLAS in any case."""
-    if torch is not None:
-        torch.set_num_threads(threads)
-    if threadpoolctl is not None:
-        threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
-    for path in blas_libraries():
-        lib = ctypes.CDLL(path)
-        if hasattr(lib, "openblas_set_num_threads"):
-            lib.openblas_set_num_threads(threads)
-
-
-def measure(name, fn, budget):
-    fn()  # warm-up
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    reps = max(3, min(200, int(budget / max(first, 1e-9))))
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    print(f"{name} median_ms={statistics.median(times) * 1e3:.6f} "
-          f"best_ms={min(times) * 1e3:.6f} reps={reps}", flush=True)
+sys.dont_write_bytecode = True  # no __pycache__ in bench/ (bench_common is imported)
+from bench_common import main, np, numpy_matmul, numpy_mlp, numpy_product, torch, torch_conv, \
+    torch_matmul, torch_mlp, torch_product
 
 
 def attention_shape(s):
     return s // 16, s // 16, s, s // 2
-
-
-def torch_product(a_shape, b_shape):
-    a, b = torch.rand(*a_shape), torch.rand(*b_shape)
-    c = torch.empty(a_shape[0], b_shape[1])
-    return lambda: torch.matmul(a, b, out=c)
-
-
-def torch_matmul(n):
-    return torch_product((n, n), (n, n))
 
 
 def torch_skinny(n):
@@ -98,33 +39,6 @@ def torch_attention(s):
     return lambda: torch.matmul(x, y.transpose(-2, -1), out=c)
 
 
-def torch_mlp(batch):
-    x, y = torch.rand(batch, 784), torch.zeros(batch, 10)
-    y[torch.arange(batch), torch.arange(batch) % 10] = 1
-    model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step():
-        opt.zero_grad()
-        loss = ((model(x) - y) ** 2).sum() / batch
-        loss.backward()
-        opt.step()
-    return step
-
-
-def torch_conv(batch):
-    x = torch.rand(batch, 1, 28, 28)
-    model = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(),
-                                torch.nn.Conv2d(32, 64, 3))
-
-    def step():
-        model.zero_grad()
-        y = model(x)
-        ((y * y).sum() / batch).backward()
-    return step
-
-
 def torch_conv64(side):
     x = torch.rand(8, 64, side, side)
     conv = torch.nn.Conv2d(64, 64, 3, padding=1)
@@ -133,17 +47,6 @@ def torch_conv64(side):
         with torch.no_grad():
             conv(x)
     return run
-
-
-def numpy_product(a_shape, b_shape):
-    a = np.random.default_rng(1).random(a_shape, dtype=np.float32)
-    b = np.random.default_rng(2).random(b_shape, dtype=np.float32)
-    c = np.empty((a_shape[0], b_shape[1]), np.float32)
-    return lambda: np.matmul(a, b, out=c)
-
-
-def numpy_matmul(n):
-    return numpy_product((n, n), (n, n))
 
 
 def numpy_skinny(n):
@@ -158,59 +61,10 @@ def numpy_attention(s):
     return lambda: np.matmul(x, yt, out=c)
 
 
-def numpy_mlp(batch):
-    rng = np.random.default_rng(1)
-    x = rng.random((batch, 784), dtype=np.float32)
-    y = np.zeros((batch, 10), np.float32)
-    y[np.arange(batch), np.arange(batch) % 10] = 1
-    w1 = (rng.random((784, 128), dtype=np.float32) - 0.5) * 0.1
-    w2 = (rng.random((128, 10), dtype=np.float32) - 0.5) * 0.1
-    b1, b2 = np.zeros(128, np.float32), np.zeros(10, np.float32)
-    lr = np.float32(0.01)
-
-    def step():
-        h = np.maximum(x @ w1 + b1, 0)
-        d = h @ w2 + b2 - y
-        g = d * np.float32(2 / batch)
-        gh = (g @ w2.T) * (h > 0)
-        w2[...] -= lr * (h.T @ g)
-        b2[...] -= lr * g.sum(0)
-        w1[...] -= lr * (x.T @ gh)
-        b1[...] -= lr * gh.sum(0)
-    return step
-
-
 TORCH = {"matmul": torch_matmul, "skinny": torch_skinny, "attention": torch_attention,
          "mlp": torch_mlp, "conv": torch_conv, "conv64": torch_conv64}
 NUMPY = {"matmul": numpy_matmul, "skinny": numpy_skinny, "attention": numpy_attention,
          "mlp": numpy_mlp}
 
 
-def run(name, workload, size, budget):
-    if workload not in TORCH:
-        sys.exit(f"bench_gemm.py: unknown workload {workload}")
-    if torch is not None:
-        for threads in (1, 2):
-            set_threads(threads)
-            torch.manual_seed(1)
-            measure(f"{name} torch{threads}", TORCH[workload](size), budget)
-    if np is not None and workload in NUMPY:
-        set_threads(1)
-        measure(f"{name} numpy", NUMPY[workload](size), budget)
-
-
-def main():
-    budget, args = float(sys.argv[1]), sys.argv[2:]
-    if torch is None:
-        print("torch=missing", flush=True)
-    if np is None:
-        print("numpy=missing", flush=True)
-    blas = blas_libraries()
-    print(f"versions torch={torch.__version__ if torch else 'missing'} "
-          f"numpy={np.__version__ if np else 'missing'} "
-          f"blas={blas[0] if blas else 'none'}", flush=True)
-    for i in range(0, len(args) - 2, 3):
-        run(args[i], args[i + 1], int(args[i + 2]), budget)
-
-
-main()
+main("bench_gemm.py", TORCH, NUMPY)

@@ -9,17 +9,7 @@
  * (option "check" = "nan") to measure its cost, which must not change the loss. It fails (exit 1)
  * only if cannl fails or the checked run differs. */
 #include "../demo/moons.h"
-
-#include <math.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_common.h"
 
 typedef struct {
   bool ran, missing;

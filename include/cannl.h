@@ -91,6 +91,13 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               BLAS); "on" (or "1"): a multiply and an add, each rounded, as the unscheduled
  *               nest does, bit for bit. Either way a cell's value depends on its operands only,
  *               never on tiles, blocks or the thread count.
+ *   "tune"      "quick" (default: $CANNL_TUNE, else "quick"): a matrix-product nest of at least
+ *               2^24 points is tuned when a routine for the generated-C backend is compiled: 4
+ *               candidate register tiles and reduction blocks are compiled and timed once on
+ *               private buffers, the fastest kept in a record of the cache directory (keyed by
+ *               the nest's geometry, the CPU model, compiler and flags) that later compiles
+ *               reuse without timing (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22
+ *               candidates; "off": the heuristic plan. Never changes a result.
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
  *               one core; smaller nests stay on the caller's thread). */
@@ -102,6 +109,9 @@ typedef enum {
   CN_STAT_COMPILER_RUNS, /* times the C compiler was invoked */
   CN_STAT_CACHE_HITS,    /* compiled objects found in the cache */
   CN_STAT_ROUTINE_RUNS,
+  CN_STAT_TUNE_RUNS, /* GEMM nests tuned: candidate plans compiled and timed (option "tune") */
+  CN_STAT_TUNE_HITS, /* GEMM plans taken from a tune record of an earlier tuning */
+  CN_STAT_COUNT
 } cn_stat;
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
 

@@ -47,6 +47,13 @@ extern const cn_backend cn_backend_c;
 #define CN_CC_OPTION_KEYS "cc, cflags, cache_dir"
 const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 
+/* Tune records of the generated-C backend's cache directory (cc.c): the value stored for a key
+ * text (both NUL-terminated text, the value one line) by an earlier cn_cc_tune_store, in this
+ * process or another. *found is false without a shared cache directory, without a record, or for
+ * a corrupted record (deleted, with a warning on the log or stderr). */
+cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
+cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
+
 /* Generates the C source of a procedure (used by cn_backend_c; exposed for golden tests).
  * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`; a procedure
  * with a CN_LL_PARALLEL loop also exports `void <name>_entry_par(void *const *buffers,

@@ -861,6 +861,121 @@ static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *pr
   return status;
 }
 
+/* ---- Tune records ----
+ * The GEMM autotuner (src/runtime/tune.c) keeps its winners beside the compiled objects:
+ * tune-<hash>.txt in the cache directory, the hash (FNV-1a) of the key text naming the slot and
+ * the record holding
+ *   "cannl tune record 1\nkey <n>\n" <the n bytes of key text> "\nvalue <value>\nsum <hex>\n"
+ * where <hex> is the FNV-1a checksum of every byte before the "sum" line. A record whose key
+ * text differs (another nest in the slot) is not ours; one that is malformed or fails its
+ * checksum is deleted with a warning. Written like the objects: a temporary file, then rename().
+ * Without a shared cache directory (cache_dir "off", or none usable) there are no records. */
+
+#define TUNE_RECORD_MAX 65536
+
+/* The record's path for key in the shared cache directory; NULL (no records) without one. */
+static char *tune_path(cn_ctx *ctx, const char *key, cn_status *status) {
+  cc_place place = {0};
+  *status = resolve_place(ctx, &place);
+  if (*status != CN_OK) return NULL;
+  char *path = NULL;
+  if (!place.private_dir) {
+    uint64_t h = fnv1a(FNV_OFFSET, key, strlen(key));
+    path = format_path(ctx, "%s/tune-%016" PRIx64 ".txt", place.dir, h);
+    if (!path) *status = ctx->status;
+  } else {
+    rmdir(place.dir);
+  }
+  free(place.dir);
+  return path;
+}
+
+/* The record's text for key (malloc'd, NUL-terminated), without the sum line. */
+static char *tune_text(const char *key, const char *value, size_t *len) {
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "cannl tune record 1\nkey %zu\n%s\nvalue %s\n", strlen(key), key, value);
+  if (sb.failed) {
+    cn_sbuf_free(&sb);
+    return NULL;
+  }
+  *len = sb.len;
+  return sb.data;
+}
+
+/* Why the record text (len bytes) is not a valid record for key (NULL: valid, *value set; "" for
+ * a record of another key). */
+static const char *tune_parse(const char *text, size_t len, const char *key, char *value,
+                              size_t size) {
+  const char *header = "cannl tune record 1\nkey ";
+  size_t n;
+  int used = 0;
+  if (len < strlen(header) || memcmp(text, header, strlen(header)) != 0) return "bad header";
+  if (sscanf(text + strlen(header), "%zu\n%n", &n, &used) != 1 || used == 0) return "bad key line";
+  const char *at = text + strlen(header) + used;
+  if (n > len || (size_t)(at - text) > len - n - 1) return "truncated key";
+  const char *after = at + n;
+  const char *value_line = after + 1,
+             *sum_line = memchr(value_line, '\n', len - (size_t)(value_line - text));
+  if (*after != '\n' || strncmp(value_line, "value ", 6) != 0 || !sum_line) return "bad value line";
+  sum_line++;
+  uint64_t want;
+  if (sscanf(sum_line, "sum %" SCNx64, &want) != 1) return "bad sum line";
+  if (fnv1a(FNV_OFFSET, text, (size_t)(sum_line - text)) != want) return "checksum mismatch";
+  if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another nest's slot */
+  size_t value_len = (size_t)(sum_line - 1 - (value_line + 6));
+  if (value_len + 1 > size) return "value too long";
+  memcpy(value, value_line + 6, value_len);
+  value[value_len] = '\0';
+  return NULL;
+}
+
+cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found) {
+  *found = false;
+  cn_status status;
+  char *path = tune_path(ctx, key, &status);
+  if (!path) return status;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    free(path);
+    return CN_OK; /* no record yet */
+  }
+  char *text = malloc(TUNE_RECORD_MAX);
+  size_t len = text ? fread(text, 1, TUNE_RECORD_MAX - 1, f) : 0;
+  fclose(f);
+  if (!text) {
+    free(path);
+    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading tune record");
+  }
+  text[len] = '\0';
+  const char *problem = tune_parse(text, len, key, value, size);
+  if (problem && *problem) {
+    cc_warn(ctx, NULL, "ignoring corrupted tune record %s (%s)", path, problem);
+    discard(path);
+  }
+  *found = problem == NULL;
+  free(text);
+  free(path);
+  return CN_OK;
+}
+
+cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
+  cn_status status;
+  char *path = tune_path(ctx, key, &status);
+  if (!path) return status;
+  size_t len = 0;
+  char *text = tune_text(key, value, &len);
+  char *tmp = format_path(ctx, "%s.tmp-%ld", path, (long)getpid());
+  char tail[40];
+  if (text) snprintf(tail, sizeof tail, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
+  status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
+           : !tmp ? ctx->status
+                  : write_file_atomically(ctx, tmp, path, text, len, tail, strlen(tail));
+  free(text);
+  free(tmp);
+  free(path);
+  return status;
+}
+
 static cn_status cc_run(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms) {
   (void)ctx; /* generated code has no failure path: its accesses were validated upstream */
   cc_compiled *c = compiled;

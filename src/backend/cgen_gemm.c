@@ -254,16 +254,6 @@ typedef struct {
   cn_prec prec;
 } geometry;
 
-/* The coefficient of sym in an index. */
-static int64_t coeff_of(const cn_index *idx, cn_symbol sym) {
-  if (idx->kind == CN_IDX_ITER) return idx->syms[0] == sym;
-  if (idx->kind != CN_IDX_AFFINE) return 0;
-  int64_t c = 0;
-  for (int t = 0; t < idx->n_terms; t++)
-    if (idx->syms[t] == sym) c += idx->coeffs[t];
-  return c;
-}
-
 static void geometry_of(const cgen *g, const cn_ll_stmt *s, geometry *geo) {
   const cn_ll_gemm *plan = s->u.gemm.plan;
   *geo = (geometry){.plan = plan};
@@ -290,8 +280,8 @@ static void geometry_of(const cgen *g, const cn_ll_stmt *s, geometry *geo) {
     for (int a = 0; a < ACCESSES; a++) {
       const cn_node *node = g->proc->params[geo->param[a]].node;
       for (int d = 0; d < node->rank; d++)
-        geo->coeff[a][k] +=
-            coeff_of(&geo->idx[a][d], geo->loops[k]->u.loop.sym) * g->strides[geo->param[a]][d];
+        geo->coeff[a][k] += cn_index_coeff(&geo->idx[a][d], geo->loops[k]->u.loop.sym) *
+                            g->strides[geo->param[a]][d];
     }
   }
 }

@@ -279,7 +279,7 @@ void cn_log(cn_ctx *ctx, cn_log_level level, const char *fmt, ...) {
 }
 
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which) {
-  if ((int)which < 0 || which > CN_STAT_ROUTINE_RUNS) return 0;
+  if ((int)which < 0 || which >= CN_STAT_COUNT) return 0;
   return ctx->stats[which];
 }
 

@@ -153,7 +153,7 @@ struct cn_ctx {
    * knows it (a NaN check, a buffer that cannot be allocated) so that higher layers can name the
    * tensor and its script position; cn_fail clears it. */
   int failed_node;
-  uint64_t stats[CN_STAT_ROUTINE_RUNS + 1];
+  uint64_t stats[CN_STAT_COUNT];
   int next_node_id;
   cn_symbol_info *symbols; /* malloc'd, grown by doubling */
   int n_symbols, cap_symbols;

@@ -102,6 +102,13 @@ bool cn_index_mentions(const cn_index *idx, cn_symbol sym) {
   return false;
 }
 
+int64_t cn_index_coeff(const cn_index *idx, cn_symbol sym) {
+  if (idx->kind == CN_IDX_FIXED) return 0;
+  for (int t = 0; t < idx->n_terms; t++)
+    if (idx->syms[t] == sym) return idx->coeffs[t];
+  return 0;
+}
+
 /* ---- Printing ---- */
 
 /* True if another symbol of the record (an iterator or a symbol of a map) has sym's name: the

@@ -90,6 +90,8 @@ bool cn_index_bounds(const cn_ctx *ctx, const cn_index *idx, const cn_proj *proj
 /* The number of values of a product iterator in proj, or 0 if sym is not one of its iterators. */
 int64_t cn_proj_iter_size(const cn_proj *proj, cn_symbol sym);
 bool cn_index_mentions(const cn_index *idx, cn_symbol sym);
+/* The coefficient of sym in the index (0 when it does not mention it). */
+int64_t cn_index_coeff(const cn_index *idx, cn_symbol sym);
 void cn_index_print(cn_sbuf *sb, const cn_ctx *ctx, const cn_index *idx);
 
 typedef enum {

@@ -26,6 +26,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/backend.h"
 #include "runtime/pool.h"
+#include "runtime/tune.h"
 #include "sched/sched.h"
 
 #include <errno.h>
@@ -255,6 +256,8 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
   sched.exact = switch_on(cn_ctx_option(ctx, "exact"));
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
+  if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, cn_ctx_option(ctx, "tune")) != CN_OK)
+    return NULL;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
 
@@ -465,11 +468,16 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
   bool threads = key && strcmp(key, "threads") == 0;
   bool work = key && strcmp(key, "parallel_work") == 0, exact = key && strcmp(key, "exact") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !(key && cn_cc_option(ctx, key)))
+  bool tune = key && strcmp(key, "tune") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune &&
+      !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "unknown option '%s' (known: " CN_CC_OPTION_KEYS
-                   ", check, schedule, threads, parallel_work, exact)",
+                   ", check, schedule, threads, parallel_work, exact, tune)",
                    key ? key : "(null)");
+  if (tune && value && !cn_tune_mode_valid(value))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "option tune: unknown value '%s' (known: " CN_TUNE_MODES ")", value);
   if (exact && value && !is_switch(value))
     return cn_fail(ctx, CN_ERR_INVALID, "option exact: unknown value '%s' (known: on, off, 1, 0)",
                    value);
@@ -493,8 +501,8 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (!key) return NULL;
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
-  bool exact = strcmp(key, "exact") == 0;
-  if (!check && !schedule && !threads && !work && !exact) return cn_cc_option(ctx, key);
+  bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune) return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
   if (threads) return threads_default();
@@ -502,6 +510,10 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (exact) {
     const char *env = getenv("CANNL_EXACT");
     return env && is_switch(env) ? env : "off";
+  }
+  if (tune) {
+    const char *env = getenv("CANNL_TUNE");
+    return env && cn_tune_mode_valid(env) ? env : "quick";
   }
   const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
   return env && *env ? env : check ? "off" : "all";

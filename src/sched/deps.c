@@ -141,27 +141,19 @@ cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *b
 
 /* ---- Strides, reductions, independence ---- */
 
-/* The coefficient of sym in an axis index (0 when it does not mention it). */
-static int64_t coeff_of(const cn_index *ix, cn_symbol sym) {
-  if (ix->kind == CN_IDX_FIXED) return 0;
-  for (int t = 0; t < ix->n_terms; t++)
-    if (ix->syms[t] == sym) return ix->coeffs[t];
-  return 0;
-}
-
 double cn_sched_stride(const cn_ll_proc *proc, const cn_sched_access *access, cn_symbol sym) {
   const cn_node *node = proc->params[access->param].node;
   int64_t strides[CN_MAX_RANK];
   cn_node_strides(node, strides);
   double stride = 0;
   for (int d = 0; d < node->rank; d++)
-    stride += (double)coeff_of(&access->idx[d], sym) * (double)strides[d];
+    stride += (double)cn_index_coeff(&access->idx[d], sym) * (double)strides[d];
   return stride;
 }
 
 bool cn_sched_is_reduction(const cn_sched_access *w, int rank, cn_symbol sym) {
   for (int d = 0; d < rank; d++)
-    if (coeff_of(&w->idx[d], sym) != 0) return false;
+    if (cn_index_coeff(&w->idx[d], sym) != 0) return false;
   return true;
 }
 
@@ -213,16 +205,10 @@ bool cn_sched_independent(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_
   return true;
 }
 
-bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
+bool cn_sched_own_cell(const cn_ll_proc *proc, const cn_sched_nest *nest) {
   if (nest->n_stores != 1) return false;
   const cn_sched_access *w = &nest->access[0];
   int rank = proc->params[w->param].node->rank;
-  for (int d = 0; d < rank; d++) {
-    int loops = 0;
-    for (int k = 0; k < nest->depth; k++)
-      loops += cn_index_mentions(&w->idx[d], nest->loops[k]->u.loop.sym);
-    if (loops > 1) return false;
-  }
   for (int a = 1; a < nest->n_access; a++) {
     const cn_sched_access *r = &nest->access[a];
     if (r->param != w->param) continue;
@@ -230,6 +216,29 @@ bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
       if (!cn_index_equal(&r->idx[d], &w->idx[d])) return false;
   }
   return true;
+}
+
+/* How many of the nest's loops axis d of the write mentions. */
+static int axis_loops(const cn_sched_nest *nest, int d) {
+  int loops = 0;
+  for (int k = 0; k < nest->depth; k++)
+    loops += cn_index_mentions(&nest->access[0].idx[d], nest->loops[k]->u.loop.sym);
+  return loops;
+}
+
+bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest) {
+  if (!cn_sched_own_cell(proc, nest)) return false;
+  int rank = proc->params[nest->access[0].param].node->rank;
+  for (int d = 0; d < rank; d++)
+    if (axis_loops(nest, d) > 1) return false;
+  return true;
+}
+
+bool cn_sched_separates(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_symbol sym) {
+  int rank = proc->params[nest->access[0].param].node->rank;
+  for (int d = 0; d < rank; d++)
+    if (cn_index_mentions(&nest->access[0].idx[d], sym) && axis_loops(nest, d) == 1) return true;
+  return false;
 }
 
 bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym) {

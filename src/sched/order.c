@@ -12,9 +12,12 @@
  * access of the written buffer has the same indices (no point reads what another point writes,
  * except its own cell); then the points that touch one cell differ only in reduction loops and run
  * in the order of those loops, which the move keeps by moving a reduction loop only when it is
- * already the deepest reduction loop. A loop whose variable appears in another loop's affine bounds
- * never moves inside that loop. Nests of several stores, or that break a condition, keep their
- * order. */
+ * already the deepest reduction loop. When the written cell mixes loops in an axis (a
+ * convolution's input gradient in[oh + kh] += ...), only a loop that alone indexes an axis of
+ * the write (cn_sched_separates: it separates cells, every cell's points share its value) may
+ * move, which keeps every cell's sequence too. A loop whose variable appears in another loop's
+ * affine bounds never moves inside that loop. Nests of several stores, or that break a
+ * condition, keep their order. */
 #include "sched/sched.h"
 
 #include <math.h>
@@ -74,11 +77,15 @@ static cn_status move_innermost(cn_ctx *ctx, cn_sched_nest *nest, int chosen) {
 
 static cn_status order_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   (void)user;
-  if (nest->depth < 2 || !cn_sched_separable(proc, nest)) return CN_OK;
+  if (nest->depth < 2 || !cn_sched_own_cell(proc, nest)) return CN_OK;
+  /* a nest whose write mixes loops in an axis moves only a loop that separates cells */
+  bool separable = cn_sched_separable(proc, nest);
   int best = nest->depth - 1;
   loop_cost best_cost = cost_of(proc, nest, best);
   for (int k = nest->depth - 2; k >= 0; k--) {
-    if (!may_go_innermost(proc, nest, k)) continue;
+    if (!may_go_innermost(proc, nest, k) ||
+        (!separable && !cn_sched_separates(proc, nest, nest->loops[k]->u.loop.sym)))
+      continue;
     loop_cost c = cost_of(proc, nest, k);
     if (better(c, best_cost)) {
       best = k;

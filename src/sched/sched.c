@@ -64,10 +64,8 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
     if (!*end) break;
     item = end + 1;
   }
-  bool exact = out->exact;
   *out = cn_sched_default(); /* the cache sizes: the machine's */
   out->passes = passes;
-  out->exact = exact;
   return CN_OK;
 }
 

@@ -43,7 +43,7 @@ typedef struct {
    * holding a non-finite value, which must be the operation that produced it. */
   bool keep_fusable;
   /* GEMM plans in exact mode: separate multiply and add, the nest's bits (loops.h, cn_ll_gemm);
-   * else fused multiply-adds. Kept by cn_sched_parse. */
+   * else fused multiply-adds. */
   bool exact;
   /* The fewest points of a nest given a GEMM plan; 0: CN_SCHED_GEMM_WORK (tests plan small
    * nests to reach every edge of the tiles). */
@@ -53,9 +53,9 @@ typedef struct {
 /* Every pass on: the default (what a NULL options pointer means). */
 cn_sched_options cn_sched_default(void);
 /* Reads an option text: "all" (or NULL or ""), "none", or a comma-separated list of pass names
- * ("order,marks"; spaces around names allowed) naming the passes that run, into out->passes (the
- * other fields the defaults, out->exact kept). An unknown or empty name is CN_ERR_INVALID with a
- * message naming it and the known names; *out is then unchanged. */
+ * ("order,marks"; spaces around names allowed) naming the passes that run, into *out (the other
+ * fields the defaults). An unknown or empty name is CN_ERR_INVALID with a message naming it and
+ * the known names; *out is then unchanged. */
 cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out);
 /* The L1 data and last-level (the highest level listed) cache sizes of cpu0 in bytes, read once
  * (thread-safe) from the files level,
@@ -126,12 +126,21 @@ bool cn_sched_is_reduction(const cn_sched_access *w, int rank, cn_symbol sym);
 bool cn_sched_independent(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_symbol sym,
                           const cn_symbol *inner, int n_inner);
 
-/* Whether the nest is one store whose cells separate by output loops: no axis of the written
- * cell mentions two of the nest's loop variables, and every other access of the written buffer
- * has the write's indices. Then two points touch one cell only when all output loops agree, and
- * such points run in the order of the reduction loops: loops may be permuted (and output loops
- * split) as long as the reduction loops keep their relative order. */
+/* Whether the nest is one store and every other access of the written buffer has the write's
+ * indices: no point reads a cell another point writes, except its own. */
+bool cn_sched_own_cell(const cn_ll_proc *proc, const cn_sched_nest *nest);
+/* Whether the nest is one store whose cells separate by output loops: cn_sched_own_cell and no
+ * axis of the written cell mentions two of the nest's loop variables. Then two points touch one
+ * cell only when all output loops agree, and such points run in the order of the reduction
+ * loops: loops may be permuted (and output loops split) as long as the reduction loops keep their
+ * relative order. */
 bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest);
+/* Whether loop sym separates the cells of a one-store nest: some axis of the write mentions sym
+ * and no other loop of the nest, so points with different values of sym write different cells.
+ * In a cn_sched_own_cell nest such a loop may move anywhere, the others keeping their order:
+ * every cell's points share one value of it and keep their relative order (a convolution's
+ * input gradient in[oh + kh, ic] += ..., whose loop ic may run innermost). */
+bool cn_sched_separates(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_symbol sym);
 /* Whether one of the affine bounds of a loop reads sym. */
 bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
 

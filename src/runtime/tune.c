@@ -1,0 +1,280 @@
+/* Autotuning of GEMM plans (tune.h). For each CN_LL_GEMM statement of at least CN_TUNE_WORK
+ * points: the key text (the machine: CPU model, compiler and flags; the mode; the precision and
+ * the fused or exact mode; each loop's group and extent and each operand's step per loop) names
+ * a tune record; a record's plan is taken as it is; otherwise every candidate (a register tile
+ * and a reduction block; the heuristic plan first) is compiled as a procedure of its own, all in
+ * one batch of the backend's compile_many, each run once to warm up and then timed on private
+ * buffers of the operands' sizes (never the user's tensors), on one thread, best of a few runs;
+ * the fastest is kept in the statement and stored in a record.
+ *
+ * Invariants: a candidate differs from the plan only in mr, nv and kc, which change how a cell's
+ * updates are grouped into tiles and blocks, never their order or rounding (loops.h), so tuning
+ * never changes a result; a statement's plan is replaced by an arena copy, never written through.
+ * Counters: CN_STAT_TUNE_RUNS per statement tuned, CN_STAT_TUNE_HITS per record used. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "runtime/tune.h"
+
+#include "backend/backend.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+  int mr, nv;
+  int64_t kc; /* 0: the plan's */
+} candidate;
+
+/* The heuristic first: on full ties it stays. The tiles fit 32 vector registers (AVX-512,
+ * aarch64); on 16 the larger ones spill and lose the timing. */
+static const candidate quick_candidates[] = {{0, 0, 0}, {8, 3, 0}, {12, 2, 0}, {6, 4, 512}};
+static const candidate full_tiles[] = {{6, 4, 0}, {8, 3, 0}, {12, 2, 0}, {14, 2, 0},
+                                       {4, 5, 0}, {6, 2, 0}, {4, 3, 0}};
+static const int64_t full_blocks[] = {256, 384, 512};
+#define MAX_CANDIDATES 24
+
+bool cn_tune_mode_valid(const char *text) {
+  return strcmp(text, "off") == 0 || strcmp(text, "quick") == 0 || strcmp(text, "full") == 0;
+}
+
+static int candidates_of(const char *mode, candidate *out) {
+  int n = 0;
+  if (strcmp(mode, "quick") == 0) {
+    for (size_t k = 0; k < sizeof quick_candidates / sizeof *quick_candidates; k++)
+      out[n++] = quick_candidates[k];
+    return n;
+  }
+  out[n++] = (candidate){0, 0, 0};
+  for (size_t t = 0; t < sizeof full_tiles / sizeof *full_tiles; t++)
+    for (size_t b = 0; b < sizeof full_blocks / sizeof *full_blocks; b++)
+      out[n++] = (candidate){full_tiles[t].mr, full_tiles[t].nv, full_blocks[b]};
+  return n;
+}
+
+/* The CPU's model name from /proc/cpuinfo ("unknown" when unreadable). */
+static void cpu_model(char *out, size_t size) {
+  snprintf(out, size, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    const char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) == 0 && colon) {
+      snprintf(out, size, "%s", colon + 2);
+      out[strcspn(out, "\n")] = '\0';
+      break;
+    }
+  }
+  fclose(f);
+}
+
+/* The nest's loops, outermost first. */
+static void nest_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops) {
+  const cn_ll_stmt *st = s->u.gemm.nest;
+  for (int k = 0; k < s->u.gemm.plan->depth; k++) {
+    loops[k] = st;
+    st = st->u.loop.body;
+    if (st->kind == CN_LL_SEQ && st->u.seq.count == 1) st = st->u.seq.items[0];
+  }
+}
+
+/* The store's accesses: c's write, x's and y's reads. */
+static void nest_accesses(const cn_ll_stmt *s, int *params, const cn_index **idx) {
+  const cn_ll_stmt *st = s->u.gemm.nest;
+  while (st->kind == CN_LL_FOR || (st->kind == CN_LL_SEQ && st->u.seq.count == 1))
+    st = st->kind == CN_LL_FOR ? st->u.loop.body : st->u.seq.items[0];
+  CN_ASSERT(st->kind == CN_LL_SET);
+  const cn_ll_expr *product = st->u.set.value->u.op.args[1];
+  params[0] = st->u.set.param;
+  idx[0] = st->u.set.idx;
+  for (int a = 0; a < 2; a++) {
+    params[1 + a] = product->u.op.args[a]->u.get.param;
+    idx[1 + a] = product->u.op.args[a]->u.get.idx;
+  }
+}
+
+/* The key text of a statement (arena), see the file comment. */
+static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt *s,
+                          const char *mode) {
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  char model[256];
+  cpu_model(model, sizeof model);
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "cannl gemm tune 1\nmachine %s | %s | %s\n%s %s %s\n", model,
+                 cn_cc_option(ctx, "cc"), cn_cc_option(ctx, "cflags"), mode,
+                 cn_prec_name(proc->params[plan->c].node->prec), plan->fma ? "fma" : "exact");
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  nest_loops(s, loops);
+  int params[3];
+  const cn_index *idx[3];
+  nest_accesses(s, params, idx);
+  for (int k = 0; k < plan->depth; k++) {
+    cn_sbuf_printf(&sb, "loop %c %" PRId64, "MNKB"[plan->role[k]],
+                   loops[k] -> u.loop.to - loops[k]->u.loop.from);
+    for (int a = 0; a < 3; a++) {
+      const cn_node *node = proc->params[params[a]].node;
+      int64_t strides[CN_MAX_RANK], step = 0;
+      cn_node_strides(node, strides);
+      for (int d = 0; d < node->rank; d++)
+        step += cn_index_coeff(&idx[a][d], loops[k]->u.loop.sym) * strides[d];
+      cn_sbuf_printf(&sb, " %c%" PRId64, "cxy"[a], step);
+    }
+    cn_sbuf_putc(&sb, '\n');
+  }
+  return cn_sbuf_finish(ctx, &sb);
+}
+
+static int64_t points_of(const cn_ll_stmt *s) {
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  nest_loops(s, loops);
+  int64_t work = 1;
+  for (int k = 0; k < s->u.gemm.plan->depth; k++) {
+    int64_t extent = loops[k]->u.loop.to - loops[k]->u.loop.from;
+    work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
+  }
+  return work;
+}
+
+/* Replaces the statement's plan by a copy with the candidate's sizes. */
+static cn_status apply(cn_ctx *ctx, cn_ll_stmt *s, candidate c) {
+  cn_ll_gemm *plan = cn_alloc(ctx, sizeof *plan);
+  if (!plan) return ctx->status;
+  *plan = *s->u.gemm.plan;
+  plan->mr = c.mr;
+  plan->nv = c.nv;
+  if (c.kc > 0) plan->kc = c.kc;
+  s->u.gemm.plan = plan;
+  return CN_OK;
+}
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Private operand buffers of the nodes' padded sizes, filled with 1/4 (no subnormals, no
+ * overflow over any reduction the timing runs); the other params NULL (never accessed). */
+static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_stmt *s, void **bufs) {
+  int params[3];
+  const cn_index *idx[3];
+  nest_accesses(s, params, idx);
+  for (int k = 0; k < proc->n_params; k++) bufs[k] = NULL;
+  for (int a = 0; a < 3; a++) {
+    if (bufs[params[a]]) continue; /* x and y may be one buffer */
+    const cn_node *node = proc->params[params[a]].node;
+    size_t cells = cn_node_buffer_cells(node);
+    void *buf = malloc(cells * cn_prec_bytes(node->prec) + 1);
+    if (!buf) return false;
+    for (size_t i = 0; i < cells; i++) {
+      if (node->prec == CN_PREC_SINGLE)
+        ((float *)buf)[i] = 0.25f;
+      else
+        ((double *)buf)[i] = 0.25;
+    }
+    bufs[params[a]] = buf;
+  }
+  return true;
+}
+
+/* Compiles and times the candidates of one statement; the fastest goes into the statement. */
+static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const char *mode,
+                           const char *key) {
+  candidate cands[MAX_CANDIDATES];
+  int n = candidates_of(mode, cands);
+  const cn_ll_proc *procs[MAX_CANDIDATES];
+  void *states[MAX_CANDIDATES] = {0};
+  const char *sources[MAX_CANDIDATES];
+  const cn_ll_gemm *heuristic = s->u.gemm.plan;
+  for (int k = 0; k < n; k++) {
+    cn_ll_gemm plan = *heuristic;
+    plan.mr = cands[k].mr;
+    plan.nv = cands[k].nv;
+    if (cands[k].kc > 0) plan.kc = cands[k].kc;
+    cn_ll_stmt *stmt = cn_lb_gemm(ctx, s->u.gemm.nest, &plan);
+    procs[k] = stmt ? cn_lb_proc(ctx, "tune_gemm", stmt, proc->n_params, proc->params,
+                                 proc->n_free_syms, proc->free_syms)
+                    : NULL;
+    if (!procs[k]) return ctx->status;
+  }
+  cn_status status = cn_backend_c.compile_many(ctx, n, procs, states, sources);
+  if (status != CN_OK) return status;
+  void **bufs = calloc((size_t)proc->n_params + 1, sizeof *bufs);
+  int64_t *syms = calloc((size_t)proc->n_free_syms + 1, sizeof *syms); /* static indices at 0 */
+  bool ready = bufs && syms && scratch_buffers(proc, s, bufs);
+  if (!ready) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory tuning a GEMM plan");
+  int reps = strcmp(mode, "full") == 0 ? 5 : 3, best = 0;
+  double best_time = 0;
+  for (int k = 0; ready && k < n; k++) {
+    double fastest = 0;
+    for (int r = 0; status == CN_OK && r <= reps; r++) {
+      double start = seconds();
+      status = cn_backend_c.run(ctx, states[k], bufs, syms);
+      double took = seconds() - start;
+      if (r > 0 && (r == 1 || took < fastest)) fastest = took; /* run 0 warms up */
+    }
+    if (status != CN_OK) break;
+    if (k == 0 || fastest < best_time) {
+      best = k;
+      best_time = fastest;
+    }
+  }
+  for (int k = 0; k < n; k++) cn_backend_c.release(states[k]);
+  int params[3];
+  const cn_index *idx[3];
+  nest_accesses(s, params, idx);
+  for (int a = 0; bufs && a < 3; a++) {
+    free(bufs[params[a]]);
+    bufs[params[a]] = NULL; /* x and y may be one buffer */
+  }
+  free(bufs);
+  free(syms);
+  if (status != CN_OK) return status;
+  ctx->stats[CN_STAT_TUNE_RUNS]++;
+  status = apply(ctx, s, cands[best]);
+  char value[128];
+  snprintf(value, sizeof value, "%d %d %" PRId64, s->u.gemm.plan->mr, s->u.gemm.plan->nv,
+           s->u.gemm.plan->kc);
+  /* a record that cannot be written only costs a later tuning */
+  if (status == CN_OK && cn_cc_tune_store(ctx, key, value) != CN_OK) cn_ctx_clear_error(ctx);
+  return status;
+}
+
+static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const char *mode) {
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) {
+      cn_status status = tune_in(ctx, proc, s->u.seq.items[i], mode);
+      if (status != CN_OK) return status;
+    }
+    return CN_OK;
+  case CN_LL_FOR: return tune_in(ctx, proc, s->u.loop.body, mode);
+  case CN_LL_IF: return tune_in(ctx, proc, s->u.guard.body, mode);
+  case CN_LL_GEMM: break;
+  case CN_LL_COMMENT:
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return CN_OK;
+  }
+  if (points_of(s) < CN_TUNE_WORK) return CN_OK;
+  const char *key = key_of(ctx, proc, s, mode);
+  if (!key) return ctx->status;
+  char value[128];
+  bool found = false;
+  cn_status status = cn_cc_tune_load(ctx, key, value, sizeof value, &found);
+  if (status != CN_OK) return status;
+  candidate c;
+  if (found && sscanf(value, "%d %d %" SCNd64, &c.mr, &c.nv, &c.kc) == 3 && c.mr >= 0 &&
+      c.mr <= 32 && c.nv >= 0 && c.nv <= 8 && (c.mr == 0) == (c.nv == 0) && c.kc >= 1) {
+    ctx->stats[CN_STAT_TUNE_HITS]++;
+    return apply(ctx, s, c);
+  }
+  return tune_stmt(ctx, proc, s, mode, key);
+}
+
+cn_status cn_tune_proc(cn_ctx *ctx, cn_ll_proc *proc, const char *mode) {
+  CN_ASSERT(cn_tune_mode_valid(mode));
+  if (strcmp(mode, "off") == 0) return CN_OK;
+  return tune_in(ctx, proc, proc->body, mode);
+}
