@@ -8,10 +8,12 @@
  * register tile (1, MR - 1, MR + 1, NR +- 1 for the default 6 x 64 tile of AVX-512 single, primes
  * 61 and 127) and of the blocks; a fused result stays within the stated bound of the exact one.
  * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention,
- * a strided, dilated, padded convolution (implicit GEMM), double precision, the cell-by-cell path
- * of a failed allocation (CN_GEMM_NO_MEMORY), and the generated code under -Wall -Wextra -Werror
- * with and without -march=native (generic vectors). */
+ * a strided, dilated, padded convolution (implicit GEMM), double precision, half, bfloat16 and
+ * fp8 (each update rounded to the precision), the cell-by-cell path of a failed allocation
+ * (CN_GEMM_NO_MEMORY), and the generated code under -Wall -Wextra -Werror with and without
+ * -march=native (generic vectors). */
 #include "loops_check.h"
+#include "numeric/numeric.h"
 #include "runtime/pool.h"
 #include "sched/sched.h"
 #include "snapshot.h"
@@ -29,10 +31,8 @@ static void fill(cn_node *n, uint64_t seed) {
     seed = seed * 6364136223846793005u + 1442695040888963407u;
     double v = ldexp((double)(seed >> 40) / (double)(1u << 24) - 0.5, (int)(seed >> 20 & 7) - 3);
     if ((seed >> 8 & 31) == 0) v = (seed >> 13 & 1) ? -0.0 : 0.0;
-    if (n->prec == CN_PREC_SINGLE)
-      ((float *)buf)[i] = (float)v;
-    else
-      ((double *)buf)[i] = v;
+    cn_value_store(n->prec, cn_value_of_double(n->prec, v),
+                   (char *)buf + i * cn_prec_bytes(n->prec));
   }
 }
 
@@ -225,6 +225,11 @@ static void check_shape(const char *what, builder *build, cn_node *const *nodes,
   if (cflags) CHECK_INT(cn_ctx_set_option(ctx, "cflags", NULL), CN_OK);
 }
 
+/* matmul over the nodes' dims (any precision). */
+static cn_ll_proc *matmul_of_nodes(cn_ctx *ctx, cn_node *const *n) {
+  return matmul(ctx, n, n[2]->dims[0], n[2]->dims[1], n[0]->dims[1]);
+}
+
 /* c[i, j] += at[k, i] * bt[j, k]: both operands transposed (strided packing). */
 static cn_ll_proc *transposed(cn_ctx *ctx, cn_node *const *n) {
   cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0),
@@ -327,6 +332,19 @@ static void test_shapes(void) {
       node(ctx, "km", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)70, (int64_t)11),
       node(ctx, "s", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)17, (int64_t)70)};
   check_shape("attention", attention, att, 3, NULL);
+  /* narrow precisions: operands converted once when packed, every update rounded as the nest's
+   * store rounds it (half through the instruction set's conversions, the others lane by lane) */
+  const cn_prec narrow[3] = {CN_PREC_HALF, CN_PREC_BFLOAT16, CN_PREC_FP8};
+  for (int p = 0; p < 3; p++) {
+    cn_node *mm[3] = {node(ctx, "a", narrow[p], 2, (int64_t)19, (int64_t)67),
+                      node(ctx, "b", narrow[p], 2, (int64_t)67, (int64_t)70),
+                      node(ctx, "c", narrow[p], 2, (int64_t)19, (int64_t)70)};
+    char what[64];
+    snprintf(what, sizeof what, "%s matmul", cn_prec_name(narrow[p]));
+    check_shape(what, matmul_of_nodes, mm, 3, NULL);
+    if (p == 0) /* generic vectors: the lane-by-lane rounding of half */
+      check_shape(what, matmul_of_nodes, mm, 3, "-O2 -std=c11 -Wall -Wextra -Werror -shared -fPIC");
+  }
   /* in: 2 x 13 x 13 x 3 plus margins; out: 2 x 4 x 4 x 5; window 3 x 3 */
   cn_node *cv[3] = {
       node(ctx, "in", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)13, (int64_t)13, (int64_t)3),

@@ -22,9 +22,8 @@ typedef struct {
   int n_params;
   const cn_symbol *statics;
   int n_statics;
-  /* The GEMM preamble (cgen_gemm.c) is in the text already: the common part, and the part of
-   * each precision (single, double). */
-  bool gemm_common, gemm_single, gemm_double;
+  /* The parts of the GEMM preamble (cgen_gemm.c) already in the text: GEMM_* bits. */
+  unsigned gemm_emitted;
 } cgen_par;
 
 typedef struct {
@@ -42,6 +41,10 @@ typedef struct {
    * declared and whose terms are dropped from offsets; NULL elsewhere. */
   const cn_ll_stmt *flat_outer;
 } cgen;
+
+/* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
+ * rounding of each narrow precision p (GEMM_ROUND << p). */
+enum { GEMM_COMMON = 1u << 0, GEMM_F32 = 1u << 1, GEMM_F64 = 1u << 2, GEMM_ROUND = 1u << 3 };
 
 /* The name a symbol of the procedure has in the generated text. */
 const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);

@@ -78,6 +78,27 @@ static const char preamble_prec[] =
     "#endif\n"
     "}\n";
 
+/* Rounding of a vector of float values to a narrow precision and back, as a store and a load
+ * round (builtins.h): per update in a tile of such a precision, exactly as the nest stores each
+ * update. Half has the instruction set's conversions (round to nearest even, like
+ * cn_store_half); the others go lane by lane through the prelude's. */
+static const char preamble_round[] = "static inline cn_vf32 cn_vround_@LC@(cn_vf32 v) {\n"
+                                     "@HW@"
+                                     "  for (int l = 0; l < (int)(sizeof v / sizeof v[0]); l++) "
+                                     "v[l] = cn_load_@LC@(cn_store_@LC@(v[l]));\n"
+                                     "  return v;\n"
+                                     "@HWEND@"
+                                     "}\n";
+
+static const char round_half_hw[] =
+    "#if defined(__AVX512F__)\n"
+    "  return (cn_vf32)_mm512_cvtph_ps(\n"
+    "      _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));\n"
+    "#elif defined(__AVX__) && defined(__F16C__)\n"
+    "  return (cn_vf32)_mm256_cvtph_ps(\n"
+    "      _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));\n"
+    "#else\n";
+
 /* The micro-kernel: the tile's rows start at rows[r] (NR adjacent cells each), a is a panel of
  * MR rows by kc steps, b one of kc steps by NR columns. */
 static const char micro_kernel[] =
@@ -115,8 +136,8 @@ static const char micro_kernel[] =
  * (t / (njc * nic), t / nic % njc, t % nic); consecutive tasks of one batch point and column
  * block share the packing of y. */
 static const char task_range[] =
-    "static void cn_gemm_range_@N@(@T@ *restrict cn_c, const @T@ *restrict cn_x,\n"
-    "                              const @T@ *restrict cn_y, int64_t cn_lo, int64_t cn_hi) {\n"
+    "static void cn_gemm_range_@N@(@S@ *restrict cn_c, const @S@ *restrict cn_x,\n"
+    "                              const @S@ *restrict cn_y, int64_t cn_lo, int64_t cn_hi) {\n"
     "  enum { cn_mr = cn_g@N@_mr, cn_nr = cn_g@N@_nr, cn_mc = cn_g@N@_mc, cn_kcb = cn_g@N@_kc };\n"
     "  enum { cn_ncb = cn_g@N@_nc, cn_unit = sizeof(@T@) < 64 ? 64 / sizeof(@T@) : 1 };\n"
     "  const int64_t cn_nic = (@M@ + cn_mc - 1) / cn_mc, cn_njc = (@NN@ + cn_ncb - 1) / cn_ncb;\n"
@@ -133,8 +154,8 @@ static const char task_range[] =
     "    cn_t += cn_ic1 - cn_ic0;\n"
     "    const int64_t cn_b = cn_group / cn_njc, cn_n0 = cn_group % cn_njc * cn_ncb;\n"
     "    const int64_t cn_nc = @NN@ - cn_n0 < cn_ncb ? @NN@ - cn_n0 : cn_ncb;\n"
-    "    @T@ *const cn_cb = cn_c + @BC@;\n"
-    "    const @T@ *const cn_xb = cn_x + @BX@, *const cn_yb = cn_y + @BY@;\n"
+    "    @S@ *const cn_cb = cn_c + @BC@;\n"
+    "    const @S@ *const cn_xb = cn_x + @BX@, *const cn_yb = cn_y + @BY@;\n"
     "    (void)cn_b;\n"
     "    for (int64_t cn_p0 = 0; cn_p0 < @K@; cn_p0 += cn_kcb) {\n"
     "      const int64_t cn_kc = @K@ - cn_p0 < cn_kcb ? @K@ - cn_p0 : cn_kcb;\n"
@@ -145,12 +166,12 @@ static const char task_range[] =
     "      if (!cn_pack) { /* no scratch memory: cell by cell, in the same order */\n"
     "        for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
     "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc; cn_j++) {\n"
-    "            @T@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
-    "            const @T@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
-    "            @T@ cn_sum = *cn_cell;\n"
+    "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
+    "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
+    "            @T@ cn_sum = @LOAD(*cn_cell)@;\n"
     "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
     "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
-    "            *cn_cell = cn_sum;\n"
+    "            @STORE(*cn_cell, cn_sum)@;\n"
     "          }\n"
     "        continue;\n"
     "      }\n"
@@ -163,7 +184,7 @@ static const char task_range[] =
     "cn_q)@;\n"
     "        for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "          for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
-    "            cn_panel[cn_k * cn_nr + cn_q] = cn_yb[cn_ky[cn_k] + cn_col[cn_q]];\n"
+    "            cn_panel[cn_k * cn_nr + cn_q] = @LOAD(cn_yb[cn_ky[cn_k] + cn_col[cn_q]])@;\n"
     "          for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
     "        }\n"
     "      }\n"
@@ -179,7 +200,7 @@ static const char task_range[] =
     "cn_q)@;\n"
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
-    "              cn_panel[cn_k * cn_mr + cn_q] = cn_xb[cn_row[cn_q] + cn_kx[cn_k]];\n"
+    "              cn_panel[cn_k * cn_mr + cn_q] = @LOAD(cn_xb[cn_row[cn_q] + cn_kx[cn_k]])@;\n"
     "            for (int cn_q = cn_rows; cn_q < cn_mr; cn_q++) cn_panel[cn_k * cn_mr + cn_q] = "
     "0;\n"
     "          }\n"
@@ -189,12 +210,7 @@ static const char task_range[] =
     "            const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
     "            const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
     "            @T@ *cn_rp[cn_mr];\n"
-    "            if (@DIRECT@ && cn_rows == cn_mr && cn_cols == cn_nr) {\n"
-    "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
-    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
-    "              continue;\n"
-    "            }\n"
+    "@DIRECT@"
     "            /* an edge tile, or columns apart in c: through a tile of its own */\n"
     "            _Alignas(64) @T@ cn_tile[cn_mr][cn_nr];\n"
     "            int64_t cn_col[cn_nr], cn_row[cn_mr];\n"
@@ -205,12 +221,12 @@ static const char task_range[] =
     "              cn_rp[cn_r] = cn_tile[cn_r];\n"
     "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
     "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols ? "
-    "cn_cb[cn_row[cn_r] + cn_col[cn_q]] : 0;\n"
+    "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
     "            }\n"
     "            cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
     "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
     "              for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
-    "                cn_cb[cn_row[cn_r] + cn_col[cn_q]] = cn_tile[cn_r][cn_q];\n"
+    "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
     "          }\n"
     "      }\n"
     "    }\n"
@@ -218,17 +234,27 @@ static const char task_range[] =
     "  free(cn_pack);\n"
     "}\n";
 
+/* The tile straight in c (rows of adjacent cells of the compute type): a full tile's rows are
+ * pointers into c. */
+static const char direct_tile[] =
+    "            if (cn_rows == cn_mr && cn_cols == cn_nr) {\n"
+    "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
+    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
+    "              cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "              continue;\n"
+    "            }\n";
+
 /* The pool's callback and the function the routine calls. */
 static const char entry[] =
     "struct cn_genv_@N@ {\n"
-    "  @T@ *c;\n"
-    "  const @T@ *x, *y;\n"
+    "  @S@ *c;\n"
+    "  const @S@ *x, *y;\n"
     "};\n"
     "static void cn_gemm_body_@N@(void *cn_envp, int64_t cn_lo, int64_t cn_hi) {\n"
     "  const struct cn_genv_@N@ *cn_env = cn_envp;\n"
     "  cn_gemm_range_@N@(cn_env->c, cn_env->x, cn_env->y, cn_lo, cn_hi);\n"
     "}\n"
-    "static void cn_gemm_@N@(@T@ *cn_c, const @T@ *cn_x, const @T@ *cn_y, const cn_par_t *cn_par) "
+    "static void cn_gemm_@N@(@S@ *cn_c, const @S@ *cn_x, const @S@ *cn_y, const cn_par_t *cn_par) "
     "{\n"
     "  struct cn_genv_@N@ cn_env = {cn_c, cn_x, cn_y};\n"
     "  const int64_t cn_tasks = @B@ * ((@NN@ + cn_g@N@_nc - 1) / cn_g@N@_nc) *\n"
@@ -379,10 +405,33 @@ static void expand(cn_sbuf *sb, const expansion *e, const char *text) {
           *args[k] = 0;
           args[k] += 2;
         }
+        cn_prec prec = e->geo->prec;
+        cn_sbuf x = {0}, y = {0};
+        cn_load_c(&x, prec, args[1]);
+        cn_load_c(&y, prec, args[2]);
+        bool narrow = !cn_prec_stores_as_computed(prec);
+        if (narrow) /* rounded as the store rounds each update */
+          cn_sbuf_printf(sb, "cn_load_%s(cn_store_%s(", cn_prec_table[prec].name,
+                         cn_prec_table[prec].name);
         if (e->geo->plan->fma)
-          cn_sbuf_printf(sb, "fma(%s, %s, %s)", args[1], args[2], args[0]);
+          cn_sbuf_printf(sb, "fma(%s, %s, %s)", x.data, y.data, args[0]);
         else
-          cn_sbuf_printf(sb, "%s + %s * %s", args[0], args[1], args[2]);
+          cn_sbuf_printf(sb, "%s + %s * %s", args[0], x.data, y.data);
+        if (narrow) cn_sbuf_puts(sb, "))");
+        if (x.failed || y.failed) sb->failed = true;
+        cn_sbuf_free(&x);
+        cn_sbuf_free(&y);
+        done = true;
+      }
+      if (name_len == 4 && strncmp(at + 1, "LOAD", 4) == 0) { /* a stored cell as computed */
+        cn_load_c(sb, e->geo->prec, arg);
+        done = true;
+      }
+      if (name_len == 5 && strncmp(at + 1, "STORE", 5) == 0) { /* STORE(cell, value) */
+        char *value = strstr(arg, ", ");
+        CN_ASSERT(value);
+        *value = '\0';
+        cn_store_c(sb, e->geo->prec, arg, value + 2);
         done = true;
       }
       for (size_t k = 0; !done && k < sizeof offsets / sizeof offsets[0]; k++)
@@ -427,26 +476,39 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   cgen_par *par = g->par;
   cn_sbuf *sb = &par->outlined;
   const cn_ll_gemm *plan = geo->plan;
-  bool single = geo->prec == CN_PREC_SINGLE;
+  /* computed in float (single and the narrow ones) or double; stored in the node's type */
+  bool single = cn_prec_table[geo->prec].kind == CN_PKIND_FLOAT && geo->prec != CN_PREC_DOUBLE;
+  bool narrow = !cn_prec_stores_as_computed(geo->prec);
   expansion e = {.geo = geo};
   define(&e, "T", single ? "float" : "double");
   define(&e, "P", single ? "f32" : "f64");
-  if (!par->gemm_common) {
+  define(&e, "S", cn_prec_table[geo->prec].store_c);
+  if (!(par->gemm_emitted & GEMM_COMMON)) {
     cn_sbuf_puts(sb, preamble_common);
-    par->gemm_common = true;
+    par->gemm_emitted |= GEMM_COMMON;
   }
-  bool *prec_done = single ? &par->gemm_single : &par->gemm_double;
-  if (!*prec_done) {
+  unsigned vectors = single ? GEMM_F32 : GEMM_F64;
+  if (!(par->gemm_emitted & vectors)) {
     expansion p = e;
     define(&p, "X86", single ? "ps" : "pd");
     define(&p, "X86S", single ? "" : "d");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
     expand(sb, &p, preamble_prec);
-    *prec_done = true;
+    par->gemm_emitted |= vectors;
   }
-  int64_t direct_step;
-  bool direct = group_linear(geo, CN_GEMM_N, ACC_C, &direct_step) && direct_step == 1;
+  unsigned rounding = GEMM_ROUND << geo->prec;
+  if (narrow && !(par->gemm_emitted & rounding)) {
+    expansion p = e;
+    bool half = geo->prec == CN_PREC_HALF;
+    define(&p, "LC", cn_prec_table[geo->prec].name);
+    define(&p, "HW", half ? round_half_hw : "");
+    define(&p, "HWEND", half ? "#endif\n" : "");
+    expand(sb, &p, preamble_round);
+    par->gemm_emitted |= rounding;
+  }
+  int64_t direct_step; /* the tile's rows straight in c: adjacent columns of the compute type */
+  bool direct = !narrow && group_linear(geo, CN_GEMM_N, ACC_C, &direct_step) && direct_step == 1;
   int64_t kc = plan->kc < geo->total[CN_GEMM_K] ? plan->kc : geo->total[CN_GEMM_K];
   int64_t nc = plan->nc < geo->total[CN_GEMM_N] ? plan->nc : geo->total[CN_GEMM_N];
   cn_sbuf_printf(sb, "/* GEMM %d: %lld batch x %lld rows x %lld columns x %lld steps, %s */\n",
@@ -468,10 +530,16 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
                  number, (long long)row_block(geo), number, number, number);
   define(&e, "N", number_text(ctx, number));
   /* fma: the broadcast is s - 0, exactly s (s + 0 would turn -0 into +0) */
-  define(&e, "UPDATE",
-         !plan->fma ? "cn_acc[cn_r][cn_v] + cn_bv[cn_v] * cn_s"
-         : single   ? "cn_vfma_f32(cn_bv[cn_v], cn_s - (cn_vf32){0}, cn_acc[cn_r][cn_v])"
-                    : "cn_vfma_f64(cn_bv[cn_v], cn_s - (cn_vf64){0}, cn_acc[cn_r][cn_v])");
+  const char *update = !plan->fma ? "cn_acc[cn_r][cn_v] + cn_bv[cn_v] * cn_s"
+                       : single
+                           ? "cn_vfma_f32(cn_bv[cn_v], cn_s - (cn_vf32){0}, cn_acc[cn_r][cn_v])"
+                           : "cn_vfma_f64(cn_bv[cn_v], cn_s - (cn_vf64){0}, cn_acc[cn_r][cn_v])";
+  if (narrow) { /* each update rounded as the nest's store rounds it */
+    cn_sbuf rounded = {0};
+    cn_sbuf_printf(&rounded, "cn_vround_%s(%s)", cn_prec_table[geo->prec].name, update);
+    update = cn_sbuf_finish(ctx, &rounded);
+  }
+  define(&e, "UPDATE", update);
   define(&e, "M", number_text(ctx, geo->total[CN_GEMM_M]));
   define(&e, "NN", number_text(ctx, geo->total[CN_GEMM_N]));
   define(&e, "K", number_text(ctx, geo->total[CN_GEMM_K]));
@@ -479,13 +547,21 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "BC", batch_offset(ctx, geo, ACC_C));
   define(&e, "BX", batch_offset(ctx, geo, ACC_X));
   define(&e, "BY", batch_offset(ctx, geo, ACC_Y));
-  define(&e, "DIRECT", direct ? "1" : "0");
   define(&e, "PARALLEL", plan->parallel ? "1" : "0");
+  define(&e, "DIRECT", ""); /* the full-tile path straight in c, below */
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
       sb->failed = true;
       return;
     }
+  if (direct) {
+    cn_sbuf text = {0};
+    expand(&text, &e, direct_tile);
+    if (!(e.values[e.n - 1] = cn_sbuf_finish(ctx, &text))) {
+      sb->failed = true;
+      return;
+    }
+  }
   expand(sb, &e, micro_kernel);
   expand(sb, &e, task_range);
   expand(sb, &e, entry);

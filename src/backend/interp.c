@@ -291,11 +291,11 @@ static cn_value eval_fused(const interp_machine *m, const cn_ll_expr *sum) {
   double c = eval_expr(m, sum->u.op.args[0]).f, x = eval_expr(m, product->u.op.args[0]).f;
   double y = eval_expr(m, product->u.op.args[1]).f;
   cn_value v;
-  switch (sum->prec) {
-  case CN_PREC_SINGLE: v.f = fmaf((float)x, (float)y, (float)c); return v;
-  case CN_PREC_DOUBLE: v.f = fma(x, y, c); return v;
-  default: cn_assert_fail(__FILE__, __LINE__, "a fused GEMM in a precision without fma");
-  }
+  CN_ASSERT(cn_prec_table[sum->prec].kind == CN_PKIND_FLOAT);
+  /* double in double; single and the narrow precisions (computed in float) in float, the store
+   * rounding a narrow one */
+  v.f = sum->prec == CN_PREC_DOUBLE ? fma(x, y, c) : fmaf((float)x, (float)y, (float)c);
+  return v;
 }
 
 static void exec_set_vec(const interp_machine *m, const cn_ll_stmt *s) {

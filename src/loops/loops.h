@@ -108,7 +108,10 @@ typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_gemm_role;
  * first). Its meaning: every cell of c gets the updates of its points in the order of the K
  * loops (the nest's order, outer to inner), each update either c + x * y with the product and
  * the sum rounded apart (exact: what the nest says, bit for bit) or one fused multiply-add,
- * rounded once (fma). Either way a cell's value is one function of its operands, whatever
+ * rounded once (fma) in the precision's compute type; a narrow precision (half, bfloat16, fp8,
+ * computed in float) then rounds each update to itself, as the nest's store does, and its
+ * operands are converted to float once, when a backend packs them (exactly: every narrow value
+ * is a float). Either way a cell's value is one function of its operands, whatever
  * tiles, cache blocks, packing or threads a backend uses: they may only reorder work across
  * cells. The sizes are advice to a backend that tiles: a register tile of mr rows by nv vectors
  * of columns (0: the backend's default for the instruction set it compiles for) and cache blocks

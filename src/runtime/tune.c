@@ -15,6 +15,7 @@
 #include "runtime/tune.h"
 
 #include "backend/backend.h"
+#include "numeric/numeric.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -168,12 +169,9 @@ static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_stmt *s, void **
     size_t cells = cn_node_buffer_cells(node);
     void *buf = malloc(cells * cn_prec_bytes(node->prec) + 1);
     if (!buf) return false;
-    for (size_t i = 0; i < cells; i++) {
-      if (node->prec == CN_PREC_SINGLE)
-        ((float *)buf)[i] = 0.25f;
-      else
-        ((double *)buf)[i] = 0.25;
-    }
+    cn_value quarter = cn_value_of_double(node->prec, 0.25);
+    size_t bytes = cn_prec_bytes(node->prec);
+    for (size_t i = 0; i < cells; i++) cn_value_store(node->prec, quarter, (char *)buf + i * bytes);
     bufs[params[a]] = buf;
   }
   return true;

@@ -122,7 +122,7 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   cn_sched_gemm g;
   if (!cn_sched_gemm_of(proc, nest, &g)) return CN_OK;
   cn_prec prec = proc->params[g.c].node->prec;
-  if (prec != CN_PREC_SINGLE && prec != CN_PREC_DOUBLE) return CN_OK;
+  if (cn_prec_table[prec].kind != CN_PKIND_FLOAT) return CN_OK;
   int64_t work = 1;
   for (int k = 0; k < nest->depth; k++) {
     const cn_ll_stmt *loop = nest->loops[k];

@@ -174,7 +174,7 @@ typedef struct {
  * affine (transposed, strided, dilated, offset operands). */
 bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out);
 
-/* GEMM plans (gemm.c): every GEMM-class perfect nest of single or double precision with box
+/* GEMM plans (gemm.c): every GEMM-class perfect nest of a floating precision with box
  * loops (no affine bounds) and at least opts->gemm_work points becomes a CN_LL_GEMM statement
  * with a plan (loops.h): fused or exact by opts->exact, the backend's default register tile, cache
  * blocks from the cache sizes. */
