@@ -62,6 +62,8 @@ static const char preamble_common[] =
 
 /* The part of one precision: its vector types and fused multiply-add on vectors. */
 static const char preamble_prec[] =
+    "#pragma GCC diagnostic push /* exact mode has no fused multiply-add to call */\n"
+    "#pragma GCC diagnostic ignored \"-Wunused-function\"\n"
     "typedef @T@ cn_v@P@ __attribute__((vector_size(CN_VBYTES), __may_alias__));\n"
     "typedef @T@ cn_v@P@u __attribute__((vector_size(CN_VBYTES), aligned(sizeof(@T@)), "
     "__may_alias__));\n"
@@ -76,7 +78,8 @@ static const char preamble_prec[] =
     "  for (int l = 0; l < (int)(sizeof a / sizeof a[0]); l++) c[l] = fma(a[l], b[l], c[l]);\n"
     "  return c;\n"
     "#endif\n"
-    "}\n";
+    "}\n"
+    "#pragma GCC diagnostic pop\n";
 
 /* Rounding of a vector of float values to a narrow precision and back, as a store and a load
  * round (builtins.h): per update in a tile of such a precision, exactly as the nest stores each
