@@ -1,11 +1,11 @@
 /* Recognition of GEMM-class nests (issue 17, src/sched/gemm.c) on nests built by hand with the
  * cn_lb_* constructors: the groups (M, N, K, batch) of every loop for a matmul, transposed
  * operands, a batched attention product `b h q d; b h k d => b h q k`, a matmul's input gradient
- * (slots permuted), a strided, dilated, padded convolution (implicit GEMM: K = window x input
- * channels), and the nests that are not GEMM-class: a max accumulation, a product of three
- * operands, a product with a constant, a broadcast operand (an output loop no operand walks), the
- * convolution's input gradient (several points per output cell) and an interleave (no
- * accumulation). */
+ * (slots permuted), the gradients of the attention product, a strided, dilated, padded
+ * convolution (implicit GEMM: K = window x input channels) and its weight gradient, and the nests
+ * that are not GEMM-class: a max accumulation, a product of three operands, a product with a
+ * constant, a broadcast operand (an output loop no operand walks), the convolution's input gradient
+ * (several points per output cell) and an interleave (no accumulation). */
 #include "loops_check.h"
 #include "sched/sched.h"
 
@@ -170,6 +170,38 @@ static void test_attention_and_conv(void) {
       3, qks);
   int x = -1, y = -1;
   CHECK_STR(roles(&att, &x, &y), "BBMNK");
+  /* its gradients, slots permuted: dQ[b, h, q, d] += dS[b, h, q, k] * K[b, h, k, d] over loops
+   * b, h, q, k, d (k the reduction) and dK[b, h, k, d] += dS[b, h, q, k] * Q[b, h, q, d] (q) */
+  cn_node *dq[3] = {
+      qks[2], qks[1],
+      node(ctx, "dQ", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)4, (int64_t)6)};
+  built grad_q = nest_of(
+      ctx, 5, v, ext,
+      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                cn_index_iter(v[2]), cn_index_iter(v[4])),
+                  CN_OP_ADD,
+                  product(ctx, get(ctx, 0, bhqk),
+                          get(ctx, 1,
+                              cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                            cn_index_iter(v[3]), cn_index_iter(v[4]))))),
+      3, dq);
+  CHECK_STR(roles(&grad_q, &x, &y), "BBMKN");
+  cn_node *dk[3] = {
+      qks[2], qks[0],
+      node(ctx, "dK", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)5, (int64_t)6)};
+  built grad_k = nest_of(
+      ctx, 5, v, ext,
+      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                cn_index_iter(v[3]), cn_index_iter(v[4])),
+                  CN_OP_ADD,
+                  product(ctx, get(ctx, 0, bhqk),
+                          get(ctx, 1,
+                              cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                            cn_index_iter(v[2]), cn_index_iter(v[4]))))),
+      3, dk);
+  CHECK_STR(roles(&grad_k, &x, &y), "BBKMN");
   /* out[n, o, oc] += in[n, 2*o + 3*kk - 1, ic] * w[kk, ic, oc]: stride 2, dilation 3, one cell
    * of padding on the left of in (its margin) */
   const char *cn[5] = {"n", "o", "oc", "kk", "ic"};
@@ -196,6 +228,25 @@ static void test_attention_and_conv(void) {
       3, iwo);
   CHECK_STR(roles(&conv, &x, &y), "MMNKK");
   CHECK(x == 0 && y == 1);
+  /* its weight gradient dw[kk, ic, oc] += in[n, 2*o + 3*kk - 1, ic] * dout[n, o, oc], loops n, o,
+   * oc, kk, ic: the batch and the output positions are the reduction */
+  cn_node *wg[3] = {iwo[0], iwo[2],
+                    node(ctx, "dw", CN_PREC_SINGLE, 3, (int64_t)3, (int64_t)2, (int64_t)3)};
+  built weight_grad = nest_of(
+      ctx, 5, c, cext,
+      cn_lb_accum(
+          ctx, 2, CN_PREC_SINGLE,
+          cn_lb_indices(ctx, 3, cn_index_iter(c[3]), cn_index_iter(c[4]), cn_index_iter(c[2])),
+          CN_OP_ADD,
+          product(ctx,
+                  get(ctx, 0,
+                      cn_lb_indices(ctx, 3, cn_index_iter(c[0]), affine2(c[1], 2, c[3], 3, -1),
+                                    cn_index_iter(c[4]))),
+                  get(ctx, 1,
+                      cn_lb_indices(ctx, 3, cn_index_iter(c[0]), cn_index_iter(c[1]),
+                                    cn_index_iter(c[2]))))),
+      3, wg);
+  CHECK_STR(roles(&weight_grad, &x, &y), "KKNMM");
   /* its input gradient din[n, 2*o + 3*kk - 1, ic] += dout[n, o, oc] * w[kk, ic, oc]: several
    * (o, kk) points per cell, not a matrix product (yet: the implicit-GEMM rewrite is to come) */
   cn_node *gw[3] = {iwo[2], iwo[1],
