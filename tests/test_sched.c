@@ -260,7 +260,7 @@ static cn_ll_proc *input_grad_proc(cn_ctx *ctx, cn_node *const *nodes, const cn_
                                                          cn_index_iter(v[4]), cn_index_iter(v[3]))),
                                  NULL);
   cn_ll_stmt *body = cn_lb_accum(ctx, 2, single, din, CN_OP_ADD, product);
-  const int64_t ext[5] = {2, 6, 4, 16, 3}; /* n, o, oc, ic, kk */
+  const int64_t ext[5] = {4, 6, 4, 16, 3}; /* n, o, oc, ic, kk */
   for (int k = 4; k >= 0; k--) body = cn_lb_loop(ctx, v[k], 0, ext[k], body);
   cn_ll_param params[3] = {{nodes[0], false}, {nodes[1], false}, {nodes[2], false}};
   return cn_lb_proc(ctx, "input_grad", body, 3, params, 0, NULL);
@@ -268,9 +268,9 @@ static cn_ll_proc *input_grad_proc(cn_ctx *ctx, cn_node *const *nodes, const cn_
 
 static void test_input_gradient(void) {
   cn_ctx *ctx = cn_ctx_create();
-  cn_node *nodes[3] = {node(ctx, "dout", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)6, (int64_t)4),
+  cn_node *nodes[3] = {node(ctx, "dout", CN_PREC_SINGLE, 3, (int64_t)4, (int64_t)6, (int64_t)4),
                        node(ctx, "w", CN_PREC_SINGLE, 3, (int64_t)4, (int64_t)3, (int64_t)16),
-                       node(ctx, "din", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)8, (int64_t)16)};
+                       node(ctx, "din", CN_PREC_SINGLE, 3, (int64_t)4, (int64_t)8, (int64_t)16)};
   const char *names[5] = {"n", "o", "oc", "ic", "kk"};
   cn_symbol v[5];
   for (int k = 0; k < 5; k++) v[k] = cn_symbol_create(ctx, names[k], 0);
@@ -281,17 +281,33 @@ static void test_input_gradient(void) {
   check_text(
       cn_ll_to_string(ctx, scheduled),
       "routine input_grad\n"
-      "  params: dout#1 single[2, 6, 4], w#2 single[4, 3, 16], din#3 single[2, 8, 16]\n"
-      "for n in 0..2:\n"
+      "  params: dout#1 single[4, 6, 4], w#2 single[4, 3, 16], din#3 single[4, 8, 16]\n"
+      "for n in 0..4:\n"
       "  for o in 0..6:\n"
       "    for oc in 0..4:\n"
       "      for kk in 0..3:\n"
       "        for ic in 0..16:\n"
       "          din[n, o + kk, ic] := din[n, o + kk, ic] + dout[n, o, oc] * w[oc, kk, ic]\n");
   check_same_results(ctx, plain, scheduled);
-  /* with every loop pass: ic a vector loop, and still the same bits */
+  /* with every loop pass: ic a vector loop, oc jammed (4 updates of one cell in a row: for one
+   * cell and fixed n, o, kk and ic are fixed), and still the same bits */
   cn_ll_proc *all = input_grad_proc(ctx, nodes, v);
-  CHECK_HAS(scheduled_text(ctx, all), "for ic in 0..16 (vector):");
+  check_text(scheduled_text(ctx, all),
+             "routine input_grad\n"
+             "  params: dout#1 single[4, 6, 4], w#2 single[4, 3, 16], din#3 single[4, 8, 16]\n"
+             "for n in 0..4:\n"
+             "  for o in 0..6:\n"
+             "    for oc_jam in 0..1:\n"
+             "      for kk in 0..3 (flat):\n"
+             "        for ic in 0..16 (vector):\n"
+             "          din[n, o + kk, ic] := din[n, o + kk, ic] + dout[n, o, 4*oc_jam] * "
+             "w[4*oc_jam, kk, ic]\n"
+             "          din[n, o + kk, ic] := din[n, o + kk, ic] + dout[n, o, 4*oc_jam + 1] * "
+             "w[4*oc_jam + 1, kk, ic]\n"
+             "          din[n, o + kk, ic] := din[n, o + kk, ic] + dout[n, o, 4*oc_jam + 2] * "
+             "w[4*oc_jam + 2, kk, ic]\n"
+             "          din[n, o + kk, ic] := din[n, o + kk, ic] + dout[n, o, 4*oc_jam + 3] * "
+             "w[4*oc_jam + 3, kk, ic]\n");
   check_same_results(ctx, plain, all);
   cn_ctx_destroy(ctx);
 }

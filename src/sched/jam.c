@@ -1,7 +1,8 @@
 /* Unroll-and-jam: one outer loop of a nest unrolled into its innermost loop, so that every
  * iteration of the innermost loop carries several independent updates.
  *
- * Contract: in a separable perfect nest (cn_sched_separable) with innermost loop I, a loop L
+ * Contract: in a separable perfect nest (cn_sched_separable), or a one-store nest whose write mixes
+ * loops in an axis as below, with innermost loop I, a loop L
  * outside I of constant range (no affine bounds, read by no loop's bounds) and at least JAM_FACTOR
  * iterations is rewritten, at L's place, as a loop L_jam over [0, n / U) whose body is the loops
  * between L and I and I itself, around U copies of the body, copy u with L := U*L_jam + from + u
@@ -15,6 +16,11 @@
  *  - I is an output loop and L is the deepest reduction loop, with no reduction loop inside it:
  *    the U copies update one cell in a row, which is loaded and stored once per U updates (the
  *    matmul c[i,k] += a[i,j] * b[j,k] ordered i, j, k reads and writes c a quarter as often).
+ *  - The write mixes loops in an axis (a convolution's input gradient din[oh + kh, ow + kw, ic]
+ *    += dout[oh, ow, oc] * w[oc, kh, kw, ic], ordered oh, ow, oc, kh, kw, ic): L is the deepest
+ *    loop the write does not mention (oc) when every loop inside it is fixed by the written cell
+ *    and the loops outside L; the copies update one cell in a row as above (for one cell and
+ *    fixed outer loops only L varies, so its values still run in ascending order).
  * Legality, which keeps every cell's sequence of stores: in a separable nest the points touching
  * one cell differ only in reduction loops and no point reads a cell another writes. Jamming an
  * output loop only reorders points of different cells. Jamming a reduction loop with no reduction
@@ -52,15 +58,48 @@ static double inner_work(const cn_sched_nest *nest, int k) {
   return work;
 }
 
+/* Whether axis d of the write mentions loop q of the nest and no other loop from `first` on. */
+static bool axis_fixes(const cn_sched_nest *nest, int d, int q, int first) {
+  const cn_index *axis = &nest->access[0].idx[d];
+  if (!cn_index_mentions(axis, nest->loops[q]->u.loop.sym)) return false;
+  for (int j = first; j < nest->depth; j++)
+    if (j != q && cn_index_mentions(axis, nest->loops[j]->u.loop.sym)) return false;
+  return true;
+}
+
+/* In a one-store nest whose write mixes loops in an axis (a convolution's input gradient
+ * din[oh + kh, ic] += ...): the deepest loop L no axis of the write mentions, when every loop
+ * inside L is fixed by the written cell and the loops outside L (an axis mentions it and no other
+ * loop from L on); -1 when there is none. Then, for one cell and fixed outer loops, only L
+ * varies among the points touching it, and the copies run its values in ascending order. */
+static int mixed_choice(const cn_ll_proc *proc, const cn_sched_nest *nest) {
+  const cn_sched_access *w = &nest->access[0];
+  int rank = proc->params[w->param].node->rank;
+  for (int k = nest->depth - 2; k >= 0; k--) {
+    if (!cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym)) continue;
+    for (int q = k + 1; q < nest->depth; q++) {
+      bool fixed = false;
+      for (int d = 0; d < rank && !fixed; d++) fixed = axis_fixes(nest, d, q, k);
+      if (!fixed) return -1;
+    }
+    return k;
+  }
+  return -1;
+}
+
 /* The loop to jam and its factor, or -1. */
 static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t *factor) {
   const cn_sched_access *w = &nest->access[0];
   int rank = proc->params[w->param].node->rank, inner = nest->depth - 1;
-  if (nest->depth < 2 || !cn_sched_separable(proc, nest) || inner_work(nest, -1) < JAM_MIN_WORK)
+  if (nest->depth < 2 || !cn_sched_own_cell(proc, nest) || inner_work(nest, -1) < JAM_MIN_WORK)
     return -1;
   bool inner_reduction = cn_sched_is_reduction(w, rank, nest->loops[inner]->u.loop.sym);
   int chosen = -1;
-  for (int k = inner - 1; k >= 0 && chosen < 0; k--) {
+  if (!cn_sched_separable(proc, nest)) {
+    chosen = mixed_choice(proc, nest);
+    inner_reduction = false; /* the copies update one cell in a row */
+  }
+  for (int k = inner - 1; k >= 0 && chosen < 0 && cn_sched_separable(proc, nest); k--) {
     bool reduction = cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym);
     if (inner_reduction ? !reduction : reduction) chosen = k;
     /* an output innermost loop: only the deepest reduction loop may jam */
