@@ -182,14 +182,8 @@ static const char task_range[] =
     "      for (int64_t cn_j0 = 0; cn_j0 < cn_nc; cn_j0 += cn_nr) {\n"
     "        @T@ *const cn_panel = cn_bp + cn_j0 * cn_kc;\n"
     "        const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
-    "        int64_t cn_col[cn_nr];\n"
-    "        for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = @NY(cn_n0 + cn_j0 + "
-    "cn_q)@;\n"
-    "        for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
-    "          for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
-    "            cn_panel[cn_k * cn_nr + cn_q] = @LOAD(cn_yb[cn_ky[cn_k] + cn_col[cn_q]])@;\n"
-    "          for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
-    "        }\n"
+    "@COLS@"
+    "@FILLB@"
     "      }\n"
     "      for (int64_t cn_ic = cn_ic0; cn_ic < cn_ic1; cn_ic++) {\n"
     "        const int64_t cn_m0 = cn_ic * cn_mc, cn_mb = @M@ - cn_m0 < cn_mc ? @M@ - cn_m0 : "
@@ -201,12 +195,7 @@ static const char task_range[] =
     "          int64_t cn_row[cn_mr];\n"
     "          for (int cn_q = 0; cn_q < cn_rows; cn_q++) cn_row[cn_q] = @MX(cn_m0 + cn_i0 + "
     "cn_q)@;\n"
-    "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
-    "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
-    "              cn_panel[cn_k * cn_mr + cn_q] = @LOAD(cn_xb[cn_row[cn_q] + cn_kx[cn_k]])@;\n"
-    "            for (int cn_q = cn_rows; cn_q < cn_mr; cn_q++) cn_panel[cn_k * cn_mr + cn_q] = "
-    "0;\n"
-    "          }\n"
+    "@FILLA@"
     "        }\n"
     "        for (int64_t cn_j0 = 0; cn_j0 < cn_nc; cn_j0 += cn_nr)\n"
     "          for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
@@ -246,6 +235,38 @@ static const char direct_tile[] =
     "              cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
     "              continue;\n"
     "            }\n";
+
+/* The columns' offsets in y when they are not one multiplication away. */
+static const char column_table[] = "        int64_t cn_col[cn_nr];\n"
+                                   "        for (int cn_q = 0; cn_q < cn_cols; cn_q++) "
+                                   "cn_col[cn_q] = @NY(cn_n0 + cn_j0 + cn_q)@;\n";
+
+/* The filling of a panel of y (columns cn_q < cn_cols of cn_nr, cn_kc steps), step by step when
+ * y's columns are adjacent (reads along a row of y), column by column when its reduction steps
+ * are (reads along a column: a transposed y); the same for x's rows. */
+static const char fill_b_by_step[] =
+    "        for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "          for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "            cn_panel[cn_k * cn_nr + cn_q] = @LOAD(cn_yb[@BK@ + @BCOL@])@;\n"
+    "          for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
+    "        }\n";
+static const char fill_b_by_column[] =
+    "        for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
+    "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
+    "            cn_panel[cn_k * cn_nr + cn_q] =\n"
+    "                cn_q < cn_cols ? @LOAD(cn_yb[@BK@ + @BCOL@])@ : 0;\n";
+static const char fill_a_by_step[] =
+    "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
+    "              cn_panel[cn_k * cn_mr + cn_q] = @LOAD(cn_xb[cn_row[cn_q] + @AK@])@;\n"
+    "            for (int cn_q = cn_rows; cn_q < cn_mr; cn_q++) cn_panel[cn_k * cn_mr + cn_q] = "
+    "0;\n"
+    "          }\n";
+static const char fill_a_by_row[] =
+    "          for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
+    "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
+    "              cn_panel[cn_k * cn_mr + cn_q] =\n"
+    "                  cn_q < cn_rows ? @LOAD(cn_xb[cn_row[cn_q] + @AK@])@ : 0;\n";
 
 /* The pool's callback and the function the routine calls. */
 static const char entry[] =
@@ -361,12 +382,12 @@ static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, in
 
 typedef struct {
   const geometry *geo;
-  const char *keys[16], *values[16];
+  const char *keys[24], *values[24];
   int n;
 } expansion;
 
 static void define(expansion *e, const char *key, const char *value) {
-  CN_ASSERT(e->n < 16);
+  CN_ASSERT(e->n < 24);
   e->keys[e->n] = key;
   e->values[e->n++] = value;
 }
@@ -387,18 +408,36 @@ static void expand(cn_sbuf *sb, const expansion *e, const char *text) {
       return;
     }
     cn_sbuf_printf(sb, "%.*s", (int)(at - p), p);
-    const char *end = strchr(at + 1, '@');
-    CN_ASSERT(end);
-    size_t len = (size_t)(end - at - 1);
-    const char *paren = memchr(at + 1, '(', len);
-    size_t name_len = paren ? (size_t)(paren - at - 1) : len;
+    /* the name, then an argument in parentheses (balanced, itself expanded first) or none */
+    size_t name_len = 0;
+    for (char c = at[1]; c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+         c = at[1 + name_len])
+      name_len++;
+    const char *paren = at[1 + name_len] == '(' ? at + 1 + name_len : NULL, *end = NULL;
+    size_t len = name_len;
+    if (paren) {
+      int depth = 0;
+      for (end = paren; *end && (depth > 1 || *end != ')'); end++)
+        depth += *end == '(' ? 1 : *end == ')' ? -1 : 0;
+      CN_ASSERT(*end == ')' && end[1] == '@');
+      end++; /* at the closing '@' */
+    } else {
+      end = at + 1 + name_len;
+      CN_ASSERT(*end == '@');
+    }
     bool done = false;
     if (paren) {
-      char arg[96], *args[3];
-      size_t arg_len = (size_t)(end - paren - 2); /* between the parentheses */
-      CN_ASSERT(arg_len < sizeof arg && end[-1] == ')');
-      memcpy(arg, paren + 1, arg_len);
-      arg[arg_len] = 0;
+      char raw[160], arg[256], *args[3];
+      size_t raw_len = (size_t)(end - paren - 2); /* between the parentheses */
+      CN_ASSERT(raw_len < sizeof raw);
+      memcpy(raw, paren + 1, raw_len);
+      raw[raw_len] = 0;
+      cn_sbuf inner = {0};
+      expand(&inner, e, raw);
+      CN_ASSERT(inner.failed || inner.len < sizeof arg);
+      snprintf(arg, sizeof arg, "%s", inner.data ? inner.data : "");
+      if (inner.failed) sb->failed = true;
+      cn_sbuf_free(&inner);
       if (name_len == 6 && strncmp(at + 1, "SCALAR", 6) == 0) {
         /* SCALAR(sum, x, y): one update, as the plan's mode says */
         args[0] = arg;
@@ -457,6 +496,16 @@ static void expand(cn_sbuf *sb, const expansion *e, const char *text) {
 static const char *batch_offset(cn_ctx *ctx, const geometry *geo, int access) {
   cn_sbuf sb = {0};
   print_offset(&sb, geo, CN_GEMM_BATCH, access, "cn_b");
+  return cn_sbuf_finish(ctx, &sb);
+}
+
+/* A template expanded into an arena string (NULL on allocation failure); every value e uses
+ * must be set. */
+static const char *expanded(cn_ctx *ctx, const expansion *e, const char *text) {
+  for (int k = 0; k < e->n; k++)
+    if (!e->values[k]) return NULL;
+  cn_sbuf sb = {0};
+  expand(&sb, e, text);
   return cn_sbuf_finish(ctx, &sb);
 }
 
@@ -551,19 +600,31 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "BX", batch_offset(ctx, geo, ACC_X));
   define(&e, "BY", batch_offset(ctx, geo, ACC_Y));
   define(&e, "PARALLEL", plan->parallel ? "1" : "0");
+  int64_t step;
+  bool x_along_k = group_linear(geo, CN_GEMM_K, ACC_X, &step) && step == 1;
+  bool y_along_k = group_linear(geo, CN_GEMM_K, ACC_Y, &step) && step == 1;
+  /* offsets of linear groups inline (contiguous reads the compiler sees), others from tables */
+  define(&e, "AK",
+         group_linear(geo, CN_GEMM_K, ACC_X, &step) ? expanded(ctx, &e, "@KX(cn_p0 + cn_k)@")
+                                                    : "cn_kx[cn_k]");
+  define(&e, "BK",
+         group_linear(geo, CN_GEMM_K, ACC_Y, &step) ? expanded(ctx, &e, "@KY(cn_p0 + cn_k)@")
+                                                    : "cn_ky[cn_k]");
+  bool columns_linear = group_linear(geo, CN_GEMM_N, ACC_Y, &step);
+  define(&e, "BCOL",
+         columns_linear ? expanded(ctx, &e, "@NY(cn_n0 + cn_j0 + cn_q)@") : "cn_col[cn_q]");
+  define(&e, "COLS", columns_linear ? "" : expanded(ctx, &e, column_table));
+  define(&e, "FILLA", expanded(ctx, &e, x_along_k ? fill_a_by_row : fill_a_by_step));
+  define(&e, "FILLB", expanded(ctx, &e, y_along_k ? fill_b_by_column : fill_b_by_step));
   define(&e, "DIRECT", ""); /* the full-tile path straight in c, below */
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
       sb->failed = true;
       return;
     }
-  if (direct) {
-    cn_sbuf text = {0};
-    expand(&text, &e, direct_tile);
-    if (!(e.values[e.n - 1] = cn_sbuf_finish(ctx, &text))) {
-      sb->failed = true;
-      return;
-    }
+  if (direct && !(e.values[e.n - 1] = expanded(ctx, &e, direct_tile))) {
+    sb->failed = true;
+    return;
   }
   expand(sb, &e, micro_kernel);
   expand(sb, &e, task_range);
