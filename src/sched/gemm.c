@@ -132,6 +132,9 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
   }
   if (work < (pass->opts->gemm_work > 0 ? pass->opts->gemm_work : CN_SCHED_GEMM_WORK)) return CN_OK;
+  /* a point of a tiled GEMM costs a small fraction of a loop nest's cell update (16 lanes, two
+   * FMA pipes): 64 of them weigh one update against the pool's start-up (a 64^3 product on two
+   * threads was 20 times slower than on one) */
   int64_t parallel_work =
       pass->opts->parallel_work > 0 ? pass->opts->parallel_work : CN_SCHED_PARALLEL_WORK;
   cn_ll_gemm plan = {.c = g.c,
@@ -139,7 +142,7 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
                      .y = g.y,
                      .depth = g.depth,
                      .fma = !pass->opts->exact,
-                     .parallel = work / 8 >= parallel_work};
+                     .parallel = work / 64 >= parallel_work};
   for (int k = 0; k < g.depth; k++) plan.role[k] = g.role[k];
   block_sizes(prec, pass->l1, pass->llc, &plan);
   cn_ll_stmt *stmt = cn_lb_gemm(ctx, nest->loops[0], &plan);
