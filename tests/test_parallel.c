@@ -1,5 +1,6 @@
 /* Tests of parallel and vector loops: the worker pool (src/runtime/pool.c: chunks cover [0, n)
- * exactly once, for n below, at and above the thread count, n = 0, nested calls), and the C
+ * exactly once, for n below, at and above the thread count, n = 0, nested calls; each thread's
+ * scratch kept across jobs and held by no other thread), and the C
  * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
  * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
  * to a vector under an outer unmarked loop, a routine of kernels (more than 32 statements), each
@@ -11,7 +12,9 @@
 #include "loops_check.h"
 #include "runtime/pool.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static char cache_dir[] = "/tmp/cannl-test-parallel-XXXXXX";
@@ -44,6 +47,50 @@ static void check_cover(cn_pool *pool, int64_t n) {
 static void nested(void *env, int64_t lo, int64_t hi) {
   cn_pool **pool = env;
   for (int64_t x = lo; x < hi; x++) check_cover(*pool, 3);
+}
+
+/* Each chunk asks for scratch twice: the second call returns the same aligned buffer, which no
+ * other thread holds (each writes its chunk index into it and reads it back after a pause). */
+typedef struct {
+  cn_pool *pool;
+  void *seen[8];
+  atomic_int wrong;
+} scratch_probe;
+
+static void probe_scratch(void *env, int64_t lo, int64_t hi) {
+  scratch_probe *p = env;
+  (void)hi;
+  int64_t *first = cn_pool_scratch(p->pool, 1000), *again = cn_pool_scratch(p->pool, 200);
+  if (!first || first != again || (uintptr_t)first % 64 != 0) atomic_fetch_add(&p->wrong, 1);
+  if (!first) return;
+  first[0] = lo;
+  for (volatile int spin = 0; spin < 100000; spin++) {
+  }
+  if (first[0] != lo) atomic_fetch_add(&p->wrong, 1);
+  p->seen[lo] = first;
+}
+
+static void test_scratch(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  for (int threads = 1; threads <= 4; threads++) {
+    cn_pool *pool = cn_pool_create(ctx, threads);
+    CHECK(pool != NULL);
+    if (!pool) continue;
+    scratch_probe p = {.pool = pool};
+    cn_pool_for(pool, threads, probe_scratch, &p);
+    void *first_run[8];
+    memcpy(first_run, p.seen, sizeof first_run);
+    cn_pool_for(pool, threads, probe_scratch, &p); /* kept across jobs */
+    CHECK_INT(atomic_load(&p.wrong), 0);
+    for (int k = 0; k < threads; k++) {
+      CHECK(p.seen[k] == first_run[k]);
+      for (int j = 0; j < k; j++) CHECK(p.seen[j] != p.seen[k]);
+    }
+    /* outside a chunk: the caller's, which chunk 0 uses */
+    CHECK(cn_pool_scratch(pool, 64) == p.seen[0]);
+    cn_pool_destroy(pool);
+  }
+  cn_ctx_destroy(ctx);
 }
 
 static void test_pool(void) {
@@ -191,6 +238,10 @@ static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, in
   cn_pool_for(pool, n, fn, env);
 }
 
+static void *pool_scratch(void *pool, size_t bytes) {
+  return cn_pool_scratch(pool, bytes);
+}
+
 /* Compiles proc, runs it `runs` times (with the pool when not NULL) and copies the last param's
  * buffer to out (bytes). */
 static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, void *out,
@@ -202,7 +253,7 @@ static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, vo
   void *bufs[3];
   for (int k = 0; k < proc->n_params; k++)
     bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
-  cn_parallel par = {pool_for, pool};
+  cn_parallel par = {pool_for, pool, pool_scratch};
   int failed = 0;
   for (int x = 0; x < runs; x++)
     failed += (pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, sym_values, &par)
@@ -417,6 +468,7 @@ static void test_threads_option(void) {
 int main(void) {
   CHECK(mkdtemp(cache_dir) != NULL);
   test_pool();
+  test_scratch();
   test_matmul();
   test_elementwise();
   test_reduction();

@@ -846,10 +846,12 @@ static void emit_entry(const cgen *g, const char *suffix, const char *extra, con
 /* The pool's call table, as generated code sees it: a function with parallel loops takes one. */
 static void emit_par_type(cn_sbuf *sb) {
   cn_sbuf_puts(sb, "/* the runtime's pool (cn_parallel of src/backend/backend.h) */\n"
+                   "#include <stddef.h>\n"
                    "typedef struct {\n"
                    "  void (*pool_for)(void *pool, int64_t n,\n"
                    "                   void (*fn)(void *env, int64_t lo, int64_t hi), void *env);\n"
                    "  void *pool;\n"
+                   "  void *(*scratch)(void *pool, size_t bytes);\n"
                    "} cn_par_t;\n");
 }
 

@@ -9,6 +9,9 @@
  * apart, and waking a sleeping thread costs about as much as a small loop (a model's step on two
  * threads was slower than on one). Generation moves and `pending` reaching 0 happen under `lock`
  * too, with a broadcast / signal, so a thread that stopped spinning and sleeps is always woken.
+ * Each thread of the pool (the caller at 0, worker k at k) owns one scratch buffer, grown on
+ * demand and freed with the pool; a thread knows its index while it runs a chunk (thread-local),
+ * and outside any chunk only the caller can ask, a context being used by one thread at a time.
  * Invariants: `pending` counts the workers that have not finished the current job; a job is
  * published only when it is 0; `stop` is set once, by cn_pool_destroy, which then joins every
  * worker it started. A worker counts generations from 0, not from what it first reads: a job may be
@@ -43,6 +46,11 @@ struct cn_pool {
   void *env;
   int64_t n;
   int chunks;
+  /* per thread (the caller 0, worker k at k): a buffer kept across jobs (cn_pool_scratch) */
+  struct {
+    void *data;
+    size_t size;
+  } * scratch;
 };
 
 typedef struct {
@@ -51,16 +59,21 @@ typedef struct {
 } worker_arg;
 
 /* Set on a thread while it runs a chunk, so that nested calls run inline instead of waiting on
- * the pool they are part of. */
+ * the pool they are part of; with the pool and the chunk's thread index, for the scratch. */
 static _Thread_local bool in_chunk;
+static _Thread_local const cn_pool *chunk_pool;
+static _Thread_local int chunk_thread;
 
-static void run_chunk(cn_pool_fn fn, void *env, int64_t n, int chunks, int k) {
+static void run_chunk(const cn_pool *pool, int64_t n, int chunks, int k) {
   int64_t q = n / chunks, r = n % chunks;
   int64_t lo = k * q + (k < r ? k : r);
   int64_t hi = lo + q + (k < r ? 1 : 0);
   in_chunk = true;
-  fn(env, lo, hi);
+  chunk_pool = pool;
+  chunk_thread = k;
+  pool->fn(pool->env, lo, hi);
   in_chunk = false;
+  chunk_pool = NULL;
 }
 
 /* Waits until the generation differs from `seen` or the pool stops: spinning first, then asleep.
@@ -86,7 +99,7 @@ static void *worker_main(void *arg) {
   for (;;) {
     seen = await_job(pool, seen);
     if (atomic_load(&pool->stop)) break;
-    if (index < pool->chunks) run_chunk(pool->fn, pool->env, pool->n, pool->chunks, index);
+    if (index < pool->chunks) run_chunk(pool, pool->n, pool->chunks, index);
     /* The last worker done wakes the submitter, under the lock it sleeps with. */
     if (atomic_fetch_sub(&pool->pending, 1) == 1) {
       pthread_mutex_lock(&pool->lock);
@@ -118,7 +131,9 @@ cn_pool *cn_pool_create(cn_ctx *ctx, int threads) {
   cn_pool *pool = cn_calloc(ctx, 1, sizeof *pool);
   if (!pool) return NULL;
   pool->workers = cn_calloc(ctx, (size_t)threads, sizeof *pool->workers);
-  if (!pool->workers) {
+  pool->scratch = pool->workers ? cn_calloc(ctx, (size_t)threads, sizeof *pool->scratch) : NULL;
+  if (!pool->scratch) {
+    free(pool->workers);
     free(pool);
     return NULL;
   }
@@ -141,6 +156,8 @@ void cn_pool_destroy(cn_pool *pool) {
   pthread_cond_destroy(&pool->wake);
   pthread_mutex_destroy(&pool->submit);
   pthread_mutex_destroy(&pool->lock);
+  for (int k = 0; k <= pool->n_workers; k++) free(pool->scratch[k].data);
+  free(pool->scratch);
   free(pool->workers);
   free(pool);
 }
@@ -167,7 +184,7 @@ void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
   atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
   pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->lock);
-  run_chunk(fn, env, n, chunks, 0);
+  run_chunk(pool, n, chunks, 0);
   for (int round = 0; round < SPIN_ROUNDS && atomic_load(&pool->pending) > 0; round++) cpu_relax();
   if (atomic_load(&pool->pending) > 0) {
     pthread_mutex_lock(&pool->lock);
@@ -175,6 +192,18 @@ void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
     pthread_mutex_unlock(&pool->lock);
   }
   pthread_mutex_unlock(&pool->submit);
+}
+
+void *cn_pool_scratch(cn_pool *pool, size_t bytes) {
+  /* outside a chunk of this pool: the caller's (a context runs on one thread at a time) */
+  int k = chunk_pool == pool ? chunk_thread : 0;
+  bytes = (bytes + 63) / 64 * 64;
+  if (pool->scratch[k].size < bytes) {
+    free(pool->scratch[k].data);
+    pool->scratch[k].data = bytes ? aligned_alloc(64, bytes) : NULL;
+    pool->scratch[k].size = pool->scratch[k].data ? bytes : 0;
+  }
+  return pool->scratch[k].data;
 }
 
 static void pool_cleanup(void *pool) {

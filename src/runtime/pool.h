@@ -24,6 +24,10 @@ void cn_pool_destroy(cn_pool *pool);
 /* The threads a call uses: the caller plus the workers. */
 int cn_pool_threads(const cn_pool *pool);
 void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env);
+/* A 64-byte aligned buffer of at least `bytes` for the calling thread (inside a chunk of this
+ * pool, its thread's; outside, the caller's), kept until that thread asks again for more or the
+ * pool ends: what a kernel's packing reuses across runs. NULL when memory runs out. */
+void *cn_pool_scratch(cn_pool *pool, size_t bytes);
 
 /* The context's pool with `threads` threads: created on first use and registered as a cleanup;
  * one with another count is destroyed and replaced. NULL with a message on failure. Not to be

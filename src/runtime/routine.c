@@ -378,6 +378,10 @@ static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, in
   cn_pool_for(pool, n, fn, env);
 }
 
+static void *pool_scratch(void *pool, size_t bytes) {
+  return cn_pool_scratch(pool, bytes);
+}
+
 /* Runs the backend with the context's pool. */
 static cn_status run_parallel(cn_routine *routine) {
   cn_ctx *ctx = routine->ctx;
@@ -390,7 +394,7 @@ static cn_status run_parallel(cn_routine *routine) {
                    MAX_THREADS);
   cn_pool *pool = cn_pool_of(ctx, threads);
   if (!pool) return ctx->status;
-  cn_parallel par = {pool_for, pool};
+  cn_parallel par = {pool_for, pool, pool_scratch};
   return routine->backend->run_parallel(ctx, routine->compiled, routine->buffers,
                                         routine->sym_values, &par);
 }
