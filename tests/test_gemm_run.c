@@ -8,7 +8,8 @@
  * register tile (1, MR - 1, MR + 1, NR +- 1 for the default 6 x 64 tile of AVX-512 single, primes
  * 61 and 127) and of the blocks; a fused result stays within the stated bound of the exact one.
  * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention,
- * a strided, dilated, padded convolution (implicit GEMM), double precision, half, bfloat16 and
+ * a strided, dilated, padded convolution (implicit GEMM), a convolution's input gradient (its
+ * window loops hoisted outside, descending, around a GEMM), double precision, half, bfloat16 and
  * fp8 (each update rounded to the precision), the cell-by-cell path of a failed allocation
  * (CN_GEMM_NO_MEMORY), and the generated code under -Wall -Wextra -Werror with and without
  * -march=native (generic vectors). */
@@ -321,6 +322,34 @@ static cn_ll_proc *conv(cn_ctx *ctx, cn_node *const *n) {
   return cn_lb_proc(ctx, "conv", body, 3, params, 0, NULL);
 }
 
+/* din[b, oh + kh, 2 ow + 2 kw, ic] += dout[b, oh, ow, oc] * w[oc, kh, kw, ic], loops b, oh, ow, oc,
+ * ic, kh, kw as the lowering orders a convolution's input gradient (stride 2 and dilation 2 on
+ * the second axis): not GEMM-class (written axes mix two loops) until kh and kw run outside,
+ * descending, around a GEMM over (b, oh, ow) x ic x oc. */
+static cn_ll_proc *input_gradient(cn_ctx *ctx, cn_node *const *n) {
+  const char *names[7] = {"b", "oh", "ow", "oc", "ic", "kh", "kw"};
+  cn_symbol v[7];
+  for (int a = 0; a < 7; a++) v[a] = cn_symbol_create(ctx, names[a], 0);
+  int64_t ext[7] = {n[0]->dims[0], n[0]->dims[1], n[0]->dims[2], n[0]->dims[3],
+                    n[1]->dims[3], n[1]->dims[1], n[1]->dims[2]};
+  cn_ll_expr *p = cn_lb_op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
+                           cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                                     cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                                   cn_index_iter(v[2]), cn_index_iter(v[3]))),
+                           cn_lb_get(ctx, 1, CN_PREC_SINGLE,
+                                     cn_lb_indices(ctx, 4, cn_index_iter(v[3]), cn_index_iter(v[5]),
+                                                   cn_index_iter(v[6]), cn_index_iter(v[4]))),
+                           NULL);
+  cn_ll_stmt *body =
+      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), affine2(v[1], 1, v[5], 1, 0),
+                                affine2(v[2], 2, v[6], 2, 0), cn_index_iter(v[4])),
+                  CN_OP_ADD, p);
+  for (int a = 6; a >= 0; a--) body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
+  cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
+  return cn_lb_proc(ctx, "din", body, 3, params, 0, NULL);
+}
+
 static void test_shapes(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *tr[3] = {node(ctx, "at", CN_PREC_SINGLE, 2, (int64_t)67, (int64_t)29),
@@ -357,6 +386,19 @@ static void test_shapes(void) {
   CHECK_INT(cn_node_set_padding(cv[0], 1, 1, 1), CN_OK);
   CHECK_INT(cn_node_set_padding(cv[0], 2, 1, 1), CN_OK);
   check_shape("conv", conv, cv, 3, NULL);
+  /* dout: 2 x 9 x 5 x 7; w: 7 x 3 x 3 x 20; din: 2 x 11 x 13 x 20 */
+  cn_node *ig[3] = {
+      node(ctx, "dout", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)9, (int64_t)5, (int64_t)7),
+      node(ctx, "w", CN_PREC_SINGLE, 4, (int64_t)7, (int64_t)3, (int64_t)3, (int64_t)20),
+      node(ctx, "din", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)11, (int64_t)13, (int64_t)20)};
+  check_shape("input gradient", input_gradient, ig, 3, NULL);
+  cn_ll_proc *hoisted = input_gradient(ctx, ig);
+  plan(ctx, hoisted, true);
+  CHECK_HAS(cn_ll_to_string(ctx, hoisted),
+            "for kh_rev in 0..3:\n  for kw_rev in 0..3:\n    gemm M=(b, oh, ow) N=(ic) K=(oc) ");
+  CHECK_HAS(cn_ll_to_string(ctx, hoisted),
+            "din[b, oh - kh_rev + 2, 2*ow - 2*kw_rev + 4, ic] := din[b, oh - kh_rev + 2, 2*ow - "
+            "2*kw_rev + 4, ic] + dout[b, oh, ow, oc] * w[oc, -kh_rev + 2, -kw_rev + 2, ic]");
   /* the generated code is clean under the user's strictest flags, on AVX-512 and on generic
    * vectors; without scratch memory every cell is computed one by one, in the same order */
   check_shape("transposed", transposed, tr, 3,

@@ -577,8 +577,16 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
                    plan->nv);
-  else
-    cn_sbuf_printf(sb, "enum { cn_g%d_mr = CN_GEMM_MR, cn_g%d_nv = CN_GEMM_NV };\n", number,
+  else /* the default tile, narrowed to fewer columns (and more rows, at most 16) when the
+        * product has fewer: 32 columns on AVX-512 run as 12 x 2 vectors, not half-empty 6 x 4 */
+    cn_sbuf_printf(sb,
+                   "enum { cn_g%d_lanes = CN_VBYTES / (int)sizeof(%s), cn_g%d_nv =\n"
+                   "  %lld < CN_GEMM_NV * cn_g%d_lanes ? (%lld + cn_g%d_lanes - 1) / cn_g%d_lanes"
+                   " : CN_GEMM_NV };\n"
+                   "enum { cn_g%d_mr = CN_GEMM_MR * CN_GEMM_NV / cn_g%d_nv < 16 ? CN_GEMM_MR * "
+                   "CN_GEMM_NV / cn_g%d_nv : 16 };\n",
+                   number, single ? "float" : "double", number, (long long)geo->total[CN_GEMM_N],
+                   number, (long long)geo->total[CN_GEMM_N], number, number, number, number,
                    number);
   cn_sbuf_printf(sb,
                  "enum { cn_g%d_nr = cn_g%d_nv * (CN_VBYTES / (int)sizeof(%s)), cn_g%d_kc = %lld, "

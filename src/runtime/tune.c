@@ -177,9 +177,16 @@ static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_stmt *s, void **
   return true;
 }
 
-/* Compiles and times the candidates of one statement; the fastest goes into the statement. */
-static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const char *mode,
-                           const char *key) {
+/* The loops around a statement (a GEMM planned inside hoisted loops reads their variables). */
+typedef struct {
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  int n;
+} enclosing;
+
+/* Compiles and times the candidates of one statement; the fastest goes into the statement. Each
+ * candidate runs inside one iteration (the first) of the loops around the statement. */
+static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const enclosing *around,
+                           const char *mode, const char *key) {
   candidate cands[MAX_CANDIDATES];
   int n = candidates_of(mode, cands);
   const cn_ll_proc *procs[MAX_CANDIDATES];
@@ -192,6 +199,9 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const c
     plan.nv = cands[k].nv;
     if (cands[k].kc > 0) plan.kc = cands[k].kc;
     cn_ll_stmt *stmt = cn_lb_gemm(ctx, s->u.gemm.nest, &plan);
+    for (int a = around->n - 1; a >= 0 && stmt; a--)
+      stmt = cn_lb_loop(ctx, around->loops[a]->u.loop.sym, around->loops[a]->u.loop.from,
+                        around->loops[a]->u.loop.from + 1, stmt);
     procs[k] = stmt ? cn_lb_proc(ctx, "tune_gemm", stmt, proc->n_params, proc->params,
                                  proc->n_free_syms, proc->free_syms)
                     : NULL;
@@ -240,16 +250,23 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const c
   return status;
 }
 
-static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const char *mode) {
+static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing *around,
+                         const char *mode) {
   switch (s->kind) {
   case CN_LL_SEQ:
     for (int i = 0; i < s->u.seq.count; i++) {
-      cn_status status = tune_in(ctx, proc, s->u.seq.items[i], mode);
+      cn_status status = tune_in(ctx, proc, s->u.seq.items[i], around, mode);
       if (status != CN_OK) return status;
     }
     return CN_OK;
-  case CN_LL_FOR: return tune_in(ctx, proc, s->u.loop.body, mode);
-  case CN_LL_IF: return tune_in(ctx, proc, s->u.guard.body, mode);
+  case CN_LL_FOR: {
+    if (around->n == CN_GEMM_MAX_LOOPS || s->u.loop.from >= s->u.loop.to) return CN_OK;
+    around->loops[around->n++] = s;
+    cn_status status = tune_in(ctx, proc, s->u.loop.body, around, mode);
+    around->n--;
+    return status;
+  }
+  case CN_LL_IF: return CN_OK; /* a guard's variables need no value the tuner knows */
   case CN_LL_GEMM: break;
   case CN_LL_COMMENT:
   case CN_LL_SET:
@@ -268,11 +285,12 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const cha
     ctx->stats[CN_STAT_TUNE_HITS]++;
     return apply(ctx, s, c);
   }
-  return tune_stmt(ctx, proc, s, mode, key);
+  return tune_stmt(ctx, proc, s, around, mode, key);
 }
 
 cn_status cn_tune_proc(cn_ctx *ctx, cn_ll_proc *proc, const char *mode) {
   CN_ASSERT(cn_tune_mode_valid(mode));
   if (strcmp(mode, "off") == 0) return CN_OK;
-  return tune_in(ctx, proc, proc->body, mode);
+  enclosing around = {.n = 0};
+  return tune_in(ctx, proc, proc->body, &around, mode);
 }

@@ -27,6 +27,8 @@
  * level. */
 #include "sched/sched.h"
 
+#include <stdio.h>
+
 /* Whether the expression is a read of param at exactly idx. */
 static bool is_read_of(const cn_ll_proc *proc, const cn_ll_expr *e, int param,
                        const cn_index *idx) {
@@ -43,27 +45,37 @@ static bool mentions(const cn_ll_proc *proc, int param, const cn_index *idx, cn_
   return false;
 }
 
-bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out) {
-  /* the body: the store itself (possibly alone in a sequence), no guard */
+/* The nest's one store when it is c[w] := c[w] + x[p] * y[q] (one precision, c distinct from x
+ * and y, no guard), else NULL. */
+static const cn_ll_stmt *product_store(const cn_ll_proc *proc, const cn_sched_nest *nest) {
   const cn_ll_stmt *body = nest->loops[nest->depth - 1]->u.loop.body;
   while (body->kind == CN_LL_SEQ && body->u.seq.count == 1) body = body->u.seq.items[0];
-  if (body->kind != CN_LL_SET) return false;
+  if (body->kind != CN_LL_SET) return NULL;
   int c = body->u.set.param;
-  const cn_index *w = body->u.set.idx;
   cn_prec prec = proc->params[c].node->prec;
   const cn_ll_expr *sum = body->u.set.value;
   if (sum->kind != CN_LE_OP || sum->u.op.op != CN_OP_ADD || sum->prec != prec ||
-      !is_read_of(proc, sum->u.op.args[0], c, w))
-    return false;
+      !is_read_of(proc, sum->u.op.args[0], c, body->u.set.idx))
+    return NULL;
   const cn_ll_expr *product = sum->u.op.args[1];
   if (product->kind != CN_LE_OP || product->u.op.op != CN_OP_MUL || product->prec != prec)
-    return false;
+    return NULL;
   const cn_ll_expr *x = product->u.op.args[0], *y = product->u.op.args[1];
   if (x->kind != CN_LE_GET || y->kind != CN_LE_GET || x->prec != prec || y->prec != prec ||
       x->u.get.param == c || y->u.get.param == c ||
       proc->params[x->u.get.param].node->prec != prec ||
       proc->params[y->u.get.param].node->prec != prec)
-    return false;
+    return NULL;
+  return body;
+}
+
+bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sched_gemm *out) {
+  const cn_ll_stmt *body = product_store(proc, nest);
+  if (!body) return false;
+  int c = body->u.set.param;
+  const cn_index *w = body->u.set.idx;
+  const cn_ll_expr *product = body->u.set.value->u.op.args[1];
+  const cn_ll_expr *x = product->u.op.args[0], *y = product->u.op.args[1];
   /* each cell of c one (batch, M, N) point: no axis of w mixes two loops (a convolution's input
    * gradient writes in[oh + kh]: several points per cell, not a matrix product) */
   for (int d = 0; d < proc->params[c].node->rank; d++) {
@@ -117,10 +129,13 @@ typedef struct {
   int64_t l1, llc;
 } gemm_pass;
 
+static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
+                              const gemm_pass *pass);
+
 static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   const gemm_pass *pass = user;
   cn_sched_gemm g;
-  if (!cn_sched_gemm_of(proc, nest, &g)) return CN_OK;
+  if (!cn_sched_gemm_of(proc, nest, &g)) return plan_hoisted(ctx, proc, nest, pass);
   cn_prec prec = proc->params[g.c].node->prec;
   if (cn_prec_table[prec].kind != CN_PKIND_FLOAT) return CN_OK;
   int64_t work = 1;
@@ -149,6 +164,118 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   if (!stmt) return ctx->status;
   *nest->slots[0] = stmt;
   return CN_OK;
+}
+
+/* ---- Hoisting: a convolution's input gradient ----
+ * din[b, oh + kh, ow + kw, ic] += dout[b, oh, ow, oc] * w[oc, kh, kw, ic] is no GEMM: a written
+ * axis mixes two loops. For fixed (kh, kw) it is one, writing a shifted view of din. So each
+ * mixed axis gives up one of its two loops (the one with fewer values) to the outside, where it
+ * runs as a plain loop around the rest, which is GEMM-class. Each cell's sequence of updates must
+ * stay: for one cell, a mixed axis' two loops move together (one fixes the other), so the
+ * sequence follows whichever of the two the nest runs first, ascending; when that is the kept
+ * loop, the hoisted one runs in the direction that moves the kept one up (descending when their
+ * coefficients have one sign: oh = i - kh). The hoisted loops go out in the order of those first
+ * loops, and the rewrite is taken only when every such first loop runs before every loop the
+ * write does not mention (oc): then the cell's sequence is (kh, kw) in that order and direction,
+ * then the reduction, as in the nest. The hoisted loops are plain loops (never parallel: their
+ * iterations touch the same cells); the inner nest gets a plan as any other, or the rewrite is
+ * dropped. */
+
+#define MAX_PAIRS CN_MAX_RANK
+
+static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
+                              const gemm_pass *pass) {
+  const cn_ll_stmt *store = product_store(proc, nest);
+  if (!store || nest->depth < 3) return CN_OK;
+  const cn_index *w = store->u.set.idx;
+  int rank = proc->params[store->u.set.param].node->rank;
+  int hoisted[MAX_PAIRS], first[MAX_PAIRS], n_pairs = 0;
+  bool descending[MAX_PAIRS], in_write[CN_SCHED_MAX_DEPTH] = {false};
+  for (int d = 0; d < rank; d++) {
+    int pos[3], n = 0;
+    for (int k = 0; k < nest->depth && n < 3; k++)
+      if (cn_index_mentions(&w[d], nest->loops[k]->u.loop.sym)) pos[n++] = k;
+    for (int j = 0; j < n; j++) {
+      if (in_write[pos[j]]) return CN_OK; /* a loop in two axes */
+      in_write[pos[j]] = true;
+    }
+    if (n > 2) return CN_OK;
+    if (n < 2) continue;
+    const cn_ll_stmt *a = nest->loops[pos[0]], *b = nest->loops[pos[1]];
+    /* hoist the loop with fewer values (the window), keep the other (the positions) */
+    int h = (b->u.loop.to - b->u.loop.from) <= (a->u.loop.to - a->u.loop.from) ? 1 : 0;
+    int hk = pos[h], keep = pos[1 - h];
+    int64_t ch = cn_index_coeff(&w[d], nest->loops[hk]->u.loop.sym);
+    int64_t ck = cn_index_coeff(&w[d], nest->loops[keep]->u.loop.sym);
+    hoisted[n_pairs] = hk;
+    first[n_pairs] = pos[0];
+    descending[n_pairs] = keep < hk && (ch > 0) == (ck > 0);
+    n_pairs++;
+  }
+  if (n_pairs == 0) return CN_OK;
+  /* every pair decided before any loop the write does not mention */
+  for (int k = 0; k < nest->depth; k++)
+    if (!in_write[k])
+      for (int p = 0; p < n_pairs; p++)
+        if (first[p] > k) return CN_OK;
+  for (int k = 0; k < nest->depth; k++)
+    if (nest->loops[k]->u.loop.n_lower || nest->loops[k]->u.loop.n_upper) return CN_OK;
+  /* the pairs in the order of their first loops */
+  for (int p = 1; p < n_pairs; p++)
+    for (int q = p; q > 0 && first[q] < first[q - 1]; q--) {
+      int t = first[q];
+      first[q] = first[q - 1];
+      first[q - 1] = t;
+      t = hoisted[q];
+      hoisted[q] = hoisted[q - 1];
+      hoisted[q - 1] = t;
+      bool b = descending[q];
+      descending[q] = descending[q - 1];
+      descending[q - 1] = b;
+    }
+  /* a descending loop runs a fresh variable r over the box: v = from + to - 1 - r */
+  cn_symbol from_syms[MAX_PAIRS], to_syms[MAX_PAIRS];
+  int64_t scales[MAX_PAIRS], offsets[MAX_PAIRS];
+  int n_reversed = 0;
+  cn_ll_stmt *outer_loops[MAX_PAIRS];
+  for (int p = 0; p < n_pairs; p++) {
+    const cn_ll_stmt *loop = nest->loops[hoisted[p]];
+    if (!descending[p]) continue;
+    char name[64];
+    snprintf(name, sizeof name, "%s_rev", cn_symbol_name(ctx, loop->u.loop.sym));
+    cn_symbol r = cn_symbol_create(ctx, name, 0);
+    if (r < 0) return CN_ERR_NOMEM;
+    from_syms[n_reversed] = loop->u.loop.sym;
+    to_syms[n_reversed] = r;
+    scales[n_reversed] = -1;
+    offsets[n_reversed++] = loop->u.loop.from + loop->u.loop.to - 1;
+  }
+  cn_sched_subst s = {n_reversed, from_syms, to_syms, scales, offsets};
+  cn_ll_stmt *body = cn_sched_subst_body(ctx, proc, &s, nest->loops[nest->depth - 1]->u.loop.body);
+  for (int k = nest->depth - 1; k >= 0 && body; k--) {
+    bool is_hoisted = false;
+    for (int p = 0; p < n_pairs; p++) is_hoisted |= hoisted[p] == k;
+    if (!is_hoisted) body = cn_sched_loop_copy(ctx, nest->loops[k], body);
+  }
+  cn_ll_stmt *inner = body;
+  for (int p = n_pairs - 1, r = n_reversed - 1; p >= 0 && body; p--) {
+    const cn_ll_stmt *loop = nest->loops[hoisted[p]];
+    body = descending[p]
+               ? cn_lb_loop(ctx, to_syms[r--], 0, loop->u.loop.to - loop->u.loop.from, body)
+               : cn_lb_loop(ctx, loop->u.loop.sym, loop->u.loop.from, loop->u.loop.to, body);
+    outer_loops[p] = body;
+  }
+  if (!body) return CN_ERR_NOMEM;
+  /* plan the inner nest where it sits; keep the rewrite only when it got a plan */
+  cn_ll_stmt **inner_slot = &outer_loops[n_pairs - 1]->u.loop.body;
+  CN_ASSERT(*inner_slot == inner);
+  cn_sched_nest inner_nest;
+  bool found = false;
+  cn_status status = cn_sched_nest_read(ctx, inner_slot, &inner_nest, &found);
+  if (status != CN_OK || !found) return status;
+  status = plan_nest(ctx, proc, &inner_nest, (void *)pass);
+  if (status == CN_OK && (*inner_slot)->kind == CN_LL_GEMM) *nest->slots[0] = body;
+  return status;
 }
 
 cn_status cn_sched_gemm_plans(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
