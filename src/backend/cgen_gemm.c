@@ -109,7 +109,7 @@ static const char round_half_hw[] =
 /* The micro-kernel: the tile's rows start at rows[r] (NR adjacent cells each), a is a panel of
  * MR rows by kc steps, b one of kc steps by NR columns. */
 static const char micro_kernel[] =
-    "static inline void cn_ukr_@N@(int64_t cn_kc, const @T@ *restrict cn_a, "
+    "static inline void cn_ukr_@N@(int64_t cn_kc, @ATYPE@ cn_a, "
     "const @T@ *restrict cn_b,\n"
     "                            @T@ *const *cn_rows) {\n"
     "  enum { cn_mr = cn_g@N@_mr, cn_nv = cn_g@N@_nv, cn_vl = CN_VBYTES / (int)sizeof(@T@) };\n"
@@ -126,7 +126,7 @@ static const char micro_kernel[] =
     "      cn_bv[cn_v] = *(const cn_v@P@ *)(cn_b + (cn_k * cn_nv + cn_v) * cn_vl);\n"
     "#pragma GCC unroll 16\n"
     "    for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
-    "      const @T@ cn_s = cn_a[cn_k * cn_mr + cn_r];\n"
+    "      const @T@ cn_s = @AREAD@;\n"
     "#pragma GCC unroll 8\n"
     "      for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
     "        cn_acc[cn_r][cn_v] = @UPDATE@;\n"
@@ -194,20 +194,13 @@ static const char task_range[] =
     "      for (int64_t cn_ic = cn_ic0; cn_ic < cn_ic1; cn_ic++) {\n"
     "        const int64_t cn_m0 = cn_ic * cn_mc, cn_mb = @M@ - cn_m0 < cn_mc ? @M@ - cn_m0 : "
     "cn_mc;\n"
-    "        /* x's block: panels of cn_mr rows by cn_kc steps, zeros past the last row */\n"
-    "        for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
-    "          @T@ *const cn_panel = cn_ap + cn_i0 * cn_kc;\n"
-    "          const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
-    "          int64_t cn_row[cn_mr];\n"
-    "          for (int cn_q = 0; cn_q < cn_rows; cn_q++) cn_row[cn_q] = @MX(cn_m0 + cn_i0 + "
-    "cn_q)@;\n"
-    "@FILLA@"
-    "        }\n"
+    "@PACKA@"
     "        for (int64_t cn_j0 = 0; cn_j0 < cn_nc; cn_j0 += cn_nr)\n"
     "          for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
     "            const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
     "            const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
     "            @T@ *cn_rp[cn_mr];\n"
+    "@AROWS@"
     "@DIRECT@"
     "            /* an edge tile, or columns apart in c: through a tile of its own */\n"
     "            _Alignas(64) @T@ cn_tile[cn_mr][cn_nr];\n"
@@ -221,7 +214,7 @@ static const char task_range[] =
     "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols ? "
     "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
     "            }\n"
-    "            cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
     "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
     "              for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
     "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
@@ -238,9 +231,29 @@ static const char direct_tile[] =
     "            if (cn_rows == cn_mr && cn_cols == cn_nr) {\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
     "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, cn_ap + cn_i0 * cn_kc, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
     "              continue;\n"
     "            }\n";
+
+/* x's block packed: panels of cn_mr rows by cn_kc steps, zeros past the last row. */
+static const char pack_x[] =
+    "        /* x's block: panels of cn_mr rows by cn_kc steps, zeros past the last row */\n"
+    "        for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
+    "          @T@ *const cn_panel = cn_ap + cn_i0 * cn_kc;\n"
+    "          const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
+    "          int64_t cn_row[cn_mr];\n"
+    "          for (int cn_q = 0; cn_q < cn_rows; cn_q++) cn_row[cn_q] = @MX(cn_m0 + cn_i0 + "
+    "cn_q)@;\n"
+    "@FILLA@"
+    "        }\n";
+
+/* x read in place: the tile's rows of x (the last one repeated past the edge: those rows'
+ * results are never stored), each running along the reduction with step 1. */
+static const char x_rows[] = "            const @T@ *cn_ar[cn_mr];\n"
+                             "            for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
+                             "              cn_ar[cn_q] = cn_xb + @MX(cn_m0 + cn_i0 + (cn_q < "
+                             "cn_rows ? cn_q : cn_rows - 1))@ +\n"
+                             "                            @KX(cn_p0)@;\n";
 
 /* The columns' offsets in y when they are not one multiplication away. */
 static const char column_table[] = "        int64_t cn_col[cn_nr];\n"
@@ -389,12 +402,12 @@ static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, in
 
 typedef struct {
   const geometry *geo;
-  const char *keys[24], *values[24];
+  const char *keys[32], *values[32];
   int n;
 } expansion;
 
 static void define(expansion *e, const char *key, const char *value) {
-  CN_ASSERT(e->n < 24);
+  CN_ASSERT(e->n < 32);
   e->keys[e->n] = key;
   e->values[e->n++] = value;
 }
@@ -607,6 +620,11 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     update = cn_sbuf_finish(ctx, &rounded);
   }
   define(&e, "UPDATE", update);
+  /* ATYPE, AREAD: the micro-kernel's x, a packed panel or the rows in place (set below) */
+  define(&e, "ATYPE", "");
+  int atype = e.n - 1;
+  define(&e, "AREAD", "");
+  int aread = e.n - 1;
   define(&e, "M", number_text(ctx, geo->total[CN_GEMM_M]));
   define(&e, "NN", number_text(ctx, geo->total[CN_GEMM_N]));
   define(&e, "K", number_text(ctx, geo->total[CN_GEMM_K]));
@@ -631,6 +649,17 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "COLS", columns_linear ? "" : expanded(ctx, &e, column_table));
   define(&e, "FILLA", expanded(ctx, &e, x_along_k ? fill_a_by_row : fill_a_by_step));
   define(&e, "FILLB", expanded(ctx, &e, y_along_k ? fill_b_by_column : fill_b_by_step));
+  /* x in place when its reduction steps are adjacent and a packed value would serve few columns
+   * (packing costs about what 32 multiply-adds do: a convolution's input gradient has 32) */
+  int64_t x_step;
+  bool x_in_place = !narrow && group_linear(geo, CN_GEMM_K, ACC_X, &x_step) && x_step == 1 &&
+                    geo->total[CN_GEMM_N] <= 64;
+  define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
+  define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
+  define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
+  e.values[atype] = x_in_place ? (single ? "const float *const *" : "const double *const *")
+                               : (single ? "const float *restrict" : "const double *restrict");
+  e.values[aread] = x_in_place ? "cn_a[cn_r][cn_k]" : "cn_a[cn_k * cn_mr + cn_r]";
   define(&e, "DIRECT", ""); /* the full-tile path straight in c, below */
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
