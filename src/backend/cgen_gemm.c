@@ -620,11 +620,13 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     update = cn_sbuf_finish(ctx, &rounded);
   }
   define(&e, "UPDATE", update);
-  /* ATYPE, AREAD: the micro-kernel's x, a packed panel or the rows in place (set below) */
-  define(&e, "ATYPE", "");
-  int atype = e.n - 1;
-  define(&e, "AREAD", "");
-  int aread = e.n - 1;
+  /* x in place when its reduction steps are adjacent and a packed value would serve few columns
+   * (packing costs about what 32 multiply-adds do: a convolution's input gradient has 32) */
+  int64_t x_step;
+  bool x_in_place = !narrow && group_linear(geo, CN_GEMM_K, ACC_X, &x_step) && x_step == 1 &&
+                    geo->total[CN_GEMM_N] <= 64;
+  define(&e, "ATYPE", expanded(ctx, &e, x_in_place ? "const @T@ *const *" : "const @T@ *restrict"));
+  define(&e, "AREAD", x_in_place ? "cn_a[cn_r][cn_k]" : "cn_a[cn_k * cn_mr + cn_r]");
   define(&e, "M", number_text(ctx, geo->total[CN_GEMM_M]));
   define(&e, "NN", number_text(ctx, geo->total[CN_GEMM_N]));
   define(&e, "K", number_text(ctx, geo->total[CN_GEMM_K]));
@@ -649,17 +651,9 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "COLS", columns_linear ? "" : expanded(ctx, &e, column_table));
   define(&e, "FILLA", expanded(ctx, &e, x_along_k ? fill_a_by_row : fill_a_by_step));
   define(&e, "FILLB", expanded(ctx, &e, y_along_k ? fill_b_by_column : fill_b_by_step));
-  /* x in place when its reduction steps are adjacent and a packed value would serve few columns
-   * (packing costs about what 32 multiply-adds do: a convolution's input gradient has 32) */
-  int64_t x_step;
-  bool x_in_place = !narrow && group_linear(geo, CN_GEMM_K, ACC_X, &x_step) && x_step == 1 &&
-                    geo->total[CN_GEMM_N] <= 64;
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
-  e.values[atype] = x_in_place ? (single ? "const float *const *" : "const double *const *")
-                               : (single ? "const float *restrict" : "const double *restrict");
-  e.values[aread] = x_in_place ? "cn_a[cn_r][cn_k]" : "cn_a[cn_k * cn_mr + cn_r]";
   define(&e, "DIRECT", ""); /* the full-tile path straight in c, below */
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
