@@ -144,6 +144,27 @@ static void test_matmuls(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* A gradient of the attention product s[b, h, q, k] += Q[b, h, q, d] * K[b, h, k, d] (loops v =
+ * b, h, q, k, d): out[b, h, v[kept], d] += dS[b, h, q, k] * other[b, h, v[other_pos], d]; params
+ * dS (the product's node), other, out. */
+static built attention_grad(cn_ctx *ctx, const cn_symbol *v, const int64_t *ext, cn_node *out,
+                            cn_node *other, int kept, int other_pos) {
+  cn_node *nodes[3] = {NULL, other, out};
+  nodes[0] = node(ctx, "dS", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)4, (int64_t)5);
+  cn_index *ds = cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                               cn_index_iter(v[2]), cn_index_iter(v[3]));
+  cn_ll_stmt *store =
+      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                cn_index_iter(v[kept]), cn_index_iter(v[4])),
+                  CN_OP_ADD,
+                  product(ctx, get(ctx, 0, ds),
+                          get(ctx, 1,
+                              cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                            cn_index_iter(v[other_pos]), cn_index_iter(v[4])))));
+  return nest_of(ctx, 5, v, ext, store, 3, nodes);
+}
+
 static void test_attention_and_conv(void) {
   cn_ctx *ctx = cn_ctx_create();
   /* s[b, h, q, k] += Q[b, h, q, d] * K[b, h, k, d] */
@@ -172,35 +193,11 @@ static void test_attention_and_conv(void) {
   CHECK_STR(roles(&att, &x, &y), "BBMNK");
   /* its gradients, slots permuted: dQ[b, h, q, d] += dS[b, h, q, k] * K[b, h, k, d] over loops
    * b, h, q, k, d (k the reduction) and dK[b, h, k, d] += dS[b, h, q, k] * Q[b, h, q, d] (q) */
-  cn_node *dq[3] = {
-      qks[2], qks[1],
-      node(ctx, "dQ", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)4, (int64_t)6)};
-  built grad_q = nest_of(
-      ctx, 5, v, ext,
-      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
-                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                cn_index_iter(v[2]), cn_index_iter(v[4])),
-                  CN_OP_ADD,
-                  product(ctx, get(ctx, 0, bhqk),
-                          get(ctx, 1,
-                              cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                            cn_index_iter(v[3]), cn_index_iter(v[4]))))),
-      3, dq);
+  cn_node *dq = node(ctx, "dQ", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)4, (int64_t)6);
+  cn_node *dk = node(ctx, "dK", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)5, (int64_t)6);
+  built grad_q = attention_grad(ctx, v, ext, dq, qks[1], 2, 3);
   CHECK_STR(roles(&grad_q, &x, &y), "BBMKN");
-  cn_node *dk[3] = {
-      qks[2], qks[0],
-      node(ctx, "dK", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)5, (int64_t)6)};
-  built grad_k = nest_of(
-      ctx, 5, v, ext,
-      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
-                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                cn_index_iter(v[3]), cn_index_iter(v[4])),
-                  CN_OP_ADD,
-                  product(ctx, get(ctx, 0, bhqk),
-                          get(ctx, 1,
-                              cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                            cn_index_iter(v[2]), cn_index_iter(v[4]))))),
-      3, dk);
+  built grad_k = attention_grad(ctx, v, ext, dk, qks[0], 3, 2);
   CHECK_STR(roles(&grad_k, &x, &y), "BBKMN");
   /* out[n, o, oc] += in[n, 2*o + 3*kk - 1, ic] * w[kk, ic, oc]: stride 2, dilation 3, one cell
    * of padding on the left of in (its margin) */
