@@ -109,8 +109,9 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
 }
 
 /* Cache blocks, in values: kc reduction steps (a 64-value-wide panel of y over kc steps in half
- * of L1: 384 for single on 48 KiB), mc rows (mc x kc of x in a quarter of a 1 MiB L2), nc columns
- * (kc x nc of y in half of the last level, at most 4096). */
+ * of L1, but 256 to 512: measured at 1024^2, 256-512 ran alike and shorter blocks reload the tile
+ * of c more often; the tuner tries 512 too), mc rows (mc x kc of x in a quarter of a 1 MiB L2),
+ * nc columns (kc x nc of y in half of the last level, at most 4096). */
 static void block_sizes(cn_prec prec, int64_t l1, int64_t llc, cn_ll_gemm *plan) {
   int64_t bytes = prec == CN_PREC_DOUBLE ? 8 : 4;
   plan->kc = l1 / 2 / (64 * 4); /* the panel's width in bytes is the same for both precisions */
