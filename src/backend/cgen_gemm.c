@@ -327,21 +327,15 @@ typedef struct {
 static void geometry_of(const cgen *g, const cn_ll_stmt *s, geometry *geo) {
   const cn_ll_gemm *plan = s->u.gemm.plan;
   *geo = (geometry){.plan = plan};
-  const cn_ll_stmt *st = s->u.gemm.nest;
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
   for (int k = 0; k < plan->depth; k++) {
-    CN_ASSERT(st->kind == CN_LL_FOR);
-    geo->loops[k] = st;
-    geo->extent[k] = st->u.loop.to - st->u.loop.from;
-    st = st->u.loop.body;
-    if (st->kind == CN_LL_SEQ && st->u.seq.count == 1) st = st->u.seq.items[0];
+    geo->loops[k] = parts.loops[k];
+    geo->extent[k] = parts.loops[k]->u.loop.to - parts.loops[k]->u.loop.from;
   }
-  CN_ASSERT(st->kind == CN_LL_SET); /* loops.h: the one store */
-  const cn_ll_expr *product = st->u.set.value->u.op.args[1];
-  geo->param[ACC_C] = st->u.set.param;
-  geo->idx[ACC_C] = st->u.set.idx;
-  for (int a = 0; a < 2; a++) {
-    geo->param[ACC_X + a] = product->u.op.args[a]->u.get.param;
-    geo->idx[ACC_X + a] = product->u.op.args[a]->u.get.idx;
+  for (int a = 0; a < ACCESSES; a++) {
+    geo->param[a] = parts.param[a];
+    geo->idx[a] = parts.idx[a];
   }
   geo->prec = g->proc->params[geo->param[ACC_C]].node->prec;
   for (int r = 0; r < CN_GEMM_ROLES; r++) geo->total[r] = 1;

@@ -124,6 +124,25 @@ cn_ll_stmt *cn_lb_gemm(cn_ctx *ctx, cn_ll_stmt *nest, const cn_ll_gemm *plan) {
   return s;
 }
 
+void cn_ll_gemm_parts_of(const cn_ll_stmt *gemm, cn_ll_gemm_parts *out) {
+  CN_ASSERT(gemm->kind == CN_LL_GEMM);
+  const cn_ll_stmt *st = gemm->u.gemm.nest;
+  for (int k = 0; k < gemm->u.gemm.plan->depth; k++) {
+    CN_ASSERT(st->kind == CN_LL_FOR);
+    out->loops[k] = st;
+    st = st->u.loop.body;
+    if (st->kind == CN_LL_SEQ && st->u.seq.count == 1) st = st->u.seq.items[0];
+  }
+  CN_ASSERT(st->kind == CN_LL_SET); /* the one store c := c + x * y */
+  const cn_ll_expr *product = st->u.set.value->u.op.args[1];
+  out->param[0] = st->u.set.param;
+  out->idx[0] = st->u.set.idx;
+  for (int a = 0; a < 2; a++) {
+    out->param[1 + a] = product->u.op.args[a]->u.get.param;
+    out->idx[1 + a] = product->u.op.args[a]->u.get.idx;
+  }
+}
+
 cn_ll_stmt *cn_lb_comment(cn_ctx *ctx, const char *text) {
   cn_ll_stmt *s = text ? stmt_new(ctx, CN_LL_COMMENT) : NULL;
   if (s) s->u.comment = text;

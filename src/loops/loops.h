@@ -220,6 +220,14 @@ cn_ll_stmt *cn_lb_set_vec(cn_ctx *ctx, cn_op op, int param, cn_index *idx, int l
                           cn_ll_expr *arg);
 /* A GEMM-class nest run by its plan (copied); nest is referenced. */
 cn_ll_stmt *cn_lb_gemm(cn_ctx *ctx, cn_ll_stmt *nest, const cn_ll_gemm *plan);
+/* The parts of a CN_LL_GEMM statement's nest: its loops, outermost first (plan->depth of them),
+ * and its accesses, c's write then x's and y's reads (param and index array of each). */
+typedef struct {
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  int param[3];
+  const cn_index *idx[3];
+} cn_ll_gemm_parts;
+void cn_ll_gemm_parts_of(const cn_ll_stmt *gemm, cn_ll_gemm_parts *out);
 /* A comment; text is referenced (static or arena), NULL propagates. */
 cn_ll_stmt *cn_lb_comment(cn_ctx *ctx, const char *text);
 /* for sym in [from, to): body — the box, no affine bounds. */

@@ -307,13 +307,8 @@ static void print_gemm(printer *p, const cn_ll_stmt *s, int depth) {
   static const char *const group_names[CN_GEMM_ROLES] = {"M", "N", "K", "batch"};
   const cn_ll_gemm *plan = s->u.gemm.plan;
   cn_sbuf *sb = &p->sb;
-  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
-  const cn_ll_stmt *loop = s->u.gemm.nest;
-  for (int k = 0; k < plan->depth; k++) {
-    loops[k] = loop;
-    loop = loop->u.loop.body;
-    if (loop->kind == CN_LL_SEQ && loop->u.seq.count == 1) loop = loop->u.seq.items[0];
-  }
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "gemm");
   for (int g = 0; g < CN_GEMM_ROLES; g++) {
@@ -322,7 +317,7 @@ static void print_gemm(printer *p, const cn_ll_stmt *s, int depth) {
       if (plan->role[k] != (cn_gemm_role)g) continue;
       cn_sbuf_puts(sb, n++ ? ", " : " ");
       if (n == 1) cn_sbuf_printf(sb, "%s=(", group_names[g]);
-      print_symbol(p, loops[k]->u.loop.sym);
+      print_symbol(p, parts.loops[k]->u.loop.sym);
     }
     if (n) cn_sbuf_putc(sb, ')');
   }

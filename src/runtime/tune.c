@@ -71,31 +71,6 @@ static void cpu_model(char *out, size_t size) {
   fclose(f);
 }
 
-/* The nest's loops, outermost first. */
-static void nest_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops) {
-  const cn_ll_stmt *st = s->u.gemm.nest;
-  for (int k = 0; k < s->u.gemm.plan->depth; k++) {
-    loops[k] = st;
-    st = st->u.loop.body;
-    if (st->kind == CN_LL_SEQ && st->u.seq.count == 1) st = st->u.seq.items[0];
-  }
-}
-
-/* The store's accesses: c's write, x's and y's reads. */
-static void nest_accesses(const cn_ll_stmt *s, int *params, const cn_index **idx) {
-  const cn_ll_stmt *st = s->u.gemm.nest;
-  while (st->kind == CN_LL_FOR || (st->kind == CN_LL_SEQ && st->u.seq.count == 1))
-    st = st->kind == CN_LL_FOR ? st->u.loop.body : st->u.seq.items[0];
-  CN_ASSERT(st->kind == CN_LL_SET);
-  const cn_ll_expr *product = st->u.set.value->u.op.args[1];
-  params[0] = st->u.set.param;
-  idx[0] = st->u.set.idx;
-  for (int a = 0; a < 2; a++) {
-    params[1 + a] = product->u.op.args[a]->u.get.param;
-    idx[1 + a] = product->u.op.args[a]->u.get.idx;
-  }
-}
-
 /* The key text of a statement (arena), see the file comment. */
 static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt *s,
                           const char *mode) {
@@ -106,20 +81,18 @@ static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt 
   cn_sbuf_printf(&sb, "cannl gemm tune 1\nmachine %s | %s | %s\n%s %s %s\n", model,
                  cn_cc_option(ctx, "cc"), cn_cc_option(ctx, "cflags"), mode,
                  cn_prec_name(proc->params[plan->c].node->prec), plan->fma ? "fma" : "exact");
-  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
-  nest_loops(s, loops);
-  int params[3];
-  const cn_index *idx[3];
-  nest_accesses(s, params, idx);
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
   for (int k = 0; k < plan->depth; k++) {
+    const cn_ll_stmt *loop = parts.loops[k];
     cn_sbuf_printf(&sb, "loop %c %" PRId64, "MNKB"[plan->role[k]],
-                   loops[k] -> u.loop.to - loops[k]->u.loop.from);
+                   loop -> u.loop.to - loop->u.loop.from);
     for (int a = 0; a < 3; a++) {
-      const cn_node *node = proc->params[params[a]].node;
+      const cn_node *node = proc->params[parts.param[a]].node;
       int64_t strides[CN_MAX_RANK], step = 0;
       cn_node_strides(node, strides);
       for (int d = 0; d < node->rank; d++)
-        step += cn_index_coeff(&idx[a][d], loops[k]->u.loop.sym) * strides[d];
+        step += cn_index_coeff(&parts.idx[a][d], loop->u.loop.sym) * strides[d];
       cn_sbuf_printf(&sb, " %c%" PRId64, "cxy"[a], step);
     }
     cn_sbuf_putc(&sb, '\n');
@@ -128,11 +101,11 @@ static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt 
 }
 
 static int64_t points_of(const cn_ll_stmt *s) {
-  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
-  nest_loops(s, loops);
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
   int64_t work = 1;
   for (int k = 0; k < s->u.gemm.plan->depth; k++) {
-    int64_t extent = loops[k]->u.loop.to - loops[k]->u.loop.from;
+    int64_t extent = parts.loops[k]->u.loop.to - parts.loops[k]->u.loop.from;
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
   }
   return work;
@@ -158,21 +131,18 @@ static double seconds(void) {
 
 /* Private operand buffers of the nodes' padded sizes, filled with 1/4 (no subnormals, no
  * overflow over any reduction the timing runs); the other params NULL (never accessed). */
-static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_stmt *s, void **bufs) {
-  int params[3];
-  const cn_index *idx[3];
-  nest_accesses(s, params, idx);
+static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_gemm_parts *parts, void **bufs) {
   for (int k = 0; k < proc->n_params; k++) bufs[k] = NULL;
   for (int a = 0; a < 3; a++) {
-    if (bufs[params[a]]) continue; /* x and y may be one buffer */
-    const cn_node *node = proc->params[params[a]].node;
+    if (bufs[parts->param[a]]) continue; /* x and y may be one buffer */
+    const cn_node *node = proc->params[parts->param[a]].node;
     size_t cells = cn_node_buffer_cells(node);
     void *buf = malloc(cells * cn_prec_bytes(node->prec) + 1);
     if (!buf) return false;
     cn_value quarter = cn_value_of_double(node->prec, 0.25);
     size_t bytes = cn_prec_bytes(node->prec);
     for (size_t i = 0; i < cells; i++) cn_value_store(node->prec, quarter, (char *)buf + i * bytes);
-    bufs[params[a]] = buf;
+    bufs[parts->param[a]] = buf;
   }
   return true;
 }
@@ -211,7 +181,9 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
   if (status != CN_OK) return status;
   void **bufs = calloc((size_t)proc->n_params + 1, sizeof *bufs);
   int64_t *syms = calloc((size_t)proc->n_free_syms + 1, sizeof *syms); /* static indices at 0 */
-  bool ready = bufs && syms && scratch_buffers(proc, s, bufs);
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
+  bool ready = bufs && syms && scratch_buffers(proc, &parts, bufs);
   if (!ready) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory tuning a GEMM plan");
   int reps = strcmp(mode, "full") == 0 ? 5 : 3, best = 0;
   double best_time = 0;
@@ -230,12 +202,9 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
     }
   }
   for (int k = 0; k < n; k++) cn_backend_c.release(states[k]);
-  int params[3];
-  const cn_index *idx[3];
-  nest_accesses(s, params, idx);
   for (int a = 0; bufs && a < 3; a++) {
-    free(bufs[params[a]]);
-    bufs[params[a]] = NULL; /* x and y may be one buffer */
+    free(bufs[parts.param[a]]);
+    bufs[parts.param[a]] = NULL; /* x and y may be one buffer */
   }
   free(bufs);
   free(syms);
