@@ -648,16 +648,12 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
-  define(&e, "DIRECT", ""); /* the full-tile path straight in c, below */
+  define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
       sb->failed = true;
       return;
     }
-  if (direct && !(e.values[e.n - 1] = expanded(ctx, &e, direct_tile))) {
-    sb->failed = true;
-    return;
-  }
   expand(sb, &e, micro_kernel);
   expand(sb, &e, task_range);
   expand(sb, &e, entry);

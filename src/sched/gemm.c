@@ -190,8 +190,15 @@ static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest
   if (!store || nest->depth < 3) return CN_OK;
   const cn_index *w = store->u.set.idx;
   int rank = proc->params[store->u.set.param].node->rank;
-  int hoisted[MAX_PAIRS], first[MAX_PAIRS], n_pairs = 0;
-  bool descending[MAX_PAIRS], in_write[CN_SCHED_MAX_DEPTH] = {false};
+  /* per mixed axis: the hoisted loop, the first of the two in the nest, the direction, and the
+   * fresh variable of a descending one */
+  struct {
+    int hoisted, first;
+    bool descending;
+    cn_symbol reversed;
+  } pairs[MAX_PAIRS];
+  int n_pairs = 0;
+  bool in_write[CN_SCHED_MAX_DEPTH] = {false};
   for (int d = 0; d < rank; d++) {
     int pos[3], n = 0;
     for (int k = 0; k < nest->depth && n < 3; k++)
@@ -208,46 +215,33 @@ static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest
     int hk = pos[h], keep = pos[1 - h];
     int64_t ch = cn_index_coeff(&w[d], nest->loops[hk]->u.loop.sym);
     int64_t ck = cn_index_coeff(&w[d], nest->loops[keep]->u.loop.sym);
-    hoisted[n_pairs] = hk;
-    first[n_pairs] = pos[0];
-    descending[n_pairs] = keep < hk && (ch > 0) == (ck > 0);
-    n_pairs++;
+    /* kept in the order of the first loops (insertion) */
+    int at = n_pairs++;
+    for (; at > 0 && pairs[at - 1].first > pos[0]; at--) pairs[at] = pairs[at - 1];
+    pairs[at].hoisted = hk;
+    pairs[at].first = pos[0];
+    pairs[at].descending = keep < hk && (ch > 0) == (ck > 0);
   }
   if (n_pairs == 0) return CN_OK;
   /* every pair decided before any loop the write does not mention */
   for (int k = 0; k < nest->depth; k++)
     if (!in_write[k])
       for (int p = 0; p < n_pairs; p++)
-        if (first[p] > k) return CN_OK;
+        if (pairs[p].first > k) return CN_OK;
   for (int k = 0; k < nest->depth; k++)
     if (nest->loops[k]->u.loop.n_lower || nest->loops[k]->u.loop.n_upper) return CN_OK;
-  /* the pairs in the order of their first loops */
-  for (int p = 1; p < n_pairs; p++)
-    for (int q = p; q > 0 && first[q] < first[q - 1]; q--) {
-      int t = first[q];
-      first[q] = first[q - 1];
-      first[q - 1] = t;
-      t = hoisted[q];
-      hoisted[q] = hoisted[q - 1];
-      hoisted[q - 1] = t;
-      bool b = descending[q];
-      descending[q] = descending[q - 1];
-      descending[q - 1] = b;
-    }
   /* a descending loop runs a fresh variable r over the box: v = from + to - 1 - r */
   cn_symbol from_syms[MAX_PAIRS], to_syms[MAX_PAIRS];
   int64_t scales[MAX_PAIRS], offsets[MAX_PAIRS];
   int n_reversed = 0;
-  cn_ll_stmt *outer_loops[MAX_PAIRS];
   for (int p = 0; p < n_pairs; p++) {
-    const cn_ll_stmt *loop = nest->loops[hoisted[p]];
-    if (!descending[p]) continue;
+    const cn_ll_stmt *loop = nest->loops[pairs[p].hoisted];
+    if (!pairs[p].descending) continue;
     char name[64];
     snprintf(name, sizeof name, "%s_rev", cn_symbol_name(ctx, loop->u.loop.sym));
-    cn_symbol r = cn_symbol_create(ctx, name, 0);
-    if (r < 0) return CN_ERR_NOMEM;
+    if ((pairs[p].reversed = cn_symbol_create(ctx, name, 0)) < 0) return CN_ERR_NOMEM;
     from_syms[n_reversed] = loop->u.loop.sym;
-    to_syms[n_reversed] = r;
+    to_syms[n_reversed] = pairs[p].reversed;
     scales[n_reversed] = -1;
     offsets[n_reversed++] = loop->u.loop.from + loop->u.loop.to - 1;
   }
@@ -255,20 +249,20 @@ static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest
   cn_ll_stmt *body = cn_sched_subst_body(ctx, proc, &s, nest->loops[nest->depth - 1]->u.loop.body);
   for (int k = nest->depth - 1; k >= 0 && body; k--) {
     bool is_hoisted = false;
-    for (int p = 0; p < n_pairs; p++) is_hoisted |= hoisted[p] == k;
+    for (int p = 0; p < n_pairs; p++) is_hoisted |= pairs[p].hoisted == k;
     if (!is_hoisted) body = cn_sched_loop_copy(ctx, nest->loops[k], body);
   }
-  cn_ll_stmt *inner = body;
-  for (int p = n_pairs - 1, r = n_reversed - 1; p >= 0 && body; p--) {
-    const cn_ll_stmt *loop = nest->loops[hoisted[p]];
-    body = descending[p]
-               ? cn_lb_loop(ctx, to_syms[r--], 0, loop->u.loop.to - loop->u.loop.from, body)
+  cn_ll_stmt *inner = body, *innermost_hoisted = NULL;
+  for (int p = n_pairs - 1; p >= 0 && body; p--) {
+    const cn_ll_stmt *loop = nest->loops[pairs[p].hoisted];
+    body = pairs[p].descending
+               ? cn_lb_loop(ctx, pairs[p].reversed, 0, loop->u.loop.to - loop->u.loop.from, body)
                : cn_lb_loop(ctx, loop->u.loop.sym, loop->u.loop.from, loop->u.loop.to, body);
-    outer_loops[p] = body;
+    if (!innermost_hoisted) innermost_hoisted = body;
   }
   if (!body) return CN_ERR_NOMEM;
   /* plan the inner nest where it sits; keep the rewrite only when it got a plan */
-  cn_ll_stmt **inner_slot = &outer_loops[n_pairs - 1]->u.loop.body;
+  cn_ll_stmt **inner_slot = &innermost_hoisted->u.loop.body;
   CN_ASSERT(*inner_slot == inner);
   cn_sched_nest inner_nest;
   bool found = false;

@@ -95,11 +95,12 @@ static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t
     return -1;
   bool inner_reduction = cn_sched_is_reduction(w, rank, nest->loops[inner]->u.loop.sym);
   int chosen = -1;
-  if (!cn_sched_separable(proc, nest)) {
+  bool separable = cn_sched_separable(proc, nest);
+  if (!separable) {
     chosen = mixed_choice(proc, nest);
     inner_reduction = false; /* the copies update one cell in a row */
   }
-  for (int k = inner - 1; k >= 0 && chosen < 0 && cn_sched_separable(proc, nest); k--) {
+  for (int k = inner - 1; k >= 0 && chosen < 0 && separable; k--) {
     bool reduction = cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym);
     if (inner_reduction ? !reduction : reduction) chosen = k;
     /* an output innermost loop: only the deepest reduction loop may jam */
