@@ -25,7 +25,10 @@ JOBS ?= $(shell nproc)
 # (only recommended by clang); on a fresh machine clang is not installed yet when this file is
 # read, so `deps` names the package again once clang is there.
 CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version \([0-9][0-9]*\).*$$/\1/p' | head -n 1)
-DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format \
+# zlib1g-dev: gzip IDX files and checkpoint checksums (src/data); python3-numpy: the tests' oracle
+# of .npy and safetensors files; dataset-fashion-mnist: the data of examples/fashion_mnist.
+DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev python3 \
+                python3-numpy dataset-fashion-mnist \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
@@ -115,7 +118,7 @@ test-valgrind: build
 # of memory); the input that caused it is written to build-fuzz/artifacts/. Reproduce with
 # build-fuzz/fuzz_NAME FILE.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := einsum script tile
+FUZZ_TARGETS := einsum script tile data_files safetensors
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCANNL_FUZZ=ON
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))

@@ -8,6 +8,8 @@
 #           it), and the Tile statements and bodies the Tile tests write in one C string (each
 #           statement also as a body returning its output)
 #   einsum  every C string of the einsum tests that holds '=>', with its escapes decoded
+# The binary corpora data_files (IDX and .npy files) and safetensors were written once by the
+# tests' Python oracles and are kept as they are: this script replaces only the three above.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/fuzz/corpus
@@ -23,7 +25,7 @@ put() { # put NAME: stdin becomes a seed of corpus NAME
   fi
 }
 
-rm -rf "$out"
+rm -rf "$out/script" "$out/tile" "$out/einsum"
 mkdir -p "$out/script" "$out/tile" "$out/einsum"
 
 # Scripts: docs blocks (one file per block, numbered in a temporary directory) and examples.

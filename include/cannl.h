@@ -511,6 +511,22 @@ typedef struct {
   bool nesterov;
 } cn_sgd;
 cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
+/* Adam (Kingma & Ba, bias-corrected) and AdamW (decoupled weight decay): for each parameter p
+ * of loss, with the graph's Adam step counter t (a state scalar shared by its Adam updates, so a
+ * second update tree continues the first; each tree does t =+ 1 first):
+ *   g = p.grad (+ weight_decay * p unless decoupled);
+ *   m =: beta1 * m + (1 - beta1) * g;  v =: beta2 * v + (1 - beta2) * g * g;
+ *   p =- learning_rate * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+ *        (+ learning_rate * weight_decay * p, applied first, when decoupled).
+ * m, v and t are state tensors labeled "<param>.adam_m", "<param>.adam_v" and "adam_step",
+ * zero at creation, saved by checkpoints (cn_graph_state). Zeroed fields mean the defaults
+ * beta1 0.9, beta2 0.999, eps 1e-8. */
+typedef struct {
+  cn_tensor *learning_rate;
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+} cn_adam;
+cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam);
 /* The parameters of t (its params set), in creation order; returns the count, writes at most
  * cap. */
 int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
@@ -581,6 +597,36 @@ cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64
 /* exp(x - max) / sum(exp(x - max)) over all output axes of x, for each batch and input position
  * (the max is reduced with einmax1 and not differentiated: the softmax does not depend on it). */
 cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
+/* Training pieces (src/tensor/train.c). Classes lie along x's output axes (one axis in
+ * practice); an example is one batch (and input) position.
+ *   log_softmax: x - max - log(sum(exp(x - max))) over the output axes, computed so that no exp
+ *     overflows (the max is not differentiated, as in softmax);
+ *   sigmoid: 1 / (1 + exp(-x)); softplus: log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|));
+ *   sum, mean: of every cell of x, a scalar;
+ *   mse: the mean over every cell of (pred - target)^2;
+ *   binary_cross_entropy: from logits z and targets y in [0, 1], the mean over every cell of
+ *     softplus(z) - y z (stable for any z);
+ *   cross_entropy: from logits over classes and integer class labels (a tensor of x's batch
+ *     axes holding 0 .. C-1 in any precision, with no output axis or one of size 1), the mean
+ *     over examples of -log_softmax(x)[label]; the label selects its class through a one-hot
+ *     comparison with a range, so a label outside 0 .. C-1 contributes log(sum(exp(x - max)))
+ *     alone;
+ *   argmax: per example, the first class attaining the maximum, as a value of x's precision;
+ *   accuracy: the fraction of examples whose argmax equals the label, a scalar in [0, 1];
+ *   confusion: a C x C tensor (output axes: true class, predicted class) of example counts
+ *     (x must have one class axis).
+ * None of argmax, accuracy and confusion is differentiable. */
+cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target);
+cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target);
+cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
+cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
+cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 
 /* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
  * uniform_at and arithmetic, so they are deterministic like those:
@@ -702,6 +748,107 @@ cn_tensor *cn_tile_complex_conv_2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel,
  * noise of standard deviation `noise`. The interleaving gives every batch of an even number of
  * consecutive points as many points of each class. xy holds 2n values, labels n. */
 void cn_dataset_half_moons(uint64_t seed, double noise, size_t n, double *xy, double *labels);
+
+/* ---- Data files and checkpoints (src/data) --------------------------------------------------- */
+
+/* An array read from or written to a file: stored cells of one precision in row-major order.
+ * Loaders fill it with malloc'd cells (NULL when it has no cell); cn_array_free releases them. */
+typedef struct {
+  cn_prec prec;
+  int rank;
+  int64_t dims[CN_MAX_RANK];
+  void *cells;
+} cn_array;
+int64_t cn_array_numel(const cn_array *a);
+void cn_array_free(cn_array *a);
+
+/* IDX files (the MNIST family: magic 0 0 type rank, big-endian u32 dims, big-endian payload),
+ * plain or gzip-compressed (recognized by the gzip magic, whatever the name). Types: u8 -> byte,
+ * i8 and i16 -> int32 (widened, exact), i32 -> int32, f32 -> single, f64 -> double. A missing
+ * file, a truncated header or payload, a wrong magic, a size that overflows, a claim beyond
+ * 2^31 cells or trailing bytes fail with a message naming the file, the byte offset and what was
+ * expected; nothing is left in *out then. */
+cn_status cn_data_load_idx(cn_ctx *ctx, const char *path, cn_array *out);
+/* NumPy .npy files, header versions 1.0, 2.0 and 3.0, little- or big-endian, C order: dtypes
+ * u1 u2 i4 u4 i8 u8 f2 f4 f8 (byte, uint16, int32, uint32, int64, uint64, half, single,
+ * double), and on load also i1, i2 and b1 (widened to int32, int32, byte). Fortran order is
+ * refused with a message. Saving writes version 1.0 (2.0 for a header past 65535 bytes),
+ * little-endian; bfloat16, fp8 and uint4x32 have no NumPy dtype and are refused. */
+cn_status cn_data_load_npy(cn_ctx *ctx, const char *path, cn_array *out);
+cn_status cn_data_save_npy(cn_ctx *ctx, const char *path, const cn_array *a);
+
+/* safetensors files (8-byte little-endian header length, a JSON header of
+ * {"NAME": {"dtype", "shape", "data_offsets"}} plus "__metadata__", then the payload), with
+ * each node's unpadded cells under its name; dtypes U8 U16 I32 U32 I64 U64 F16 BF16 F8_E5M2 F32
+ * F64 (uint4x32 as U32 with a trailing axis of 4). Saving is atomic: the file is written under a
+ * temporary name in the same directory, flushed to disk (fsync), then renamed over the old one,
+ * so an interruption at any moment leaves the previous file whole. The metadata holds the given
+ * entries and "cannl_crc32", the CRC-32 of the payload, checked on load (a mismatch is
+ * reported as corruption). Loading fills each given node from the tensor of its name: a
+ * missing name, another dtype or shape fails naming the tensor, before any node is written. */
+typedef struct {
+  const char *name;
+  cn_node *node;
+} cn_named_node;
+typedef struct {
+  const char *key, *value;
+} cn_metadata_entry;
+cn_status cn_data_save_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
+                                   const cn_named_node *nodes, int n_meta,
+                                   const cn_metadata_entry *meta);
+/* With n_meta_out and meta_out not NULL, the file's metadata entries (arena-owned, without
+ * cannl_crc32) are returned too. */
+cn_status cn_data_load_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
+                                   const cn_named_node *nodes, int *n_meta_out,
+                                   cn_metadata_entry **meta_out);
+/* A data set: arrays of examples along their axis 0 (images and labels, say), all with the same
+ * count, shown to a graph as one tensor each, in the array's precision, with batch axes
+ * [batches, batch_size] and the array's other axes as output axes: `t @| batch` (a static index
+ * over the batches, as the half-moons data uses) is one mini-batch. batches = count / batch_size;
+ * the examples past the last whole batch are left out of that epoch (a shuffled set shows each
+ * of them in other epochs). Epoch e shows the examples in the order of cn_dataset_permute(seed,
+ * e, count, .) when the set is shuffled, else in their order; the same order for every array,
+ * so an image stays with its label. create takes the arrays' cells (the caller's arrays are left
+ * empty, freed with the context); the tensors' nodes are written by cn_dataset_begin_epoch,
+ * which materializes the graph (so call it once the model is built) and rewrites them only
+ * when the order changes. Arena-owned by the graph's context. */
+typedef struct cn_dataset cn_dataset;
+cn_dataset *cn_dataset_create(cn_graph *g, const char *label, int n_arrays, cn_array *arrays,
+                              int64_t batch_size, bool shuffle, uint64_t seed);
+cn_tensor *cn_dataset_tensor(const cn_dataset *d, int k);
+int64_t cn_dataset_batches(const cn_dataset *d);
+int64_t cn_dataset_examples(const cn_dataset *d);
+cn_status cn_dataset_begin_epoch(cn_dataset *d, uint64_t epoch);
+/* A counter-based permutation of [0, n): the example that slot i of epoch e's order holds (a
+ * bijection for each (seed, epoch), computed from no state: a keyed six-round Feistel network
+ * over the smallest power of 4 >= n, walked until the value falls in [0, n)). -1 unless
+ * 1 <= n < 2^62 and 0 <= i < n. */
+int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i);
+/* A held-out split: moves n_test examples, chosen by the seeded permutation, out of each of the
+ * n arrays into test[k] (in their original order; the rest keep theirs). 0 <= n_test <= count. */
+cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test, uint64_t seed,
+                           cn_array *test);
+
+/* Ahead-of-time export: the forward code of output, computed from input, as a self-contained C
+ * file DIR/NAME.c and a header DIR/NAME.h declaring
+ *     void NAME_forward(const float *in, float *out);
+ * in holds the numel(input) cells of input and out receives the numel(output) cells of output,
+ * row-major. The file holds the generated code of the routine cannl itself runs (generated C
+ * backend, the context's options), every other buffer it reads as a static array of its current
+ * cells, exactly (the trained parameters), and includes only the C standard library: it builds
+ * alone with `cc -std=c11 -c NAME.c` (link with -lm). Input and output must be single
+ * precision, input a terminal the forward code does not compute (a data or buffer tensor: the
+ * model applied to a placeholder), and the forward code must read no static index.
+ * NAME_forward keeps its intermediates in static arrays: it is not reentrant. */
+cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
+                            const char *dir);
+
+/* The training state of t: each parameter of t by its label, then the optimizer state that
+ * updates built for them (SGD momentum "<param>.sgd_momentum", Adam's "<param>.adam_m",
+ * "<param>.adam_v" and "adam_step"), in creation order; the nodes a checkpoint holds. Returns the
+ * count (materializing the graph first; -1 with a message on failure, or when two entries share
+ * a label), writes at most cap. */
+int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap);
 
 /* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */
 

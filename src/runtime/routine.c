@@ -26,6 +26,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/backend.h"
 #include "runtime/pool.h"
+#include "runtime/routine.h"
 #include "runtime/tune.h"
 #include "sched/sched.h"
 
@@ -458,6 +459,16 @@ const char *cn_routine_loops(const cn_routine *routine) {
 
 const char *cn_routine_source(const cn_routine *routine) {
   return routine->source;
+}
+
+const cn_ll_proc *cn_routine_proc(const cn_routine *routine) {
+  return routine->proc;
+}
+
+bool cn_routine_writes(const cn_routine *routine, int param) {
+  for (int i = 0; i < routine->n_written; i++)
+    if (routine->written[i] == param) return true;
+  return false;
 }
 
 void cn_routine_free(cn_routine *routine) {

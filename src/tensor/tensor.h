@@ -67,7 +67,9 @@ struct cn_tensor {
   bool named;          /* bound to a name (cn_tensor_set_named): never fusable */
   int materialized;
   cn_node *value, *grad;
-  cn_node *sgd_momentum; /* a parameter's momentum buffer, created by the first sgd_update */
+  /* a parameter's optimizer state, created by the first update that needs it (optim.c) and
+   * reused by every later one: SGD's momentum, Adam's first and second moments */
+  cn_node *sgd_momentum, *adam_m, *adam_v;
   cn_proj *proj;
   unsigned visit; /* traversal mark (graph epoch) */
 };
@@ -98,6 +100,7 @@ struct cn_graph {
   unsigned epoch;
   uint32_t seed;
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
+  cn_node *adam_step;     /* Adam's step counter (a double scalar), shared by its updates */
   /* on while a script is evaluated (cn_notation_run): tensors created then are `scripted`, and
    * the value nodes of those computed and never named are fusable (cn_node.fusable) */
   bool fuse_unnamed;
@@ -140,6 +143,29 @@ cn_status cn_graph_materialize(cn_graph *g);
 /* The node a reference designates (after materialization); NULL with a message if it is a
  * gradient the tensor does not have. */
 cn_node *cn_tref_node(cn_tref ref);
+
+/* ---- Code gathering (code.c), shared with the optimizers (optim.c) ---- */
+/* A growing list of assignments (arena-allocated); add takes NULL as the failure of the
+ * constructor that returned it (the context's status, else out of memory). */
+typedef struct {
+  cn_ctx *ctx;
+  cn_asgn **v;
+  int n, cap;
+} cn_asgn_list;
+cn_status cn_asgn_list_add(cn_asgn_list *l, cn_asgn *a);
+/* The list as one tree (a no-op when empty); NULL when st is not CN_OK. */
+cn_asgn *cn_asgn_list_finish(cn_asgn_list *l, cn_status st);
+typedef struct {
+  cn_tensor **v;
+  int n, cap;
+} cn_tensor_list;
+/* The start of every code entry point: t not NULL, a fresh traversal epoch, materialization. */
+cn_status cn_code_begin(cn_graph *g, cn_tensor *t);
+/* Appends the forward code of t not yet gathered in the current epoch. */
+cn_status cn_forward_into(cn_graph *g, cn_tensor *t, cn_asgn_list *out);
+/* The parameters t depends on (through_inits: also those their init expressions read), in
+ * creation order. Marks tensors with the current epoch. */
+cn_status cn_collect_params(cn_graph *g, cn_tensor *t, bool through_inits, cn_tensor_list *out);
 
 /* ---- Assignments from projections (deriv.c) ---- */
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */

@@ -1,0 +1,323 @@
+/* cn_array and the file plumbing the readers and writers of src/data share (data.h): a reader
+ * serving a file's bytes in order, plain or gzip-inflated on demand; positioned messages;
+ * byte-order conversion; shape sizes; an atomic writer.
+ *
+ * Invariants: a reader holds at most the file's bytes and zlib's state, never a buffer sized by
+ * the content's claims; the offsets of messages are those of the served (decompressed) bytes,
+ * except for failures of the gzip layer itself, which name the compressed byte; a writer's
+ * temporary file is either renamed over the target by commit or removed. */
+#include "data/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int64_t cn_array_numel(const cn_array *a) {
+  size_t n;
+  if (!a || a->rank < 0 || a->rank > CN_MAX_RANK || !cn_data_numel(a->rank, a->dims, &n) ||
+      n > INT64_MAX)
+    return -1;
+  return (int64_t)n;
+}
+
+void cn_array_free(cn_array *a) {
+  if (!a) return;
+  free(a->cells);
+  memset(a, 0, sizeof *a);
+}
+
+bool cn_data_numel(int rank, const int64_t *dims, size_t *out) {
+  bool zero = false;
+  for (int k = 0; k < rank; k++) {
+    if (dims[k] < 0) return false;
+    zero |= dims[k] == 0;
+  }
+  size_t n = 1;
+  for (int k = 0; k < rank && !zero; k++)
+    if ((uint64_t)dims[k] > SIZE_MAX || !cn_mul_size(n, (size_t)dims[k], &n)) return false;
+  *out = zero ? 0 : n;
+  return true;
+}
+
+/* ---- Reading ---- */
+
+static const unsigned char gzip_magic[2] = {0x1f, 0x8b};
+
+cn_status cn_data_reader_open_bytes(cn_ctx *ctx, const char *name, const void *bytes, size_t len,
+                                    bool gunzip, cn_data_reader *r) {
+  memset(r, 0, sizeof *r);
+  r->path = name;
+  r->raw = bytes;
+  r->raw_len = len;
+  r->gzip = gunzip && len >= 2 && memcmp(bytes, gzip_magic, 2) == 0;
+  if (!r->gzip) return CN_OK;
+  /* 16 + MAX_WBITS: a gzip wrapper only, whose CRC-32 and length trailer inflate checks. */
+  int rc = inflateInit2(&r->zs, 16 + MAX_WBITS);
+  if (rc == Z_MEM_ERROR) return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for zlib", name);
+  if (rc != Z_OK) return cn_fail(ctx, CN_ERR_IO, "%s: zlib cannot start: error %d", name, rc);
+  r->z_live = true;
+  return CN_OK;
+}
+
+cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_data_reader *r) {
+  memset(r, 0, sizeof *r);
+  FILE *f = fopen(path, "rb");
+  if (!f) return cn_fail(ctx, CN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  const char *why = NULL;
+  if (fstat(fileno(f), &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "not a regular file";
+  if (why) {
+    fclose(f);
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot read: %s", path, why);
+  }
+  if ((uintmax_t)st.st_size > SIZE_MAX) {
+    fclose(f);
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot read: too large for memory", path);
+  }
+  size_t len = (size_t)st.st_size;
+  unsigned char *bytes = cn_malloc(ctx, len);
+  if (!bytes) {
+    fclose(f);
+    return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory reading the file (%zu bytes)", path, len);
+  }
+  size_t got = fread(bytes, 1, len, f);
+  bool failed = got != len || ferror(f);
+  int err = errno;
+  fclose(f);
+  if (failed) {
+    free(bytes);
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot read: %s", path,
+                   got != len ? "the file shrank while being read" : strerror(err));
+  }
+  cn_status s = cn_data_reader_open_bytes(ctx, path, bytes, len, gunzip, r);
+  if (s != CN_OK) {
+    free(bytes);
+    return s;
+  }
+  r->owned = bytes;
+  return CN_OK;
+}
+
+void cn_data_reader_close(cn_data_reader *r) {
+  if (r->z_live) inflateEnd(&r->zs);
+  free(r->owned);
+  memset(r, 0, sizeof *r);
+}
+
+/* The compressed bytes zlib has consumed. */
+static size_t z_consumed(const cn_data_reader *r) {
+  return r->raw_pos - r->zs.avail_in;
+}
+
+/* After a member's end: another member follows (start it), the file ends, or garbage follows. */
+static cn_status z_member_end(cn_ctx *ctx, cn_data_reader *r) {
+  size_t at = z_consumed(r), left = r->raw_len - at;
+  if (left == 0) {
+    r->z_end = true;
+    return CN_OK;
+  }
+  if (left >= 2 && memcmp(r->raw + at, gzip_magic, 2) == 0) {
+    inflateReset(&r->zs);
+    return CN_OK;
+  }
+  return cn_fail(ctx, CN_ERR_INVALID,
+                 "%s: at byte %zu of the compressed file: expected another gzip member or the end "
+                 "of the file, found %zu trailing bytes (0x%02x ...)",
+                 r->path, at, left, r->raw[at]);
+}
+
+static cn_status gz_read(cn_ctx *ctx, cn_data_reader *r, unsigned char *dst, size_t n,
+                         size_t *got) {
+  size_t done = 0;
+  while (done < n && !r->z_end) {
+    if (r->zs.avail_in == 0 && r->raw_pos < r->raw_len) {
+      size_t chunk = r->raw_len - r->raw_pos;
+      if (chunk > UINT_MAX) chunk = UINT_MAX;
+      r->zs.next_in = (Bytef *)(uintptr_t)(r->raw + r->raw_pos);
+      r->zs.avail_in = (uInt)chunk;
+      r->raw_pos += chunk;
+    }
+    size_t want = n - done > UINT_MAX ? UINT_MAX : n - done;
+    r->zs.next_out = dst + done;
+    r->zs.avail_out = (uInt)want;
+    int rc = inflate(&r->zs, Z_NO_FLUSH);
+    size_t produced = want - r->zs.avail_out;
+    done += produced;
+    r->pos += produced;
+    cn_status s = CN_OK;
+    if (rc == Z_STREAM_END) {
+      s = z_member_end(ctx, r);
+    } else if (rc == Z_MEM_ERROR) {
+      s = cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory in zlib", r->path);
+    } else if (rc == Z_BUF_ERROR) {
+      /* With room for output, no progress means every compressed byte was consumed before the
+       * stream's end. */
+      s = cn_fail(ctx, CN_ERR_INVALID,
+                  "%s: at byte %zu of the compressed file: expected more gzip data, found the end "
+                  "of the file (truncated gzip stream)",
+                  r->path, z_consumed(r));
+    } else if (rc != Z_OK) {
+      s = cn_fail(ctx, CN_ERR_INVALID,
+                  "%s: at byte %zu of the compressed file: expected gzip-compressed data, found "
+                  "corrupt data (%s)",
+                  r->path, z_consumed(r), r->zs.msg ? r->zs.msg : "zlib error");
+    }
+    if (s != CN_OK) return s;
+  }
+  *got = done;
+  return CN_OK;
+}
+
+cn_status cn_data_read(cn_ctx *ctx, cn_data_reader *r, void *dst, size_t n, size_t *got) {
+  if (r->gzip) return gz_read(ctx, r, dst, n, got);
+  size_t left = r->raw_len - r->raw_pos;
+  *got = n < left ? n : left;
+  if (*got) memcpy(dst, r->raw + r->raw_pos, *got);
+  r->raw_pos += *got;
+  r->pos += *got;
+  return CN_OK;
+}
+
+size_t cn_data_reader_bound(const cn_data_reader *r) {
+  if (!r->gzip) return r->raw_len - r->raw_pos;
+  if (r->z_end) return 0;
+  /* One more byte's worth covers output inflate decoded but has not delivered yet (the rest of
+   * a match). */
+  size_t bound;
+  if (!cn_mul_size(r->raw_len - z_consumed(r) + 1, CN_DATA_DEFLATE_RATIO, &bound)) return SIZE_MAX;
+  return bound;
+}
+
+cn_status cn_data_read_exact(cn_ctx *ctx, cn_data_reader *r, void *dst, size_t n,
+                             const char *what) {
+  size_t at = r->pos, got;
+  cn_status s = cn_data_read(ctx, r, dst, n, &got);
+  if (s != CN_OK) return s;
+  if (got < n)
+    return cn_data_fail_at(ctx, CN_ERR_INVALID, r, at,
+                           "expected %zu bytes of %s, found %zu (the %s ends at byte %zu)", n, what,
+                           got, r->gzip ? "decompressed data" : "file", r->pos);
+  return CN_OK;
+}
+
+cn_status cn_data_check_claim(cn_ctx *ctx, const cn_data_reader *r, size_t claim,
+                              const char *what) {
+  size_t bound = cn_data_reader_bound(r);
+  if (claim <= bound) return CN_OK;
+  if (r->gzip && !r->z_end)
+    return cn_data_fail_at(ctx, CN_ERR_INVALID, r, r->pos,
+                           "expected %zu bytes of %s, found compressed data for at most %zu", claim,
+                           what, bound);
+  return cn_data_fail_at(ctx, CN_ERR_INVALID, r, r->pos,
+                         "expected %zu bytes of %s, found %zu (the %s ends at byte %zu)", claim,
+                         what, bound, r->gzip ? "decompressed data" : "file", r->pos + bound);
+}
+
+cn_status cn_data_expect_end(cn_ctx *ctx, cn_data_reader *r) {
+  unsigned char byte;
+  size_t got;
+  cn_status s = cn_data_read(ctx, r, &byte, 1, &got);
+  if (s != CN_OK) return s;
+  if (got == 0) return CN_OK;
+  return cn_data_fail_at(ctx, CN_ERR_INVALID, r, r->pos - 1,
+                         "expected the end of the file, found trailing bytes (0x%02x ...)", byte);
+}
+
+cn_status cn_data_fail_at(cn_ctx *ctx, cn_status status, const cn_data_reader *r, size_t offset,
+                          const char *fmt, ...) {
+  char what[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return cn_fail(ctx, status, "%s: at byte %zu%s: %s", r->path, offset,
+                 r->gzip ? " of the decompressed data" : "", what);
+}
+
+static bool host_big_endian(void) {
+  const uint16_t one = 1;
+  unsigned char first;
+  memcpy(&first, &one, 1);
+  return first == 0;
+}
+
+void cn_data_copy_order(void *dst, const void *src, size_t count, size_t width, bool big_endian) {
+  if (width == 1 || big_endian == host_big_endian()) {
+    if (dst != src && count) memmove(dst, src, count * width);
+    return;
+  }
+  unsigned char *d = dst, cell[8];
+  const unsigned char *s = src;
+  for (size_t i = 0; i < count; i++) {
+    memcpy(cell, s + i * width, width);
+    for (size_t b = 0; b < width; b++) d[i * width + b] = cell[width - 1 - b];
+  }
+}
+
+/* ---- Writing ---- */
+
+cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w) {
+  /* A fresh name per attempt (process id, counter); O_EXCL never reuses another's file, and
+   * open's mode lets the umask give the file the permissions of any new file. */
+  static atomic_uint counter;
+  memset(w, 0, sizeof *w);
+  w->path = path;
+  size_t len = strlen(path) + 64;
+  w->tmp_path = cn_malloc(ctx, len);
+  if (!w->tmp_path) return CN_ERR_NOMEM;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    snprintf(w->tmp_path, len, "%s.tmp.%ld.%u", path, (long)getpid(),
+             atomic_fetch_add(&counter, 1));
+    fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+    int err = errno;
+    if (fd >= 0) {
+      close(fd);
+      unlink(w->tmp_path);
+    }
+    free(w->tmp_path);
+    w->tmp_path = NULL;
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot create: %s", path, strerror(err));
+  }
+  return CN_OK;
+}
+
+cn_status cn_data_write(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n) {
+  if (n && fwrite(bytes, 1, n, w->f) != n)
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
+  return CN_OK;
+}
+
+cn_status cn_data_writer_commit(cn_ctx *ctx, cn_data_writer *w) {
+  int err = 0;
+  if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) err = errno;
+  if (fclose(w->f) != 0 && !err) err = errno;
+  w->f = NULL;
+  if (!err && rename(w->tmp_path, w->path) != 0) err = errno;
+  if (!err) {
+    free(w->tmp_path);
+    w->tmp_path = NULL;
+    return CN_OK;
+  }
+  cn_data_writer_abort(w);
+  return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path, strerror(err));
+}
+
+void cn_data_writer_abort(cn_data_writer *w) {
+  if (w->f) fclose(w->f);
+  w->f = NULL;
+  if (w->tmp_path) unlink(w->tmp_path);
+  free(w->tmp_path);
+  w->tmp_path = NULL;
+}

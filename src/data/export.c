@@ -1,0 +1,285 @@
+/* Ahead-of-time export (include/cannl.h, cn_graph_export_c): a model's forward routine as a C file
+ * that needs nothing of cannl, and a header with its one function NAME_forward(in, out).
+ *
+ * The file is the generated source of the routine cannl compiles and runs for the forward code
+ * (the same text, so the exported model computes what cannl computes), followed by one static
+ * array per buffer of its entry point and the function that fills the input's, calls the entry
+ * point and copies the output's out.
+ *
+ * Invariants: every buffer array has the node's padded layout (the entry point's contract); a
+ * buffer the routine reads and never writes holds the node's current cells, exactly (floats as
+ * hexadecimal literals), and is const; scratch of local nodes is zeroed before each call, as the
+ * runtime does; the function's arrays are named NAME_*, its entry point NAME_model_entry, so
+ * exported models link together. */
+#include "backend/backend.h"
+#include "numeric/numeric.h"
+#include "runtime/routine.h"
+#include "tensor/tensor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_identifier(const char *s) {
+  if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
+  for (s++; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
+
+/* One cell as a C initializer of the precision's store type. */
+static void put_cell(cn_sbuf *sb, cn_prec prec, const void *cell) {
+  switch (prec) {
+  case CN_PREC_SINGLE:
+  case CN_PREC_DOUBLE: {
+    double v = prec == CN_PREC_SINGLE ? (double)*(const float *)cell : *(const double *)cell;
+    const char *suffix = prec == CN_PREC_SINGLE ? "f" : "";
+    if (isnan(v))
+      cn_sbuf_puts(sb, "NAN");
+    else if (isinf(v))
+      cn_sbuf_puts(sb, v < 0 ? "-INFINITY" : "INFINITY");
+    else
+      cn_sbuf_printf(sb, "%a%s", v, suffix);
+    return;
+  }
+  case CN_PREC_UINT4X32: {
+    const cn_u4x32 *w = cell;
+    cn_sbuf_printf(sb, "{{0x%" PRIx32 "u, 0x%" PRIx32 "u, 0x%" PRIx32 "u, 0x%" PRIx32 "u}}",
+                   w->v[0], w->v[1], w->v[2], w->v[3]);
+    return;
+  }
+  default: break;
+  }
+  /* integers, and the bits of half, bfloat16 and fp8 cells */
+  uint64_t bits = 0;
+  bool negative = false;
+  switch (cn_prec_bytes(prec)) {
+  case 1: bits = *(const uint8_t *)cell; break;
+  case 2: bits = *(const uint16_t *)cell; break;
+  case 4:
+    if (prec == CN_PREC_INT32) {
+      int32_t v = *(const int32_t *)cell;
+      negative = v < 0;
+      bits = negative ? (uint64_t)(-(int64_t)v) : (uint64_t)v;
+    } else {
+      bits = *(const uint32_t *)cell;
+    }
+    break;
+  default:
+    if (prec == CN_PREC_INT64) {
+      int64_t v = *(const int64_t *)cell;
+      negative = v < 0;
+      bits = negative ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    } else {
+      bits = *(const uint64_t *)cell;
+    }
+  }
+  /* the most negative values have no literal of their own: (-MAX - 1) */
+  if (negative && prec == CN_PREC_INT32 && bits == (uint64_t)1 << 31)
+    cn_sbuf_puts(sb, "(-2147483647 - 1)");
+  else if (negative && prec == CN_PREC_INT64 && bits == (uint64_t)1 << 63)
+    cn_sbuf_puts(sb, "(-9223372036854775807LL - 1)");
+  else
+    cn_sbuf_printf(sb, "%s%" PRIu64 "%s", negative ? "-" : "", bits,
+                   cn_prec_bytes(prec) == 8 ? "ULL" : "u");
+}
+
+static bool all_zero(const unsigned char *bytes, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (bytes[i]) return false;
+  return true;
+}
+
+/* The static array of params[i]: NAME_b<i>, const with the node's cells when the routine only
+ * reads it, zero-initialized otherwise (scratch, the input, what the routine computes). */
+static cn_status put_buffer(cn_ctx *ctx, cn_sbuf *sb, const char *name, int i,
+                            const cn_ll_param *param, bool written) {
+  cn_node *node = param->node;
+  const cn_prec_info *info = &cn_prec_table[node->prec];
+  size_t cells = cn_node_buffer_cells(node);
+  bool scratch = node->mode != CN_MEM_MATERIALIZED;
+  const unsigned char *data = NULL;
+  if (!written && !scratch && !(data = cn_node_buffer(node, param->merge))) return ctx->status;
+  cn_sbuf_printf(sb, "/* %s%s, %zu cells%s */\n", cn_node_describe(node),
+                 param->merge ? " (merge)" : "", cells,
+                 scratch   ? ", scratch"
+                 : written ? ", computed"
+                           : "");
+  if (!data || all_zero(data, cells * info->bytes)) {
+    cn_sbuf_printf(sb, "static %s %s_b%d[%zu];\n", info->store_c, name, i, cells ? cells : 1);
+    return CN_OK;
+  }
+  cn_sbuf_printf(sb, "static const %s %s_b%d[%zu] = {", info->store_c, name, i, cells);
+  for (size_t c = 0; c < cells; c++) {
+    cn_sbuf_puts(sb, c % 8 ? ", " : c ? ",\n  " : "\n  ");
+    put_cell(sb, node->prec, data + c * info->bytes);
+  }
+  cn_sbuf_puts(sb, "\n};\n");
+  return CN_OK;
+}
+
+/* The copy between the caller's dense array and a node's padded buffer, as a loop nest over
+ * the node's dims (a memcpy when the node has no padding). */
+static void put_copy(cn_sbuf *sb, const cn_node *node, const char *padded, const char *dense,
+                     bool into_padded) {
+  int64_t strides[CN_MAX_RANK], offset = 0;
+  cn_node_strides(node, strides);
+  bool padding = false;
+  for (int a = 0; a < node->rank; a++) {
+    offset += node->pad[a][0] * strides[a];
+    padding = padding || node->pad[a][0] || node->pad[a][1];
+  }
+  if (!padding) {
+    cn_sbuf_printf(sb, "  memcpy(%s, %s, sizeof(float) * %" PRId64 ");\n",
+                   into_padded ? padded : dense, into_padded ? dense : padded, cn_node_numel(node));
+    return;
+  }
+  cn_sbuf_puts(sb, "  {\n    int64_t at = 0;\n");
+  for (int a = 0; a < node->rank; a++)
+    cn_sbuf_printf(sb, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++)\n", 4 + 2 * a, "", a, a,
+                   node->dims[a], a);
+  cn_sbuf_printf(sb, "%*s", 4 + 2 * node->rank, "");
+  if (!into_padded) cn_sbuf_printf(sb, "%s[at++] = ", dense);
+  cn_sbuf_printf(sb, "%s[%" PRId64, padded, offset);
+  for (int a = 0; a < node->rank; a++) cn_sbuf_printf(sb, " + %" PRId64 " * i%d", strides[a], a);
+  cn_sbuf_puts(sb, "]");
+  if (into_padded) cn_sbuf_printf(sb, " = %s[at++]", dense);
+  cn_sbuf_puts(sb, ";\n");
+  cn_sbuf_puts(sb, "  }\n");
+}
+
+static cn_status write_text(cn_ctx *ctx, const char *dir, const char *name, const char *ext,
+                            const cn_sbuf *text) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext) >= (int)sizeof path)
+    return cn_fail(ctx, CN_ERR_IO, "export: the path %s/%s.%s is too long", dir, name, ext);
+  FILE *f = fopen(path, "w");
+  if (!f) return cn_fail(ctx, CN_ERR_IO, "export: cannot write %s: %s", path, strerror(errno));
+  bool ok = fwrite(text->data, 1, text->len, f) == text->len;
+  ok = fclose(f) == 0 && ok;
+  if (!ok) return cn_fail(ctx, CN_ERR_IO, "export: writing %s failed: %s", path, strerror(errno));
+  return CN_OK;
+}
+
+static cn_status check_tensors(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
+                               const char *dir) {
+  cn_ctx *ctx = g->ctx;
+  if (!is_identifier(name))
+    return cn_fail(ctx, CN_ERR_INVALID, "export: the name '%s' is not a C identifier",
+                   name ? name : "(null)");
+  if (!dir) return cn_fail(ctx, CN_ERR_INVALID, "export \"%s\": no directory", name);
+  if (!input || !output || input->g != g || output->g != g)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "export \"%s\": input and output must be tensors of the "
+                   "graph",
+                   name);
+  if (input == output)
+    return cn_fail(ctx, CN_ERR_INVALID, "export \"%s\": the input is the output", name);
+  const cn_tensor *ends[2] = {input, output};
+  for (int k = 0; k < 2; k++)
+    if (ends[k]->prec != CN_PREC_SINGLE)
+      return cn_fail(ctx, CN_ERR_UNSUPPORTED,
+                     "export \"%s\": the %s \"%s\" is %s; NAME_forward takes and gives single "
+                     "precision",
+                     name, k ? "output" : "input", ends[k]->label, cn_prec_name(ends[k]->prec));
+  if (input->kind != CN_TK_DATA && input->kind != CN_TK_BUFFER)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "export \"%s\": the input \"%s\" is computed; it must be a data or buffer "
+                   "tensor (the placeholder the model is applied to)",
+                   name, input->label);
+  return CN_OK;
+}
+
+/* The header, the source and the function around the routine's entry point. */
+static cn_status put_files(cn_ctx *ctx, cn_routine *r, cn_tensor *input, cn_tensor *output,
+                           const char *name, const char *dir) {
+  const cn_ll_proc *proc = cn_routine_proc(r);
+  int in_param = -1, out_param = -1;
+  for (int i = 0; i < proc->n_params; i++) {
+    if (proc->params[i].merge) continue;
+    if (proc->params[i].node == input->value) in_param = i;
+    if (proc->params[i].node == output->value) out_param = i;
+  }
+  /* the input is a terminal (check_tensors): the routine may write its padding margins, never
+   * its cells */
+  if (in_param < 0 || out_param < 0 || !cn_routine_writes(r, out_param))
+    return cn_fail(
+        ctx, CN_ERR_INVALID, "export \"%s\": the forward code of \"%s\" %s", name, output->label,
+        in_param < 0 ? "does not read the input" : "computes nothing (the output is a terminal)");
+  if (proc->n_free_syms > 0)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "export \"%s\": the forward code of \"%s\" reads the static index '%s'; export "
+                   "the model applied to a placeholder input",
+                   name, output->label, cn_symbol_name(ctx, proc->free_syms[0]));
+
+  cn_sbuf src = {0}, hdr = {0};
+  cn_sbuf_printf(&src,
+                 "/* %s.c: the forward routine of \"%s\" from \"%s\", exported by cannl.\n"
+                 " * void %s_forward(const float *in, float *out): in holds %" PRId64
+                 " floats (shape %s), out receives %" PRId64 " (shape %s), row-major.\n"
+                 " * Self-contained: cc -std=c11 -c %s.c, link with -lm. Not reentrant (static "
+                 "buffers). */\n"
+                 "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n",
+                 name, output->label, input->label, name, cn_node_numel(input->value),
+                 cn_tensor_shape(input), cn_node_numel(output->value), cn_tensor_shape(output),
+                 name);
+  cn_sbuf_puts(&src, cn_routine_source(r));
+  cn_sbuf_puts(&src, "\n/* ---- the buffers of the entry point, in its order ---- */\n\n");
+  cn_status st = CN_OK;
+  for (int i = 0; i < proc->n_params && st == CN_OK; i++)
+    st = put_buffer(ctx, &src, name, i, &proc->params[i], cn_routine_writes(r, i) || i == in_param);
+  cn_sbuf_printf(&src, "\n#include \"%s.h\"\n\nvoid %s_forward(const float *in, float *out) {\n",
+                 name, name);
+  for (int i = 0; i < proc->n_params; i++)
+    if (proc->params[i].node->mode != CN_MEM_MATERIALIZED)
+      cn_sbuf_printf(&src, "  memset(%s_b%d, 0, sizeof %s_b%d);\n", name, i, name, i);
+  char padded[300];
+  snprintf(padded, sizeof padded, "%s_b%d", name, in_param);
+  put_copy(&src, input->value, padded, "in", true);
+  cn_sbuf_puts(&src, "  void *const buffers[] = {");
+  for (int i = 0; i < proc->n_params; i++)
+    cn_sbuf_printf(&src, "%s(void *)%s_b%d", i ? ", " : "", name, i);
+  cn_sbuf_printf(&src, "};\n  const int64_t syms[1] = {0};\n  %s_model_entry(buffers, syms);\n",
+                 name);
+  snprintf(padded, sizeof padded, "%s_b%d", name, out_param);
+  put_copy(&src, output->value, padded, "out", false);
+  cn_sbuf_puts(&src, "}\n");
+
+  cn_sbuf_printf(&hdr,
+                 "/* %s.h: the forward routine of \"%s\", exported by cannl (%s.c). */\n"
+                 "#ifndef %s_H\n#define %s_H\n\n"
+                 "/* in: %" PRId64 " floats (shape %s), row-major; out: %" PRId64
+                 " floats (shape %s). Not reentrant. */\n"
+                 "void %s_forward(const float *in, float *out);\n\n#endif\n",
+                 name, output->label, name, name, name, cn_node_numel(input->value),
+                 cn_tensor_shape(input), cn_node_numel(output->value), cn_tensor_shape(output),
+                 name);
+  if (st == CN_OK && (src.failed || hdr.failed))
+    st = cn_fail(ctx, CN_ERR_NOMEM, "export \"%s\": out of memory for the source", name);
+  if (st == CN_OK) st = write_text(ctx, dir, name, "h", &hdr);
+  if (st == CN_OK) st = write_text(ctx, dir, name, "c", &src);
+  cn_sbuf_free(&src);
+  cn_sbuf_free(&hdr);
+  return st;
+}
+
+cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
+                            const char *dir) {
+  cn_ctx *ctx = g->ctx;
+  cn_status st = check_tensors(g, input, output, name, dir);
+  if (st != CN_OK) return st;
+  cn_asgn *code = cn_graph_forward(g, output);
+  if (!code) return ctx->status;
+  char routine_name[300];
+  snprintf(routine_name, sizeof routine_name, "%s_model", name);
+  cn_routine *r = cn_routine_compile(ctx, code, CN_BACKEND_C, routine_name);
+  if (!r) return ctx->status;
+  st = put_files(ctx, r, input, output, name, dir);
+  cn_routine_free(r);
+  return st;
+}

@@ -1,0 +1,297 @@
+/* The optimizers' update code and the training state a checkpoint holds: SGD with weight decay,
+ * momentum and Nesterov (contraction-is-emergent's SGD producer example), Adam (Kingma & Ba,
+ * bias-corrected) and AdamW (decoupled weight decay, Loshchilov & Hutter), and cn_graph_state.
+ * An update is a list of pointwise assignments over each parameter's value node (`%cd`-like:
+ * `p =- learning_rate * delta`), gathered after materialization for the parameters of the loss.
+ *
+ * Invariants: constants and temporaries are fresh virtual nodes of the tree being built, written
+ * and read only by it; optimizer state (SGD's momentum, Adam's moments and step counter) is
+ * created zero-filled by the first update that needs it, labeled "<param>.<state>" (the counter
+ * "adam_step"), kept on the parameter (the counter on the graph) and reused by every later update,
+ * so routines compiled from different trees continue one optimization; Adam's tree increments
+ * the counter before anything reads it. */
+#include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Shared pieces ------------------------------------------------------------------------ */
+
+/* Private to the routine that runs the tree, so the schedule inlines them where it can
+ * (src/sched/virtual.c). */
+static cn_node *temporary(cn_graph *g, const char *label, cn_prec prec, int rank,
+                          const int64_t *dims) {
+  cn_node *n = cn_node_create(g->ctx, label, prec, rank, dims);
+  if (n && cn_node_set_memory(n, CN_MEM_VIRTUAL) != CN_OK) return NULL;
+  return n;
+}
+
+static cn_node *constant(cn_graph *g, cn_asgn_list *out, const char *label, cn_prec prec,
+                         double value) {
+  cn_node *c = temporary(g, label, prec, 0, NULL);
+  if (c && cn_asgn_list_add(out, cn_asgn_fetch_constant(g->ctx, c, value)) != CN_OK) return NULL;
+  return c;
+}
+
+/* target (=: or =-) op(refs...) pointwise over target. */
+static cn_status update(cn_graph *g, cn_asgn_list *out, cn_node *target, bool init, cn_op accum,
+                        cn_op op, int n, cn_node *const *refs) {
+  cn_proj *p = cn_pointwise_proj(g->ctx, target, n, refs);
+  if (!p) return g->ctx->status;
+  cn_buffer buf[3];
+  for (int i = 0; i < n; i++) buf[i] = (cn_buffer){refs[i], false};
+  return cn_asgn_list_add(out, cn_asgn_accum(g->ctx, init, accum, target, op, buf, p));
+}
+
+/* A node with the dims of `like` (no padding: updates touch the unpadded cells only), virtual
+ * when it is a temporary of this update. */
+static cn_node *node_like(cn_graph *g, cn_node *like, const char *label, bool temp) {
+  int64_t dims[CN_MAX_RANK];
+  int rank = cn_node_rank(like);
+  for (int a = 0; a < rank; a++) dims[a] = cn_node_dim(like, a);
+  if (temp) return temporary(g, label, cn_node_prec(like), rank, dims);
+  return cn_node_create(g->ctx, label, cn_node_prec(like), rank, dims);
+}
+
+/* p's state node in *slot, created on first use as "<param>.<what>". */
+static cn_node *state_of(cn_graph *g, cn_tensor *p, cn_node **slot, const char *what) {
+  if (*slot) return *slot;
+  size_t len = strlen(p->label) + strlen(what) + 2;
+  char *label = cn_alloc(g->ctx, len);
+  if (!label) return NULL;
+  snprintf(label, len, "%s.%s", p->label, what);
+  return *slot = node_like(g, p->value, label, false);
+}
+
+/* The start of an update: the loss's parameters, then the learning rate's forward code. */
+static cn_status begin_update(cn_graph *g, cn_tensor *loss, const char *what, cn_tensor *lr,
+                              cn_tensor_list *params, cn_asgn_list *out) {
+  cn_status st = cn_code_begin(g, loss);
+  if (st == CN_OK && !lr)
+    st = cn_fail(g->ctx, CN_ERR_INVALID, "%s needs a learning rate tensor", what);
+  if (st == CN_OK) st = cn_collect_params(g, loss, false, params);
+  g->epoch++;
+  if (st == CN_OK) st = cn_forward_into(g, lr, out);
+  return st;
+}
+
+/* ---- SGD ------------------------------------------------------------------------------------ */
+
+static cn_status sgd_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const cn_sgd *sgd,
+                         cn_node *lr) {
+  cn_ctx *ctx = g->ctx;
+  cn_status st = CN_OK;
+  cn_node *delta = p->grad;
+  if (sgd->weight_decay != 0) { /* delta =: weight_decay * p + p.grad */
+    cn_node *wd = constant(g, out, "sgd_const", p->prec, sgd->weight_decay);
+    if (!wd || !(delta = node_like(g, p->value, "sgd_delta", true))) return ctx->status;
+    st = update(g, out, delta, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){wd, p->value, p->grad});
+  }
+  if (st == CN_OK && sgd->momentum != 0) { /* m =: momentum * m + delta */
+    cn_node *mu = constant(g, out, "sgd_const", p->prec, sgd->momentum);
+    cn_node *m = mu ? state_of(g, p, &p->sgd_momentum, "sgd_momentum") : NULL;
+    if (!m) return ctx->status;
+    st = update(g, out, m, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){mu, m, delta});
+    if (st == CN_OK && sgd->nesterov) { /* delta + momentum * m */
+      cn_node *step = node_like(g, p->value, "sgd_nesterov", true);
+      if (!step) return ctx->status;
+      st = update(g, out, step, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){mu, m, delta});
+      delta = step;
+    } else {
+      delta = m;
+    }
+  }
+  if (st == CN_OK) /* p =- learning_rate * delta */
+    st = update(g, out, p->value, false, CN_OP_SUB, CN_OP_MUL, 2, (cn_node *[]){lr, delta});
+  return st;
+}
+
+cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd) {
+  cn_asgn_list out = {g->ctx, NULL, 0, 0};
+  cn_tensor_list params = {0};
+  cn_status st =
+      begin_update(g, loss, "sgd_update", sgd ? sgd->learning_rate : NULL, &params, &out);
+  for (int i = 0; i < params.n && st == CN_OK; i++)
+    if (params.v[i]->diff) st = sgd_one(g, &out, params.v[i], sgd, sgd->learning_rate->value);
+  return cn_asgn_list_finish(&out, st);
+}
+
+/* ---- Adam and AdamW ------------------------------------------------------------------------- */
+
+/* The coefficients (defaults filled in) and the tree's scalars: the step's bias corrections
+ * 1 / (1 - beta1^t) and 1 / (1 - beta2^t), and the constants every parameter reads. The scalars
+ * are double: the counter stays exact, and 1 - beta2^t (1e-3 at t = 1) keeps its digits. */
+typedef struct {
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  cn_node *lr, *inv_bc1, *inv_bc2, *beta1_c, *beta2_c, *one_minus_beta1, *one_minus_beta2, *eps_c,
+      *wd_c;
+} adam_tree;
+
+static cn_status adam_config(cn_graph *g, const cn_adam *adam, adam_tree *a) {
+  a->beta1 = adam->beta1 != 0 ? adam->beta1 : 0.9;
+  a->beta2 = adam->beta2 != 0 ? adam->beta2 : 0.999;
+  a->eps = adam->eps != 0 ? adam->eps : 1e-8;
+  a->weight_decay = adam->weight_decay;
+  a->decoupled = adam->decoupled;
+  if (!(a->beta1 > 0 && a->beta1 < 1) || !(a->beta2 > 0 && a->beta2 < 1))
+    return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: beta1 %g and beta2 %g must lie in (0, 1)",
+                   a->beta1, a->beta2);
+  if (!(a->eps > 0 && isfinite(a->eps)))
+    return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: eps %g must be positive", a->eps);
+  if (!isfinite(a->weight_decay))
+    return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: weight decay %g is not finite",
+                   a->weight_decay);
+  return CN_OK;
+}
+
+/* inv =: 1 / (1 - beta^step), beta a constant node. */
+static cn_node *inverse_bias_correction(cn_graph *g, cn_asgn_list *out, cn_node *beta, cn_node *one,
+                                        cn_node *step) {
+  cn_node *power = temporary(g, "adam_beta_t", CN_PREC_DOUBLE, 0, NULL);
+  cn_node *bc = power ? temporary(g, "adam_bias_correction", CN_PREC_DOUBLE, 0, NULL) : NULL;
+  cn_node *inv = bc ? temporary(g, "adam_inv_bias_correction", CN_PREC_DOUBLE, 0, NULL) : NULL;
+  if (!inv ||
+      update(g, out, power, true, CN_OP_ADD, CN_OP_POW, 2, (cn_node *[]){beta, step}) != CN_OK ||
+      update(g, out, bc, true, CN_OP_ADD, CN_OP_SUB, 2, (cn_node *[]){one, power}) != CN_OK ||
+      update(g, out, inv, true, CN_OP_ADD, CN_OP_RECIP, 1, &bc) != CN_OK)
+    return NULL;
+  return inv;
+}
+
+/* step =+ 1, then the scalars of adam_tree. */
+static cn_status adam_scalars(cn_graph *g, cn_asgn_list *out, adam_tree *a) {
+  cn_ctx *ctx = g->ctx;
+  const cn_prec d = CN_PREC_DOUBLE;
+  if (!g->adam_step && !(g->adam_step = cn_node_create(ctx, "adam_step", d, 0, NULL)))
+    return ctx->status;
+  cn_node *one = constant(g, out, "adam_const", d, 1);
+  if (!one || update(g, out, g->adam_step, false, CN_OP_ADD, CN_OP_ID, 1, &one) != CN_OK)
+    return ctx->status;
+  if (!(a->beta1_c = constant(g, out, "adam_const", d, a->beta1)) ||
+      !(a->beta2_c = constant(g, out, "adam_const", d, a->beta2)) ||
+      !(a->one_minus_beta1 = constant(g, out, "adam_const", d, 1 - a->beta1)) ||
+      !(a->one_minus_beta2 = constant(g, out, "adam_const", d, 1 - a->beta2)) ||
+      !(a->eps_c = constant(g, out, "adam_const", d, a->eps)) ||
+      !(a->wd_c = constant(g, out, "adam_const", d, a->weight_decay)) ||
+      !(a->inv_bc1 = inverse_bias_correction(g, out, a->beta1_c, one, g->adam_step)) ||
+      !(a->inv_bc2 = inverse_bias_correction(g, out, a->beta2_c, one, g->adam_step)))
+    return ctx->status;
+  return CN_OK;
+}
+
+/* For one parameter p, with gr its gradient (plus weight_decay * p unless decoupled):
+ *   [p =- lr * weight_decay * p]  m =: beta1 * m;  m =+ (1 - beta1) * gr;
+ *   v =: beta2 * v;  v =+ (1 - beta2) * gr * gr;
+ *   den =: sqrt(v * inv_bc2) + eps;  p =- lr * inv_bc1 * (m / den). */
+static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const adam_tree *a) {
+  cn_ctx *ctx = g->ctx;
+  cn_node *gr = p->grad;
+  bool decay = a->weight_decay != 0;
+  if (decay && a->decoupled &&
+      update(g, out, p->value, false, CN_OP_SUB, CN_OP_MUL3, 3,
+             (cn_node *[]){a->lr, a->wd_c, p->value}) != CN_OK)
+    return ctx->status;
+  if (decay && !a->decoupled &&
+      (!(gr = node_like(g, p->value, "adam_grad", true)) ||
+       update(g, out, gr, true, CN_OP_ADD, CN_OP_FMA, 3,
+              (cn_node *[]){a->wd_c, p->value, p->grad}) != CN_OK))
+    return ctx->status;
+  cn_node *m = state_of(g, p, &p->adam_m, "adam_m");
+  cn_node *v = m ? state_of(g, p, &p->adam_v, "adam_v") : NULL;
+  cn_node *scaled = v ? node_like(g, p->value, "adam_v_hat", true) : NULL;
+  cn_node *root = scaled ? node_like(g, p->value, "adam_sqrt_v_hat", true) : NULL;
+  cn_node *den = root ? node_like(g, p->value, "adam_denominator", true) : NULL;
+  cn_node *ratio = den ? node_like(g, p->value, "adam_ratio", true) : NULL;
+  if (!ratio) return ctx->status;
+  const struct {
+    cn_node *target;
+    bool init;
+    cn_op accum, op;
+    int n;
+    cn_node *refs[3];
+  } steps[] = {
+      {m, true, CN_OP_ADD, CN_OP_MUL, 2, {a->beta1_c, m}},
+      {m, false, CN_OP_ADD, CN_OP_MUL, 2, {a->one_minus_beta1, gr}},
+      {v, true, CN_OP_ADD, CN_OP_MUL, 2, {a->beta2_c, v}},
+      {v, false, CN_OP_ADD, CN_OP_MUL3, 3, {a->one_minus_beta2, gr, gr}},
+      {scaled, true, CN_OP_ADD, CN_OP_MUL, 2, {v, a->inv_bc2}},
+      {root, true, CN_OP_ADD, CN_OP_SQRT, 1, {scaled}},
+      {den, true, CN_OP_ADD, CN_OP_ADD, 2, {root, a->eps_c}},
+      {ratio, true, CN_OP_ADD, CN_OP_DIV, 2, {m, den}},
+      {p->value, false, CN_OP_SUB, CN_OP_MUL3, 3, {a->lr, a->inv_bc1, ratio}},
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    cn_status st = update(g, out, steps[i].target, steps[i].init, steps[i].accum, steps[i].op,
+                          steps[i].n, steps[i].refs);
+    if (st != CN_OK) return st;
+  }
+  return CN_OK;
+}
+
+cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam) {
+  cn_asgn_list out = {g->ctx, NULL, 0, 0};
+  cn_tensor_list params = {0};
+  adam_tree a = {0};
+  cn_status st =
+      begin_update(g, loss, "adam_update", adam ? adam->learning_rate : NULL, &params, &out);
+  if (st == CN_OK) st = adam_config(g, adam, &a);
+  if (st == CN_OK) {
+    a.lr = adam->learning_rate->value;
+    st = adam_scalars(g, &out, &a);
+  }
+  for (int i = 0; i < params.n && st == CN_OK; i++)
+    if (params.v[i]->diff) st = adam_one(g, &out, params.v[i], &a);
+  return cn_asgn_list_finish(&out, st);
+}
+
+/* ---- Training state ------------------------------------------------------------------------- */
+
+static int by_node_id(const void *a, const void *b) {
+  int x = cn_node_id(((const cn_named_node *)a)->node);
+  int y = cn_node_id(((const cn_named_node *)b)->node);
+  return (x > y) - (x < y);
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const cn_named_node *)a)->name, ((const cn_named_node *)b)->name);
+}
+
+int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap) {
+  cn_ctx *ctx = g->ctx;
+  cn_tensor_list params = {0};
+  if (cn_code_begin(g, t) != CN_OK || cn_collect_params(g, t, false, &params) != CN_OK) return -1;
+  /* at most three state nodes per parameter, and the step counter */
+  size_t max = (size_t)params.n * 4 + 1;
+  cn_named_node *all = cn_alloc(ctx, max * sizeof *all);
+  cn_named_node *sorted = all ? cn_alloc(ctx, max * sizeof *sorted) : NULL;
+  if (!sorted) return -1;
+  int n = 0;
+  bool adam = false;
+  for (int i = 0; i < params.n; i++)
+    all[n++] = (cn_named_node){params.v[i]->label, params.v[i]->value};
+  int n_params = n;
+  for (int i = 0; i < params.n; i++) {
+    cn_node *state[3] = {params.v[i]->sgd_momentum, params.v[i]->adam_m, params.v[i]->adam_v};
+    for (int k = 0; k < 3; k++)
+      if (state[k]) all[n++] = (cn_named_node){cn_node_label(state[k]), state[k]};
+    adam |= params.v[i]->adam_m != NULL;
+  }
+  if (adam) all[n++] = (cn_named_node){cn_node_label(g->adam_step), g->adam_step};
+  /* the parameters by creation already; the state by creation too, which is the order of ids */
+  qsort(all + n_params, (size_t)(n - n_params), sizeof *all, by_node_id);
+  memcpy(sorted, all, (size_t)n * sizeof *all);
+  qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+  for (int i = 1; i < n; i++)
+    if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) {
+      cn_fail(ctx, CN_ERR_INVALID,
+              "graph state: two entries are labeled \"%s\" (nodes #%d and #%d): a checkpoint "
+              "names each node once; relabel one of the parameters",
+              sorted[i].name, cn_node_id(sorted[i - 1].node), cn_node_id(sorted[i].node));
+      return -1;
+    }
+  for (int i = 0; i < n && i < cap; i++) out[i] = all[i];
+  return n;
+}

@@ -1,0 +1,215 @@
+/* The training pieces of the operation library: log_softmax, sigmoid, softplus, the reductions
+ * sum and mean, the losses mse, binary_cross_entropy and cross_entropy, and the metrics argmax,
+ * accuracy and confusion. Like library.c, each is composed from the core constructors (pointwise
+ * application, einsum, stop_gradient, constants, an offsets fetch), so its gradient is the one
+ * the core derives for those pieces.
+ *
+ * Layouts: classes lie along x's output axes, an example is one batch and input position (the
+ * per-example reductions use softmax's spec, "... | ..i.. -> ..o.. => ... | ..i.. ->"); labels
+ * have x's batch axes and no output axis or one of size 1, and select their class by comparing
+ * with the class indices, which broadcast along the batch axes.
+ *
+ * Invariants: numerically every exp reads a non-positive argument (x - max, or -|x|), so no
+ * value or gradient overflows for finite inputs; whatever is not differentiated (the max of
+ * log_softmax, the counts of mean, the class indices, the metrics) is either stopped or built
+ * from ops without a derivative, so it never receives a gradient; a failed piece returns NULL
+ * keeping the message of the constructor that failed, and a composite labels its result with
+ * the operation's name. */
+#include "tensor/tensor.h"
+
+/* Per example: reduce over the output axes, keep the batch and input axes. */
+static const char per_example[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
+/* Every cell of the first operand with a second operand without axes (a scalar). */
+static const char all_to_scalar[] = "...|...->...; => ";
+
+static cn_tensor *bin(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
+  return a && b ? cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b}) : NULL;
+}
+
+static cn_tensor *un(cn_graph *g, cn_op op, cn_tensor *a) {
+  return a ? cn_tensor_apply(g, op, 1, &a) : NULL;
+}
+
+static cn_tensor *tri(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b, cn_tensor *c) {
+  return a && b && c ? cn_tensor_apply(g, op, 3, (cn_tensor *[]){a, b, c}) : NULL;
+}
+
+/* Constants without axes (as in library.c): they fill whatever shape they meet and never give a
+ * loss an axis. */
+static cn_tensor *num(cn_graph *g, double v) {
+  return cn_tensor_scalar(g, v);
+}
+
+static cn_tensor *labeled(cn_tensor *t, const char *label) {
+  return t && cn_tensor_set_label(t, label) == CN_OK ? t : NULL;
+}
+
+static bool non_null(cn_graph *g, const char *what, int n, cn_tensor *const *ts) {
+  for (int i = 0; i < n; i++)
+    if (!ts[i]) {
+      cn_fail(g->ctx, CN_ERR_INVALID, "%s: operand %d is NULL", what, i + 1);
+      return false;
+    }
+  return true;
+}
+
+/* ---- Pointwise ------------------------------------------------------------------------------- */
+
+/* -|x| as where(x < 0, x, -x): its exp lies in (0, 1]. At 0 it takes the -x branch, the side of
+ * the x >= 0 formulas below, so the gradient there is the one of the smooth function. */
+static cn_tensor *minus_abs(cn_graph *g, cn_tensor *x, cn_tensor *negative) {
+  return tri(g, CN_OP_WHERE, negative, x, un(g, CN_OP_NEG, x));
+}
+
+/* With e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0. The naive
+ * 1 / (1 + exp(-x)) has the right value but a NaN gradient once exp(-x) overflows. */
+cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x) {
+  if (!non_null(g, "sigmoid", 1, &x)) return NULL;
+  cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
+  cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
+  cn_tensor *numer = tri(g, CN_OP_WHERE, negative, e, num(g, 1));
+  return labeled(bin(g, CN_OP_DIV, numer, bin(g, CN_OP_ADD, num(g, 1), e)), "sigmoid");
+}
+
+/* max(x, 0) + log(1 + exp(-|x|)); max gives a tie at 0 to x, so softplus'(0) = 1 - 1/2. */
+cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x) {
+  if (!non_null(g, "softplus", 1, &x)) return NULL;
+  cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
+  cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
+  cn_tensor *log1p = un(g, CN_OP_LOG, bin(g, CN_OP_ADD, num(g, 1), e));
+  return labeled(bin(g, CN_OP_ADD, bin(g, CN_OP_MAX, x, num(g, 0)), log1p), "softplus");
+}
+
+/* ---- Reductions ------------------------------------------------------------------------------ */
+
+cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x) {
+  if (!non_null(g, "sum", 1, &x)) return NULL;
+  return labeled(cn_tensor_einsum1(g, "...|...->... => ", x), "sum");
+}
+
+/* The number of cells of x, counted at run time (x's shape may be solved only at
+ * materialization): the sum of 1 over x's cells, read through snd, which has no derivative in
+ * x and does not read it. */
+static cn_tensor *count(cn_graph *g, cn_tensor *x) {
+  cn_tensor *one = num(g, 1);
+  return one ? cn_tensor_einsum(g, all_to_scalar, CN_OP_ADD, CN_OP_ARG2, 2, (cn_tensor *[]){x, one})
+             : NULL;
+}
+
+/* sum(x / count) as one einsum: its result is exactly a scalar, where a pointwise division of
+ * two scalars could be widened by inference to the shape of a consumer. */
+cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x) {
+  if (!non_null(g, "mean", 1, &x)) return NULL;
+  cn_tensor *n = count(g, x);
+  return labeled(
+      n ? cn_tensor_einsum(g, all_to_scalar, CN_OP_ADD, CN_OP_DIV, 2, (cn_tensor *[]){x, n}) : NULL,
+      "mean");
+}
+
+/* ---- Losses ---------------------------------------------------------------------------------- */
+
+cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target) {
+  if (!non_null(g, "mse", 2, (cn_tensor *[]){pred, target})) return NULL;
+  cn_tensor *d = bin(g, CN_OP_SUB, pred, target);
+  return labeled(cn_tensor_mean(g, bin(g, CN_OP_MUL, d, d)), "mse");
+}
+
+/* softplus(z) - y z = -(y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))), without a log of 0. */
+cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target) {
+  if (!non_null(g, "binary_cross_entropy", 2, (cn_tensor *[]){logits, target})) return NULL;
+  cn_tensor *sp = cn_tensor_softplus(g, logits);
+  cn_tensor *per_cell = bin(g, CN_OP_SUB, sp, bin(g, CN_OP_MUL, target, logits));
+  return labeled(cn_tensor_mean(g, per_cell), "binary_cross_entropy");
+}
+
+/* d = x - max and log(sum(exp(d))) per example. The max only keeps exp in range: the results do
+ * not depend on it, so its gradient is stopped rather than computed to cancel (as softmax). */
+static bool shifted(cn_graph *g, cn_tensor *x, cn_tensor **d, cn_tensor **log_sum) {
+  cn_tensor *max = cn_tensor_einmax1(g, per_example, x);
+  *d = bin(g, CN_OP_SUB, x, max ? cn_tensor_stop_gradient(g, max) : NULL);
+  cn_tensor *e = un(g, CN_OP_EXP, *d);
+  *log_sum = un(g, CN_OP_LOG, e ? cn_tensor_einsum1(g, per_example, e) : NULL);
+  return *log_sum != NULL;
+}
+
+cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x) {
+  cn_tensor *d, *log_sum;
+  if (!non_null(g, "log_softmax", 1, &x) || !shifted(g, x, &d, &log_sum)) return NULL;
+  return labeled(bin(g, CN_OP_SUB, d, log_sum), "log_softmax");
+}
+
+/* The index of each class cell in x's precision: a tensor of x's output row whose cells hold
+ * their row-major offsets (0 .. C-1 along one class axis). The einsum ties the offsets' shape to
+ * x's output row; snd reads only the offsets and max keeps one of the equal values, so x is
+ * neither read nor differentiated. */
+static cn_tensor *classes(cn_graph *g, cn_tensor *x) {
+  cn_tensor *offsets =
+      cn_tensor_new(g, "class_offsets", CN_TK_FETCH, x->prec, NULL, CN_SL_TERMINAL, NULL, 0, NULL);
+  if (!offsets) return NULL;
+  offsets->fetch = CN_TF_RANGE_OVER_OFFSETS;
+  return labeled(cn_tensor_einsum(g, "...|..i..->..o..; ..o.. => ..o..", CN_OP_MAX, CN_OP_ARG2, 2,
+                                  (cn_tensor *[]){x, offsets}),
+                 "classes");
+}
+
+/* 1 where the class index equals the label, else 0: labels broadcast along the class axes. */
+static cn_tensor *one_hot(cn_graph *g, cn_tensor *classes, cn_tensor *labels) {
+  return labeled(bin(g, CN_OP_EQ, classes, labels), "one_hot");
+}
+
+/* Per example log(sum(exp(d))) - sum(onehot * d) = -log_softmax(x)[label]; both terms stay
+ * small whatever the logits' magnitude. */
+cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
+  cn_tensor *d, *log_sum;
+  if (!non_null(g, "cross_entropy", 2, (cn_tensor *[]){logits, labels}) ||
+      !shifted(g, logits, &d, &log_sum))
+    return NULL;
+  cn_tensor *hot = one_hot(g, classes(g, logits), labels);
+  cn_tensor *picked = bin(g, CN_OP_MUL, hot, d);
+  picked = picked ? cn_tensor_einsum1(g, per_example, picked) : NULL;
+  return labeled(cn_tensor_mean(g, bin(g, CN_OP_SUB, log_sum, picked)), "cross_entropy");
+}
+
+/* ---- Metrics --------------------------------------------------------------------------------- */
+
+/* The smallest class index among the cells equal to the example's max: the where gives the
+ * others C (one past the last index: the max of the indices plus 1, a scalar by einsum), which
+ * never wins the min. Every constant is of x's precision, so the result is too. */
+static cn_tensor *argmax_of(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
+  static const cn_shape_row_spec scalar[CN_N_ROWS] = {
+      {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
+  cn_tensor *one =
+      cls ? cn_tensor_new(g, "1", CN_TK_NUMBER, x->prec, scalar, CN_SL_TERMINAL, NULL, 0, NULL)
+          : NULL;
+  if (!one) return NULL;
+  one->number = 1;
+  cn_tensor *n_classes =
+      cn_tensor_einsum(g, "..o..; => ", CN_OP_MAX, CN_OP_ADD, 2, (cn_tensor *[]){cls, one});
+  cn_tensor *hit = bin(g, CN_OP_EQ, x, cn_tensor_einmax1(g, per_example, x));
+  cn_tensor *index = tri(g, CN_OP_WHERE, hit, cls, n_classes);
+  cn_tensor *first =
+      index ? cn_tensor_einsum(g, per_example, CN_OP_MIN, CN_OP_ID, 1, &index) : NULL;
+  return labeled(first, "argmax");
+}
+
+cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x) {
+  if (!non_null(g, "argmax", 1, &x)) return NULL;
+  return argmax_of(g, x, classes(g, x));
+}
+
+cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
+  if (!non_null(g, "accuracy", 2, (cn_tensor *[]){logits, labels})) return NULL;
+  cn_tensor *correct = bin(g, CN_OP_EQ, cn_tensor_argmax(g, logits), labels);
+  return labeled(cn_tensor_mean(g, correct), "accuracy");
+}
+
+/* counts[t, p] = sum over examples of onehot(label)[t] * onehot(argmax)[p]; the labels have no
+ * input axes, so an example's label is shared by its input positions. */
+cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
+  if (!non_null(g, "confusion", 2, (cn_tensor *[]){logits, labels})) return NULL;
+  cn_tensor *cls = classes(g, logits);
+  cn_tensor *truth = cls ? one_hot(g, cls, labels) : NULL;
+  cn_tensor *pred = truth ? one_hot(g, cls, argmax_of(g, logits, cls)) : NULL;
+  return labeled(pred ? cn_tensor_einsum2(g, "...|t; ...|..i..->p => tp", truth, pred) : NULL,
+                 "confusion");
+}

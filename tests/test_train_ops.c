@@ -1,0 +1,611 @@
+/* The training pieces (src/tensor/train.c) and Adam/AdamW and the training state
+ * (src/tensor/optim.c), on the interpreter and on generated C:
+ *   - values of log_softmax, sigmoid, softplus, sum, mean, mse, binary_cross_entropy and
+ *     cross_entropy against the same formulas in double precision here, including inputs of
+ *     +-100 and +-1000 (finite everywhere, in single precision too), labels with and without a
+ *     unit output axis, int32 labels and a label out of range;
+ *   - gradients against central finite differences (double graphs) and against closed forms:
+ *     sigmoid' = s (1 - s), softplus' = s, d cross_entropy / d logits = (softmax - onehot) / B;
+ *   - argmax with ties (the first index), accuracy and confusion on hand examples, also with
+ *     input axes (an example per batch and input position) and labels with a unit axis;
+ *   - Adam, Adam with coupled weight decay and AdamW: three steps against the bias-corrected
+ *     formula in double here, the state shared by two update trees, cn_graph_state's names and
+ *     order, a duplicate label and bad arguments. */
+#include "check.h"
+
+#include "cannl.h"
+
+#include <stdlib.h>
+
+static const cn_backend_kind backends[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
+
+#define AXES(...)                                                                                  \
+  ((cn_axes){(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__},  \
+             NULL})
+#define NONE ((cn_axes){0, NULL, NULL})
+
+static int64_t numel_of(const cn_dims *d) {
+  int64_t n = 1;
+  const cn_axes *rows[3] = {&d->batch, &d->input, &d->output};
+  for (int k = 0; k < 3; k++)
+    for (int a = 0; a < rows[k]->n; a++) n *= rows[k]->dims[a];
+  return n;
+}
+
+static cn_tensor *data(cn_graph *g, const char *label, cn_dims d, const double *v) {
+  return cn_tensor_data(g, label, &d, v, (size_t)numel_of(&d));
+}
+
+static cn_graph *new_graph(cn_prec prec) {
+  cn_graph *g = cn_graph_create(cn_ctx_create());
+  cn_graph_set_prec(g, prec);
+  return g;
+}
+
+static void free_graph(cn_graph *g) {
+  cn_ctx_destroy(cn_graph_ctx(g));
+}
+
+static cn_routine *compile(cn_graph *g, const cn_asgn *a, cn_backend_kind b, const char *name) {
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_routine *r = a ? cn_routine_compile(ctx, a, b, name) : NULL;
+  CHECK_MSG(r != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  return r;
+}
+
+static bool run(cn_graph *g, const cn_asgn *a, cn_backend_kind b, const char *name) {
+  cn_routine *r = compile(g, a, b, name);
+  if (!r) return false;
+  cn_status st = cn_routine_run(r);
+  CHECK_MSG(st == CN_OK, "%s: %s", name, cn_ctx_error(cn_graph_ctx(g)));
+  cn_routine_free(r);
+  return st == CN_OK;
+}
+
+/* Reads n values of a node (value or, with grad, gradient of a tensor); false on a mismatch. */
+static bool read_node(cn_node *node, double *out, int64_t n) {
+  CHECK(node != NULL);
+  if (!node) return false;
+  CHECK_INT(cn_node_numel(node), n);
+  return cn_node_numel(node) == n && cn_node_get_values(node, false, out, (size_t)n) == CN_OK;
+}
+
+static void expect_near(const char *what, const double *got, const double *want, int64_t n,
+                        double tol) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - want[i]) <= tol * fmax(1, fabs(want[i]))) && bad++ < 4)
+      fprintf(stderr, "  %s[%lld] = %.17g, expected %.17g\n", what, (long long)i, got[i], want[i]);
+  CHECK_MSG(bad == 0, "%s: %d cells differ", what, bad);
+}
+
+/* Computes t by its forward code and compares its n cells with want. */
+static void expect_values(cn_graph *g, cn_tensor *t, cn_backend_kind b, const double *want,
+                          int64_t n, double tol) {
+  cn_ctx *ctx = cn_graph_ctx(g);
+  CHECK_MSG(t != NULL, "build: %s", cn_ctx_error(ctx));
+  double got[256];
+  if (!t || n > 256 || !run(g, cn_graph_forward(g, t), b, "eval") ||
+      !read_node(cn_tensor_value(t), got, n))
+    return;
+  for (int64_t i = 0; i < n; i++)
+    CHECK_MSG(isfinite(got[i]), "%s[%lld] = %g", cn_tensor_label(t), (long long)i, got[i]);
+  expect_near(cn_tensor_label(t), got, want, n, tol);
+}
+
+/* ---- Reference formulas in double --------------------------------------------------------- */
+
+static double ref_softplus(double x) {
+  return fmax(x, 0) + log1p(exp(-fabs(x)));
+}
+
+static double ref_sigmoid(double x) {
+  return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
+}
+
+/* log_softmax over c classes of rows laid out [row][class]. */
+static void ref_log_softmax(const double *x, int rows, int c, double *out) {
+  for (int r = 0; r < rows; r++) {
+    double m = -INFINITY, s = 0;
+    for (int k = 0; k < c; k++) m = fmax(m, x[r * c + k]);
+    for (int k = 0; k < c; k++) s += exp(x[r * c + k] - m);
+    for (int k = 0; k < c; k++) out[r * c + k] = x[r * c + k] - m - log(s);
+  }
+}
+
+/* ---- Values --------------------------------------------------------------------------------- */
+
+static const double extremes[] = {-1000, -100, -20, -1, -0.5, 0, 0.5, 1, 20, 100, 1000};
+enum { N_EXT = sizeof extremes / sizeof extremes[0] };
+
+static void test_pointwise(cn_backend_kind b, cn_prec prec) {
+  cn_graph *g = new_graph(prec);
+  double tol = prec == CN_PREC_DOUBLE ? 1e-14 : 1e-6;
+  cn_tensor *x = data(g, "x", (cn_dims){NONE, NONE, AXES(N_EXT)}, extremes);
+  double sig[N_EXT], sp[N_EXT];
+  for (int i = 0; i < N_EXT; i++)
+    sig[i] = ref_sigmoid(extremes[i]), sp[i] = ref_softplus(extremes[i]);
+  cn_tensor *s = cn_tensor_sigmoid(g, x);
+  expect_values(g, s, b, sig, N_EXT, tol);
+  expect_values(g, cn_tensor_softplus(g, x), b, sp, N_EXT, tol);
+  CHECK_STR(cn_tensor_shape(s), "|->11");
+  free_graph(g);
+}
+
+/* batch 2 | input 3 -> output 4 (memory [b][o][i]): log_softmax over o; sum and mean. */
+static void test_log_softmax_sum_mean(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  double x[24], rows[24], ls[24], want[24], total = 0;
+  for (int i = 0; i < 24; i++) x[i] = 3 * sin(1.7 * i + 0.2), total += x[i];
+  for (int r = 0; r < 6; r++) /* row r = (b, i): classes o at [b][o][i] */
+    for (int o = 0; o < 4; o++) rows[r * 4 + o] = x[((r / 3) * 4 + o) * 3 + r % 3];
+  ref_log_softmax(rows, 6, 4, ls);
+  for (int r = 0; r < 6; r++)
+    for (int o = 0; o < 4; o++) want[((r / 3) * 4 + o) * 3 + r % 3] = ls[r * 4 + o];
+  cn_tensor *tx = data(g, "x", (cn_dims){AXES(2), AXES(3), AXES(4)}, x);
+  cn_tensor *lsm = cn_tensor_log_softmax(g, tx);
+  expect_values(g, lsm, b, want, 24, 1e-14);
+  CHECK_STR(cn_tensor_shape(lsm), "2|3->4");
+  cn_tensor *sum = cn_tensor_sum(g, tx), *mean = cn_tensor_mean(g, tx);
+  expect_values(g, sum, b, &total, 1, 1e-14);
+  expect_values(g, mean, b, (double[]){total / 24}, 1, 1e-14);
+  CHECK_STR(cn_tensor_shape(mean), "|->");
+  free_graph(g);
+  /* single precision, logits whose exp overflows without the max */
+  g = new_graph(CN_PREC_SINGLE);
+  const double big[] = {1000, 1001, 1002, 1003, -1000, -1003, -1001, -1002};
+  ref_log_softmax(big, 2, 4, want);
+  expect_values(g, cn_tensor_log_softmax(g, data(g, "big", (cn_dims){AXES(2), NONE, AXES(4)}, big)),
+                b, want, 8, 1e-6);
+  free_graph(g);
+}
+
+static void test_mse_bce(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  const double p[] = {1, -2, 0.5, 3, 0, 4}, t[] = {0.5, -1, 0.5, 1, 2, 4};
+  cn_dims d23 = {AXES(2), NONE, AXES(3)};
+  /* squares 0.25, 1, 0, 4, 4, 0 */
+  expect_values(g, cn_tensor_mse(g, data(g, "p", d23, p), data(g, "t", d23, t)), b,
+                (double[]){9.25 / 6}, 1, 1e-15);
+  const double z[] = {-2, 0.5, 3, 1000, -1000, 100, -100, 0}, y[] = {0, 1, 0.3, 1, 0, 0.25, 1, 0.5};
+  double want = 0;
+  for (int i = 0; i < 8; i++) want += (ref_softplus(z[i]) - y[i] * z[i]) / 8;
+  cn_dims d8 = {NONE, NONE, AXES(8)};
+  expect_values(g, cn_tensor_binary_cross_entropy(g, data(g, "z", d8, z), data(g, "y", d8, y)), b,
+                &want, 1, 1e-13);
+  free_graph(g);
+  g = new_graph(CN_PREC_SINGLE);
+  expect_values(g, cn_tensor_binary_cross_entropy(g, data(g, "z", d8, z), data(g, "y", d8, y)), b,
+                &want, 1, 1e-5);
+  free_graph(g);
+}
+
+/* Logits of 3 examples over 4 classes; labels 2, 0, 3. */
+static const double ce_logits[12] = {0.5, -1, 2, 0.25, 3, 1, -2, 0, -0.5, 0.5, 1.5, 1};
+static const double ce_labels[3] = {2, 0, 3};
+
+static double ref_cross_entropy(const double *x, const double *labels, int rows, int c) {
+  double ls[64], loss = 0;
+  ref_log_softmax(x, rows, c, ls);
+  for (int r = 0; r < rows; r++) loss -= ls[r * c + (int)labels[r]] / rows;
+  return loss;
+}
+
+static void test_cross_entropy(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  double want = ref_cross_entropy(ce_logits, ce_labels, 3, 4);
+  cn_tensor *x = data(g, "x", (cn_dims){AXES(3), NONE, AXES(4)}, ce_logits);
+  /* labels without an output axis, with a unit one, and as int32 */
+  cn_tensor *l0 = data(g, "labels", (cn_dims){AXES(3), NONE, NONE}, ce_labels);
+  cn_tensor *l1 = data(g, "labels1", (cn_dims){AXES(3), NONE, AXES(1)}, ce_labels);
+  cn_graph_set_prec(g, CN_PREC_INT32);
+  cn_tensor *li = data(g, "labels_i32", (cn_dims){AXES(3), NONE, NONE}, ce_labels);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_tensor *ce = cn_tensor_cross_entropy(g, x, l0);
+  expect_values(g, ce, b, &want, 1, 1e-14);
+  CHECK_STR(cn_tensor_shape(ce), "|->");
+  expect_values(g, cn_tensor_cross_entropy(g, x, l1), b, &want, 1, 1e-14);
+  expect_values(g, cn_tensor_cross_entropy(g, x, li), b, &want, 1, 1e-14);
+  /* a label out of range selects no class: its example contributes log(sum(exp(x - max))) */
+  const double out_of_range[3] = {2, 7, 3};
+  double ls[12], lse1 = 0;
+  ref_log_softmax(ce_logits, 3, 4, ls);
+  for (int k = 0; k < 4; k++) lse1 += exp(ce_logits[4 + k] - 3);
+  double want_oor = (-ls[2] + log(lse1) - ls[11]) / 3;
+  cn_tensor *lo = data(g, "labels_oor", (cn_dims){AXES(3), NONE, NONE}, out_of_range);
+  expect_values(g, cn_tensor_cross_entropy(g, x, lo), b, &want_oor, 1, 1e-14);
+  free_graph(g);
+  /* huge logits in single precision stay finite */
+  g = new_graph(CN_PREC_SINGLE);
+  double big[12];
+  for (int i = 0; i < 12; i++) big[i] = ce_logits[i] * 400;
+  want = ref_cross_entropy(big, ce_labels, 3, 4);
+  x = data(g, "x", (cn_dims){AXES(3), NONE, AXES(4)}, big);
+  expect_values(
+      g, cn_tensor_cross_entropy(g, x, data(g, "l", (cn_dims){AXES(3), NONE, NONE}, ce_labels)), b,
+      &want, 1, 1e-6);
+  free_graph(g);
+}
+
+/* ---- Gradients -------------------------------------------------------------------------------
+ * A scalar loss built from one parameter p (dims and initial values given); the backprop
+ * gradient is compared with central differences of the forward routine (h = 1e-6, double). */
+
+typedef cn_tensor *(*loss_fn)(cn_graph *g, cn_tensor *p);
+
+/* sum(y * w) with w = sin(0.7 * offset + 0.3): every output cell matters, differently. */
+static cn_tensor *weighted_sum(cn_graph *g, cn_tensor *y, cn_dims d) {
+  cn_tensor *w = cn_tensor_range_of_shape(g, &d);
+  w = cn_tensor_apply(g, CN_OP_FMA, 3,
+                      (cn_tensor *[]){cn_tensor_number(g, 0.7), w, cn_tensor_number(g, 0.3)});
+  w = cn_tensor_apply(g, CN_OP_SIN, 1, &w);
+  return cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){y, w}));
+}
+
+static const cn_dims d_bio = {AXES(2), AXES(3), AXES(4)}, d_ext = {NONE, NONE, AXES(N_EXT)},
+                     d_ce = {AXES(3), NONE, AXES(4)};
+
+static cn_tensor *l_log_softmax(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(g, cn_tensor_log_softmax(g, p), d_bio);
+}
+static cn_tensor *l_sigmoid(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(g, cn_tensor_sigmoid(g, p), d_ext);
+}
+static cn_tensor *l_softplus(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(g, cn_tensor_softplus(g, p), d_ext);
+}
+static cn_tensor *l_mean(cn_graph *g, cn_tensor *p) {
+  return cn_tensor_mean(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){p, p}));
+}
+static cn_tensor *l_mse(cn_graph *g, cn_tensor *p) {
+  const double t[24] = {1, -1, 0.5, 2, 0, 0, 3, -2, 1, 1, 0.25, -0.75};
+  return cn_tensor_mse(g, p, data(g, "t", d_bio, t));
+}
+static cn_tensor *l_bce(cn_graph *g, cn_tensor *p) {
+  double y[N_EXT];
+  for (int i = 0; i < N_EXT; i++) y[i] = (i % 4) / 3.0;
+  return cn_tensor_binary_cross_entropy(g, p, data(g, "y", d_ext, y));
+}
+static cn_tensor *l_ce(cn_graph *g, cn_tensor *p) {
+  return cn_tensor_cross_entropy(g, p,
+                                 data(g, "labels", (cn_dims){AXES(3), NONE, NONE}, ce_labels));
+}
+
+/* Returns the loss's analytic gradient in ga (n cells) after checking it against differences. */
+static void grad_check(const char *name, cn_backend_kind b, cn_dims d, const double *init,
+                       loss_fn build, bool finite_differences, double *ga) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  int64_t n = numel_of(&d);
+  cn_tensor *p = cn_tensor_param(g, "p", &d, data(g, "p_init", d, init));
+  cn_tensor *loss = p ? build(g, p) : NULL;
+  CHECK_MSG(loss != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  cn_routine *fwd = loss ? compile(g, cn_graph_forward(g, loss), b, "fd_forward") : NULL;
+  if (!fwd || !run(g, cn_graph_init_params(g, loss), b, "fd_init") ||
+      !run(g, cn_graph_grad_update(g, loss), b, "fd_grad") ||
+      !read_node(cn_tensor_grad(p), ga, n)) {
+    cn_routine_free(fwd);
+    free_graph(g);
+    return;
+  }
+  double v[64], lv[2];
+  cn_node *value = cn_tensor_value(p);
+  for (int64_t c = 0; c < n; c++)
+    CHECK_MSG(isfinite(ga[c]), "%s: grad[%lld] = %g", name, (long long)c, ga[c]);
+  for (int64_t c = 0; c < n && finite_differences; c++) {
+    memcpy(v, init, (size_t)n * sizeof *v);
+    for (int side = 0; side < 2; side++) {
+      v[c] = init[c] + (side ? -1e-6 : 1e-6);
+      cn_node_set_values(value, false, v, (size_t)n);
+      lv[side] = NAN;
+      if (cn_routine_run(fwd) == CN_OK)
+        cn_node_get_values(cn_tensor_value(loss), false, &lv[side], 1);
+    }
+    double gn = (lv[0] - lv[1]) / 2e-6;
+    CHECK_MSG(fabs(gn - ga[c]) <= 1e-7 * fmax(1, fabs(ga[c])),
+              "%s: d/dp[%lld] = %.12g, differences %.12g", name, (long long)c, ga[c], gn);
+  }
+  cn_routine_free(fwd);
+  free_graph(g);
+}
+
+static void test_gradients(cn_backend_kind b) {
+  double x24[24], ga[64], want[64];
+  for (int i = 0; i < 24; i++) x24[i] = 2 * cos(0.9 * i + 0.4);
+  grad_check("log_softmax", b, d_bio, x24, l_log_softmax, true, ga);
+  grad_check("mean", b, d_bio, x24, l_mean, true, ga);
+  for (int i = 0; i < 24; i++) want[i] = 2 * x24[i] / 24;
+  expect_near("d mean(p^2)", ga, want, 24, 1e-14);
+  grad_check("mse", b, d_bio, x24, l_mse, true, ga);
+  grad_check("bce", b, d_ext, extremes, l_bce, true, ga);
+  for (int i = 0; i < N_EXT; i++) want[i] = (ref_sigmoid(extremes[i]) - (i % 4) / 3.0) / N_EXT;
+  expect_near("d bce", ga, want, N_EXT, 1e-14);
+  /* closed forms, at +-1000 too: sigmoid' = s (1 - s) and softplus' = s, times the weights */
+  grad_check("sigmoid", b, d_ext, extremes, l_sigmoid, true, ga);
+  for (int i = 0; i < N_EXT; i++) {
+    double s = ref_sigmoid(extremes[i]);
+    want[i] = s * (1 - s) * sin(0.7 * i + 0.3);
+  }
+  expect_near("d sigmoid", ga, want, N_EXT, 1e-14);
+  grad_check("softplus", b, d_ext, extremes, l_softplus, true, ga);
+  for (int i = 0; i < N_EXT; i++) want[i] = ref_sigmoid(extremes[i]) * sin(0.7 * i + 0.3);
+  expect_near("d softplus", ga, want, N_EXT, 1e-14);
+  /* cross entropy: (softmax - onehot) / B */
+  grad_check("cross_entropy", b, d_ce, ce_logits, l_ce, true, ga);
+  double ls[12];
+  ref_log_softmax(ce_logits, 3, 4, ls);
+  for (int r = 0; r < 3; r++)
+    for (int k = 0; k < 4; k++) want[r * 4 + k] = (exp(ls[r * 4 + k]) - (k == ce_labels[r])) / 3;
+  expect_near("d cross_entropy", ga, want, 12, 1e-14);
+}
+
+/* ---- Metrics -------------------------------------------------------------------------------- */
+
+static void test_metrics(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_SINGLE);
+  /* ties go to the first index: argmax 1, 0, 0, 1, 2 */
+  const double x[] = {1, 3, 3, 5, 5, 5, -1, -2, -3, 0, 2, 1, -4, -4, 7};
+  const double labels[] = {1, 2, 0, 1, 2};
+  cn_tensor *tx = data(g, "x", (cn_dims){AXES(5), NONE, AXES(3)}, x);
+  cn_tensor *tl = data(g, "labels", (cn_dims){AXES(5), NONE, NONE}, labels);
+  cn_tensor *am = cn_tensor_argmax(g, tx);
+  expect_values(g, am, b, (double[]){1, 0, 0, 1, 2}, 5, 0);
+  CHECK_STR(cn_tensor_shape(am), "5|->");
+  cn_tensor *acc = cn_tensor_accuracy(g, tx, tl);
+  expect_values(g, acc, b, (double[]){0.8}, 1, 1e-7);
+  CHECK_STR(cn_tensor_shape(acc), "|->");
+  /* (true, predicted): (1, 1), (2, 0), (0, 0), (1, 1), (2, 2) */
+  cn_tensor *conf = cn_tensor_confusion(g, tx, tl);
+  expect_values(g, conf, b, (double[]){1, 0, 0, 0, 2, 0, 1, 0, 1}, 9, 0);
+  CHECK_STR(cn_tensor_shape(conf), "|->3,3");
+  /* labels with a unit output axis */
+  cn_tensor *tl1 = data(g, "labels1", (cn_dims){AXES(5), NONE, AXES(1)}, labels);
+  expect_values(g, cn_tensor_accuracy(g, tx, tl1), b, (double[]){0.8}, 1, 1e-7);
+  expect_values(g, cn_tensor_confusion(g, tx, tl1), b, (double[]){1, 0, 0, 0, 2, 0, 1, 0, 1}, 9, 0);
+  /* batch 2 | input 2 -> output 3 (memory [b][o][i]): an example per (b, i), sharing the
+   * label of b; argmax 1, 0 (a tie), 2, 1 (a tie) */
+  const double xi[] = {1, 3, 4, 3, 2, 0, 0, -1, 0, 2, 5, 2}, li[] = {1, 2};
+  cn_tensor *txi = data(g, "xi", (cn_dims){AXES(2), AXES(2), AXES(3)}, xi);
+  cn_tensor *tli = data(g, "li", (cn_dims){AXES(2), NONE, NONE}, li);
+  expect_values(g, cn_tensor_argmax(g, txi), b, (double[]){1, 0, 2, 1}, 4, 0);
+  expect_values(g, cn_tensor_accuracy(g, txi, tli), b, (double[]){0.5}, 1, 0);
+  expect_values(g, cn_tensor_confusion(g, txi, tli), b, (double[]){0, 0, 0, 1, 1, 0, 0, 1, 1}, 9,
+                0);
+  double rows[12], ce = 0;
+  for (int r = 0; r < 4; r++)
+    for (int o = 0; o < 3; o++) rows[r * 3 + o] = xi[((r / 2) * 3 + o) * 2 + r % 2];
+  for (int r = 0; r < 4; r++) ce += ref_cross_entropy(rows + 3 * r, &li[r / 2], 1, 3) / 4;
+  expect_values(g, cn_tensor_cross_entropy(g, txi, tli), b, &ce, 1, 1e-6);
+  /* none of them is differentiable */
+  const double w0[] = {0, 0, 0};
+  cn_tensor *w = cn_tensor_param(g, "w", &(cn_dims){NONE, NONE, AXES(3)},
+                                 data(g, "w0", (cn_dims){NONE, NONE, AXES(3)}, w0));
+  cn_tensor *logits = cn_tensor_apply(g, CN_OP_ADD, 2, (cn_tensor *[]){tx, w});
+  CHECK(!cn_tensor_is_diff(cn_tensor_argmax(g, logits)));
+  CHECK(!cn_tensor_is_diff(cn_tensor_accuracy(g, logits, tl)));
+  CHECK(!cn_tensor_is_diff(cn_tensor_confusion(g, logits, tl)));
+  CHECK(cn_tensor_is_diff(cn_tensor_cross_entropy(g, logits, tl)));
+  free_graph(g);
+}
+
+/* ---- Adam and AdamW --------------------------------------------------------------------------
+ * loss = sum((w - target)^2) over w |->3, so grad = 2 (w - target). */
+
+typedef struct {
+  const char *name;
+  cn_adam opts; /* learning_rate filled in by the test */
+} adam_case;
+
+static const double w_init[3] = {0.5, -1.5, 2}, target[3] = {0, 1, 2.5};
+
+typedef struct {
+  double w[3], m[3], v[3], t;
+} adam_ref;
+
+static void ref_adam_step(adam_ref *s, double lr, const cn_adam *o) {
+  double b1 = o->beta1 != 0 ? o->beta1 : 0.9, b2 = o->beta2 != 0 ? o->beta2 : 0.999;
+  double eps = o->eps != 0 ? o->eps : 1e-8, wd = o->weight_decay;
+  s->t += 1;
+  for (int i = 0; i < 3; i++) {
+    double g = 2 * (s->w[i] - target[i]);
+    if (!o->decoupled)
+      g += wd * s->w[i];
+    else
+      s->w[i] -= lr * wd * s->w[i];
+    s->m[i] = b1 * s->m[i] + (1 - b1) * g;
+    s->v[i] = b2 * s->v[i] + (1 - b2) * g * g;
+    double m_hat = s->m[i] / (1 - pow(b1, s->t)), v_hat = s->v[i] / (1 - pow(b2, s->t));
+    s->w[i] -= lr * m_hat / (sqrt(v_hat) + eps);
+  }
+}
+
+typedef struct {
+  cn_graph *g;
+  cn_tensor *w, *loss;
+} adam_model;
+
+static bool adam_model_new(adam_model *m, cn_prec prec) {
+  m->g = new_graph(prec);
+  cn_dims d = {NONE, NONE, AXES(3)};
+  m->w = cn_tensor_param(m->g, "w", &d, data(m->g, "w_init", d, w_init));
+  cn_tensor *diff =
+      cn_tensor_apply(m->g, CN_OP_SUB, 2, (cn_tensor *[]){m->w, data(m->g, "target", d, target)});
+  m->loss = cn_tensor_sum(m->g, cn_tensor_apply(m->g, CN_OP_MUL, 2, (cn_tensor *[]){diff, diff}));
+  CHECK_MSG(m->loss != NULL, "%s", cn_ctx_error(cn_graph_ctx(m->g)));
+  return m->loss != NULL;
+}
+
+/* grad_update then adam_update, one routine. */
+static cn_routine *adam_step_routine(adam_model *m, cn_backend_kind b, const cn_adam *o) {
+  cn_ctx *ctx = cn_graph_ctx(m->g);
+  cn_asgn *parts[2] = {cn_graph_grad_update(m->g, m->loss), NULL};
+  parts[1] = parts[0] ? cn_graph_adam_update(m->g, m->loss, o) : NULL;
+  return compile(m->g, parts[1] ? cn_asgn_seq(ctx, 2, parts) : NULL, b, "adam_step");
+}
+
+/* Compares w and the state nodes found by cn_graph_state with the reference. */
+static void expect_adam_state(adam_model *m, const adam_ref *ref, const char *what, double tol) {
+  cn_named_node state[8];
+  int n = cn_graph_state(m->g, m->loss, state, 8);
+  CHECK_INT(n, 4);
+  if (n != 4) return;
+  const char *names[4] = {"w", "adam_step", "w.adam_m", "w.adam_v"};
+  const double *want[4] = {ref->w, &ref->t, ref->m, ref->v};
+  for (int k = 0; k < 4; k++) {
+    CHECK_STR(state[k].name, names[k]);
+    double got[3];
+    int64_t cells = k == 1 ? 1 : 3;
+    if (read_node(state[k].node, got, cells)) expect_near(what, got, want[k], cells, tol);
+  }
+}
+
+static void test_adam(cn_backend_kind b, const adam_case *c) {
+  adam_model m;
+  if (!adam_model_new(&m, CN_PREC_DOUBLE)) {
+    free_graph(m.g);
+    return;
+  }
+  const double lr = 0.1;
+  cn_adam o = c->opts;
+  o.learning_rate = cn_tensor_number(m.g, lr);
+  adam_ref ref = {{w_init[0], w_init[1], w_init[2]}, {0}, {0}, 0};
+  if (run(m.g, cn_graph_init_params(m.g, m.loss), b, "adam_init")) {
+    cn_routine *step = adam_step_routine(&m, b, &o);
+    for (int s = 0; step && s < 3; s++) {
+      CHECK_MSG(cn_routine_run(step) == CN_OK, "%s", cn_ctx_error(cn_graph_ctx(m.g)));
+      ref_adam_step(&ref, lr, &o);
+      expect_adam_state(&m, &ref, c->name, 1e-13);
+      if (s == 0 && o.weight_decay == 0 && o.beta1 == 0) {
+        /* by hand: m_hat = g and v_hat = g^2, so w moves by lr * g / (|g| + eps) */
+        double w[3];
+        if (read_node(cn_tensor_value(m.w), w, 3))
+          expect_near(
+              "first step", w,
+              (double[]){0.5 - 0.1 / (1 + 1e-8), -1.5 + 0.1 * 5 / (5 + 1e-8), 2 + 0.1 / (1 + 1e-8)},
+              3, 1e-15);
+      }
+    }
+    cn_routine_free(step);
+    /* a second tree continues the same state: the moments and the counter */
+    step = adam_step_routine(&m, b, &o);
+    CHECK_MSG(step && cn_routine_run(step) == CN_OK, "%s", cn_ctx_error(cn_graph_ctx(m.g)));
+    ref_adam_step(&ref, lr, &o);
+    expect_adam_state(&m, &ref, "second tree", 1e-13);
+    cn_routine_free(step);
+  }
+  free_graph(m.g);
+}
+
+/* Single precision: the update in float stays close to the double reference. */
+static void test_adam_single(cn_backend_kind b) {
+  adam_model m;
+  if (adam_model_new(&m, CN_PREC_SINGLE) &&
+      run(m.g, cn_graph_init_params(m.g, m.loss), b, "adam_init")) {
+    cn_adam o = {cn_tensor_number(m.g, 0.05), 0, 0, 0, 0.01, true};
+    adam_ref ref = {{w_init[0], w_init[1], w_init[2]}, {0}, {0}, 0};
+    cn_routine *step = adam_step_routine(&m, b, &o);
+    for (int s = 0; step && s < 5; s++) {
+      CHECK(cn_routine_run(step) == CN_OK);
+      ref_adam_step(&ref, 0.05, &o);
+    }
+    expect_adam_state(&m, &ref, "single", 1e-5);
+    cn_routine_free(step);
+  }
+  free_graph(m.g);
+}
+
+/* ---- Training state and errors -------------------------------------------------------------- */
+
+static void test_state(void) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_dims d = {NONE, NONE, AXES(2)};
+  const double v[2] = {1, 2};
+  cn_tensor *w = cn_tensor_param(g, "w", &d, data(g, "w0", d, v));
+  cn_tensor *bias = cn_tensor_param(g, "b", &d, data(g, "b0", d, v));
+  cn_tensor *loss = cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){w, bias}));
+  cn_named_node out[16];
+  CHECK_INT(cn_graph_state(g, loss, out, 16), 2);
+  CHECK_STR(out[0].name, "w");
+  CHECK_STR(out[1].name, "b");
+  CHECK(out[0].node == cn_tensor_value(w));
+  cn_tensor *lr = cn_tensor_number(g, 0.1);
+  CHECK(cn_graph_sgd_update(g, loss, &(cn_sgd){lr, 0.9, 0, false}) != NULL);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, 0, false}) != NULL);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, 0, false}) != NULL);
+  const char *names[] = {"w",        "b",        "w.sgd_momentum", "b.sgd_momentum", "adam_step",
+                         "w.adam_m", "w.adam_v", "b.adam_m",       "b.adam_v"};
+  CHECK_INT(cn_graph_state(g, loss, out, 16), 9);
+  for (int i = 0; i < 9; i++) CHECK_STR(out[i].name, names[i]);
+  CHECK_STR(cn_node_label(out[5].node), "w.adam_m");
+  /* cap: the count, and only cap entries written */
+  out[3].name = NULL;
+  CHECK_INT(cn_graph_state(g, loss, out, 3), 9);
+  CHECK(out[3].name == NULL);
+  CHECK_INT(cn_graph_state(g, loss, NULL, 0), 9);
+  /* a state of w alone: its own entries and the counter */
+  CHECK_INT(cn_graph_state(g, w, out, 16), 5);
+  /* two parameters of one label */
+  cn_tensor *w2 = cn_tensor_param(g, "w", &d, data(g, "w0", d, v));
+  cn_tensor *loss2 = cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){w, w2}));
+  cn_ctx_clear_error(ctx);
+  CHECK_INT(cn_graph_state(g, loss2, out, 16), -1);
+  CHECK_HAS(cn_ctx_error(ctx), "\"w\"");
+  CHECK_HAS(cn_ctx_error(ctx), "labeled");
+  free_graph(g);
+}
+
+static void test_errors(void) {
+  cn_graph *g = new_graph(CN_PREC_SINGLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_dims d = {NONE, NONE, AXES(2)};
+  const double v[2] = {1, 2};
+  cn_tensor *w = cn_tensor_param(g, "w", &d, data(g, "w0", d, v));
+  cn_tensor *loss = cn_tensor_sum(g, w);
+#define EXPECT_NULL(expr, msg)                                                                     \
+  do {                                                                                             \
+    cn_ctx_clear_error(ctx);                                                                       \
+    CHECK_MSG((expr) == NULL, "%s succeeded", #expr);                                              \
+    CHECK_HAS(cn_ctx_error(ctx), msg);                                                             \
+  } while (0)
+  EXPECT_NULL(cn_tensor_log_softmax(g, NULL), "log_softmax: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_sigmoid(g, NULL), "sigmoid: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_softplus(g, NULL), "softplus: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_sum(g, NULL), "sum: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_mean(g, NULL), "mean: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_mse(g, w, NULL), "mse: operand 2 is NULL");
+  EXPECT_NULL(cn_tensor_binary_cross_entropy(g, NULL, w), "binary_cross_entropy: operand 1");
+  EXPECT_NULL(cn_tensor_cross_entropy(g, w, NULL), "cross_entropy: operand 2 is NULL");
+  EXPECT_NULL(cn_tensor_argmax(g, NULL), "argmax: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_accuracy(g, NULL, w), "accuracy: operand 1 is NULL");
+  EXPECT_NULL(cn_tensor_confusion(g, w, NULL), "confusion: operand 2 is NULL");
+  EXPECT_NULL(cn_graph_adam_update(g, loss, NULL), "adam_update needs a learning rate");
+  cn_tensor *lr = cn_tensor_number(g, 0.1);
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 1.5, 0, 0, 0, false}), "beta1 1.5");
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, -1, 0, false}), "eps -1");
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, NAN, false}), "weight decay");
+  free_graph(g);
+}
+
+int main(void) {
+  for (int i = 0; i < 2; i++) {
+    cn_backend_kind b = backends[i];
+    test_pointwise(b, CN_PREC_DOUBLE);
+    test_pointwise(b, CN_PREC_SINGLE);
+    test_log_softmax_sum_mean(b);
+    test_mse_bce(b);
+    test_cross_entropy(b);
+    test_gradients(b);
+    test_metrics(b);
+    const adam_case cases[] = {
+        {"adam", {NULL, 0, 0, 0, 0, false}},
+        {"adam, coupled weight decay", {NULL, 0.8, 0.99, 1e-6, 0.1, false}},
+        {"adamw", {NULL, 0, 0, 0, 0.1, true}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_adam(b, &cases[k]);
+    test_adam_single(b);
+  }
+  test_state();
+  test_errors();
+  CHECK_DONE();
+}
