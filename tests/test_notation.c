@@ -351,7 +351,8 @@ static void test_errors(void) {
        "test.cnl:2:14: the loop reaches 3, outside the values 0 .. 2 of 'i'"},
       {"for i = -1 to 2 do\ndone\n", "test.cnl:1:9: a static index starts at 0 or more"},
       {"let i = static_index 2\nlet x = [| [1.0]; [2.0] |]\nprint (x @| i)\n",
-       "test.cnl:3:8: routine 'cnl_1': symbol 'i' is not bound"},
+       "test.cnl:3:1: `print x @| i` reads the static index 'i' (declared at line 1, column 9), "
+       "which no loop has bound: read it in the body of `for i = ... do ... done`"},
       {"let i = static_index 2\nprint (i + 1)\n",
        "test.cnl:2:8: expected a tensor, found a static index (read its value with !@)"},
       {"print !@3\n", "test.cnl:1:7: !@ expects a static index (of static_index or a for loop), "

@@ -12,11 +12,11 @@
  *
  * Invariants (guaranteed by the parser): all memory is in the context's arena and lives until
  * cn_ctx_destroy; strings are NUL-terminated and contain no NUL; a node's `height` (1 for a leaf)
- * never exceeds CN_NT_MAX_HEIGHT and `for` items nest at most CN_NT_MAX_LOOP_DEPTH deep, so
- * recursive walks are bounded. A left-associative chain (`a + b - c + ...`, the left spine of
- * BINOP nodes, see cn_nt_binop_spine) counts as one level: walks iterate along it, so a flat sum
- * of any length parses and evaluates. Pointers documented as
- * "never NULL" are never NULL. */
+ * never exceeds CN_NT_MAX_HEIGHT and `for` (`if`) items nest at most CN_NT_MAX_LOOP_DEPTH
+ * (CN_NT_MAX_IF_DEPTH) deep, so recursive walks are bounded. A left-associative chain (`a + b - c +
+ * ...`, the left spine of BINOP nodes, see cn_nt_binop_spine) counts as one level: walks iterate
+ * along it, so a flat sum of any length parses and evaluates. Pointers documented as "never NULL"
+ * are never NULL. */
 #ifndef CN_NT_AST_H
 #define CN_NT_AST_H
 
@@ -29,6 +29,9 @@
 /* The deepest nesting of `for` loops in a script: deeper loops are rejected by the parser, so the
  * evaluator keeps the bound static indices in a fixed array. */
 #define CN_NT_MAX_LOOP_DEPTH 32
+
+/* The deepest nesting of `if` statements in a script (their bodies are walked recursively). */
+#define CN_NT_MAX_IF_DEPTH 32
 
 /* The text a tree was parsed from (a copy in the arena), for messages that quote the line. */
 typedef struct {
@@ -265,9 +268,22 @@ typedef enum {
   CN_NT_ITEM_BACKPROP, /* backprop e */
   CN_NT_ITEM_RUN,      /* run r, or run r args for a routine with parameters */
   CN_NT_ITEM_SGD,      /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b] */
+  CN_NT_ITEM_ADAM,     /* adam e ~learning_rate:x [~beta1:x ~beta2:x ~eps:x ~weight_decay:x
+                          ~decoupled:b] */
   CN_NT_ITEM_SET_SEED, /* set_seed n */
-  CN_NT_ITEM_FOR       /* for i = a to b do items done: items run with the static index i bound */
+  CN_NT_ITEM_FOR,      /* for i = a to b [progress ...] do items done: items run with the static
+                          index i bound */
+  CN_NT_ITEM_PRINTF,   /* printf "format" args */
+  CN_NT_ITEM_IF        /* if cond then items [else items] end */
 } cn_nt_item_kind;
+
+/* A piece of a printf format: literal text, or one conversion
+ * '%' [flags -+ 0#] [width] ['.' precision] (d i f F e E g G s b). */
+typedef struct {
+  char conv;        /* 0 for literal text (with "%%" already read as "%") */
+  const char *text; /* the literal text, or the conversion as written ("%-8.4f") */
+  cn_nt_pos pos;    /* of the conversion's '%' in the script (of the format for text) */
+} cn_nt_fmt;
 
 typedef struct cn_nt_item cn_nt_item;
 
@@ -298,14 +314,35 @@ struct cn_nt_item {
       cn_nt_expr *expr, *learning_rate;               /* never NULL */
       cn_nt_expr *momentum, *weight_decay, *nesterov; /* NULL when not given */
     } sgd;
+    struct {
+      cn_nt_expr *expr, *learning_rate;                           /* never NULL */
+      cn_nt_expr *beta1, *beta2, *eps, *weight_decay, *decoupled; /* NULL when not given */
+    } adam;
     int64_t seed; /* SET_SEED: >= 0 */
     struct {
       const char *name; /* the index symbol: a static index bound by a let, or a fresh one */
       cn_nt_pos name_pos;
       cn_nt_expr *from, *to; /* never NULL: host integers */
-      int n_items;           /* the body: print, backprop, run, sgd and for items only */
+      bool progress;         /* `progress` was written before `do` */
+      cn_nt_pos progress_pos;
+      cn_nt_expr *loss, *batch_size; /* progress's ~loss and ~batch_size, NULL when not given */
+      int n_items;                   /* the body: statements only (no let, no set_seed) */
       cn_nt_item *items;
     } for_;
+    struct {
+      const char *format; /* decoded */
+      cn_nt_pos format_pos;
+      int n_parts; /* the format's pieces, in order; as many conversions as n_args */
+      cn_nt_fmt *parts;
+      int n_args;
+      cn_nt_expr **args; /* never NULL below n_args */
+    } printf_;
+    struct {
+      cn_nt_expr *cond;   /* never NULL: a host value */
+      int n_then, n_else; /* statements only (no let, no set_seed) */
+      cn_nt_item *then_items, *else_items;
+      bool has_else;
+    } if_;
   } u;
 };
 

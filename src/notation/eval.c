@@ -1,4 +1,4 @@
-/* The evaluator of the notation (issue 6), part 1 of 5 (see eval_internal.h): values, positioned
+/* The evaluator of the notation (issue 6), part 1 of 6 (see eval_internal.h): values, positioned
  * errors and provenance, array literals, inline declarations and %op expressions.
  *
  * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and
@@ -369,6 +369,7 @@ bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out) {
         cn_symbol_create(I->ctx, v->index.name ? v->index.name : "index", v->index.range);
     if (v->index.sym < 0) return nt_fail_here(I, pos), false;
     v->index.created = true;
+    if (!nt_note_index(I, v)) return false;
   }
   *out = v->index.sym;
   return true;
@@ -681,6 +682,13 @@ static nt_value *host_binop(nt_interp *I, const char *op, nt_value *a, nt_value 
     if (ints && y == 0) return nt_fail(I, pos, "%s", "division by zero");
     r = ints ? trunc(x / y) : x / y;
     break;
+  case '%':
+  case 'm': /* `mod` and `%`: the remainder, with the dividend's sign (OCaml's mod) */
+    if (strcmp(op, "%") != 0 && strcmp(op, "mod") != 0)
+      return nt_fail(I, pos, "operator %s is not defined on numbers", op);
+    if (y == 0) return nt_fail(I, pos, "%s", "division by zero");
+    r = fmod(x, y);
+    break;
   default: return nt_fail(I, pos, "operator %s is not defined on numbers", op);
   }
   return nt_num(I, r, ints);
@@ -711,6 +719,8 @@ static cn_tensor *binary_tensor(nt_interp *I, const char *op, cn_tensor *a, cn_t
     prim = CN_OP_DIV;
   else if (strcmp(op, "=") == 0)
     prim = CN_OP_EQ;
+  else if (strcmp(op, "mod") == 0)
+    prim = CN_OP_MOD;
   else if (!op_by_infix(op, &prim)) {
     cn_fail(I->ctx, CN_ERR_INVALID, "unknown tensor operator %s", op);
     return NULL;
@@ -756,10 +766,29 @@ static bool host_value(const nt_value *v) {
   return v->kind == NT_V_NUM || v->kind == NT_V_BOOL;
 }
 
+/* In host evaluation (nt_interp.host_eval), a static index an enclosing loop binds reads as its
+ * value; one no loop binds is an error at pos. Other values are returned as they are. */
+static nt_value *host_index(nt_interp *I, nt_value *v, cn_nt_pos pos) {
+  int64_t value;
+  if (!I->host_eval || v->kind != NT_V_INDEX) return v;
+  if (!nt_index_value(I, v, &value))
+    return nt_fail(I, pos, "the static index '%s' has a value only inside a loop over it",
+                   v->index.name ? v->index.name : "index");
+  I->index_read = true;
+  return nt_num(I, (double)value, true);
+}
+
 /* x's operator applied to a (x's left operand's value) and b (its right operand's). */
 static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_value *b) {
   const char *op = x->u.binop.op;
-  if (host_value(a) && host_value(b)) return host_binop(I, op, a, b, x->u.binop.op_pos);
+  bool host_a = host_value(a) || (I->host_eval && a->kind == NT_V_INDEX);
+  bool host_b = host_value(b) || (I->host_eval && b->kind == NT_V_INDEX);
+  if (host_a && host_b && ((host_value(a) && host_value(b)) || strcmp(op, "@|") != 0)) {
+    if (!(a = host_index(I, a, x->u.binop.lhs->pos)) ||
+        !(b = host_index(I, b, x->u.binop.rhs->pos)))
+      return NULL;
+    return host_binop(I, op, a, b, x->u.binop.op_pos);
+  }
   if (strcmp(op, "@|") == 0) { /* at a static index, or at a constant position */
     cn_tensor *t = nt_tensor_of(I, a, x->u.binop.lhs->pos), *r;
     int64_t index;
@@ -860,6 +889,8 @@ static nt_value *eval_prefix(nt_interp *I, nt_env *e, nt_decl_scope *ds, const c
     return t ? nt_tensor_value(I, t) : nt_fail_here(I, x->pos);
   }
   if (minus) {
+    if (v->kind == NT_V_INDEX && I->host_eval && !(v = host_index(I, v, x->u.prefix.operand->pos)))
+      return NULL;
     if (v->kind == NT_V_NUM) return nt_num(I, -v->num, v->is_int);
     cn_tensor *t = nt_tensor_of(I, v, x->pos);
     cn_tensor *r = t ? cn_tensor_apply(I->g, CN_OP_NEG, 1, &t) : NULL;

@@ -1,6 +1,7 @@
-/* The evaluator, part 5 of 5 (see eval_internal.h): builtins: the primitive ops by their ops.def
+/* The evaluator, part 5 of 6 (see eval_internal.h): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
- * builtins static_index and half_moons), applied to evaluated arguments.
+ * builtins static_index and half_moons, the training pieces: reductions, activations, losses and
+ * metrics), applied to evaluated arguments.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
  * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its
@@ -96,7 +97,10 @@ static nt_value *nt_builtin_static_index(nt_interp *I, const nt_call *c) {
   if (!nt_as_int(I, a->pos[0], a->pos_at[0], &range)) return NULL;
   if (range < 1) return nt_fail(I, a->pos_at[0], "a static index needs at least one value");
   nt_value *v = nt_mk(I, NT_V_INDEX);
-  if (v) v->index.range = range;
+  if (v) {
+    v->index.range = range;
+    v->index.decl_at = c->at;
+  }
   return v;
 }
 
@@ -204,6 +208,50 @@ static nt_value *nt_builtin_range_of_shape(nt_interp *I, const nt_call *c) {
 static nt_value *nt_builtin_dim(nt_interp *I, const nt_call *c) {
   if (c->a->pos[1]->kind != NT_V_NUM) return wrong_arguments(I, c);
   return tensor_result(I, c, false, cn_tensor_embed_dim(I->g, c->t[0], (int)c->a->pos[1]->num));
+}
+
+/* ~spec:"RHS => LHS" of sum and mean: the reduction as an einsum spec, or NULL (every cell);
+ * false with a message when it is not a string. */
+static bool reduction_spec(nt_interp *I, const nt_call *c, const char **spec) {
+  nt_value *v = labeled(c->a, "spec");
+  *spec = NULL;
+  if (!v) return true;
+  if (v->kind != NT_V_STR)
+    return nt_fail(I, c->at, "~spec expects an einsum spec string, found %s",
+                   nt_kind_name(v->kind)),
+           false;
+  return (*spec = nt_spec_text(I, v->str)) != NULL;
+}
+
+/* A reduction's result, labeled by the builtin's name. */
+static nt_value *reduction_result(nt_interp *I, const nt_call *c, cn_tensor *r) {
+  if (r && cn_tensor_set_label(r, c->name) != CN_OK) r = NULL;
+  return tensor_result(I, c, false, r);
+}
+
+/* sum x: every cell, a scalar; sum ~spec:"b|i => b" x: the einsum's sum (einsum1). */
+static nt_value *nt_builtin_sum(nt_interp *I, const nt_call *c) {
+  const char *spec;
+  if (!reduction_spec(I, c, &spec)) return NULL;
+  cn_tensor *x = c->t[0];
+  return reduction_result(I, c, spec ? cn_tensor_einsum1(I->g, spec, x) : cn_tensor_sum(I->g, x));
+}
+
+/* mean x: of every cell; mean ~spec x: the einsum's sum divided by the number of cells summed
+ * into each result cell (the same einsum over ones: snd x 1 reads no value of x and carries no
+ * gradient). */
+static nt_value *nt_builtin_mean(nt_interp *I, const nt_call *c) {
+  const char *spec;
+  if (!reduction_spec(I, c, &spec)) return NULL;
+  cn_graph *g = I->g;
+  cn_tensor *x = c->t[0];
+  if (!spec) return reduction_result(I, c, cn_tensor_mean(g, x));
+  cn_tensor *one = cn_tensor_scalar(g, 1);
+  cn_tensor *ones = one ? cn_tensor_apply(g, CN_OP_ARG2, 2, (cn_tensor *[]){x, one}) : NULL;
+  cn_tensor *count = ones ? cn_tensor_einsum1(g, spec, ones) : NULL;
+  cn_tensor *sum = count ? cn_tensor_einsum1(g, spec, x) : NULL;
+  return reduction_result(
+      I, c, sum ? cn_tensor_apply(g, CN_OP_DIV, 2, (cn_tensor *[]){sum, count}) : NULL);
 }
 
 static nt_value *nt_builtin_tile_max_pool_1d(nt_interp *I, const nt_call *c) {

@@ -1,4 +1,4 @@
-/* The evaluator's internal interface, shared by its five files:
+/* The evaluator's internal interface, shared by its six files:
  *   eval.c       values, positioned errors and provenance, literals, inline declarations, %op
  *                expressions (operators, einsum, fields);
  *   eval_apply.c arguments, let%op / let%cd / let%tile function application with its lifting
@@ -8,8 +8,10 @@
  *                builtins.def (its single list of names);
  *   eval_cd.c    %cd assignments into standalone updates and code trees, label enrichment of
  *                %cd declarations, merge buffers, the code's assignments;
- *   eval_stmt.c  statements (let, print, backprop, run, sgd, set_seed, for) and the public entry
- *                points cn_notation_run / _check / _op / _cd.
+ *   eval_stmt.c  statements (let, print, printf, backprop, run, sgd, adam, set_seed, for, if)
+ *                and the public entry points cn_notation_run / _check / _op / _cd;
+ *   eval_out.c   what statements write: printf's formatting, progress bars and lines, and the
+ *                message naming a static index read outside its loops.
  *
  * Invariants: every value, environment entry and code node lives in the context's arena; every
  * failure is a positioned message (cn_nt_fail_at), returned as NULL / false; recursion is bounded
@@ -19,6 +21,8 @@
 
 #include "notation/eval.h"
 #include "tensor/tensor.h"
+
+#include <stdio.h>
 
 #define NT_MAX_CALL_DEPTH 64
 #define NT_MAX_ARGS       8
@@ -76,7 +80,9 @@ struct nt_value {
     const char *name; /* the let or loop that names it; the symbol takes the name */
     bool created;     /* sym exists: created on first use, so that it can take the name */
     cn_symbol sym;
-  } index; /* NT_V_INDEX */
+    cn_nt_pos decl_at;      /* where the script declared it (static_index, its let, a loop) */
+    const cn_nt_item *loop; /* the first loop that bound it, or NULL */
+  } index;                  /* NT_V_INDEX */
   struct {
     const cn_nt_item *def; /* a let%op, let%cd or let%tile item with parameters */
     nt_decl_scope *decls;  /* the lifting point's declarations */
@@ -108,15 +114,29 @@ typedef struct nt_cd_decl {
   cn_tensor *t, *enricher;
 } nt_cd_decl;
 
+/* A loop's progress display during one of its executions (eval_out.c). */
+typedef struct {
+  const cn_nt_item *loop;
+  int64_t total, batch_size;
+  cn_tensor *loss; /* NULL: no loss shown */
+  bool tty;        /* a bar redrawn in place; else plain lines */
+  double start, last_draw;
+  int tenth;         /* plain lines: the next line ends this tenth of the steps (1 .. 10) */
+  int64_t next_line; /* at this step count */
+} nt_progress;
+
 /* What a statement in a loop body keeps between executions. */
 typedef struct nt_item_state {
   const cn_nt_item *item;
   cn_routine *routine; /* the statement's code (without parameter init), compiled once */
-  cn_tensor *tensor;   /* print, backprop, sgd: the statement's tensor */
+  cn_tensor *tensor;   /* print, backprop, sgd, adam: the statement's tensor; for: progress's
+                          loss */
   bool grad;           /* print: of the tensor's gradient */
   nt_value *index;     /* for: the loop's static index */
-  bool ran;            /* for: an execution ran the body, elaborating its statements */
   nt_value *run;       /* run: the routine, elaborated once */
+  const char *text;    /* print: the string printed (the statement printed a string) */
+  struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
+                                  for a host value, evaluated again at each execution) */
 } nt_item_state;
 
 typedef struct {
@@ -132,7 +152,16 @@ typedef struct {
     cn_symbol sym;
     int64_t value;
   } bound[CN_NT_MAX_LOOP_DEPTH];
-  cn_map states;   /* const cn_nt_item * -> nt_item_state *: the statements in loop bodies */
+  cn_map states; /* const cn_nt_item * -> nt_item_state *: the statements in loop bodies */
+  int n_states;  /* states created so far: an iteration that creates none elaborated nothing,
+                    so what it allocated is temporary (run_loop gives it back) */
+  const cn_nt_item *item; /* the statement being executed (for messages) */
+  /* In a printf argument or an if condition: a static index that an enclosing loop binds reads
+   * as its value in host arithmetic (index_read records that one did). */
+  bool host_eval, index_read;
+  nt_value **indices; /* the static indices whose symbol exists, for messages */
+  int n_indices, cap_indices;
+  bool bar_shown;  /* a progress bar is drawn on the current terminal line */
   cn_map cd_decls; /* cn_tensor * -> nt_cd_decl *: the %cd declarations */
   /* Provenance: where each shape-logic operation and each tensor was introduced (indexed by
    * operation id and tensor id; a NULL src marks an unknown position), so that an error found
@@ -216,6 +245,28 @@ bool nt_config_block(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_exp
 nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at);
 /* Whether positional argument k of an application of `name` is an einsum spec, not a tensor. */
 bool nt_spec_argument(const char *name, int k);
+
+/* ---- eval_out.c ---- */
+/* The output stream, a progress bar on the terminal line cleared first. */
+FILE *nt_out(nt_interp *I);
+/* Writes text (printf's, print's string): as is, or with --json as {"text": ...}. */
+void nt_write_text(nt_interp *I, const char *text);
+/* printf's text from its arguments' values (numbers, booleans, strings); false with a message at
+ * the argument that does not fit its conversion. */
+bool nt_format(nt_interp *I, const cn_nt_item *it, nt_value *const *values, cn_sbuf *sb);
+/* The progress display of one execution of the loop `it` over `total` steps; loss (a scalar
+ * tensor computed by the body) or NULL; batch_size 0 counts steps. */
+void nt_progress_start(nt_interp *I, nt_progress *pr, const cn_nt_item *it, int64_t total,
+                       cn_tensor *loss, int64_t batch_size);
+/* After `done` steps (1 .. hi - lo + 1): redraws or writes a line when due. */
+bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done);
+/* A run failed: when the routine reads a static index no enclosing loop binds, the message
+ * says so at the statement (true: reported). */
+bool nt_explain_unbound(nt_interp *I, const cn_routine *r);
+/* Records a static index whose symbol now exists (for nt_explain_unbound). */
+bool nt_note_index(nt_interp *I, nt_value *v);
+/* Whether the static index v is bound by an enclosing loop, with its value. */
+bool nt_index_value(const nt_interp *I, const nt_value *v, int64_t *value);
 
 /* ---- eval_cd.c ---- */
 nt_code *nt_eval_cd(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_cd *cd);

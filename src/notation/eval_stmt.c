@@ -1,12 +1,16 @@
-/* The evaluator, part 4 of 5 (see eval_internal.h): the statements of a script (let, print,
- * backprop, run, sgd, set_seed, for loops) and the entry points cn_notation_run, cn_notation_check,
- * cn_notation_op and cn_notation_cd.
+/* The evaluator, part 4 of 6 (see eval_internal.h): the statements of a script (let, print,
+ * printf, backprop, run, sgd, adam, set_seed, for loops, if) and the entry points cn_notation_run,
+ * cn_notation_check, cn_notation_op and cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
  * execution only binds the enclosing loops' indices and runs the compiled routine again.
  * Statements materialize the graph before building code, so that a shape conflict found only
  * when shapes are closed is reported at the expression that introduced it (nt_materialize).
+ *
+ * A statement's state is created on its first execution, which is when it is elaborated (an `if`
+ * branch may be first taken in any iteration): an iteration that creates no state allocates only
+ * temporaries, which run_loop gives back, so a long loop takes no memory per step.
  *
  * Invariants: a routine compiled for a statement outside loops is freed after its run; routines
  * kept by loop statements and %cd routines live until the context is destroyed. */
@@ -15,10 +19,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static FILE *out(nt_interp *I) {
-  return I->opts.out ? I->opts.out : stdout;
-}
 
 /* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
  * routine reads and runs it, printing what --emit asks for. Without a cache the routine is freed
@@ -31,10 +31,10 @@ static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos 
     if (!asgn || !(r = cn_routine_compile(I->ctx, asgn, I->opts.backend, name)))
       return nt_fail_here(I, at), false;
     if (I->opts.emit_asgn)
-      fprintf(out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
-    if (I->opts.emit_loops) fprintf(out(I), "# %s: loops\n%s", name, cn_routine_loops(r));
+      fprintf(nt_out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
+    if (I->opts.emit_loops) fprintf(nt_out(I), "# %s: loops\n%s", name, cn_routine_loops(r));
     if (I->opts.emit_c && cn_routine_source(r))
-      fprintf(out(I), "# %s: C\n%s", name, cn_routine_source(r));
+      fprintf(nt_out(I), "# %s: C\n%s", name, cn_routine_source(r));
     if (cache) *cache = r;
   }
   cn_status st = CN_OK;
@@ -42,8 +42,9 @@ static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos 
     if (cn_routine_reads(r, I->bound[i].sym))
       st = cn_routine_bind(r, I->bound[i].sym, I->bound[i].value);
   if (st == CN_OK) st = cn_routine_run(r);
+  bool explained = st != CN_OK && nt_explain_unbound(I, r);
   if (!cache) cn_routine_free(r);
-  if (st != CN_OK) return nt_fail_here(I, at), false;
+  if (st != CN_OK) return explained ? false : (nt_fail_here(I, at), false);
   return true;
 }
 
@@ -79,18 +80,23 @@ static nt_item_state *state_of(nt_interp *I, const cn_nt_item *it, nt_item_state
   if (s) return s;
   if (!(s = cn_alloc(I->ctx, sizeof *s))) return NULL;
   s->item = it;
+  I->n_states++;
   return cn_map_put(I->ctx, &I->states, it, s) ? s : NULL;
+}
+
+/* The tensor of v (x's value) becomes the statement's, with the graph materialized. */
+static bool set_statement_tensor(nt_interp *I, nt_value *v, const cn_nt_expr *x,
+                                 nt_item_state *st) {
+  st->grad = v && v->kind == NT_V_TENSOR && v->grad;
+  st->tensor = v && v->kind == NT_V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
+  if (st->tensor) cn_tensor_set_named(st->tensor); /* printed, or a loss the host reports */
+  return st->tensor != NULL && nt_materialize(I, x->pos);
 }
 
 /* The tensor a statement works on (built once per statement state), with the graph
  * materialized. */
 static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
-  if (st->tensor) return true;
-  nt_value *v = nt_eval(I, scope, &I->top, x);
-  st->grad = v && v->kind == NT_V_TENSOR && v->grad;
-  st->tensor = v && v->kind == NT_V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
-  if (st->tensor) cn_tensor_set_named(st->tensor); /* printed, or a loss the host reports */
-  return st->tensor != NULL && nt_materialize(I, x->pos);
+  return st->tensor || set_statement_tensor(I, nt_eval(I, scope, &I->top, x), x, st);
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope);
@@ -159,11 +165,30 @@ static bool let_item(nt_interp *I, const cn_nt_item *it) {
   return strcmp(name, "_") == 0 || nt_bind_global(I, name, v);
 }
 
-/* One execution of a for loop (for_item): the bounds, the index, the iterations. */
+/* progress's options for one execution of the loop: the loss tensor (evaluated on the first
+ * execution, kept in st->tensor) and the batch size. */
+static bool progress_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                             int64_t *batch_size) {
+  const cn_nt_expr *loss = it->u.for_.loss, *batch = it->u.for_.batch_size;
+  if (loss && !st->tensor) {
+    nt_value *v = nt_eval(I, scope, &I->top, loss);
+    if (!v || !(st->tensor = nt_tensor_of(I, v, loss->pos))) return false;
+    cn_tensor_set_named(st->tensor);
+  }
+  *batch_size = 0;
+  if (!batch) return true;
+  nt_value *b = nt_eval(I, scope, &I->top, batch);
+  if (!b || !nt_as_int(I, b, batch->pos, batch_size)) return false;
+  if (*batch_size < 1) return nt_fail(I, batch->pos, "%s", "~batch_size is at least 1"), false;
+  return true;
+}
+
+/* One execution of a for loop (for_item): the bounds, the index, the iterations. An iteration
+ * that elaborates nothing (creates no statement state) gives its temporaries back. */
 static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   nt_value *from = nt_eval(I, scope, &I->top, it->u.for_.from);
   nt_value *to = from ? nt_eval(I, scope, &I->top, it->u.for_.to) : NULL;
-  int64_t lo, hi;
+  int64_t lo, hi, batch_size = 0;
   if (!to || !nt_as_int(I, from, it->u.for_.from->pos, &lo) ||
       !nt_as_int(I, to, it->u.for_.to->pos, &hi))
     return false;
@@ -175,6 +200,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
       if (!(v = nt_mk(I, NT_V_INDEX))) return false;
       v->index.range = hi >= lo ? hi + 1 : 1;
       v->index.name = it->u.for_.name;
+      v->index.decl_at = it->u.for_.name_pos;
     }
     st->index = v;
   }
@@ -182,44 +208,69 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
     return nt_fail(I, it->u.for_.to->pos,
                    "the loop reaches %lld, outside the values 0 .. %lld of '%s'", (long long)hi,
                    (long long)st->index->index.range - 1, it->u.for_.name);
+  if (it->u.for_.progress && !progress_options(I, it, scope, st, &batch_size)) return false;
   cn_symbol sym;
   nt_env *body = scope;
   if (!nt_index_symbol(I, st->index, it->u.for_.name_pos, &sym) ||
       !nt_bind(I, &body, it->u.for_.name, st->index))
     return false;
+  if (!st->index->index.loop) st->index->index.loop = it;
+  nt_progress progress;
+  if (it->u.for_.progress)
+    nt_progress_start(I, &progress, it, hi >= lo ? hi - lo + 1 : 0, st->tensor, batch_size);
   CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
   int slot = I->n_bound++;
   I->bound[slot].sym = sym;
   bool ok = true;
   for (int64_t i = lo; ok && i <= hi; i++) {
+    cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
+    int states = I->n_states;
     I->bound[slot].value = i;
     for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
+    if (ok && it->u.for_.progress) ok = nt_progress_step(I, &progress, i - lo + 1);
+    if (ok && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
   }
   I->n_bound--;
-  st->ran |= ok && hi >= lo;
   return ok;
 }
 
 /* for i = a to b do ... done: binds i (an existing static index, or a new one with the values
  * 0 .. b) to a, a + 1, ..., b in turn and runs the body each time; nothing when b < a.
- * A loop in a loop body runs again at each step of the outer loop. Once an execution has run
- * its body, every statement below it is elaborated (bodies have no conditionals and their
- * bounds are the same each time), so a later execution allocates only temporaries (the bounds'
- * values, the index binding): it gives them back (cn_arena_reset), or nested loops would grow
- * the arena at every step. A failure keeps them: the message may live there. */
+ * A loop in a loop body runs again at each step of the outer loop. A later execution that
+ * elaborates nothing allocates only temporaries (the bounds' values, the index binding): it
+ * gives them back (cn_arena_reset), or nested loops would grow the arena at every step. A
+ * failure keeps them: the message may live there. */
 static bool for_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
-  bool again = st->ran;
+  bool again = st->index != NULL;
+  int states = I->n_states;
   if (!run_loop(I, it, scope, st)) return false;
-  if (again) cn_arena_reset(&I->ctx->arena, mark);
+  if (again && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
   return true;
+}
+
+/* The optional number (or boolean) option x of an optimizer; false with a message when it is
+ * given with another kind. */
+static bool option_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vkind kind,
+                         nt_value **out) {
+  *out = NULL;
+  if (!x) return true;
+  if (!(*out = nt_eval(I, scope, &I->top, x))) return false;
+  if ((*out)->kind == kind) return true;
+  nt_fail(I, x->pos, "expected %s, found %s", nt_kind_name(kind), nt_kind_name((*out)->kind));
+  return false;
+}
+
+/* The learning rate of an optimizer: a number or any tensor expression. */
+static cn_tensor *learning_rate(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  nt_value *lr = nt_eval(I, scope, &I->top, x);
+  return lr ? nt_tensor_of(I, lr, x->pos) : NULL;
 }
 
 static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
-  nt_value *lr = nt_eval(I, scope, &I->top, it->u.sgd.learning_rate);
-  cn_tensor *lrt = lr ? nt_tensor_of(I, lr, it->u.sgd.learning_rate->pos) : NULL;
+  cn_tensor *lrt = learning_rate(I, scope, it->u.sgd.learning_rate);
   if (!lrt) return false;
   nt_value *m = it->u.sgd.momentum ? nt_eval(I, scope, &I->top, it->u.sgd.momentum) : NULL;
   nt_value *w = it->u.sgd.weight_decay ? nt_eval(I, scope, &I->top, it->u.sgd.weight_decay) : NULL;
@@ -237,19 +288,143 @@ static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
                        it->pos);
 }
 
+/* adam e ~learning_rate ...: one Adam (AdamW with ~decoupled:true) update of e's parameters;
+ * an option not given takes the library's default. */
+static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
+  if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
+  cn_tensor *lrt = learning_rate(I, scope, it->u.adam.learning_rate);
+  nt_value *b1, *b2, *eps, *wd, *dec;
+  if (!lrt || !option_value(I, scope, it->u.adam.beta1, NT_V_NUM, &b1) ||
+      !option_value(I, scope, it->u.adam.beta2, NT_V_NUM, &b2) ||
+      !option_value(I, scope, it->u.adam.eps, NT_V_NUM, &eps) ||
+      !option_value(I, scope, it->u.adam.weight_decay, NT_V_NUM, &wd) ||
+      !option_value(I, scope, it->u.adam.decoupled, NT_V_BOOL, &dec) || !nt_materialize(I, it->pos))
+    return false;
+  cn_adam adam = {lrt,
+                  b1 ? b1->num : 0.9,
+                  b2 ? b2->num : 0.999,
+                  eps ? eps->num : 1e-8,
+                  wd ? wd->num : 0,
+                  dec && dec->b};
+  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
+  return run_statement(I, st, init, init ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL,
+                       it->pos);
+}
+
+/* Runs the forward code of the statement's tensor (its parameters initialized first, once);
+ * a gradient is read as it is. */
+static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
+  if (st->grad) return true;
+  if (st->routine) return run_asgn(I, NULL, &st->routine, at);
+  nt_consume(I, st->tensor);
+  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
+  return run_statement(I, st, init, init ? cn_graph_forward(I->g, st->tensor) : NULL, at);
+}
+
+/* print e: a tensor (computed first), or a string written with a newline. */
 static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.expr->pos;
-  if (!statement_tensor(I, scope, it->u.expr, st)) return false;
-  if (!st->grad && st->routine && !run_asgn(I, NULL, &st->routine, at)) return false;
-  if (!st->grad && !st->routine) {
-    nt_consume(I, st->tensor);
-    cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-    if (!run_statement(I, st, init, init ? cn_graph_forward(I->g, st->tensor) : NULL, at))
+  if (!st->tensor && !st->text) {
+    nt_value *v = nt_eval(I, scope, &I->top, it->u.expr);
+    if (!v) return false;
+    if (v->kind == NT_V_STR) {
+      cn_sbuf line = {0};
+      cn_sbuf_printf(&line, "%s\n", v->str);
+      if (!(st->text = cn_sbuf_finish(I->ctx, &line))) return false;
+    } else if (!set_statement_tensor(I, v, it->u.expr, st)) {
       return false;
+    }
   }
+  if (st->text) {
+    nt_write_text(I, st->text);
+    return true;
+  }
+  if (!compute_tensor(I, st, at)) return false;
   const char *text = cn_tensor_format(st->tensor, st->grad, I->opts.json);
   if (!text) return nt_fail_here(I, at), false;
-  fprintf(out(I), "%s%s", text, I->opts.json ? "\n" : "");
+  fprintf(nt_out(I), "%s%s", text, I->opts.json ? "\n" : "");
+  return true;
+}
+
+/* x in host evaluation: a static index an enclosing loop binds reads as its value in host
+ * arithmetic. A tensor built from such a value would hold it for good: an error. */
+static nt_value *host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  I->host_eval = true;
+  I->index_read = false;
+  nt_value *v = nt_eval(I, scope, &I->top, x);
+  I->host_eval = false;
+  if (v && I->index_read && (v->kind == NT_V_TENSOR || v->kind == NT_V_LIST))
+    return nt_fail(I, x->pos, "%s",
+                   "this tensor would keep the value the loop's index has now: read the index "
+                   "as a tensor with !@");
+  int64_t value;
+  if (v && v->kind == NT_V_INDEX) {
+    if (!nt_index_value(I, v, &value))
+      return nt_fail(I, x->pos, "the static index '%s' has a value only inside a loop over it",
+                     v->index.name ? v->index.name : "index");
+    return nt_num(I, (double)value, true);
+  }
+  return v;
+}
+
+/* The value of printf's argument k: a host value, evaluated at each execution, or a tensor's
+ * single cell, computed first as print computes it (the tensor built once). */
+static nt_value *printf_argument(nt_interp *I, const cn_nt_item *it, int k, nt_env *scope,
+                                 nt_item_state *st, bool first) {
+  const cn_nt_expr *x = it->u.printf_.args[k];
+  nt_item_state *a = st->args[k];
+  if (!a) {
+    nt_value *v = host_eval(I, scope, x);
+    bool tensor = v && (v->kind == NT_V_TENSOR || (v->kind == NT_V_LIST && v->literal));
+    if (!v || !tensor) return v;
+    if (!first) /* kinds do not change between executions */
+      return nt_fail(I, x->pos, "%s", "this argument became a tensor");
+    if (!(a = st->args[k] = cn_alloc(I->ctx, sizeof *a)) || !set_statement_tensor(I, v, x, a))
+      return NULL;
+  }
+  if (!compute_tensor(I, a, x->pos)) return NULL;
+  cn_node *node = a->grad ? cn_tensor_grad(a->tensor) : cn_tensor_value(a->tensor);
+  double value;
+  if (!node) return nt_fail_here(I, x->pos);
+  if (cn_node_numel(node) != 1)
+    return nt_fail(I, x->pos, "printf prints one value: \"%s\" (#%d) has %lld cells",
+                   a->tensor->label, a->tensor->id, (long long)cn_node_numel(node));
+  if (cn_node_get_values(node, false, &value, 1) != CN_OK) return nt_fail_here(I, x->pos);
+  return nt_num(I, value, false);
+}
+
+/* printf "format" args: the arguments' values formatted, written as print writes a string. */
+static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  int n = it->u.printf_.n_args;
+  bool first = !st->args;
+  if (first && !(st->args = cn_alloc(I->ctx, sizeof *st->args * (size_t)(n + 1)))) return false;
+  nt_value **values = cn_alloc(I->ctx, sizeof *values * (size_t)(n + 1));
+  if (!values) return false;
+  for (int k = 0; k < n; k++)
+    if (!(values[k] = printf_argument(I, it, k, scope, st, first))) return false;
+  cn_sbuf text = {0};
+  bool ok = nt_format(I, it, values, &text);
+  if (ok && text.failed) ok = (cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory"), false);
+  if (ok) nt_write_text(I, text.data ? text.data : "");
+  cn_sbuf_free(&text);
+  return ok;
+}
+
+/* if c then ... else ... end: c is a host boolean, evaluated at each execution. */
+static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
+  nt_value *c = host_eval(I, scope, it->u.if_.cond);
+  if (!c) return false;
+  if (c->kind != NT_V_BOOL)
+    return nt_fail(I, it->u.if_.cond->pos,
+                   "the condition is %s: if tests a boolean computed on the host, from numbers "
+                   "and loop indices (as in step mod 100 = 0)",
+                   nt_kind_name(c->kind)),
+           false;
+  int n = c->b ? it->u.if_.n_then : it->u.if_.n_else;
+  const cn_nt_item *items = c->b ? it->u.if_.then_items : it->u.if_.else_items;
+  for (int k = 0; k < n; k++)
+    if (!item(I, &items[k], scope)) return false;
   return true;
 }
 
@@ -274,12 +449,17 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
+  I->item = it;
   if (it->kind == CN_NT_ITEM_LET) return let_item(I, it);
+  if (it->kind == CN_NT_ITEM_IF) return if_item(I, it, scope);
   nt_item_state local = {0}, *st = state_of(I, it, &local);
   if (!st) return false;
   switch (it->kind) {
-  case CN_NT_ITEM_LET: return false; /* handled above: a let keeps no state */
+  case CN_NT_ITEM_LET:
+  case CN_NT_ITEM_IF: return false; /* handled above: they keep no state */
   case CN_NT_ITEM_PRINT: return print_item(I, it, scope, st);
+  case CN_NT_ITEM_PRINTF: return printf_item(I, it, scope, st);
+  case CN_NT_ITEM_ADAM: return adam_item(I, it, scope, st);
   case CN_NT_ITEM_BACKPROP: {
     cn_nt_pos at = it->u.expr->pos;
     if (st->routine) return run_asgn(I, NULL, &st->routine, at);

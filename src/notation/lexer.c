@@ -60,6 +60,7 @@ cn_nt_prec cn_nt_infix_prec(const char *op) {
   if (strcmp(op, "||") == 0) return CN_NT_PREC_OR;
   if (strcmp(op, "&&") == 0 || strcmp(op, "&") == 0) return CN_NT_PREC_AND;
   if (strcmp(op, "!=") == 0) return CN_NT_PREC_CMP;
+  if (strcmp(op, "mod") == 0) return CN_NT_PREC_MUL;
   /* OCaml keywords made of operator characters are not operators. */
   if (strcmp(op, "->") == 0 || strcmp(op, "<-") == 0 || strcmp(op, "|") == 0)
     return CN_NT_PREC_NONE;
@@ -80,6 +81,11 @@ cn_nt_prec cn_nt_infix_prec(const char *op) {
   default: return CN_NT_PREC_NONE; /* prefix (! ~ ?) and keyword-like (: .) operators */
   }
 }
+
+const char *const cn_nt_sgd_labels[] = {"learning_rate", "momentum", "weight_decay", "nesterov",
+                                        NULL};
+const char *const cn_nt_adam_labels[] = {"learning_rate", "beta1",     "beta2", "eps",
+                                         "weight_decay",  "decoupled", NULL};
 
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
   for (int i = 0; i < n_args; i++)
@@ -106,12 +112,13 @@ static const struct {
   const char *word;
   nt_tk_kind kind;
 } reserved[] = {
-    {"let", NT_TK_LET},     {"in", NT_TK_IN},       {"if", NT_TK_IF},
-    {"then", NT_TK_THEN},   {"else", NT_TK_ELSE},   {"true", NT_TK_TRUE},
-    {"false", NT_TK_FALSE}, {"print", NT_TK_PRINT}, {"backprop", NT_TK_BACKPROP},
-    {"run", NT_TK_RUN},     {"sgd", NT_TK_SGD},     {"set_seed", NT_TK_SET_SEED},
-    {"for", NT_TK_FOR},     {"to", NT_TK_TO},       {"do", NT_TK_DO},
-    {"done", NT_TK_DONE},
+    {"let", NT_TK_LET},           {"in", NT_TK_IN},         {"if", NT_TK_IF},
+    {"then", NT_TK_THEN},         {"else", NT_TK_ELSE},     {"true", NT_TK_TRUE},
+    {"false", NT_TK_FALSE},       {"print", NT_TK_PRINT},   {"backprop", NT_TK_BACKPROP},
+    {"run", NT_TK_RUN},           {"sgd", NT_TK_SGD},       {"set_seed", NT_TK_SET_SEED},
+    {"for", NT_TK_FOR},           {"to", NT_TK_TO},         {"do", NT_TK_DO},
+    {"done", NT_TK_DONE},         {"printf", NT_TK_PRINTF}, {"adam", NT_TK_ADAM},
+    {"progress", NT_TK_PROGRESS}, {"end", NT_TK_END},
 };
 
 const char *cn_nt_reserved_word(nt_tk_kind kind) {
@@ -414,7 +421,9 @@ static bool lex_token(cn_nt_lexer *lx, cn_nt_token *out) {
         out->kind = reserved[i].kind;
         return true;
       }
-    out->kind = NT_TK_IDENT;
+    /* `mod` is OCaml's infix keyword: an operator of the multiplicative class */
+    bool mod = end - start == 3 && memcmp(lx->src->text + start, "mod", 3) == 0;
+    out->kind = mod ? NT_TK_OP : NT_TK_IDENT;
     return (out->text = copy_text(lx, start, end - start)) != NULL;
   }
   if (c == '\'') {

@@ -4,7 +4,7 @@
  * Invariants: after an error (cn_nt_lex returns false) the message is in the context and the
  * lexer must not be called again; token texts are arena strings; an operator token is the
  * longest run of OCaml operator characters, except that "|]" always closes an array and a lone
- * "." is NT_TK_DOT. */
+ * "." is NT_TK_DOT; the word `mod` is an operator token too (OCaml's infix keyword). */
 #ifndef CN_NT_LEXER_H
 #define CN_NT_LEXER_H
 
@@ -51,7 +51,11 @@ typedef enum {
   NT_TK_FOR,
   NT_TK_TO,
   NT_TK_DO,
-  NT_TK_DONE
+  NT_TK_DONE,
+  NT_TK_PRINTF,
+  NT_TK_ADAM,
+  NT_TK_PROGRESS,
+  NT_TK_END
 } nt_tk_kind;
 
 typedef struct {

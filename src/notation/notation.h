@@ -9,10 +9,15 @@
  *            | 'set_seed' INT | stmt
  *   names   := NAME (',' NAME)+
  *   stmt    := 'print' expr | 'backprop' expr | 'run' app
+ *            | 'printf' STRING arg*        (one argument per conversion of the format)
  *            | 'sgd' binary ('~learning_rate:' arg | '~momentum:' arg | '~weight_decay:' arg
  *                            | '~nesterov:' arg)*
- *            | 'for' NAME '=' expr 'to' expr 'do' (stmt [';;'])* 'done'
- *                                          (loops nest at most CN_NT_MAX_LOOP_DEPTH deep)
+ *            | 'adam' binary ('~learning_rate:' arg | '~beta1:' arg | '~beta2:' arg | '~eps:' arg
+ *                             | '~weight_decay:' arg | '~decoupled:' arg)*
+ *            | 'for' NAME '=' expr 'to' expr ['progress' ('~loss:' arg | '~batch_size:' arg)*]
+ *              'do' (stmt [';;'])* 'done'  (loops nest at most CN_NT_MAX_LOOP_DEPTH deep)
+ *            | 'if' binary 'then' (stmt [';;'])* ['else' (stmt [';;'])*] 'end'
+ *                                          (ifs nest at most CN_NT_MAX_IF_DEPTH deep)
  *   param   := NAME | '~'NAME | '?'NAME | '?(' NAME '=' expr ')' | '()'
  *   expr    := 'let' NAME '=' expr 'in' expr | binary (',' binary)*     (a tuple)
  *   binary  := unary (INFIX binary)*       OCaml precedence and associativity by the operator's
@@ -32,11 +37,13 @@
  * braces are a declaration, except as the value of ~config:, where they are a record; an einsum
  * followed by an operator that binds tighter than its own is an error asking for parentheses
  * (OCaml would read `a +* "s" b * c` as `a +* ("s" b * c)`); in a %cd right-hand side and after
- * sgd's expression, ~logic/~projections resp. sgd's labels end the application instead of
- * becoming its arguments; `!@i` (embed a static index) is one of the '!…' prefix operators.
- * Comments: (* nested *) and '#' to end of line. Reserved words: let in if then else true false
- * print backprop run sgd set_seed for to do done. A trailing ';' ends a %cd sequence before end
- * of input, ';;', ')', or a reserved word.
+ * sgd's (adam's) expression, ~logic/~projections resp. the optimizer's labels end the application
+ * instead of becoming its arguments; `!@i` (embed a static index) is one of the '!…' prefix
+ * operators; `mod` is an infix operator of the multiplicative class. A printf format is
+ * '%' [flags -+ 0#] [width] ['.' precision] (d i f F e E g G s b) conversions and text ('%%' a
+ * percent sign). Comments: (* nested *) and '#' to end of line. Reserved words: let in if then
+ * else end true false print printf backprop run sgd adam set_seed for to do done progress mod.
+ * A trailing ';' ends a %cd sequence before end of input, ';;', ')', or a reserved word.
  *
  * Errors: NULL and CN_ERR_INVALID with the message "FILE:LINE:COL: message\nLINE-TEXT\nCARET";
  * CN_ERR_NOMEM on allocation failure. No input crashes or loops the parser; nesting deeper than
@@ -59,6 +66,9 @@ cn_nt_cd *cn_nt_parse_cd(cn_ctx *ctx, const char *file, const char *text);
 void cn_nt_print_program(cn_sbuf *sb, const cn_nt_program *prog);
 void cn_nt_print_expr(cn_sbuf *sb, const cn_nt_expr *e);
 void cn_nt_print_cd(cn_sbuf *sb, const cn_nt_cd *cd);
+/* One item as the program printer prints it (a block over several lines), without the final
+ * newline. */
+void cn_nt_print_item(cn_sbuf *sb, const cn_nt_item *it);
 
 /* The precedence class of an infix operator token, CN_NT_PREC_NONE if the token is not one
  * (keyword-like tokens such as '->' ':=' '|' and the %cd assignment operators are not). */
@@ -68,6 +78,10 @@ cn_nt_prec cn_nt_infix_prec(const char *op);
 bool cn_nt_assign_op(const char *op, cn_op *accum, bool *clear);
 /* The spelling of an assignment operator (the inverse of cn_nt_assign_op), or NULL. */
 const char *cn_nt_assign_spelling(cn_op accum, bool clear);
+/* The labels of sgd's and adam's options (NULL-terminated): an application written as their
+ * loss stops before them (the parser and the printer agree on it). */
+extern const char *const cn_nt_sgd_labels[];
+extern const char *const cn_nt_adam_labels[];
 /* The labeled argument named `label` among args, or NULL. */
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label);
 

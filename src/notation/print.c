@@ -31,8 +31,6 @@ typedef struct {
 } printer;
 
 static const char *const assign_labels[] = {"logic", "projections", NULL};
-static const char *const sgd_labels[] = {"learning_rate", "momentum", "weight_decay", "nesterov",
-                                         NULL};
 
 static void print_expr(printer *pr, const cn_nt_expr *e, level lv);
 
@@ -388,7 +386,31 @@ static void print_params(printer *pr, int n, const cn_nt_param *params) {
   }
 }
 
-/* One item per line; a loop's body indented by two spaces per level. */
+static void print_item(printer *pr, const cn_nt_item *it, int indent);
+
+/* " ~name:value", nothing when value is NULL. */
+static void print_option(printer *pr, const char *name, const cn_nt_expr *value) {
+  if (!value) return;
+  cn_sbuf_printf(pr->sb, " ~%s:", name);
+  print_expr(pr, value, LV_ARG);
+}
+
+/* sgd / adam: the loss (an application there stops at the labels), then each given option. */
+static void print_optimizer(printer *pr, const char *what, const char *const *labels,
+                            const cn_nt_expr *loss, const cn_nt_expr *const *values) {
+  cn_sbuf_printf(pr->sb, "%s ", what);
+  pr->stop = labels;
+  print_expr(pr, loss, LV_RHS);
+  pr->stop = NULL;
+  for (int i = 0; labels[i]; i++) print_option(pr, labels[i], values[i]);
+}
+
+/* A block's statements, one level deeper. */
+static void print_body(printer *pr, int n, const cn_nt_item *items, int indent) {
+  for (int i = 0; i < n; i++) print_item(pr, &items[i], indent + 1);
+}
+
+/* One item per line; a block's body indented by two spaces per level. */
 static void print_item(printer *pr, const cn_nt_item *it, int indent) {
   cn_sbuf *sb = pr->sb;
   cn_sbuf_printf(sb, "%*s", 2 * indent, "");
@@ -429,32 +451,60 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     print_expr(pr, it->u.expr, LV_OPERAND);
     break;
   case CN_NT_ITEM_SGD: {
-    cn_sbuf_puts(sb, "sgd ");
-    pr->stop = sgd_labels;
-    print_expr(pr, it->u.sgd.expr, LV_RHS);
-    pr->stop = NULL;
-    const char *names[] = {"learning_rate", "momentum", "weight_decay", "nesterov"};
     const cn_nt_expr *values[] = {it->u.sgd.learning_rate, it->u.sgd.momentum,
                                   it->u.sgd.weight_decay, it->u.sgd.nesterov};
-    for (int i = 0; i < 4; i++)
-      if (values[i]) {
-        cn_sbuf_printf(sb, " ~%s:", names[i]);
-        print_expr(pr, values[i], LV_ARG);
-      }
+    print_optimizer(pr, "sgd", cn_nt_sgd_labels, it->u.sgd.expr, values);
     break;
   }
+  case CN_NT_ITEM_ADAM: {
+    const cn_nt_expr *values[] = {it->u.adam.learning_rate, it->u.adam.beta1,
+                                  it->u.adam.beta2,         it->u.adam.eps,
+                                  it->u.adam.weight_decay,  it->u.adam.decoupled};
+    print_optimizer(pr, "adam", cn_nt_adam_labels, it->u.adam.expr, values);
+    break;
+  }
+  case CN_NT_ITEM_PRINTF:
+    cn_sbuf_puts(sb, "printf ");
+    put_string(sb, it->u.printf_.format);
+    for (int i = 0; i < it->u.printf_.n_args; i++) {
+      cn_sbuf_putc(sb, ' ');
+      print_expr(pr, it->u.printf_.args[i], LV_ARG);
+    }
+    break;
+  case CN_NT_ITEM_IF:
+    cn_sbuf_puts(sb, "if ");
+    print_expr(pr, it->u.if_.cond, LV_RHS);
+    cn_sbuf_puts(sb, " then\n");
+    print_body(pr, it->u.if_.n_then, it->u.if_.then_items, indent);
+    if (it->u.if_.has_else) {
+      cn_sbuf_printf(sb, "%*selse\n", 2 * indent, "");
+      print_body(pr, it->u.if_.n_else, it->u.if_.else_items, indent);
+    }
+    cn_sbuf_printf(sb, "%*send", 2 * indent, "");
+    break;
   case CN_NT_ITEM_SET_SEED: cn_sbuf_printf(sb, "set_seed %lld", (long long)it->u.seed); break;
   case CN_NT_ITEM_FOR:
     cn_sbuf_printf(sb, "for %s = ", it->u.for_.name);
     print_expr(pr, it->u.for_.from, LV_EXPR);
     cn_sbuf_puts(sb, " to ");
     print_expr(pr, it->u.for_.to, LV_EXPR);
+    if (it->u.for_.progress) {
+      cn_sbuf_puts(sb, " progress");
+      print_option(pr, "loss", it->u.for_.loss);
+      print_option(pr, "batch_size", it->u.for_.batch_size);
+    }
     cn_sbuf_puts(sb, " do\n");
-    for (int i = 0; i < it->u.for_.n_items; i++) print_item(pr, &it->u.for_.items[i], indent + 1);
+    print_body(pr, it->u.for_.n_items, it->u.for_.items, indent);
     cn_sbuf_printf(sb, "%*sdone", 2 * indent, "");
     break;
   }
   cn_sbuf_putc(sb, '\n');
+}
+
+void cn_nt_print_item(cn_sbuf *sb, const cn_nt_item *it) {
+  printer pr = {sb, NULL};
+  print_item(&pr, it, 0);
+  if (sb->len > 0 && !sb->failed) sb->data[--sb->len] = '\0';
 }
 
 void cn_nt_print_program(cn_sbuf *sb, const cn_nt_program *prog) {

@@ -1,0 +1,259 @@
+/* The evaluator, part 6 of 6 (see eval_internal.h): what statements write besides tensors.
+ * printf's formatting (the parser checked the format: one argument per conversion), strings,
+ * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
+ * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with
+ * --json), and the message for a routine that reads a static index no enclosing loop binds.
+ *
+ * Invariants: a drawn bar is cleared (nt_out) before anything else is written to the stream, so
+ * lines never interleave with it; the plain and JSON forms depend only on the steps and the loss,
+ * apart from the rate and the times; nothing here allocates per step. */
+#include "notation/eval_internal.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+FILE *nt_out(nt_interp *I) {
+  FILE *f = I->opts.out ? I->opts.out : stdout;
+  if (I->bar_shown) {
+    fputs("\r\033[K", f);
+    I->bar_shown = false;
+  }
+  return f;
+}
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      fprintf(f, "\\%c", *c);
+    else if (*c == '\n')
+      fputs("\\n", f);
+    else if (*c == '\t')
+      fputs("\\t", f);
+    else if (*c < 0x20 || *c == 0x7f)
+      fprintf(f, "\\u%04x", *c);
+    else
+      fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+void nt_write_text(nt_interp *I, const char *text) {
+  FILE *f = nt_out(I);
+  if (!I->opts.json) {
+    fputs(text, f);
+    return;
+  }
+  fputs("{\"text\": ", f);
+  json_string(f, text);
+  fputs("}\n", f);
+}
+
+/* ---- printf --------------------------------------------------------------------------------- */
+
+static bool wrong_kind(nt_interp *I, const cn_nt_expr *arg, const cn_nt_fmt *part, const char *want,
+                       const nt_value *v) {
+  nt_fail(I, arg->pos, "the conversion '%s' expects %s, found %s", part->text, want,
+          nt_kind_name(v->kind));
+  return false;
+}
+
+bool nt_format(nt_interp *I, const cn_nt_item *it, nt_value *const *values, cn_sbuf *sb) {
+  int k = 0;
+  for (int i = 0; i < it->u.printf_.n_parts; i++) {
+    const cn_nt_fmt *part = &it->u.printf_.parts[i];
+    if (!part->conv) {
+      cn_sbuf_puts(sb, part->text);
+      continue;
+    }
+    const cn_nt_expr *arg = it->u.printf_.args[k];
+    const nt_value *v = values[k++];
+    int len = (int)strlen(part->text) - 1; /* the conversion without its letter */
+    char fmt[32];
+    switch (part->conv) {
+    case 'd':
+    case 'i': {
+      if (v->kind != NT_V_NUM) return wrong_kind(I, arg, part, "a number", v);
+      double r = round(v->num);
+      if (!(fabs(r) < 9e18))
+        return nt_fail(I, arg->pos, "the conversion '%s' takes an integer: %g is out of range",
+                       part->text, v->num),
+               false;
+      snprintf(fmt, sizeof fmt, "%.*slld", len, part->text);
+      cn_sbuf_printf(sb, fmt, (long long)r);
+      break;
+    }
+    case 's':
+      if (v->kind != NT_V_STR) return wrong_kind(I, arg, part, "a string", v);
+      cn_sbuf_printf(sb, part->text, v->str);
+      break;
+    case 'b':
+      if (v->kind != NT_V_BOOL) return wrong_kind(I, arg, part, "a boolean", v);
+      snprintf(fmt, sizeof fmt, "%.*ss", len, part->text);
+      cn_sbuf_printf(sb, fmt, v->b ? "true" : "false");
+      break;
+    default: /* f F e E g G */
+      if (v->kind != NT_V_NUM) return wrong_kind(I, arg, part, "a number", v);
+      cn_sbuf_printf(sb, part->text, v->num);
+      break;
+    }
+  }
+  return true;
+}
+
+/* ---- Progress ------------------------------------------------------------------------------- */
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void nt_progress_start(nt_interp *I, nt_progress *pr, const cn_nt_item *it, int64_t total,
+                       cn_tensor *loss, int64_t batch_size) {
+  FILE *f = nt_out(I);
+  memset(pr, 0, sizeof *pr);
+  pr->loop = it;
+  pr->total = total;
+  pr->loss = loss;
+  pr->batch_size = batch_size;
+  pr->tty = !I->opts.json && isatty(fileno(f));
+  pr->start = now();
+  pr->tenth = 1;
+  pr->next_line = (total + 9) / 10;
+}
+
+/* The loss as the body last computed it: a scalar tensor that a statement of the body computes
+ * (the loss of backprop, a buffer a routine writes). */
+static bool read_loss(nt_interp *I, const nt_progress *pr, double *out) {
+  cn_tensor *t = pr->loss;
+  cn_nt_pos at = pr->loop->u.for_.loss->pos;
+  bool computed = t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE || t->kind == CN_TK_VEC;
+  if (computed && !(t->id < I->cap_consumed && I->consumed[t->id]))
+    return nt_fail(I, at,
+                   "progress's ~loss \"%s\" (#%d) is not computed by a statement: give the tensor "
+                   "that the body's backprop computes",
+                   t->label, t->id),
+           false;
+  cn_node *node = cn_tensor_value(t);
+  if (!node) return nt_fail_here(I, at), false;
+  if (cn_node_numel(node) != 1)
+    return nt_fail(I, at, "progress's ~loss is a scalar: \"%s\" (#%d) has %lld cells", t->label,
+                   t->id, (long long)cn_node_numel(node)),
+           false;
+  if (cn_node_get_values(node, false, out, 1) != CN_OK) return nt_fail_here(I, at), false;
+  return true;
+}
+
+/* "m:ss", or "h:mm:ss" from an hour. */
+static void clock_text(char *buf, size_t cap, double seconds) {
+  long s = seconds > 0 && seconds < 1e9 ? (long)(seconds + 0.5) : 0;
+  if (s >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", s / 60, s % 60);
+}
+
+bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
+  bool last = done == pr->total;
+  double t = now();
+  if (pr->tty ? !last && t - pr->last_draw < 0.1 : !last && done < pr->next_line) return true;
+  double loss = 0;
+  if (pr->loss && !read_loss(I, pr, &loss)) return false;
+  double elapsed = t - pr->start, per_step = elapsed / (double)done;
+  double rate =
+      elapsed > 0 ? (double)done * (double)(pr->batch_size ? pr->batch_size : 1) / elapsed : 0;
+  const char *name = pr->loop->u.for_.name, *unit = pr->batch_size ? "samples/s" : "steps/s";
+  int pct = (int)(100 * done / pr->total);
+  char eta[32];
+  clock_text(eta, sizeof eta, last ? elapsed : per_step * (double)(pr->total - done));
+  FILE *f = nt_out(I);
+  pr->last_draw = t;
+  while (pr->next_line <= done && pr->tenth < 10) /* the step that ends the next tenth */
+    pr->next_line = (pr->total * ++pr->tenth + 9) / 10;
+  if (I->opts.json) {
+    fprintf(f, "{\"progress\": ");
+    json_string(f, name);
+    fprintf(f, ", \"step\": %lld, \"total\": %lld", (long long)done, (long long)pr->total);
+    if (pr->loss && isfinite(loss))
+      fprintf(f, ", \"loss\": %.17g", loss);
+    else if (pr->loss) /* as --json prints tensors: NaN and infinities are strings */
+      fprintf(f, ", \"loss\": \"%s\"", isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
+    fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s",
+            last ? elapsed : per_step * (double)(pr->total - done));
+    return true;
+  }
+  if (pr->tty) {
+    char bar[26];
+    int filled = (int)(24 * done / pr->total);
+    for (int i = 0; i < 24; i++) bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    bar[24] = '\0';
+    fprintf(f, "\r%s %lld/%lld [%s] %3d%%", name, (long long)done, (long long)pr->total, bar, pct);
+  } else {
+    fprintf(f, "%s %lld/%lld (%d%%)", name, (long long)done, (long long)pr->total, pct);
+  }
+  if (pr->loss) fprintf(f, " loss %.5g", loss);
+  fprintf(f, " | %.4g %s | %s %s", rate, unit, last ? "in" : "ETA", eta);
+  if (pr->tty && !last) {
+    fputs("\033[K", f);
+    I->bar_shown = true;
+  } else {
+    fputc('\n', f);
+  }
+  fflush(f);
+  return true;
+}
+
+/* ---- Static indices ------------------------------------------------------------------------- */
+
+bool nt_note_index(nt_interp *I, nt_value *v) {
+  if (!cn_arena_grow(I->ctx, (void **)&I->indices, &I->cap_indices, I->n_indices + 1,
+                     sizeof *I->indices))
+    return false;
+  I->indices[I->n_indices++] = v;
+  return true;
+}
+
+bool nt_index_value(const nt_interp *I, const nt_value *v, int64_t *value) {
+  for (int i = I->n_bound - 1; v->index.created && i >= 0; i--)
+    if (I->bound[i].sym == v->index.sym) {
+      *value = I->bound[i].value;
+      return true;
+    }
+  return false;
+}
+
+bool nt_explain_unbound(nt_interp *I, const cn_routine *r) {
+  const nt_value *v = NULL;
+  int64_t value;
+  for (int i = 0; i < I->n_indices && !v; i++)
+    if (cn_routine_reads(r, I->indices[i]->index.sym) && !nt_index_value(I, I->indices[i], &value))
+      v = I->indices[i];
+  if (!v || !I->item || cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return false;
+  cn_sbuf stmt = {0}, loop = {0};
+  cn_nt_print_item(&stmt, I->item);
+  const char *nl = stmt.data ? strchr(stmt.data, '\n') : NULL;
+  int len = stmt.data ? (int)(nl ? nl - stmt.data : (ptrdiff_t)stmt.len) : 0;
+  const char *name = v->index.name ? v->index.name : "index";
+  const cn_nt_item *l = v->index.loop;
+  if (l) {
+    cn_sbuf_printf(&loop, "which is bound only inside the loop `for %s = ", l->u.for_.name);
+    cn_nt_print_expr(&loop, l->u.for_.from);
+    cn_sbuf_puts(&loop, " to ");
+    cn_nt_print_expr(&loop, l->u.for_.to);
+    cn_sbuf_printf(&loop, "` at line %d, column %d", l->pos.line, l->pos.col);
+  } else {
+    cn_sbuf_printf(
+        &loop, "which no loop has bound: read it in the body of `for %s = ... do ... done`", name);
+  }
+  const char *where = cn_sbuf_finish(I->ctx, &loop);
+  if (where)
+    nt_fail(I, I->item->pos,
+            "`%.*s%s` reads the static index '%s' (declared at line %d, column %d), %s",
+            len > 60 ? 57 : len, stmt.data ? stmt.data : "", len > 60 ? "..." : "", name,
+            v->index.decl_at.line, v->index.decl_at.col, where);
+  cn_sbuf_free(&stmt);
+  return true;
+}
