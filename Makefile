@@ -12,6 +12,8 @@
 #                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
 #                  build/moons.svg)
+#   make fashion   build and train the Fashion-MNIST MLP for 5 epochs (examples/fashion_mnist.c;
+#                  writes build/fashion_mlp.svg and the checkpoint build/fashion_mlp.safetensors)
 #   make bench     install python3-torch, python3-numpy and libopenblas0-pthread when missing,
 #                  build, run the benchmarks (bench/; bench_perf's JSON lines in build/bench_perf.json)
 #   make install   install under PREFIX (default /usr/local)
@@ -33,7 +35,7 @@ DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
-.PHONY: deps build test test-gcc test-unscheduled test-asan test-clang test-tsan format-check test-valgrind fuzz demo bench \
+.PHONY: deps build test test-gcc test-unscheduled test-asan test-clang test-tsan format-check test-valgrind fuzz demo fashion bench \
         install format clean
 
 # Two passes: DEB_PACKAGES, then (on a fresh machine, where clang came with the first pass)
@@ -138,8 +140,11 @@ fuzz: deps
 demo: build
 	build/example_moons build/moons.svg
 
+fashion: build
+	cd build && ./example_fashion_mnist --svg fashion_mlp.svg --checkpoint fashion_mlp.safetensors
+
 # The PyTorch and numpy baselines of bench_moons and bench_perf come from Debian's python3-torch
-# and python3-numpy (large, so only here, never a dependency of `make test`), with OpenBLAS: both
+# (large, so only here, never a dependency of `make test`) and python3-numpy, with OpenBLAS: both
 # call libblas.so.3, which without libopenblas0 is the reference BLAS (about 30x slower at a
 # 1024^2 matmul). bench_perf prints the table of issue 16 and writes its JSON lines to
 # build/bench_perf.json.

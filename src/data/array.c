@@ -231,6 +231,27 @@ cn_status cn_data_expect_end(cn_ctx *ctx, cn_data_reader *r) {
                          "expected the end of the file, found trailing bytes (0x%02x ...)", byte);
 }
 
+cn_status cn_data_read_payload(cn_ctx *ctx, cn_data_reader *r, cn_array *a, size_t numel,
+                               size_t payload, const char *what) {
+  size_t bytes = SIZE_MAX;
+  a->cells = cn_mul_size(numel, cn_prec_bytes(a->prec), &bytes) ? cn_malloc(ctx, bytes) : NULL;
+  if (!a->cells)
+    return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for %zu cells (%zu bytes)", r->path, numel,
+                   bytes);
+  return cn_data_read_exact(ctx, r, a->cells, payload, what);
+}
+
+cn_status cn_data_finish_read(cn_ctx *ctx, cn_data_reader *r, cn_array *a, cn_status s,
+                              cn_array *out) {
+  if (s == CN_OK) s = cn_data_expect_end(ctx, r);
+  if (s != CN_OK) {
+    cn_array_free(a);
+    return s;
+  }
+  *out = *a;
+  return CN_OK;
+}
+
 cn_status cn_data_fail_at(cn_ctx *ctx, cn_status status, const cn_data_reader *r, size_t offset,
                           const char *fmt, ...) {
   char what[1024];

@@ -58,6 +58,15 @@ cn_status cn_data_read_exact(cn_ctx *ctx, cn_data_reader *r, void *dst, size_t n
 cn_status cn_data_check_claim(cn_ctx *ctx, const cn_data_reader *r, size_t claim, const char *what);
 /* CN_OK when no byte is left; otherwise a positioned "expected the end of the file" failure. */
 cn_status cn_data_expect_end(cn_ctx *ctx, cn_data_reader *r);
+/* The cells of an array whose header was read: numel cells of a->prec allocated (a->cells), the
+ * file's `payload` bytes read into their start (a reader widens narrower file cells in place
+ * afterwards); `what` names the payload in messages. */
+cn_status cn_data_read_payload(cn_ctx *ctx, cn_data_reader *r, cn_array *a, size_t numel,
+                               size_t payload, const char *what);
+/* The end of a read with status s: the file must end here; on success *out takes a, otherwise
+ * a's cells are freed. */
+cn_status cn_data_finish_read(cn_ctx *ctx, cn_data_reader *r, cn_array *a, cn_status s,
+                              cn_array *out);
 
 /* Fails with status and "PATH: at byte OFFSET: MESSAGE" (offset in the decompressed data, said
  * so, for a gzip reader). The message conventionally reads "expected ..., found ...". */

@@ -104,24 +104,14 @@ cn_status cn_data_idx_read(cn_ctx *ctx, cn_data_reader *r, cn_array *out) {
   memset(&a, 0, sizeof a);
   memset(out, 0, sizeof *out);
   const idx_type *type = NULL;
-  size_t numel = 0, bytes = SIZE_MAX;
+  size_t numel = 0;
   cn_status s = read_header(ctx, r, &type, &a, &numel);
   if (s != CN_OK) return s;
   if (numel) {
-    a.cells = cn_mul_size(numel, cn_prec_bytes(a.prec), &bytes) ? cn_malloc(ctx, bytes) : NULL;
-    if (!a.cells)
-      return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for %zu cells (%zu bytes)", r->path,
-                     numel, bytes);
-    s = cn_data_read_exact(ctx, r, a.cells, numel * type->width, "payload");
+    s = cn_data_read_payload(ctx, r, &a, numel, numel * type->width, "payload");
     if (s == CN_OK) convert(type, a.cells, numel);
   }
-  if (s == CN_OK) s = cn_data_expect_end(ctx, r);
-  if (s != CN_OK) {
-    cn_array_free(&a);
-    return s;
-  }
-  *out = a;
-  return CN_OK;
+  return cn_data_finish_read(ctx, r, &a, s, out);
 }
 
 cn_status cn_data_load_idx(cn_ctx *ctx, const char *path, cn_array *out) {

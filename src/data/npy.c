@@ -280,7 +280,7 @@ cn_status cn_data_npy_read(cn_ctx *ctx, cn_data_reader *r, cn_array *out) {
   a.prec = dtype->prec;
   size_t numel, payload, bytes;
   if (!cn_data_numel(a.rank, a.dims, &numel) || !cn_mul_size(numel, dtype->width, &payload) ||
-      !cn_mul_size(numel, cn_prec_bytes(a.prec), &bytes))
+      !cn_mul_size(numel, cn_prec_bytes(a.prec), &bytes)) /* the cells in memory fit too */
     return cn_data_fail_at(ctx, CN_ERR_INVALID, r, r->pos,
                            "expected a shape whose size in bytes fits in memory, found %d "
                            "dimensions whose product overflows",
@@ -290,20 +290,10 @@ cn_status cn_data_npy_read(cn_ctx *ctx, cn_data_reader *r, cn_array *out) {
   s = cn_data_check_claim(ctx, r, payload, what);
   if (s != CN_OK) return s;
   if (numel) {
-    a.cells = cn_malloc(ctx, bytes);
-    if (!a.cells)
-      return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for %zu cells (%zu bytes)", r->path,
-                     numel, bytes);
-    s = cn_data_read_exact(ctx, r, a.cells, payload, "data");
+    s = cn_data_read_payload(ctx, r, &a, numel, payload, "data");
     if (s == CN_OK) convert(dtype, big, a.cells, numel);
   }
-  if (s == CN_OK) s = cn_data_expect_end(ctx, r);
-  if (s != CN_OK) {
-    cn_array_free(&a);
-    return s;
-  }
-  *out = a;
-  return CN_OK;
+  return cn_data_finish_read(ctx, r, &a, s, out);
 }
 
 cn_status cn_data_load_npy(cn_ctx *ctx, const char *path, cn_array *out) {

@@ -6,39 +6,39 @@
  * node is written and read inside one routine only (never by the host, another routine, or as a
  * merge buffer), as CN_MEM_LOCAL does. The user sets it (cn_node_set_memory), and the tensor layer
  * sets it on the fresh nodes no handle leads to: the intermediates and constants of a derivative
- * formula (src/tensor/deriv.c) and the constants and temporaries of an SGD update (code.c). This
- * pass only decides whether inlining is exact, and a virtual node it keeps runs as routine-local
- * scratch (routine.c), which is exact by that promise. A node marked fusable (ir.h: an unnamed
- * value of a script, which every routine reading it computes first and the host cannot name) is a
- * candidate too; when it cannot go it stays materialized, as it was.
- * The procedure's body is read as a list of top-level statements (nested sequences flattened). A
- * node v is inlined when (1) exactly one top-level statement P writes it, and P is a plain store
- * `v[s_0, .., s_r-1] := e` under r loops with no affine bounds, each s_a a distinct loop variable
- * running over exactly [0, dim_a) (so every cell is written once, with no accumulation: e does
- * not read v), v has no padding and no merge buffer; (2) no statement before P reads v; (3) no
- * statement after P, up to each statement reading v, writes a buffer e reads, and a statement
- * reading v writes none either, except an in-place update `w[j] := f(.., v[..], ..)` of one input
- * w, one cell per point, whose inlined reads of w are all w[j] (each point reads its cell before
- * writing it) — so e evaluated at a read gives the value P stored; (4) at every read v[i_0, ..,
- * i_r-1], replacing each s_a by i_a in e's indices keeps them affine in canonical form (no
- * overflow, at most CN_MAX_AFFINE_TERMS symbols); (5) the copy costs no more than the store it
- * replaces: a read runs at most as often as P (the product of the boxes of its loops is at most v's
- * cell count) unless e is a constant or a single read, and an expression read more than once is
- * small (CN_SCHED_VIRTUAL_MAX_COPIED nodes in all). The read becomes e substituted and rounded
- * exactly as the store would round it: a constant is stored into and loaded from a cell now;
- * otherwise e is converted to v's precision by an `id` op, through the widest precision of its kind
- * (double, int64, uint64) when e already has v's precision, since the interpreter computes single
- * and narrow integers wider than they are stored and a conversion is where both backends round or
- * wrap (cn_value_convert, cn_conv_c). half, bfloat16 and fp8 round only on store, so a non-constant
- * producer of those precisions is kept; (6) no statement that receives a copy ends up with an
- * expression deeper than CN_SCHED_VIRTUAL_MAX_DEPTH. Candidates are taken once each, the last
- * producer first, against an index of the statements that write and read each param (a copy
- * moves the reads of the producer's inputs into its readers, whose lists follow): a chain inlines
- * whole in one pass and each candidate costs the statements that touch it, so the pass stays
- * near-linear in the routine (a 1600-layer script: 1.1 s with it, 1.0 s without); a comment at the
- * top of the body names the nodes inlined and, for each kept virtual node, why, and the procedure
- * is rebuilt with its remaining params renumbered (still ordered by node id). Fails only on
- * allocation failure (CN_ERR_NOMEM), the procedure then unchanged. */
+ * formula (src/tensor/deriv.c) and the constants and temporaries of an optimizer update (optim.c).
+ * This pass only decides whether inlining is exact, and a virtual node it keeps runs as
+ * routine-local scratch (routine.c), which is exact by that promise. A node marked fusable (ir.h:
+ * an unnamed value of a script, which every routine reading it computes first and the host cannot
+ * name) is a candidate too; when it cannot go it stays materialized, as it was. The procedure's
+ * body is read as a list of top-level statements (nested sequences flattened). A node v is inlined
+ * when (1) exactly one top-level statement P writes it, and P is a plain store `v[s_0, .., s_r-1]
+ * := e` under r loops with no affine bounds, each s_a a distinct loop variable running over exactly
+ * [0, dim_a) (so every cell is written once, with no accumulation: e does not read v), v has no
+ * padding and no merge buffer; (2) no statement before P reads v; (3) no statement after P, up to
+ * each statement reading v, writes a buffer e reads, and a statement reading v writes none either,
+ * except an in-place update `w[j] := f(.., v[..], ..)` of one input w, one cell per point, whose
+ * inlined reads of w are all w[j] (each point reads its cell before writing it) — so e evaluated at
+ * a read gives the value P stored; (4) at every read v[i_0, .., i_r-1], replacing each s_a by i_a
+ * in e's indices keeps them affine in canonical form (no overflow, at most CN_MAX_AFFINE_TERMS
+ * symbols); (5) the copy costs no more than the store it replaces: a read runs at most as often as
+ * P (the product of the boxes of its loops is at most v's cell count) unless e is a constant or a
+ * single read, and an expression read more than once is small (CN_SCHED_VIRTUAL_MAX_COPIED nodes in
+ * all). The read becomes e substituted and rounded exactly as the store would round it: a constant
+ * is stored into and loaded from a cell now; otherwise e is converted to v's precision by an `id`
+ * op, through the widest precision of its kind (double, int64, uint64) when e already has v's
+ * precision, since the interpreter computes single and narrow integers wider than they are stored
+ * and a conversion is where both backends round or wrap (cn_value_convert, cn_conv_c). half,
+ * bfloat16 and fp8 round only on store, so a non-constant producer of those precisions is kept; (6)
+ * no statement that receives a copy ends up with an expression deeper than
+ * CN_SCHED_VIRTUAL_MAX_DEPTH. Candidates are taken once each, the last producer first, against an
+ * index of the statements that write and read each param (a copy moves the reads of the producer's
+ * inputs into its readers, whose lists follow): a chain inlines whole in one pass and each
+ * candidate costs the statements that touch it, so the pass stays near-linear in the routine (a
+ * 1600-layer script: 1.1 s with it, 1.0 s without); a comment at the top of the body names the
+ * nodes inlined and, for each kept virtual node, why, and the procedure is rebuilt with its
+ * remaining params renumbered (still ordered by node id). Fails only on allocation failure
+ * (CN_ERR_NOMEM), the procedure then unchanged. */
 #include "sched/sched.h"
 
 #include <stdint.h>

@@ -39,11 +39,11 @@ static cn_tensor *num(cn_graph *g, double v) {
   return cn_tensor_scalar(g, v);
 }
 
-static cn_tensor *labeled(cn_tensor *t, const char *label) {
+cn_tensor *cn_tensor_labeled(cn_tensor *t, const char *label) {
   return t && cn_tensor_set_label(t, label) == CN_OK ? t : NULL;
 }
 
-static bool non_null(cn_graph *g, const char *what, int n, cn_tensor *const *ts) {
+bool cn_tensor_operands(cn_graph *g, const char *what, int n, cn_tensor *const *ts) {
   for (int i = 0; i < n; i++)
     if (!ts[i]) {
       cn_fail(g->ctx, CN_ERR_INVALID, "%s: operand %d is NULL", what, i + 1);
@@ -59,8 +59,8 @@ cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b) {
 }
 
 cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p) {
-  if (!non_null(g, "pointpow", 1, &a)) return NULL;
-  return labeled(bin(g, CN_OP_POW, a, num(g, p)), "pointpow");
+  if (!cn_tensor_operands(g, "pointpow", 1, &a)) return NULL;
+  return cn_tensor_labeled(bin(g, CN_OP_POW, a, num(g, p)), "pointpow");
 }
 
 cn_tensor *cn_tensor_einsum1(cn_graph *g, const char *spec, cn_tensor *a) {
@@ -96,7 +96,7 @@ cn_tensor *cn_tensor_batch_slice_at(cn_graph *g, cn_tensor *t, int64_t index) {
   }
   char spec[64];
   snprintf(spec, sizeof spec, "%lld...|...->... => ...|...->...", (long long)index);
-  return labeled(cn_tensor_einsum1(g, spec, t), "batch_slice");
+  return cn_tensor_labeled(cn_tensor_einsum1(g, spec, t), "batch_slice");
 }
 
 /* ---- Fetch terminals ------------------------------------------------------------------------- */
@@ -176,23 +176,23 @@ cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis) {
  * copies is the interleaving; the gradient of each copy reads g back at its own cells. The sum is
  * an einsum (equalities: a and b must have the same shape, checked as soon as it is built). */
 cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b) {
-  if (!non_null(g, "interleave", 2, (cn_tensor *[]){a, b})) return NULL;
+  if (!cn_tensor_operands(g, "interleave", 2, (cn_tensor *[]){a, b})) return NULL;
   cn_tensor *even = cn_tensor_einsum1(g, "...|...->..., i => ...|...->..., 2*i", a);
   cn_tensor *odd =
       even ? cn_tensor_einsum1(g, "...|...->..., i => ...|...->..., 2*i + 1", b) : NULL;
   cn_tensor *sum =
       odd ? cn_tensor_outer_sum(g, "...|...->...; ...|...->... => ...|...->...", even, odd) : NULL;
-  return labeled(sum, "interleave");
+  return cn_tensor_labeled(sum, "interleave");
 }
 
 cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t) {
-  return labeled(cn_tensor_einsum1(g, "...|...->..., 2*i => ...|...->..., i", t),
-                 "deinterleave_even");
+  return cn_tensor_labeled(cn_tensor_einsum1(g, "...|...->..., 2*i => ...|...->..., i", t),
+                           "deinterleave_even");
 }
 
 cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t) {
-  return labeled(cn_tensor_einsum1(g, "...|...->..., 2*i + 1 => ...|...->..., i", t),
-                 "deinterleave_odd");
+  return cn_tensor_labeled(cn_tensor_einsum1(g, "...|...->..., 2*i + 1 => ...|...->..., i", t),
+                           "deinterleave_odd");
 }
 
 /* ---- Convolution and pooling ----------------------------------------------------------------- */
@@ -218,7 +218,7 @@ cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_ten
   int64_t dilation = opts && opts->dilation ? opts->dilation : 1;
   bool valid = opts && opts->valid;
   if (!positive(g, "conv2d", "stride", stride) || !positive(g, "conv2d", "dilation", dilation) ||
-      !non_null(g, "conv2d", 2, (cn_tensor *[]){x, kernel}))
+      !cn_tensor_operands(g, "conv2d", 2, (cn_tensor *[]){x, kernel}))
     return NULL;
   char h[64], w[64], spec[256];
   affine_axis(h, sizeof h, stride, "oh", valid, dilation, "kh");
@@ -226,7 +226,7 @@ cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_ten
   snprintf(spec, sizeof spec, "... | %s, %s, ic; kh, kw, ic -> oc => ... | oh, ow, oc", h, w);
   cn_tensor *y = cn_tensor_einsum2(g, spec, x, kernel);
   if (y && bias) y = bin(g, CN_OP_ADD, y, bias);
-  return labeled(y, "conv2d");
+  return cn_tensor_labeled(y, "conv2d");
 }
 
 /* The window as a constant [window, window] tensor filled with `fill`: it sizes the window
@@ -244,7 +244,7 @@ static cn_tensor *pool2d(cn_graph *g, const char *what, cn_tensor *x, int64_t wi
                          int64_t stride, bool max) {
   if (stride == 0) stride = window;
   if (!positive(g, what, "window", window) || !positive(g, what, "stride", stride) ||
-      !non_null(g, what, 1, &x))
+      !cn_tensor_operands(g, what, 1, &x))
     return NULL;
   char h[64], w[64], spec[256];
   affine_axis(h, sizeof h, stride, "oh", true, 1, "wh");
@@ -253,7 +253,8 @@ static cn_tensor *pool2d(cn_graph *g, const char *what, cn_tensor *x, int64_t wi
   /* max: max over the window of x + 0 (tropical); average: sum over the window of x / k^2 */
   cn_tensor *k = window_of(g, window, max ? 0 : 1.0 / (double)(window * window));
   if (!k) return NULL;
-  return labeled(max ? cn_tensor_tropical(g, spec, x, k) : cn_tensor_einsum2(g, spec, x, k), what);
+  return cn_tensor_labeled(
+      max ? cn_tensor_tropical(g, spec, x, k) : cn_tensor_einsum2(g, spec, x, k), what);
 }
 
 cn_tensor *cn_tensor_max_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride) {
@@ -268,12 +269,12 @@ cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64
  * softmax does not depend on it, so its gradient is stopped rather than computed to cancel. */
 cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x) {
   static const char reduce[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
-  if (!non_null(g, "softmax", 1, &x)) return NULL;
+  if (!cn_tensor_operands(g, "softmax", 1, &x)) return NULL;
   cn_tensor *max = cn_tensor_einmax1(g, reduce, x);
   cn_tensor *m = max ? cn_tensor_stop_gradient(g, max) : NULL;
   cn_tensor *e = un(g, CN_OP_EXP, bin(g, CN_OP_SUB, x, m));
   cn_tensor *s = e ? cn_tensor_einsum1(g, reduce, e) : NULL;
-  return labeled(bin(g, CN_OP_DIV, e, s), "softmax");
+  return cn_tensor_labeled(bin(g, CN_OP_DIV, e, s), "softmax");
 }
 
 /* ---- Initializers ---------------------------------------------------------------------------- */
@@ -285,7 +286,7 @@ static cn_tensor *box_muller(cn_graph *g, cn_tensor *u1, cn_tensor *u2) {
   cn_tensor *log1 = un(g, CN_OP_LOG, bin(g, CN_OP_SUB, num(g, 1), u1));
   cn_tensor *radius = un(g, CN_OP_SQRT, bin(g, CN_OP_MUL, num(g, -2), log1));
   cn_tensor *angle = un(g, CN_OP_COS, bin(g, CN_OP_MUL, num(g, 6.283185307179586477), u2));
-  return labeled(bin(g, CN_OP_MUL, radius, angle), "normal");
+  return cn_tensor_labeled(bin(g, CN_OP_MUL, radius, angle), "normal");
 }
 
 /* The two streams are built one after the other (tensor ids, hence random values, follow the
@@ -307,7 +308,7 @@ static cn_tensor *symmetric_uniform(cn_graph *g, double bound, const char *label
   cn_tensor *u = cn_tensor_uniform1(g);
   cn_tensor *twice = bin(g, CN_OP_MUL, num(g, 2), u);
   cn_tensor *centered = bin(g, CN_OP_SUB, twice, num(g, 1));
-  return labeled(bin(g, CN_OP_MUL, num(g, bound), centered), label);
+  return cn_tensor_labeled(bin(g, CN_OP_MUL, num(g, bound), centered), label);
 }
 
 static bool fan_ok(cn_graph *g, const char *what, double fan) {
@@ -329,5 +330,5 @@ cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in) {
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in) {
   if (!fan_ok(g, "kaiming_normal", fan_in)) return NULL;
   cn_tensor *n = cn_tensor_normal(g);
-  return labeled(bin(g, CN_OP_MUL, num(g, sqrt(2 / fan_in)), n), "kaiming_normal");
+  return cn_tensor_labeled(bin(g, CN_OP_MUL, num(g, sqrt(2 / fan_in)), n), "kaiming_normal");
 }

@@ -135,6 +135,11 @@ cn_tensor *cn_tensor_constant(cn_graph *g, const char *label, double value,
 /* A constant with no axes (unlike a number's unit axis): it fills whatever shape it meets and
  * never gives its results an axis. The library's own scalars and Tile's rank-0 values. */
 cn_tensor *cn_tensor_scalar(cn_graph *g, double value);
+/* Shared by the operation library (library.c, train.c): t with its label set (NULL passes
+ * through, as does a failed copy of the label); whether none of the n operands is NULL (else a
+ * message naming the operation `what`). */
+cn_tensor *cn_tensor_labeled(cn_tensor *t, const char *label);
+bool cn_tensor_operands(cn_graph *g, const char *what, int n, cn_tensor *const *ts);
 /* The tensor whose value (*grad false) or gradient (*grad true) is the node with this id, or
  * NULL (a node of an update buffer, a temporary). A scan over the tensors: for error reports. */
 cn_tensor *cn_graph_tensor_of_node(const cn_graph *g, int node_id, bool *grad);

@@ -40,19 +40,6 @@ static cn_tensor *num(cn_graph *g, double v) {
   return cn_tensor_scalar(g, v);
 }
 
-static cn_tensor *labeled(cn_tensor *t, const char *label) {
-  return t && cn_tensor_set_label(t, label) == CN_OK ? t : NULL;
-}
-
-static bool non_null(cn_graph *g, const char *what, int n, cn_tensor *const *ts) {
-  for (int i = 0; i < n; i++)
-    if (!ts[i]) {
-      cn_fail(g->ctx, CN_ERR_INVALID, "%s: operand %d is NULL", what, i + 1);
-      return false;
-    }
-  return true;
-}
-
 /* ---- Pointwise ------------------------------------------------------------------------------- */
 
 /* -|x| as where(x < 0, x, -x): its exp lies in (0, 1]. At 0 it takes the -x branch, the side of
@@ -64,27 +51,27 @@ static cn_tensor *minus_abs(cn_graph *g, cn_tensor *x, cn_tensor *negative) {
 /* With e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0. The naive
  * 1 / (1 + exp(-x)) has the right value but a NaN gradient once exp(-x) overflows. */
 cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x) {
-  if (!non_null(g, "sigmoid", 1, &x)) return NULL;
+  if (!cn_tensor_operands(g, "sigmoid", 1, &x)) return NULL;
   cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
   cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
   cn_tensor *numer = tri(g, CN_OP_WHERE, negative, e, num(g, 1));
-  return labeled(bin(g, CN_OP_DIV, numer, bin(g, CN_OP_ADD, num(g, 1), e)), "sigmoid");
+  return cn_tensor_labeled(bin(g, CN_OP_DIV, numer, bin(g, CN_OP_ADD, num(g, 1), e)), "sigmoid");
 }
 
 /* max(x, 0) + log(1 + exp(-|x|)); max gives a tie at 0 to x, so softplus'(0) = 1 - 1/2. */
 cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x) {
-  if (!non_null(g, "softplus", 1, &x)) return NULL;
+  if (!cn_tensor_operands(g, "softplus", 1, &x)) return NULL;
   cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
   cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
   cn_tensor *log1p = un(g, CN_OP_LOG, bin(g, CN_OP_ADD, num(g, 1), e));
-  return labeled(bin(g, CN_OP_ADD, bin(g, CN_OP_MAX, x, num(g, 0)), log1p), "softplus");
+  return cn_tensor_labeled(bin(g, CN_OP_ADD, bin(g, CN_OP_MAX, x, num(g, 0)), log1p), "softplus");
 }
 
 /* ---- Reductions ------------------------------------------------------------------------------ */
 
 cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x) {
-  if (!non_null(g, "sum", 1, &x)) return NULL;
-  return labeled(cn_tensor_einsum1(g, "...|...->... => ", x), "sum");
+  if (!cn_tensor_operands(g, "sum", 1, &x)) return NULL;
+  return cn_tensor_labeled(cn_tensor_einsum1(g, "...|...->... => ", x), "sum");
 }
 
 /* The number of cells of x, counted at run time (x's shape may be solved only at
@@ -99,9 +86,9 @@ static cn_tensor *count(cn_graph *g, cn_tensor *x) {
 /* sum(x / count) as one einsum: its result is exactly a scalar, where a pointwise division of
  * two scalars could be widened by inference to the shape of a consumer. */
 cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x) {
-  if (!non_null(g, "mean", 1, &x)) return NULL;
+  if (!cn_tensor_operands(g, "mean", 1, &x)) return NULL;
   cn_tensor *n = count(g, x);
-  return labeled(
+  return cn_tensor_labeled(
       n ? cn_tensor_einsum(g, all_to_scalar, CN_OP_ADD, CN_OP_DIV, 2, (cn_tensor *[]){x, n}) : NULL,
       "mean");
 }
@@ -109,17 +96,18 @@ cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x) {
 /* ---- Losses ---------------------------------------------------------------------------------- */
 
 cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target) {
-  if (!non_null(g, "mse", 2, (cn_tensor *[]){pred, target})) return NULL;
+  if (!cn_tensor_operands(g, "mse", 2, (cn_tensor *[]){pred, target})) return NULL;
   cn_tensor *d = bin(g, CN_OP_SUB, pred, target);
-  return labeled(cn_tensor_mean(g, bin(g, CN_OP_MUL, d, d)), "mse");
+  return cn_tensor_labeled(cn_tensor_mean(g, bin(g, CN_OP_MUL, d, d)), "mse");
 }
 
 /* softplus(z) - y z = -(y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))), without a log of 0. */
 cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target) {
-  if (!non_null(g, "binary_cross_entropy", 2, (cn_tensor *[]){logits, target})) return NULL;
+  if (!cn_tensor_operands(g, "binary_cross_entropy", 2, (cn_tensor *[]){logits, target}))
+    return NULL;
   cn_tensor *sp = cn_tensor_softplus(g, logits);
   cn_tensor *per_cell = bin(g, CN_OP_SUB, sp, bin(g, CN_OP_MUL, target, logits));
-  return labeled(cn_tensor_mean(g, per_cell), "binary_cross_entropy");
+  return cn_tensor_labeled(cn_tensor_mean(g, per_cell), "binary_cross_entropy");
 }
 
 /* d = x - max and log(sum(exp(d))) per example. The max only keeps exp in range: the results do
@@ -134,8 +122,8 @@ static bool shifted(cn_graph *g, cn_tensor *x, cn_tensor **d, cn_tensor **log_su
 
 cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x) {
   cn_tensor *d, *log_sum;
-  if (!non_null(g, "log_softmax", 1, &x) || !shifted(g, x, &d, &log_sum)) return NULL;
-  return labeled(bin(g, CN_OP_SUB, d, log_sum), "log_softmax");
+  if (!cn_tensor_operands(g, "log_softmax", 1, &x) || !shifted(g, x, &d, &log_sum)) return NULL;
+  return cn_tensor_labeled(bin(g, CN_OP_SUB, d, log_sum), "log_softmax");
 }
 
 /* The index of each class cell in x's precision: a tensor of x's output row whose cells hold
@@ -147,27 +135,27 @@ static cn_tensor *classes(cn_graph *g, cn_tensor *x) {
       cn_tensor_new(g, "class_offsets", CN_TK_FETCH, x->prec, NULL, CN_SL_TERMINAL, NULL, 0, NULL);
   if (!offsets) return NULL;
   offsets->fetch = CN_TF_RANGE_OVER_OFFSETS;
-  return labeled(cn_tensor_einsum(g, "...|..i..->..o..; ..o.. => ..o..", CN_OP_MAX, CN_OP_ARG2, 2,
-                                  (cn_tensor *[]){x, offsets}),
-                 "classes");
+  return cn_tensor_labeled(cn_tensor_einsum(g, "...|..i..->..o..; ..o.. => ..o..", CN_OP_MAX,
+                                            CN_OP_ARG2, 2, (cn_tensor *[]){x, offsets}),
+                           "classes");
 }
 
 /* 1 where the class index equals the label, else 0: labels broadcast along the class axes. */
 static cn_tensor *one_hot(cn_graph *g, cn_tensor *classes, cn_tensor *labels) {
-  return labeled(bin(g, CN_OP_EQ, classes, labels), "one_hot");
+  return cn_tensor_labeled(bin(g, CN_OP_EQ, classes, labels), "one_hot");
 }
 
 /* Per example log(sum(exp(d))) - sum(onehot * d) = -log_softmax(x)[label]; both terms stay
  * small whatever the logits' magnitude. */
 cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
   cn_tensor *d, *log_sum;
-  if (!non_null(g, "cross_entropy", 2, (cn_tensor *[]){logits, labels}) ||
+  if (!cn_tensor_operands(g, "cross_entropy", 2, (cn_tensor *[]){logits, labels}) ||
       !shifted(g, logits, &d, &log_sum))
     return NULL;
   cn_tensor *hot = one_hot(g, classes(g, logits), labels);
   cn_tensor *picked = bin(g, CN_OP_MUL, hot, d);
   picked = picked ? cn_tensor_einsum1(g, per_example, picked) : NULL;
-  return labeled(cn_tensor_mean(g, bin(g, CN_OP_SUB, log_sum, picked)), "cross_entropy");
+  return cn_tensor_labeled(cn_tensor_mean(g, bin(g, CN_OP_SUB, log_sum, picked)), "cross_entropy");
 }
 
 /* ---- Metrics --------------------------------------------------------------------------------- */
@@ -189,27 +177,27 @@ static cn_tensor *argmax_of(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
   cn_tensor *index = tri(g, CN_OP_WHERE, hit, cls, n_classes);
   cn_tensor *first =
       index ? cn_tensor_einsum(g, per_example, CN_OP_MIN, CN_OP_ID, 1, &index) : NULL;
-  return labeled(first, "argmax");
+  return cn_tensor_labeled(first, "argmax");
 }
 
 cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x) {
-  if (!non_null(g, "argmax", 1, &x)) return NULL;
+  if (!cn_tensor_operands(g, "argmax", 1, &x)) return NULL;
   return argmax_of(g, x, classes(g, x));
 }
 
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
-  if (!non_null(g, "accuracy", 2, (cn_tensor *[]){logits, labels})) return NULL;
+  if (!cn_tensor_operands(g, "accuracy", 2, (cn_tensor *[]){logits, labels})) return NULL;
   cn_tensor *correct = bin(g, CN_OP_EQ, cn_tensor_argmax(g, logits), labels);
-  return labeled(cn_tensor_mean(g, correct), "accuracy");
+  return cn_tensor_labeled(cn_tensor_mean(g, correct), "accuracy");
 }
 
 /* counts[t, p] = sum over examples of onehot(label)[t] * onehot(argmax)[p]; the labels have no
  * input axes, so an example's label is shared by its input positions. */
 cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
-  if (!non_null(g, "confusion", 2, (cn_tensor *[]){logits, labels})) return NULL;
+  if (!cn_tensor_operands(g, "confusion", 2, (cn_tensor *[]){logits, labels})) return NULL;
   cn_tensor *cls = classes(g, logits);
   cn_tensor *truth = cls ? one_hot(g, cls, labels) : NULL;
   cn_tensor *pred = truth ? one_hot(g, cls, argmax_of(g, logits, cls)) : NULL;
-  return labeled(pred ? cn_tensor_einsum2(g, "...|t; ...|..i..->p => tp", truth, pred) : NULL,
-                 "confusion");
+  return cn_tensor_labeled(
+      pred ? cn_tensor_einsum2(g, "...|t; ...|..i..->p => tp", truth, pred) : NULL, "confusion");
 }
