@@ -861,6 +861,13 @@ typedef struct {
    * error, or memory exhausted by the parser: nothing ran); `cannl run` exits 2 then, 1 for a
    * failure while running. */
   bool *syntax_error;
+  /* Export (`cannl export`): when export_input and export_output are set (one alone is an
+   * error), cn_notation_run, after the script ends, writes cn_graph_export_c of the tensors bound
+   * at the script's top level to these two names (the output's parameters initialized first if
+   * nothing did), as export_name (NULL: the output's name) in export_dir (NULL: the current
+   * directory). An unknown name, or a name bound to something else than a tensor, is a positioned
+   * error. NULL: no export. */
+  const char *export_input, *export_output, *export_name, *export_dir;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,

@@ -1,7 +1,7 @@
 /* The `cannl` command (path in CANNL_CLI): `run` with a file and with -e, --json output parsed
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
  * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
- * device) are refused with exit 2 and the reason. */
+ * device) are refused with exit 2 and the reason; `export` writes C that compiles alone. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -17,6 +17,61 @@ static int run(const char *args, char *out, size_t cap) {
   out[n] = '\0';
   int st = p ? pclose(p) : -1;
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `cannl export`: a script with a placeholder and a tiny model, exported into a fresh directory
+ * as C that compiles alone and declares NAME_forward; the usage and name errors. */
+static void test_export(char *out, size_t cap) {
+  char dir[] = "/tmp/cannl_export_XXXXXX", args[4096];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(args, sizeof args, "%s/tiny.cnl", dir);
+  FILE *f = fopen(args, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("let image = placeholder ~output_dims:[3]\n"
+          "let%op model x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + {b = [1; -1]})\n"
+          "let logits = model image\n"
+          "print \"built\"\n",
+          f);
+    fclose(f);
+  }
+  snprintf(args, sizeof args,
+           "export '%s/tiny.cnl' --input image --output logits --name tiny -o '%s'", dir, dir);
+  CHECK_INT(run(args, out, cap), 0);
+  CHECK_HAS(out, "built");
+  snprintf(args, sizeof args,
+           "grep -q 'void tiny_forward(const float \\*in, float \\*out);' '%s/tiny.h'", dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "cc -std=c11 -Wall -Werror -c '%s/tiny.c' -o '%s/tiny.o'", dir, dir);
+  CHECK_INT(system(args), 0);
+  /* and computes the model: relu(w [1; 2; 3] + b) = [15; 31] */
+  snprintf(args, sizeof args, "%s/main.c", dir);
+  if ((f = fopen(args, "w"))) {
+    fputs("#include \"tiny.h\"\n#include <stdio.h>\nint main(void) {\n"
+          "  float in[3] = {1, 2, 3}, out[2];\n  tiny_forward(in, out);\n"
+          "  printf(\"%g %g\\n\", out[0], out[1]);\n  return 0;\n}\n",
+          f);
+    fclose(f);
+  }
+  snprintf(args, sizeof args,
+           "cc -std=c11 -o '%s/tiny' '%s/main.c' '%s/tiny.o' -lm && '%s/tiny' > '%s/out.txt'", dir,
+           dir, dir, dir, dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "%s/out.txt", dir);
+  char computed[64] = "";
+  if ((f = fopen(args, "r"))) {
+    CHECK(fgets(computed, sizeof computed, f) != NULL);
+    fclose(f);
+  }
+  CHECK_STR(computed, "15 31\n");
+  snprintf(args, sizeof args, "export '%s/tiny.cnl' --input image --output nothing -o '%s'", dir,
+           dir);
+  CHECK_INT(run(args, out, cap), 1);
+  CHECK_HAS(out, "tiny.cnl:4:1: export: the output 'nothing' is not a name the script binds");
+  CHECK_INT(run("export -e 'print 1' --input image", out, cap), 2);
+  CHECK_HAS(out, "export needs --input NAME and --output NAME");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
 }
 
 int main(void) {
@@ -70,5 +125,6 @@ int main(void) {
   CHECK_INT(run("run --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out, sizeof out), 0);
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");
+  test_export(out, sizeof out);
   CHECK_DONE();
 }

@@ -777,8 +777,9 @@ static const bad bads[] = {
      "else c\n           ^"},
     /* loops and tuple patterns */
     {"for i = 0 to 2 do\n  let x = 1\ndone",
-     "b.cnl:2:3: a loop body holds print, printf, backprop, run, sgd, adam, if and for "
-     "statements: bind names and set the seed before the loop\n  let x = 1\n  ^"},
+     "b.cnl:2:3: a loop body holds print, printf, backprop, run, sgd, adam, shuffle, "
+     "checkpoint, save_npy, if and for statements: bind names and set the seed before the loop\n  "
+     "let x = 1\n  ^"},
     {"for i = 0 to 2 print x",
      "b.cnl:1:16: expected 'do' after the loop's last value, found 'print' (a reserved word)\nfor "
      "i = 0 to 2 print x\n               ^"},
@@ -789,8 +790,9 @@ static const bad bads[] = {
     {"for _ = 0 to 1 do done", "b.cnl:1:5: expected the loop's index name after 'for', found "
                                "'_'\nfor _ = 0 to 1 do done\n    ^"},
     {"for i = 0 to 1 do set_seed 3 done",
-     "b.cnl:1:19: a loop body holds print, printf, backprop, run, sgd, adam, if and for "
-     "statements: bind names and set the seed before the loop\nfor i = 0 to 1 do set_seed 3 "
+     "b.cnl:1:19: a loop body holds print, printf, backprop, run, sgd, adam, shuffle, "
+     "checkpoint, save_npy, if and for statements: bind names and set the seed before the "
+     "loop\nfor i = 0 to 1 do set_seed 3 "
      "done\n                  ^"},
     {"print x done", "b.cnl:1:9: unexpected 'done' (a reserved word) after the end of the "
                      "statement\nprint x done\n        ^"},

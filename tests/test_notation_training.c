@@ -348,8 +348,8 @@ static void test_syntax_errors(void) {
        "seed.cnl:1:37: expected 'else' or 'end' to close the 'if' at line 1, column 19, found "
        "'done'"},
       {"if x then let y = 1 end\n",
-       "seed.cnl:1:11: an if body holds print, printf, backprop, run, sgd, adam, if and for "
-       "statements: bind names and set the seed before the if"},
+       "seed.cnl:1:11: an if body holds print, printf, backprop, run, sgd, adam, shuffle, "
+       "checkpoint, save_npy, if and for statements: bind names and set the seed before the if"},
       {"print x end\n",
        "seed.cnl:1:9: unexpected 'end' (a reserved word) after the end of the statement"},
       {"for i = 0 to 1 progress ~los:l do done\n",

@@ -1,4 +1,5 @@
-/* The `cannl` command: runs `.cnl` scripts (`cannl run`), prints the version, the primitive-op
+/* The `cannl` command: runs `.cnl` scripts (`cannl run`) and exports the models they train as C
+ * (`cannl export`), prints the version, the primitive-op
  * and precision tables (generated from the library's accessors, so they cannot drift from
  * include/cannl/ops.def and precisions.def), and the demo of demo/demo.c with a choice of
  * backend and of what to print.
@@ -38,6 +39,14 @@ static const char usage_text[] =
     "                run (repeatable); the default backend is c; --check-nan (or\n"
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
     "                naming the tensor, its operation and its line (exit 1)\n"
+    "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR]\n"
+    "      [--backend interp|c]\n"
+    "                run a script as run does, then write the forward code of the tensor\n"
+    "                the script binds to the --output name, computed from the one bound to\n"
+    "                the --input name (a placeholder), as DIR/C_NAME.c and DIR/C_NAME.h\n"
+    "                declaring void C_NAME_forward(const float *in, float *out): standard C\n"
+    "                with the trained parameters inside; C_NAME defaults to the output's\n"
+    "                name, DIR to the current directory\n"
     "  demo [--backend interp|c] [--emit=asgn|loops|c]\n"
     "                a matrix multiplication and a padded 2-D convolution built through the\n"
     "                C API and run on both backends (or the one given); --emit prints only\n"
@@ -218,12 +227,29 @@ static char *read_file(const char *path, const char **why) {
   return text;
 }
 
-static int cmd_run(int argc, char **argv) {
+/* export's options at argv[*i] (--input, --output, --name, -o): 1 when it is one of them, 0 when
+ * it is none, -1 after printing a usage error. */
+static int export_option(int argc, char **argv, int *i, cn_notation_options *opts) {
+  static const char *const names[] = {"--input", "--output", "--name", "-o"};
+  const char **slots[] = {&opts->export_input, &opts->export_output, &opts->export_name,
+                          &opts->export_dir};
+  for (int k = 0; k < 4; k++) {
+    bool missing = false;
+    const char *v = option_value(argc, argv, i, names[k], &missing);
+    if (missing) return usage_error("option '%s' needs a value", argv[*i]), -1;
+    if (v) return *slots[k] = v, 1;
+  }
+  return 0;
+}
+
+/* cannl run, and cannl export (`exporting`: run, then export the model the options name). */
+static int cmd_run(int argc, char **argv, bool exporting) {
   cn_notation_options opts = {.backend = CN_BACKEND_C};
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false;
   for (int i = 2; i < argc; i++) {
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
+    if (got == 0 && exporting) got = export_option(argc, argv, &i, &opts);
     if (got < 0) return EXIT_USAGE;
     if (got > 0) {
       if (backend >= 0) opts.backend = backend == 0 ? CN_BACKEND_INTERP : CN_BACKEND_C;
@@ -243,7 +269,9 @@ static int cmd_run(int argc, char **argv) {
       file = argv[i];
     }
   }
-  if (!file == !inline_text) return usage_error("run takes a script file or -e TEXT");
+  if (!file == !inline_text) return usage_error("%s takes a script file or -e TEXT", argv[1]);
+  if (exporting && (!opts.export_input || !opts.export_output))
+    return usage_error("export needs --input NAME and --output NAME");
   if (opts.emit_c && opts.backend != CN_BACKEND_C)
     return usage_error("--emit=c needs the C backend, not --backend interp");
   const char *why = NULL;
@@ -280,7 +308,8 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
-  if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv, false);
+  if (strcmp(cmd, "export") == 0) return cmd_run(argc, argv, true);
   if (argc > 2) return usage_error("unexpected argument '%s'", argv[2]);
   if (strcmp(cmd, "--version") == 0) {
     printf("cannl %s\n", CANNL_VERSION);

@@ -264,17 +264,20 @@ typedef struct {
 
 typedef enum {
   CN_NT_ITEM_LET,
-  CN_NT_ITEM_PRINT,    /* print e */
-  CN_NT_ITEM_BACKPROP, /* backprop e */
-  CN_NT_ITEM_RUN,      /* run r, or run r args for a routine with parameters */
-  CN_NT_ITEM_SGD,      /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b] */
-  CN_NT_ITEM_ADAM,     /* adam e ~learning_rate:x [~beta1:x ~beta2:x ~eps:x ~weight_decay:x
-                          ~decoupled:b] */
-  CN_NT_ITEM_SET_SEED, /* set_seed n */
-  CN_NT_ITEM_FOR,      /* for i = a to b [progress ...] do items done: items run with the static
-                          index i bound */
-  CN_NT_ITEM_PRINTF,   /* printf "format" args */
-  CN_NT_ITEM_IF        /* if cond then items [else items] end */
+  CN_NT_ITEM_PRINT,      /* print e */
+  CN_NT_ITEM_BACKPROP,   /* backprop e */
+  CN_NT_ITEM_RUN,        /* run r, or run r args for a routine with parameters */
+  CN_NT_ITEM_SGD,        /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b] */
+  CN_NT_ITEM_ADAM,       /* adam e ~learning_rate:x [~beta1:x ~beta2:x ~eps:x ~weight_decay:x
+                            ~decoupled:b] */
+  CN_NT_ITEM_SET_SEED,   /* set_seed n */
+  CN_NT_ITEM_FOR,        /* for i = a to b [progress ...] do items done: items run with the static
+                            index i bound */
+  CN_NT_ITEM_PRINTF,     /* printf "format" args */
+  CN_NT_ITEM_IF,         /* if cond then items [else items] end */
+  CN_NT_ITEM_SHUFFLE,    /* shuffle t ~epoch:e: a data set's order for epoch e */
+  CN_NT_ITEM_CHECKPOINT, /* checkpoint "file" loss ~epoch:e: the training state saved */
+  CN_NT_ITEM_SAVE_NPY    /* save_npy "file" t: t computed and written as a .npy file */
 } cn_nt_item_kind;
 
 /* A piece of a printf format: literal text, or one conversion
@@ -343,6 +346,11 @@ struct cn_nt_item {
       cn_nt_item *then_items, *else_items;
       bool has_else;
     } if_;
+    struct {
+      cn_nt_expr *file;  /* CHECKPOINT, SAVE_NPY: never NULL (a host string); SHUFFLE: NULL */
+      cn_nt_expr *expr;  /* never NULL: the data set's tensor, the loss, the tensor saved */
+      cn_nt_expr *epoch; /* SHUFFLE, CHECKPOINT: never NULL (a host integer); SAVE_NPY: NULL */
+    } data;              /* SHUFFLE, CHECKPOINT, SAVE_NPY */
   } u;
 };
 

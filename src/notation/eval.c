@@ -1,4 +1,4 @@
-/* The evaluator of the notation (issue 6), part 1 of 6 (see eval_internal.h): values, positioned
+/* The evaluator of the notation (issue 6), part 1 of 7 (see eval_internal.h): values, positioned
  * errors and provenance, array literals, inline declarations and %op expressions.
  *
  * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and

@@ -1,4 +1,4 @@
-/* The evaluator, part 2 of 6 (see eval_internal.h): application. The arguments of an
+/* The evaluator, part 2 of 7 (see eval_internal.h): application. The arguments of an
  * application, and let%op / let%cd / let%tile functions; a name the script does not bind is a
  * builtin (eval_builtin.c).
  *

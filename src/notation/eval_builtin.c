@@ -1,7 +1,8 @@
-/* The evaluator, part 5 of 6 (see eval_internal.h): builtins: the primitive ops by their ops.def
+/* The evaluator, part 5 of 7 (see eval_internal.h): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
- * builtins static_index and half_moons, the training pieces: reductions, activations, losses and
- * metrics), applied to evaluated arguments.
+ * builtins static_index and half_moons, placeholder, the training pieces: reductions,
+ * activations, losses and metrics), applied to evaluated arguments; the data-file builtins
+ * (dataset, load, restore) are eval_data.c's.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
  * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its
@@ -20,22 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NT_MAX_OPERANDS 4
-
-/* One application of a builtin, its arguments evaluated. */
-typedef struct {
-  const char *name;
-  const nt_args *a;
-  cn_nt_pos at;
-  const char *spec; /* the einsum spec (a builtin with specs), else NULL */
-  int nt;           /* operands converted to tensors */
-  cn_tensor *t[NT_MAX_OPERANDS];
-  int64_t stride[2], dilation[2]; /* Tile builtins: ~stride, ~dilation (default 1) */
-} nt_call;
-
 /* ---- Arguments ------------------------------------------------------------------------------ */
 
-static nt_value *labeled(const nt_args *a, const char *name) {
+nt_value *nt_labeled(const nt_args *a, const char *name) {
   for (int i = 0; i < a->n_lab; i++)
     if (strcmp(a->lab[i], name) == 0) return a->lab_v[i];
   return NULL;
@@ -53,12 +41,12 @@ static bool int_list(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out, int
 }
 
 static int64_t int_arg(const nt_args *a, const char *name, int64_t dflt) {
-  nt_value *v = labeled(a, name);
+  nt_value *v = nt_labeled(a, name);
   return v && v->kind == NT_V_NUM ? (int64_t)v->num : dflt;
 }
 
 static bool bool_arg(const nt_args *a, const char *name) {
-  nt_value *v = labeled(a, name);
+  nt_value *v = nt_labeled(a, name);
   return v && v->kind == NT_V_BOOL && v->b;
 }
 
@@ -67,7 +55,7 @@ static bool pair_arg(nt_interp *I, const nt_args *a, const char *name, int64_t d
                      cn_nt_pos at) {
   int64_t v[CN_MAX_RANK] = {0};
   int n;
-  if (!int_list(I, labeled(a, name), at, v, &n)) return false;
+  if (!int_list(I, nt_labeled(a, name), at, v, &n)) return false;
   if (n > 2) return nt_fail(I, at, "~%s takes one integer or a pair", name), false;
   out[0] = n ? v[0] : dflt;
   out[1] = n == 2 ? v[1] : out[0];
@@ -141,8 +129,8 @@ static nt_value *nt_builtin_half_moons(nt_interp *I, const nt_call *c) {
       return nt_fail(I, a->lab_at[i],
                      "half_moons has no argument ~%s (~n ~noise ~seed ~batch_size)", a->lab[i]);
   }
-  nt_value *nv = labeled(a, "n"), *noise = labeled(a, "noise"), *seed = labeled(a, "seed");
-  nt_value *bv = labeled(a, "batch_size");
+  nt_value *nv = nt_labeled(a, "n"), *noise = nt_labeled(a, "noise"), *seed = nt_labeled(a, "seed");
+  nt_value *bv = nt_labeled(a, "batch_size");
   int64_t n, batch = 0, seed_v = 0;
   if (a->n_pos > 0 || !nv)
     return nt_fail(I, at,
@@ -162,7 +150,7 @@ static nt_value *nt_builtin_half_moons(nt_interp *I, const nt_call *c) {
 /* ---- Library builtins read from labeled options --------------------------------------------- */
 
 static nt_value *nt_builtin_conv2d(nt_interp *I, const nt_call *c) {
-  nt_value *bias = labeled(c->a, "bias");
+  nt_value *bias = nt_labeled(c->a, "bias");
   cn_tensor *b = bias ? nt_tensor_of(I, bias, c->at) : NULL;
   if (bias && !b) return NULL;
   cn_conv2d opts = {int_arg(c->a, "stride", 1), int_arg(c->a, "dilation", 1),
@@ -200,9 +188,33 @@ static nt_value *nt_builtin_range_of_shape(nt_interp *I, const nt_call *c) {
   int64_t d[3][CN_MAX_RANK];
   int n[3];
   for (int k = 0; k < 3; k++)
-    if (!int_list(I, labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
+    if (!int_list(I, nt_labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
   cn_dims dims = {{n[0], d[0], NULL}, {n[1], d[1], NULL}, {n[2], d[2], NULL}};
   return tensor_result(I, c, false, cn_tensor_range_of_shape(I->g, &dims));
+}
+
+/* placeholder ~output_dims:[..] [~batch_dims:[..] ~input_dims:[..]]: a buffer at the graph's
+ * precision, written by nothing the script runs: the input a model is applied to for export. */
+static nt_value *nt_builtin_placeholder(nt_interp *I, const nt_call *c) {
+  static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
+  int64_t d[3][CN_MAX_RANK];
+  int n[3];
+  for (int i = 0; i < c->a->n_lab; i++) {
+    int k = 0;
+    while (k < 3 && strcmp(c->a->lab[i], labels[k]) != 0) k++;
+    if (k == 3)
+      return nt_fail(I, c->a->lab_at[i],
+                     "placeholder has no argument ~%s (~batch_dims ~input_dims ~output_dims)",
+                     c->a->lab[i]);
+  }
+  if (!nt_labeled(c->a, "output_dims"))
+    return nt_fail(I, c->at, "%s",
+                   "placeholder takes labeled dims: ~output_dims:[..] (and ~batch_dims, "
+                   "~input_dims)");
+  for (int k = 0; k < 3; k++)
+    if (!int_list(I, nt_labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
+  cn_dims dims = {{n[0], d[0], NULL}, {n[1], d[1], NULL}, {n[2], d[2], NULL}};
+  return tensor_result(I, c, false, cn_tensor_buffer(I->g, "placeholder", &dims));
 }
 
 static nt_value *nt_builtin_dim(nt_interp *I, const nt_call *c) {
@@ -213,7 +225,7 @@ static nt_value *nt_builtin_dim(nt_interp *I, const nt_call *c) {
 /* ~spec:"RHS => LHS" of sum and mean: the reduction as an einsum spec, or NULL (every cell);
  * false with a message when it is not a string. */
 static bool reduction_spec(nt_interp *I, const nt_call *c, const char **spec) {
-  nt_value *v = labeled(c->a, "spec");
+  nt_value *v = nt_labeled(c->a, "spec");
   *spec = NULL;
   if (!v) return true;
   if (v->kind != NT_V_STR)

@@ -1,4 +1,4 @@
-/* The evaluator's internal interface, shared by its six files:
+/* The evaluator's internal interface, shared by its seven files:
  *   eval.c       values, positioned errors and provenance, literals, inline declarations, %op
  *                expressions (operators, einsum, fields);
  *   eval_apply.c arguments, let%op / let%cd / let%tile function application with its lifting
@@ -8,10 +8,13 @@
  *                builtins.def (its single list of names);
  *   eval_cd.c    %cd assignments into standalone updates and code trees, label enrichment of
  *                %cd declarations, merge buffers, the code's assignments;
- *   eval_stmt.c  statements (let, print, printf, backprop, run, sgd, adam, set_seed, for, if)
- *                and the public entry points cn_notation_run / _check / _op / _cd;
+ *   eval_stmt.c  statements (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint,
+ *                save_npy, set_seed, for, if) and the public entry points cn_notation_run /
+ *                _check / _op / _cd, with run's export of a model (cn_notation_options);
  *   eval_out.c   what statements write: printf's formatting, progress bars and lines, and the
- *                message naming a static index read outside its loops.
+ *                message naming a static index read outside its loops;
+ *   eval_data.c  data files: the builtins dataset, load and restore, the data sets a script
+ *                made (written before routines run, reordered by shuffle), checkpoints.
  *
  * Invariants: every value, environment entry and code node lives in the context's arena; every
  * failure is a positioned message (cn_nt_fail_at), returned as NULL / false; recursion is bounded
@@ -126,15 +129,23 @@ typedef struct {
 } nt_progress;
 
 /* What a statement in a loop body keeps between executions. */
+/* A data set the script made (the builtin dataset) and whether its tensors' nodes hold an
+ * epoch's order yet. */
+typedef struct {
+  cn_dataset *d;
+  int n; /* its tensors */
+  bool begun;
+} nt_dataset;
+
 typedef struct nt_item_state {
   const cn_nt_item *item;
-  cn_routine *routine; /* the statement's code (without parameter init), compiled once */
-  cn_tensor *tensor;   /* print, backprop, sgd, adam: the statement's tensor; for: progress's
-                          loss */
-  bool grad;           /* print: of the tensor's gradient */
-  nt_value *index;     /* for: the loop's static index */
-  nt_value *run;       /* run: the routine, elaborated once */
-  const char *text;    /* print: the string printed (the statement printed a string) */
+  cn_routine *routine;         /* the statement's code (without parameter init), compiled once */
+  cn_tensor *tensor;           /* print, backprop, sgd, adam, shuffle, checkpoint, save_npy: the
+                                  statement's tensor; for: progress's loss */
+  bool grad;                   /* print: of the tensor's gradient */
+  nt_value *index;             /* for: the loop's static index */
+  nt_value *run;               /* run: the routine, elaborated once */
+  const char *text;            /* print: the string printed (the statement printed a string) */
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
                                   for a host value, evaluated again at each execution) */
 } nt_item_state;
@@ -179,6 +190,8 @@ typedef struct {
    * graph: those built later are scanned on demand, each once. */
   unsigned char *operand;
   int cap_operand, n_scanned;
+  nt_dataset *datasets; /* the data sets the script made, in order */
+  int n_datasets, cap_datasets;
 } nt_interp;
 
 /* The positional and labeled arguments of an application, evaluated. */
@@ -191,6 +204,19 @@ typedef struct {
   nt_value *lab_v[NT_MAX_ARGS];
   cn_nt_pos lab_at[NT_MAX_ARGS];
 } nt_args;
+
+#define NT_MAX_OPERANDS 4
+
+/* One application of a builtin, its arguments evaluated. */
+typedef struct {
+  const char *name;
+  const nt_args *a;
+  cn_nt_pos at;
+  const char *spec; /* the einsum spec (a builtin with specs), else NULL */
+  int nt;           /* operands converted to tensors */
+  cn_tensor *t[NT_MAX_OPERANDS];
+  int64_t stride[2], dilation[2]; /* Tile builtins: ~stride, ~dilation (default 1) */
+} nt_call;
 
 /* ---- eval.c ---- */
 nt_value *nt_mk(nt_interp *I, nt_vkind kind);
@@ -245,6 +271,29 @@ bool nt_config_block(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_exp
 nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at);
 /* Whether positional argument k of an application of `name` is an einsum spec, not a tensor. */
 bool nt_spec_argument(const char *name, int k);
+/* The value of the labeled argument ~name, or NULL. */
+nt_value *nt_labeled(const nt_args *a, const char *name);
+
+/* ---- eval_stmt.c ---- */
+/* Compiles asgn (or reuses *cache when it holds a routine), writes the data sets not yet written,
+ * binds the enclosing loops' indices the routine reads and runs it; without a cache the routine
+ * is freed after the run. */
+bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at);
+/* Whether a tree holds no computation (an empty init). */
+bool nt_asgn_empty(const cn_asgn *a);
+
+/* ---- eval_data.c ---- */
+nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c);
+nt_value *nt_builtin_load(nt_interp *I, const nt_call *c);
+nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c);
+/* Writes epoch 0's order into every data set not written yet (before a routine runs). */
+bool nt_begin_datasets(nt_interp *I, cn_nt_pos at);
+/* shuffle: the data set whose tensor t is shows epoch `epoch`'s order. */
+bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at);
+/* checkpoint: loss's training state saved to path with the metadata {"epoch": epoch}. */
+bool nt_checkpoint(nt_interp *I, cn_tensor *loss, const char *path, int64_t epoch, cn_nt_pos at);
+/* save_npy: the node's cells written to path. */
+bool nt_save_npy(nt_interp *I, cn_node *node, const char *path, cn_nt_pos at);
 
 /* ---- eval_out.c ---- */
 /* The output stream, a progress bar on the terminal line cleared first. */

@@ -1,6 +1,7 @@
-/* The evaluator, part 4 of 6 (see eval_internal.h): the statements of a script (let, print,
- * printf, backprop, run, sgd, adam, set_seed, for loops, if) and the entry points cn_notation_run,
- * cn_notation_check, cn_notation_op and cn_notation_cd.
+/* The evaluator, part 4 of 7 (see eval_internal.h): the statements of a script (let, print,
+ * printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed, for loops, if), the
+ * entry points cn_notation_run (with its export of a model), cn_notation_check, cn_notation_op and
+ * cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
@@ -20,10 +21,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Compiles asgn (or reuses *cache when it holds a routine), binds the enclosing loops' indices the
- * routine reads and runs it, printing what --emit asks for. Without a cache the routine is freed
- * after the run. */
-static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
+/* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
+ * are written (nt_begin_datasets). */
+bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
   cn_routine *r = cache ? *cache : NULL;
   if (!r) {
     char name[32];
@@ -37,6 +37,10 @@ static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos 
       fprintf(nt_out(I), "# %s: C\n%s", name, cn_routine_source(r));
     if (cache) *cache = r;
   }
+  if (!nt_begin_datasets(I, at)) {
+    if (!cache) cn_routine_free(r);
+    return false;
+  }
   cn_status st = CN_OK;
   for (int i = 0; i < I->n_bound && st == CN_OK; i++)
     if (cn_routine_reads(r, I->bound[i].sym))
@@ -48,13 +52,13 @@ static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos 
   return true;
 }
 
-static bool asgn_empty(const cn_asgn *a) {
+bool nt_asgn_empty(const cn_asgn *a) {
   switch (a->kind) {
   case CN_ASGN_NOOP: return true;
-  case CN_ASGN_COMMENT: return asgn_empty(a->u.comment.body);
+  case CN_ASGN_COMMENT: return nt_asgn_empty(a->u.comment.body);
   case CN_ASGN_SEQ:
     for (int i = 0; i < a->u.seq.count; i++)
-      if (!asgn_empty(a->u.seq.items[i])) return false;
+      if (!nt_asgn_empty(a->u.seq.items[i])) return false;
     return true;
   default: return false;
   }
@@ -67,9 +71,9 @@ static bool run_statement(nt_interp *I, nt_item_state *st, cn_asgn *init, cn_asg
                           cn_nt_pos at) {
   if (!init || !main) return nt_fail_here(I, at), false;
   if (I->n_bound == 0)
-    return run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
-  if (!asgn_empty(init) && !run_asgn(I, init, NULL, at)) return false;
-  return run_asgn(I, main, &st->routine, at);
+    return nt_run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
+  if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
+  return nt_run_asgn(I, main, &st->routine, at);
 }
 
 /* The state of a statement in a loop body (created on its first execution); outside loops a
@@ -268,7 +272,7 @@ static cn_tensor *learning_rate(nt_interp *I, nt_env *scope, const cn_nt_expr *x
 }
 
 static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
+  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
   cn_tensor *lrt = learning_rate(I, scope, it->u.sgd.learning_rate);
   if (!lrt) return false;
@@ -291,7 +295,7 @@ static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
 /* adam e ~learning_rate ...: one Adam (AdamW with ~decoupled:true) update of e's parameters;
  * an option not given takes the library's default. */
 static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  if (st->routine) return run_asgn(I, NULL, &st->routine, it->pos);
+  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
   cn_tensor *lrt = learning_rate(I, scope, it->u.adam.learning_rate);
   nt_value *b1, *b2, *eps, *wd, *dec;
@@ -316,7 +320,7 @@ static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
  * a gradient is read as it is. */
 static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
   if (st->grad) return true;
-  if (st->routine) return run_asgn(I, NULL, &st->routine, at);
+  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
   nt_consume(I, st->tensor);
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
   return run_statement(I, st, init, init ? cn_graph_forward(I->g, st->tensor) : NULL, at);
@@ -411,6 +415,55 @@ static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
   return ok;
 }
 
+/* A statement's file name: a host string, evaluated at each execution. */
+static const char *host_file(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  nt_value *v = host_eval(I, scope, x);
+  if (v && v->kind != NT_V_STR)
+    return nt_fail(I, x->pos, "expected a file name (a string), found %s", nt_kind_name(v->kind)),
+           NULL;
+  return v ? v->str : NULL;
+}
+
+/* A statement's ~epoch: a host integer >= 0, evaluated at each execution. */
+static bool host_epoch(nt_interp *I, nt_env *scope, const cn_nt_expr *x, int64_t *epoch) {
+  nt_value *v = host_eval(I, scope, x);
+  if (!v || !nt_as_int(I, v, x->pos, epoch)) return false;
+  if (*epoch < 0)
+    return nt_fail(I, x->pos, "an epoch is 0 or more, not %lld", (long long)*epoch), false;
+  return true;
+}
+
+/* shuffle t ~epoch:e: the data set of t shows epoch e's order (t evaluated once). */
+static bool shuffle_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  const cn_nt_expr *x = it->u.data.expr;
+  int64_t epoch;
+  if (!st->tensor) {
+    nt_value *v = nt_eval(I, scope, &I->top, x);
+    if (!v || !(st->tensor = nt_tensor_of(I, v, x->pos))) return false;
+  }
+  return host_epoch(I, scope, it->u.data.epoch, &epoch) && nt_shuffle(I, st->tensor, epoch, x->pos);
+}
+
+/* checkpoint "file" loss ~epoch:e: loss's training state (parameters, optimizer state) saved,
+ * with e in the metadata. */
+static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  int64_t epoch;
+  if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
+  const char *path = host_file(I, scope, it->u.data.file);
+  return path && host_epoch(I, scope, it->u.data.epoch, &epoch) &&
+         nt_checkpoint(I, st->tensor, path, epoch, it->u.data.file->pos);
+}
+
+/* save_npy "file" t: t computed as print computes it, its cells written as a .npy file. */
+static bool save_npy_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
+  const char *path = host_file(I, scope, it->u.data.file);
+  if (!path || !compute_tensor(I, st, it->u.data.expr->pos)) return false;
+  cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
+  if (!node) return nt_fail_here(I, it->u.data.expr->pos), false;
+  return nt_save_npy(I, node, path, it->u.data.file->pos);
+}
+
 /* if c then ... else ... end: c is a host boolean, evaluated at each execution. */
 static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   nt_value *c = host_eval(I, scope, it->u.if_.cond);
@@ -440,12 +493,12 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
            false;
   st->run = v;
   nt_code *c = v->routine;
-  if (c->compiled) return run_asgn(I, NULL, &c->compiled, at);
+  if (c->compiled) return nt_run_asgn(I, NULL, &c->compiled, at);
   if (!nt_materialize(I, at)) return false;
   cn_asgn *init = NULL, *main = nt_code_asgn(I, c, &init);
   if (!main) return nt_fail_here(I, at), false;
-  if (init && !asgn_empty(init) && !run_asgn(I, init, NULL, at)) return false;
-  return run_asgn(I, main, &c->compiled, at);
+  if (init && !nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
+  return nt_run_asgn(I, main, &c->compiled, at);
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
@@ -462,7 +515,7 @@ static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   case CN_NT_ITEM_ADAM: return adam_item(I, it, scope, st);
   case CN_NT_ITEM_BACKPROP: {
     cn_nt_pos at = it->u.expr->pos;
-    if (st->routine) return run_asgn(I, NULL, &st->routine, at);
+    if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
     if (!statement_tensor(I, scope, it->u.expr, st)) return false;
     nt_consume(I, st->tensor);
     cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
@@ -475,6 +528,9 @@ static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
       return nt_fail_here(I, it->pos), false;
     return true;
   case CN_NT_ITEM_FOR: return for_item(I, it, scope, st);
+  case CN_NT_ITEM_SHUFFLE: return shuffle_item(I, it, scope, st);
+  case CN_NT_ITEM_CHECKPOINT: return checkpoint_item(I, it, scope, st);
+  case CN_NT_ITEM_SAVE_NPY: return save_npy_item(I, it, scope, st);
   }
   return false;
 }
@@ -504,14 +560,52 @@ static void open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *op
   I->noted_updates = g->n_updates;
 }
 
+/* The tensor a top-level name is bound to when the script ends (`option` is the option that
+ * names it, for messages at `at`), or NULL after a message. */
+static cn_tensor *top_level_tensor(nt_interp *I, const char *name, const char *option,
+                                   cn_nt_pos at) {
+  nt_value *v = cn_map_get(&I->globals, name);
+  if (!v)
+    return nt_fail(I, at, "export: %s '%s' is not a name the script binds at its top level", option,
+                   name),
+           NULL;
+  if (v->kind != NT_V_TENSOR || v->grad)
+    return nt_fail(I, at, "export: %s '%s' is bound to %s, not a tensor", option, name,
+                   v->grad ? "a gradient" : nt_kind_name(v->kind)),
+           NULL;
+  return v->t;
+}
+
+/* After the script: the export cn_notation_options asks for (cn_graph_export_c of the tensors
+ * bound to the two names), the output's parameters initialized first when nothing did. Messages
+ * point at the script's last statement, where the names are looked up. */
+static bool export_model(nt_interp *I, const cn_nt_program *prog) {
+  const cn_notation_options *o = &I->opts;
+  if (!o->export_input && !o->export_output) return true;
+  cn_nt_pos at = prog->n_items ? prog->items[prog->n_items - 1].pos : (cn_nt_pos){prog->src, 1, 1};
+  if (!o->export_input || !o->export_output)
+    return nt_fail(I, at, "%s", "export needs both the input and the output tensor's names"), false;
+  cn_tensor *in = top_level_tensor(I, o->export_input, "the input", at);
+  cn_tensor *out = in ? top_level_tensor(I, o->export_output, "the output", at) : NULL;
+  if (!out || !nt_materialize(I, at)) return false;
+  cn_asgn *init = cn_graph_init_params(I->g, out);
+  if (!init) return nt_fail_here(I, at), false;
+  if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
+  const char *name = o->export_name ? o->export_name : o->export_output;
+  if (cn_graph_export_c(I->g, in, out, name, o->export_dir ? o->export_dir : ".") != CN_OK)
+    return nt_fail_here(I, at), false;
+  return true;
+}
+
 static cn_status run_program(nt_interp *I, const char *file, const char *text,
                              const cn_notation_options *opts) {
   cn_nt_program *prog = cn_nt_parse_program(I->ctx, file ? file : "<script>", text ? text : "");
   if (opts && opts->syntax_error) *opts->syntax_error = !prog;
   if (!prog) return cn_ctx_status(I->ctx);
-  for (int i = 0; i < prog->n_items; i++)
-    if (!item(I, &prog->items[i], NULL))
-      return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
+  bool ok = true;
+  for (int i = 0; ok && i < prog->n_items; i++) ok = item(I, &prog->items[i], NULL);
+  if (ok) ok = export_model(I, prog);
+  if (!ok) return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
   return CN_OK;
 }
 

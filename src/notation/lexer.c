@@ -86,6 +86,7 @@ const char *const cn_nt_sgd_labels[] = {"learning_rate", "momentum", "weight_dec
                                         NULL};
 const char *const cn_nt_adam_labels[] = {"learning_rate", "beta1",     "beta2", "eps",
                                          "weight_decay",  "decoupled", NULL};
+const char *const cn_nt_epoch_labels[] = {"epoch", NULL};
 
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
   for (int i = 0; i < n_args; i++)
@@ -112,13 +113,29 @@ static const struct {
   const char *word;
   nt_tk_kind kind;
 } reserved[] = {
-    {"let", NT_TK_LET},           {"in", NT_TK_IN},         {"if", NT_TK_IF},
-    {"then", NT_TK_THEN},         {"else", NT_TK_ELSE},     {"true", NT_TK_TRUE},
-    {"false", NT_TK_FALSE},       {"print", NT_TK_PRINT},   {"backprop", NT_TK_BACKPROP},
-    {"run", NT_TK_RUN},           {"sgd", NT_TK_SGD},       {"set_seed", NT_TK_SET_SEED},
-    {"for", NT_TK_FOR},           {"to", NT_TK_TO},         {"do", NT_TK_DO},
-    {"done", NT_TK_DONE},         {"printf", NT_TK_PRINTF}, {"adam", NT_TK_ADAM},
-    {"progress", NT_TK_PROGRESS}, {"end", NT_TK_END},
+    {"let", NT_TK_LET},
+    {"in", NT_TK_IN},
+    {"if", NT_TK_IF},
+    {"then", NT_TK_THEN},
+    {"else", NT_TK_ELSE},
+    {"true", NT_TK_TRUE},
+    {"false", NT_TK_FALSE},
+    {"print", NT_TK_PRINT},
+    {"backprop", NT_TK_BACKPROP},
+    {"run", NT_TK_RUN},
+    {"sgd", NT_TK_SGD},
+    {"set_seed", NT_TK_SET_SEED},
+    {"for", NT_TK_FOR},
+    {"to", NT_TK_TO},
+    {"do", NT_TK_DO},
+    {"done", NT_TK_DONE},
+    {"printf", NT_TK_PRINTF},
+    {"adam", NT_TK_ADAM},
+    {"progress", NT_TK_PROGRESS},
+    {"end", NT_TK_END},
+    {"shuffle", NT_TK_SHUFFLE},
+    {"checkpoint", NT_TK_CHECKPOINT},
+    {"save_npy", NT_TK_SAVE_NPY},
 };
 
 const char *cn_nt_reserved_word(nt_tk_kind kind) {

@@ -55,7 +55,10 @@ typedef enum {
   NT_TK_PRINTF,
   NT_TK_ADAM,
   NT_TK_PROGRESS,
-  NT_TK_END
+  NT_TK_END,
+  NT_TK_SHUFFLE,
+  NT_TK_CHECKPOINT,
+  NT_TK_SAVE_NPY
 } nt_tk_kind;
 
 typedef struct {

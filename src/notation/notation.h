@@ -37,12 +37,14 @@
  * braces are a declaration, except as the value of ~config:, where they are a record; an einsum
  * followed by an operator that binds tighter than its own is an error asking for parentheses
  * (OCaml would read `a +* "s" b * c` as `a +* ("s" b * c)`); in a %cd right-hand side and after
- * sgd's (adam's) expression, ~logic/~projections resp. the optimizer's labels end the application
+ * sgd's (adam's, shuffle's, checkpoint's) expression, ~logic/~projections resp. the statement's
+ * labels end the application
  * instead of becoming its arguments; `!@i` (embed a static index) is one of the '!…' prefix
  * operators; `mod` is an infix operator of the multiplicative class. A printf format is
  * '%' [flags -+ 0#] [width] ['.' precision] (d i f F e E g G s b) conversions and text ('%%' a
  * percent sign). Comments: (* nested *) and '#' to end of line. Reserved words: let in if then
- * else end true false print printf backprop run sgd adam set_seed for to do done progress mod.
+ * else end true false print printf backprop run sgd adam set_seed for to do done progress mod
+ * shuffle checkpoint save_npy.
  * A trailing ';' ends a %cd sequence before end of input, ';;', ')', or a reserved word.
  *
  * Errors: NULL and CN_ERR_INVALID with the message "FILE:LINE:COL: message\nLINE-TEXT\nCARET";
@@ -82,6 +84,8 @@ const char *cn_nt_assign_spelling(cn_op accum, bool clear);
  * loss stops before them (the parser and the printer agree on it). */
 extern const char *const cn_nt_sgd_labels[];
 extern const char *const cn_nt_adam_labels[];
+/* The label of shuffle's and checkpoint's ~epoch (NULL-terminated), likewise. */
+extern const char *const cn_nt_epoch_labels[];
 /* The labeled argument named `label` among args, or NULL. */
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label);
 

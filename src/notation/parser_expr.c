@@ -793,7 +793,10 @@ static bool sequence_ends(parser *p) {
   case NT_TK_PRINTF:
   case NT_TK_ADAM:
   case NT_TK_PROGRESS:
-  case NT_TK_END: return true;
+  case NT_TK_END:
+  case NT_TK_SHUFFLE:
+  case NT_TK_CHECKPOINT:
+  case NT_TK_SAVE_NPY: return true;
   default: return false;
   }
 }

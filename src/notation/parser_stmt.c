@@ -1,5 +1,6 @@
 /* The notation's recursive-descent parser, part 3 of 3 (see parser_internal.h): the items of a
- * script (let, print, printf, backprop, run, sgd, adam, set_seed, for, if) and
+ * script (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed,
+ * for, if) and
  * cn_nt_parse_program.
  *
  * Invariants: `for` loops nest at most CN_NT_MAX_LOOP_DEPTH deep and `if` statements at most
@@ -293,6 +294,26 @@ static bool parse_adam(parser *p, cn_nt_item *it) {
   return parse_optimizer(p, it, "adam", cn_nt_adam_labels, &it->u.adam.expr, 6, opts);
 }
 
+/* shuffle t ~epoch:e, checkpoint "file" loss ~epoch:e, save_npy "file" t. The file is one
+ * argument (a string applied to the next one would be an inline declaration); an application
+ * written as the tensor stops at ~epoch, which is required. */
+static bool parse_data_statement(parser *p, cn_nt_item *it, const char *what) {
+  ntp_next(p);
+  if (it->kind != CN_NT_ITEM_SHUFFLE && !(it->u.data.file = ntp_parse_arg(p))) return false;
+  if (it->kind == CN_NT_ITEM_SAVE_NPY) return (it->u.data.expr = ntp_parse_expr(p)) != NULL;
+  const char *const *saved = p->stop_labels;
+  p->stop_labels = cn_nt_epoch_labels;
+  it->u.data.expr = ntp_parse_binary(p, 1);
+  p->stop_labels = saved;
+  const option opts[] = {{"epoch", &it->u.data.epoch}};
+  if (!it->u.data.expr || !parse_options(p, what, 1, opts)) return false;
+  if (!it->u.data.epoch) {
+    ntp_error(p, it->pos, "%s needs ~epoch:VALUE", what);
+    return false;
+  }
+  return true;
+}
+
 /* ---- printf formats ---------------------------------------------------------------------------
  */
 
@@ -581,8 +602,8 @@ static bool parse_item(parser *p, cn_nt_item *it) {
   if (p->inner != NT_TK_EOF && (t->kind == NT_TK_LET || t->kind == NT_TK_SET_SEED)) {
     bool loop = p->inner == NT_TK_FOR;
     ntp_error(p, it->pos,
-              "%s body holds print, printf, backprop, run, sgd, adam, if and for statements: bind "
-              "names and set the seed before the %s",
+              "%s body holds print, printf, backprop, run, sgd, adam, shuffle, checkpoint, "
+              "save_npy, if and for statements: bind names and set the seed before the %s",
               loop ? "a loop" : "an if", loop ? "loop" : "if");
     return false;
   }
@@ -605,6 +626,13 @@ static bool parse_item(parser *p, cn_nt_item *it) {
     it->kind = t->kind == NT_TK_SGD ? CN_NT_ITEM_SGD : CN_NT_ITEM_ADAM;
     ntp_next(p);
     return it->kind == CN_NT_ITEM_SGD ? parse_sgd(p, it) : parse_adam(p, it);
+  case NT_TK_SHUFFLE: it->kind = CN_NT_ITEM_SHUFFLE; return parse_data_statement(p, it, "shuffle");
+  case NT_TK_CHECKPOINT:
+    it->kind = CN_NT_ITEM_CHECKPOINT;
+    return parse_data_statement(p, it, "checkpoint");
+  case NT_TK_SAVE_NPY:
+    it->kind = CN_NT_ITEM_SAVE_NPY;
+    return parse_data_statement(p, it, "save_npy");
   case NT_TK_SET_SEED:
     it->kind = CN_NT_ITEM_SET_SEED;
     ntp_next(p);
@@ -615,8 +643,8 @@ static bool parse_item(parser *p, cn_nt_item *it) {
     it->u.seed = ntp_next(p).ival;
     return true;
   default:
-    ntp_expected(p,
-                 "a statement (let, print, printf, backprop, run, sgd, adam, set_seed, for or if)");
+    ntp_expected(p, "a statement (let, print, printf, backprop, run, sgd, adam, shuffle, "
+                    "checkpoint, save_npy, set_seed, for or if)");
     return false;
   }
 }
@@ -632,6 +660,9 @@ static bool starts_item(parser *p) {
   case NT_TK_RUN:
   case NT_TK_SGD:
   case NT_TK_ADAM:
+  case NT_TK_SHUFFLE:
+  case NT_TK_CHECKPOINT:
+  case NT_TK_SAVE_NPY:
   case NT_TK_SET_SEED:
   case NT_TK_FOR:
   case NT_TK_IF: return true;

@@ -405,6 +405,25 @@ static void print_optimizer(printer *pr, const char *what, const char *const *la
   for (int i = 0; labels[i]; i++) print_option(pr, labels[i], values[i]);
 }
 
+/* shuffle, checkpoint, save_npy: the file as one argument, the tensor (an application there
+ * stops at ~epoch), then ~epoch. */
+static void print_data_statement(printer *pr, const cn_nt_item *it) {
+  static const char *const what[] = {"shuffle", "checkpoint", "save_npy"};
+  cn_sbuf_printf(pr->sb, "%s ", what[it->kind - CN_NT_ITEM_SHUFFLE]);
+  if (it->u.data.file) {
+    print_expr(pr, it->u.data.file, LV_ARG);
+    cn_sbuf_putc(pr->sb, ' ');
+  }
+  if (!it->u.data.epoch) {
+    print_expr(pr, it->u.data.expr, LV_EXPR);
+    return;
+  }
+  pr->stop = cn_nt_epoch_labels;
+  print_expr(pr, it->u.data.expr, LV_RHS);
+  pr->stop = NULL;
+  print_option(pr, "epoch", it->u.data.epoch);
+}
+
 /* A block's statements, one level deeper. */
 static void print_body(printer *pr, int n, const cn_nt_item *items, int indent) {
   for (int i = 0; i < n; i++) print_item(pr, &items[i], indent + 1);
@@ -482,6 +501,9 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     }
     cn_sbuf_printf(sb, "%*send", 2 * indent, "");
     break;
+  case CN_NT_ITEM_SHUFFLE:
+  case CN_NT_ITEM_CHECKPOINT:
+  case CN_NT_ITEM_SAVE_NPY: print_data_statement(pr, it); break;
   case CN_NT_ITEM_SET_SEED: cn_sbuf_printf(sb, "set_seed %lld", (long long)it->u.seed); break;
   case CN_NT_ITEM_FOR:
     cn_sbuf_printf(sb, "for %s = ", it->u.for_.name);

@@ -1,0 +1,326 @@
+/* The evaluator, part 7 of 7 (see eval_internal.h): data files. The builtins dataset (arrays of
+ * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
+ * restore (a checkpoint read back, or a fresh start), and the work of the statements shuffle,
+ * checkpoint and save_npy on the library's data API (include/cannl.h, "Data files and
+ * checkpoints").
+ *
+ * A data set's nodes are written by the host (cn_dataset_begin_epoch), not by code: the
+ * interpreter keeps the data sets the script made, and before any routine runs, writes epoch 0's
+ * order into those not written yet, so a set the script never shuffles (a test set) needs no
+ * statement. shuffle writes another epoch's order.
+ *
+ * Invariants: every array loaded is freed or handed to a data set (which then owns its cells) on
+ * every path; every failure is a positioned message (the library's, naming the file, re-issued
+ * at the argument). */
+#include "notation/eval_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- Files ---------------------------------------------------------------------------------- */
+
+/* Loads path as .npy (recognized by its magic "\x93NUMPY") or else as IDX, plain or gzip (the
+ * IDX loader reports a missing or unreadable file). */
+static cn_status load_array(cn_ctx *ctx, const char *path, cn_array *out) {
+  static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
+  char head[6] = {0};
+  FILE *f = fopen(path, "rb");
+  bool npy =
+      f && fread(head, 1, sizeof head, f) == sizeof head && memcmp(head, magic, sizeof magic) == 0;
+  if (f) fclose(f);
+  return npy ? cn_data_load_npy(ctx, path, out) : cn_data_load_idx(ctx, path, out);
+}
+
+/* The string positional argument k (a file name), or NULL after a message. */
+static const char *file_argument(nt_interp *I, const nt_call *c, int k) {
+  nt_value *v = c->a->pos[k];
+  if (v->kind == NT_V_STR) return v->str;
+  return nt_fail(I, c->a->pos_at[k], "%s expects a file name (a string), found %s", c->name,
+                 nt_kind_name(v->kind)),
+         NULL;
+}
+
+/* False with a message at the first labeled argument of c not among known[0..n). */
+static bool known_labels(nt_interp *I, const nt_call *c, int n, const char *const *known) {
+  for (int i = 0; i < c->a->n_lab; i++) {
+    int k = 0;
+    while (k < n && strcmp(c->a->lab[i], known[k]) != 0) k++;
+    if (k < n) continue;
+    char list[160] = "";
+    for (int j = 0; j < n; j++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s~%s", j ? " " : "", known[j]);
+    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s (%s)", c->name, c->a->lab[i], list),
+           false;
+  }
+  return true;
+}
+
+/* The labeled integer ~name (dflt when absent), at least lo; false after a message. */
+static bool int_option(nt_interp *I, const nt_call *c, const char *name, int64_t dflt, int64_t lo,
+                       int64_t *out) {
+  nt_value *v = nt_labeled(c->a, name);
+  *out = dflt;
+  if (!v) return true;
+  if (!nt_as_int(I, v, c->at, out)) return false;
+  if (*out < lo)
+    return nt_fail(I, c->at, "%s: ~%s is %lld; it is at least %lld", c->name, name, (long long)*out,
+                   (long long)lo),
+           false;
+  return true;
+}
+
+/* ---- dataset -------------------------------------------------------------------------------- */
+
+/* Records a data set of the script (its tensors found by shuffle, written by
+ * nt_begin_datasets). */
+static bool add_dataset(nt_interp *I, cn_dataset *d, int n) {
+  if (I->n_datasets == I->cap_datasets) {
+    int cap = I->cap_datasets ? 2 * I->cap_datasets : 4;
+    nt_dataset *bigger = cn_alloc(I->ctx, sizeof *bigger * (size_t)cap);
+    if (!bigger) return false;
+    if (I->n_datasets) memcpy(bigger, I->datasets, sizeof *bigger * (size_t)I->n_datasets);
+    I->datasets = bigger;
+    I->cap_datasets = cap;
+  }
+  I->datasets[I->n_datasets++] = (nt_dataset){d, n, false};
+  return true;
+}
+
+/* The files' arrays, each cut to its first `limit` examples (0: all) and, with channels, given
+ * a trailing axis of 1 when of rank 3 or more; false after a positioned message. */
+static bool load_arrays(nt_interp *I, const nt_call *c, int64_t limit, bool channels,
+                        cn_array *arrays) {
+  for (int k = 0; k < c->a->n_pos; k++) {
+    const char *path = file_argument(I, c, k);
+    if (!path) return false;
+    if (load_array(I->ctx, path, &arrays[k]) != CN_OK)
+      return nt_fail_here(I, c->a->pos_at[k]), false;
+    cn_array *a = &arrays[k];
+    if (a->rank < 1)
+      return nt_fail(I, c->a->pos_at[k],
+                     "%s holds a scalar: a data set's arrays hold examples along their axis 0",
+                     path),
+             false;
+    if (limit > a->dims[0])
+      return nt_fail(I, c->a->pos_at[k], "%s has %lld examples; ~limit asks for %lld", path,
+                     (long long)a->dims[0], (long long)limit),
+             false;
+    if (limit > 0) a->dims[0] = limit; /* row-major: the first examples are a prefix */
+    if (channels && a->rank >= 3 && a->rank < CN_MAX_RANK) a->dims[a->rank++] = 1;
+  }
+  return true;
+}
+
+/* dataset ~batch_size:N [~shuffle:B ~seed:S ~limit:N ~channels:1] "file" ...: a cn_dataset of
+ * the files' arrays; its tensors, as a tuple (one file: the tensor). */
+nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c) {
+  static const char *const known[] = {"batch_size", "shuffle", "seed", "limit", "channels"};
+  const nt_args *a = c->a;
+  int64_t batch, seed, limit, channels;
+  nt_value *shuffle = nt_labeled(a, "shuffle");
+  if (!known_labels(I, c, 5, known)) return NULL;
+  if (a->n_pos < 1 || !nt_labeled(a, "batch_size"))
+    return nt_fail(I, c->at, "%s",
+                   "dataset takes ~batch_size:N (and ~shuffle, ~seed, ~limit, ~channels), then "
+                   "one to eight file names");
+  if (!int_option(I, c, "batch_size", 1, 1, &batch) || !int_option(I, c, "seed", 0, 0, &seed) ||
+      !int_option(I, c, "limit", 0, 1, &limit) || !int_option(I, c, "channels", 0, 1, &channels))
+    return NULL;
+  if (shuffle && shuffle->kind != NT_V_BOOL)
+    return nt_fail(I, c->at, "dataset: ~shuffle expects a boolean, found %s",
+                   nt_kind_name(shuffle->kind));
+  if (channels > 1)
+    return nt_fail(I, c->at, "%s",
+                   "dataset: ~channels:1 adds a channel axis of size 1; other sizes would need "
+                   "the channels in the file");
+  cn_array arrays[NT_MAX_ARGS];
+  memset(arrays, 0, sizeof arrays);
+  cn_dataset *d = NULL;
+  if (load_arrays(I, c, limit, channels == 1, arrays)) {
+    d = cn_dataset_create(I->g, "dataset", a->n_pos, arrays, batch, shuffle && shuffle->b,
+                          (uint64_t)seed);
+    if (!d) nt_fail_here(I, c->at);
+  }
+  for (int k = 0; k < a->n_pos; k++) cn_array_free(&arrays[k]); /* emptied when d took them */
+  if (!d || !add_dataset(I, d, a->n_pos)) return NULL;
+  if (a->n_pos == 1) return nt_tensor_value(I, cn_dataset_tensor(d, 0));
+  nt_value *v = nt_mk(I, NT_V_LIST);
+  if (!v || !(v->items = cn_alloc(I->ctx, sizeof *v->items * (size_t)a->n_pos))) return NULL;
+  for (int k = 0; k < a->n_pos; k++)
+    if (!(v->items[k] = nt_tensor_value(I, cn_dataset_tensor(d, k)))) return NULL;
+  v->n = a->n_pos;
+  v->tuple = true;
+  return v;
+}
+
+bool nt_begin_datasets(nt_interp *I, cn_nt_pos at) {
+  for (int i = 0; i < I->n_datasets; i++) {
+    nt_dataset *s = &I->datasets[i];
+    if (s->begun) continue;
+    if (cn_dataset_begin_epoch(s->d, 0) != CN_OK) return nt_fail_here(I, at), false;
+    s->begun = true;
+  }
+  return true;
+}
+
+bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at) {
+  for (int i = 0; i < I->n_datasets; i++)
+    for (int k = 0; k < I->datasets[i].n; k++) {
+      if (cn_dataset_tensor(I->datasets[i].d, k) != t) continue;
+      if (!nt_materialize(I, at)) return false;
+      if (cn_dataset_begin_epoch(I->datasets[i].d, (uint64_t)epoch) != CN_OK)
+        return nt_fail_here(I, at), false;
+      I->datasets[i].begun = true;
+      return true;
+    }
+  return nt_fail(I, at, "shuffle: \"%s\" (#%d) is not a tensor of a data set (made by dataset)",
+                 t->label, t->id),
+         false;
+}
+
+/* ---- load ----------------------------------------------------------------------------------- */
+
+/* The largest integer below which every integer is a double (2^53). */
+#define EXACT_DOUBLE 9007199254740992.0
+
+/* load "file": the file's array as a data tensor of its precision, every axis an output axis.
+ * Data tensors hold doubles until their node is written: exact for every precision a file can
+ * hold, except 64-bit integers of magnitude 2^53 or more, which are refused. */
+nt_value *nt_builtin_load(nt_interp *I, const nt_call *c) {
+  if (c->a->n_pos != 1 || c->a->n_lab != 0)
+    return nt_fail(I, c->at, "%s", "load takes one file name");
+  const char *path = file_argument(I, c, 0);
+  cn_array a = {0};
+  if (!path) return NULL;
+  if (load_array(I->ctx, path, &a) != CN_OK) return nt_fail_here(I, c->a->pos_at[0]);
+  int64_t n = cn_array_numel(&a);
+  size_t bytes = cn_prec_bytes(a.prec);
+  double *values = cn_malloc(I->ctx, sizeof *values * (size_t)(n > 0 ? n : 1));
+  nt_value *result = NULL;
+  bool wide = a.prec == CN_PREC_INT64 || a.prec == CN_PREC_UINT64;
+  int64_t i = 0;
+  for (; values && i < n; i++) {
+    values[i] = cn_prec_cell_to_double(a.prec, (const char *)a.cells + (size_t)i * bytes);
+    if (wide && fabs(values[i]) >= EXACT_DOUBLE) break;
+  }
+  if (values && i < n) {
+    result = nt_fail(I, c->a->pos_at[0],
+                     "%s: cell %lld (%.17g) is not exact as a double: load reads integers of "
+                     "magnitude below 2^53",
+                     path, (long long)i, values[i]);
+  } else if (values) {
+    cn_dims dims = {CN_AXES_NONE, CN_AXES_NONE, {a.rank, a.dims, NULL}};
+    cn_prec graph_prec = I->g->prec;
+    cn_graph_set_prec(I->g, a.prec); /* the data tensor takes the graph's precision */
+    cn_tensor *t = cn_tensor_data(I->g, "load", &dims, values, (size_t)n);
+    cn_graph_set_prec(I->g, graph_prec);
+    result = t ? nt_tensor_value(I, t) : nt_fail_here(I, c->at);
+  }
+  free(values);
+  cn_array_free(&a);
+  return result;
+}
+
+/* ---- Checkpoints ---------------------------------------------------------------------------- */
+
+/* The training state of loss (cn_graph_state) in *out (arena); the count, -1 after a message. */
+static int training_state(nt_interp *I, cn_tensor *loss, cn_named_node **out, cn_nt_pos at) {
+  int n = cn_graph_state(I->g, loss, NULL, 0);
+  if (n < 0) return nt_fail_here(I, at), -1;
+  if (!(*out = cn_alloc(I->ctx, sizeof **out * (size_t)(n > 0 ? n : 1)))) return -1;
+  return cn_graph_state(I->g, loss, *out, n);
+}
+
+bool nt_checkpoint(nt_interp *I, cn_tensor *loss, const char *path, int64_t epoch, cn_nt_pos at) {
+  cn_named_node *state;
+  int n = training_state(I, loss, &state, at);
+  if (n < 0) return false;
+  char text[32];
+  snprintf(text, sizeof text, "%lld", (long long)epoch);
+  const cn_metadata_entry meta = {"epoch", text};
+  if (cn_data_save_safetensors(I->ctx, path, n, state, 1, &meta) != CN_OK)
+    return nt_fail_here(I, at), false;
+  return true;
+}
+
+/* The optimizer state restore creates: the tree of one update is built and dropped, which
+ * creates the state nodes (optim.c keeps them on the parameters and the graph); the statement
+ * adam or sgd of the script builds its own tree later and reuses them. */
+static bool optimizer_state(nt_interp *I, cn_tensor *loss, const char *optimizer, cn_nt_pos at) {
+  if (strcmp(optimizer, "none") == 0) return true;
+  bool adam = strcmp(optimizer, "adam") == 0;
+  if (!adam && strcmp(optimizer, "sgd") != 0)
+    return nt_fail(I, at,
+                   "restore: ~optimizer is \"adam\", \"sgd\" (its momentum) or \"none\", not "
+                   "\"%s\"",
+                   optimizer),
+           false;
+  cn_tensor *lr = cn_tensor_number(I->g, 0);
+  cn_adam adam_options = {lr, 0, 0, 0, 0, false};
+  cn_sgd sgd_options = {lr, 0.9, 0, false}; /* a momentum, so that its state exists */
+  cn_asgn *tree = !lr    ? NULL
+                  : adam ? cn_graph_adam_update(I->g, loss, &adam_options)
+                         : cn_graph_sgd_update(I->g, loss, &sgd_options);
+  return tree ? true : (nt_fail_here(I, at), false);
+}
+
+/* The metadata "epoch" of a checkpoint, as a number; NULL after a message. */
+static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_metadata_entry *meta,
+                             cn_nt_pos at) {
+  for (int i = 0; i < n; i++) {
+    if (strcmp(meta[i].key, "epoch") != 0) continue;
+    char *end;
+    long long epoch = strtoll(meta[i].value, &end, 10);
+    if (end == meta[i].value || *end != '\0' || epoch < 0) break;
+    return nt_num(I, (double)epoch, true);
+  }
+  return nt_fail(I, at, "restore: %s holds no epoch (a non-negative integer) in its metadata",
+                 path);
+}
+
+/* restore "file" loss ~optimizer:"adam"|"sgd"|"none": initializes loss's parameters now (so no
+ * later statement initializes them again), creates the optimizer's state, then, when the file
+ * exists, reads the training state back from it and returns its epoch; 0 when it does not. */
+nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
+  const nt_args *a = c->a;
+  static const char *const known[] = {"optimizer"};
+  nt_value *optimizer = nt_labeled(a, "optimizer");
+  if (!known_labels(I, c, 1, known)) return NULL;
+  if (a->n_pos != 2 || !optimizer || optimizer->kind != NT_V_STR)
+    return nt_fail(I, c->at, "%s",
+                   "restore takes a file name, the loss and ~optimizer:\"adam\" (or \"sgd\", "
+                   "\"none\")");
+  const char *path = file_argument(I, c, 0);
+  cn_tensor *loss = path ? nt_tensor_of(I, a->pos[1], a->pos_at[1]) : NULL;
+  if (!loss || !nt_materialize(I, c->at)) return NULL;
+  cn_tensor_set_named(loss);
+  cn_asgn *init = cn_graph_init_params(I->g, loss);
+  if (!init) return nt_fail_here(I, c->at);
+  if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, c->at)) return NULL;
+  if (!optimizer_state(I, loss, optimizer->str, c->at)) return NULL;
+  if (access(path, F_OK) != 0) return nt_num(I, 0, true);
+  cn_named_node *state;
+  int n = training_state(I, loss, &state, c->at), n_meta = 0;
+  cn_metadata_entry *meta = NULL;
+  if (n < 0) return NULL;
+  if (cn_data_load_safetensors(I->ctx, path, n, state, &n_meta, &meta) != CN_OK)
+    return nt_fail_here(I, a->pos_at[0]);
+  return saved_epoch(I, path, n_meta, meta, a->pos_at[0]);
+}
+
+/* ---- save_npy ------------------------------------------------------------------------------- */
+
+bool nt_save_npy(nt_interp *I, cn_node *node, const char *path, cn_nt_pos at) {
+  cn_array a = {cn_node_prec(node), cn_node_rank(node), {0}, NULL};
+  for (int k = 0; k < a.rank; k++) a.dims[k] = cn_node_dim(node, k);
+  int64_t n = cn_node_numel(node);
+  a.cells = cn_malloc(I->ctx, (size_t)n * cn_prec_bytes(a.prec) + 1);
+  if (!a.cells) return false;
+  bool ok = cn_node_get_cells(node, false, a.cells, (size_t)n) == CN_OK &&
+            cn_data_save_npy(I->ctx, path, &a) == CN_OK;
+  free(a.cells);
+  return ok ? true : (nt_fail_here(I, at), false);
+}
