@@ -655,8 +655,9 @@ static void test_errors(void) {
   expect_error(ctx, cn_tensor_conv2d(g, img, k, NULL, &(cn_conv2d){-1, 1, false}),
                "conv2d: stride -1");
   expect_error(ctx, cn_tensor_conv2d(g, img, NULL, NULL, NULL), "conv2d: operand 2 is NULL");
-  expect_error(ctx, cn_tensor_conv2d(g, img, k, NULL, NULL),
-               "axis 2 (size 2) vs spec axis 'ic' (size 1, as in the output row of \"img\"");
+  expect_error(
+      ctx, cn_tensor_conv2d(g, img, k, NULL, NULL),
+      "axis 2 (size 2) vs spec row variable '..ic..' (size 1, as in the output row of \"img\"");
   expect_error(ctx, cn_tensor_max_pool2d(g, img, 0, 0), "max_pool2d: window 0");
   expect_error(ctx, cn_tensor_avg_pool2d(g, img, 2, 0), "a valid convolution does not tile");
   expect_error(ctx, cn_tensor_xavier(g, 0, 3), "xavier: fan 0");
@@ -680,7 +681,36 @@ static void test_errors(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Two conv-relu-pool stages (a LeNet's): each pooling halves the map and the second convolution
+ * runs on the pooled one. The convolution's spatial axes lead its input row, as the pooling's
+ * do; with them given as the row's last axes, the relu between the stages left the solver free
+ * to stack the pooled axes in front of the unpooled ones (28x28 maps into the second stage). */
+static void test_conv_pool_stages(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  int64_t batch = 2, image[3] = {28, 28, 1}, k1[3] = {3, 3, 1}, k2[3] = {3, 3, 16}, c1 = 16,
+          c2 = 32;
+  cn_dims xd = {{1, &batch, NULL}, CN_AXES_NONE, {3, image, NULL}};
+  cn_dims k1d = {CN_AXES_NONE, {3, k1, NULL}, {1, &c1, NULL}};
+  cn_dims k2d = {CN_AXES_NONE, {3, k2, NULL}, {1, &c2, NULL}};
+  cn_tensor *x = cn_tensor_buffer(g, "x", &xd);
+  cn_tensor *h = cn_tensor_conv2d(g, x, cn_tensor_param(g, "k1", &k1d, NULL), NULL, NULL);
+  h = cn_tensor_max_pool2d(g, cn_tensor_apply(g, CN_OP_RELU, 1, &h), 2, 0);
+  cn_tensor *stage1 = h;
+  h = cn_tensor_conv2d(g, h, cn_tensor_param(g, "k2", &k2d, NULL), NULL, NULL);
+  cn_tensor *conv2 = h;
+  h = cn_tensor_max_pool2d(g, cn_tensor_apply(g, CN_OP_RELU, 1, &h), 2, 0);
+  CHECK(h && cn_tensor_value(h));
+  if (h) {
+    CHECK_STR(cn_tensor_shape(stage1), "2|->14,14,16");
+    CHECK_STR(cn_tensor_shape(conv2), "2|->14,14,32");
+    CHECK_STR(cn_tensor_shape(h), "2|->7,7,32");
+  }
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
+  test_conv_pool_stages();
   for (int i = 0; i < 2; i++) {
     test_forms(backends[i]);
     test_index_terminals(backends[i]);

@@ -7,8 +7,9 @@
  * Layouts (cannl's axis kinds, memory order batch, output, input):
  *   conv2d      x: any batch axes, output axes (h, w, ic); kernel: input axes (kh, kw, ic), output
  *               axis oc (memory [oc, kh, kw, ic]); result: x's batch axes, output (oh, ow, oc);
- *               bias: output axis oc. Spec "... | S*oh=+D*kh, S*ow=+D*kw, ic; kh, kw, ic -> oc
- *               => ... | oh, ow, oc" ('<' instead of '=' for valid mode).
+ *               bias: output axis oc. Spec "... | S*oh=+D*kh, S*ow=+D*kw, ..ic..; kh, kw, ..ic..
+ *               -> oc => ... | oh, ow, oc" ('<' instead of '=' for valid mode): the spatial
+ *               axes lead the row, as in pooling, the channels are whatever follows them.
  *   pooling     x: any batch axes, output axes (h, w, ..c..); windows read valid-mode, a window
  *               of k and stride s need h = s*(oh-1) + k.
  *   interleave  along the last output axis; batch and input axes are carried along.
@@ -223,7 +224,13 @@ cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_ten
   char h[64], w[64], spec[256];
   affine_axis(h, sizeof h, stride, "oh", valid, dilation, "kh");
   affine_axis(w, sizeof w, stride, "ow", valid, dilation, "kw");
-  snprintf(spec, sizeof spec, "... | %s, %s, ic; kh, kw, ic -> oc => ... | oh, ow, oc", h, w);
+  /* the spatial axes lead x's output row and the channels follow as a row variable, as in the
+   * pooling spec: a row given only by its last axes (`h, w, ic`) broadcasts to the left, and
+   * such a row met by a pooling's leading (oh, ow, ..c..) would leave the solver to choose
+   * between pairing them and stacking them (max_pool2d (relu y) fed to a convolution came out
+   * with the pooled axes as extra leading axes, the convolution at the unpooled size) */
+  snprintf(spec, sizeof spec, "... | %s, %s, ..ic..; kh, kw, ..ic.. -> oc => ... | oh, ow, oc", h,
+           w);
   cn_tensor *y = cn_tensor_einsum2(g, spec, x, kernel);
   if (y && bias) y = bin(g, CN_OP_ADD, y, bias);
   return cn_tensor_labeled(y, "conv2d");
