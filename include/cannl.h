@@ -868,6 +868,14 @@ typedef struct {
    * directory). An unknown name, or a name bound to something else than a tensor, is a positioned
    * error. NULL: no export. */
   const char *export_input, *export_output, *export_name, *export_dir;
+  /* Script parameters (`cannl run FILE --set NAME=VALUE`): n_sets texts "NAME=VALUE", applied in
+   * order before the script runs. Each replaces the literal of every top-level `let NAME =
+   * LITERAL` (a number, boolean or string literal), VALUE read as that literal's kind (an
+   * integer for an integer literal, true or false for a boolean, any text for a string). A
+   * NAME no such let binds is an error listing the names that can be set; a VALUE of another
+   * kind an error at the let. 0 / NULL: none. */
+  int n_sets;
+  const char *const *sets;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,

@@ -1,7 +1,8 @@
 /* The `cannl` command (path in CANNL_CLI): `run` with a file and with -e, --json output parsed
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
  * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
- * device) are refused with exit 2 and the reason; `export` writes C that compiles alone. */
+ * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
+ * that compiles alone. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -123,6 +124,22 @@ int main(void) {
             1);
   CHECK_HAS(out, "<-e>:1:9: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1]");
   CHECK_INT(run("run --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out, sizeof out), 0);
+  /* --set NAME=VALUE replaces a top-level literal (repeatable); a bad one is an error */
+  CHECK_INT(run("run --backend interp -e 'let n = 2\nlet s = \"a\"\nprintf \"%d %s\\n\" n s' "
+                "--set n=5 --set s=b",
+                out, sizeof out),
+            0);
+  CHECK_STR(out, "5 b\n");
+  CHECK_INT(run("run -e 'let n = 2' --set m=1", out, sizeof out), 1);
+  CHECK_HAS(out, "<-e>:1:1: --set m=1: the script has no top-level let m = LITERAL");
+  CHECK_INT(run("run -e 'let n = 2' --set n=x", out, sizeof out), 1);
+  CHECK_HAS(out, "<-e>:1:9: --set n=x: 'n' is an integer here, and 'x' is not");
+  CHECK_INT(run("run -e 'let n = 2' --set n", out, sizeof out), 2);
+  CHECK_HAS(out, "cannl: --set expects NAME=VALUE, not 'n'");
+  CHECK_INT(run("run -e 'let n = 2' --set", out, sizeof out), 2);
+  CHECK_HAS(out, "cannl: option '--set' needs a value NAME=VALUE");
+  CHECK_INT(run("help", out, sizeof out), 0);
+  CHECK_HAS(out, "[--set NAME=VALUE]...");
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");
   test_export(out, sizeof out);

@@ -114,6 +114,15 @@ static void sx(cn_sbuf *sb, const cn_nt_expr *e) {
     }
     cn_sbuf_putc(sb, ')');
     break;
+  case CN_NT_IF:
+    cn_sbuf_puts(sb, "(if ");
+    sx(sb, e->u.if_.cond);
+    cn_sbuf_putc(sb, ' ');
+    sx(sb, e->u.if_.then_);
+    cn_sbuf_putc(sb, ' ');
+    sx(sb, e->u.if_.else_);
+    cn_sbuf_putc(sb, ')');
+    break;
   case CN_NT_LET:
     cn_sbuf_printf(sb, "(let %s ", e->u.let.name);
     sx(sb, e->u.let.value);
@@ -772,13 +781,14 @@ static const bad bads[] = {
     {"let x = \"w\" 1 2", "b.cnl:1:15: an inline declaration \"name\" takes one argument: its "
                           "initial values [...] or its "
                           "output dimension(s)\nlet x = \"w\" 1 2\n              ^"},
-    {"let%op f = if a then b else c",
-     "b.cnl:1:12: expected an expression, found 'if' (a reserved word)\nlet%op f = if a then b "
-     "else c\n           ^"},
+    {"let%op f = if a then b",
+     "b.cnl:1:23: expected 'else' (an if expression has both branches: if c then a else b), "
+     "found end of input\nlet%op f = if a then b\n                      ^"},
     /* loops and tuple patterns */
     {"for i = 0 to 2 do\n  let x = 1\ndone",
      "b.cnl:2:3: a loop body holds print, printf, backprop, run, sgd, adam, shuffle, "
-     "checkpoint, save_npy, if and for statements: bind names and set the seed before the loop\n  "
+     "checkpoint, save_npy, plot, if and for statements: bind names and set the seed before the "
+     "loop\n  "
      "let x = 1\n  ^"},
     {"for i = 0 to 2 print x",
      "b.cnl:1:16: expected 'do' after the loop's last value, found 'print' (a reserved word)\nfor "
@@ -791,7 +801,7 @@ static const bad bads[] = {
                                "'_'\nfor _ = 0 to 1 do done\n    ^"},
     {"for i = 0 to 1 do set_seed 3 done",
      "b.cnl:1:19: a loop body holds print, printf, backprop, run, sgd, adam, shuffle, "
-     "checkpoint, save_npy, if and for statements: bind names and set the seed before the "
+     "checkpoint, save_npy, plot, if and for statements: bind names and set the seed before the "
      "loop\nfor i = 0 to 1 do set_seed 3 "
      "done\n                  ^"},
     {"print x done", "b.cnl:1:9: unexpected 'done' (a reserved word) after the end of the "

@@ -349,7 +349,8 @@ static void test_syntax_errors(void) {
        "'done'"},
       {"if x then let y = 1 end\n",
        "seed.cnl:1:11: an if body holds print, printf, backprop, run, sgd, adam, shuffle, "
-       "checkpoint, save_npy, if and for statements: bind names and set the seed before the if"},
+       "checkpoint, save_npy, plot, if and for statements: bind names and set the seed before the "
+       "if"},
       {"print x end\n",
        "seed.cnl:1:9: unexpected 'end' (a reserved word) after the end of the statement"},
       {"for i = 0 to 1 progress ~los:l do done\n",

@@ -33,14 +33,16 @@ static const char usage_text[] =
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
-    "      [--check-nan]\n"
-    "                run a script in the cannl notation (docs/notation.md); --json prints each\n"
+    "      [--check-nan] [--set NAME=VALUE]...\n"
+    "                run a script in the cannl notation (docs/notation.md); --set replaces\n"
+    "                the literal of the script's top-level `let NAME = LITERAL` (a number,\n"
+    "                boolean or string; repeatable); --json prints each\n"
     "                printed tensor as one JSON line; --emit prints the code of every routine\n"
     "                run (repeatable); the default backend is c; --check-nan (or\n"
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
     "                naming the tensor, its operation and its line (exit 1)\n"
     "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR]\n"
-    "      [--backend interp|c]\n"
+    "      [--backend interp|c] [--set NAME=VALUE]...\n"
     "                run a script as run does, then write the forward code of the tensor\n"
     "                the script binds to the --output name, computed from the one bound to\n"
     "                the --input name (a placeholder), as DIR/C_NAME.c and DIR/C_NAME.h\n"
@@ -242,12 +244,21 @@ static int export_option(int argc, char **argv, int *i, cn_notation_options *opt
   return 0;
 }
 
-/* cannl run, and cannl export (`exporting`: run, then export the model the options name). */
-static int cmd_run(int argc, char **argv, bool exporting) {
-  cn_notation_options opts = {.backend = CN_BACKEND_C};
+/* cmd_run's work, --set's values gathered into sets (room for one per argument). */
+static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
+  cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets};
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false;
   for (int i = 2; i < argc; i++) {
+    bool missing = false;
+    const char *set = option_value(argc, argv, &i, "--set", &missing);
+    if (missing) return usage_error("option '--set' needs a value NAME=VALUE");
+    if (set) {
+      if (!strchr(set, '=') || set[0] == '=')
+        return usage_error("--set expects NAME=VALUE, not '%s'", set);
+      sets[opts.n_sets++] = set;
+      continue;
+    }
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
     if (got == 0 && exporting) got = export_option(argc, argv, &i, &opts);
     if (got < 0) return EXIT_USAGE;
@@ -298,6 +309,18 @@ static int cmd_run(int argc, char **argv, bool exporting) {
   }
   cn_ctx_destroy(ctx);
   free(text);
+  return status;
+}
+
+/* cannl run, and cannl export (`exporting`: run, then export the model the options name). */
+static int cmd_run(int argc, char **argv, bool exporting) {
+  const char **sets = malloc(sizeof *sets * (size_t)argc); /* --set's values point into argv */
+  if (!sets) {
+    fputs("cannl: out of memory\n", stderr);
+    return EXIT_RUNTIME;
+  }
+  int status = run_with_sets(argc, argv, exporting, sets);
+  free(sets);
   return status;
 }
 

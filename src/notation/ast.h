@@ -79,7 +79,8 @@ typedef enum {
   CN_NT_ARRAY,  /* [|a; b|]: a batch axis of a literal */
   CN_NT_ANNOT,  /* (e : label): names the basis of a literal's outer axis (([2.0] : rgb)) */
   CN_NT_DECL,   /* inline declaration: {w}, {w = e}, {b; o = [16]}, "w" [-4], "b" hid_dim */
-  CN_NT_RECORD  /* {label = ["L3"]; hid_dim = 8}: a config record (the value of ~config:) */
+  CN_NT_RECORD, /* {label = ["L3"]; hid_dim = 8}: a config record (the value of ~config:) */
+  CN_NT_IF      /* if c then a else b: one branch, chosen by a host condition */
 } cn_nt_expr_kind;
 
 typedef enum {
@@ -179,6 +180,9 @@ struct cn_nt_expr {
       int n_fields; /* >= 1 */
       cn_nt_field *fields;
     } record;
+    struct {
+      cn_nt_expr *cond, *then_, *else_; /* never NULL */
+    } if_;
   } u;
 };
 
@@ -277,7 +281,8 @@ typedef enum {
   CN_NT_ITEM_IF,         /* if cond then items [else items] end */
   CN_NT_ITEM_SHUFFLE,    /* shuffle t ~epoch:e: a data set's order for epoch e */
   CN_NT_ITEM_CHECKPOINT, /* checkpoint "file" loss ~epoch:e: the training state saved */
-  CN_NT_ITEM_SAVE_NPY    /* save_npy "file" t: t computed and written as a .npy file */
+  CN_NT_ITEM_SAVE_NPY,   /* save_npy "file" t: t computed and written as a .npy file */
+  CN_NT_ITEM_PLOT        /* plot "file" ~x:e ("name", e) ...: one point per series, drawn */
 } cn_nt_item_kind;
 
 /* A piece of a printf format: literal text, or one conversion
@@ -351,6 +356,15 @@ struct cn_nt_item {
       cn_nt_expr *expr;  /* never NULL: the data set's tensor, the loss, the tensor saved */
       cn_nt_expr *epoch; /* SHUFFLE, CHECKPOINT: never NULL (a host integer); SAVE_NPY: NULL */
     } data;              /* SHUFFLE, CHECKPOINT, SAVE_NPY */
+    struct {
+      cn_nt_expr *file, *x;     /* never NULL: a host string, a host number */
+      cn_nt_expr *ascii;        /* ~ascii: a host boolean, or NULL */
+      cn_nt_expr *matrix;       /* ~matrix: a tensor, or NULL */
+      cn_nt_expr *matrix_title; /* ~matrix:("title", t): a host string, or NULL */
+      int n_series;             /* >= 1 */
+      cn_nt_expr **names;       /* per series: a host string (never NULL) */
+      cn_nt_expr **values;      /* per series: a host number or a one-cell tensor (never NULL) */
+    } plot;
   } u;
 };
 

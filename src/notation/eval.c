@@ -1,10 +1,11 @@
-/* The evaluator of the notation (issue 6), part 1 of 7 (see eval_internal.h): values, positioned
+/* The evaluator of the notation (issue 6), part 1 of 8 (see eval_internal.h): values, positioned
  * errors and provenance, array literals, inline declarations and %op expressions.
  *
- * Values: host numbers, booleans, strings, lists, tuples and records (for dims, labels and
- * ~config), tensors (optionally a `.grad` reference, or in a %cd operand a `.merge` buffer), let%op
- * / let%cd functions (closures with curried, labeled arguments), %cd routines (a code tree compiled
- * on first run) and static indices (symbols bound by `for` loops, read with `!@i`, slicing with `x
+ * Values: host numbers, booleans, strings (compared with = and <>, joined with ^), lists, tuples
+ * and records (for dims, labels and ~config), tensors (optionally a `.grad` reference, or in a %cd
+ * operand a `.merge` buffer), let%op / let%cd functions (closures with curried, labeled arguments),
+ * %cd routines (a code tree compiled on first run) and static indices (symbols bound by `for`
+ * loops, read with `!@i`, slicing with `x
  * @| i`). Inline declarations (syntax-extensions-cd-op "Inline declarations",
  * convolution-is-a-contraction "the unit boundary"): a declaration is created once per *lifting
  * point* and shared by every evaluation of the same declaration node there: at its first evaluation
@@ -16,6 +17,7 @@
  * position of %op, a string "w" is the declaration {w}. Provenance: every tensor and standalone
  * update records the expression that built it, so that a conflict found only when shapes are closed
  * (at the first print, run, ...) is reported at the expression that introduced the constraint.
+ * An if expression evaluates its condition on the host, then only the branch it chooses.
  *
  * Invariants: every failure is a positioned message (FILE:LINE:COL, the line, a caret) naming
  * the expression that introduced it, library messages included; nothing here aborts on user
@@ -24,7 +26,6 @@
 
 #include "numeric/numeric.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,68 +128,6 @@ const char *nt_join_label(nt_interp *I, const char *a, const char *b) {
   cn_sbuf sb = {0};
   cn_sbuf_printf(&sb, "%s_%s", a, b);
   return cn_sbuf_finish(I->ctx, &sb);
-}
-
-/* "…" (U+2026, three bytes E2 80 A6) spells "..." in a spec: the replacement has the same length,
- * so the positions the einsum parser reports stay those of the written text. NULL only on an
- * allocation failure; the text itself when it has no "…". */
-const char *nt_spec_text(nt_interp *I, const char *spec) {
-  if (!spec || !strstr(spec, "\xE2\x80\xA6")) return spec;
-  size_t n = strlen(spec);
-  char *copy = cn_alloc(I->ctx, n + 1);
-  if (!copy) return NULL;
-  memcpy(copy, spec, n + 1);
-  for (char *p = copy; (p = strstr(p, "\xE2\x80\xA6")) != NULL; p += 3) memcpy(p, "...", 3);
-  return copy;
-}
-
-/* nt_spec_text, then every name written as a stride or dilation (`stride*o`) that the script
- * binds to an integer is replaced by that integer, so that `let stride = 2` then
- * "stride*o<+k; k => o" reads as "2*o<+k; k => o". A name the script does not bind is left for the
- * einsum parser, which reports it unbound; one bound to anything else is an error at `pos` naming
- * the column in the spec. NULL on an error. */
-const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos) {
-  spec = nt_spec_text(I, spec);
-  if (!spec) return NULL;
-  cn_sbuf sb = {0};
-  bool spliced = false;
-  for (size_t i = 0; spec[i];) {
-    bool starts = (isalpha((unsigned char)spec[i]) || spec[i] == '_') &&
-                  (i == 0 || !(isalnum((unsigned char)spec[i - 1]) || spec[i - 1] == '_'));
-    size_t end = i;
-    if (starts)
-      while (isalnum((unsigned char)spec[end]) || spec[end] == '_') end++;
-    if (!starts || spec[end] != '*') {
-      cn_sbuf_putc(&sb, spec[i++]);
-      continue;
-    }
-    char name[64];
-    nt_value *v = NULL;
-    if (end - i < sizeof name) {
-      memcpy(name, spec + i, end - i);
-      name[end - i] = '\0';
-      v = nt_lookup(I, e, name);
-    }
-    if (!v) {
-      cn_sbuf_printf(&sb, "%.*s", (int)(end - i), spec + i);
-    } else if (v->kind != NT_V_NUM || !v->is_int) {
-      cn_sbuf_free(&sb);
-      cn_sbuf msg = {0};
-      cn_sbuf_printf(&msg,
-                     "the stride or dilation '%s' at column %zu of the einsum spec is %s, not "
-                     "an integer",
-                     name, i + 1, v->kind == NT_V_NUM ? "a float" : nt_kind_name(v->kind));
-      const char *text = cn_sbuf_finish(I->ctx, &msg);
-      if (text) nt_fail(I, pos, "%s", text);
-      return NULL;
-    } else {
-      cn_sbuf_printf(&sb, "%lld", (long long)v->num);
-      spliced = true;
-    }
-    i = end;
-  }
-  const char *out = cn_sbuf_finish(I->ctx, &sb);
-  return spliced ? out : out ? spec : NULL;
 }
 
 /* ---- Provenance ---------------------------------------------------------------------------- */
@@ -778,9 +717,30 @@ static nt_value *host_index(nt_interp *I, nt_value *v, cn_nt_pos pos) {
   return nt_num(I, (double)value, true);
 }
 
+/* Strings compare (= == <> !=) and concatenate (^), on the host. */
+static nt_value *string_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_value *b) {
+  const char *op = x->u.binop.op;
+  if (a->kind != NT_V_STR || b->kind != NT_V_STR)
+    return nt_fail(I, x->u.binop.op_pos, "operator %s is not defined on %s and %s", op,
+                   nt_kind_name(a->kind), nt_kind_name(b->kind));
+  if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return boolean(I, strcmp(a->str, b->str) == 0);
+  if (strcmp(op, "<>") == 0 || strcmp(op, "!=") == 0)
+    return boolean(I, strcmp(a->str, b->str) != 0);
+  if (strcmp(op, "^") != 0)
+    return nt_fail(I, x->u.binop.op_pos,
+                   "operator %s is not defined on strings (= and <> compare them, ^ joins them)",
+                   op);
+  nt_value *v = nt_mk(I, NT_V_STR);
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "%s%s", a->str, b->str);
+  if (v && !(v->str = cn_sbuf_finish(I->ctx, &sb))) return NULL;
+  return v;
+}
+
 /* x's operator applied to a (x's left operand's value) and b (its right operand's). */
 static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_value *b) {
   const char *op = x->u.binop.op;
+  if (a->kind == NT_V_STR || b->kind == NT_V_STR) return string_binop(I, x, a, b);
   bool host_a = host_value(a) || (I->host_eval && a->kind == NT_V_INDEX);
   bool host_b = host_value(b) || (I->host_eval && b->kind == NT_V_INDEX);
   if (host_a && host_b && ((host_value(a) && host_value(b)) || strcmp(op, "@|") != 0)) {
@@ -819,6 +779,16 @@ static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_
   return r ? nt_tensor_value(I, r) : nt_fail_here(I, x->u.binop.op_pos);
 }
 
+/* An operand of op: a string literal is a string in host evaluation (a condition), as an operand
+ * of ^, or when the other operand is a string; otherwise an inline declaration. */
+static nt_value *binop_operand(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x,
+                               const char *op, const nt_value *other) {
+  if (x->kind == CN_NT_STRING &&
+      (I->host_eval || strcmp(op, "^") == 0 || (other && other->kind == NT_V_STR)))
+    return nt_eval(I, e, ds, x);
+  return nt_eval_operand(I, e, ds, x);
+}
+
 /* A chain `a + b - c ...` bottom-up along its left spine (no recursion per term): the
  * innermost left operand, then each right operand in source order. */
 static nt_value *eval_binop(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
@@ -826,9 +796,9 @@ static nt_value *eval_binop(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
   const cn_nt_expr **spine = cn_alloc(I->ctx, sizeof *spine * (size_t)n);
   if (!spine) return NULL;
   cn_nt_binop_spine(x, spine);
-  nt_value *a = nt_eval_operand(I, e, ds, spine[n - 1]->u.binop.lhs);
+  nt_value *a = binop_operand(I, e, ds, spine[n - 1]->u.binop.lhs, spine[n - 1]->u.binop.op, NULL);
   for (int k = n - 1; k >= 0 && a; k--) {
-    nt_value *b = nt_eval_operand(I, e, ds, spine[k]->u.binop.rhs);
+    nt_value *b = binop_operand(I, e, ds, spine[k]->u.binop.rhs, spine[k]->u.binop.op, a);
     a = b ? apply_binop(I, spine[k], a, b) : NULL;
   }
   return a;
@@ -936,6 +906,25 @@ static nt_value *eval_record(nt_interp *I, nt_env *e, nt_decl_scope *ds, const c
   return v;
 }
 
+/* if c then a else b: c is a host boolean (static indices an enclosing loop binds read as their
+ * values); only the chosen branch is evaluated. */
+static nt_value *eval_if(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
+  const cn_nt_expr *cx = x->u.if_.cond;
+  bool was = I->host_eval;
+  I->host_eval = true;
+  nt_value *c = nt_eval(I, e, ds, cx);
+  if (c) c = host_index(I, c, cx->pos);
+  I->host_eval = was;
+  if (!c) return NULL;
+  if (c->kind == NT_V_TENSOR || (c->kind == NT_V_LIST && c->literal))
+    return nt_fail(I, cx->pos, "%s",
+                   "the condition is a tensor: an if expression chooses on the host, from "
+                   "numbers, strings and booleans (as in if arch = \"convnet\" then a else b)");
+  if (c->kind != NT_V_BOOL)
+    return nt_fail(I, cx->pos, "the condition is %s, not a boolean", nt_kind_name(c->kind));
+  return nt_eval(I, e, ds, c->b ? x->u.if_.then_ : x->u.if_.else_);
+}
+
 static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x) {
   switch (x->kind) {
   case CN_NT_NUMBER: return eval_number(I, x);
@@ -973,6 +962,7 @@ static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_
   }
   case CN_NT_DECL: return nt_tensor_value(I, nt_declare(I, e, ds, x, false, NULL));
   case CN_NT_RECORD: return eval_record(I, e, ds, x);
+  case CN_NT_IF: return eval_if(I, e, ds, x);
   }
   return NULL;
 }

@@ -1,6 +1,7 @@
-/* The evaluator, part 2 of 7 (see eval_internal.h): application. The arguments of an
+/* The evaluator, part 2 of 8 (see eval_internal.h): application. The arguments of an
  * application, and let%op / let%cd / let%tile functions; a name the script does not bind is a
- * builtin (eval_builtin.c).
+ * builtin (eval_builtin.c); the einsum specs of applications and operators (their "…" and the
+ * strides and dilations a script binds spliced in).
  *
  * A function is applied curried: positional arguments fill its plain parameters in order, labeled
  * ones (~x, ?x) by name; once every required parameter is given the body runs (a let%op body gives
@@ -18,6 +19,7 @@
  * applications are copies); call depth is bounded by NT_MAX_CALL_DEPTH. */
 #include "notation/eval_internal.h"
 
+#include <ctype.h>
 #include <string.h>
 
 /* ---- Arguments ----------------------------------------------------------------------------- */
@@ -265,4 +267,68 @@ nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr 
   if (f->kind != NT_V_FUNC)
     return nt_fail(I, fx->pos, "%s is not a function", nt_kind_name(f->kind));
   return call(I, f, &a);
+}
+
+/* ---- Einsum specs ------------------------------------------------------------------------- */
+
+/* "…" (U+2026, three bytes E2 80 A6) spells "..." in a spec: the replacement has the same length,
+ * so the positions the einsum parser reports stay those of the written text. NULL only on an
+ * allocation failure; the text itself when it has no "…". */
+const char *nt_spec_text(nt_interp *I, const char *spec) {
+  if (!spec || !strstr(spec, "\xE2\x80\xA6")) return spec;
+  size_t n = strlen(spec);
+  char *copy = cn_alloc(I->ctx, n + 1);
+  if (!copy) return NULL;
+  memcpy(copy, spec, n + 1);
+  for (char *p = copy; (p = strstr(p, "\xE2\x80\xA6")) != NULL; p += 3) memcpy(p, "...", 3);
+  return copy;
+}
+
+/* nt_spec_text, then every name written as a stride or dilation (`stride*o`) that the script
+ * binds to an integer is replaced by that integer, so that `let stride = 2` then
+ * "stride*o<+k; k => o" reads as "2*o<+k; k => o". A name the script does not bind is left for the
+ * einsum parser, which reports it unbound; one bound to anything else is an error at `pos` naming
+ * the column in the spec. NULL on an error. */
+const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos) {
+  spec = nt_spec_text(I, spec);
+  if (!spec) return NULL;
+  cn_sbuf sb = {0};
+  bool spliced = false;
+  for (size_t i = 0; spec[i];) {
+    bool starts = (isalpha((unsigned char)spec[i]) || spec[i] == '_') &&
+                  (i == 0 || !(isalnum((unsigned char)spec[i - 1]) || spec[i - 1] == '_'));
+    size_t end = i;
+    if (starts)
+      while (isalnum((unsigned char)spec[end]) || spec[end] == '_') end++;
+    if (!starts || spec[end] != '*') {
+      cn_sbuf_putc(&sb, spec[i++]);
+      continue;
+    }
+    char name[64];
+    nt_value *v = NULL;
+    if (end - i < sizeof name) {
+      memcpy(name, spec + i, end - i);
+      name[end - i] = '\0';
+      v = nt_lookup(I, e, name);
+    }
+    if (!v) {
+      cn_sbuf_printf(&sb, "%.*s", (int)(end - i), spec + i);
+    } else if (v->kind != NT_V_NUM || !v->is_int) {
+      cn_sbuf_free(&sb);
+      cn_sbuf msg = {0};
+      cn_sbuf_printf(&msg,
+                     "the stride or dilation '%s' at column %zu of the einsum spec is %s, not "
+                     "an integer",
+                     name, i + 1, v->kind == NT_V_NUM ? "a float" : nt_kind_name(v->kind));
+      const char *text = cn_sbuf_finish(I->ctx, &msg);
+      if (text) nt_fail(I, pos, "%s", text);
+      return NULL;
+    } else {
+      cn_sbuf_printf(&sb, "%lld", (long long)v->num);
+      spliced = true;
+    }
+    i = end;
+  }
+  const char *out = cn_sbuf_finish(I->ctx, &sb);
+  return spliced ? out : out ? spec : NULL;
 }

@@ -1,4 +1,4 @@
-/* The evaluator, part 5 of 7 (see eval_internal.h): builtins: the primitive ops by their ops.def
+/* The evaluator, part 5 of 8 (see eval_internal.h): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
  * builtins static_index and half_moons, placeholder, the training pieces: reductions,
  * activations, losses and metrics), applied to evaluated arguments; the data-file builtins

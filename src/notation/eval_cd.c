@@ -1,4 +1,4 @@
-/* The evaluator, part 3 of 7 (see eval_internal.h): %cd. An assignment becomes a standalone
+/* The evaluator, part 3 of 8 (see eval_internal.h): %cd. An assignment becomes a standalone
  * update of the tensor layer (contraction-is-emergent's producer regime: it contributes its own
  * constraint through ~logic, "." by default); sequences, `if` on host values and block comments
  * build a code tree whose assignments are produced once shapes are known.

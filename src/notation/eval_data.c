@@ -1,4 +1,4 @@
-/* The evaluator, part 7 of 7 (see eval_internal.h): data files. The builtins dataset (arrays of
+/* The evaluator, part 7 of 8 (see eval_internal.h): data files. The builtins dataset (arrays of
  * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
  * restore (a checkpoint read back, or a fresh start), and the work of the statements shuffle,
  * checkpoint and save_npy on the library's data API (include/cannl.h, "Data files and
@@ -281,18 +281,22 @@ static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_met
                  path);
 }
 
-/* restore "file" loss ~optimizer:"adam"|"sgd"|"none": initializes loss's parameters now (so no
- * later statement initializes them again), creates the optimizer's state, then, when the file
- * exists, reads the training state back from it and returns its epoch; 0 when it does not. */
+/* restore "file" loss ~optimizer:"adam"|"sgd"|"none" [~resume:b]: initializes loss's parameters
+ * now (so no later statement initializes them again), creates the optimizer's state, then, when
+ * ~resume is true (the default) and the file exists, reads the training state back from it and
+ * returns its epoch; 0 otherwise (the file is not read). */
 nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   const nt_args *a = c->a;
-  static const char *const known[] = {"optimizer"};
-  nt_value *optimizer = nt_labeled(a, "optimizer");
-  if (!known_labels(I, c, 1, known)) return NULL;
+  static const char *const known[] = {"optimizer", "resume"};
+  nt_value *optimizer = nt_labeled(a, "optimizer"), *resume = nt_labeled(a, "resume");
+  if (!known_labels(I, c, 2, known)) return NULL;
   if (a->n_pos != 2 || !optimizer || optimizer->kind != NT_V_STR)
     return nt_fail(I, c->at, "%s",
                    "restore takes a file name, the loss and ~optimizer:\"adam\" (or \"sgd\", "
-                   "\"none\")");
+                   "\"none\"), and optionally ~resume:BOOL");
+  if (resume && resume->kind != NT_V_BOOL)
+    return nt_fail(I, c->at, "restore: ~resume expects a boolean, found %s",
+                   nt_kind_name(resume->kind));
   const char *path = file_argument(I, c, 0);
   cn_tensor *loss = path ? nt_tensor_of(I, a->pos[1], a->pos_at[1]) : NULL;
   if (!loss || !nt_materialize(I, c->at)) return NULL;
@@ -301,7 +305,7 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   if (!init) return nt_fail_here(I, c->at);
   if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, c->at)) return NULL;
   if (!optimizer_state(I, loss, optimizer->str, c->at)) return NULL;
-  if (access(path, F_OK) != 0) return nt_num(I, 0, true);
+  if ((resume && !resume->b) || access(path, F_OK) != 0) return nt_num(I, 0, true);
   cn_named_node *state;
   int n = training_state(I, loss, &state, c->at), n_meta = 0;
   cn_metadata_entry *meta = NULL;

@@ -1,18 +1,19 @@
-/* The evaluator's internal interface, shared by its seven files:
+/* The evaluator's internal interface, shared by its eight files:
  *   eval.c       values, positioned errors and provenance, literals, inline declarations, %op
  *                expressions (operators, einsum, fields);
  *   eval_apply.c arguments, let%op / let%cd / let%tile function application with its lifting
  *                points (syntax-extensions-cd-op "Lifting of the applications of config
- *                arguments", convolution-is-a-contraction "the unit boundary");
+ *                arguments", convolution-is-a-contraction "the unit boundary"), einsum specs;
  *   eval_builtin.c builtins: primitive ops by their ops.def name and the library of
  *                builtins.def (its single list of names);
  *   eval_cd.c    %cd assignments into standalone updates and code trees, label enrichment of
  *                %cd declarations, merge buffers, the code's assignments;
  *   eval_stmt.c  statements (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint,
  *                save_npy, set_seed, for, if) and the public entry points cn_notation_run /
- *                _check / _op / _cd, with run's export of a model (cn_notation_options);
+ *                _check / _op / _cd, with run's --set and export of a model (cn_notation_options);
  *   eval_out.c   what statements write: printf's formatting, progress bars and lines, and the
  *                message naming a static index read outside its loops;
+ *   eval_plot.c  the statement plot: series of points drawn as an SVG file and ASCII charts;
  *   eval_data.c  data files: the builtins dataset, load and restore, the data sets a script
  *                made (written before routines run, reordered by shuffle), checkpoints.
  *
@@ -148,6 +149,7 @@ typedef struct nt_item_state {
   const char *text;            /* print: the string printed (the statement printed a string) */
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
                                   for a host value, evaluated again at each execution) */
+  struct nt_plot *plot;        /* plot: its series */
 } nt_item_state;
 
 typedef struct {
@@ -192,6 +194,7 @@ typedef struct {
   int cap_operand, n_scanned;
   nt_dataset *datasets; /* the data sets the script made, in order */
   int n_datasets, cap_datasets;
+  struct nt_plot *plots; /* the plot statements executed, latest first (their points malloc'd) */
 } nt_interp;
 
 /* The positional and labeled arguments of an application, evaluated. */
@@ -251,10 +254,13 @@ cn_tensor *nt_declare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_ex
 bool nt_predeclare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x);
 /* A label "a_b" (OCANNL's label list joined), in the arena. */
 const char *nt_join_label(nt_interp *I, const char *a, const char *b);
-const char *nt_spec_text(nt_interp *I, const char *spec);
-const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos);
 
 /* ---- eval_apply.c ---- */
+/* An einsum spec with "…" spelled "..." (the same length: positions stay those of the text). */
+const char *nt_spec_text(nt_interp *I, const char *spec);
+/* nt_spec_text, with the strides and dilations (`stride*o`) the script binds to integers
+ * replaced by their values; NULL after a message at pos. */
+const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos);
 nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x);
 /* Tile builds a statement from its tensors' dims: settles the shapes of the graph when one of
  * t[0..n) is still open (false: a positioned message). */
@@ -281,6 +287,26 @@ nt_value *nt_labeled(const nt_args *a, const char *name);
 bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at);
 /* Whether a tree holds no computation (an empty init). */
 bool nt_asgn_empty(const cn_asgn *a);
+
+/* x in host evaluation: a static index an enclosing loop binds reads as its value in host
+ * arithmetic. A tensor built from such a value would hold it for good: an error. */
+nt_value *nt_host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x);
+/* A statement argument that is a host value (evaluated again at each execution) or a one-cell
+ * tensor computed as print computes it (its state kept in *slot, built on the `first`
+ * execution); a number for a tensor. `what` starts the message on a tensor of more cells
+ * ("printf prints"). */
+nt_value *nt_cell_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state **slot,
+                        bool first, const char *what);
+/* x's tensor (built once into st) computed as print computes it: its node, or NULL after a
+ * message. */
+cn_node *nt_computed_node(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st);
+
+/* ---- eval_plot.c ---- */
+/* plot "file" ~x:e ("name", e) ... [~ascii:b ~matrix:t]: one point appended to each series, the
+ * SVG file rewritten, the ASCII charts written when ~ascii is true. */
+bool nt_plot_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st);
+/* Frees the points of every plot (at the end of a run). */
+void nt_plots_free(nt_interp *I);
 
 /* ---- eval_data.c ---- */
 nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c);

@@ -1,4 +1,4 @@
-/* The evaluator, part 6 of 7 (see eval_internal.h): what statements write besides tensors.
+/* The evaluator, part 6 of 8 (see eval_internal.h): what statements write besides tensors.
  * printf's formatting (the parser checked the format: one argument per conversion), strings,
  * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
  * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with

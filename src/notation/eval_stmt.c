@@ -1,7 +1,7 @@
-/* The evaluator, part 4 of 7 (see eval_internal.h): the statements of a script (let, print,
- * printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed, for loops, if), the
- * entry points cn_notation_run (with its export of a model), cn_notation_check, cn_notation_op and
- * cn_notation_cd.
+/* The evaluator, part 4 of 8 (see eval_internal.h): the statements of a script (let, print,
+ * printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed, for loops, if; plot
+ * is in eval_plot.c), the entry points cn_notation_run (with --set's replaced literals and its
+ * export of a model), cn_notation_check, cn_notation_op and cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
@@ -19,6 +19,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
@@ -351,9 +352,7 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
   return true;
 }
 
-/* x in host evaluation: a static index an enclosing loop binds reads as its value in host
- * arithmetic. A tensor built from such a value would hold it for good: an error. */
-static nt_value *host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+nt_value *nt_host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
   I->host_eval = true;
   I->index_read = false;
   nt_value *v = nt_eval(I, scope, &I->top, x);
@@ -372,19 +371,16 @@ static nt_value *host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
   return v;
 }
 
-/* The value of printf's argument k: a host value, evaluated at each execution, or a tensor's
- * single cell, computed first as print computes it (the tensor built once). */
-static nt_value *printf_argument(nt_interp *I, const cn_nt_item *it, int k, nt_env *scope,
-                                 nt_item_state *st, bool first) {
-  const cn_nt_expr *x = it->u.printf_.args[k];
-  nt_item_state *a = st->args[k];
+nt_value *nt_cell_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state **slot,
+                        bool first, const char *what) {
+  nt_item_state *a = *slot;
   if (!a) {
-    nt_value *v = host_eval(I, scope, x);
+    nt_value *v = nt_host_eval(I, scope, x);
     bool tensor = v && (v->kind == NT_V_TENSOR || (v->kind == NT_V_LIST && v->literal));
     if (!v || !tensor) return v;
     if (!first) /* kinds do not change between executions */
       return nt_fail(I, x->pos, "%s", "this argument became a tensor");
-    if (!(a = st->args[k] = cn_alloc(I->ctx, sizeof *a)) || !set_statement_tensor(I, v, x, a))
+    if (!(a = *slot = cn_alloc(I->ctx, sizeof *a)) || !set_statement_tensor(I, v, x, a))
       return NULL;
   }
   if (!compute_tensor(I, a, x->pos)) return NULL;
@@ -392,10 +388,17 @@ static nt_value *printf_argument(nt_interp *I, const cn_nt_item *it, int k, nt_e
   double value;
   if (!node) return nt_fail_here(I, x->pos);
   if (cn_node_numel(node) != 1)
-    return nt_fail(I, x->pos, "printf prints one value: \"%s\" (#%d) has %lld cells",
-                   a->tensor->label, a->tensor->id, (long long)cn_node_numel(node));
+    return nt_fail(I, x->pos, "%s one value: \"%s\" (#%d) has %lld cells", what, a->tensor->label,
+                   a->tensor->id, (long long)cn_node_numel(node));
   if (cn_node_get_values(node, false, &value, 1) != CN_OK) return nt_fail_here(I, x->pos);
   return nt_num(I, value, false);
+}
+
+cn_node *nt_computed_node(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
+  if (!statement_tensor(I, scope, x, st) || !compute_tensor(I, st, x->pos)) return NULL;
+  cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
+  if (!node) nt_fail_here(I, x->pos);
+  return node;
 }
 
 /* printf "format" args: the arguments' values formatted, written as print writes a string. */
@@ -406,7 +409,9 @@ static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
   nt_value **values = cn_alloc(I->ctx, sizeof *values * (size_t)(n + 1));
   if (!values) return false;
   for (int k = 0; k < n; k++)
-    if (!(values[k] = printf_argument(I, it, k, scope, st, first))) return false;
+    if (!(values[k] =
+              nt_cell_value(I, scope, it->u.printf_.args[k], &st->args[k], first, "printf prints")))
+      return false;
   cn_sbuf text = {0};
   bool ok = nt_format(I, it, values, &text);
   if (ok && text.failed) ok = (cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory"), false);
@@ -417,7 +422,7 @@ static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
 
 /* A statement's file name: a host string, evaluated at each execution. */
 static const char *host_file(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  nt_value *v = host_eval(I, scope, x);
+  nt_value *v = nt_host_eval(I, scope, x);
   if (v && v->kind != NT_V_STR)
     return nt_fail(I, x->pos, "expected a file name (a string), found %s", nt_kind_name(v->kind)),
            NULL;
@@ -426,7 +431,7 @@ static const char *host_file(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
 
 /* A statement's ~epoch: a host integer >= 0, evaluated at each execution. */
 static bool host_epoch(nt_interp *I, nt_env *scope, const cn_nt_expr *x, int64_t *epoch) {
-  nt_value *v = host_eval(I, scope, x);
+  nt_value *v = nt_host_eval(I, scope, x);
   if (!v || !nt_as_int(I, v, x->pos, epoch)) return false;
   if (*epoch < 0)
     return nt_fail(I, x->pos, "an epoch is 0 or more, not %lld", (long long)*epoch), false;
@@ -458,15 +463,13 @@ static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, n
 static bool save_npy_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
   const char *path = host_file(I, scope, it->u.data.file);
-  if (!path || !compute_tensor(I, st, it->u.data.expr->pos)) return false;
-  cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
-  if (!node) return nt_fail_here(I, it->u.data.expr->pos), false;
-  return nt_save_npy(I, node, path, it->u.data.file->pos);
+  cn_node *node = path ? nt_computed_node(I, scope, it->u.data.expr, st) : NULL;
+  return node && nt_save_npy(I, node, path, it->u.data.file->pos);
 }
 
 /* if c then ... else ... end: c is a host boolean, evaluated at each execution. */
 static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
-  nt_value *c = host_eval(I, scope, it->u.if_.cond);
+  nt_value *c = nt_host_eval(I, scope, it->u.if_.cond);
   if (!c) return false;
   if (c->kind != NT_V_BOOL)
     return nt_fail(I, it->u.if_.cond->pos,
@@ -531,6 +534,7 @@ static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   case CN_NT_ITEM_SHUFFLE: return shuffle_item(I, it, scope, st);
   case CN_NT_ITEM_CHECKPOINT: return checkpoint_item(I, it, scope, st);
   case CN_NT_ITEM_SAVE_NPY: return save_npy_item(I, it, scope, st);
+  case CN_NT_ITEM_PLOT: return nt_plot_item(I, it, scope, st);
   }
   return false;
 }
@@ -597,12 +601,88 @@ static bool export_model(nt_interp *I, const cn_nt_program *prog) {
   return true;
 }
 
+/* Whether a top-level let binds a literal --set can replace: a number, a boolean or a string. */
+static bool settable(const cn_nt_item *it) {
+  if (it->kind != CN_NT_ITEM_LET || it->u.let.ext != CN_NT_LET_PLAIN || !it->u.let.name ||
+      it->u.let.n_params > 0)
+    return false;
+  cn_nt_expr_kind k = it->u.let.expr->kind;
+  return (k == CN_NT_NUMBER && !it->u.let.expr->u.number.label) || k == CN_NT_BOOL ||
+         k == CN_NT_STRING;
+}
+
+/* The literal of `it` replaced by the text `value`, read as the literal's kind; false after a
+ * message at the let. */
+static bool set_literal(nt_interp *I, cn_nt_item *it, const char *set, const char *value) {
+  const cn_nt_expr *old = it->u.let.expr;
+  cn_nt_expr *e = cn_alloc(I->ctx, sizeof *e);
+  if (!e) return false;
+  *e = *old;
+  char *end = NULL;
+  const char *kind = NULL;
+  if (old->kind == CN_NT_STRING) {
+    e->u.string.text = cn_strdup(I->ctx, value);
+    if (!e->u.string.text) return false;
+  } else if (old->kind == CN_NT_BOOL) {
+    e->u.boolean = strcmp(value, "true") == 0;
+    if (!e->u.boolean && strcmp(value, "false") != 0) kind = "a boolean (true or false)";
+  } else if (old->u.number.is_int) {
+    long long n = strtoll(value, &end, 10);
+    e->u.number.ival = n;
+    e->u.number.value = (double)n;
+    if (end == value || *end || n > 9007199254740992LL || n < -9007199254740992LL)
+      kind = "an integer";
+  } else {
+    e->u.number.value = strtod(value, &end);
+    if (end == value || *end || !isfinite(e->u.number.value)) kind = "a number";
+  }
+  if (kind)
+    return nt_fail(I, old->pos, "--set %s: '%s' is %s here, and '%s' is not", set, it->u.let.name,
+                   kind, value),
+           false;
+  it->u.let.expr = e;
+  return true;
+}
+
+/* cn_notation_options.sets: each NAME=VALUE replaces the literal of every top-level `let NAME =
+ * LITERAL`; an unknown name is an error naming those that can be set. */
+static bool apply_sets(nt_interp *I, cn_nt_program *prog) {
+  cn_nt_pos start = {prog->src, 1, 1};
+  for (int k = 0; k < I->opts.n_sets; k++) {
+    const char *set = I->opts.sets && I->opts.sets[k] ? I->opts.sets[k] : "";
+    const char *eq = strchr(set, '=');
+    if (!eq || eq == set) return nt_fail(I, start, "--set '%s': expected NAME=VALUE", set), false;
+    size_t len = (size_t)(eq - set);
+    int found = 0;
+    for (int i = 0; i < prog->n_items; i++) {
+      cn_nt_item *it = &prog->items[i];
+      if (!settable(it) || strlen(it->u.let.name) != len || strncmp(it->u.let.name, set, len) != 0)
+        continue;
+      if (!set_literal(I, it, set, eq + 1)) return false;
+      found++;
+    }
+    if (found) continue;
+    cn_sbuf names = {0};
+    for (int i = 0; i < prog->n_items; i++)
+      if (settable(&prog->items[i]))
+        cn_sbuf_printf(&names, "%s%s", names.len ? ", " : "", prog->items[i].u.let.name);
+    const char *list = cn_sbuf_finish(I->ctx, &names);
+    if (!list) return false;
+    return nt_fail(I, start,
+                   "--set %s: the script has no top-level let %.*s = LITERAL (a number, boolean "
+                   "or string); the names it can set: %s",
+                   set, (int)len, set, *list ? list : "none"),
+           false;
+  }
+  return true;
+}
+
 static cn_status run_program(nt_interp *I, const char *file, const char *text,
                              const cn_notation_options *opts) {
   cn_nt_program *prog = cn_nt_parse_program(I->ctx, file ? file : "<script>", text ? text : "");
   if (opts && opts->syntax_error) *opts->syntax_error = !prog;
   if (!prog) return cn_ctx_status(I->ctx);
-  bool ok = true;
+  bool ok = apply_sets(I, prog);
   for (int i = 0; ok && i < prog->n_items; i++) ok = item(I, &prog->items[i], NULL);
   if (ok) ok = export_model(I, prog);
   if (!ok) return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
@@ -619,6 +699,7 @@ cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
   bool was = g->fuse_unnamed;
   g->fuse_unnamed = true;
   cn_status st = run_program(&I, file, text, opts);
+  nt_plots_free(&I);
   g->fuse_unnamed = was;
   return st;
 }

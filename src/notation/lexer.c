@@ -136,6 +136,7 @@ static const struct {
     {"shuffle", NT_TK_SHUFFLE},
     {"checkpoint", NT_TK_CHECKPOINT},
     {"save_npy", NT_TK_SAVE_NPY},
+    {"plot", NT_TK_PLOT},
 };
 
 const char *cn_nt_reserved_word(nt_tk_kind kind) {

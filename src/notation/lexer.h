@@ -58,7 +58,8 @@ typedef enum {
   NT_TK_END,
   NT_TK_SHUFFLE,
   NT_TK_CHECKPOINT,
-  NT_TK_SAVE_NPY
+  NT_TK_SAVE_NPY,
+  NT_TK_PLOT
 } nt_tk_kind;
 
 typedef struct {

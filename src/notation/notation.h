@@ -18,8 +18,12 @@
  *              'do' (stmt [';;'])* 'done'  (loops nest at most CN_NT_MAX_LOOP_DEPTH deep)
  *            | 'if' binary 'then' (stmt [';;'])* ['else' (stmt [';;'])*] 'end'
  *                                          (ifs nest at most CN_NT_MAX_IF_DEPTH deep)
+ *            | 'plot' arg ('~x:' arg | '~ascii:' arg | '~matrix:' arg | '(' expr ',' expr ')')*
+ *                                          (~x and one series at least)
  *   param   := NAME | '~'NAME | '?'NAME | '?(' NAME '=' expr ')' | '()'
- *   expr    := 'let' NAME '=' expr 'in' expr | binary (',' binary)*     (a tuple)
+ *   expr    := 'let' NAME '=' expr 'in' expr | (ifexpr | binary) (',' binary)*     (a tuple)
+ *   ifexpr  := 'if' binary 'then' branch 'else' branch  (an expression: the else is required)
+ *   branch  := ifexpr | 'let' NAME '=' expr 'in' expr | binary
  *   binary  := unary (INFIX binary)*       OCaml precedence and associativity by the operator's
  *                                          first characters (cn_nt_infix_prec)
  *            | binary EINSUM-OP STRING arg | binary ('++' | '@^^') STRING
@@ -44,7 +48,7 @@
  * '%' [flags -+ 0#] [width] ['.' precision] (d i f F e E g G s b) conversions and text ('%%' a
  * percent sign). Comments: (* nested *) and '#' to end of line. Reserved words: let in if then
  * else end true false print printf backprop run sgd adam set_seed for to do done progress mod
- * shuffle checkpoint save_npy.
+ * shuffle checkpoint save_npy plot.
  * A trailing ';' ends a %cd sequence before end of input, ';;', ')', or a reserved word.
  *
  * Errors: NULL and CN_ERR_INVALID with the message "FILE:LINE:COL: message\nLINE-TEXT\nCARET";

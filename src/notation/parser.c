@@ -201,6 +201,9 @@ cn_nt_expr *ntp_finish(parser *p, cn_nt_expr *e, cn_nt_pos at) {
     h = max_int(height(e->u.decl.init), fields_height(e->u.decl.n_fields, e->u.decl.fields));
     break;
   case CN_NT_RECORD: h = fields_height(e->u.record.n_fields, e->u.record.fields); break;
+  case CN_NT_IF:
+    h = max_int(height(e->u.if_.cond), max_int(height(e->u.if_.then_), height(e->u.if_.else_)));
+    break;
   }
   e->height = h + 1;
   if (e->height > CN_NT_MAX_HEIGHT) {

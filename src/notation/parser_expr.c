@@ -1,5 +1,7 @@
 /* The notation's recursive-descent parser, part 2 of 3 (see parser_internal.h): %op expressions
- * and %cd sequences.
+ * (with `if c then a else b`, which only starts an expression, so it never meets the `if`
+ * statement, which starts a script item, or %cd's `if`, which starts a %cd item) and %cd
+ * sequences.
  *
  * Infix operators follow OCaml's precedence by the operator's first characters (precedence
  * climbing); a %cd right-hand side is classified against the primitive-op table (ops.def) and the
@@ -547,9 +549,48 @@ static cn_nt_expr *parse_let_in(parser *p) {
   return ntp_finish(p, e, pos);
 }
 
+static cn_nt_expr *parse_if_expr(parser *p);
+
+/* A branch of an if expression: another if, a local let, or an operator expression (a tuple
+ * needs parentheses). */
+static cn_nt_expr *parse_branch(parser *p) {
+  if (ntp_at_kind(p, NT_TK_IF)) return parse_if_expr(p);
+  if (ntp_at_kind(p, NT_TK_LET)) return parse_let_in(p);
+  return ntp_parse_binary(p, 1);
+}
+
+/* if cond then a else b: an expression (the else is required; the statement form ends with
+ * `end` and only starts a script item, %cd's form only starts a %cd item). */
+static cn_nt_expr *if_expr_body(parser *p) {
+  cn_nt_token kw = ntp_next(p);
+  cn_nt_pos pos = ntp_pos_of(p, &kw);
+  cn_nt_expr *e = ntp_new_expr(p, CN_NT_IF, pos);
+  if (!e || !(e->u.if_.cond = ntp_parse_binary(p, 1))) return NULL;
+  if (!ntp_at_kind(p, NT_TK_THEN)) {
+    ntp_expected(p, "'then' after the condition");
+    return NULL;
+  }
+  ntp_next(p);
+  if (!(e->u.if_.then_ = parse_branch(p))) return NULL;
+  if (!ntp_at_kind(p, NT_TK_ELSE)) {
+    ntp_expected(p, "'else' (an if expression has both branches: if c then a else b)");
+    return NULL;
+  }
+  ntp_next(p);
+  if (!(e->u.if_.else_ = parse_branch(p))) return NULL;
+  return ntp_finish(p, e, pos);
+}
+
+static cn_nt_expr *parse_if_expr(parser *p) {
+  if (!ntp_enter(p)) return NULL;
+  cn_nt_expr *e = if_expr_body(p);
+  p->depth--;
+  return e;
+}
+
 static cn_nt_expr *expr_body(parser *p) {
   if (ntp_at_kind(p, NT_TK_LET)) return parse_let_in(p);
-  cn_nt_expr *first = ntp_parse_binary(p, 1);
+  cn_nt_expr *first = ntp_at_kind(p, NT_TK_IF) ? parse_if_expr(p) : ntp_parse_binary(p, 1);
   if (!first || !ntp_at_kind(p, NT_TK_COMMA)) return first;
   vec items = {0};
   if (!ntp_push(p, &items, &first, sizeof first)) return NULL;
@@ -796,7 +837,8 @@ static bool sequence_ends(parser *p) {
   case NT_TK_END:
   case NT_TK_SHUFFLE:
   case NT_TK_CHECKPOINT:
-  case NT_TK_SAVE_NPY: return true;
+  case NT_TK_SAVE_NPY:
+  case NT_TK_PLOT: return true;
   default: return false;
   }
 }

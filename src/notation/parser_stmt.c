@@ -1,7 +1,6 @@
 /* The notation's recursive-descent parser, part 3 of 3 (see parser_internal.h): the items of a
- * script (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed,
- * for, if) and
- * cn_nt_parse_program.
+ * script (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, plot,
+ * set_seed, for, if) and cn_nt_parse_program.
  *
  * Invariants: `for` loops nest at most CN_NT_MAX_LOOP_DEPTH deep and `if` statements at most
  * CN_NT_MAX_IF_DEPTH, so the evaluator's walks over bodies are bounded; a printf format is
@@ -314,6 +313,50 @@ static bool parse_data_statement(parser *p, cn_nt_item *it, const char *what) {
   return true;
 }
 
+/* plot "file" (~x:e | ~ascii:e | ~matrix:e | ("name", e))*: ~x and one series at least. */
+static bool parse_plot(parser *p, cn_nt_item *it) {
+  ntp_next(p);
+  if (!(it->u.plot.file = ntp_parse_arg(p))) return false;
+  const option opts[] = {
+      {"x", &it->u.plot.x}, {"ascii", &it->u.plot.ascii}, {"matrix", &it->u.plot.matrix}};
+  vec names = {0}, values = {0};
+  for (;;) {
+    if (!parse_options(p, "plot", 3, opts)) return false;
+    if (!ntp_at_kind(p, NT_TK_LPAREN)) break;
+    cn_nt_expr *series = ntp_parse_arg(p);
+    if (!series) return false;
+    if (series->kind != CN_NT_TUPLE || series->u.items.n != 2) {
+      ntp_error(p, series->pos, "%s",
+                "a series is (\"name\", value): a name and a number or a one-cell tensor");
+      return false;
+    }
+    if (!ntp_push(p, &names, &series->u.items.items[0], sizeof(cn_nt_expr *)) ||
+        !ntp_push(p, &values, &series->u.items.items[1], sizeof(cn_nt_expr *)))
+      return false;
+  }
+  cn_nt_expr *m = it->u.plot.matrix;
+  if (m && m->kind == CN_NT_TUPLE) {
+    if (m->u.items.n != 2) {
+      ntp_error(p, m->pos, "%s", "~matrix is a tensor or (\"title\", tensor)");
+      return false;
+    }
+    it->u.plot.matrix_title = m->u.items.items[0];
+    it->u.plot.matrix = m->u.items.items[1];
+  }
+  if (!it->u.plot.x) {
+    ntp_error(p, it->pos, "%s", "plot needs ~x:VALUE (the points' x, a number)");
+    return false;
+  }
+  if (names.n == 0) {
+    ntp_expected(p, "a series (\"name\", value) after plot's file");
+    return false;
+  }
+  it->u.plot.n_series = names.n;
+  it->u.plot.names = names.v;
+  it->u.plot.values = values.v;
+  return true;
+}
+
 /* ---- printf formats ---------------------------------------------------------------------------
  */
 
@@ -603,7 +646,7 @@ static bool parse_item(parser *p, cn_nt_item *it) {
     bool loop = p->inner == NT_TK_FOR;
     ntp_error(p, it->pos,
               "%s body holds print, printf, backprop, run, sgd, adam, shuffle, checkpoint, "
-              "save_npy, if and for statements: bind names and set the seed before the %s",
+              "save_npy, plot, if and for statements: bind names and set the seed before the %s",
               loop ? "a loop" : "an if", loop ? "loop" : "if");
     return false;
   }
@@ -633,6 +676,7 @@ static bool parse_item(parser *p, cn_nt_item *it) {
   case NT_TK_SAVE_NPY:
     it->kind = CN_NT_ITEM_SAVE_NPY;
     return parse_data_statement(p, it, "save_npy");
+  case NT_TK_PLOT: it->kind = CN_NT_ITEM_PLOT; return parse_plot(p, it);
   case NT_TK_SET_SEED:
     it->kind = CN_NT_ITEM_SET_SEED;
     ntp_next(p);
@@ -644,7 +688,7 @@ static bool parse_item(parser *p, cn_nt_item *it) {
     return true;
   default:
     ntp_expected(p, "a statement (let, print, printf, backprop, run, sgd, adam, shuffle, "
-                    "checkpoint, save_npy, set_seed, for or if)");
+                    "checkpoint, save_npy, plot, set_seed, for or if)");
     return false;
   }
 }
@@ -663,6 +707,7 @@ static bool starts_item(parser *p) {
   case NT_TK_SHUFFLE:
   case NT_TK_CHECKPOINT:
   case NT_TK_SAVE_NPY:
+  case NT_TK_PLOT:
   case NT_TK_SET_SEED:
   case NT_TK_FOR:
   case NT_TK_IF: return true;

@@ -87,7 +87,8 @@ static bool stopped(const printer *pr, const cn_nt_expr *e) {
 
 static bool needs_parens(const printer *pr, const cn_nt_expr *e, level lv) {
   switch (e->kind) {
-  case CN_NT_LET: return lv >= LV_RHS;
+  case CN_NT_LET:
+  case CN_NT_IF: return lv >= LV_RHS;
   case CN_NT_BINOP:
   case CN_NT_EINSUM: return lv >= LV_OPERAND;
   case CN_NT_PREFIX: return lv >= (is_negation(e) ? LV_OPERAND : LV_PREFIX);
@@ -222,6 +223,14 @@ static void print_bare(printer *pr, const cn_nt_expr *e) {
     print_expr(pr, e->u.let.value, LV_EXPR);
     cn_sbuf_puts(sb, " in ");
     print_expr(pr, e->u.let.body, LV_EXPR);
+    break;
+  case CN_NT_IF:
+    cn_sbuf_puts(sb, "if ");
+    print_expr(pr, e->u.if_.cond, LV_RHS);
+    cn_sbuf_puts(sb, " then ");
+    print_expr(pr, e->u.if_.then_, LV_RHS);
+    cn_sbuf_puts(sb, " else ");
+    print_expr(pr, e->u.if_.else_, LV_RHS);
     break;
   case CN_NT_LIST: print_items(pr, e, "[", "; ", "]", LV_EXPR); break;
   case CN_NT_ARRAY: print_items(pr, e, "[|", "; ", "|]", LV_EXPR); break;
@@ -424,6 +433,30 @@ static void print_data_statement(printer *pr, const cn_nt_item *it) {
   print_option(pr, "epoch", it->u.data.epoch);
 }
 
+/* plot "file" ~x:e ("name", e) ... [~ascii:e] [~matrix:e]. */
+static void print_plot(printer *pr, const cn_nt_item *it) {
+  cn_sbuf_puts(pr->sb, "plot ");
+  print_expr(pr, it->u.plot.file, LV_ARG);
+  print_option(pr, "x", it->u.plot.x);
+  for (int i = 0; i < it->u.plot.n_series; i++) {
+    cn_sbuf_puts(pr->sb, " (");
+    print_nested(pr, it->u.plot.names[i], LV_RHS);
+    cn_sbuf_puts(pr->sb, ", ");
+    print_nested(pr, it->u.plot.values[i], LV_RHS);
+    cn_sbuf_putc(pr->sb, ')');
+  }
+  print_option(pr, "ascii", it->u.plot.ascii);
+  if (it->u.plot.matrix_title) {
+    cn_sbuf_puts(pr->sb, " ~matrix:(");
+    print_nested(pr, it->u.plot.matrix_title, LV_RHS);
+    cn_sbuf_puts(pr->sb, ", ");
+    print_nested(pr, it->u.plot.matrix, LV_RHS);
+    cn_sbuf_putc(pr->sb, ')');
+  } else {
+    print_option(pr, "matrix", it->u.plot.matrix);
+  }
+}
+
 /* A block's statements, one level deeper. */
 static void print_body(printer *pr, int n, const cn_nt_item *items, int indent) {
   for (int i = 0; i < n; i++) print_item(pr, &items[i], indent + 1);
@@ -504,6 +537,7 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
   case CN_NT_ITEM_SHUFFLE:
   case CN_NT_ITEM_CHECKPOINT:
   case CN_NT_ITEM_SAVE_NPY: print_data_statement(pr, it); break;
+  case CN_NT_ITEM_PLOT: print_plot(pr, it); break;
   case CN_NT_ITEM_SET_SEED: cn_sbuf_printf(sb, "set_seed %lld", (long long)it->u.seed); break;
   case CN_NT_ITEM_FOR:
     cn_sbuf_printf(sb, "for %s = ", it->u.for_.name);
