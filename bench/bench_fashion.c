@@ -91,7 +91,7 @@ static void mark_trained(void *user, int epoch, int64_t step, int64_t steps, dou
 
 /* Builds the row's model, sets the thread count and trains every epoch into *out. */
 static bool train_cannl(const row *r, int epochs, int threads, run *out) {
-  static fashion f;
+  static fashion f; /* some 17 KB of curves and counts: not on the stack */
   const fashion_config cfg = {.model = r->model,
                               .epochs = epochs,
                               .batch_size = 100,

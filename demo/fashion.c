@@ -220,6 +220,11 @@ cn_status fashion_build(fashion *f, const fashion_config *cfg) {
   if (f->cfg.final_learning_rate == 0) f->cfg.final_learning_rate = f->cfg.learning_rate / 20;
   if (f->cfg.epochs < 1) f->cfg.epochs = 1;
   if (!(f->ctx = cn_ctx_create())) return CN_ERR_NOMEM;
+  if (f->cfg.epochs > FASHION_MAX_EPOCHS) { /* the curves' arrays hold that many */
+    snprintf(f->message, sizeof f->message, "%d epochs: at most %d", f->cfg.epochs,
+             FASHION_MAX_EPOCHS);
+    return CN_ERR_INVALID;
+  }
   cn_ctx *ctx = f->ctx;
   if (!(f->g = cn_graph_create(ctx))) return fail(ctx);
   cn_array train[2] = {0}, test[2] = {0};
@@ -263,10 +268,20 @@ static void identity(const fashion *f, char *out, size_t cap) {
            (unsigned long long)f->cfg.seed, f->cfg.learning_rate, f->cfg.final_learning_rate);
 }
 
+/* The training state into state[STATE_MAX]: its count, or -1 (a message set) when it does not
+ * fit, since a checkpoint without Adam's state (the last entries) would not resume the run. */
+static int training_state(fashion *f, cn_named_node *state) {
+  int n = cn_graph_state(f->g, f->loss, state, STATE_MAX);
+  if (n > STATE_MAX)
+    snprintf(f->message, sizeof f->message, "the training state has %d tensors, at most %d", n,
+             STATE_MAX);
+  return n > STATE_MAX ? -1 : n;
+}
+
 static cn_status save_checkpoint(fashion *f) {
   cn_named_node state[STATE_MAX];
-  int n = cn_graph_state(f->g, f->loss, state, STATE_MAX);
-  if (n < 0) return fail(f->ctx);
+  int n = training_state(f, state);
+  if (n < 0) return f->message[0] ? CN_ERR_INVALID : fail(f->ctx);
   char run[256], done[32];
   identity(f, run, sizeof run);
   snprintf(done, sizeof done, "%d", f->epochs_done);
@@ -279,8 +294,7 @@ static cn_status save_checkpoint(fashion *f) {
     at += (size_t)snprintf(curves + at, cap - at, "%s%.17g %.17g", e ? ";" : "", f->epoch_loss[e],
                            f->test_accuracy[e]);
   const cn_metadata_entry meta[3] = {{"run", run}, {"epochs_done", done}, {"curves", curves}};
-  cn_status st = cn_data_save_safetensors(f->ctx, f->cfg.checkpoint, n < STATE_MAX ? n : STATE_MAX,
-                                          state, 3, meta);
+  cn_status st = cn_data_save_safetensors(f->ctx, f->cfg.checkpoint, n, state, 3, meta);
   free(curves);
   return st;
 }
@@ -297,12 +311,11 @@ cn_status fashion_resume(fashion *f) {
     return CN_ERR_INVALID;
   }
   cn_named_node state[STATE_MAX];
-  int n = cn_graph_state(f->g, f->loss, state, STATE_MAX);
-  if (n < 0) return fail(f->ctx);
+  int n = training_state(f, state);
+  if (n < 0) return f->message[0] ? CN_ERR_INVALID : fail(f->ctx);
   int n_meta = 0;
   cn_metadata_entry *meta = NULL;
-  cn_status st = cn_data_load_safetensors(f->ctx, f->cfg.checkpoint, n < STATE_MAX ? n : STATE_MAX,
-                                          state, &n_meta, &meta);
+  cn_status st = cn_data_load_safetensors(f->ctx, f->cfg.checkpoint, n, state, &n_meta, &meta);
   if (st != CN_OK) return st;
   char run[256];
   identity(f, run, sizeof run);
@@ -389,17 +402,16 @@ cn_status fashion_export(fashion *f, const char *name, const char *dir) {
 }
 
 cn_status fashion_predict(fashion *f, const float *pixels_in, int *klass) {
-  static const char *const name = "fashion_predict";
-  cn_routine **predict = &f->predict;
-  if (!*predict) {
+  if (!f->predict) {
     cn_asgn *code = cn_graph_forward(f->g, f->image_logits);
-    if (!code || !(*predict = cn_routine_compile(f->ctx, code, f->cfg.backend, name)))
+    if (!code ||
+        !(f->predict = cn_routine_compile(f->ctx, code, f->cfg.backend, "fashion_predict")))
       return fail(f->ctx);
   }
   float logits[FASHION_CLASSES];
   cn_status st =
       cn_node_set_cells(cn_tensor_value(f->image), false, pixels_in, FASHION_SIDE * FASHION_SIDE);
-  if (st == CN_OK) st = cn_routine_run(*predict);
+  if (st == CN_OK) st = cn_routine_run(f->predict);
   if (st == CN_OK)
     st = cn_node_get_cells(cn_tensor_value(f->image_logits), false, logits, FASHION_CLASSES);
   if (st != CN_OK) return st;

@@ -178,6 +178,9 @@ static void test_errors(void) {
   CHECK(cn_dataset_create(g, "odd", 2, a, 4, true, 1) == NULL);
   CHECK(strstr(cn_ctx_error(ctx), "array 1 has 9 examples, array 0 has 10") != NULL);
   CHECK(a[0].cells != NULL && a[1].cells != NULL); /* a failed create takes nothing */
+  cn_array bad = {CN_PREC_BYTE, 3, {4, -2, -3}, NULL}, held_out;
+  CHECK(cn_dataset_split(ctx, 1, &bad, 1, 7, &held_out) != CN_OK);
+  CHECK(strstr(cn_ctx_error(ctx), "array 0 has no valid shape") != NULL);
   cn_array_free(&a[0]);
   cn_array_free(&a[1]);
   cn_ctx_destroy(ctx);

@@ -6,8 +6,9 @@
  *   - a padded 3x3 convolution with bias, relu and max pooling, whose input buffer has padding
  *     margins (the copy into the padded layout);
  *   - the header declares NAME_forward, and two exported models link into one program;
- *   - errors: a name that is not a C identifier, a computed input, a double-precision output, a
- *     forward reading a static index, an output the input does not reach, a missing directory. */
+ *   - errors: a name that is not a C identifier or too long, a computed input, a double-precision
+ *     output, a forward reading a static index, an output the input does not reach, a missing
+ *     directory. */
 #include "check.h"
 
 #include "cannl.h"
@@ -112,7 +113,7 @@ static const cn_dims *out_dims(cn_dims *d, int n, const int64_t *dims) {
   return d;
 }
 
-/* relu(w2 * relu(w1 * x + b1) + b2) with x a 64-cell placeholder. */
+/* w2 * relu(w1 * x + b1) + b2 with x a 64-cell placeholder. */
 static cn_tensor *mlp(cn_graph *g, cn_tensor *x) {
   int64_t hidden = 128, classes = 10;
   cn_dims d1, d2;
@@ -165,7 +166,7 @@ static void test_models(void) {
   static char expected[1 << 16];
   expected[0] = '\0';
   const char *names[2] = {"mlp_model", "conv_model"};
-  int64_t in_cells[2], out_cells[2], x_dims[3] = {8, 8, 3}, mlp_dims = 64;
+  int64_t in_cells[2] = {0}, out_cells[2] = {0}, x_dims[3] = {8, 8, 3}, mlp_dims = 64;
   bool ok = export_model(names[0], mlp, 1, &mlp_dims, expected, sizeof expected, &in_cells[0],
                          &out_cells[0]) &&
             export_model(names[1], convnet, 3, x_dims, expected, sizeof expected, &in_cells[1],
@@ -218,7 +219,11 @@ static void test_errors(void) {
   expect_error(ctx, cn_graph_export_c(g, computed, y, "m", dir), "is computed");
   expect_error(ctx, cn_graph_export_c(g, x, z, "m", dir), "does not read the input");
   expect_error(ctx, cn_graph_export_c(g, x, with_symbol, "m", dir), "static index 'step'");
-  expect_error(ctx, cn_graph_export_c(g, x, y, "m", "/nonexistent-cannl-dir"), "cannot write");
+  expect_error(ctx, cn_graph_export_c(g, x, y, "m", "/nonexistent-cannl-dir"), "cannot create");
+  char long_name[260];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  expect_error(ctx, cn_graph_export_c(g, x, y, long_name, dir), "longer than 200 characters");
   cn_ctx_destroy(ctx);
 
   ctx = cn_ctx_create();

@@ -81,6 +81,10 @@ static bool check_arrays(cn_ctx *ctx, const char *label, int n, const cn_array *
   }
   for (int k = 0; k < n; k++) {
     const cn_array *a = &arrays[k];
+    if (cn_array_numel(a) < 0) {
+      cn_fail(ctx, CN_ERR_INVALID, "data set \"%s\": array %d has no valid shape", label, k);
+      return false;
+    }
     if (a->rank < 1 || a->rank > CN_MAX_RANK - 1) {
       cn_fail(ctx, CN_ERR_INVALID,
               "data set \"%s\": array %d has rank %d; examples lie along axis 0 of an array of "

@@ -12,6 +12,7 @@
  * runtime does; the function's arrays are named NAME_*, its entry point NAME_model_entry, so
  * exported models link together. */
 #include "backend/backend.h"
+#include "data/data.h"
 #include "numeric/numeric.h"
 #include "runtime/routine.h"
 #include "tensor/tensor.h"
@@ -22,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define EXPORT_NAME_MAX 200
 
 static bool is_identifier(const char *s) {
   if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
@@ -86,7 +89,10 @@ static void put_cell(cn_sbuf *sb, cn_prec prec, const void *cell) {
     cn_sbuf_puts(sb, "(-9223372036854775807LL - 1)");
   else
     cn_sbuf_printf(sb, "%s%" PRIu64 "%s", negative ? "-" : "", bits,
-                   cn_prec_bytes(prec) == 8 ? "ULL" : "u");
+                   prec == CN_PREC_INT32      ? ""
+                   : prec == CN_PREC_INT64    ? "LL"
+                   : cn_prec_bytes(prec) == 8 ? "ULL"
+                                              : "u");
 }
 
 static bool all_zero(const unsigned char *bytes, size_t n) {
@@ -153,17 +159,20 @@ static void put_copy(cn_sbuf *sb, const cn_node *node, const char *padded, const
   cn_sbuf_puts(sb, "  }\n");
 }
 
+/* DIR/NAME.EXT through the module's atomic writer: an interrupted export leaves the old file. */
 static cn_status write_text(cn_ctx *ctx, const char *dir, const char *name, const char *ext,
                             const cn_sbuf *text) {
   char path[4096];
   if (snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext) >= (int)sizeof path)
     return cn_fail(ctx, CN_ERR_IO, "export: the path %s/%s.%s is too long", dir, name, ext);
-  FILE *f = fopen(path, "w");
-  if (!f) return cn_fail(ctx, CN_ERR_IO, "export: cannot write %s: %s", path, strerror(errno));
-  bool ok = fwrite(text->data, 1, text->len, f) == text->len;
-  ok = fclose(f) == 0 && ok;
-  if (!ok) return cn_fail(ctx, CN_ERR_IO, "export: writing %s failed: %s", path, strerror(errno));
-  return CN_OK;
+  cn_data_writer w;
+  cn_status st = cn_data_writer_open(ctx, path, &w);
+  if (st != CN_OK) return st;
+  if ((st = cn_data_write(ctx, &w, text->data, text->len)) != CN_OK) {
+    cn_data_writer_abort(&w);
+    return st;
+  }
+  return cn_data_writer_commit(ctx, &w);
 }
 
 static cn_status check_tensors(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
@@ -172,6 +181,9 @@ static cn_status check_tensors(cn_graph *g, cn_tensor *input, cn_tensor *output,
   if (!is_identifier(name))
     return cn_fail(ctx, CN_ERR_INVALID, "export: the name '%s' is not a C identifier",
                    name ? name : "(null)");
+  if (strlen(name) > EXPORT_NAME_MAX) /* NAME_model_entry and NAME_b<i> must fit their buffers */
+    return cn_fail(ctx, CN_ERR_INVALID, "export: the name '%.40s...' is longer than %d characters",
+                   name, EXPORT_NAME_MAX);
   if (!dir) return cn_fail(ctx, CN_ERR_INVALID, "export \"%s\": no directory", name);
   if (!input || !output || input->g != g || output->g != g)
     return cn_fail(ctx, CN_ERR_INVALID,
