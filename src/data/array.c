@@ -7,6 +7,7 @@
  * except for failures of the gzip layer itself, which name the compressed byte; a writer's
  * temporary file is either renamed over the target by commit or removed. */
 #include "data/data.h"
+#include "data/io_hook.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -285,28 +286,30 @@ void cn_data_copy_order(void *dst, const void *src, size_t count, size_t width, 
 
 /* ---- Writing ---- */
 
+static atomic_long fail_writes_after = -1;
+
+void cn_data_fail_writes_after(long bytes) {
+  atomic_store(&fail_writes_after, bytes);
+}
+
 cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w) {
   /* A fresh name per attempt (process id, counter); O_EXCL never reuses another's file, and
    * open's mode lets the umask give the file the permissions of any new file. */
   static atomic_uint counter;
   memset(w, 0, sizeof *w);
   w->path = path;
+  w->fd = -1;
   size_t len = strlen(path) + 64;
   w->tmp_path = cn_malloc(ctx, len);
   if (!w->tmp_path) return CN_ERR_NOMEM;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+  for (int attempt = 0; attempt < 100 && w->fd < 0; attempt++) {
     snprintf(w->tmp_path, len, "%s.tmp.%ld.%u", path, (long)getpid(),
              atomic_fetch_add(&counter, 1));
-    fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0 && errno != EEXIST) break;
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (w->fd < 0 && errno != EEXIST) break;
   }
-  if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+  if (w->fd < 0) {
     int err = errno;
-    if (fd >= 0) {
-      close(fd);
-      unlink(w->tmp_path);
-    }
     free(w->tmp_path);
     w->tmp_path = NULL;
     return cn_fail(ctx, CN_ERR_IO, "%s: cannot create: %s", path, strerror(err));
@@ -314,30 +317,76 @@ cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w) 
   return CN_OK;
 }
 
-cn_status cn_data_write(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n) {
-  if (n && fwrite(bytes, 1, n, w->f) != n)
-    return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
+cn_status cn_data_write_at(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n,
+                           uint64_t at) {
+  const unsigned char *p = bytes;
+  while (n > 0) {
+    size_t chunk = n;
+    long budget = atomic_load(&fail_writes_after);
+    if (budget == 0) {
+      errno = EIO;
+      return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
+    }
+    if (budget > 0 && (size_t)budget < chunk) chunk = (size_t)budget;
+    ssize_t done = pwrite(w->fd, p, chunk, (off_t)at);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0)
+      return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path,
+                     strerror(done == 0 ? ENOSPC : errno));
+    if (budget > 0) atomic_store(&fail_writes_after, budget - (long)done);
+    p += done;
+    n -= (size_t)done;
+    at += (uint64_t)done;
+  }
   return CN_OK;
 }
 
+cn_status cn_data_write(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n) {
+  cn_status st = cn_data_write_at(ctx, w, bytes, n, w->pos);
+  if (st == CN_OK) w->pos += n;
+  return st;
+}
+
+/* fsync of the directory holding path, so that the rename itself is durable; 0 or an errno. A
+ * file system that cannot sync directories (EINVAL) has nothing more to flush. */
+static int sync_directory(const char *path, char *dir, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, size, ".");
+  else if (slash == path)
+    snprintf(dir, size, "/");
+  else
+    snprintf(dir, size, "%.*s", (int)(slash - path), path);
+  int fd = open(dir, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = fsync(fd) != 0 && errno != EINVAL ? errno : 0;
+  close(fd);
+  return err;
+}
+
 cn_status cn_data_writer_commit(cn_ctx *ctx, cn_data_writer *w) {
-  int err = 0;
-  if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) err = errno;
-  if (fclose(w->f) != 0 && !err) err = errno;
-  w->f = NULL;
-  if (!err && rename(w->tmp_path, w->path) != 0) err = errno;
-  if (!err) {
-    free(w->tmp_path);
-    w->tmp_path = NULL;
-    return CN_OK;
+  const char *step = "flush (fsync) the temporary file";
+  int err = fsync(w->fd) != 0 ? errno : 0;
+  if (close(w->fd) != 0 && !err) err = errno, step = "close the temporary file";
+  w->fd = -1;
+  if (!err && rename(w->tmp_path, w->path) != 0) err = errno, step = "rename over the file";
+  if (err) {
+    cn_data_writer_abort(w);
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot %s: %s", w->path, step, strerror(err));
   }
-  cn_data_writer_abort(w);
-  return cn_fail(ctx, CN_ERR_IO, "%s: cannot write: %s", w->path, strerror(err));
+  free(w->tmp_path);
+  w->tmp_path = NULL;
+  char dir[4096];
+  if ((err = sync_directory(w->path, dir, sizeof dir)) != 0)
+    return cn_fail(ctx, CN_ERR_IO,
+                   "%s: the file was replaced, but syncing its directory '%s' failed: %s", w->path,
+                   dir, strerror(err));
+  return CN_OK;
 }
 
 void cn_data_writer_abort(cn_data_writer *w) {
-  if (w->f) fclose(w->f);
-  w->f = NULL;
+  if (w->fd >= 0) close(w->fd);
+  w->fd = -1;
   if (w->tmp_path) unlink(w->tmp_path);
   free(w->tmp_path);
   w->tmp_path = NULL;

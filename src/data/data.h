@@ -82,17 +82,22 @@ void cn_data_copy_order(void *dst, const void *src, size_t count, size_t width, 
  * when a dim is negative or the product overflows size_t (a zero axis makes any product valid). */
 bool cn_data_numel(int rank, const int64_t *dims, size_t *out);
 
-/* Writes a file atomically: the bytes go to a temporary file in the same directory, which
- * commit flushes to disk and renames over path, so an interrupted save leaves the old file
- * whole. Every failure is CN_ERR_IO naming path; after a failed write, call abort (it removes
- * the temporary file). */
+/* Writes a file atomically: the bytes go to a temporary file PATH.tmp.PID.K in the same
+ * directory, which commit flushes to disk (fsync), renames over path and makes durable (fsync of
+ * the directory), so an interrupted save leaves the old file whole. Writes go through the test
+ * hook of io_hook.h. Every failure is CN_ERR_IO naming path; after a failed write, call abort
+ * (it removes the temporary file); a failed commit has aborted already. */
 typedef struct {
   const char *path;
   char *tmp_path; /* malloc'd */
-  FILE *f;
+  int fd;
+  uint64_t pos; /* where cn_data_write goes on */
 } cn_data_writer;
 cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w);
 cn_status cn_data_write(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n);
+/* Overwrites bytes already written at offset `at` (a checksum known only at the end). */
+cn_status cn_data_write_at(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_t n,
+                           uint64_t at);
 cn_status cn_data_writer_commit(cn_ctx *ctx, cn_data_writer *w);
 void cn_data_writer_abort(cn_data_writer *w);
 

@@ -1,4 +1,5 @@
-/* A test hook of the data files' write path (src/data/safetensors.c): makes writes fail midway,
+/* A test hook of the data files' write path (cn_data_writer, src/data/array.c, which every save
+ * goes through: safetensors, .npy, export): makes writes fail midway,
  * as a full disk or an I/O error would, so that tests can check that a failed save leaves the
  * previous file whole and no temporary file behind.
  *

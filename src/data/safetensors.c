@@ -3,10 +3,10 @@
  *
  * Saving writes "__metadata__" first (with "cannl_crc32" before the caller's entries), then the
  * tensors in the order given, contiguous from offset 0, the header padded with spaces to a
- * multiple of 8 so that the data starts 8-aligned. The file is written under PATH.tmp-PID-K in
- * PATH's directory, fsync'ed, renamed over PATH, and the directory fsync'ed: PATH is at every
- * moment the old file or the new one, whole; a failure removes the temporary file. Only one
- * node's cells are held in memory at a time: the CRC is written into the header last.
+ * multiple of 8 so that the data starts 8-aligned. The file goes through the module's atomic
+ * writer (data.h: a temporary file, fsync, rename, fsync of the directory): PATH is at every
+ * moment the old file or the new one, whole. Only one node's cells are held in memory at a
+ * time: the CRC is written into the header's placeholder last.
  *
  * Loading checks everything before it writes anything: the header length against the file size
  * (before allocating for it), the JSON (json.c), each entry (a known dtype, a shape, offsets
@@ -18,13 +18,11 @@
  * repeated loads do not grow the context. Cells are little-endian in the file and converted on a
  * big-endian host. */
 #include "data/data.h"
-#include "data/io_hook.h"
 #include "data/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,37 +112,6 @@ static uLong crc_update(uLong crc, const unsigned char *b, size_t n) {
 }
 
 /* ---- Writing ---- */
-
-static atomic_long fail_writes_after = -1;
-
-void cn_data_fail_writes_after(long bytes) {
-  atomic_store(&fail_writes_after, bytes);
-}
-
-/* Writes all of buf at offset off; false with errno set on failure. */
-static bool write_at(int fd, const void *buf, size_t len, off_t off) {
-  const unsigned char *p = buf;
-  while (len > 0) {
-    size_t n = len;
-    long budget = atomic_load(&fail_writes_after);
-    if (budget == 0) {
-      errno = EIO;
-      return false;
-    }
-    if (budget > 0 && (size_t)budget < n) n = (size_t)budget;
-    ssize_t w = pwrite(fd, p, n, off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = ENOSPC;
-      return false;
-    }
-    if (budget > 0) atomic_store(&fail_writes_after, budget - (long)w);
-    p += w;
-    len -= (size_t)w;
-    off += w;
-  }
-  return true;
-}
 
 /* The checks of a save's arguments: names and keys present, unique, valid UTF-8 (so that the
  * header is JSON), tensor names of 1 to MAX_NAME bytes as loading requires, the reserved keys
@@ -240,49 +207,30 @@ static bool build_header(cn_sbuf *sb, int n_nodes, const cn_named_node *nodes, i
   return !sb->failed;
 }
 
-/* Writes the nodes' cells from file offset `at`, then the CRC of all of them at crc_at. False
- * with errno set on a write failure; a failure of the node layer (out of memory) sets *st. */
-static bool write_data(cn_ctx *ctx, int fd, int n_nodes, const cn_named_node *nodes, off_t at,
-                       off_t crc_at, cn_status *st) {
+/* Writes the nodes' cells after the header, then the CRC of all of them into the header's
+ * placeholder at crc_at. */
+static cn_status write_data(cn_ctx *ctx, cn_data_writer *w, int n_nodes, const cn_named_node *nodes,
+                            uint64_t crc_at) {
   uLong crc = crc32(0, Z_NULL, 0);
   for (int i = 0; i < n_nodes; i++) {
     file_form f;
     form_of(nodes[i].node, &f);
     if (f.bytes == 0) continue;
     unsigned char *cells = cn_malloc(ctx, f.bytes);
-    if (!cells || (*st = cn_node_get_cells(nodes[i].node, false, cells,
-                                           (size_t)cn_node_numel(nodes[i].node))) != CN_OK) {
-      if (!cells) *st = CN_ERR_NOMEM;
-      free(cells);
-      return false;
+    if (!cells) return CN_ERR_NOMEM;
+    cn_status st =
+        cn_node_get_cells(nodes[i].node, false, cells, (size_t)cn_node_numel(nodes[i].node));
+    if (st == CN_OK) {
+      cn_data_copy_order(cells, cells, f.bytes / f.dtype->bytes, f.dtype->bytes, false);
+      crc = crc_update(crc, cells, f.bytes);
+      st = cn_data_write(ctx, w, cells, f.bytes);
     }
-    cn_data_copy_order(cells, cells, f.bytes / f.dtype->bytes, f.dtype->bytes, false);
-    crc = crc_update(crc, cells, f.bytes);
-    bool ok = write_at(fd, cells, f.bytes, at);
     free(cells);
-    if (!ok) return false;
-    at += (off_t)f.bytes;
+    if (st != CN_OK) return st;
   }
   char hex[9];
   snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc);
-  return write_at(fd, hex, 8, crc_at);
-}
-
-/* fsync of the directory holding path, so that the rename itself is durable. A file system
- * that cannot sync directories (EINVAL) has nothing more to flush. */
-static int sync_directory(const char *path, char *dir, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, size, ".");
-  else if (slash == path)
-    snprintf(dir, size, "/");
-  else
-    snprintf(dir, size, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = fsync(fd) != 0 && errno != EINVAL ? errno : 0;
-  close(fd);
-  return err;
+  return cn_data_write_at(ctx, w, hex, 8, crc_at);
 }
 
 cn_status cn_data_save_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
@@ -314,48 +262,19 @@ cn_status cn_data_save_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
                    "saving '%s': the header would be %zu bytes, more than the format's limit of %u",
                    path, header.len, MAX_HEADER);
   }
-  static atomic_uint counter;
-  size_t tmp_size = strlen(path) + 64;
-  char *tmp = cn_malloc(ctx, tmp_size);
-  if (!tmp) {
-    cn_sbuf_free(&header);
-    return CN_ERR_NOMEM;
-  }
-  snprintf(tmp, tmp_size, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-  unlink(tmp); /* a stale file of a dead process that had our pid */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    st = cn_fail(ctx, CN_ERR_IO, "saving '%s': cannot create '%s': %s", path, tmp, strerror(errno));
-    cn_sbuf_free(&header);
-    free(tmp);
-    return st;
-  }
   unsigned char len8[8];
   for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)header.len >> (8 * b));
-  st = CN_OK;
-  const char *step = "write";
-  bool ok = write_at(fd, len8, 8, 0) && write_at(fd, header.data, header.len, 8) &&
-            write_data(ctx, fd, n_nodes, nodes, (off_t)(8 + header.len), (off_t)(8 + crc_at), &st);
-  int err = errno;
+  cn_data_writer w;
+  st = cn_data_writer_open(ctx, path, &w);
+  if (st == CN_OK && (st = cn_data_write(ctx, &w, len8, 8)) == CN_OK &&
+      (st = cn_data_write(ctx, &w, header.data, header.len)) == CN_OK)
+    st = write_data(ctx, &w, n_nodes, nodes, 8 + crc_at);
   cn_sbuf_free(&header);
-  if (ok && fsync(fd) != 0) ok = false, step = "flush (fsync)", err = errno;
-  if (close(fd) != 0 && ok) ok = false, step = "close", err = errno;
-  if (ok && rename(tmp, path) != 0) ok = false, step = "rename over the file", err = errno;
-  if (!ok) {
-    unlink(tmp);
-    if (st == CN_OK)
-      st = cn_fail(ctx, CN_ERR_IO, "saving '%s': cannot %s '%s': %s", path, step, tmp,
-                   strerror(err));
-    free(tmp);
+  if (st != CN_OK) {
+    cn_data_writer_abort(&w);
     return st;
   }
-  free(tmp);
-  char dir[4096];
-  if ((err = sync_directory(path, dir, sizeof dir)) != 0)
-    return cn_fail(ctx, CN_ERR_IO,
-                   "saving '%s': the file was replaced, but syncing its directory '%s' failed: %s",
-                   path, dir, strerror(err));
-  return CN_OK;
+  return cn_data_writer_commit(ctx, &w);
 }
 
 /* ---- Reading ---- */
