@@ -601,7 +601,7 @@ static void test_json(void) {
   CHECK(cn_json_parse(ctx, deep, 2 * CN_JSON_MAX_DEPTH + 2, "text", 0) == NULL);
   CHECK_HAS(cn_ctx_error(ctx), "byte 64: nesting deeper than 64");
   cn_sbuf sb = {0};
-  cn_json_put_string(&sb, "a\"b\\c\x01\xc3\xa9");
+  cn_sbuf_json_string(&sb, "a\"b\\c\x01\xc3\xa9");
   CHECK(!sb.failed && sb.len == 17 && memcmp(sb.data, "\"a\\\"b\\\\c\\u0001\xc3\xa9\"", 17) == 0);
   cn_sbuf_free(&sb);
   size_t bad = 0;

@@ -186,6 +186,19 @@ void cn_sbuf_indent(cn_sbuf *sb, int levels) {
   for (int i = 0; i < levels; i++) cn_sbuf_puts(sb, "  ");
 }
 
+void cn_sbuf_json_string(cn_sbuf *sb, const char *s) {
+  cn_sbuf_putc(sb, '"');
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      cn_sbuf_printf(sb, "\\%c", *c);
+    else if (*c < 0x20)
+      cn_sbuf_printf(sb, "\\u%04x", *c);
+    else
+      cn_sbuf_putc(sb, (char)*c);
+  }
+  cn_sbuf_putc(sb, '"');
+}
+
 const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb) {
   if (sb->failed) {
     cn_sbuf_free(sb);

@@ -74,6 +74,9 @@ void cn_sbuf_indent(cn_sbuf *sb, int levels); /* two spaces per level */
  * breaks and other blanks print as spaces and tabs stay in the caret line, so that the caret
  * stands under its column in a terminal. */
 void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at);
+/* s as a JSON string literal: quoted, with '"' and '\\' escaped and control bytes as \u00XX
+ * (other bytes, UTF-8 included, as they are). */
+void cn_sbuf_json_string(cn_sbuf *sb, const char *s);
 /* ---- Positioned messages (src/core/source.c) ----
  * A source text a message can point into: a file's text (file set; line and col say where the text
  * starts in it, 1 and 1 for a whole file, elsewhere for a Tile body inside a script), or a one-line

@@ -334,18 +334,3 @@ const cn_json *cn_json_get(const cn_json *object, const char *key) {
     if (strcmp(object->members[i].key, key) == 0) return object->members[i].value;
   return NULL;
 }
-
-void cn_json_put_string(cn_sbuf *sb, const char *s) {
-  cn_sbuf_putc(sb, '"');
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') {
-      cn_sbuf_putc(sb, '\\');
-      cn_sbuf_putc(sb, (char)*c);
-    } else if (*c < 0x20) {
-      cn_sbuf_printf(sb, "\\u%04x", *c);
-    } else {
-      cn_sbuf_putc(sb, (char)*c);
-    }
-  }
-  cn_sbuf_putc(sb, '"');
-}

@@ -43,8 +43,5 @@ const cn_json *cn_json_get(const cn_json *object, const char *key);
 /* True when s[0 .. len) is valid UTF-8 (no overlong form, surrogate or code point past
  * U+10FFFF); else false with *bad the offset of the first invalid byte. */
 bool cn_json_utf8_valid(const char *s, size_t len, size_t *bad);
-/* Appends s as a JSON string literal (quotes, \" \\ and \u00XX for control characters; other
- * bytes as they are, so s must be valid UTF-8 for the result to be JSON). */
-void cn_json_put_string(cn_sbuf *sb, const char *s);
 
 #endif

@@ -184,9 +184,9 @@ static bool build_header(cn_sbuf *sb, int n_nodes, const cn_named_node *nodes, i
   cn_sbuf_puts(sb, "00000000\"");
   for (int i = 0; i < n_meta; i++) {
     cn_sbuf_putc(sb, ',');
-    cn_json_put_string(sb, meta[i].key);
+    cn_sbuf_json_string(sb, meta[i].key);
     cn_sbuf_putc(sb, ':');
-    cn_json_put_string(sb, meta[i].value);
+    cn_sbuf_json_string(sb, meta[i].value);
   }
   cn_sbuf_putc(sb, '}');
   uint64_t offset = 0;
@@ -194,7 +194,7 @@ static bool build_header(cn_sbuf *sb, int n_nodes, const cn_named_node *nodes, i
     file_form f;
     form_of(nodes[i].node, &f);
     cn_sbuf_putc(sb, ',');
-    cn_json_put_string(sb, nodes[i].name);
+    cn_sbuf_json_string(sb, nodes[i].name);
     cn_sbuf_printf(sb, ":{\"dtype\":\"%s\",\"shape\":[", f.dtype->name);
     for (int a = 0; a < f.rank; a++)
       cn_sbuf_printf(sb, "%s%lld", a ? "," : "", (long long)f.dims[a]);

@@ -43,20 +43,6 @@ static void json_number(cn_sbuf *sb, double v) {
     cn_sbuf_printf(sb, "%.17g", v);
 }
 
-static void json_string(cn_sbuf *sb, const char *s) {
-  cn_sbuf_putc(sb, '"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      cn_sbuf_printf(sb, "\\%c", c);
-    else if (c < 0x20)
-      cn_sbuf_printf(sb, "\\u%04x", c);
-    else
-      cn_sbuf_putc(sb, (char)c);
-  }
-  cn_sbuf_putc(sb, '"');
-}
-
 static void json_dims(cn_sbuf *sb, const char *key, int n, const int64_t *dims) {
   cn_sbuf_printf(sb, ", \"%s\": [", key);
   for (int i = 0; i < n; i++) cn_sbuf_printf(sb, "%s%lld", i ? ", " : "", (long long)dims[i]);
@@ -135,7 +121,7 @@ const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
   sb->failed = false;
   if (json) {
     cn_sbuf_puts(sb, "{\"label\": ");
-    json_string(sb, grad ? cn_node_label(node) : t->label);
+    cn_sbuf_json_string(sb, grad ? cn_node_label(node) : t->label);
     json_dims(sb, "batch", r.n[CN_ROW_BATCH], r.dims[CN_ROW_BATCH]);
     json_dims(sb, "input", r.n[CN_ROW_INPUT], r.dims[CN_ROW_INPUT]);
     json_dims(sb, "output", r.n[CN_ROW_OUTPUT], r.dims[CN_ROW_OUTPUT]);
