@@ -131,7 +131,7 @@ int main(void) {
             0);
   CHECK_STR(out, "5 b\n");
   CHECK_INT(run("run -e 'let n = 2' --set m=1", out, sizeof out), 1);
-  CHECK_HAS(out, "<-e>:1:1: --set m=1: the script has no top-level let m = LITERAL");
+  CHECK_HAS(out, "--set m=1: the script has no top-level let m = LITERAL");
   CHECK_INT(run("run -e 'let n = 2' --set n=x", out, sizeof out), 1);
   CHECK_HAS(out, "<-e>:1:9: --set n=x: 'n' is an integer here, and 'x' is not");
   CHECK_INT(run("run -e 'let n = 2' --set n", out, sizeof out), 2);

@@ -272,6 +272,20 @@ static void test_errors(void) {
   run_fails(script, "t.cnl:3:13: restore: ~optimizer is \"adam\", \"sgd\" (its momentum) or "
                     "\"none\", not \"rmsprop\"");
   run_fails("checkpoint \"x\" 1.0\n", "t.cnl:1:1: checkpoint needs ~epoch:VALUE");
+  /* an option's error is at the option; ~channels:1 has no room for an axis at the highest rank */
+  snprintf(script, sizeof script, "let x = dataset ~batch_size:0 \"%s\"\n",
+           path_of(1, "labels.idx"));
+  run_fails(script, "t.cnl:1:17: dataset: ~batch_size is 0; it is at least 1");
+  snprintf(script, sizeof script, "let x = dataset ~batch_size:1 ~shuffle:1 \"%s\"\n",
+           path_of(1, "labels.idx"));
+  run_fails(script, "t.cnl:1:31: dataset: ~shuffle expects a boolean, found a number");
+  uint32_t deep[CN_MAX_RANK];
+  for (int k = 0; k < CN_MAX_RANK; k++) deep[k] = k ? 1 : 2;
+  write_idx(path_of(2, "deep.idx"), CN_MAX_RANK, deep, 0);
+  snprintf(script, sizeof script, "let x = dataset ~batch_size:1 ~channels:1 \"%s\"\n",
+           path_of(2, "deep.idx"));
+  run_fails(script, "t.cnl:1:43: ");
+  run_fails(script, "has 16 axes: ~channels:1 cannot add one (an array has at most 16)");
 }
 
 /* The statements print back as canonical text that parses again to the same text; an

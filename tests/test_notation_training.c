@@ -109,7 +109,7 @@ static void test_builtins(void) {
     expect(&o, b, 0, "sum", "|->1", VALUES(7), 0);
   }
   CHECK_HAS(run_error("print (sum ~spec:3 [1.0])\n"),
-            "seed.cnl:1:8: ~spec expects an einsum spec string, found a number");
+            "seed.cnl:1:12: ~spec expects an einsum spec string, found a number");
 }
 
 /* ---- Optimizers ------------------------------------------------------------------------------ */
@@ -143,6 +143,10 @@ static void test_adam(void) {
   }
   CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~beta1:true\n"),
             "seed.cnl:2:34: expected a number, found a boolean");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nsgd p ~learning_rate:0.1 ~momentum:true\n"),
+            "seed.cnl:2:36: expected a number, found a boolean");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nsgd p ~learning_rate:0.1 ~nesterov:1\n"),
+            "seed.cnl:2:36: expected a boolean, found a number");
 }
 
 /* ---- print and printf ------------------------------------------------------------------------ */
@@ -238,6 +242,15 @@ static void test_if(void) {
   CHECK_HAS(run_error("let i = static_index 3\nif i = 0 then print 1 end\n"),
             "seed.cnl:2:4: the static index 'i' has a value only inside a loop over it");
   CHECK_HAS(run_error("printf \"%d\" (1 mod 0)\n"), "seed.cnl:1:16: division by zero");
+  /* a statement in a loop builds its tensors and options once: an if expression choosing them
+   * by the loop's index would keep the first iteration's choice */
+  CHECK_HAS(run_error("let a = [1.0]\nlet b = [2.0]\n"
+                      "for i = 0 to 2 do print (if i = 0 then a else b) done\n"),
+            "seed.cnl:3:26: this value would keep the value the loop's index has now");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nlet loss = sum (p *. p)\nfor i = 0 to 2 do\n"
+                      "  backprop loss\n  sgd loss ~learning_rate:(if i = 0 then 0.0 else 1.0)\n"
+                      "done\n"),
+            "seed.cnl:5:28: this value would keep the value the loop's index has now");
 }
 
 /* ---- progress -------------------------------------------------------------------------------- */

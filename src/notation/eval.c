@@ -705,9 +705,7 @@ static bool host_value(const nt_value *v) {
   return v->kind == NT_V_NUM || v->kind == NT_V_BOOL;
 }
 
-/* In host evaluation (nt_interp.host_eval), a static index an enclosing loop binds reads as its
- * value; one no loop binds is an error at pos. Other values are returned as they are. */
-static nt_value *host_index(nt_interp *I, nt_value *v, cn_nt_pos pos) {
+nt_value *nt_host_index(nt_interp *I, nt_value *v, cn_nt_pos pos) {
   int64_t value;
   if (!I->host_eval || v->kind != NT_V_INDEX) return v;
   if (!nt_index_value(I, v, &value))
@@ -744,8 +742,8 @@ static nt_value *apply_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_
   bool host_a = host_value(a) || (I->host_eval && a->kind == NT_V_INDEX);
   bool host_b = host_value(b) || (I->host_eval && b->kind == NT_V_INDEX);
   if (host_a && host_b && ((host_value(a) && host_value(b)) || strcmp(op, "@|") != 0)) {
-    if (!(a = host_index(I, a, x->u.binop.lhs->pos)) ||
-        !(b = host_index(I, b, x->u.binop.rhs->pos)))
+    if (!(a = nt_host_index(I, a, x->u.binop.lhs->pos)) ||
+        !(b = nt_host_index(I, b, x->u.binop.rhs->pos)))
       return NULL;
     return host_binop(I, op, a, b, x->u.binop.op_pos);
   }
@@ -859,7 +857,8 @@ static nt_value *eval_prefix(nt_interp *I, nt_env *e, nt_decl_scope *ds, const c
     return t ? nt_tensor_value(I, t) : nt_fail_here(I, x->pos);
   }
   if (minus) {
-    if (v->kind == NT_V_INDEX && I->host_eval && !(v = host_index(I, v, x->u.prefix.operand->pos)))
+    if (v->kind == NT_V_INDEX && I->host_eval &&
+        !(v = nt_host_index(I, v, x->u.prefix.operand->pos)))
       return NULL;
     if (v->kind == NT_V_NUM) return nt_num(I, -v->num, v->is_int);
     cn_tensor *t = nt_tensor_of(I, v, x->pos);
@@ -913,7 +912,7 @@ static nt_value *eval_if(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt
   bool was = I->host_eval;
   I->host_eval = true;
   nt_value *c = nt_eval(I, e, ds, cx);
-  if (c) c = host_index(I, c, cx->pos);
+  if (c) c = nt_host_index(I, c, cx->pos);
   I->host_eval = was;
   if (!c) return NULL;
   if (c->kind == NT_V_TENSOR || (c->kind == NT_V_LIST && c->literal))

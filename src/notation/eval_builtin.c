@@ -23,10 +23,32 @@
 
 /* ---- Arguments ------------------------------------------------------------------------------ */
 
-nt_value *nt_labeled(const nt_args *a, const char *name) {
+nt_value *nt_labeled_at(const nt_args *a, const char *name, cn_nt_pos *at) {
   for (int i = 0; i < a->n_lab; i++)
-    if (strcmp(a->lab[i], name) == 0) return a->lab_v[i];
+    if (strcmp(a->lab[i], name) == 0) {
+      *at = a->lab_at[i];
+      return a->lab_v[i];
+    }
   return NULL;
+}
+
+nt_value *nt_labeled(const nt_args *a, const char *name) {
+  cn_nt_pos at;
+  return nt_labeled_at(a, name, &at);
+}
+
+bool nt_known_labels(nt_interp *I, const nt_call *c, int n, const char *const *known) {
+  for (int i = 0; i < c->a->n_lab; i++) {
+    int k = 0;
+    while (k < n && strcmp(c->a->lab[i], known[k]) != 0) k++;
+    if (k < n) continue;
+    char list[160] = "";
+    for (int j = 0; j < n; j++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s~%s", j ? " " : "", known[j]);
+    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s (%s)", c->name, c->a->lab[i], list),
+           false;
+  }
+  return true;
 }
 
 static bool int_list(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out, int *n) {
@@ -122,13 +144,7 @@ static nt_value *nt_builtin_half_moons(nt_interp *I, const nt_call *c) {
   static const char *const known[] = {"n", "noise", "seed", "batch_size"};
   const nt_args *a = c->a;
   cn_nt_pos at = c->at;
-  for (int i = 0; i < a->n_lab; i++) {
-    int k = 0;
-    while (k < 4 && strcmp(a->lab[i], known[k]) != 0) k++;
-    if (k == 4)
-      return nt_fail(I, a->lab_at[i],
-                     "half_moons has no argument ~%s (~n ~noise ~seed ~batch_size)", a->lab[i]);
-  }
+  if (!nt_known_labels(I, c, 4, known)) return NULL;
   nt_value *nv = nt_labeled(a, "n"), *noise = nt_labeled(a, "noise"), *seed = nt_labeled(a, "seed");
   nt_value *bv = nt_labeled(a, "batch_size");
   int64_t n, batch = 0, seed_v = 0;
@@ -199,14 +215,7 @@ static nt_value *nt_builtin_placeholder(nt_interp *I, const nt_call *c) {
   static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
   int64_t d[3][CN_MAX_RANK];
   int n[3];
-  for (int i = 0; i < c->a->n_lab; i++) {
-    int k = 0;
-    while (k < 3 && strcmp(c->a->lab[i], labels[k]) != 0) k++;
-    if (k == 3)
-      return nt_fail(I, c->a->lab_at[i],
-                     "placeholder has no argument ~%s (~batch_dims ~input_dims ~output_dims)",
-                     c->a->lab[i]);
-  }
+  if (!nt_known_labels(I, c, 3, labels)) return NULL;
   if (!nt_labeled(c->a, "output_dims"))
     return nt_fail(I, c->at, "%s",
                    "placeholder takes labeled dims: ~output_dims:[..] (and ~batch_dims, "
@@ -225,12 +234,12 @@ static nt_value *nt_builtin_dim(nt_interp *I, const nt_call *c) {
 /* ~spec:"RHS => LHS" of sum and mean: the reduction as an einsum spec, or NULL (every cell);
  * false with a message when it is not a string. */
 static bool reduction_spec(nt_interp *I, const nt_call *c, const char **spec) {
-  nt_value *v = nt_labeled(c->a, "spec");
+  cn_nt_pos at;
+  nt_value *v = nt_labeled_at(c->a, "spec", &at);
   *spec = NULL;
   if (!v) return true;
   if (v->kind != NT_V_STR)
-    return nt_fail(I, c->at, "~spec expects an einsum spec string, found %s",
-                   nt_kind_name(v->kind)),
+    return nt_fail(I, at, "~spec expects an einsum spec string, found %s", nt_kind_name(v->kind)),
            false;
   return (*spec = nt_spec_text(I, v->str)) != NULL;
 }

@@ -43,30 +43,16 @@ static const char *file_argument(nt_interp *I, const nt_call *c, int k) {
          NULL;
 }
 
-/* False with a message at the first labeled argument of c not among known[0..n). */
-static bool known_labels(nt_interp *I, const nt_call *c, int n, const char *const *known) {
-  for (int i = 0; i < c->a->n_lab; i++) {
-    int k = 0;
-    while (k < n && strcmp(c->a->lab[i], known[k]) != 0) k++;
-    if (k < n) continue;
-    char list[160] = "";
-    for (int j = 0; j < n; j++)
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s~%s", j ? " " : "", known[j]);
-    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s (%s)", c->name, c->a->lab[i], list),
-           false;
-  }
-  return true;
-}
-
 /* The labeled integer ~name (dflt when absent), at least lo; false after a message. */
 static bool int_option(nt_interp *I, const nt_call *c, const char *name, int64_t dflt, int64_t lo,
                        int64_t *out) {
-  nt_value *v = nt_labeled(c->a, name);
+  cn_nt_pos at;
+  nt_value *v = nt_labeled_at(c->a, name, &at);
   *out = dflt;
   if (!v) return true;
-  if (!nt_as_int(I, v, c->at, out)) return false;
+  if (!nt_as_int(I, v, at, out)) return false;
   if (*out < lo)
-    return nt_fail(I, c->at, "%s: ~%s is %lld; it is at least %lld", c->name, name, (long long)*out,
+    return nt_fail(I, at, "%s: ~%s is %lld; it is at least %lld", c->name, name, (long long)*out,
                    (long long)lo),
            false;
   return true;
@@ -77,14 +63,9 @@ static bool int_option(nt_interp *I, const nt_call *c, const char *name, int64_t
 /* Records a data set of the script (its tensors found by shuffle, written by
  * nt_begin_datasets). */
 static bool add_dataset(nt_interp *I, cn_dataset *d, int n) {
-  if (I->n_datasets == I->cap_datasets) {
-    int cap = I->cap_datasets ? 2 * I->cap_datasets : 4;
-    nt_dataset *bigger = cn_alloc(I->ctx, sizeof *bigger * (size_t)cap);
-    if (!bigger) return false;
-    if (I->n_datasets) memcpy(bigger, I->datasets, sizeof *bigger * (size_t)I->n_datasets);
-    I->datasets = bigger;
-    I->cap_datasets = cap;
-  }
+  if (!cn_arena_grow(I->ctx, (void **)&I->datasets, &I->cap_datasets, I->n_datasets + 1,
+                     sizeof *I->datasets))
+    return false;
   I->datasets[I->n_datasets++] = (nt_dataset){d, n, false};
   return true;
 }
@@ -109,7 +90,13 @@ static bool load_arrays(nt_interp *I, const nt_call *c, int64_t limit, bool chan
                      (long long)a->dims[0], (long long)limit),
              false;
     if (limit > 0) a->dims[0] = limit; /* row-major: the first examples are a prefix */
-    if (channels && a->rank >= 3 && a->rank < CN_MAX_RANK) a->dims[a->rank++] = 1;
+    if (!channels || a->rank < 3) continue;
+    if (a->rank == CN_MAX_RANK)
+      return nt_fail(I, c->a->pos_at[k],
+                     "%s has %d axes: ~channels:1 cannot add one (an array has at most %d)", path,
+                     a->rank, CN_MAX_RANK),
+             false;
+    a->dims[a->rank++] = 1;
   }
   return true;
 }
@@ -120,8 +107,10 @@ nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c) {
   static const char *const known[] = {"batch_size", "shuffle", "seed", "limit", "channels"};
   const nt_args *a = c->a;
   int64_t batch, seed, limit, channels;
-  nt_value *shuffle = nt_labeled(a, "shuffle");
-  if (!known_labels(I, c, 5, known)) return NULL;
+  cn_nt_pos shuffle_at, channels_at;
+  nt_value *shuffle = nt_labeled_at(a, "shuffle", &shuffle_at);
+  nt_labeled_at(a, "channels", &channels_at);
+  if (!nt_known_labels(I, c, 5, known)) return NULL;
   if (a->n_pos < 1 || !nt_labeled(a, "batch_size"))
     return nt_fail(I, c->at, "%s",
                    "dataset takes ~batch_size:N (and ~shuffle, ~seed, ~limit, ~channels), then "
@@ -130,10 +119,10 @@ nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c) {
       !int_option(I, c, "limit", 0, 1, &limit) || !int_option(I, c, "channels", 0, 1, &channels))
     return NULL;
   if (shuffle && shuffle->kind != NT_V_BOOL)
-    return nt_fail(I, c->at, "dataset: ~shuffle expects a boolean, found %s",
+    return nt_fail(I, shuffle_at, "dataset: ~shuffle expects a boolean, found %s",
                    nt_kind_name(shuffle->kind));
-  if (channels > 1)
-    return nt_fail(I, c->at, "%s",
+  if (channels > 1) /* given: int_option's default is 0 */
+    return nt_fail(I, channels_at, "%s",
                    "dataset: ~channels:1 adds a channel axis of size 1; other sizes would need "
                    "the channels in the file");
   cn_array arrays[NT_MAX_ARGS];
@@ -288,14 +277,16 @@ static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_met
 nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   const nt_args *a = c->a;
   static const char *const known[] = {"optimizer", "resume"};
-  nt_value *optimizer = nt_labeled(a, "optimizer"), *resume = nt_labeled(a, "resume");
-  if (!known_labels(I, c, 2, known)) return NULL;
+  cn_nt_pos resume_at;
+  nt_value *optimizer = nt_labeled(a, "optimizer"),
+           *resume = nt_labeled_at(a, "resume", &resume_at);
+  if (!nt_known_labels(I, c, 2, known)) return NULL;
   if (a->n_pos != 2 || !optimizer || optimizer->kind != NT_V_STR)
     return nt_fail(I, c->at, "%s",
                    "restore takes a file name, the loss and ~optimizer:\"adam\" (or \"sgd\", "
                    "\"none\"), and optionally ~resume:BOOL");
   if (resume && resume->kind != NT_V_BOOL)
-    return nt_fail(I, c->at, "restore: ~resume expects a boolean, found %s",
+    return nt_fail(I, resume_at, "restore: ~resume expects a boolean, found %s",
                    nt_kind_name(resume->kind));
   const char *path = file_argument(I, c, 0);
   cn_tensor *loss = path ? nt_tensor_of(I, a->pos[1], a->pos_at[1]) : NULL;

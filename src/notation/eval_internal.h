@@ -18,8 +18,9 @@
  *                made (written before routines run, reordered by shuffle), checkpoints.
  *
  * Invariants: every value, environment entry and code node lives in the context's arena; every
- * failure is a positioned message (cn_nt_fail_at), returned as NULL / false; recursion is bounded
- * by the parser's height limit and NT_MAX_CALL_DEPTH. */
+ * failure is a positioned message (cn_nt_fail_at), returned as NULL / false (but for a malformed or
+ * unknown --set, a command-line error); recursion is bounded by the parser's height limit and
+ * NT_MAX_CALL_DEPTH. */
 #ifndef CN_NT_EVAL_INTERNAL_H
 #define CN_NT_EVAL_INTERNAL_H
 
@@ -170,7 +171,8 @@ typedef struct {
                     so what it allocated is temporary (run_loop gives it back) */
   const cn_nt_item *item; /* the statement being executed (for messages) */
   /* In a printf argument or an if condition: a static index that an enclosing loop binds reads
-   * as its value in host arithmetic (index_read records that one did). */
+   * as its value in host arithmetic (index_read records that one did: a statement that keeps
+   * what it builds refuses a value chosen by such a read, eval_stmt.c's elab_eval). */
   bool host_eval, index_read;
   nt_value **indices; /* the static indices whose symbol exists, for messages */
   int n_indices, cap_indices;
@@ -244,6 +246,10 @@ cn_tensor *nt_tensor_of(nt_interp *I, nt_value *v, cn_nt_pos pos);
 bool nt_as_int(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out);
 bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out);
 nt_value *nt_eval(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x);
+/* In host evaluation (nt_interp.host_eval), a static index an enclosing loop binds reads as its
+ * value (index_read records that one did); one no loop binds is an error at pos. Other values are
+ * returned as they are. */
+nt_value *nt_host_index(nt_interp *I, nt_value *v, cn_nt_pos pos);
 /* x in a tensor position of %op: a string there is an inline declaration {text}. */
 nt_value *nt_eval_operand(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x);
 /* Creates (once per lifting point) the tensor declared by `node`: a parameter, or with cd a
@@ -279,6 +285,11 @@ nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos
 bool nt_spec_argument(const char *name, int k);
 /* The value of the labeled argument ~name, or NULL. */
 nt_value *nt_labeled(const nt_args *a, const char *name);
+/* nt_labeled, with *at set to where ~name was written. */
+nt_value *nt_labeled_at(const nt_args *a, const char *name, cn_nt_pos *at);
+/* False with a message at the first labeled argument of c not among known[0..n), naming c's
+ * builtin and its known labels. */
+bool nt_known_labels(nt_interp *I, const nt_call *c, int n, const char *const *known);
 
 /* ---- eval_stmt.c ---- */
 /* Compiles asgn (or reuses *cache when it holds a routine), writes the data sets not yet written,
@@ -291,6 +302,9 @@ bool nt_asgn_empty(const cn_asgn *a);
 /* x in host evaluation: a static index an enclosing loop binds reads as its value in host
  * arithmetic. A tensor built from such a value would hold it for good: an error. */
 nt_value *nt_host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x);
+/* nt_host_eval of x, a value of `kind`: another kind is an error at x, "WHAT, found KIND". */
+nt_value *nt_host_of(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vkind kind,
+                     const char *what);
 /* A statement argument that is a host value (evaluated again at each execution) or a one-cell
  * tensor computed as print computes it (its state kept in *slot, built on the `first`
  * execution); a number for a tensor. `what` starts the message on a tensor of more cells

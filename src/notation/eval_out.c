@@ -167,8 +167,10 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
       elapsed > 0 ? (double)done * (double)(pr->batch_size ? pr->batch_size : 1) / elapsed : 0;
   const char *name = pr->loop->u.for_.name, *unit = pr->batch_size ? "samples/s" : "steps/s";
   int pct = (int)(100 * done / pr->total);
+  /* the time shown: the time left, or at the last step the time taken */
+  double shown = last ? elapsed : per_step * (double)(pr->total - done);
   char eta[32];
-  clock_text(eta, sizeof eta, last ? elapsed : per_step * (double)(pr->total - done));
+  clock_text(eta, sizeof eta, shown);
   FILE *f = nt_out(I);
   pr->last_draw = t;
   while (pr->next_line <= done && pr->tenth < 10) /* the step that ends the next tenth */
@@ -181,8 +183,7 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
       fprintf(f, ", \"loss\": %.17g", loss);
     else if (pr->loss) /* as --json prints tensors: NaN and infinities are strings */
       fprintf(f, ", \"loss\": \"%s\"", isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
-    fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s",
-            last ? elapsed : per_step * (double)(pr->total - done));
+    fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s", shown);
     return true;
   }
   if (pr->tty) {

@@ -58,11 +58,8 @@ static nt_plot *plot_of(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
   memset(p->cells, 0, sizeof *p->cells * (size_t)(n + 1));
   for (int s = 0; s < n; s++) {
     const cn_nt_expr *x = it->u.plot.names[s];
-    nt_value *v = nt_host_eval(I, scope, x);
+    nt_value *v = nt_host_of(I, scope, x, NT_V_STR, "a series' name is a string");
     if (!v) return NULL;
-    if (v->kind != NT_V_STR)
-      return nt_fail(I, x->pos, "a series' name is a string, found %s", nt_kind_name(v->kind)),
-             NULL;
     p->names[s] = v->str;
   }
   p->next = I->plots;
@@ -74,10 +71,11 @@ static nt_plot *plot_of(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
 static bool add_point(nt_interp *I, nt_plot *p, double x, const double *y) {
   if (p->n == p->cap) {
     int cap = p->cap ? 2 * p->cap : 16;
-    double *nx = realloc(p->x, sizeof *nx * (size_t)cap);
-    if (nx) p->x = nx;
-    double *ny = nx ? realloc(p->y, sizeof *ny * (size_t)cap * (size_t)p->n_series) : NULL;
-    if (!ny) return cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory"), false;
+    double *nx = cn_realloc(I->ctx, p->x, sizeof *nx * (size_t)cap);
+    if (!nx) return false;
+    p->x = nx;
+    double *ny = cn_realloc(I->ctx, p->y, sizeof *ny * (size_t)cap * (size_t)p->n_series);
+    if (!ny) return false;
     p->y = ny;
     p->cap = cap;
   }
@@ -195,8 +193,7 @@ static bool matrix_values(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_
     return nt_fail(I, x->pos, "plot's ~matrix draws at most 10000 cells, not %lld",
                    (long long)(*rows * *cols)),
            false;
-  *out = malloc(sizeof **out * (size_t)(*rows * *cols));
-  if (!*out) return cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory"), false;
+  if (!(*out = cn_malloc(I->ctx, sizeof **out * (size_t)(*rows * *cols)))) return false;
   if (cn_node_get_values(node, false, *out, (size_t)(*rows * *cols)) != CN_OK) {
     free(*out);
     return nt_fail_here(I, x->pos), false;
@@ -305,31 +302,21 @@ bool nt_plot_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_sta
              false;
     y[s] = v->num;
   }
-  v = nt_host_eval(I, scope, it->u.plot.file);
+  v = nt_host_of(I, scope, it->u.plot.file, NT_V_STR,
+                 "plot writes a file: expected its name (a string)");
   if (!v) return false;
-  if (v->kind != NT_V_STR)
-    return nt_fail(I, it->u.plot.file->pos,
-                   "plot writes a file: expected its name (a string), "
-                   "found %s",
-                   nt_kind_name(v->kind)),
-           false;
   const char *path = v->str;
   bool ascii = false;
   if (it->u.plot.ascii) {
-    if (!(v = nt_host_eval(I, scope, it->u.plot.ascii))) return false;
-    if (v->kind != NT_V_BOOL)
-      return nt_fail(I, it->u.plot.ascii->pos, "plot's ~ascii is a boolean, found %s",
-                     nt_kind_name(v->kind)),
-             false;
+    if (!(v = nt_host_of(I, scope, it->u.plot.ascii, NT_V_BOOL, "plot's ~ascii is a boolean")))
+      return false;
     ascii = v->b;
   }
   const char *title = NULL;
   if (it->u.plot.matrix_title) {
-    if (!(v = nt_host_eval(I, scope, it->u.plot.matrix_title))) return false;
-    if (v->kind != NT_V_STR)
-      return nt_fail(I, it->u.plot.matrix_title->pos, "~matrix's title is a string, found %s",
-                     nt_kind_name(v->kind)),
-             false;
+    if (!(v = nt_host_of(I, scope, it->u.plot.matrix_title, NT_V_STR,
+                         "~matrix's title is a string")))
+      return false;
     title = v->str;
   }
   double *m = NULL;

@@ -98,10 +98,30 @@ static bool set_statement_tensor(nt_interp *I, nt_value *v, const cn_nt_expr *x,
   return st->tensor != NULL && nt_materialize(I, x->pos);
 }
 
+/* x evaluated for a statement that keeps what it builds (tensors, options, its routine) for its
+ * later executions: a value chosen by reading an enclosing loop's index (an if expression testing
+ * it) would keep the index's value now, an error. */
+static nt_value *elab_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  I->index_read = false;
+  nt_value *v = nt_eval(I, scope, &I->top, x);
+  if (v && I->index_read)
+    return nt_fail(I, x->pos, "%s",
+                   "this value would keep the value the loop's index has now (the statement "
+                   "builds it once): read the index as a tensor with !@");
+  return v;
+}
+
+/* x's tensor (a number or any tensor expression), evaluated by elab_eval: an optimizer's
+ * learning rate, progress's loss, shuffle's tensor. */
+static cn_tensor *elab_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  nt_value *v = elab_eval(I, scope, x);
+  return v ? nt_tensor_of(I, v, x->pos) : NULL;
+}
+
 /* The tensor a statement works on (built once per statement state), with the graph
  * materialized. */
 static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
-  return st->tensor || set_statement_tensor(I, nt_eval(I, scope, &I->top, x), x, st);
+  return st->tensor || set_statement_tensor(I, elab_eval(I, scope, x), x, st);
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope);
@@ -176,8 +196,7 @@ static bool progress_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, 
                              int64_t *batch_size) {
   const cn_nt_expr *loss = it->u.for_.loss, *batch = it->u.for_.batch_size;
   if (loss && !st->tensor) {
-    nt_value *v = nt_eval(I, scope, &I->top, loss);
-    if (!v || !(st->tensor = nt_tensor_of(I, v, loss->pos))) return false;
+    if (!(st->tensor = elab_tensor(I, scope, loss))) return false;
     cn_tensor_set_named(st->tensor);
   }
   *batch_size = 0;
@@ -260,33 +279,21 @@ static bool option_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vk
                          nt_value **out) {
   *out = NULL;
   if (!x) return true;
-  if (!(*out = nt_eval(I, scope, &I->top, x))) return false;
+  if (!(*out = elab_eval(I, scope, x))) return false;
   if ((*out)->kind == kind) return true;
   nt_fail(I, x->pos, "expected %s, found %s", nt_kind_name(kind), nt_kind_name((*out)->kind));
   return false;
 }
 
-/* The learning rate of an optimizer: a number or any tensor expression. */
-static cn_tensor *learning_rate(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  nt_value *lr = nt_eval(I, scope, &I->top, x);
-  return lr ? nt_tensor_of(I, lr, x->pos) : NULL;
-}
-
 static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
-  cn_tensor *lrt = learning_rate(I, scope, it->u.sgd.learning_rate);
-  if (!lrt) return false;
-  nt_value *m = it->u.sgd.momentum ? nt_eval(I, scope, &I->top, it->u.sgd.momentum) : NULL;
-  nt_value *w = it->u.sgd.weight_decay ? nt_eval(I, scope, &I->top, it->u.sgd.weight_decay) : NULL;
-  nt_value *nv = it->u.sgd.nesterov ? nt_eval(I, scope, &I->top, it->u.sgd.nesterov) : NULL;
-  if ((it->u.sgd.momentum && (!m || m->kind != NT_V_NUM)) ||
-      (it->u.sgd.weight_decay && (!w || w->kind != NT_V_NUM)) ||
-      (it->u.sgd.nesterov && (!nv || nv->kind != NT_V_BOOL)))
-    return nt_fail(I, it->pos, "%s",
-                   "sgd expects numbers for ~momentum and ~weight_decay, a boolean for ~nesterov"),
-           false;
-  if (!nt_materialize(I, it->pos)) return false;
+  cn_tensor *lrt = elab_tensor(I, scope, it->u.sgd.learning_rate);
+  nt_value *m, *w, *nv;
+  if (!lrt || !option_value(I, scope, it->u.sgd.momentum, NT_V_NUM, &m) ||
+      !option_value(I, scope, it->u.sgd.weight_decay, NT_V_NUM, &w) ||
+      !option_value(I, scope, it->u.sgd.nesterov, NT_V_BOOL, &nv) || !nt_materialize(I, it->pos))
+    return false;
   cn_sgd sgd = {lrt, m ? m->num : 0, w ? w->num : 0, nv && nv->b};
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
   return run_statement(I, st, init, init ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL,
@@ -298,7 +305,7 @@ static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
 static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
-  cn_tensor *lrt = learning_rate(I, scope, it->u.adam.learning_rate);
+  cn_tensor *lrt = elab_tensor(I, scope, it->u.adam.learning_rate);
   nt_value *b1, *b2, *eps, *wd, *dec;
   if (!lrt || !option_value(I, scope, it->u.adam.beta1, NT_V_NUM, &b1) ||
       !option_value(I, scope, it->u.adam.beta2, NT_V_NUM, &b2) ||
@@ -331,7 +338,7 @@ static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
 static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.expr->pos;
   if (!st->tensor && !st->text) {
-    nt_value *v = nt_eval(I, scope, &I->top, it->u.expr);
+    nt_value *v = elab_eval(I, scope, it->u.expr);
     if (!v) return false;
     if (v->kind == NT_V_STR) {
       cn_sbuf line = {0};
@@ -353,21 +360,23 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
 }
 
 nt_value *nt_host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
+  bool was = I->host_eval;
   I->host_eval = true;
   I->index_read = false;
   nt_value *v = nt_eval(I, scope, &I->top, x);
-  I->host_eval = false;
+  if (v) v = nt_host_index(I, v, x->pos);
+  I->host_eval = was;
   if (v && I->index_read && (v->kind == NT_V_TENSOR || v->kind == NT_V_LIST))
     return nt_fail(I, x->pos, "%s",
                    "this tensor would keep the value the loop's index has now: read the index "
                    "as a tensor with !@");
-  int64_t value;
-  if (v && v->kind == NT_V_INDEX) {
-    if (!nt_index_value(I, v, &value))
-      return nt_fail(I, x->pos, "the static index '%s' has a value only inside a loop over it",
-                     v->index.name ? v->index.name : "index");
-    return nt_num(I, (double)value, true);
-  }
+  return v;
+}
+
+nt_value *nt_host_of(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vkind kind,
+                     const char *what) {
+  nt_value *v = nt_host_eval(I, scope, x);
+  if (v && v->kind != kind) return nt_fail(I, x->pos, "%s, found %s", what, nt_kind_name(v->kind));
   return v;
 }
 
@@ -422,10 +431,7 @@ static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
 
 /* A statement's file name: a host string, evaluated at each execution. */
 static const char *host_file(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  nt_value *v = nt_host_eval(I, scope, x);
-  if (v && v->kind != NT_V_STR)
-    return nt_fail(I, x->pos, "expected a file name (a string), found %s", nt_kind_name(v->kind)),
-           NULL;
+  nt_value *v = nt_host_of(I, scope, x, NT_V_STR, "expected a file name (a string)");
   return v ? v->str : NULL;
 }
 
@@ -442,10 +448,7 @@ static bool host_epoch(nt_interp *I, nt_env *scope, const cn_nt_expr *x, int64_t
 static bool shuffle_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   const cn_nt_expr *x = it->u.data.expr;
   int64_t epoch;
-  if (!st->tensor) {
-    nt_value *v = nt_eval(I, scope, &I->top, x);
-    if (!v || !(st->tensor = nt_tensor_of(I, v, x->pos))) return false;
-  }
+  if (!st->tensor && !(st->tensor = elab_tensor(I, scope, x))) return false;
   return host_epoch(I, scope, it->u.data.epoch, &epoch) && nt_shuffle(I, st->tensor, epoch, x->pos);
 }
 
@@ -488,7 +491,7 @@ static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
  * before its first run; in a loop the application is elaborated once. */
 static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.expr->pos;
-  nt_value *v = st->run ? st->run : nt_eval(I, scope, &I->top, it->u.expr);
+  nt_value *v = st->run ? st->run : elab_eval(I, scope, it->u.expr);
   if (!v) return false;
   if (v->kind != NT_V_ROUTINE)
     return nt_fail(I, at, "%s is not a routine%s", nt_kind_name(v->kind),
@@ -645,13 +648,14 @@ static bool set_literal(nt_interp *I, cn_nt_item *it, const char *set, const cha
 }
 
 /* cn_notation_options.sets: each NAME=VALUE replaces the literal of every top-level `let NAME =
- * LITERAL`; an unknown name is an error naming those that can be set. */
+ * LITERAL`; an unknown name is an error naming those that can be set. A malformed or unknown
+ * --set is a command-line error: its message has no position in the script. */
 static bool apply_sets(nt_interp *I, cn_nt_program *prog) {
-  cn_nt_pos start = {prog->src, 1, 1};
   for (int k = 0; k < I->opts.n_sets; k++) {
     const char *set = I->opts.sets && I->opts.sets[k] ? I->opts.sets[k] : "";
     const char *eq = strchr(set, '=');
-    if (!eq || eq == set) return nt_fail(I, start, "--set '%s': expected NAME=VALUE", set), false;
+    if (!eq || eq == set)
+      return cn_fail(I->ctx, CN_ERR_INVALID, "--set '%s': expected NAME=VALUE", set), false;
     size_t len = (size_t)(eq - set);
     int found = 0;
     for (int i = 0; i < prog->n_items; i++) {
@@ -668,7 +672,7 @@ static bool apply_sets(nt_interp *I, cn_nt_program *prog) {
         cn_sbuf_printf(&names, "%s%s", names.len ? ", " : "", prog->items[i].u.let.name);
     const char *list = cn_sbuf_finish(I->ctx, &names);
     if (!list) return false;
-    return nt_fail(I, start,
+    return cn_fail(I->ctx, CN_ERR_INVALID,
                    "--set %s: the script has no top-level let %.*s = LITERAL (a number, boolean "
                    "or string); the names it can set: %s",
                    set, (int)len, set, *list ? list : "none"),
