@@ -776,6 +776,9 @@ cn_status cn_data_load_idx(cn_ctx *ctx, const char *path, cn_array *out);
  * little-endian; bfloat16, fp8 and uint4x32 have no NumPy dtype and are refused. */
 cn_status cn_data_load_npy(cn_ctx *ctx, const char *path, cn_array *out);
 cn_status cn_data_save_npy(cn_ctx *ctx, const char *path, const cn_array *a);
+/* Either of the two, told apart by the file's first bytes: .npy's magic "\x93NUMPY", else IDX
+ * (plain or gzip). The file is read once. */
+cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out);
 
 /* safetensors files (8-byte little-endian header length, a JSON header of
  * {"NAME": {"dtype", "shape", "data_offsets"}} plus "__metadata__", then the payload), with

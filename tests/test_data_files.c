@@ -689,6 +689,30 @@ static void remove_dir(void) {
   CHECK(rmdir(dir) == 0);
 }
 
+/* cn_data_load tells the formats apart by the first bytes, whatever the name, and refuses a FIFO
+ * without blocking on it (no writer will ever come). */
+static void test_load_either(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  int32_t cells[3] = {7, -8, 9};
+  cn_array a = {CN_PREC_INT32, 1, {3}, cells}, back;
+  CHECK(cn_data_save_npy(ctx, path_of("either.idx"), &a) == CN_OK); /* an .npy, named .idx */
+  CHECK(cn_data_load(ctx, path_of("either.idx"), &back) == CN_OK);
+  CHECK(back.prec == CN_PREC_INT32 && back.rank == 1 && back.dims[0] == 3 &&
+        memcmp(back.cells, cells, sizeof cells) == 0);
+  cn_array_free(&back);
+  const unsigned char idx[] = {0, 0, 0x08, 1, 0, 0, 0, 2, 5, 6}; /* two bytes 5, 6 */
+  write_bytes(path_of("either.npy"), idx, sizeof idx);           /* an IDX, named .npy */
+  CHECK(cn_data_load(ctx, path_of("either.npy"), &back) == CN_OK);
+  CHECK(back.prec == CN_PREC_BYTE && back.dims[0] == 2 && ((uint8_t *)back.cells)[1] == 6);
+  cn_array_free(&back);
+  CHECK(mkfifo(path_of("fifo"), 0600) == 0);
+  CHECK(cn_data_load(ctx, path_of("fifo"), &back) == CN_ERR_IO);
+  CHECK(strstr(cn_ctx_error(ctx), "fifo: cannot read: not a regular file") != NULL);
+  CHECK(back.cells == NULL);
+  unlink(path_of("fifo"));
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/cannl_data_files_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -703,6 +727,7 @@ int main(void) {
   test_npy_malformed();
   test_allocation_failures();
   test_bytes_reader();
+  test_load_either();
   remove_dir();
   CHECK_DONE();
 }

@@ -65,9 +65,20 @@ cn_status cn_data_reader_open_bytes(cn_ctx *ctx, const char *name, const void *b
   return CN_OK;
 }
 
+FILE *cn_data_open_read(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f && fd >= 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
+}
+
 cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_data_reader *r) {
   memset(r, 0, sizeof *r);
-  FILE *f = fopen(path, "rb");
+  FILE *f = cn_data_open_read(path);
   if (!f) return cn_fail(ctx, CN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct stat st;
   const char *why = NULL;
@@ -105,6 +116,18 @@ cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_dat
   }
   r->owned = bytes;
   return CN_OK;
+}
+
+cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out) {
+  static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  memset(out, 0, sizeof *out);
+  cn_data_reader r;
+  cn_status s = cn_data_reader_open(ctx, path, true, &r);
+  if (s != CN_OK) return s;
+  bool npy = r.raw_len >= sizeof npy_magic && memcmp(r.raw, npy_magic, sizeof npy_magic) == 0;
+  s = npy ? cn_data_npy_read(ctx, &r, out) : cn_data_idx_read(ctx, &r, out);
+  cn_data_reader_close(&r);
+  return s;
 }
 
 void cn_data_reader_close(cn_data_reader *r) {

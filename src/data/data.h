@@ -34,6 +34,9 @@ typedef struct {
   z_stream zs;
 } cn_data_reader;
 
+/* fopen(path, "rb") that does not block when path is a FIFO (so that the caller's check for a
+ * regular file gets to run): NULL with errno set on failure. */
+FILE *cn_data_open_read(const char *path);
 /* Reads the file at path whole; with gunzip, a gzip file is served decompressed. CN_ERR_IO
  * naming the file when it cannot be opened or read; on failure nothing needs closing. */
 cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_data_reader *r);

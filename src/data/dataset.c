@@ -38,26 +38,42 @@ static uint64_t mix64(uint64_t z) {
 
 #define PERMUTE_ROUNDS 6
 
-int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i) {
-  if (n < 1 || n >= ((int64_t)1 << 62) || i < 0 || i >= n) return -1;
+/* The keyed network of one (seed, epoch) over [0, n): its keys are computed once per epoch. */
+typedef struct {
+  int h; /* half-width: the network permutes [0, 4^h) */
+  uint64_t mask, n, keys[PERMUTE_ROUNDS];
+} permuter;
+
+static void permuter_init(permuter *p, uint64_t seed, uint64_t epoch, int64_t n) {
   /* a balanced Feistel network on 2h bits is a bijection of [0, 4^h) whatever its round function;
    * 4^h < 4n, so walking the cycle from i back into [0, n) takes fewer than 4 steps on average */
-  int h = 1;
-  while (((uint64_t)1 << (2 * h)) < (uint64_t)n) h++;
-  uint64_t mask = ((uint64_t)1 << h) - 1, keys[PERMUTE_ROUNDS];
+  p->h = 1;
+  while (((uint64_t)1 << (2 * p->h)) < (uint64_t)n) p->h++;
+  p->mask = ((uint64_t)1 << p->h) - 1;
+  p->n = (uint64_t)n;
   for (int r = 0; r < PERMUTE_ROUNDS; r++)
-    keys[r] = mix64(seed ^ mix64(epoch + 0x9E3779B97F4A7C15ull * (uint64_t)(r + 1)));
+    p->keys[r] = mix64(seed ^ mix64(epoch + 0x9E3779B97F4A7C15ull * (uint64_t)(r + 1)));
+}
+
+static int64_t permuter_at(const permuter *p, int64_t i) {
   uint64_t x = (uint64_t)i;
   do {
-    uint64_t left = x >> h, right = x & mask;
+    uint64_t left = x >> p->h, right = x & p->mask;
     for (int r = 0; r < PERMUTE_ROUNDS; r++) {
-      uint64_t next = left ^ (mix64(keys[r] ^ right) & mask);
+      uint64_t next = left ^ (mix64(p->keys[r] ^ right) & p->mask);
       left = right;
       right = next;
     }
-    x = (left << h) | right;
-  } while (x >= (uint64_t)n);
+    x = (left << p->h) | right;
+  } while (x >= p->n);
   return (int64_t)x;
+}
+
+int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i) {
+  if (n < 1 || n >= ((int64_t)1 << 62) || i < 0 || i >= n) return -1;
+  permuter p;
+  permuter_init(&p, seed, epoch, n);
+  return permuter_at(&p, i);
 }
 
 /* ---- Creation ------------------------------------------------------------------------------ */
@@ -163,8 +179,9 @@ cn_status cn_dataset_begin_epoch(cn_dataset *d, uint64_t epoch) {
   int64_t used = d->batches * d->batch_size;
   int64_t *order = cn_malloc(ctx, (size_t)used * sizeof *order);
   if (!order) return CN_ERR_NOMEM;
-  for (int64_t j = 0; j < used; j++)
-    order[j] = d->shuffle ? cn_dataset_permute(d->seed, epoch, d->count, j) : j;
+  permuter p;
+  permuter_init(&p, d->seed, epoch, d->count);
+  for (int64_t j = 0; j < used; j++) order[j] = d->shuffle ? permuter_at(&p, j) : j;
   for (int k = 0; k < d->n && st == CN_OK; k++) {
     const cn_array *a = &d->arrays[k];
     size_t row = example_bytes(a);
@@ -215,7 +232,9 @@ cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test,
   bool *is_test = cn_calloc(ctx, (size_t)count + 1, sizeof *is_test);
   if (!is_test) return CN_ERR_NOMEM;
   /* the split's own order: an epoch no training run reaches */
-  for (int64_t j = 0; j < n_test; j++) is_test[cn_dataset_permute(seed, UINT64_MAX, count, j)] = 1;
+  permuter p;
+  permuter_init(&p, seed, UINT64_MAX, count);
+  for (int64_t j = 0; j < n_test; j++) is_test[permuter_at(&p, j)] = 1;
   cn_status st = CN_OK;
   cn_array *train = cn_calloc(ctx, (size_t)n, sizeof *train);
   if (!train) st = CN_ERR_NOMEM;

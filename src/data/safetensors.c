@@ -676,7 +676,7 @@ cn_status cn_data_load_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
                                    cn_metadata_entry **meta_out) {
   cn_status st = check_load_args(ctx, path, n_nodes, nodes);
   if (st != CN_OK) return st;
-  FILE *f = fopen(path, "rb");
+  FILE *f = cn_data_open_read(path);
   if (!f) return cn_fail(ctx, CN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   uint64_t *starts = cn_malloc(ctx, (size_t)(n_nodes ? n_nodes : 1) * sizeof *starts);
   unsigned char *data = NULL;

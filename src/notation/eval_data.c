@@ -22,18 +22,6 @@
 
 /* ---- Files ---------------------------------------------------------------------------------- */
 
-/* Loads path as .npy (recognized by its magic "\x93NUMPY") or else as IDX, plain or gzip (the
- * IDX loader reports a missing or unreadable file). */
-static cn_status load_array(cn_ctx *ctx, const char *path, cn_array *out) {
-  static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
-  char head[6] = {0};
-  FILE *f = fopen(path, "rb");
-  bool npy =
-      f && fread(head, 1, sizeof head, f) == sizeof head && memcmp(head, magic, sizeof magic) == 0;
-  if (f) fclose(f);
-  return npy ? cn_data_load_npy(ctx, path, out) : cn_data_load_idx(ctx, path, out);
-}
-
 /* The string positional argument k (a file name), or NULL after a message. */
 static const char *file_argument(nt_interp *I, const nt_call *c, int k) {
   nt_value *v = c->a->pos[k];
@@ -77,7 +65,7 @@ static bool load_arrays(nt_interp *I, const nt_call *c, int64_t limit, bool chan
   for (int k = 0; k < c->a->n_pos; k++) {
     const char *path = file_argument(I, c, k);
     if (!path) return false;
-    if (load_array(I->ctx, path, &arrays[k]) != CN_OK)
+    if (cn_data_load(I->ctx, path, &arrays[k]) != CN_OK)
       return nt_fail_here(I, c->a->pos_at[k]), false;
     cn_array *a = &arrays[k];
     if (a->rank < 1)
@@ -184,7 +172,7 @@ nt_value *nt_builtin_load(nt_interp *I, const nt_call *c) {
   const char *path = file_argument(I, c, 0);
   cn_array a = {0};
   if (!path) return NULL;
-  if (load_array(I->ctx, path, &a) != CN_OK) return nt_fail_here(I, c->a->pos_at[0]);
+  if (cn_data_load(I->ctx, path, &a) != CN_OK) return nt_fail_here(I, c->a->pos_at[0]);
   int64_t n = cn_array_numel(&a);
   size_t bytes = cn_prec_bytes(a.prec);
   double *values = cn_malloc(I->ctx, sizeof *values * (size_t)(n > 0 ? n : 1));

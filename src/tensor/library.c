@@ -25,19 +25,19 @@
 #include <stdio.h>
 #include <string.h>
 
-static cn_tensor *bin(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
-  return a && b ? cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b}) : NULL;
-}
-
-static cn_tensor *un(cn_graph *g, cn_op op, cn_tensor *a) {
-  return a ? cn_tensor_apply(g, op, 1, &a) : NULL;
-}
-
 /* The library's own constants have no axes (cn_tensor_scalar), unlike a user's number (a unit
  * axis, syntax-extensions-cd-op): an initializer such as kaiming_uniform must not give the
  * parameter it initializes an axis, nor a softmax its result. */
 static cn_tensor *num(cn_graph *g, double v) {
   return cn_tensor_scalar(g, v);
+}
+
+cn_tensor *cn_tensor_apply2(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
+  return a && b ? cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b}) : NULL;
+}
+
+cn_tensor *cn_tensor_apply1(cn_graph *g, cn_op op, cn_tensor *a) {
+  return a ? cn_tensor_apply(g, op, 1, &a) : NULL;
 }
 
 cn_tensor *cn_tensor_labeled(cn_tensor *t, const char *label) {
@@ -61,7 +61,7 @@ cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b) {
 
 cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p) {
   if (!cn_tensor_operands(g, "pointpow", 1, &a)) return NULL;
-  return cn_tensor_labeled(bin(g, CN_OP_POW, a, num(g, p)), "pointpow");
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_POW, a, num(g, p)), "pointpow");
 }
 
 cn_tensor *cn_tensor_einsum1(cn_graph *g, const char *spec, cn_tensor *a) {
@@ -232,7 +232,7 @@ cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_ten
   snprintf(spec, sizeof spec, "... | %s, %s, ..ic..; kh, kw, ..ic.. -> oc => ... | oh, ow, oc", h,
            w);
   cn_tensor *y = cn_tensor_einsum2(g, spec, x, kernel);
-  if (y && bias) y = bin(g, CN_OP_ADD, y, bias);
+  if (y && bias) y = cn_tensor_apply2(g, CN_OP_ADD, y, bias);
   return cn_tensor_labeled(y, "conv2d");
 }
 
@@ -279,9 +279,9 @@ cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "softmax", 1, &x)) return NULL;
   cn_tensor *max = cn_tensor_einmax1(g, reduce, x);
   cn_tensor *m = max ? cn_tensor_stop_gradient(g, max) : NULL;
-  cn_tensor *e = un(g, CN_OP_EXP, bin(g, CN_OP_SUB, x, m));
+  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, cn_tensor_apply2(g, CN_OP_SUB, x, m));
   cn_tensor *s = e ? cn_tensor_einsum1(g, reduce, e) : NULL;
-  return cn_tensor_labeled(bin(g, CN_OP_DIV, e, s), "softmax");
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_DIV, e, s), "softmax");
 }
 
 /* ---- Initializers ---------------------------------------------------------------------------- */
@@ -290,10 +290,12 @@ cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x) {
  * (0, 1], so the logarithm is finite. */
 static cn_tensor *box_muller(cn_graph *g, cn_tensor *u1, cn_tensor *u2) {
   if (!u1 || !u2) return NULL;
-  cn_tensor *log1 = un(g, CN_OP_LOG, bin(g, CN_OP_SUB, num(g, 1), u1));
-  cn_tensor *radius = un(g, CN_OP_SQRT, bin(g, CN_OP_MUL, num(g, -2), log1));
-  cn_tensor *angle = un(g, CN_OP_COS, bin(g, CN_OP_MUL, num(g, 6.283185307179586477), u2));
-  return cn_tensor_labeled(bin(g, CN_OP_MUL, radius, angle), "normal");
+  cn_tensor *log1 = cn_tensor_apply1(g, CN_OP_LOG, cn_tensor_apply2(g, CN_OP_SUB, num(g, 1), u1));
+  cn_tensor *radius =
+      cn_tensor_apply1(g, CN_OP_SQRT, cn_tensor_apply2(g, CN_OP_MUL, num(g, -2), log1));
+  cn_tensor *angle = cn_tensor_apply1(
+      g, CN_OP_COS, cn_tensor_apply2(g, CN_OP_MUL, num(g, 6.283185307179586477), u2));
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_MUL, radius, angle), "normal");
 }
 
 /* The two streams are built one after the other (tensor ids, hence random values, follow the
@@ -313,9 +315,9 @@ cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter) {
 /* bound * (2 u - 1): uniform in [-bound, bound). */
 static cn_tensor *symmetric_uniform(cn_graph *g, double bound, const char *label) {
   cn_tensor *u = cn_tensor_uniform1(g);
-  cn_tensor *twice = bin(g, CN_OP_MUL, num(g, 2), u);
-  cn_tensor *centered = bin(g, CN_OP_SUB, twice, num(g, 1));
-  return cn_tensor_labeled(bin(g, CN_OP_MUL, num(g, bound), centered), label);
+  cn_tensor *twice = cn_tensor_apply2(g, CN_OP_MUL, num(g, 2), u);
+  cn_tensor *centered = cn_tensor_apply2(g, CN_OP_SUB, twice, num(g, 1));
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_MUL, num(g, bound), centered), label);
 }
 
 static bool fan_ok(cn_graph *g, const char *what, double fan) {
@@ -337,5 +339,6 @@ cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in) {
 cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in) {
   if (!fan_ok(g, "kaiming_normal", fan_in)) return NULL;
   cn_tensor *n = cn_tensor_normal(g);
-  return cn_tensor_labeled(bin(g, CN_OP_MUL, num(g, sqrt(2 / fan_in)), n), "kaiming_normal");
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_MUL, num(g, sqrt(2 / fan_in)), n),
+                           "kaiming_normal");
 }

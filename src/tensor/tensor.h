@@ -139,6 +139,10 @@ cn_tensor *cn_tensor_scalar(cn_graph *g, double value);
  * through, as does a failed copy of the label); whether none of the n operands is NULL (else a
  * message naming the operation `what`). */
 cn_tensor *cn_tensor_labeled(cn_tensor *t, const char *label);
+/* cn_tensor_apply of a unary / binary op that passes a NULL operand through (no new message), so
+ * a composite operation keeps the message of the piece that failed. */
+cn_tensor *cn_tensor_apply1(cn_graph *g, cn_op op, cn_tensor *a);
+cn_tensor *cn_tensor_apply2(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b);
 bool cn_tensor_operands(cn_graph *g, const char *what, int n, cn_tensor *const *ts);
 /* The tensor whose value (*grad false) or gradient (*grad true) is the node with this id, or
  * NULL (a node of an update buffer, a temporary). A scan over the tensors: for error reports. */

@@ -22,14 +22,6 @@ static const char per_example[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
 /* Every cell of the first operand with a second operand without axes (a scalar). */
 static const char all_to_scalar[] = "...|...->...; => ";
 
-static cn_tensor *bin(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
-  return a && b ? cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b}) : NULL;
-}
-
-static cn_tensor *un(cn_graph *g, cn_op op, cn_tensor *a) {
-  return a ? cn_tensor_apply(g, op, 1, &a) : NULL;
-}
-
 static cn_tensor *tri(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b, cn_tensor *c) {
   return a && b && c ? cn_tensor_apply(g, op, 3, (cn_tensor *[]){a, b, c}) : NULL;
 }
@@ -45,26 +37,30 @@ static cn_tensor *num(cn_graph *g, double v) {
 /* -|x| as where(x < 0, x, -x): its exp lies in (0, 1]. At 0 it takes the -x branch, the side of
  * the x >= 0 formulas below, so the gradient there is the one of the smooth function. */
 static cn_tensor *minus_abs(cn_graph *g, cn_tensor *x, cn_tensor *negative) {
-  return tri(g, CN_OP_WHERE, negative, x, un(g, CN_OP_NEG, x));
+  return tri(g, CN_OP_WHERE, negative, x, cn_tensor_apply1(g, CN_OP_NEG, x));
 }
 
 /* With e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0. The naive
  * 1 / (1 + exp(-x)) has the right value but a NaN gradient once exp(-x) overflows. */
 cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "sigmoid", 1, &x)) return NULL;
-  cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
-  cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
+  cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, x, num(g, 0));
+  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, minus_abs(g, x, negative));
   cn_tensor *numer = tri(g, CN_OP_WHERE, negative, e, num(g, 1));
-  return cn_tensor_labeled(bin(g, CN_OP_DIV, numer, bin(g, CN_OP_ADD, num(g, 1), e)), "sigmoid");
+  return cn_tensor_labeled(
+      cn_tensor_apply2(g, CN_OP_DIV, numer, cn_tensor_apply2(g, CN_OP_ADD, num(g, 1), e)),
+      "sigmoid");
 }
 
 /* max(x, 0) + log(1 + exp(-|x|)); max gives a tie at 0 to x, so softplus'(0) = 1 - 1/2. */
 cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "softplus", 1, &x)) return NULL;
-  cn_tensor *negative = bin(g, CN_OP_LT, x, num(g, 0));
-  cn_tensor *e = un(g, CN_OP_EXP, minus_abs(g, x, negative));
-  cn_tensor *log1p = un(g, CN_OP_LOG, bin(g, CN_OP_ADD, num(g, 1), e));
-  return cn_tensor_labeled(bin(g, CN_OP_ADD, bin(g, CN_OP_MAX, x, num(g, 0)), log1p), "softplus");
+  cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, x, num(g, 0));
+  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, minus_abs(g, x, negative));
+  cn_tensor *log1p = cn_tensor_apply1(g, CN_OP_LOG, cn_tensor_apply2(g, CN_OP_ADD, num(g, 1), e));
+  return cn_tensor_labeled(
+      cn_tensor_apply2(g, CN_OP_ADD, cn_tensor_apply2(g, CN_OP_MAX, x, num(g, 0)), log1p),
+      "softplus");
 }
 
 /* ---- Reductions ------------------------------------------------------------------------------ */
@@ -97,8 +93,8 @@ cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x) {
 
 cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target) {
   if (!cn_tensor_operands(g, "mse", 2, (cn_tensor *[]){pred, target})) return NULL;
-  cn_tensor *d = bin(g, CN_OP_SUB, pred, target);
-  return cn_tensor_labeled(cn_tensor_mean(g, bin(g, CN_OP_MUL, d, d)), "mse");
+  cn_tensor *d = cn_tensor_apply2(g, CN_OP_SUB, pred, target);
+  return cn_tensor_labeled(cn_tensor_mean(g, cn_tensor_apply2(g, CN_OP_MUL, d, d)), "mse");
 }
 
 /* softplus(z) - y z = -(y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))), without a log of 0. */
@@ -106,7 +102,8 @@ cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_ten
   if (!cn_tensor_operands(g, "binary_cross_entropy", 2, (cn_tensor *[]){logits, target}))
     return NULL;
   cn_tensor *sp = cn_tensor_softplus(g, logits);
-  cn_tensor *per_cell = bin(g, CN_OP_SUB, sp, bin(g, CN_OP_MUL, target, logits));
+  cn_tensor *per_cell =
+      cn_tensor_apply2(g, CN_OP_SUB, sp, cn_tensor_apply2(g, CN_OP_MUL, target, logits));
   return cn_tensor_labeled(cn_tensor_mean(g, per_cell), "binary_cross_entropy");
 }
 
@@ -114,16 +111,16 @@ cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_ten
  * not depend on it, so its gradient is stopped rather than computed to cancel (as softmax). */
 static bool shifted(cn_graph *g, cn_tensor *x, cn_tensor **d, cn_tensor **log_sum) {
   cn_tensor *max = cn_tensor_einmax1(g, per_example, x);
-  *d = bin(g, CN_OP_SUB, x, max ? cn_tensor_stop_gradient(g, max) : NULL);
-  cn_tensor *e = un(g, CN_OP_EXP, *d);
-  *log_sum = un(g, CN_OP_LOG, e ? cn_tensor_einsum1(g, per_example, e) : NULL);
+  *d = cn_tensor_apply2(g, CN_OP_SUB, x, max ? cn_tensor_stop_gradient(g, max) : NULL);
+  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, *d);
+  *log_sum = cn_tensor_apply1(g, CN_OP_LOG, e ? cn_tensor_einsum1(g, per_example, e) : NULL);
   return *log_sum != NULL;
 }
 
 cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x) {
   cn_tensor *d, *log_sum;
   if (!cn_tensor_operands(g, "log_softmax", 1, &x) || !shifted(g, x, &d, &log_sum)) return NULL;
-  return cn_tensor_labeled(bin(g, CN_OP_SUB, d, log_sum), "log_softmax");
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_SUB, d, log_sum), "log_softmax");
 }
 
 /* The index of each class cell in x's precision: a tensor of x's output row whose cells hold
@@ -142,7 +139,7 @@ static cn_tensor *classes(cn_graph *g, cn_tensor *x) {
 
 /* 1 where the class index equals the label, else 0: labels broadcast along the class axes. */
 static cn_tensor *one_hot(cn_graph *g, cn_tensor *classes, cn_tensor *labels) {
-  return cn_tensor_labeled(bin(g, CN_OP_EQ, classes, labels), "one_hot");
+  return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_EQ, classes, labels), "one_hot");
 }
 
 /* Per example log(sum(exp(d))) - sum(onehot * d) = -log_softmax(x)[label]; both terms stay
@@ -153,9 +150,10 @@ cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *la
       !shifted(g, logits, &d, &log_sum))
     return NULL;
   cn_tensor *hot = one_hot(g, classes(g, logits), labels);
-  cn_tensor *picked = bin(g, CN_OP_MUL, hot, d);
+  cn_tensor *picked = cn_tensor_apply2(g, CN_OP_MUL, hot, d);
   picked = picked ? cn_tensor_einsum1(g, per_example, picked) : NULL;
-  return cn_tensor_labeled(cn_tensor_mean(g, bin(g, CN_OP_SUB, log_sum, picked)), "cross_entropy");
+  return cn_tensor_labeled(cn_tensor_mean(g, cn_tensor_apply2(g, CN_OP_SUB, log_sum, picked)),
+                           "cross_entropy");
 }
 
 /* ---- Metrics --------------------------------------------------------------------------------- */
@@ -173,7 +171,7 @@ static cn_tensor *argmax_of(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
   one->number = 1;
   cn_tensor *n_classes =
       cn_tensor_einsum(g, "..o..; => ", CN_OP_MAX, CN_OP_ADD, 2, (cn_tensor *[]){cls, one});
-  cn_tensor *hit = bin(g, CN_OP_EQ, x, cn_tensor_einmax1(g, per_example, x));
+  cn_tensor *hit = cn_tensor_apply2(g, CN_OP_EQ, x, cn_tensor_einmax1(g, per_example, x));
   cn_tensor *index = tri(g, CN_OP_WHERE, hit, cls, n_classes);
   cn_tensor *first =
       index ? cn_tensor_einsum(g, per_example, CN_OP_MIN, CN_OP_ID, 1, &index) : NULL;
@@ -187,7 +185,7 @@ cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x) {
 
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
   if (!cn_tensor_operands(g, "accuracy", 2, (cn_tensor *[]){logits, labels})) return NULL;
-  cn_tensor *correct = bin(g, CN_OP_EQ, cn_tensor_argmax(g, logits), labels);
+  cn_tensor *correct = cn_tensor_apply2(g, CN_OP_EQ, cn_tensor_argmax(g, logits), labels);
   return cn_tensor_labeled(cn_tensor_mean(g, correct), "accuracy");
 }
 
