@@ -151,11 +151,8 @@ def run(script, name, workload, size, budget, models, per_run):
         measure(f"{name} numpy", numpy_models[workload](size), budget)
 
 
-def main(script, torch_models, numpy_models, per_run=lambda workload, size: 1):
-    """The command line BUDGET_S NAME WORKLOAD SIZE [NAME WORKLOAD SIZE ...]: the missing packages
-    and versions lines, then each workload; per_run(workload, size) is the steps one timed call
-    does (torch only)."""
-    budget, args = float(sys.argv[1]), sys.argv[2:]
+def print_versions():
+    """The missing packages and versions lines the C side reads."""
     if torch is None:
         print("torch=missing", flush=True)
     if np is None:
@@ -164,6 +161,14 @@ def main(script, torch_models, numpy_models, per_run=lambda workload, size: 1):
     print(f"versions torch={torch.__version__ if torch else 'missing'} "
           f"numpy={np.__version__ if np else 'missing'} "
           f"blas={blas[0] if blas else 'none'}", flush=True)
+
+
+def main(script, torch_models, numpy_models, per_run=lambda workload, size: 1):
+    """The command line BUDGET_S NAME WORKLOAD SIZE [NAME WORKLOAD SIZE ...]: the missing packages
+    and versions lines, then each workload; per_run(workload, size) is the steps one timed call
+    does (torch only)."""
+    budget, args = float(sys.argv[1]), sys.argv[2:]
+    print_versions()
     for i in range(0, len(args) - 2, 3):
         workload, size = args[i + 1], int(args[i + 2])
         run(script, args[i], workload, size, budget, (torch_models, numpy_models),

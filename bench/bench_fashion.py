@@ -24,7 +24,7 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when torch loads libgomp
 
-from bench_common import blas_libraries, np, set_threads, torch  # noqa: E402
+from bench_common import np, print_versions, set_threads, torch  # noqa: E402
 
 MEAN, STD, BATCH, TEST_BATCH = 0.2860, 0.3530, 100, 500
 LEARNING_RATE, FINAL_LEARNING_RATE = 2e-3, 1e-4
@@ -92,14 +92,7 @@ def train(name, model_name, epochs, data):
 def main():
     data_dir, model, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     train_examples, test_examples = int(sys.argv[4]), int(sys.argv[5])
-    if torch is None:
-        print("torch=missing", flush=True)
-    if np is None:
-        print("numpy=missing", flush=True)
-    blas = blas_libraries()
-    print(f"versions torch={torch.__version__ if torch else 'missing'} "
-          f"numpy={np.__version__ if np else 'missing'} "
-          f"blas={blas[0] if blas else 'none'}", flush=True)
+    print_versions()
     if torch is None or np is None:
         return
     files = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
