@@ -431,6 +431,10 @@ static void test_errors(void) {
                  "by dims and integers)\n"
                  "O[i] += V[i / j]\n"
                  "            ^");
+  /* issue 27: a float literal beyond the largest double was read as infinity */
+  check_fn_error(g, 1, pv, av, "return V * 1e999",
+                 "f.cnl:10:16: number too large (beyond the largest double)\n    return V * "
+                 "1e999\n               ^");
   check_fn_error(g, 1, pv, av, "N = 4 / (2 - 2)\nreturn V",
                  "f.cnl:10:11: division by zero\n    N = 4 / (2 - 2)\n          ^");
   /* an argument whose shape is not known yet, when the body needs its dims */
@@ -454,6 +458,38 @@ static void test_errors(void) {
                                "names 2\n"
                                "I.bind_dims(M, N)\n"
                                "^");
+  cn_ctx_destroy(ctx);
+}
+
+/* Issue 27: the flavor check read past the body's NUL when a statement starts near its end (the
+ * prefix skipped before it was compared: a body ending in a newline, or in "Tens", shorter than
+ * "TensorIndex"). The body's copy ends exactly at the end of its own arena block here (more than
+ * half a block, its size with the NUL a multiple of the arena's 16-byte alignment), so ASan sees
+ * a read past it. */
+static void test_body_end(void) {
+  cn_ctx *ctx;
+  cn_graph *g = new_graph(&ctx);
+  cn_tensor *V = data(g, "V", 1, (int64_t[]){4}, (double[]){1, 2, 3, 4}, 4);
+  static const char *const tails[2] = {"return V + 1\n", "return V + 1\nTens"};
+  for (int k = 0; k < 2; k++) {
+    enum { LEN = 40000 - 1 }; /* (LEN + 1) % 16 == 0, LEN > 32768 */
+    static char body[LEN + 1];
+    size_t tail = strlen(tails[k]);
+    memset(body, ' ', LEN - tail);
+    body[0] = '#'; /* a comment line of blanks */
+    body[LEN - tail - 1] = '\n';
+    memcpy(body + LEN - tail, tails[k], tail + 1);
+    CHECK_INT((int)strlen(body), LEN);
+    cn_tile_fn *f = cn_tile_fn_create(ctx, "f", 1, (const char *const[]){"V"}, body, "f.cnl", 1, 1);
+    if (k == 0) {
+      CHECK_MSG(f != NULL, "%s", cn_ctx_error(ctx));
+      check_forward(g, "body ending in a newline", apply1(g, f, V), "|->4", (double[]){2, 3, 4, 5},
+                    4, 0, NULL);
+    } else {
+      CHECK(f == NULL);
+      CHECK_STR(cn_ctx_error(ctx), "f.cnl:3:1: a statement after return\nTens\n^");
+    }
+  }
   cn_ctx_destroy(ctx);
 }
 
@@ -647,6 +683,7 @@ int main(void) {
   test_elementwise();
   test_gradient();
   test_errors();
+  test_body_end();
   test_body_fuzz();
   test_allocation_failures();
   CHECK_DONE();

@@ -284,16 +284,18 @@ static bool split(cn_tile_fn *fn, cn_tile_src *src) {
 
 /* Whether the statement at s (blanks skipped) is C++ only: a `//` or block comment, a brace, or
  * a declaration or header (`TensorDim M`, `TensorIndex i`, `auto O`, `Tensor O`, `Tensor f(`).
- * No Python statement starts so, so no Python body changes meaning. */
+ * No Python statement starts so, so no Python body changes meaning. A word is compared before
+ * anything past it is read: strncmp stops at the text's NUL, so s + n lies within the text only
+ * once the word matched (issue 27: a body ending in "Tens" was read past its end). */
 static bool cpp_start(const char *s) {
   static const char *const words[] = {"TensorDim", "TensorIndex", "auto", "Tensor"};
   s += strspn(s, " \t\r\n");
   if (strncmp(s, "//", 2) == 0 || strncmp(s, "/*", 2) == 0 || *s == '{' || *s == '}') return true;
   for (size_t k = 0; k < sizeof words / sizeof *words; k++) {
-    size_t n = strlen(words[k]), blank = strspn(s + n, " \t\r\n");
-    if (strncmp(s, words[k], n) == 0 && blank > 0 &&
-        (isalpha((unsigned char)s[n + blank]) || s[n + blank] == '_'))
-      return true;
+    size_t n = strlen(words[k]);
+    if (strncmp(s, words[k], n) != 0) continue;
+    size_t blank = strspn(s + n, " \t\r\n");
+    if (blank > 0 && (isalpha((unsigned char)s[n + blank]) || s[n + blank] == '_')) return true;
   }
   return false;
 }

@@ -8,6 +8,7 @@
 #include "tile/tile.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,17 @@ bool cn_tile_advance(cn_tile_reader *r) {
       k->kind = CN_TILE_TOK_FLOAT;
       r->pos = p;
     }
-    k->fval = k->kind == CN_TILE_TOK_FLOAT ? strtod(t + at, NULL) : (double)k->ival;
+    k->fval = (double)k->ival;
+    if (k->kind == CN_TILE_TOK_FLOAT) {
+      /* the token is the decimal form strtod reads, so strtod stops where the token ends */
+      char *end;
+      k->fval = strtod(t + at, &end);
+      CN_ASSERT(end == t + r->pos);
+      if (isinf(k->fval)) {
+        cn_tile_fail_at(r->src, at, "number too large (beyond the largest double)");
+        return false;
+      }
+    }
   } else {
     k->kind = CN_TILE_TOK_OP;
     size_t n = 0;
