@@ -241,6 +241,62 @@ static void test_checkpoint_restore(void) {
   free(again);
 }
 
+/* Rewrites the checkpoint at path with its metadata "epoch":"OLD" replaced by "epoch":"value"
+ * (the header grows or shrinks; its length is rewritten, the data and its CRC are kept). */
+static void set_saved_epoch(const char *path, const char *old, const char *value) {
+  FILE *f = fopen(path, "rb");
+  static unsigned char file[1 << 16], out[1 << 16];
+  size_t n = f ? fread(file, 1, sizeof file, f) : 0;
+  if (f) fclose(f);
+  CHECK(n > 8 && n < sizeof file - 256);
+  uint64_t hlen = 0;
+  for (int b = 7; b >= 0; b--) hlen = hlen << 8 | file[b];
+  char from[64], to[128];
+  snprintf(from, sizeof from, "\"epoch\":\"%s\"", old);
+  snprintf(to, sizeof to, "\"epoch\":\"%s\"", value);
+  char *at = NULL;
+  for (size_t i = 8; !at && i + strlen(from) <= 8 + hlen; i++)
+    if (memcmp(file + i, from, strlen(from)) == 0) at = (char *)file + i;
+  CHECK_MSG(at != NULL, "no %s in %s", from, path);
+  if (!at) return;
+  size_t before = (size_t)(at - (char *)file) - 8,
+         new_len = (size_t)hlen - strlen(from) + strlen(to);
+  for (int b = 0; b < 8; b++) out[b] = (unsigned char)((uint64_t)new_len >> (8 * b));
+  memcpy(out + 8, file + 8, before);
+  memcpy(out + 8 + before, to, strlen(to));
+  memcpy(out + 8 + before + strlen(to), at + strlen(from), n - 8 - before - strlen(from));
+  write_file(path, out, n - strlen(from) + strlen(to));
+}
+
+/* Issue 27: the epoch restore reads from a checkpoint's metadata is decimal digits below 2^53
+ * ("99999999999999999999" was saturated to 2^63 - 1 by strtoll); checkpoint writes no other (a
+ * host integer is below 9e15). */
+static void test_restore_epoch(void) {
+  char script[2048];
+  const char *file = path_of(2, "epoch.safetensors");
+  unlink(file);
+  resume_script(script, sizeof script, file, 0); /* one epoch: "epoch" is "1" */
+  free(run_ok(0, script));
+  set_saved_epoch(file, "1", "7");
+  char *out = run_ok(0, script);
+  CHECK_HAS(out, "start 7\\n");
+  free(out);
+  static const char *const bad[] = {
+      "99999999999999999999", "9007199254740992", "-1", "+7", " 7", "7 ", "7x", "0x7", ""};
+  const char *previous = "7";
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    set_saved_epoch(file, previous, bad[k]);
+    previous = bad[k];
+    char needle[256];
+    snprintf(needle, sizeof needle,
+             "epoch.safetensors: the metadata \"epoch\" is \"%s\", expected a non-negative integer "
+             "below 2^53 (decimal digits only)",
+             bad[k]);
+    run_fails(script, "t.cnl:3:21: restore: ");
+    run_fails(script, needle);
+  }
+}
+
 static void test_errors(void) {
   char script[2048];
   snprintf(script, sizeof script, "let (x, y) =\n  dataset ~batch_size:2 \"%s\" \"%s\"\n",
@@ -367,6 +423,7 @@ int main(void) {
   test_dataset();
   test_load_placeholder_save();
   test_checkpoint_restore();
+  test_restore_epoch();
   test_errors();
   test_print_round_trip();
   test_export();

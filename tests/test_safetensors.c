@@ -364,6 +364,13 @@ static void test_bad_files(void) {
   refuses_header(ctx, "{\"a\":1.5}", 0, "byte 14: expected an integer, found a fraction", NULL);
   refuses_header(ctx, "{\"a\":01}", 0, "leading zero", NULL);
   refuses_header(ctx, "{\"a\":99999999999999999999}", 0, "out of the range", NULL);
+  /* issue 27: offsets and dims one past int64 (2^63), caught by the JSON reader at the number */
+  refuses_header(
+      ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,9223372036854775808]}}", 4,
+      "byte 58: integer out of the range of int64", NULL);
+  refuses_header(
+      ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[9223372036854775808],\"data_offsets\":[0,4]}}", 4,
+      "byte 37: integer out of the range of int64", NULL);
   refuses_header(ctx, "{\"a\":true}", 0, "byte 13: expected a value (an object", NULL);
   refuses_header(ctx, "{\"a\":\"x\x01\"}", 0, "control character 0x01", NULL);
   refuses_header(ctx, "{\"\xff\":{}}", 0, "byte 10: invalid UTF-8 byte 0xff", NULL);

@@ -45,6 +45,18 @@ bool cn_data_numel(int rank, const int64_t *dims, size_t *out) {
   return true;
 }
 
+bool cn_data_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out) {
+  uint64_t v = 0;
+  if (len == 0) return false;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9' || __builtin_mul_overflow(v, 10, &v) ||
+        __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v) || v > max)
+      return false;
+  }
+  *out = v;
+  return true;
+}
+
 /* ---- Reading ---- */
 
 static const unsigned char gzip_magic[2] = {0x1f, 0x8b};

@@ -144,16 +144,14 @@ static cn_status parse_shape(hdr *h, cn_array *a) {
       snprintf(what, sizeof what, "at most %d dimensions (cannl's most axes)", CN_MAX_RANK);
       return hdr_fail(h, CN_ERR_UNSUPPORTED, what);
     }
-    int64_t d = 0;
+    uint64_t d;
     size_t start = h->i;
-    for (; h->i < h->n && h->s[h->i] >= '0' && h->s[h->i] <= '9'; h->i++) {
-      if (d > (INT64_MAX - (h->s[h->i] - '0')) / 10) {
-        h->i = start;
-        return hdr_fail(h, CN_ERR_INVALID, "a dimension below 2^63");
-      }
-      d = d * 10 + (h->s[h->i] - '0');
+    while (h->i < h->n && h->s[h->i] >= '0' && h->s[h->i] <= '9') h->i++;
+    if (!cn_data_parse_natural(h->s + start, h->i - start, INT64_MAX, &d)) {
+      h->i = start;
+      return hdr_fail(h, CN_ERR_INVALID, "a dimension below 2^63");
     }
-    a->dims[a->rank++] = d;
+    a->dims[a->rank++] = (int64_t)d;
     if (accept(h, ')')) break;
     if (!accept(h, ',')) return hdr_fail(h, CN_ERR_INVALID, "',' or ')' in the shape tuple");
   }

@@ -14,6 +14,8 @@
  * at the argument). */
 #include "notation/eval_internal.h"
 
+#include "data/data.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,7 +163,7 @@ bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at) {
 /* ---- load ----------------------------------------------------------------------------------- */
 
 /* The largest integer below which every integer is a double (2^53). */
-#define EXACT_DOUBLE 9007199254740992.0
+#define EXACT_DOUBLE ((uint64_t)1 << 53)
 
 /* load "file": the file's array as a data tensor of its precision, every axis an output axis.
  * Data tensors hold doubles until their node is written: exact for every precision a file can
@@ -181,7 +183,7 @@ nt_value *nt_builtin_load(nt_interp *I, const nt_call *c) {
   int64_t i = 0;
   for (; values && i < n; i++) {
     values[i] = cn_prec_cell_to_double(a.prec, (const char *)a.cells + (size_t)i * bytes);
-    if (wide && fabs(values[i]) >= EXACT_DOUBLE) break;
+    if (wide && fabs(values[i]) >= (double)EXACT_DOUBLE) break;
   }
   if (values && i < n) {
     result = nt_fail(I, c->a->pos_at[0],
@@ -244,14 +246,19 @@ static bool optimizer_state(nt_interp *I, cn_tensor *loss, const char *optimizer
   return tree ? true : (nt_fail_here(I, at), false);
 }
 
-/* The metadata "epoch" of a checkpoint, as a number; NULL after a message. */
+/* The metadata "epoch" of a checkpoint, as a number; NULL after a message. The epoch is decimal
+ * digits only, below 2^53 so that the number is exact (issue 27: strtoll saturated
+ * "99999999999999999999" to 2^63 - 1). */
 static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_metadata_entry *meta,
                              cn_nt_pos at) {
   for (int i = 0; i < n; i++) {
     if (strcmp(meta[i].key, "epoch") != 0) continue;
-    char *end;
-    long long epoch = strtoll(meta[i].value, &end, 10);
-    if (end == meta[i].value || *end != '\0' || epoch < 0) break;
+    uint64_t epoch;
+    if (!cn_data_parse_natural(meta[i].value, strlen(meta[i].value), EXACT_DOUBLE - 1, &epoch))
+      return nt_fail(I, at,
+                     "restore: %s: the metadata \"epoch\" is \"%.40s%s\", expected a non-negative "
+                     "integer below 2^53 (decimal digits only)",
+                     path, meta[i].value, strlen(meta[i].value) > 40 ? "..." : "");
     return nt_num(I, (double)epoch, true);
   }
   return nt_fail(I, at, "restore: %s holds no epoch (a non-negative integer) in its metadata",
