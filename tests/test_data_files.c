@@ -629,6 +629,36 @@ static void test_npy_malformed(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Issue 27: an empty array (a zero-size axis) is a valid file of either format: it loads with its
+ * dims and no cells (NULL), plain and gzip, whatever the position of the zero axis; what needs
+ * cells (a data set, the notation's load) refuses it. */
+static void test_empty_arrays(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  static const uint32_t shapes[3][2] = {{3, 0}, {0, 3}, {0, 0}};
+  for (int k = 0; k < 3; k++) {
+    unsigned char image[64];
+    size_t len = idx_image(image, 0x0D, 2, shapes[k], NULL, 0, 4);
+    CHECK_INT((int)len, 12);
+    write_bytes(path_of("empty.idx"), image, len);
+    write_gzip(path_of("empty.idx.gz"), "wb", image, len);
+    char header[128];
+    snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (%u, %u), }",
+             shapes[k][0], shapes[k][1]);
+    write_npy(path_of("empty.npy"), 1, header, "", 0);
+    const char *files[3] = {path_of("empty.idx"), path_of("empty.idx.gz"), path_of("empty.npy")};
+    for (int f = 0; f < 3; f++) {
+      cn_array a;
+      memset(&a, 0xab, sizeof a);
+      CHECK_MSG(cn_data_load(ctx, files[f], &a) == CN_OK, "%s: %s", files[f], cn_ctx_error(ctx));
+      CHECK(a.prec == CN_PREC_SINGLE && a.rank == 2 && a.cells == NULL);
+      CHECK(a.dims[0] == shapes[k][0] && a.dims[1] == shapes[k][1]);
+      CHECK_INT(cn_array_numel(&a), 0);
+      cn_array_free(&a);
+    }
+  }
+  cn_ctx_destroy(ctx);
+}
+
 /* Every allocation of a load and a save fails in turn: a CN_ERR_NOMEM, nothing leaked (ASan,
  * valgrind), then success once the countdown passes them all. */
 static void test_allocation_failures(void) {
@@ -725,6 +755,7 @@ int main(void) {
   test_npy_round_trips();
   test_npy_numpy();
   test_npy_malformed();
+  test_empty_arrays();
   test_allocation_failures();
   test_bytes_reader();
   test_load_either();

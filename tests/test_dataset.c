@@ -178,6 +178,22 @@ static void test_errors(void) {
   CHECK(cn_dataset_create(g, "odd", 2, a, 4, true, 1) == NULL);
   CHECK(strstr(cn_ctx_error(ctx), "array 1 has 9 examples, array 0 has 10") != NULL);
   CHECK(a[0].cells != NULL && a[1].cells != NULL); /* a failed create takes nothing */
+  /* issue 27: an array with an axis of size 0 (its cells NULL, as a loader leaves an empty
+   * file's) or without examples is refused, by create and split */
+  cn_array empty[2] = {{CN_PREC_BYTE, 2, {3, 0}, NULL}, {CN_PREC_BYTE, 2, {0, 3}, NULL}};
+  for (int k = 0; k < 2; k++) {
+    char needle[128];
+    snprintf(needle, sizeof needle,
+             "array 0 has size 0 along axis %d: a data set needs at least one example (axis 0) of "
+             "at least one cell",
+             1 - k);
+    CHECK(cn_dataset_create(g, "empty", 1, &empty[k], 1, false, 1) == NULL);
+    CHECK_HAS(cn_ctx_error(ctx), "data set \"empty\": ");
+    CHECK_HAS(cn_ctx_error(ctx), needle);
+    cn_array held;
+    CHECK(cn_dataset_split(ctx, 1, &empty[k], 0, 7, &held) == CN_ERR_INVALID);
+    CHECK_HAS(cn_ctx_error(ctx), needle);
+  }
   cn_array bad = {CN_PREC_BYTE, 3, {4, -2, -3}, NULL}, held_out;
   CHECK(cn_dataset_split(ctx, 1, &bad, 1, 7, &held_out) != CN_OK);
   CHECK(strstr(cn_ctx_error(ctx), "array 0 has no valid shape") != NULL);

@@ -44,11 +44,11 @@ static void write_idx(const char *path, int rank, const uint32_t *dims, int firs
   write_file(path, buf, n);
 }
 
-/* A version 1.0 .npy file of little-endian float32 cells i / 2 of shape [rows, 2]. */
-static void write_npy(const char *path, int rows) {
+/* A version 1.0 .npy file of little-endian float32 cells i / 2 of shape [rows, cols]. */
+static void write_npy(const char *path, int rows, int cols) {
   char header[128];
   int len = snprintf(header, sizeof header,
-                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 2), }", rows);
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", rows, cols);
   while ((10 + len + 1) % 64 != 0) header[len++] = ' ';
   header[len++] = '\n';
   unsigned char buf[1024];
@@ -57,7 +57,7 @@ static void write_npy(const char *path, int rows) {
   buf[9] = (unsigned char)(len >> 8);
   memcpy(buf + 10, header, (size_t)len);
   size_t n = 10 + (size_t)len;
-  for (int i = 0; i < 2 * rows; i++) {
+  for (int i = 0; i < cols * rows; i++) {
     float x = (float)i / 2;
     memcpy(buf + n, &x, 4); /* the test machines are little-endian, as the format asks here */
     n += 4;
@@ -131,7 +131,7 @@ static void test_dataset(void) {
   free(out);
 
   /* .npy; shuffled: epoch 0 before any shuffle, then each epoch's permutation */
-  write_npy(path_of(0, "points.npy"), 7);
+  write_npy(path_of(0, "points.npy"), 7, 2);
   snprintf(script, sizeof script,
            "let z = dataset ~batch_size:3 ~shuffle:true ~seed:5 \"%s\"\n"
            "print z\nfor epoch = 1 to 2 do\n  shuffle z ~epoch:epoch\n  print z\ndone\n",
@@ -297,6 +297,38 @@ static void test_restore_epoch(void) {
   }
 }
 
+/* Issue 27: an empty array in a file (IDX dims [3, 0], .npy shape (3, 0), 0 examples) is refused
+ * at the argument naming the file and the axis, by dataset and load (before, dataset passed its
+ * NULL cells to memcpy and failed later at a print with a misleading cell count). */
+static void test_empty_arrays(void) {
+  write_idx(path_of(0, "empty.idx"), 2, (const uint32_t[]){3, 0}, 0);
+  write_npy(path_of(1, "empty.npy"), 3, 0);
+  write_idx(path_of(2, "none.idx"), 2, (const uint32_t[]){0, 3}, 0);
+  static const struct {
+    int slot;
+    const char *name, *axis;
+  } files[3] = {{0, "empty.idx", "axis 1 of its 2"},
+                {1, "empty.npy", "axis 1 of its 2"},
+                {2, "none.idx", "axis 0 of its 2"}};
+  for (int k = 0; k < 3; k++) {
+    const char *path = path_of(files[k].slot, files[k].name);
+    char script[1024], needle[1024];
+    snprintf(script, sizeof script, "let x = dataset ~batch_size:1 \"%s\"\nprint x\n", path);
+    snprintf(
+        needle, sizeof needle,
+        "t.cnl:1:31: %s holds an empty array: %s has size 0, and a data set needs at least one "
+        "example of at least one cell",
+        path, files[k].axis);
+    run_fails(script, needle);
+    snprintf(script, sizeof script, "let x = load \"%s\"\nprint x\n", path);
+    snprintf(needle, sizeof needle,
+             "t.cnl:1:14: %s holds an empty array: %s has size 0, and a tensor has at least one "
+             "cell",
+             path, files[k].axis);
+    run_fails(script, needle);
+  }
+}
+
 static void test_errors(void) {
   char script[2048];
   snprintf(script, sizeof script, "let (x, y) =\n  dataset ~batch_size:2 \"%s\" \"%s\"\n",
@@ -424,6 +456,7 @@ int main(void) {
   test_load_placeholder_save();
   test_checkpoint_restore();
   test_restore_epoch();
+  test_empty_arrays();
   test_errors();
   test_print_round_trip();
   test_export();

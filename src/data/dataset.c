@@ -3,11 +3,11 @@
  * host, and the counter-based permutation behind shuffling and held-out splits.
  *
  * Invariants: the data set owns its arrays' cells (malloc'd, released by a context cleanup);
- * every array has the same count of examples along axis 0; slot j of a tensor's node holds the
- * example the epoch's order puts there (the identity when not shuffled), so one mini-batch of a
- * static index reads the same examples from every tensor. The order is a pure function of
- * (seed, epoch), never of the calls made before: resuming at epoch e shows what an uninterrupted
- * run showed. */
+ * every array has the same count of examples along axis 0 and no axis of size 0 (so cells exist);
+ * slot j of a tensor's node holds the example the epoch's order puts there (the identity when not
+ * shuffled), so one mini-batch of a static index reads the same examples from every tensor. The
+ * order is a pure function of (seed, epoch), never of the calls made before: resuming at epoch e
+ * shows what an uninterrupted run showed. */
 #include "core/core.h"
 #include "tensor/tensor.h"
 
@@ -108,12 +108,23 @@ static bool check_arrays(cn_ctx *ctx, const char *label, int n, const cn_array *
               label, k, a->rank, CN_MAX_RANK - 1);
       return false;
     }
+    /* an empty array (NumPy's (3, 0), an IDX file of 0 examples) is a valid file but no data
+     * set: refused here, so every example below has cells to copy (issue 27: a [3, 0] array's
+     * NULL cells reached memcpy) */
+    for (int ax = 0; ax < a->rank; ax++)
+      if (a->dims[ax] == 0) {
+        cn_fail(ctx, CN_ERR_INVALID,
+                "data set \"%s\": array %d has size 0 along axis %d: a data set needs at least "
+                "one example (axis 0) of at least one cell",
+                label, k, ax);
+        return false;
+      }
     if (a->dims[0] != arrays[0].dims[0]) {
       cn_fail(ctx, CN_ERR_INVALID, "data set \"%s\": array %d has %lld examples, array 0 has %lld",
               label, k, (long long)a->dims[0], (long long)arrays[0].dims[0]);
       return false;
     }
-    if (cn_array_numel(a) > 0 && !a->cells) {
+    if (!a->cells) {
       cn_fail(ctx, CN_ERR_INVALID, "data set \"%s\": array %d has no cells", label, k);
       return false;
     }

@@ -48,6 +48,19 @@ static bool int_option(nt_interp *I, const nt_call *c, const char *name, int64_t
   return true;
 }
 
+/* A file's array with an axis of size 0 (a valid file, NumPy's shape (3, 0)): a positioned
+ * refusal naming the file and the axis, for the builtins that need cells (`why`); true when
+ * every axis has cells. */
+static bool has_cells(nt_interp *I, const nt_call *c, int k, const cn_array *a, const char *why) {
+  for (int ax = 0; ax < a->rank; ax++)
+    if (a->dims[ax] == 0)
+      return nt_fail(I, c->a->pos_at[k],
+                     "%s holds an empty array: axis %d of its %d has size 0, and %s",
+                     c->a->pos[k]->str, ax, a->rank, why),
+             false;
+  return true;
+}
+
 /* ---- dataset -------------------------------------------------------------------------------- */
 
 /* Records a data set of the script (its tensors found by shuffle, written by
@@ -75,6 +88,8 @@ static bool load_arrays(nt_interp *I, const nt_call *c, int64_t limit, bool chan
                      "%s holds a scalar: a data set's arrays hold examples along their axis 0",
                      path),
              false;
+    if (!has_cells(I, c, k, a, "a data set needs at least one example of at least one cell"))
+      return false;
     if (limit > a->dims[0])
       return nt_fail(I, c->a->pos_at[k], "%s has %lld examples; ~limit asks for %lld", path,
                      (long long)a->dims[0], (long long)limit),
@@ -175,9 +190,10 @@ nt_value *nt_builtin_load(nt_interp *I, const nt_call *c) {
   cn_array a = {0};
   if (!path) return NULL;
   if (cn_data_load(I->ctx, path, &a) != CN_OK) return nt_fail_here(I, c->a->pos_at[0]);
+  if (!has_cells(I, c, 0, &a, "a tensor has at least one cell")) return NULL;
   int64_t n = cn_array_numel(&a);
   size_t bytes = cn_prec_bytes(a.prec);
-  double *values = cn_malloc(I->ctx, sizeof *values * (size_t)(n > 0 ? n : 1));
+  double *values = cn_malloc(I->ctx, sizeof *values * (size_t)n);
   nt_value *result = NULL;
   bool wide = a.prec == CN_PREC_INT64 || a.prec == CN_PREC_UINT64;
   int64_t i = 0;
