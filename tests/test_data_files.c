@@ -8,6 +8,7 @@
  * offset and what was expected; the allocation-failure paths. Files live in a mkdtemp directory
  * removed at the end. */
 #include "check.h"
+#include "limit_check.h"
 
 #include "core/core.h"
 #include "data/data.h"
@@ -659,6 +660,61 @@ static void test_empty_arrays(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Issue 27: a gzip file's cells grow as its decompressed bytes arrive. A header claiming 8 GiB
+ * (2^30 f64 cells) over 8.4 MB of incompressible data passes the deflate bound (1032 bytes per
+ * compressed byte) and, allocated up front, failed for memory under a 4 GiB address-space limit
+ * (CN_ERR_NOMEM) or took 8 GiB of address space; now the stream's end is the precise error,
+ * whatever the limit. A whole payload of 3 MB (past the first 1 MiB buffer, not a power of two)
+ * of i16 cells, widened to int32, reads back exactly. */
+static void test_gzip_claims(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  enum { DATA = 8400000 };
+  unsigned char *image = malloc(16 + DATA);
+  CHECK(image != NULL);
+  if (!image) return;
+  const uint32_t dims[2] = {1u << 15, 1u << 15};
+  size_t len = idx_image(image, 0x0E, 2, dims, NULL, 0, 8);
+  uint64_t x = 88172645463325252ull; /* xorshift64: bytes deflate cannot shrink */
+  for (size_t i = 0; i < DATA; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    image[len + i] = (unsigned char)(x >> 32);
+  }
+  const char *gz = path_of("claims.idx.gz");
+  gzFile f = gzopen(gz, "wb1");
+  CHECK(f && gzwrite(f, image, (unsigned)(len + DATA)) == (int)(len + DATA));
+  CHECK(f && gzclose(f) == Z_OK);
+  struct rlimit saved;
+#ifndef LIMIT_CHECK_ASAN /* ASan's shadow memory exceeds any such limit */
+  CHECK(limit_address_space(&saved));
+#endif
+  expect_failure(ctx, false, gz, CN_ERR_INVALID,
+                 "at byte 12 of the decompressed data: expected 8589934592 bytes of payload, "
+                 "found 8400000 (the decompressed data ends at byte 8400012)",
+                 NULL);
+#ifndef LIMIT_CHECK_ASAN
+  CHECK(restore_address_space(&saved));
+#endif
+  (void)saved;
+
+  enum { CELLS = 1500001 };
+  int16_t *cells = (int16_t *)image;
+  for (int i = 0; i < CELLS; i++) cells[i] = (int16_t)(i * 7919);
+  unsigned char *file = malloc(16 + 2 * (size_t)CELLS);
+  int32_t *expected = malloc(sizeof *expected * CELLS);
+  CHECK(file && expected);
+  if (file && expected) {
+    const uint32_t one[1] = {CELLS};
+    len = idx_image(file, 0x0B, 1, one, cells, CELLS, 2);
+    for (int i = 0; i < CELLS; i++) expected[i] = cells[i];
+    write_gzip(gz, "wb", file, len);
+    check_idx_loads(ctx, gz, CN_PREC_INT32, 1, one, expected, CELLS);
+  }
+  free(file);
+  free(expected);
+  free(image);
+  cn_ctx_destroy(ctx);
+}
+
 /* Every allocation of a load and a save fails in turn: a CN_ERR_NOMEM, nothing leaked (ASan,
  * valgrind), then success once the countdown passes them all. */
 static void test_allocation_failures(void) {
@@ -756,6 +812,7 @@ int main(void) {
   test_npy_numpy();
   test_npy_malformed();
   test_empty_arrays();
+  test_gzip_claims();
   test_allocation_failures();
   test_bytes_reader();
   test_load_either();

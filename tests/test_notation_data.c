@@ -329,6 +329,24 @@ static void test_empty_arrays(void) {
   }
 }
 
+/* Issue 27: load reads at most 2^26 cells, refused from the header before the cells are read (a
+ * 0.5 MB gzip file of 2^29 bytes took 8.9 GB and minutes: each cell passes through a double and
+ * the tensor holds it again). The file is sparse: a header of 2^26 + 1 bytes, then a hole. */
+static void test_load_limit(void) {
+  const char *path = path_of(0, "large.idx");
+  const unsigned char header[8] = {0, 0, 8, 1, 4, 0, 0, 1}; /* u8, dims [2^26 + 1] */
+  write_file(path, header, sizeof header);
+  CHECK(truncate(path, 8 + (1 << 26) + 1) == 0);
+  char script[1024], needle[1024];
+  snprintf(script, sizeof script, "let x = load \"%s\"\n", path);
+  snprintf(needle, sizeof needle,
+           "t.cnl:1:14: %s: at byte 8: expected at most 67108864 cells (load's limit: its cells "
+           "pass through doubles; dataset reads larger arrays), found 67108865",
+           path);
+  run_fails(script, needle);
+  unlink(path);
+}
+
 static void test_errors(void) {
   char script[2048];
   snprintf(script, sizeof script, "let (x, y) =\n  dataset ~batch_size:2 \"%s\" \"%s\"\n",
@@ -457,6 +475,7 @@ int main(void) {
   test_checkpoint_restore();
   test_restore_epoch();
   test_empty_arrays();
+  test_load_limit();
   test_errors();
   test_print_round_trip();
   test_export();

@@ -130,16 +130,23 @@ cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_dat
   return CN_OK;
 }
 
-cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out) {
+cn_status cn_data_load_at_most(cn_ctx *ctx, const char *path, size_t max_cells, const char *why,
+                               cn_array *out) {
   static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   memset(out, 0, sizeof *out);
   cn_data_reader r;
   cn_status s = cn_data_reader_open(ctx, path, true, &r);
   if (s != CN_OK) return s;
+  r.max_cells = max_cells;
+  r.max_cells_why = why;
   bool npy = r.raw_len >= sizeof npy_magic && memcmp(r.raw, npy_magic, sizeof npy_magic) == 0;
   s = npy ? cn_data_npy_read(ctx, &r, out) : cn_data_idx_read(ctx, &r, out);
   cn_data_reader_close(&r);
   return s;
+}
+
+cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out) {
+  return cn_data_load_at_most(ctx, path, 0, NULL, out);
 }
 
 void cn_data_reader_close(cn_data_reader *r) {
@@ -232,16 +239,20 @@ size_t cn_data_reader_bound(const cn_data_reader *r) {
   return bound;
 }
 
+/* The failure of a read of n bytes of `what` from offset `at` that found only `got`. */
+static cn_status short_read(cn_ctx *ctx, const cn_data_reader *r, size_t at, size_t n,
+                            const char *what, size_t got) {
+  return cn_data_fail_at(ctx, CN_ERR_INVALID, r, at,
+                         "expected %zu bytes of %s, found %zu (the %s ends at byte %zu)", n, what,
+                         got, r->gzip ? "decompressed data" : "file", r->pos);
+}
+
 cn_status cn_data_read_exact(cn_ctx *ctx, cn_data_reader *r, void *dst, size_t n,
                              const char *what) {
   size_t at = r->pos, got;
   cn_status s = cn_data_read(ctx, r, dst, n, &got);
   if (s != CN_OK) return s;
-  if (got < n)
-    return cn_data_fail_at(ctx, CN_ERR_INVALID, r, at,
-                           "expected %zu bytes of %s, found %zu (the %s ends at byte %zu)", n, what,
-                           got, r->gzip ? "decompressed data" : "file", r->pos);
-  return CN_OK;
+  return got < n ? short_read(ctx, r, at, n, what, got) : CN_OK;
 }
 
 cn_status cn_data_check_claim(cn_ctx *ctx, const cn_data_reader *r, size_t claim,
@@ -267,13 +278,65 @@ cn_status cn_data_expect_end(cn_ctx *ctx, cn_data_reader *r) {
                          "expected the end of the file, found trailing bytes (0x%02x ...)", byte);
 }
 
+/* The first buffer of a gzip payload, doubled as the data arrives. */
+#define GROW_FIRST ((size_t)1 << 20)
+
+static cn_status no_room(cn_ctx *ctx, const cn_data_reader *r, size_t numel, size_t bytes) {
+  return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for %zu cells (%zu bytes)", r->path, numel,
+                 bytes);
+}
+
+/* A gzip payload of `payload` bytes into a buffer of `bytes` >= payload (malloc'd, *out): grown
+ * from GROW_FIRST as the decompressed bytes arrive, so a stream shorter than the header's claim
+ * costs about twice what it held, not the claim (a deflate stream may claim 1032 times its
+ * size). */
+static cn_status read_growing(cn_ctx *ctx, cn_data_reader *r, size_t numel, size_t payload,
+                              size_t bytes, const char *what, unsigned char **out) {
+  size_t at = r->pos, have = 0, cap = payload < GROW_FIRST ? payload : GROW_FIRST;
+  unsigned char *buf = cn_malloc(ctx, cap);
+  cn_status s = buf ? CN_OK : no_room(ctx, r, numel, bytes);
+  while (s == CN_OK && have < payload) {
+    if (have == cap) {
+      size_t next = cap > payload / 2 ? payload : 2 * cap;
+      unsigned char *grown = cn_realloc(ctx, buf, next);
+      if (!grown) {
+        s = no_room(ctx, r, numel, bytes);
+        break;
+      }
+      buf = grown;
+      cap = next;
+    }
+    size_t got;
+    s = cn_data_read(ctx, r, buf + have, cap - have, &got);
+    if (s == CN_OK && got < cap - have) s = short_read(ctx, r, at, payload, what, have + got);
+    have += got;
+  }
+  unsigned char *whole = s == CN_OK && bytes > payload ? cn_realloc(ctx, buf, bytes) : buf;
+  if (s == CN_OK && !whole) s = no_room(ctx, r, numel, bytes);
+  if (s != CN_OK) {
+    free(buf);
+    return s;
+  }
+  *out = whole;
+  return CN_OK;
+}
+
 cn_status cn_data_read_payload(cn_ctx *ctx, cn_data_reader *r, cn_array *a, size_t numel,
                                size_t payload, const char *what) {
   size_t bytes = SIZE_MAX;
-  a->cells = cn_mul_size(numel, cn_prec_bytes(a->prec), &bytes) ? cn_malloc(ctx, bytes) : NULL;
-  if (!a->cells)
-    return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory for %zu cells (%zu bytes)", r->path, numel,
-                   bytes);
+  if (!cn_mul_size(numel, cn_prec_bytes(a->prec), &bytes)) return no_room(ctx, r, numel, bytes);
+  if (r->max_cells && numel > r->max_cells)
+    return cn_data_fail_at(ctx, CN_ERR_UNSUPPORTED, r, r->pos,
+                           "expected at most %zu cells (%s), found %zu", r->max_cells,
+                           r->max_cells_why, numel);
+  if (r->gzip) {
+    unsigned char *cells = NULL;
+    cn_status s = read_growing(ctx, r, numel, payload, bytes, what, &cells);
+    a->cells = cells;
+    return s;
+  }
+  /* plain: the claim is at most the file's bytes left (cn_data_check_claim) */
+  if (!(a->cells = cn_malloc(ctx, bytes))) return no_room(ctx, r, numel, bytes);
   return cn_data_read_exact(ctx, r, a->cells, payload, what);
 }
 

@@ -4,10 +4,11 @@
  *
  * Invariants: a reader never allocates more than the file's own size plus the buffers of the
  * caller, so a size claimed by a header is checked against cn_data_reader_bound before any
- * buffer of that size exists; every failure is a cn_status with a message that names the file
- * (and, when it is about the content, the byte offset and what was expected there); a
- * cn_data_reader or cn_data_writer that was opened is released by its close/abort call on every
- * path. */
+ * buffer of that size exists; the cells of a gzip file grow as its
+ * decompressed bytes arrive (a stream that ends before its claim costs what it held); every failure
+ * is a cn_status with a message that names the file (and, when it is about the content, the byte
+ * offset and what was expected there); a cn_data_reader or cn_data_writer that was opened is
+ * released by its close/abort call on every path. */
 #ifndef CN_DATA_H
 #define CN_DATA_H
 
@@ -32,11 +33,17 @@ typedef struct {
   size_t pos;               /* bytes served so far: the offset messages name */
   bool gzip, z_live, z_end; /* z_end: the last member ended and no byte follows */
   z_stream zs;
+  size_t max_cells;          /* 0, or the caller's limit on an array's cells ... */
+  const char *max_cells_why; /* ... and why, for the message */
 } cn_data_reader;
 
 /* fopen(path, "rb") that does not block when path is a FIFO (so that the caller's check for a
  * regular file gets to run): NULL with errno set on failure. */
 FILE *cn_data_open_read(const char *path);
+/* cn_data_load with a limit on the array's cells (why: the reason, for the message), checked
+ * against the header before the cells are allocated (the notation's load). */
+cn_status cn_data_load_at_most(cn_ctx *ctx, const char *path, size_t max_cells, const char *why,
+                               cn_array *out);
 /* Reads the file at path whole; with gunzip, a gzip file is served decompressed. CN_ERR_IO
  * naming the file when it cannot be opened or read; on failure nothing needs closing. */
 cn_status cn_data_reader_open(cn_ctx *ctx, const char *path, bool gunzip, cn_data_reader *r);
@@ -63,7 +70,11 @@ cn_status cn_data_check_claim(cn_ctx *ctx, const cn_data_reader *r, size_t claim
 cn_status cn_data_expect_end(cn_ctx *ctx, cn_data_reader *r);
 /* The cells of an array whose header was read: numel cells of a->prec allocated (a->cells), the
  * file's `payload` bytes read into their start (a reader widens narrower file cells in place
- * afterwards); `what` names the payload in messages. */
+ * afterwards); `what` names the payload in messages. Refuses (CN_ERR_UNSUPPORTED, positioned)
+ * more cells than r->max_cells before allocating; from
+ * a gzip reader, the buffer grows geometrically (from 1 MiB) as the decompressed bytes arrive,
+ * so a header claiming more than the stream holds fails with "expected N bytes of WHAT, found
+ * M" having allocated about 2 M. */
 cn_status cn_data_read_payload(cn_ctx *ctx, cn_data_reader *r, cn_array *a, size_t numel,
                                size_t payload, const char *what);
 /* The end of a read with status s: the file must end here; on success *out takes a, otherwise
