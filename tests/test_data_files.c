@@ -24,7 +24,7 @@
 static char dir[64];
 
 static const char *path_of(const char *name) {
-  static char buf[4][256];
+  static char buf[4][sizeof dir + 1 + 256]; /* a directory entry's name has at most 255 bytes */
   static int next;
   char *p = buf[next++ % 4];
   snprintf(p, sizeof buf[0], "%s/%s", dir, name);
