@@ -708,6 +708,23 @@ static void test_gzip_claims(void) {
     for (int i = 0; i < CELLS; i++) expected[i] = cells[i];
     write_gzip(gz, "wb", file, len);
     check_idx_loads(ctx, gz, CN_PREC_INT32, 1, one, expected, CELLS);
+    /* each allocation of the growing buffer failing in turn: CN_ERR_NOMEM, nothing leaked */
+    bool loaded = false;
+    int failures = 0;
+    for (long n = 1; n < 20 && !loaded; n++) {
+      cn_array a;
+      ctx->fail_alloc_countdown = n;
+      cn_status st = cn_data_load_idx(ctx, gz, &a);
+      CHECK_MSG(st == CN_OK || st == CN_ERR_NOMEM, "n %ld: %s", n, cn_ctx_error(ctx));
+      CHECK(st == CN_OK || a.cells == NULL);
+      failures += st == CN_ERR_NOMEM;
+      loaded = st == CN_OK;
+      cn_array_free(&a);
+    }
+    ctx->fail_alloc_countdown = 0;
+    CHECK(loaded);
+    CHECK_MSG(failures >= 5, "%d failures: the file, 1 MiB, 2 MiB, 3 MB, then 6 MB widened",
+              failures);
   }
   free(file);
   free(expected);
