@@ -785,7 +785,12 @@ cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out);
  * each node's unpadded cells under its name; dtypes U8 U16 I32 U32 I64 U64 F16 BF16 F8_E5M2 F32
  * F64 (uint4x32 as U32 with a trailing axis of 4). Saving is atomic: the file is written under a
  * temporary name in the same directory, flushed to disk (fsync), then renamed over the old one,
- * so an interruption at any moment leaves the previous file whole. The metadata holds the given
+ * so an interruption at any moment leaves the previous file whole (and the next save of the file
+ * removes the temporary file a killed save left). Only a regular file is replaced: a symbolic
+ * link is written through (the file it points to gets the new data, the link stays), while a
+ * directory, a FIFO, a socket, a device, a dangling link, or another user's link in a sticky
+ * world-writable directory such as /tmp, is refused with CN_ERR_IO naming what it is. The same
+ * holds for .npy saves and exports. The metadata holds the given
  * entries and "cannl_crc32", the CRC-32 of the payload, checked on load (a mismatch is
  * reported as corruption). Loading fills each given node from the tensor of its name: a
  * missing name, another dtype or shape fails naming the tensor, before any node is written. */

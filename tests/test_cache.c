@@ -4,13 +4,18 @@
  * altered in place, its record missing, another routine's object and record (same name, other
  * constants) copied into its slot, a record made to match an object that cannot be loaded --
  * are each discarded with one warning and recompiled, and the routine computes its own values;
- * the cache location order ($CANNL_CACHE_DIR, $XDG_CACHE_HOME, $HOME, the per-user directory
- * under $TMPDIR and its refusal), CANNL_CACHE_DIR=off leaving no file, and the word grammar of
+ * FIFOs, links and directories planted at the slots of an entry or of a tune record (never
+ * waited on: an alarm guards; removed, or the routine compiled privately with a warning); the
+ * cache location order ($CANNL_CACHE_DIR, $XDG_CACHE_HOME, $HOME -- never created when missing --,
+ * the per-user directory under $TMPDIR and its refusal), a missing TMPDIR falling back to /tmp,
+ * directories this user cannot write (root drops to uid 65534 in a child for it),
+ * CANNL_CACHE_DIR=off leaving no file, and the word grammar of
  * CANNL_CFLAGS and CC (quotes, escapes, no shell) with its exact error messages; several routines
  * compiled at once (cn_routine_compile_many: compilers side by side on a cold cache, all hits on a
  * warm one, nothing kept when one fails).
  *
  * Generated C is compiled with -O1 and without -march=native: fast, and valgrind-friendly. */
+#include "backend/backend.h"
 #include "cannl.h"
 
 #include "check.h"
@@ -20,6 +25,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CFLAGS "-O1 -shared -fPIC -std=c11"
@@ -46,7 +52,8 @@ static void path_in(char *out, size_t size, const char *dir, const char *name) {
 }
 
 /* Compiles `name` writing values into a 3-vector, runs it and checks the values exactly, and the
- * compiler runs and cache hits it took. The warnings of the compilation are left in `warnings`. */
+ * compiler runs and cache hits it took (-1: any). The warnings of the compilation are left in
+ * `warnings`. */
 static void run_routine(const char *name, const double *values, int runs, int hits) {
   warnings[0] = '\0';
   cn_ctx *ctx = cn_ctx_create();
@@ -64,8 +71,8 @@ static void run_routine(const char *name, const double *values, int runs, int hi
     CHECK_INT(cn_node_get_values(x, false, got, 3), CN_OK);
     for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[i], 0);
   }
-  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), runs);
-  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), hits);
+  if (runs >= 0) CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), runs);
+  if (hits >= 0) CHECK_INT(cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), hits);
   cn_ctx_destroy(ctx);
 }
 
@@ -292,6 +299,231 @@ static void test_integrity(void) {
   CHECK_INT(count_files(dir, ""), 9); /* fill twice, other: .c, .so, .sum each */
 }
 
+/* ---- Other kinds of files in the cache ---- */
+
+/* A FIFO, a directory or a link where the cache expects a regular file: read without blocking
+ * (an alarm ends the test rather than letting a blocking open hang it), removed when it can be,
+ * and the run succeeds either way -- compiling privately, with a warning, when a full directory
+ * holds a slot. */
+static void test_planted(void) {
+  char dir[PATH_MAX], tmp[PATH_MAX];
+  path_in(dir, sizeof dir, root, "planted");
+  path_in(tmp, sizeof tmp, root, "planted-tmp");
+  CHECK(mkdir(tmp, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  CHECK(setenv("TMPDIR", tmp, 1) == 0);
+  alarm(120);
+  run_routine("fill", values_a, 1, 0);
+  char a[PATH_MAX], a_so[PATH_MAX], a_sum[PATH_MAX], a_c[PATH_MAX], inside[PATH_MAX];
+  if (!find_object(dir, "fill", "", a, sizeof a)) return;
+  with_suffix(a_so, sizeof a_so, a, ".so");
+  with_suffix(a_sum, sizeof a_sum, a, ".sum");
+  with_suffix(a_c, sizeof a_c, a, ".c");
+  struct stat st;
+
+  /* A FIFO for the record: refused unopened, the entry discarded and rebuilt. */
+  CHECK(unlink(a_sum) == 0 && mkfifo(a_sum, 0600) == 0);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "cannot read its record: a FIFO, not a regular file");
+  CHECK(lstat(a_sum, &st) == 0 && S_ISREG(st.st_mode));
+  run_routine("fill", values_a, 0, 1);
+  /* A symbolic link for the object, even to the right bytes, is not followed. */
+  char moved[PATH_MAX];
+  path_in(moved, sizeof moved, root, "moved.so");
+  CHECK(rename(a_so, moved) == 0 && symlink(moved, a_so) == 0);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "cannot read it: a symbolic link, not a regular file");
+  CHECK(lstat(a_so, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(unlink(moved) == 0);
+
+  /* An empty directory for the object: removed, and the object published again (the rename
+   * over it once failed with "Is a directory" on every run). */
+  CHECK(unlink(a_so) == 0 && mkdir(a_so, 0700) == 0);
+  run_routine("fill", values_a, 1, 0);
+  check_discarded(a, "cannot read it: a directory, not a regular file");
+  CHECK(lstat(a_so, &st) == 0 && S_ISREG(st.st_mode));
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+
+  /* A directory with a file in it is left alone: each run compiles privately, with a warning,
+   * and leaves nothing in the cache or in TMPDIR. */
+  CHECK(unlink(a_so) == 0 && mkdir(a_so, 0700) == 0);
+  path_in(inside, sizeof inside, a_so, "keep");
+  write_file(inside, "x", 1);
+  char expected[3 * PATH_MAX];
+  snprintf(expected, sizeof expected,
+           "cache slot '%s' holds a directory that cannot be removed (Directory not empty): "
+           "compiling without a disk cache\n",
+           a_so);
+  for (int k = 0; k < 2; k++) {
+    run_routine("fill", values_a, 1, 0);
+    CHECK_HAS(warnings, "cannot read it: a directory, not a regular file");
+    CHECK_HAS(warnings, expected);
+    CHECK_INT(count_files(dir, ""), 2); /* the source and the planted directory */
+    CHECK_INT(count_files(tmp, ""), 0);
+  }
+  CHECK(file_size(inside) == 1);
+  CHECK(unlink(inside) == 0 && rmdir(a_so) == 0);
+
+  /* Empty directories for the record (no object: a miss) and for the source are removed with a
+   * warning each. */
+  CHECK(unlink(a_c) == 0 && mkdir(a_c, 0700) == 0 && mkdir(a_sum, 0700) == 0);
+  run_routine("fill", values_a, 1, 0);
+  snprintf(expected, sizeof expected,
+           "removed a directory from cache slot '%s'\nremoved a directory from cache slot '%s'\n",
+           a_c, a_sum);
+  CHECK_STR(warnings, expected);
+  CHECK(lstat(a_sum, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(lstat(a_c, &st) == 0 && S_ISREG(st.st_mode));
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+  alarm(0);
+  CHECK(setenv("TMPDIR", "/tmp", 1) == 0);
+}
+
+/* A FIFO in a tune record's slot (tune-<FNV-1a of the key>.txt): ignored without blocking and
+ * removed with a warning; a record stored afterwards is found. */
+static void test_tune_fifo(void) {
+  char dir[PATH_MAX], name[64], path[PATH_MAX];
+  path_in(dir, sizeof dir, root, "tune");
+  CHECK(mkdir(dir, 0700) == 0);
+  const char *key = "cannl test key";
+  uint64_t h = 14695981039346656037ull;
+  for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  snprintf(name, sizeof name, "tune-%016" PRIx64 ".txt", h);
+  path_in(path, sizeof path, dir, name);
+  CHECK(mkfifo(path, 0600) == 0);
+  warnings[0] = '\0';
+  cn_ctx *ctx = cn_ctx_create();
+  cn_ctx_set_log(ctx, collect_warnings, NULL, CN_LOG_WARN);
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dir), CN_OK);
+  char value[64] = "";
+  bool found = true;
+  alarm(60);
+  CHECK_INT(cn_cc_tune_load(ctx, key, value, sizeof value, &found), CN_OK);
+  alarm(0);
+  CHECK(!found);
+  char expected[PATH_MAX + 128];
+  snprintf(expected, sizeof expected,
+           "ignoring tune record %s (cannot read it: a FIFO, not a regular file)\n", path);
+  CHECK_STR(warnings, expected);
+  CHECK(access(path, F_OK) != 0);
+  CHECK_INT(cn_cc_tune_store(ctx, key, "mr=6 nv=4"), CN_OK);
+  CHECK_INT(cn_cc_tune_load(ctx, key, value, sizeof value, &found), CN_OK);
+  CHECK(found);
+  CHECK_STR(value, "mr=6 nv=4");
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Unusable directories ---- */
+
+/* As a user without write access to the cache directory (root drops to nobody in a child: root
+ * would write anyway): an explicit directory still serves its hits, a miss compiles privately
+ * with one warning and adds nothing to it; a default directory that is not writable gives way to
+ * the per-user one. */
+static void unwritable_as_user(const char *cache, const char *home, const char *tmp) {
+  CHECK(setenv("CANNL_CACHE_DIR", cache, 1) == 0);
+  CHECK(setenv("TMPDIR", tmp, 1) == 0);
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+  run_routine("fill", values_b, 1, 0);
+  char expected[2 * PATH_MAX];
+  snprintf(expected, sizeof expected,
+           "cache directory '%s' is not writable (Permission denied): compiling without a disk "
+           "cache\n",
+           cache);
+  CHECK_STR(warnings, expected);
+  CHECK_INT(count_files(cache, ""), 3);
+  CHECK_INT(count_files(tmp, ""), 0);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+  CHECK(setenv("HOME", home, 1) == 0);
+  run_routine("fill", values_b, 1, 0);
+  char per_user[PATH_MAX];
+  snprintf(per_user, sizeof per_user, "%s/cannl-cache-%ld", tmp, (long)geteuid());
+  snprintf(expected, sizeof expected,
+           "cache directory '%s/.cache/cannl' is not writable (Permission denied); using %s\n",
+           home, per_user);
+  CHECK_STR(warnings, expected);
+  CHECK_INT(count_files(per_user, ".so"), 1);
+}
+
+static void test_unwritable(void) {
+  char cache[PATH_MAX], home[PATH_MAX], home_cache[PATH_MAX], tmp[PATH_MAX];
+  path_in(cache, sizeof cache, root, "read-only");
+  path_in(home, sizeof home, root, "read-only-home");
+  path_in(home_cache, sizeof home_cache, home, ".cache/cannl");
+  path_in(tmp, sizeof tmp, root, "user-tmp");
+  CHECK(setenv("CANNL_CACHE_DIR", cache, 1) == 0);
+  run_routine("fill", values_a, 1, 0); /* the entry the user's hit reads */
+  CHECK(setenv("CANNL_CACHE_DIR", home_cache, 1) == 0);
+  run_routine("fill", values_a, 1, 0); /* creates the home's cache directory */
+  CHECK(mkdir(tmp, 0777) == 0 && chmod(tmp, 0777) == 0);
+  CHECK(unsetenv("XDG_CACHE_HOME") == 0);
+  if (geteuid() != 0) {
+    CHECK(chmod(cache, 0555) == 0 && chmod(home_cache, 0555) == 0);
+    unwritable_as_user(cache, home, tmp);
+    CHECK(chmod(cache, 0755) == 0 && chmod(home_cache, 0755) == 0);
+    return;
+  }
+  CHECK(chmod(root, 0755) == 0); /* the user's way to the directories */
+  fflush(NULL);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) {
+      fprintf(stderr, "test_cache: cannot become uid 65534 (%s): no unwritable-directory check\n",
+              strerror(errno));
+      _exit(0);
+    }
+    check_failed_ = 0;
+    unwritable_as_user(cache, home, tmp);
+    fflush(NULL);
+    _exit(check_failed_ != 0);
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the user's checks failed (%d)", status);
+  CHECK(chmod(root, 0700) == 0);
+}
+
+/* Without a usable TMPDIR (missing) per-user and private directories go to /tmp, and the compiler
+ * gets TMPDIR=/tmp: a run without a home, and one with the cache off, succeed. The per-user
+ * run's files are removed. */
+static void test_missing_tmpdir(void) {
+  char missing[PATH_MAX], per_user[PATH_MAX], stem[PATH_MAX], file[PATH_MAX];
+  path_in(missing, sizeof missing, root, "no-such-tmp");
+  snprintf(per_user, sizeof per_user, "/tmp/cannl-cache-%ld", (long)geteuid());
+  CHECK(setenv("TMPDIR", missing, 1) == 0);
+  CHECK(unsetenv("HOME") == 0 && unsetenv("XDG_CACHE_HOME") == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", "off", 1) == 0);
+  /* The compiler gets the fallback too (clang fails without a TMPDIR): a wrapper checks it. */
+  const char *cc = getenv("CC");
+  char saved_cc[256], wrapper[512];
+  snprintf(saved_cc, sizeof saved_cc, "%s", cc && *cc ? cc : "");
+  snprintf(wrapper, sizeof wrapper, "sh -c 'test -d \"$TMPDIR\" || exit 9; exec $0 \"$@\"' \"%s\"",
+           saved_cc[0] ? saved_cc : "cc");
+  CHECK(setenv("CC", wrapper, 1) == 0);
+  run_routine("fill", values_other, 1, 0);
+  CHECK_STR(warnings, "");
+  CHECK(saved_cc[0] ? setenv("CC", saved_cc, 1) == 0 : unsetenv("CC") == 0);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_STR(cn_ctx_option(ctx, "cache_dir"), per_user);
+  cn_ctx_destroy(ctx);
+  /* A name of its own, so that its files in the shared /tmp are found and removed (with the
+   * directory when this test made it). */
+  bool made = access(per_user, F_OK) != 0;
+  run_routine("cannl_test_tmpdir", values_other, -1, -1);
+  CHECK(strstr(warnings, missing) == NULL);
+  if (find_object(per_user, "cannl_test_tmpdir", "", stem, sizeof stem))
+    for (int k = 0; k < 3; k++) {
+      with_suffix(file, sizeof file, stem, (const char *[]){".c", ".so", ".sum"}[k]);
+      CHECK(unlink(file) == 0);
+    }
+  if (made) rmdir(per_user);
+  CHECK(setenv("TMPDIR", "/tmp", 1) == 0);
+}
+
 /* ---- Locations ---- */
 
 static void test_locations(void) {
@@ -317,7 +549,8 @@ static void test_locations(void) {
   CHECK_INT(count_files(where, ".sum"), 1);
   run_routine("fill", values_a, 0, 1);
 
-  /* A relative XDG_CACHE_HOME is ignored: $HOME/.cache/cannl. */
+  /* A relative XDG_CACHE_HOME is ignored: $HOME/.cache/cannl, created below the existing home. */
+  CHECK(mkdir(home, 0700) == 0);
   CHECK(setenv("XDG_CACHE_HOME", "relative/xdg", 1) == 0);
   run_routine("fill", values_a, 1, 0);
   CHECK_STR(warnings, "");
@@ -343,6 +576,15 @@ static void test_locations(void) {
   CHECK(unsetenv("HOME") == 0);
   run_routine("fill", values_a, 0, 1);
   CHECK_STR(warnings, "");
+  /* A HOME that does not exist is no home: the same directory, silently, and the home is never
+   * created (as root, a HOME of /nonexistent once became /nonexistent/.cache/cannl). */
+  char no_home[PATH_MAX];
+  path_in(no_home, sizeof no_home, root, "no-such-home");
+  CHECK(setenv("HOME", no_home, 1) == 0);
+  run_routine("fill", values_a, 0, 1);
+  CHECK_STR(warnings, "");
+  CHECK(access(no_home, F_OK) != 0 && errno == ENOENT);
+  CHECK(unsetenv("HOME") == 0);
 
   /* A per-user directory others can write is refused: no disk cache, nothing written there. */
   CHECK(chmod(per_user, 0777) == 0);
@@ -542,7 +784,11 @@ int main(void) {
   }
   CHECK(setenv("CANNL_CFLAGS", CFLAGS, 1) == 0);
   test_integrity();
+  test_planted();
+  test_tune_fifo();
   test_locations();
+  test_unwritable();
+  test_missing_tmpdir();
   test_command();
   test_many();
   remove_tree(root);

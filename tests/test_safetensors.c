@@ -3,26 +3,34 @@
  * json and struct (and numpy when it is installed) and files written by Python loaded back, the
  * refusals of bad files and requests (each message naming the file, the position or the tensor,
  * and no node written after a failure), the CRC catching a corrupted byte, saves interrupted by
- * failing writes leaving the previous file whole and no temporary file, and every allocation
+ * failing writes leaving the previous file whole and no temporary file, what a save replaces (a
+ * link written through; a FIFO, a device node, a directory, a dangling link and another user's
+ * link in a sticky directory refused and left as they were), a killed save's temporary file
+ * removed by the next save (and a live writer's kept), and every allocation
  * failure of a save and a load reported as CN_ERR_NOMEM. Files live in a mkdtemp directory under
  * /tmp, removed at the end. */
+#define _XOPEN_SOURCE 700 /* mknod, S_IFCHR, lchown */
 #include "check.h"
 
 #include "cannl.h"
 #include "core/core.h"
+#include "data/data.h"
 #include "data/io_hook.h"
 #include "data/json.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[64];
 
 static const char *path_in(const char *name) {
-  static char buf[4][sizeof dir + 1 + 256];
+  static char buf[4][sizeof dir + 1 + 1024];
   static int next;
   char *p = buf[next++ % 4];
   snprintf(p, sizeof buf[0], "%s/%s", dir, name);
@@ -484,12 +492,12 @@ static void test_bad_requests(void) {
   CHECK(cn_data_load_safetensors(ctx, path, 1, &no_node, NULL, NULL) == CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "request 0 has no node");
   CHECK_INT(file_size(fresh), -1);
-  /* a directory in the way: the rename fails, the temporary file is removed */
+  /* a directory in the way: refused before any temporary file is made */
   CHECK(mkdir(path_in("a_dir"), 0700) == 0);
   CHECK(cn_data_save_safetensors(ctx, path_in("a_dir"), 1, &one, 0, NULL) == CN_ERR_IO);
-  CHECK_HAS(cn_ctx_error(ctx), "cannot rename over the file");
+  CHECK_HAS(cn_ctx_error(ctx), "a_dir: is a directory, not a regular file: a save never replaces");
   CHECK_INT(count_files(".tmp"), 0);
-  rmdir(path_in("a_dir"));
+  CHECK(rmdir(path_in("a_dir")) == 0);
   cn_ctx_destroy(ctx);
 }
 
@@ -530,6 +538,158 @@ static void test_interrupted_save(void) {
   CHECK_HAS(cn_ctx_error(ctx), "cannot create");
   CHECK_HAS(cn_ctx_error(ctx), "No such file or directory");
   CHECK_INT(count_files("ckpt"), 1);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- What a save replaces ---- */
+
+/* A save of node to path refused with CN_ERR_IO, naming path and saying why; no temporary file. */
+static void refuses_target(cn_ctx *ctx, const char *path, const cn_named_node *node,
+                           const char *why) {
+  CHECK(cn_data_save_safetensors(ctx, path, 1, node, 0, NULL) == CN_ERR_IO);
+  CHECK_HAS(cn_ctx_error(ctx), path);
+  CHECK_HAS(cn_ctx_error(ctx), why);
+  CHECK_INT(count_files(".tmp"), 0);
+}
+
+/* A symbolic link is written through: the file it resolves to gets the new data and the link
+ * stays. A FIFO, a device node, a link to a FIFO, a dangling link and a link the kernel would not
+ * follow (another user's, in a sticky world-writable directory) are refused without blocking
+ * (an alarm ends the test otherwise) and stay as they were. */
+static void test_special_targets(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t dims[1] = {10};
+  cn_named_node a = {"t", make_node(ctx, "a", CN_PREC_SINGLE, 1, dims, 70)};
+  cn_named_node b = {"t", make_node(ctx, "b", CN_PREC_SINGLE, 1, dims, 71)};
+  cn_named_node back = {"t", cn_node_create(ctx, "back", CN_PREC_SINGLE, 1, dims)};
+  char real[256], link[256], fifo[256], dev[256], shared[256], planted[256];
+  snprintf(real, sizeof real, "%s", path_in("real.safetensors"));
+  snprintf(link, sizeof link, "%s", path_in("link.safetensors"));
+  snprintf(fifo, sizeof fifo, "%s", path_in("fifo.safetensors"));
+  snprintf(dev, sizeof dev, "%s", path_in("null"));
+  snprintf(shared, sizeof shared, "%s", path_in("shared"));
+  snprintf(planted, sizeof planted, "%s", path_in("shared/planted.safetensors"));
+  CHECK(cn_data_save_safetensors(ctx, real, 1, &a, 0, NULL) == CN_OK);
+  CHECK(symlink("real.safetensors", link) == 0);
+  CHECK(cn_data_save_safetensors(ctx, link, 1, &b, 0, NULL) == CN_OK);
+  struct stat st;
+  char text[64] = "";
+  CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(readlink(link, text, sizeof text - 1) == 16);
+  CHECK_STR(text, "real.safetensors");
+  CHECK(cn_data_load_safetensors(ctx, real, 1, &back, NULL, NULL) == CN_OK);
+  CHECK(holds(back.node, 71));
+  CHECK_INT(count_files(".tmp"), 0);
+  CHECK(unlink(link) == 0);
+
+  alarm(60);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  refuses_target(ctx, fifo, &b, ": is a FIFO, not a regular file: a save never replaces it");
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  CHECK(symlink("fifo.safetensors", link) == 0);
+  refuses_target(ctx, link, &b, "fifo.safetensors', which is a FIFO, not a regular file");
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  CHECK(unlink(link) == 0 && unlink(fifo) == 0);
+  alarm(0);
+
+  /* A device node (the null device's numbers, made here: a failing check must not cost the
+   * machine its /dev/null), through save_npy too. */
+  if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    refuses_target(ctx, dev, &b, "null: is a character device, not a regular file");
+    cn_array cells = {.prec = CN_PREC_INT32, .rank = 1, .dims = {1}, .cells = (int32_t[]){7}};
+    CHECK(cn_data_save_npy(ctx, dev, &cells) == CN_ERR_IO);
+    CHECK_HAS(cn_ctx_error(ctx), "is a character device");
+    CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));
+    CHECK(unlink(dev) == 0);
+  } else {
+    fprintf(stderr, "test_safetensors: mknod: %s: no device-node check\n", strerror(errno));
+  }
+
+  CHECK(symlink("missing.safetensors", link) == 0);
+  refuses_target(ctx, link, &b,
+                 "is a symbolic link that cannot be resolved: it points to a missing file");
+  CHECK(access(path_in("missing.safetensors"), F_OK) != 0);
+  CHECK(unlink(link) == 0);
+
+  /* Another user's link in a sticky world-writable directory (a /tmp of our own). */
+  CHECK(mkdir(shared, 0700) == 0 && chmod(shared, 01777) == 0);
+  CHECK(symlink(real, planted) == 0);
+  if (lchown(planted, 65534, 65534) == 0) {
+    refuses_target(ctx, planted, &a,
+                   "is a symbolic link in a sticky world-writable directory, owned by another "
+                   "user: not followed");
+    CHECK(cn_data_load_safetensors(ctx, real, 1, &back, NULL, NULL) == CN_OK);
+    CHECK(holds(back.node, 71));
+  } else {
+    fprintf(stderr, "test_safetensors: lchown: %s: no protected-link check\n", strerror(errno));
+  }
+  CHECK(unlink(planted) == 0 && rmdir(shared) == 0 && unlink(real) == 0);
+  cn_ctx_destroy(ctx);
+}
+
+/* The name of the one entry of the test directory starting with prefix, in out. */
+static bool find_entry(const char *prefix, char *out, size_t size) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+      n += snprintf(out, size, "%s", e->d_name) > 0;
+  if (d) closedir(d);
+  CHECK_INT(n, 1);
+  return n == 1;
+}
+
+/* A save killed midway (a child that exits with its writer open) leaves its temporary file; the
+ * next save of the same target removes it, and leaves alone a live writer's (this process's, and
+ * pid 1's), another host's, another target's and a name of another form. */
+static void test_stale_temporaries(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t dims[1] = {100};
+  cn_named_node a = {"t", make_node(ctx, "a", CN_PREC_DOUBLE, 1, dims, 80)};
+  cn_named_node back = {"t", cn_node_create(ctx, "back", CN_PREC_DOUBLE, 1, dims)};
+  char path[256];
+  snprintf(path, sizeof path, "%s", path_in("killed.safetensors"));
+  fflush(NULL);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    cn_data_writer w;
+    _exit(cn_data_writer_open(ctx, path, &w) == CN_OK &&
+                  cn_data_write(ctx, &w, "partial", 7) == CN_OK
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char killed[256], host[128] = "";
+  if (!find_entry("killed.safetensors.tmp.", killed, sizeof killed)) return;
+  /* TARGET.tmp.HOST.PID.K */
+  const char *h = killed + strlen("killed.safetensors.tmp.");
+  snprintf(host, sizeof host, "%.*s", (int)strcspn(h, "."), h);
+  char kept[4][256];
+  snprintf(kept[0], sizeof kept[0], "killed.safetensors.tmp.%s.1.0", host);
+  snprintf(kept[1], sizeof kept[1], "killed.safetensors.tmp.other-host.%ld.0", (long)child);
+  snprintf(kept[2], sizeof kept[2], "other.safetensors.tmp.%s.%ld.0", host, (long)child);
+  snprintf(kept[3], sizeof kept[3], "killed.safetensors.tmp.%s.%ld.x", host, (long)child);
+  for (int k = 0; k < 4; k++) {
+    FILE *f = fopen(path_in(kept[k]), "w");
+    CHECK(f != NULL);
+    if (f) fclose(f);
+  }
+  CHECK_INT(count_files(".tmp."), 5);
+  CHECK(cn_data_save_safetensors(ctx, path, 1, &a, 0, NULL) == CN_OK);
+  CHECK(access(path_in(killed), F_OK) != 0);
+  /* A writer of this process, open during a save of the same target, keeps its file. */
+  cn_data_writer live;
+  CHECK(cn_data_writer_open(ctx, path, &live) == CN_OK);
+  CHECK(cn_data_save_safetensors(ctx, path, 1, &a, 0, NULL) == CN_OK);
+  for (int k = 0; k < 4; k++) CHECK_MSG(access(path_in(kept[k]), F_OK) == 0, "%s", kept[k]);
+  CHECK(access(live.tmp_path, F_OK) == 0);
+  cn_data_writer_abort(&live);
+  for (int k = 0; k < 4; k++) CHECK(unlink(path_in(kept[k])) == 0);
+  CHECK_INT(count_files(".tmp"), 0);
+  CHECK(cn_data_load_safetensors(ctx, path, 1, &back, NULL, NULL) == CN_OK);
+  CHECK(holds(back.node, 80));
   cn_ctx_destroy(ctx);
 }
 
@@ -632,6 +792,8 @@ int main(void) {
   test_bad_files();
   test_bad_requests();
   test_interrupted_save();
+  test_special_targets();
+  test_stale_temporaries();
   test_out_of_memory();
   test_json();
   remove_dir();

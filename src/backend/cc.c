@@ -7,10 +7,14 @@
  * is the option cc, else $CC, else "cc"; its flags the option cflags, else $CANNL_CFLAGS, else
  * "-O3 -march=native -fopenmp-simd -ffp-contract=off -shared -fPIC -std=c11". The cache directory
  * is the option cache_dir, else $CANNL_CACHE_DIR, else $XDG_CACHE_HOME/cannl, else
- * $HOME/.cache/cannl, else (no usable home) the per-user $TMPDIR/cannl-cache-<uid> (or /tmp/...),
- * which must be a directory owned by the user and writable by nobody else. The value "off" (option
- * or variable), or a refused per-user directory, compiles into a private temporary directory whose
- * files are removed once the object is loaded.
+ * $HOME/.cache/cannl (created below an existing home only: a missing home is no home), else (no
+ * usable home: none, or its cache cannot be created or written) the per-user
+ * $TMPDIR/cannl-cache-<uid> (/tmp/... when TMPDIR is unset or not a writable directory), which
+ * must be a directory owned by the user and writable by nobody else. The value "off" (option or
+ * variable), or a refused per-user directory, compiles into a private temporary directory whose
+ * files are removed once the object is loaded. An explicit directory that cannot be created is
+ * an error (a mistyped path); one that exists but cannot be written still serves its hits, and a
+ * miss compiles privately with a warning (a read-only shared cache).
  *
  * Invariants: the cache key is a hash of the key text <cc> "\n" <cflags> "\n" <source>, so a
  * file <name>-<key>.so is meant to be the compilation of <name>-<key>.c with those settings, and
@@ -22,7 +26,11 @@
  * without a log hook) and recompiles. Every file appears only by rename() of a complete file
  * written under a per-process temporary name, the object before its record; a fresh object is
  * loaded from its temporary name before it is published, so a concurrent process that evicts the
- * entry in between cannot make the load fail. No temporary file survives a failure. The compiler
+ * entry in between cannot make the load fail. No temporary file survives a failure. Cache files
+ * are read only through open_regular (never opening a FIFO, a device or a link), and a slot
+ * holding anything but a regular file is cleared before a compilation publishes into it, or, when
+ * it cannot be (a full directory), the compilation goes private with a warning: a planted file
+ * never hangs or fails a run. The compiler
  * runs without a shell, from an argv split out of the cc and cflags options (split_words). The
  * compiled state owns the loaded object and the malloc'd source until release. A procedure with
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
@@ -132,9 +140,53 @@ static uint64_t cache_key(const char *source, size_t source_len, const char *cc,
   return h;
 }
 
-/* Removes a file if present (failure paths and evictions: a file that is already gone is fine). */
-static void discard(const char *path) {
-  if (path) unlink(path);
+/* Removes a cache file if present (failure paths and evictions: a file that is already gone is
+ * fine). unlink removes any kind of file but a directory, and a link itself, never its target;
+ * a directory planted at the name is removed when empty (a full one is left alone). 0, or the
+ * errno of the failed removal. */
+static int discard(const char *path) {
+  if (!path || unlink(path) == 0 || errno == ENOENT) return 0;
+  if ((errno == EISDIR || errno == EPERM) && rmdir(path) == 0) return 0;
+  return errno;
+}
+
+/* Opens a cache file for reading when it is a regular file, without blocking: lstat first, so
+ * that a FIFO or a device planted in the cache is never opened, then O_NONBLOCK | O_NOFOLLOW and
+ * fstat, against a file swapped in between. The fd, or -1 with errno: EINVAL for any other kind
+ * of file (symbolic links included), whose st_mode is then in *st. Every read of the cache goes
+ * through here. */
+static int open_regular(const char *path, struct stat *st) {
+  if (lstat(path, st) != 0) return -1;
+  if (!S_ISREG(st->st_mode)) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) { /* a link swapped in after lstat */
+      errno = EINVAL;
+      st->st_mode = S_IFLNK;
+    }
+    return -1;
+  }
+  int err = fstat(fd, st) != 0 ? errno : S_ISREG(st->st_mode) ? 0 : EINVAL;
+  if (!err) return fd;
+  close(fd);
+  errno = err;
+  return -1;
+}
+
+/* Reads up to n bytes of fd into buf; the count read, or -1 with errno. */
+static ssize_t read_up_to(int fd, char *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, buf + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return -1;
+    if (k == 0) break;
+    got += (size_t)k;
+  }
+  return (ssize_t)got;
 }
 
 /* A warning on the context's log, or one "cannl: " line on stderr when no log hook is set (a
@@ -240,9 +292,12 @@ static cn_status cc_command_make(cn_ctx *ctx, const char *cc, const char *flags,
 
 /* ---- Directories ---- */
 
-/* mkdir -p: every missing component is created with mode; an existing non-directory is an error.
- * On failure why holds the reason (naming dir) and the result is false. */
-static bool make_directories(const char *dir, mode_t mode, char *why, size_t why_size) {
+/* mkdir -p: every missing component after the first `existing` characters of dir is created with
+ * mode (those before are never created: a home directory that is missing stays missing); an
+ * existing non-directory is an error. On failure why holds the reason (naming dir) and the result
+ * is false. */
+static bool make_directories(const char *dir, size_t existing, mode_t mode, char *why,
+                             size_t why_size) {
   char path[PATH_MAX];
   size_t n = strlen(dir);
   if (n >= sizeof path) {
@@ -252,7 +307,7 @@ static bool make_directories(const char *dir, mode_t mode, char *why, size_t why
   memcpy(path, dir, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (path[i] != '/' && path[i] != '\0') continue;
-    if (path[i - 1] == '/') continue; /* repeated or trailing slash */
+    if (path[i - 1] == '/' || i <= existing) continue; /* repeated or trailing slash */
     char saved = path[i];
     path[i] = '\0';
     if (mkdir(path, mode) != 0 && errno != EEXIST) {
@@ -281,14 +336,39 @@ static const char *absolute_env(const char *name) {
   return value && value[0] == '/' ? value : NULL;
 }
 
-static atomic_bool warned_home, warned_refused;
+/* $HOME when it is absolute and exists: a home that does not (the "/nonexistent" of system
+ * users) is no home, and is never created. */
+static const char *existing_home(void) {
+  const char *home = absolute_env("HOME");
+  struct stat st;
+  return home && (stat(home, &st) == 0 || errno != ENOENT) ? home : NULL;
+}
 
-/* The per-user directory under $TMPDIR (or /tmp), created 0700, in *out; NULL after a warning
+/* Where per-user and private directories go: $TMPDIR when it is an absolute path to a directory
+ * we can write, else /tmp (a missing or unusable TMPDIR must not stop compilations). */
+static const char *temp_base(void) {
+  const char *tmp = absolute_env("TMPDIR");
+  struct stat st;
+  return tmp && stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) && access(tmp, W_OK | X_OK) == 0
+             ? tmp
+             : "/tmp";
+}
+
+static atomic_bool warned_home, warned_refused, warned_unwritable;
+
+/* Whether this process may create files in dir (access(2), which also sees a read-only file
+ * system); false with the reason in why. */
+static bool writable_dir(const char *dir, char *why, size_t why_size) {
+  if (access(dir, W_OK | X_OK) == 0) return true;
+  snprintf(why, why_size, "cache directory '%s' is not writable (%s)", dir, strerror(errno));
+  return false;
+}
+
+/* The per-user directory under temp_base(), created 0700, in *out; NULL after a warning
  * when it is not a directory owned by us that nobody else can write (lstat: a symbolic link is
  * refused, as anyone could have planted it), so that another user cannot feed us objects. */
 static cn_status per_user_dir(cn_ctx *ctx, char **out) {
-  const char *tmp = absolute_env("TMPDIR");
-  char *dir = format_path(ctx, "%s/cannl-cache-%ld", tmp ? tmp : "/tmp", (long)geteuid());
+  char *dir = format_path(ctx, "%s/cannl-cache-%ld", temp_base(), (long)geteuid());
   *out = NULL;
   if (!dir) return ctx->status;
   struct stat st;
@@ -317,8 +397,7 @@ static cn_status per_user_dir(cn_ctx *ctx, char **out) {
 
 /* A fresh private directory for a compilation without disk cache. */
 static cn_status private_dir(cn_ctx *ctx, cc_place *place) {
-  const char *tmp = absolute_env("TMPDIR");
-  char *dir = format_path(ctx, "%s/cannl-XXXXXX", tmp ? tmp : "/tmp");
+  char *dir = format_path(ctx, "%s/cannl-XXXXXX", temp_base());
   if (!dir) return ctx->status;
   if (!mkdtemp(dir)) {
     cn_status status = cn_fail(ctx, CN_ERR_IO, "cannot create a temporary directory '%s': %s", dir,
@@ -345,16 +424,17 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   const char *dir = explicit_cache_dir(ctx);
   if (dir && strcmp(dir, "off") == 0) return private_dir(ctx, place);
   if (dir) {
-    if (!make_directories(dir, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
+    if (!make_directories(dir, 0, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
     place->dir = format_path(ctx, "%s", dir);
     return place->dir ? CN_OK : ctx->status;
   }
-  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = absolute_env("HOME");
+  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = xdg ? NULL : existing_home();
   char *base = xdg    ? format_path(ctx, "%s/cannl", xdg)
                : home ? format_path(ctx, "%s/.cache/cannl", home)
                       : NULL;
   if ((xdg || home) && !base) return ctx->status;
-  if (base && make_directories(base, 0700, why, sizeof why)) {
+  if (base && make_directories(base, home ? strlen(home) : 0, 0700, why, sizeof why) &&
+      writable_dir(base, why, sizeof why)) {
     place->dir = base;
     return CN_OK;
   }
@@ -376,14 +456,13 @@ static const char *cache_dir_option(const cn_ctx *ctx) {
   const char *dir = explicit_cache_dir(ctx);
   if (dir) return dir;
   static _Thread_local char composed[PATH_MAX];
-  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = absolute_env("HOME");
-  const char *tmp = absolute_env("TMPDIR");
+  const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = xdg ? NULL : existing_home();
   if (xdg)
     snprintf(composed, sizeof composed, "%s/cannl", xdg);
   else if (home)
     snprintf(composed, sizeof composed, "%s/.cache/cannl", home);
   else
-    snprintf(composed, sizeof composed, "%s/cannl-cache-%ld", tmp ? tmp : "/tmp", (long)geteuid());
+    snprintf(composed, sizeof composed, "%s/cannl-cache-%ld", temp_base(), (long)geteuid());
   return composed;
 }
 
@@ -439,12 +518,12 @@ static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char 
 }
 
 /* Size and FNV-1a checksum of a regular file, read with read() (mapping a file that another
- * process truncates can raise SIGBUS). 0 or an errno, EINVAL for a file that is not regular. */
-static int file_checksum(const char *path, uint64_t *size, uint64_t *sum) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO planted in the cache must not block */
+ * process truncates can raise SIGBUS). 0 or an errno, EINVAL for a file that is not regular (its
+ * st_mode in *st). */
+static int file_checksum(const char *path, uint64_t *size, uint64_t *sum, struct stat *st) {
+  int fd = open_regular(path, st);
   if (fd < 0) return errno;
-  struct stat st;
-  int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  int err = 0;
   uint64_t h = FNV_OFFSET, n = 0;
   char chunk[16384];
   while (!err) {
@@ -490,10 +569,34 @@ static void read_compiler_output(int fd, cn_sbuf *out) {
   if (truncated) cn_sbuf_puts(out, "\n...");
 }
 
+/* The compiler's environment: ours, except that a TMPDIR temp_base() passed over (missing, not
+ * a writable directory) becomes the /tmp it uses instead, for the compiler's own temporary files
+ * (clang fails without them). *owned: the malloc'd array to free (NULL: environ itself); NULL
+ * when out of memory. */
+static char **compiler_environment(char ***owned) {
+  static char fallback[] = "TMPDIR=/tmp";
+  *owned = NULL;
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || strcmp(temp_base(), tmp) == 0) return environ;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = malloc((n + 1) * sizeof *env);
+  if (!env) return NULL;
+  for (size_t i = 0; i <= n; i++)
+    env[i] = environ[i] && strncmp(environ[i], "TMPDIR=", 7) == 0 ? fallback : environ[i];
+  return *owned = env;
+}
+
 /* Starts argv with stdin from /dev/null and stdout and stderr into a new pipe; 0 or an errno. */
 static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
+  char **owned, **env = compiler_environment(&owned);
+  if (!env) return ENOMEM;
   int fds[2];
-  if (pipe(fds) != 0) return errno;
+  if (pipe(fds) != 0) {
+    int err = errno;
+    free(owned);
+    return err;
+  }
   /* Close-on-exec, so that compilers started by other threads do not keep the pipe open. */
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
   fcntl(fds[1], F_SETFD, FD_CLOEXEC);
@@ -502,14 +605,16 @@ static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
   if (err) {
     close(fds[0]);
     close(fds[1]);
+    free(owned);
     return err;
   }
   err = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   if (!err) err = posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   if (!err) err = posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   fflush(NULL); /* the child must not inherit unflushed stdio buffers */
-  if (!err) err = posix_spawnp(pid, argv[0], &actions, NULL, argv, environ);
+  if (!err) err = posix_spawnp(pid, argv[0], &actions, NULL, argv, env);
   posix_spawn_file_actions_destroy(&actions);
+  free(owned);
   close(fds[1]);
   if (err)
     close(fds[0]);
@@ -607,39 +712,54 @@ static bool load_object(const char *so_path, const char *name, cc_compiled *c, c
   return true;
 }
 
+/* "cannot read WHAT: " and why, in reason: errno err of open_regular, whose EINVAL names the
+ * kind of file in st. */
+static const char *read_failure(char *reason, size_t reason_size, const char *what, int err,
+                                const struct stat *st) {
+  if (err == EINVAL)
+    snprintf(reason, reason_size, "cannot read %s: %s, not a regular file", what,
+             cn_file_kind(st->st_mode));
+  else
+    snprintf(reason, reason_size, "cannot read %s: %s", what, strerror(err));
+  return reason;
+}
+
 /* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
  * record's key text is ours and its bytes match the record's size and checksum). Fills reason
  * for errno-based problems. */
 static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
                                char *reason, size_t reason_size, cn_status *status) {
   uint64_t size, sum;
-  int err = file_checksum(paths->so_path, &size, &sum);
-  if (err) {
-    snprintf(reason, reason_size, "cannot read it: %s",
-             err == EINVAL ? "not a regular file" : strerror(err));
-    return reason;
-  }
+  struct stat st;
+  int err = file_checksum(paths->so_path, &size, &sum, &st);
+  if (err) return read_failure(reason, reason_size, "it", err, &st);
   char tail[64];
   record_tail(tail, sizeof tail, size, sum);
   size_t tail_len = strlen(tail), want = head->len + tail_len;
-  FILE *f = fopen(paths->sum_path, "rb");
-  if (!f) {
-    if (errno == ENOENT) return "it has no record";
-    snprintf(reason, reason_size, "cannot read its record: %s", strerror(errno));
-    return reason;
+  int fd = open_regular(paths->sum_path, &st);
+  if (fd < 0) {
+    err = errno;
+    return err == ENOENT ? "it has no record"
+                         : read_failure(reason, reason_size, "its record", err, &st);
   }
   /* One byte more than expected tells a longer record from the right one. */
   char *got = cn_malloc(ctx, want + 1);
-  size_t n = got ? fread(got, 1, want + 1, f) : 0;
-  fclose(f);
+  ssize_t n = got ? read_up_to(fd, got, want + 1) : 0;
+  int read_err = errno;
+  close(fd);
   if (!got) {
     *status = ctx->status;
     return "out of memory";
   }
+  if (n < 0) {
+    free(got);
+    snprintf(reason, reason_size, "cannot read its record: %s", strerror(read_err));
+    return reason;
+  }
   const char *problem = NULL;
-  if (n < head->len || memcmp(got, head->data, head->len) != 0)
+  if ((size_t)n < head->len || memcmp(got, head->data, head->len) != 0)
     problem = "its record is for another key (routine source, compiler or flags)";
-  else if (n != want || memcmp(got + head->len, tail, tail_len) != 0)
+  else if ((size_t)n != want || memcmp(got + head->len, tail, tail_len) != 0)
     problem = "its size or checksum differs from its record (truncated or modified)";
   free(got);
   return problem;
@@ -664,6 +784,35 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
   discard(paths->sum_path);
   discard(paths->so_path);
   return false;
+}
+
+/* Whether a compilation that missed the shared cache can publish its files there: the directory
+ * is writable (a read-only cache still serves its hits), and each slot (source, object, record)
+ * is free or a regular file. Anything else planted at a slot (a directory, a FIFO, a link) is
+ * removed with a warning when it can be (discard: an empty directory, any other kind). Otherwise
+ * false after a warning, and the caller compiles privately: neither fails the run. */
+static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *paths) {
+  char why[PATH_MAX + 256];
+  if (!writable_dir(place->dir, why, sizeof why)) {
+    cc_warn(ctx, &warned_unwritable, "%s: compiling without a disk cache", why);
+    return false;
+  }
+  const char *slots[3] = {paths->c_path, paths->so_path, paths->sum_path};
+  for (int k = 0; k < 3; k++) {
+    struct stat st;
+    if (lstat(slots[k], &st) != 0 || S_ISREG(st.st_mode)) continue;
+    const char *kind = cn_file_kind(st.st_mode);
+    int err = discard(slots[k]);
+    if (err) {
+      cc_warn(ctx, NULL,
+              "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
+              "cache",
+              slots[k], kind, strerror(err));
+      return false;
+    }
+    cc_warn(ctx, NULL, "removed %s from cache slot '%s'", kind, slots[k]);
+  }
+  return true;
 }
 
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
@@ -691,6 +840,7 @@ static void cc_paths_free(cc_paths *p) {
   free(p->tmp_c);
   free(p->tmp_so);
   free(p->tmp_sum);
+  *p = (cc_paths){0};
 }
 
 /* ---- The backend ---- */
@@ -761,6 +911,13 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
       cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached %s", proc->name, job->paths.so_path);
     }
   }
+  if (status == CN_OK && shared && !job->hit && !publish_ready(ctx, &job->place, &job->paths)) {
+    /* The same compilation in a private directory: no record to write. */
+    place_release(&job->place, NULL);
+    cc_paths_free(&job->paths);
+    status = private_dir(ctx, &job->place);
+    if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
+  }
   if (status == CN_OK && !job->hit)
     status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
                                    strlen(c->source), "", 0);
@@ -788,7 +945,8 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   }
   if (job->place.private_dir) return CN_OK;
   uint64_t size, sum;
-  int err = file_checksum(paths->tmp_so, &size, &sum);
+  struct stat st;
+  int err = file_checksum(paths->tmp_so, &size, &sum, &st);
   if (err) {
     status = cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
                      strerror(err == EINVAL ? ENOEXEC : err));
@@ -934,20 +1092,29 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
   cn_status status;
   char *path = tune_path(ctx, key, &status);
   if (!path) return status;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  struct stat st;
+  int fd = open_regular(path, &st);
+  int err = fd < 0 ? errno : 0;
+  if (fd < 0) {
+    char reason[256];
+    if (err != ENOENT) { /* no record yet; otherwise one we cannot use (a planted FIFO...) */
+      cc_warn(ctx, NULL, "ignoring tune record %s (%s)", path,
+              read_failure(reason, sizeof reason, "it", err, &st));
+      if (err == EINVAL) discard(path);
+    }
     free(path);
-    return CN_OK; /* no record yet */
+    return CN_OK;
   }
   char *text = malloc(TUNE_RECORD_MAX);
-  size_t len = text ? fread(text, 1, TUNE_RECORD_MAX - 1, f) : 0;
-  fclose(f);
+  ssize_t got = text ? read_up_to(fd, text, TUNE_RECORD_MAX - 1) : 0;
+  close(fd);
   if (!text) {
     free(path);
     return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading tune record");
   }
+  size_t len = got > 0 ? (size_t)got : 0;
   text[len] = '\0';
-  const char *problem = tune_parse(text, len, key, value, size);
+  const char *problem = got < 0 ? "cannot read it" : tune_parse(text, len, key, value, size);
   if (problem && *problem) {
     cc_warn(ctx, NULL, "ignoring corrupted tune record %s (%s)", path, problem);
     discard(path);

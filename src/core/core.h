@@ -203,6 +203,10 @@ const char *cn_ctx_stored_option(const cn_ctx *ctx, const char *key);
 /* Overflow-checked size arithmetic: false on overflow. */
 bool cn_mul_size(size_t a, size_t b, size_t *out);
 
+/* What a file of this st_mode is, for messages: "a regular file", "a directory", "a symbolic
+ * link", "a FIFO", "a socket", "a character device", "a block device" or "a special file". */
+const char *cn_file_kind(unsigned mode);
+
 /* |v| without overflow (INT64_MIN included), and the greatest common divisor (gcd(0, 0) = 0):
  * for the affine arithmetic of index expressions and loop bounds. */
 static inline uint64_t cn_i64_magnitude(int64_t v) {

@@ -5,13 +5,17 @@
  * Invariants: a reader holds at most the file's bytes and zlib's state, never a buffer sized by
  * the content's claims; the offsets of messages are those of the served (decompressed) bytes,
  * except for failures of the gzip layer itself, which name the compressed byte; a writer's
- * temporary file is either renamed over the target by commit or removed. */
+ * temporary file is either renamed over the target by commit or removed (by abort, or, after the
+ * process was killed, by the next save of the same target); a save replaces only a regular file. */
+#define _XOPEN_SOURCE 700 /* realpath, S_ISVTX */
 #include "data/data.h"
 #include "data/io_hook.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,26 +394,144 @@ void cn_data_fail_writes_after(long bytes) {
   atomic_store(&fail_writes_after, bytes);
 }
 
+/* The directory part of path in dir: "." for a bare name, "/" for a file of the root. */
+static void parent_directory(const char *path, char *dir, size_t size) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, size, ".");
+  else if (slash == path)
+    snprintf(dir, size, "/");
+  else
+    snprintf(dir, size, "%.*s", (int)(slash - path), path);
+}
+
+/* This host's name as it appears in temporary names: letters, digits and '-' kept, anything
+ * else '_' (a '.' would break the name's fields), "host" when there is none. */
+static void host_tag(char *out, size_t size) {
+  char name[256] = "";
+  if (gethostname(name, sizeof name - 1) != 0 || !name[0]) snprintf(name, sizeof name, "host");
+  size_t n = 0;
+  for (const char *c = name; *c && n + 1 < size; c++, n++) {
+    bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                *c == '-';
+    out[n] = keep ? *c : '_';
+  }
+  out[n] = '\0';
+}
+
+/* Removes what saves of target killed midway left behind: the temporaries
+ * TARGET.tmp.HOST.PID.K of this host whose process no longer exists (kill(pid, 0) fails with
+ * ESRCH). A live writer's file (this process's included), another host's, and any name of
+ * another form are left alone. Best effort: a failure only leaves the file. */
+static void remove_stale_temporaries(const char *target, const char *host) {
+  char dir[PATH_MAX], prefix[NAME_MAX + 80];
+  parent_directory(target, dir, sizeof dir);
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  int plen = snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host);
+  if (plen < 0 || (size_t)plen >= sizeof prefix) return;
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+    const char *digits = e->d_name + plen;
+    char *end, *last;
+    long pid = strtol(digits, &end, 10);
+    if (end == digits || *end != '.' || pid <= 0 || pid > INT_MAX) continue;
+    strtoul(end + 1, &last, 10);
+    if (last == end + 1 || *last != '\0') continue;
+    /* pid > 0: kill(0, ...) or a negative pid would address a whole process group. */
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
+
+/* Whether the kernel would follow the symbolic link at path (its lstat in link): outside a
+ * sticky world-writable directory (/tmp), or when the link is ours or the directory owner's --
+ * the rule of Linux's protected_symlinks, which resolving a link ourselves would bypass. */
+static bool link_followable(const char *path, const struct stat *link) {
+  char dir[PATH_MAX];
+  parent_directory(path, dir, sizeof dir);
+  struct stat st;
+  if (stat(dir, &st) != 0) return false;
+  bool shared = (st.st_mode & S_ISVTX) && (st.st_mode & S_IWOTH);
+  return !shared || link->st_uid == geteuid() || link->st_uid == st.st_uid;
+}
+
+/* The file a save of path replaces, in *target (malloc'd): path itself when it does not exist
+ * or is a regular file; for a symbolic link, the regular file it resolves to (realpath), so that
+ * the link survives and shows the new data. Refused (CN_ERR_IO naming path and what it is): a
+ * directory, a FIFO, a socket or a device, at path or behind a link -- a save never replaces
+ * one -- and a link that dangles or that the kernel would not follow (link_followable). */
+static cn_status writer_target(cn_ctx *ctx, const char *path, char **target) {
+  *target = NULL;
+  struct stat st;
+  bool missing = lstat(path, &st) != 0;
+  if (missing && errno != ENOENT)
+    return cn_fail(ctx, CN_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  if (missing || S_ISREG(st.st_mode)) {
+    *target = cn_malloc(ctx, strlen(path) + 1);
+    if (*target) memcpy(*target, path, strlen(path) + 1);
+    return *target ? CN_OK : ctx->status;
+  }
+  if (!S_ISLNK(st.st_mode))
+    return cn_fail(ctx, CN_ERR_IO, "%s: is %s, not a regular file: a save never replaces it", path,
+                   cn_file_kind(st.st_mode));
+  if (!link_followable(path, &st))
+    return cn_fail(ctx, CN_ERR_IO,
+                   "%s: is a symbolic link in a sticky world-writable directory, owned by another "
+                   "user: not followed",
+                   path);
+  char *real = realpath(path, NULL);
+  if (!real && errno == ENOMEM) return cn_fail(ctx, CN_ERR_NOMEM, "%s: out of memory", path);
+  if (!real)
+    return cn_fail(ctx, CN_ERR_IO, "%s: is a symbolic link that cannot be resolved: %s", path,
+                   errno == ENOENT ? "it points to a missing file" : strerror(errno));
+  int err = stat(real, &st) != 0 ? errno : 0;
+  if (err || !S_ISREG(st.st_mode)) {
+    cn_status s = err ? cn_fail(ctx, CN_ERR_IO, "%s: is a symbolic link to '%s': %s", path, real,
+                                strerror(err))
+                      : cn_fail(ctx, CN_ERR_IO,
+                                "%s: is a symbolic link to '%s', which is %s, not a regular file: "
+                                "a save never replaces it",
+                                path, real, cn_file_kind(st.st_mode));
+    free(real);
+    return s;
+  }
+  *target = real;
+  return CN_OK;
+}
+
 cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w) {
-  /* A fresh name per attempt (process id, counter); O_EXCL never reuses another's file, and
-   * open's mode lets the umask give the file the permissions of any new file. */
+  /* A fresh name per attempt (host, process id, counter); O_EXCL never reuses another's file,
+   * and open's mode lets the umask give the file the permissions of any new file. */
   static atomic_uint counter;
   memset(w, 0, sizeof *w);
   w->path = path;
   w->fd = -1;
-  size_t len = strlen(path) + 64;
+  cn_status s = writer_target(ctx, path, &w->target);
+  if (s != CN_OK) return s;
+  char host[64];
+  host_tag(host, sizeof host);
+  remove_stale_temporaries(w->target, host);
+  size_t len = strlen(w->target) + strlen(host) + 64;
   w->tmp_path = cn_malloc(ctx, len);
-  if (!w->tmp_path) return CN_ERR_NOMEM;
+  if (!w->tmp_path) {
+    free(w->target);
+    w->target = NULL;
+    return CN_ERR_NOMEM;
+  }
   for (int attempt = 0; attempt < 100 && w->fd < 0; attempt++) {
-    snprintf(w->tmp_path, len, "%s.tmp.%ld.%u", path, (long)getpid(),
+    snprintf(w->tmp_path, len, "%s.tmp.%s.%ld.%u", w->target, host, (long)getpid(),
              atomic_fetch_add(&counter, 1));
     w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (w->fd < 0 && errno != EEXIST) break;
   }
   if (w->fd < 0) {
+    /* Not abort: the last name tried may be another writer's file. */
     int err = errno;
     free(w->tmp_path);
-    w->tmp_path = NULL;
+    free(w->target);
+    w->tmp_path = w->target = NULL;
     return cn_fail(ctx, CN_ERR_IO, "%s: cannot create: %s", path, strerror(err));
   }
   return CN_OK;
@@ -448,13 +570,7 @@ cn_status cn_data_write(cn_ctx *ctx, cn_data_writer *w, const void *bytes, size_
 /* fsync of the directory holding path, so that the rename itself is durable; 0 or an errno. A
  * file system that cannot sync directories (EINVAL) has nothing more to flush. */
 static int sync_directory(const char *path, char *dir, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, size, ".");
-  else if (slash == path)
-    snprintf(dir, size, "/");
-  else
-    snprintf(dir, size, "%.*s", (int)(slash - path), path);
+  parent_directory(path, dir, size);
   int fd = open(dir, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   int err = fsync(fd) != 0 && errno != EINVAL ? errno : 0;
@@ -467,15 +583,18 @@ cn_status cn_data_writer_commit(cn_ctx *ctx, cn_data_writer *w) {
   int err = fsync(w->fd) != 0 ? errno : 0;
   if (close(w->fd) != 0 && !err) err = errno, step = "close the temporary file";
   w->fd = -1;
-  if (!err && rename(w->tmp_path, w->path) != 0) err = errno, step = "rename over the file";
+  if (!err && rename(w->tmp_path, w->target) != 0) err = errno, step = "rename over the file";
   if (err) {
     cn_data_writer_abort(w);
     return cn_fail(ctx, CN_ERR_IO, "%s: cannot %s: %s", w->path, step, strerror(err));
   }
   free(w->tmp_path);
   w->tmp_path = NULL;
-  char dir[4096];
-  if ((err = sync_directory(w->path, dir, sizeof dir)) != 0)
+  char dir[PATH_MAX];
+  err = sync_directory(w->target, dir, sizeof dir);
+  free(w->target);
+  w->target = NULL;
+  if (err)
     return cn_fail(ctx, CN_ERR_IO,
                    "%s: the file was replaced, but syncing its directory '%s' failed: %s", w->path,
                    dir, strerror(err));
@@ -488,4 +607,6 @@ void cn_data_writer_abort(cn_data_writer *w) {
   if (w->tmp_path) unlink(w->tmp_path);
   free(w->tmp_path);
   w->tmp_path = NULL;
+  free(w->target);
+  w->target = NULL;
 }

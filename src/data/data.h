@@ -102,13 +102,19 @@ bool cn_data_numel(int rank, const int64_t *dims, size_t *out);
  * saturates, wraps or stops at trailing garbage. */
 bool cn_data_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out);
 
-/* Writes a file atomically: the bytes go to a temporary file PATH.tmp.PID.K in the same
- * directory, which commit flushes to disk (fsync), renames over path and makes durable (fsync of
- * the directory), so an interrupted save leaves the old file whole. Writes go through the test
- * hook of io_hook.h. Every failure is CN_ERR_IO naming path; after a failed write, call abort
- * (it removes the temporary file); a failed commit has aborted already. */
+/* Writes a file atomically: the bytes go to a temporary file TARGET.tmp.HOST.PID.K in the
+ * target's directory, which commit flushes to disk (fsync), renames over the target and makes
+ * durable (fsync of the directory), so an interrupted save leaves the old file whole. The target
+ * is path, or the regular file a symbolic link at path resolves to (the link survives); a
+ * directory, FIFO, socket or device (at path or behind a link), a dangling link and a link the
+ * kernel's protected_symlinks rule would not follow are refused by open, never replaced. open
+ * also removes the temporaries of the same target that processes of this host no longer alive
+ * left (a killed save). Writes go through the test hook of io_hook.h. Every failure is
+ * CN_ERR_IO naming path (CN_ERR_NOMEM for memory); after a failed write, call abort (it removes
+ * the temporary file); a failed commit has aborted already. */
 typedef struct {
   const char *path;
+  char *target;   /* malloc'd: the file commit replaces */
   char *tmp_path; /* malloc'd */
   int fd;
   uint64_t pos; /* where cn_data_write goes on */
