@@ -341,6 +341,40 @@ static void test_conv_padded_and_errors(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Issue 27: the sizes an affine axis computes are checked for int64 overflow (they were signed
+ * overflows, undefined behaviour, wrapping to a wrong size). A stride of 2^40 - 1 over an output
+ * of 2^30 reads (2^40 - 1) * 2^30 > 2^63 cells: a shape error at the spec's axis, padded or
+ * valid; a valid convolution whose kernel or output term alone passes int64 does not tile. */
+static void test_affine_overflow(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const char *r =
+      conv(ctx, "1099511627775*oh=+kh; kh => oh", NULL, 0, "?|?->?", "|->3", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "einsum \"1099511627775*oh=+kh; kh => oh\": the axis at column 1 (stride "
+            "1099511627775, dilation 1) over an output of size 1073741824 would read an input of "
+            "more than 2^63 - 1 cells");
+  r = conv(ctx, "a, 1099511627775*oh<+kh; kh => oh", NULL, 0, "?|?->?", "|->3", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "einsum \"a, 1099511627775*oh<+kh; kh => oh\": the axis at column 4 (stride "
+            "1099511627775, dilation 1) over an output of size 1073741824 and a kernel of size 3 "
+            "would read an input of more than 2^63 - 1 cells");
+  /* (2^30 - 1) * (2^40 - 1) kernel cells: no output fits in 10 */
+  r = conv(ctx, "oh<+1099511627775*kh; kh => oh", NULL, 0, "|->10", "|->1073741824", "?|?->?");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "a valid convolution does not tile: input size 10, kernel "
+                               "1073741824, dilation 1099511627775, stride 1: 10 - 1 - "
+                               "(1073741824-1)*1099511627775 = below 0 is not a non-negative");
+  /* (2^40 - 1) * (2^30 - 1) output cells: no kernel fits in 10 */
+  r = conv(ctx, "1099511627775*oh<+kh; kh => oh", NULL, 0, "|->10", "?|?->?", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "a valid convolution does not tile: input size 10, output "
+                               "1073741824, stride 1099511627775, dilation 1 leave no whole "
+                               "kernel size");
+  cn_ctx_destroy(ctx);
+}
+
 static void test_interleave(void) {
   /* "..., i => ..., 2*i" and "..., i => ..., 2*i + 1" write the operand's last axis at the even
    * resp. odd positions of a result axis twice as long: 3,5 -> 3,10. */
@@ -574,6 +608,7 @@ int main(void) {
   test_matmul_spec();
   test_conv_valid();
   test_conv_padded_and_errors();
+  test_affine_overflow();
   test_interleave();
   test_total_and_exact();
   test_rank_cycles();

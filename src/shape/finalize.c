@@ -250,15 +250,20 @@ static cn_sv_result close_total(cn_shape_env *env) {
     int n = r->n_lead + r->n_trail;
     int64_t product = 1, num = p->c.count;
     bool all = true;
+    bool huge = false; /* a count beyond int64: total_elems (unify.c) reports it */
     for (int j = 0; j < n; j++) {
       cn_dim *d = j < r->n_lead ? r->lead[j] : r->trail[j - r->n_lead];
       if (d->kind != CN_DIM_SOLVED)
         all = false;
       else
-        product *= d->size;
+        huge = huge || __builtin_mul_overflow(product, d->size, &product);
     }
     bool known = !v || v->kind == CN_DIM_SOLVED;
-    if (v && known) num = v->size * p->c.coeff / p->c.denom;
+    if (v && known) {
+      huge = huge || __builtin_mul_overflow(v->size, p->c.coeff, &num);
+      num /= p->c.denom;
+    }
+    if (huge) continue;
     if (!all || known != (sweep == 0) || (sweep == 1 && n == 0) || (sweep == 2 && n > 0)) continue;
     if (known && num % product) continue; /* reported once the row closes otherwise */
     cn_dim *rest = NULL;
@@ -547,10 +552,12 @@ cn_status cn_shape_finalize(cn_shape_env *env) {
                                                     close_row_through,     guess};
   for (;;) {
     cn_status st = cn_shape_propagate(env);
+    if (env->span_overflow) return cn_sv_span_status(env); /* the cause of any other failure */
     if (st != CN_OK) return st;
     cn_sv_result r = CN_SV_PEND;
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && r == CN_SV_PEND; i++)
       r = stages[i](env);
+    if (env->span_overflow) return cn_sv_span_status(env);
     if (r == CN_SV_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
     if (r == CN_SV_PEND) break;
   }

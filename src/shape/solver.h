@@ -115,6 +115,11 @@ struct cn_shape_env {
   int *rank_need;
   int cap_rank_seen, cap_rank_need;
   long rank_call;
+  /* the first affine term whose span passed int64 (term.c): it resolved to a size of INT64_MAX,
+   * so that resolution never fails on the user's sizes; the operation being added, or the
+   * finalization, fails with its message (cn_sv_span_status) */
+  const cn_dim *span_overflow;
+  int64_t span_over, span_kernel;
   bool trailing; /* inside cn_shape_add_op: record every write on the trail */
   cn_sv_undo *trail;
   int n_trail, cap_trail;
@@ -141,6 +146,8 @@ typedef struct {
 /* ---- term.c ---- */
 /* Prints a dim as cn_row_print does (a variable as 'dN, an affine term with its operands). */
 void cn_sv_dim_print(cn_sbuf *sb, cn_shape_env *env, cn_dim *d);
+/* CN_OK, or the error of env->span_overflow (an affine axis reading more than int64 cells). */
+cn_status cn_sv_span_status(cn_shape_env *env);
 
 /* ---- worklist.c ---- */
 bool cn_sv_queue_push(cn_ctx *ctx, cn_sv_queue *q, int id, int64_t key);

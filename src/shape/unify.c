@@ -138,14 +138,19 @@ static cn_sv_result solve_affine(cn_shape_env *env, const cn_sv_site *s, cn_dim 
     return o ? unify_dim(env, &inner, over, o) : CN_SV_FAIL;
   }
   if (kernel->kind == CN_DIM_SOLVED) {
-    int64_t t = n - 1 - (kernel->size - 1) * dil;
+    /* (kernel - 1) * dil beyond int64 is beyond n too: refused as a negative t */
+    int64_t t;
+    bool huge = __builtin_mul_overflow(kernel->size - 1, dil, &t);
+    t = huge ? -1 : n - 1 - t;
     if (t < 0 || t % st != 0) {
+      char value[24] = "below 0";
+      if (!huge) snprintf(value, sizeof value, "%lld", (long long)t);
       snprintf(what, sizeof what,
                "a valid convolution does not tile: input size %lld, kernel %lld, dilation %lld, "
-               "stride %lld: %lld - 1 - (%lld-1)*%lld = %lld is not a non-negative multiple of "
+               "stride %lld: %lld - 1 - (%lld-1)*%lld = %s is not a non-negative multiple of "
                "%lld",
                (long long)n, (long long)kernel->size, (long long)dil, (long long)st, (long long)n,
-               (long long)kernel->size, (long long)dil, (long long)t, (long long)st);
+               (long long)kernel->size, (long long)dil, value, (long long)st);
       cn_sv_conflict(env, s, aff_is_a ? aff : n_dim, aff_is_a ? n_dim : aff, what);
       return CN_SV_FAIL;
     }
@@ -153,7 +158,8 @@ static cn_sv_result solve_affine(cn_shape_env *env, const cn_sv_site *s, cn_dim 
     return o ? unify_dim(env, &inner, over, o) : CN_SV_FAIL;
   }
   if (over->kind == CN_DIM_SOLVED) {
-    int64_t t = n - 1 - st * (over->size - 1);
+    int64_t t;
+    t = __builtin_mul_overflow(st, over->size - 1, &t) ? -1 : n - 1 - t; /* beyond n: none */
     if (t < 0 || t % dil != 0) {
       snprintf(what, sizeof what,
                "a valid convolution does not tile: input size %lld, output %lld, stride %lld, "
@@ -427,11 +433,12 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
   cn_dim *last_unknown = NULL;
   for (int i = 0; i < r->n_lead + r->n_trail; i++) {
     cn_dim *d = i < r->n_lead ? r->lead[i] : r->trail[i - r->n_lead];
-    if (d->kind == CN_DIM_SOLVED) {
-      product *= d->size;
-    } else {
+    if (d->kind != CN_DIM_SOLVED) {
       unknown++;
       last_unknown = d;
+    } else if (__builtin_mul_overflow(product, d->size, &product)) {
+      cn_sv_conflict(env, s, NULL, NULL, "the row's known axes hold more than 2^63 - 1 elements");
+      return CN_SV_FAIL;
     }
   }
   char what[256];
@@ -441,14 +448,19 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
     cn_dim *v = cn_dim_resolve(env, p->c.d1);
     if (!v) return CN_SV_FAIL;
     known = v->kind == CN_DIM_SOLVED;
+    int64_t scaled;
+    if (known && __builtin_mul_overflow(v->size, p->c.coeff, &scaled)) {
+      cn_sv_conflict(env, s, v, NULL, "the element count exceeds 2^63 - 1");
+      return CN_SV_FAIL;
+    }
     if (known) {
-      if ((v->size * p->c.coeff) % p->c.denom != 0) {
+      if (scaled % p->c.denom != 0) {
         snprintf(what, sizeof what, "%lld * %lld is not divisible by %lld", (long long)p->c.coeff,
                  (long long)v->size, (long long)p->c.denom);
         cn_sv_conflict(env, s, v, NULL, what);
         return CN_SV_FAIL;
       }
-      num = v->size * p->c.coeff / p->c.denom;
+      num = scaled / p->c.denom;
     }
   }
   if (known) {
@@ -466,13 +478,18 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
     return CN_SV_PEND;
   }
   if (r->var >= 0 || unknown) return CN_SV_PEND;
-  if ((product * p->c.denom) % p->c.coeff != 0) {
+  int64_t count;
+  if (__builtin_mul_overflow(product, p->c.denom, &count)) {
+    cn_sv_conflict(env, s, NULL, NULL, "the element count exceeds 2^63 - 1");
+    return CN_SV_FAIL;
+  }
+  if (count % p->c.coeff != 0) {
     snprintf(what, sizeof what, "%lld elements are not a multiple of %lld", (long long)product,
              (long long)p->c.coeff);
     cn_sv_conflict(env, s, NULL, NULL, what);
     return CN_SV_FAIL;
   }
-  cn_dim *d = cn_dim_solved(env, product * p->c.denom / p->c.coeff, NULL);
+  cn_dim *d = cn_dim_solved(env, count / p->c.coeff, NULL);
   return d ? unify_dim(env, s, p->c.d1, d) : CN_SV_FAIL;
 }
 

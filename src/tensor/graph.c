@@ -97,11 +97,12 @@ cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, cons
 /* Whether t's buffer (its final dims in memory order, with the margins recorded so far) fits in
  * MAX_NODE_BYTES; if not, *axis is the axis where the running product first passed it (an extent
  * beyond int64 passes it too). */
-static bool node_fits(cn_graph *g, const cn_tensor *t, const int64_t *dims, int rank, int *axis) {
+static bool node_fits(cn_graph *g, const cn_tensor *t, const int64_t *dims, int rank, bool margins,
+                      int *axis) {
   int64_t bytes = (int64_t)cn_prec_bytes(t->prec);
   for (int a = 0; a < rank; a++) {
-    int64_t m[2], extent;
-    cn_proj_padding(g->projs, t->shape, a, m);
+    int64_t m[2] = {0, 0}, extent;
+    if (margins) cn_proj_padding(g->projs, t->shape, a, m);
     *axis = a;
     if (__builtin_add_overflow(dims[a], m[0], &extent) ||
         __builtin_add_overflow(extent, m[1], &extent))
@@ -113,13 +114,16 @@ static bool node_fits(cn_graph *g, const cn_tensor *t, const int64_t *dims, int 
 }
 
 /* After the projections of the operation computing `by` (its own LHS included) grew the margins
- * of t: an error when t's buffer no longer fits. The message names `by` first, so that a script
- * reports it at the expression that asked for the margins. */
+ * of t: an error when the margins make t's buffer too large (dims too large without them are
+ * make_node's to report). The message names `by` first, so that a script reports it at the
+ * expression that asked for the margins. */
 static cn_status check_margins(cn_graph *g, const cn_tensor *by, const cn_tensor *t) {
   int64_t dims[CN_MAX_RANK];
   int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK), axis;
   if (rank < 0) return g->ctx->status;
-  if (node_fits(g, t, dims, rank, &axis)) return CN_OK;
+  if (node_fits(g, t, dims, rank, true, &axis) || !node_fits(g, t, dims, rank, false, &axis))
+    return CN_OK;
+  node_fits(g, t, dims, rank, true, &axis);
   int64_t m[2];
   cn_proj_padding(g->projs, t->shape, axis, m);
   return cn_fail(g->ctx, CN_ERR_INVALID,
@@ -161,7 +165,7 @@ static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
   int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK);
   if (rank < 0) return NULL;
   int axis;
-  if (!node_fits(g, t, dims, rank, &axis)) {
+  if (!node_fits(g, t, dims, rank, true, &axis)) {
     cn_fail(g->ctx, CN_ERR_INVALID,
             "\"%s%s\" (#%d) of shape %s is too large: more than 2^40 bytes (axis %d of size %lld)",
             t->label, suffix, t->id, cn_tensor_shape(t), axis, (long long)dims[axis]);
