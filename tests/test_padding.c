@@ -156,8 +156,8 @@ static void test_margins_past_the_limit(void) {
   CHECK_INT(cn_ctx_status(ctx), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx),
             "pad.cnl:2:11: \"y\" (#3) reads \"x\" (#1) of shape |->2 with padding margins "
-            "300000000000/300000000000 (left/right) on axis 0 of size 2: its buffer would hold "
-            "more than 2^40 bytes (found when line 3 needed the shapes)\n"
+            "(left/right) 300000000000/300000000000 on axis 0: its buffer would hold more than "
+            "2^40 bytes (found when line 3 needed the shapes)\n"
             "let y = x +* \"o=+300000000000*k; k => o\" [1.0; 2.0]\n"
             "          ^");
   free(out);

@@ -48,6 +48,7 @@ typedef struct {
   bool min_on_b;             /* MIN_DIM from a binding: d1 stands on side b */
   bool done;
   bool reused; /* DIM_*: a retry already re-deferred into this entry */
+  bool flanks; /* ROW_EQ/EXACT: narrowed to `L va = vb T` (unify.c), listed in env->flank_entries */
 } cn_sv_pending;
 
 /* A min-heap of (key, id) with a membership flag per id (an id is queued at most once). */
@@ -115,6 +116,10 @@ struct cn_shape_env {
   int *rank_need;
   int cap_rank_seen, cap_rank_need;
   long rank_call;
+  /* the entries ever deferred as `L va = vb T` (indices, possibly stale: filtered by the entry's
+   * own `flanks`), the candidates of finalization's close_flanks */
+  int *flank_entries;
+  int n_flank_entries, cap_flank_entries;
   /* the first affine term whose span passed int64 (term.c): it resolved to a size of INT64_MAX,
    * so that resolution never fails on the user's sizes; the operation being added, or the
    * finalization, fails with its message (cn_sv_span_status) */

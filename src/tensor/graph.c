@@ -123,14 +123,19 @@ static cn_status check_margins(cn_graph *g, const cn_tensor *by, const cn_tensor
   if (rank < 0) return g->ctx->status;
   if (node_fits(g, t, dims, rank, true, &axis) || !node_fits(g, t, dims, rank, false, &axis))
     return CN_OK;
-  node_fits(g, t, dims, rank, true, &axis);
-  int64_t m[2];
-  cn_proj_padding(g->projs, t->shape, axis, m);
+  char margins[CN_MAX_RANK * 48] = "";
+  for (int a = 0; a < rank; a++) {
+    int64_t m[2];
+    cn_proj_padding(g->projs, t->shape, a, m);
+    if (m[0] || m[1])
+      snprintf(margins + strlen(margins), sizeof margins - strlen(margins),
+               "%s%lld/%lld on axis %d", margins[0] ? ", " : "", (long long)m[0], (long long)m[1],
+               a);
+  }
   return cn_fail(g->ctx, CN_ERR_INVALID,
-                 "\"%s\" (#%d) reads \"%s\" (#%d) of shape %s with padding margins %lld/%lld "
-                 "(left/right) on axis %d of size %lld: its buffer would hold more than 2^40 bytes",
-                 by->label, by->id, t->label, t->id, cn_tensor_shape(t), (long long)m[0],
-                 (long long)m[1], axis, (long long)dims[axis]);
+                 "\"%s\" (#%d) reads \"%s\" (#%d) of shape %s with padding margins (left/right) "
+                 "%s: its buffer would hold more than 2^40 bytes",
+                 by->label, by->id, t->label, t->id, cn_tensor_shape(t), margins);
 }
 
 /* Whether t's value node may be inlined by the schedule (cn_node.fusable): a script's tensor no
