@@ -425,6 +425,53 @@ static void test_errors(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Issue 27: a shape of a spec has at most CN_MAX_RANK (16) axes over its three rows, the most a
+ * tensor has; the parser stops at the first axis past it (the rest of the text is not read: the
+ * work after it was quadratic in the axes, 15 s for 80 000). Row variables do not count. */
+static void test_axis_limit(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const char *const ok[] = {
+      "abcdefghijklmnop=>a",                                 /* 16 */
+      "abcdef|ghijk->lmnop=>a",                              /* 6 + 5 + 5 */
+      "abcdefgh...ijklmnop=>a",                              /* 8 + 8 around the row variable */
+      "a=>abcdefghijklmnop",                                 /* the LHS too */
+      "a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, ...=>p", /* 15 and a row variable */
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+    CHECK_MSG(cn_einsum_parse(ctx, ok[i]) != NULL, "%s: %s", ok[i], cn_ctx_error(ctx));
+  static const char more[] = "more than 16 axes in one shape (a tensor has at most 16)";
+  static const struct {
+    const char *spec;
+    int column;
+  } bad[] = {
+      {"abcdefghijklmnopq=>a", 17},
+      {"abcdef|ghijk->lmnopq=>a", 20},  /* the 17th axis over three rows: q */
+      {"abcdefgh...ijklmnopq=>a", 20},  /* the row variable is not an axis */
+      {"ab; abcdefghijklmnopq=>a", 21}, /* the second operand */
+      {"a=>abcdefghijklmnopq", 20},     /* the result */
+      {"a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, 2*q+r => a", 49},
+  };
+  char what[128];
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(what, sizeof what, "%s at column %d", more, bad[i].column);
+    check_error(ctx, bad[i].spec, what);
+  }
+  /* 100 000 axes: refused at the 17th (column 71 in "a0, a1, ..."), the message keeping the
+   * problem and the column although the spec is far longer than a message may be */
+  cn_sbuf sb = {0};
+  for (int i = 0; i < 100000; i++) cn_sbuf_printf(&sb, "%sa%d", i ? ", " : "", i);
+  cn_sbuf_puts(&sb, " => a0");
+  const char *spec = cn_sbuf_finish(ctx, &sb);
+  CHECK(spec != NULL);
+  if (spec) {
+    snprintf(what, sizeof what, "%s at column 71", more);
+    check_error(ctx, spec, what);
+    CHECK_HAS(cn_ctx_error(ctx), "einsum spec \"a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, "
+                                 "a12, a13, a14, a15, a16, a17, ...\": more than 16 axes");
+  }
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Printing and equality ---- */
 
 static void check_print(cn_ctx *ctx, const char *text, const char *canonical) {
@@ -825,6 +872,7 @@ int main(void) {
   test_seed_examples();
   test_multichar_examples();
   test_errors();
+  test_axis_limit();
   test_print();
   test_equal();
   test_round_trip();

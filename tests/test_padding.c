@@ -1,4 +1,6 @@
 /* Padding fidelity (issue 13, items 1 and 2; convolution-is-a-contraction "Padding"):
+ * - margins count in the 2^40-byte limit of a node, and a failure they cause is positioned in the
+ *   script (issue 27, item 5);
  * - margins freeze per tensor when its buffer is allocated, not for the whole graph: a padded
  *   convolution built after a first `print` (over new tensors) works, in a script and through the
  *   C API; reading an already allocated tensor with a wider kernel is an error that says so;
@@ -7,6 +9,7 @@
  * Expected values are worked out by hand in the comments or by a direct convolution loop here. */
 #include "check.h"
 #include "cannl.h"
+#include "limit_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,9 +139,77 @@ static void test_wider_reader_of_allocated_tensor(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Margins count in a node's 2^40-byte limit (issue 27, item 5): a dilation of 3e11 over a kernel
+ * of 2 asks x for margins 3e11/3e11, so x's single-precision buffer would hold
+ * 4 * (2 + 6e11) = 2.4e12 bytes > 2^40 = 1.0995e12. Refused when the shapes close, at the
+ * operator that asked for the margins (line 2, column 11: `+*`), before any buffer exists: the
+ * status is the limit's CN_ERR_INVALID, not the failure to allocate 2.4 TB that the unchecked
+ * margins ended in. */
+static void test_margins_past_the_limit(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  char *out = run(ctx, "let x = [1.0; 2.0]\n"
+                       "let y = x +* \"o=+300000000000*k; k => o\" [1.0; 2.0]\n"
+                       "print y\n");
+  CHECK(out == NULL);
+  CHECK_INT(cn_ctx_status(ctx), CN_ERR_INVALID);
+  CHECK_STR(cn_ctx_error(ctx),
+            "pad.cnl:2:11: \"y\" (#3) reads \"x\" (#1) of shape |->2 with padding margins "
+            "(left/right) 300000000000/300000000000 on axis 0: its buffer would hold more than "
+            "2^40 bytes (found when line 3 needed the shapes)\n"
+            "let y = x +* \"o=+300000000000*k; k => o\" [1.0; 2.0]\n"
+            "          ^");
+  free(out);
+  cn_ctx_destroy(ctx);
+
+  /* margins of 2^40 cells or more are refused before their arithmetic (dilation 10^12 times a
+   * kernel of 2: 10^12 on each side would still pass a one-byte node's limit alone, 2 * 10^12
+   * cells do not; a kernel of 2^31 with it would overflow int64) */
+  ctx = cn_ctx_create();
+  out = run(ctx, "let x = [1.0; 2.0]\n"
+                 "let y = x +* \"o=+1099511627775*k; k => o\" [1.0; 2.0; 3.0]\n"
+                 "print y\n");
+  CHECK(out == NULL);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "pad.cnl:2:11: projections of einsum \"o=+1099511627775*k; k => o\" computing \"y\" "
+            "(#3): axis 0 of the output row of \"x\" (#1) needs padding margins of 2^40 cells or "
+            "more (kernel of size 3, dilation 1099511627775)");
+  free(out);
+  cn_ctx_destroy(ctx);
+}
+
+/* The issue's example: margins 1e11/1e11 make x's buffer 4 * (2 + 2e11) = 8e11 bytes, below
+ * 2^40, so the allocation is tried; under a 4 GiB address space it fails, and the failure is
+ * positioned where the script made x a tensor (its use at line 2, column 9), naming the margins
+ * (it was unpositioned: x's data is copied when the shapes close). Not under AddressSanitizer,
+ * whose shadow memory leaves a whole script nothing to map below that limit. */
+static void test_margins_allocation_failure(void) {
+#ifdef LIMIT_CHECK_ASAN
+  printf("test_margins_allocation_failure: skipped under AddressSanitizer\n");
+  return;
+#endif
+  struct rlimit saved;
+  CHECK(limit_address_space(&saved));
+  cn_ctx *ctx = cn_ctx_create();
+  char *out = run(ctx, "let x = [1.0; 2.0]\n"
+                       "let y = x +* \"o=+100000000000*k; k => o\" [1.0; 2.0]\n"
+                       "print y\n");
+  CHECK(restore_address_space(&saved));
+  CHECK(out == NULL);
+  CHECK_INT(cn_ctx_status(ctx), CN_ERR_NOMEM);
+  CHECK_STR(cn_ctx_error(ctx),
+            "pad.cnl:2:9: cannot allocate the buffer of \"x\" (#1) [2] with padding margins "
+            "100000000000/100000000000 on axis 0 (800000000008 bytes) (needed by line 3)\n"
+            "let y = x +* \"o=+100000000000*k; k => o\" [1.0; 2.0]\n"
+            "        ^");
+  free(out);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_even_kernel_split();
   test_padded_after_print();
   test_wider_reader_of_allocated_tensor();
+  test_margins_past_the_limit();
+  test_margins_allocation_failure();
   CHECK_DONE();
 }

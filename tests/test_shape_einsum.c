@@ -341,6 +341,90 @@ static void test_conv_padded_and_errors(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Issue 27: the sizes an affine axis computes are checked for int64 overflow (they were signed
+ * overflows, undefined behaviour, wrapping to a wrong size). A stride of 2^40 - 1 over an output
+ * of 2^30 reads (2^40 - 1) * 2^30 > 2^63 cells: a shape error at the spec's axis, padded or
+ * valid; a valid convolution whose kernel or output term alone passes int64 does not tile. */
+static void test_affine_overflow(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const char *r =
+      conv(ctx, "1099511627775*oh=+kh; kh => oh", NULL, 0, "?|?->?", "|->3", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "einsum \"1099511627775*oh=+kh; kh => oh\": the axis at column 1 (stride "
+            "1099511627775, dilation 1) over an output of size 1073741824 would read an input of "
+            "more than 2^63 - 1 cells");
+  r = conv(ctx, "a, 1099511627775*oh<+kh; kh => oh", NULL, 0, "?|?->?", "|->3", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "einsum \"a, 1099511627775*oh<+kh; kh => oh\": the axis at column 4 (stride "
+            "1099511627775, dilation 1) over an output of size 1073741824 and a kernel of size 3 "
+            "would read an input of more than 2^63 - 1 cells");
+  /* (2^30 - 1) * (2^40 - 1) kernel cells: no output fits in 10 */
+  r = conv(ctx, "oh<+1099511627775*kh; kh => oh", NULL, 0, "|->10", "|->1073741824", "?|?->?");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "a valid convolution does not tile: input size 10, kernel "
+                               "1073741824, dilation 1099511627775, stride 1: 10 - 1 - "
+                               "(1073741824-1)*1099511627775 = below 0 is not a non-negative");
+  /* (2^40 - 1) * (2^30 - 1) output cells: no kernel fits in 10 */
+  r = conv(ctx, "1099511627775*oh<+kh; kh => oh", NULL, 0, "|->10", "?|?->?", "|->1073741824");
+  CHECK(r == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "a valid convolution does not tile: input size 10, output "
+                               "1073741824, stride 1099511627775, dilation 1 leave no whole "
+                               "kernel size");
+  cn_ctx_destroy(ctx);
+}
+
+/* Issue 27: `L va = vb T`, a row with a leading flank equal to one with a trailing flank, has no
+ * most general unifier (the rows may stack, or pair the end of L with the start of T). The
+ * solver no longer stacks them at once: the equation waits until a rank decides it, and if none
+ * does, finalization pairs the flanks as far as they go (the fewest axes).
+ * y = "i, j => i, j, ..c.." (x) is [4, 5, ..c..]; z = "a, b, e => e" (y) reads y's row as
+ * [..v.., a, b, e]: L = [4, 5], T = [a, b, e]. (tests/test_library.c has the case that found it:
+ * conv2d's input row written `h, w, ic` after a pooling.) */
+static void test_flanks(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  /* nothing else knows y's rank: pairing, 4 = a, 5 = b, c = [e], and e (unconstrained) is
+   * guessed 1; stacking gave y [4, 5, a, b, e] = [4, 5, 1, 1, 1] */
+  cn_shape_env *env = cn_shape_env_new(ctx);
+  cn_shape *x = mk(env, "x", false, "|->4,5"), *y = open_shape(env, "y"), *z = open_shape(env, "z");
+  CHECK(ein(env, "i, j => i, j, ..c..", y, x, NULL) != NULL);
+  CHECK(ein(env, "a, b, e => e", z, y, NULL) != NULL);
+  CHECK(finalize(env));
+  CHECK_STR(str(env, y), "|->4,5,1");
+  CHECK_STR(str(env, z), "|->1");
+
+  /* y's rank given afterwards (y and u share the row variable r: y = [4, 5, 6, 7]): the equation
+   * has one solution, v = [4], a = 5, b = 6, e = 7 */
+  env = cn_shape_env_new(ctx);
+  x = mk(env, "x", false, "|->4,5");
+  y = open_shape(env, "y");
+  z = open_shape(env, "z");
+  cn_shape *u = mk(env, "u", false, "|->4,5,6,7"), *w = open_shape(env, "w");
+  CHECK(ein(env, "i, j => i, j, ..c..", y, x, NULL) != NULL);
+  CHECK(ein(env, "a, b, e => e", z, y, NULL) != NULL);
+  CHECK_STR(str(env, y), "|->4,5,..r9.."); /* still open: nothing decided */
+  CHECK(ein(env, "..r..; ..r.. => ..r..", w, y, u) != NULL);
+  CHECK_STR(str(env, y), "|->4,5,6,7");
+  CHECK_STR(str(env, z), "|->7");
+  CHECK(finalize(env));
+  CHECK_STR(str(env, z), "|->7");
+
+  /* the longer flank leading: y = [4, 5, 6, ..c..] read as [..v.., a, b]: c, beside the longer
+   * flank, closes to nothing, and [4, 5, 6] = [..v.., a, b] gives v = [4], a = 5, b = 6 (stacking
+   * gave y [4, 5, 6, a, b] = [4, 5, 6, 1, 1]) */
+  env = cn_shape_env_new(ctx);
+  x = mk(env, "x", false, "|->4,5,6");
+  y = open_shape(env, "y");
+  z = open_shape(env, "z");
+  CHECK(ein(env, "i, j, k => i, j, k, ..c..", y, x, NULL) != NULL);
+  CHECK(ein(env, "a, b => a", z, y, NULL) != NULL);
+  CHECK(finalize(env));
+  CHECK_STR(str(env, y), "|->4,5,6");
+  CHECK_STR(str(env, z), "|->5");
+  cn_ctx_destroy(ctx);
+}
+
 static void test_interleave(void) {
   /* "..., i => ..., 2*i" and "..., i => ..., 2*i + 1" write the operand's last axis at the even
    * resp. odd positions of a result axis twice as long: 3,5 -> 3,10. */
@@ -574,6 +658,8 @@ int main(void) {
   test_matmul_spec();
   test_conv_valid();
   test_conv_padded_and_errors();
+  test_affine_overflow();
+  test_flanks();
   test_interleave();
   test_total_and_exact();
   test_rank_cycles();

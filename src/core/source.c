@@ -3,7 +3,9 @@
  * parser and the Tile reader all fail through cn_fail_at, so every such message has one of two
  * shapes:
  *   - in a file:   FILE:LINE:COL: WHAT, the source line, and a caret under the column;
- *   - a one-line text without a file: KIND "TEXT": WHAT at column N, the text, and a caret.
+ *   - a one-line text without a file: KIND "TEXT": WHAT at column N, the text, and a caret
+ *     (a text longer than WINDOW bytes is named by its first WINDOW_BEFORE bytes and quoted as a
+ *     window around the column, so the problem survives the context's 4096-byte message).
  *
  * Invariants: lines and columns count from 1, columns in bytes (as editors and compilers
  * print them); the caret line keeps tabs and counts a multi-byte UTF-8 character once, so the
@@ -84,9 +86,15 @@ cn_status cn_fail_at_v(cn_ctx *ctx, const cn_source *src, int line, int col, con
   if (src->file) {
     cn_sbuf_printf(&sb, "%s:%d:%d: %s\n", src->file, line, col, what);
     if (src->text) put_line_and_caret(&sb, src, line, col);
-  } else {
+  } else if (strlen(src->text) <= WINDOW) {
     cn_sbuf_printf(&sb, "%s \"%s\": %s at column %d\n", src->kind, src->text, what, col);
     cn_sbuf_quote_caret(&sb, src->text, col > 1 ? (size_t)col - 1 : 0);
+  } else { /* its start names it; the caret line is a window around the column */
+    int head = WINDOW_BEFORE;
+    while (head > 0 && utf8_continuation((unsigned char)src->text[head])) head--;
+    cn_sbuf_printf(&sb, "%s \"%.*s...\": %s at column %d\n", src->kind, head, src->text, what, col);
+    const cn_source quoted = {NULL, src->kind, src->text, 1, 3}; /* indented by two */
+    put_line_and_caret(&sb, &quoted, 1, col + 2);
   }
   if (!sb.failed)
     cn_fail(ctx, CN_ERR_INVALID, "%s", sb.data);

@@ -198,8 +198,15 @@ static void *buffer_failure(const cn_node *node, bool merge, size_t bytes) {
     snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", a ? ", " : "",
              (long long)node->dims[a]);
   strcat(dims, "]");
-  cn_fail(node->ctx, CN_ERR_NOMEM, "cannot allocate the %sbuffer of %s %s (%zu bytes)",
-          merge ? "merge " : "", who, dims, bytes);
+  /* the margins too, when they make most of the buffer (padded convolutions) */
+  char pad[CN_MAX_RANK * 44 + 32] = "";
+  for (int a = 0; a < node->rank; a++)
+    if (node->pad[a][0] || node->pad[a][1])
+      snprintf(pad + strlen(pad), sizeof pad - strlen(pad), "%s%lld/%lld on axis %d",
+               pad[0] ? ", " : " with padding margins ", (long long)node->pad[a][0],
+               (long long)node->pad[a][1], a);
+  cn_fail(node->ctx, CN_ERR_NOMEM, "cannot allocate the %sbuffer of %s %s%s (%zu bytes)",
+          merge ? "merge " : "", who, dims, pad, bytes);
   node->ctx->failed_node = node->id;
   return NULL;
 }

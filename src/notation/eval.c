@@ -189,7 +189,9 @@ bool nt_materialize(nt_interp *I, cn_nt_pos at) {
       record_at(I, &I->computed_at, &I->cap_computed_at, I->g->tensors[I->n_computed]->id, at);
     return true;
   }
-  if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return false;
+  /* a literal's buffer that cannot be allocated (its data is copied in now) is positioned like
+   * any node failure; other allocation failures have no position worth adding */
+  if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return nt_fail_here(I, at), false;
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
   if (!msg || !(msg = with_computing_line(I, msg))) return false;
   /* Library messages name the failing operation as "operation #K" (shape and projection

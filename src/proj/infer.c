@@ -66,10 +66,12 @@ static bool is_frozen(const cn_proj_env *env, int shape_id) {
  * of size k the margin splits right = (k + 1) / 2, left = k - right"). With dilation d the dilated
  * kernel is centred the same way: both sides scale by d, and the right margin d * ((k + 1) / 2)
  * covers the overrun d * (k - 1) - left of the last tap. */
-static void split_margins(int64_t kernel, int64_t dilation, int64_t margin[2]) {
-  int64_t right = (kernel + 1) / 2;
-  margin[0] = dilation * (kernel - right);
-  margin[1] = dilation * right;
+static bool split_margins(int64_t kernel, int64_t dilation, int64_t margin[2]) {
+  int64_t right = kernel - kernel / 2; /* (kernel + 1) / 2 without overflow */
+  /* a margin of 2^40 cells or more fits no node (tensor/graph.c's limit): refused here, before
+   * any arithmetic on it could overflow */
+  return !__builtin_mul_overflow(dilation, kernel - right, &margin[0]) &&
+         !__builtin_mul_overflow(dilation, right, &margin[1]) && margin[1] < CN_EINSUM_INT_LIMIT;
 }
 
 /* ---- The solver state of one operation ------------------------------------------------------ */
@@ -427,14 +429,25 @@ static cn_status freshen(solver *s, int slot, const cn_shape *g) {
 /* ---- Closing and the affine stratum ------------------------------------------------------------
  */
 
+static cn_status fail_overflow(solver *s) {
+  cn_sbuf sb = {0};
+  describe_op(&sb, s->op);
+  cn_sbuf_puts(&sb, ": an affine index overflows int64");
+  const char *text = cn_sbuf_finish(s->ctx, &sb);
+  return cn_fail(s->ctx, CN_ERR_INVALID, "%s", text ? text : "an affine index overflows int64");
+}
+
 static cn_status add_terms(solver *s, const cn_index *idx, int64_t coeff, cn_symbol *syms,
                            int64_t *coeffs, int *n, int64_t *offset) {
-  *offset += coeff * idx->offset;
+  int64_t scaled;
+  if (__builtin_mul_overflow(coeff, idx->offset, &scaled) ||
+      __builtin_add_overflow(*offset, scaled, offset))
+    return fail_overflow(s);
   for (int t = 0; t < idx->n_terms; t++) {
     if (*n == 2 * CN_MAX_AFFINE_TERMS)
       return cn_fail(s->ctx, CN_ERR_INVALID, "projections: an affine index has too many terms");
     syms[*n] = idx->syms[t];
-    coeffs[(*n)++] = coeff * idx->coeffs[t];
+    if (__builtin_mul_overflow(coeff, idx->coeffs[t], &coeffs[(*n)++])) return fail_overflow(s);
   }
   return CN_OK;
 }
@@ -459,8 +472,14 @@ static cn_status evaluate_term(solver *s, const derived *d, cn_index *out) {
     if (class_size(s, d->kernel) < 1)
       return fail_classes(s, find(s, d->kernel), -1, "is a kernel axis of unknown size");
     int64_t need[2];
-    split_margins(class_size(s, d->kernel), d->dilation, need);
-    offset -= need[0];
+    if (!split_margins(class_size(s, d->kernel), d->dilation, need)) {
+      char what[200];
+      snprintf(what, sizeof what,
+               "needs padding margins of 2^40 cells or more (kernel of size %lld, dilation %lld)",
+               (long long)class_size(s, d->kernel), (long long)d->dilation);
+      return fail_classes(s, find(s, d->node), -1, what);
+    }
+    if (__builtin_sub_overflow(offset, need[0], &offset)) return fail_overflow(s);
     if ((st = padding_margin(s, find(s, d->node), need)) != CN_OK) return st;
   }
   *out = cn_index_affine(n, syms, coeffs, offset);

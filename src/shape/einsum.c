@@ -25,6 +25,7 @@ typedef struct {
   size_t pos;
   bool multichar;
   bool failed;
+  int shape_axes; /* the axes of the shape being parsed, over its three rows */
 } parser;
 
 static bool is_ident_start(char c) {
@@ -295,6 +296,14 @@ static bool parse_row(parser *p, cn_es_row *row) {
       if (p->multichar && peek(p) == ',') p->pos++;
       continue;
     }
+    /* no tensor has more than CN_MAX_RANK axes, so neither can a shape of the spec: refused at
+     * the first axis past it, which also bounds the work of everything after the parser (the
+     * spec's labels are looked up by name, the solver pairs rows axis by axis) */
+    if (++p->shape_axes > CN_MAX_RANK) {
+      syntax_error(p, at, "more than %d axes in one shape (a tensor has at most %d)", CN_MAX_RANK,
+                   CN_MAX_RANK);
+      return false;
+    }
     cn_es_axis ax;
     if (p->multichar) {
       if (c == ',') {
@@ -354,6 +363,7 @@ static bool parse_shape(parser *p, cn_es_shape *sh) {
   memset(sh, 0, sizeof *sh);
   skip_space(p);
   sh->column = (int)p->pos + 1;
+  p->shape_axes = 0;
   cn_es_row first, second;
   if (!parse_row(p, &first)) return false;
   if (peek(p) == '|') {
@@ -400,7 +410,7 @@ cn_einsum *cn_einsum_parse(cn_ctx *ctx, const char *spec) {
     cn_fail(ctx, CN_ERR_INVALID, "einsum spec: NULL");
     return NULL;
   }
-  parser p = {ctx, spec, 0, detect_multichar(spec), false};
+  parser p = {ctx, spec, 0, detect_multichar(spec), false, 0};
   cn_einsum *e = cn_alloc(ctx, sizeof *e);
   if (!e || !(e->text = cn_strdup(ctx, spec))) return NULL;
   p.text = e->text;

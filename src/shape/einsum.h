@@ -19,7 +19,8 @@
  * index). Whitespace separates tokens and is otherwise ignored. A lone '_' is the placeholder and
  * never a name; concatenation ('^') is rejected. Every integer of a spec (fixed index, stride,
  * stride offset, dilation) is below CN_EINSUM_INT_LIMIT, as is a stride or dilation bound by name
- * (checked by the shape logic).
+ * (checked by the shape logic). A shape has at most CN_MAX_RANK axes over its three rows (row
+ * variables not counted), the most a tensor has: the parser stops at the first axis past it.
  *
  * Invariants: a parsed spec owns its strings (context arena); cn_einsum_print writes a canonical
  * text that parses back to an equal tree (cn_einsum_equal); a row without a row variable has all

@@ -2,7 +2,8 @@
  * left in stages, each retried after propagation digests the previous one's binding: leaves close
  * upward to the least upper bound of their uses (rows, then dims), results close to the fewest
  * axes their operands need, Total_elems closes its row, intermediates whose operand rows are
- * still open close upward to their uses, and finally guessing: a parameter's open
+ * still open close upward to their uses, row equalities left as `L va = vb T` pair their flanks
+ * (the fewest axes), and finally guessing: a parameter's open
  * dimension is an error, other row variables become "no more axes" and dim variables their
  * minimum size.
  *
@@ -250,15 +251,20 @@ static cn_sv_result close_total(cn_shape_env *env) {
     int n = r->n_lead + r->n_trail;
     int64_t product = 1, num = p->c.count;
     bool all = true;
+    bool huge = false; /* a count beyond int64: total_elems (unify.c) reports it */
     for (int j = 0; j < n; j++) {
       cn_dim *d = j < r->n_lead ? r->lead[j] : r->trail[j - r->n_lead];
       if (d->kind != CN_DIM_SOLVED)
         all = false;
       else
-        product *= d->size;
+        huge = huge || __builtin_mul_overflow(product, d->size, &product);
     }
     bool known = !v || v->kind == CN_DIM_SOLVED;
-    if (v && known) num = v->size * p->c.coeff / p->c.denom;
+    if (v && known) {
+      huge = huge || __builtin_mul_overflow(v->size, p->c.coeff, &num);
+      num /= p->c.denom;
+    }
+    if (huge) continue;
     if (!all || known != (sweep == 0) || (sweep == 1 && n == 0) || (sweep == 2 && n > 0)) continue;
     if (known && num % product) continue; /* reported once the row closes otherwise */
     cn_dim *rest = NULL;
@@ -529,6 +535,35 @@ static cn_sv_result guess_pending(cn_shape_env *env) {
   return CN_SV_PEND;
 }
 
+/* A row equality left as `L va = vb T` (unify.c's bind_open_rest: no rank decided it): the
+ * rule is the fewest axes, so the flanks pair as far as they go. The variable beside the longer
+ * flank closes as a guess does (to no axes, unless its uses ask for more) and the other then
+ * takes what is left: `oh, ow, ..c..` = `..v.., h, w, ic` pairs oh = h, ow = w and gives c the
+ * one axis ic, where stacking would have made four axes. The earliest such entry first, in every
+ * mode (the list is in order of deferral, which the modes need not share). */
+static cn_sv_result close_flanks(cn_shape_env *env) {
+  int best = -1, best_var = -1;
+  for (int k = 0; k < env->n_flank_entries; k++) {
+    int i = env->flank_entries[k];
+    cn_sv_pending *p = live_entry(env, i);
+    if (!p || !p->flanks || (best >= 0 && i > best)) continue;
+    cn_row *a = cn_row_resolve(env, p->c.r1), *b = cn_row_resolve(env, p->c.r2);
+    if (!a || !b) return CN_SV_FAIL;
+    if (a->var < 0 || b->var < 0 || a->var == b->var) continue; /* propagation's to settle */
+    int kl = a->n_lead < b->n_lead ? a->n_lead : b->n_lead;
+    int kr = a->n_trail < b->n_trail ? a->n_trail : b->n_trail;
+    int al = a->n_lead - kl, at = a->n_trail - kr, bl = b->n_lead - kl, bt = b->n_trail - kr;
+    if (al && bt)
+      best_var = al >= bt ? a->var : b->var;
+    else if (bl && at)
+      best_var = bl >= at ? b->var : a->var;
+    else
+      continue;
+    best = i;
+  }
+  return best < 0 ? CN_SV_PEND : bind_guess_row(env, best_var);
+}
+
 /* Guessing, once nothing can be inferred: a parameter's open dimension is an error (parameters
  * refuse to be guessed); then a non-parameter's (or number-initialized parameter's) row variable
  * closes to "no more axes" and its dim variables to size 1 (or their minimum); then variables only
@@ -542,15 +577,21 @@ static cn_sv_result guess(cn_shape_env *env) {
 }
 
 cn_status cn_shape_finalize(cn_shape_env *env) {
-  cn_sv_result (*const stages[])(cn_shape_env *) = {close_row_upward,      close_dim_upward,
-                                                    close_row_to_operands, close_total,
-                                                    close_row_through,     guess};
+  cn_sv_result (*const stages[])(cn_shape_env *) = {close_row_upward,
+                                                    close_dim_upward,
+                                                    close_row_to_operands,
+                                                    close_total,
+                                                    close_row_through,
+                                                    close_flanks,
+                                                    guess};
   for (;;) {
     cn_status st = cn_shape_propagate(env);
+    if (env->span_overflow) return cn_sv_span_status(env); /* the cause of any other failure */
     if (st != CN_OK) return st;
     cn_sv_result r = CN_SV_PEND;
     for (size_t i = 0; i < sizeof stages / sizeof stages[0] && r == CN_SV_PEND; i++)
       r = stages[i](env);
+    if (env->span_overflow) return cn_sv_span_status(env);
     if (r == CN_SV_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
     if (r == CN_SV_PEND) break;
   }

@@ -165,7 +165,12 @@ static cn_dim *axis_dim(einsum_ctx *e, const cn_es_axis *ax, int slot, cn_row_ki
     if (!over || (conv && !kernel)) return NULL;
     bool padded = ax->conv == CN_ES_CONV_PADDED ||
                   (ax->conv == CN_ES_CONV_UNSPECIFIED && e->args->use_padding);
-    return cn_dim_affine(env, stride, over, conv, dilation, kernel, padded, ax->stride_offset);
+    cn_dim *d = cn_dim_affine(env, stride, over, conv, dilation, kernel, padded, ax->stride_offset);
+    if (d && d->kind == CN_DIM_AFFINE) {
+      d->affine.spec = e->args->spec->text;
+      d->affine.column = ax->column;
+    }
+    return d;
   }
   }
   return NULL;

@@ -176,10 +176,13 @@ cn_shape_op *cn_shape_add_op(cn_shape_env *env, cn_shape_kind kind, const cn_sha
   for (int i = 0; i < op->n_constraints && ok; i++)
     ok = cn_shape_solve(env, op, &op->constraints[i]) == CN_OK;
   ok = ok && cn_shape_propagate(env) == CN_OK && check_joint_bounds(env, op, n_pend) == CN_OK;
+  /* a span past int64 is the cause of whatever else failed meanwhile (its stand-in size) */
+  if (env->span_overflow) ok = cn_sv_span_status(env) == CN_OK;
   env->trailing = false;
   if (!ok) {
     cn_sv_rollback(env, n_pend);
     env->n_ops--;
+    env->span_overflow = NULL; /* the sizes that made it are rolled back */
     return NULL;
   }
   env->n_trail = 0;

@@ -69,6 +69,8 @@ struct cn_dim {
     cn_dim *kernel;   /* conv only */
     bool use_padding; /* conv only: padded (input = stride*over) vs valid */
     int64_t stride_offset;
+    const char *spec; /* the einsum spec and the 1-based column of the axis, for messages */
+    int column;
   } affine; /* AFFINE */
   /* solver-internal: the resolution of this term in env `res_env` while its stamp is unchanged */
   const struct cn_shape_env *res_env;

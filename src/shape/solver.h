@@ -48,6 +48,7 @@ typedef struct {
   bool min_on_b;             /* MIN_DIM from a binding: d1 stands on side b */
   bool done;
   bool reused; /* DIM_*: a retry already re-deferred into this entry */
+  bool flanks; /* ROW_EQ/EXACT: narrowed to `L va = vb T` (unify.c), listed in env->flank_entries */
 } cn_sv_pending;
 
 /* A min-heap of (key, id) with a membership flag per id (an id is queued at most once). */
@@ -115,6 +116,15 @@ struct cn_shape_env {
   int *rank_need;
   int cap_rank_seen, cap_rank_need;
   long rank_call;
+  /* the entries ever deferred as `L va = vb T` (indices, possibly stale: filtered by the entry's
+   * own `flanks`), the candidates of finalization's close_flanks */
+  int *flank_entries;
+  int n_flank_entries, cap_flank_entries;
+  /* the first affine term whose span passed int64 (term.c): it resolved to a size of INT64_MAX,
+   * so that resolution never fails on the user's sizes; the operation being added, or the
+   * finalization, fails with its message (cn_sv_span_status) */
+  const cn_dim *span_overflow;
+  int64_t span_over, span_kernel;
   bool trailing; /* inside cn_shape_add_op: record every write on the trail */
   cn_sv_undo *trail;
   int n_trail, cap_trail;
@@ -141,6 +151,8 @@ typedef struct {
 /* ---- term.c ---- */
 /* Prints a dim as cn_row_print does (a variable as 'dN, an affine term with its operands). */
 void cn_sv_dim_print(cn_sbuf *sb, cn_shape_env *env, cn_dim *d);
+/* CN_OK, or the error of env->span_overflow (an affine axis reading more than int64 cells). */
+cn_status cn_sv_span_status(cn_shape_env *env);
 
 /* ---- worklist.c ---- */
 bool cn_sv_queue_push(cn_ctx *ctx, cn_sv_queue *q, int id, int64_t key);

@@ -10,6 +10,7 @@
  * dim in trail. */
 #include "shape/solver.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Environment and terms ------------------------------------------------------------------- */
@@ -86,10 +87,32 @@ cn_dim *cn_dim_solved(cn_shape_env *env, int64_t size, const char *label) {
   return d;
 }
 
-/* The input size an affine term reads for the given output (and kernel) sizes. */
-static int64_t affine_span(const cn_dim *a, int64_t over, int64_t kernel) {
-  if (!a->affine.conv || a->affine.use_padding) return a->affine.stride * over;
-  return a->affine.stride * (over - 1) + 1 + (kernel - 1) * a->affine.dilation;
+/* The input size an affine term reads for the given output (and kernel) sizes, into *span; false
+ * when it exceeds int64 (the sizes are the user's: a stride below 2^40 times an output of 2^30
+ * already does). */
+static bool affine_span(const cn_dim *a, int64_t over, int64_t kernel, int64_t *span) {
+  if (!a->affine.conv || a->affine.use_padding)
+    return !__builtin_mul_overflow(a->affine.stride, over, span);
+  int64_t reach;
+  return !__builtin_mul_overflow(a->affine.stride, over - 1, span) &&
+         !__builtin_mul_overflow(kernel - 1, a->affine.dilation, &reach) &&
+         !__builtin_add_overflow(*span, reach, span) && !__builtin_add_overflow(*span, 1, span);
+}
+
+cn_status cn_sv_span_status(cn_shape_env *env) {
+  const cn_dim *d = env->span_overflow;
+  if (!d) return CN_OK;
+  char sizes[96];
+  if (d->affine.conv && !d->affine.use_padding)
+    snprintf(sizes, sizeof sizes, "an output of size %lld and a kernel of size %lld",
+             (long long)env->span_over, (long long)env->span_kernel);
+  else
+    snprintf(sizes, sizeof sizes, "an output of size %lld", (long long)env->span_over);
+  return cn_fail(env->ctx, CN_ERR_INVALID,
+                 "einsum \"%s\": the axis at column %d (stride %lld, dilation %lld) over %s would "
+                 "read an input of more than 2^63 - 1 cells",
+                 d->affine.spec ? d->affine.spec : "?", d->affine.column,
+                 (long long)d->affine.stride, (long long)d->affine.dilation, sizes);
 }
 
 cn_dim *cn_dim_affine(cn_shape_env *env, int64_t stride, cn_dim *over, bool conv, int64_t dilation,
@@ -168,11 +191,28 @@ static cn_dim *resolve_affine(cn_shape_env *env, cn_dim *d) {
   cn_dim *kernel = d->affine.conv ? cn_dim_resolve(env, d->affine.kernel) : NULL;
   if (!over || (d->affine.conv && !kernel)) return NULL;
   bool needs_kernel = d->affine.conv && !d->affine.use_padding;
-  if (over->kind == CN_DIM_SOLVED && (!needs_kernel || kernel->kind == CN_DIM_SOLVED))
-    return cn_dim_solved(env, affine_span(d, over->size, needs_kernel ? kernel->size : 0), NULL);
+  if (over->kind == CN_DIM_SOLVED && (!needs_kernel || kernel->kind == CN_DIM_SOLVED)) {
+    int64_t k = needs_kernel ? kernel->size : 0, span;
+    if (!affine_span(d, over->size, k, &span)) {
+      /* a size no tensor can have, standing in until the caller reports the error: resolution
+       * itself does not fail (its callers read a failure as lost memory) */
+      span = INT64_MAX;
+      if (!env->span_overflow) {
+        env->span_overflow = d;
+        env->span_over = over->size;
+        env->span_kernel = k;
+      }
+    }
+    return cn_dim_solved(env, span, NULL);
+  }
   if (over == d->affine.over && kernel == d->affine.kernel) return d;
-  return cn_dim_affine(env, d->affine.stride, over, d->affine.conv, d->affine.dilation, kernel,
-                       d->affine.use_padding, d->affine.stride_offset);
+  cn_dim *r = cn_dim_affine(env, d->affine.stride, over, d->affine.conv, d->affine.dilation, kernel,
+                            d->affine.use_padding, d->affine.stride_offset);
+  if (r && r->kind == CN_DIM_AFFINE) {
+    r->affine.spec = d->affine.spec;
+    r->affine.column = d->affine.column;
+  }
+  return r;
 }
 
 cn_dim *cn_dim_resolve(cn_shape_env *env, cn_dim *d) {

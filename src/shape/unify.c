@@ -138,14 +138,19 @@ static cn_sv_result solve_affine(cn_shape_env *env, const cn_sv_site *s, cn_dim 
     return o ? unify_dim(env, &inner, over, o) : CN_SV_FAIL;
   }
   if (kernel->kind == CN_DIM_SOLVED) {
-    int64_t t = n - 1 - (kernel->size - 1) * dil;
+    /* (kernel - 1) * dil beyond int64 is beyond n too: refused as a negative t */
+    int64_t t;
+    bool huge = __builtin_mul_overflow(kernel->size - 1, dil, &t);
+    t = huge ? -1 : n - 1 - t;
     if (t < 0 || t % st != 0) {
+      char value[24] = "below 0";
+      if (!huge) snprintf(value, sizeof value, "%lld", (long long)t);
       snprintf(what, sizeof what,
                "a valid convolution does not tile: input size %lld, kernel %lld, dilation %lld, "
-               "stride %lld: %lld - 1 - (%lld-1)*%lld = %lld is not a non-negative multiple of "
+               "stride %lld: %lld - 1 - (%lld-1)*%lld = %s is not a non-negative multiple of "
                "%lld",
                (long long)n, (long long)kernel->size, (long long)dil, (long long)st, (long long)n,
-               (long long)kernel->size, (long long)dil, (long long)t, (long long)st);
+               (long long)kernel->size, (long long)dil, value, (long long)st);
       cn_sv_conflict(env, s, aff_is_a ? aff : n_dim, aff_is_a ? n_dim : aff, what);
       return CN_SV_FAIL;
     }
@@ -153,7 +158,8 @@ static cn_sv_result solve_affine(cn_shape_env *env, const cn_sv_site *s, cn_dim 
     return o ? unify_dim(env, &inner, over, o) : CN_SV_FAIL;
   }
   if (over->kind == CN_DIM_SOLVED) {
-    int64_t t = n - 1 - st * (over->size - 1);
+    int64_t t;
+    t = __builtin_mul_overflow(st, over->size - 1, &t) ? -1 : n - 1 - t; /* beyond n: none */
     if (t < 0 || t % dil != 0) {
       snprintf(what, sizeof what,
                "a valid convolution does not tile: input size %lld, output %lld, stride %lld, "
@@ -286,10 +292,31 @@ static cn_sv_result unify_closed_open(cn_shape_env *env, const cn_sv_site *s, co
   return middle ? bind_row(env, s, o->var, middle) : CN_SV_FAIL;
 }
 
+/* A pending row entry p whose first kl leading and kr trailing axes were paired keeps what is left,
+ * r1 and r2 (NULL: allocation failure), the offsets locating it for messages. */
+static cn_sv_result narrow(cn_shape_env *env, cn_sv_pending *p, int kl, int kr, cn_row *r1,
+                           cn_row *r2) {
+  if (!r1 || !r2) return CN_SV_FAIL;
+  p->c.r1 = r1;
+  p->c.r2 = r2;
+  p->off[0][0] += kl;
+  p->off[1][0] += kl;
+  p->off[0][1] += kr;
+  p->off[1][1] += kr;
+  env->events++;
+  return CN_SV_PEND;
+}
+
 /* What two open rows leave once their common leading (kl) and trailing (kr) axes are paired:
- * one variable takes the other's rest, or both grow around a fresh variable. */
-static cn_sv_result bind_open_rest(cn_shape_env *env, const cn_sv_site *s, const cn_row *a,
-                                   const cn_row *b, int kl, int kr) {
+ * one variable takes the other's rest when one side has nothing left. When one side keeps leading
+ * axes and the other trailing ones, `L va = vb T` (L, T not empty) has no most general unifier:
+ * the rows may stack (va = w T, vb = L w) or overlap, pairing the end of L with the start of T,
+ * and no choice is safe while neither rank is known (stacking them made a pooled map feeding a
+ * convolution keep both its pooled and unpooled axes). The entry waits, narrowed to what is left,
+ * until some other constraint binds va or vb (the equation then has one solution), or until
+ * finalization applies its rule (finalize.c, close_flanks: the fewest axes, pairing). */
+static cn_sv_result bind_open_rest(cn_shape_env *env, const cn_sv_site *s, cn_sv_pending *self,
+                                   const cn_row *a, const cn_row *b, int kl, int kr) {
   int al = a->n_lead - kl, at = a->n_trail - kr, bl = b->n_lead - kl, bt = b->n_trail - kr;
   if (a->var == b->var) {
     if (al || at || bl || bt) {
@@ -307,25 +334,17 @@ static cn_sv_result bind_open_rest(cn_shape_env *env, const cn_sv_site *s, const
     cn_row *to = cn_row_make(env, al, a->lead + kl, a->var, at, a->trail);
     return to ? bind_row(env, s, b->var, to) : CN_SV_FAIL;
   }
-  /* a = La' va, b = vb Tb' (or the mirror): both grow around a fresh variable */
-  int w = cn_row_var_new(env);
-  if (w < 0) return CN_SV_FAIL;
-  cn_row *for_a, *for_b;
-  if (al) {
-    for_a = cn_row_make(env, 0, NULL, w, bt, b->trail);
-    for_b = cn_row_make(env, al, a->lead + kl, w, 0, NULL);
-  } else {
-    for_a = cn_row_make(env, bl, b->lead + kl, w, 0, NULL);
-    for_b = cn_row_make(env, 0, NULL, w, at, a->trail);
-  }
-  if (!for_a || !for_b) return CN_SV_FAIL;
-  if (bind_row(env, s, a->var, for_a) == CN_SV_FAIL) return CN_SV_FAIL;
-  return bind_row(env, s, b->var, for_b);
+  CN_ASSERT(self != NULL); /* every row equality is processed as a pending entry */
+  self->flanks = true;
+  if (!kl && !kr) return CN_SV_PEND;
+  return narrow(env, self, kl, kr, cn_row_make(env, al, a->lead + kl, a->var, at, a->trail),
+                cn_row_make(env, bl, b->lead + kl, b->var, bt, b->trail));
 }
 
 /* Two open rows: the common leading and trailing axes pair, then the variables settle the rest. */
-static cn_sv_result unify_open(cn_shape_env *env, const cn_sv_site *s, const int off[2][2],
+static cn_sv_result unify_open(cn_shape_env *env, const cn_sv_site *s, cn_sv_pending *self,
                                const cn_row *a, const cn_row *b) {
+  const int(*off)[2] = (const int(*)[2])self->off;
   int kl = a->n_lead < b->n_lead ? a->n_lead : b->n_lead;
   int kr = a->n_trail < b->n_trail ? a->n_trail : b->n_trail;
   for (int i = 0; i < kl; i++)
@@ -336,19 +355,18 @@ static cn_sv_result unify_open(cn_shape_env *env, const cn_sv_site *s, const int
     if (pair_dims(env, s, false, a->trail[a->n_trail - kr + j], -(kr - j) - off[0][1],
                   b->trail[b->n_trail - kr + j], -(kr - j) - off[1][1]) == CN_SV_FAIL)
       return CN_SV_FAIL;
-  return bind_open_rest(env, s, a, b, kl, kr);
+  return bind_open_rest(env, s, self, a, b, kl, kr);
 }
 
-static cn_sv_result unify_row(cn_shape_env *env, const cn_sv_site *base, const int off[2][2],
-                              cn_row *a, cn_row *b) {
-  a = cn_row_resolve(env, a);
-  b = cn_row_resolve(env, b);
+static cn_sv_result unify_row(cn_shape_env *env, const cn_sv_site *base, cn_sv_pending *self) {
+  const int(*off)[2] = (const int(*)[2])self->off;
+  cn_row *a = cn_row_resolve(env, self->c.r1), *b = cn_row_resolve(env, self->c.r2);
   if (!a || !b) return CN_SV_FAIL;
   cn_sv_site spec_site = *base;
   spec_site.spec_len = b->var < 0 ? b->n_trail : -1;
   if (a->var < 0 && b->var < 0) return unify_closed(env, &spec_site, off, a, b);
   if (a->var < 0 || b->var < 0) return unify_closed_open(env, &spec_site, off, a, b);
-  return unify_open(env, &spec_site, off, a, b);
+  return unify_open(env, &spec_site, self, a, b);
 }
 
 /* sub ⊑ super; may narrow the pending entry's rows to what is still undecided. */
@@ -402,19 +420,12 @@ static cn_sv_result ineq_row(cn_shape_env *env, const cn_sv_site *s, cn_sv_pendi
     return CN_SV_DONE;
   }
   if (w < 0 && st - kr == 0) return CN_SV_DONE; /* the implicit variable absorbs the rest */
-  if (kl || kr) {
-    p->c.r1 =
-        cn_row_make(env, sub->n_lead - kl, sub->lead + kl, sub->var, sub->n_trail - kr, sub->trail);
-    p->c.r2 = w >= 0 ? cn_row_make(env, sl - kl, supL + kl, w, st - kr, supT)
-                     : cn_row_make(env, 0, NULL, -1, st - kr, supT);
-    p->off[0][0] += kl;
-    p->off[1][0] += kl;
-    p->off[0][1] += kr;
-    p->off[1][1] += kr;
-    env->events++;
-    if (!p->c.r1 || !p->c.r2) return CN_SV_FAIL;
-  }
-  return CN_SV_PEND;
+  if (!kl && !kr) return CN_SV_PEND;
+  return narrow(
+      env, p, kl, kr,
+      cn_row_make(env, sub->n_lead - kl, sub->lead + kl, sub->var, sub->n_trail - kr, sub->trail),
+      w >= 0 ? cn_row_make(env, sl - kl, supL + kl, w, st - kr, supT)
+             : cn_row_make(env, 0, NULL, -1, st - kr, supT));
 }
 
 /* ---- Row constraints ------------------------------------------------------------------------- */
@@ -427,11 +438,12 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
   cn_dim *last_unknown = NULL;
   for (int i = 0; i < r->n_lead + r->n_trail; i++) {
     cn_dim *d = i < r->n_lead ? r->lead[i] : r->trail[i - r->n_lead];
-    if (d->kind == CN_DIM_SOLVED) {
-      product *= d->size;
-    } else {
+    if (d->kind != CN_DIM_SOLVED) {
       unknown++;
       last_unknown = d;
+    } else if (__builtin_mul_overflow(product, d->size, &product)) {
+      cn_sv_conflict(env, s, NULL, NULL, "the row's known axes hold more than 2^63 - 1 elements");
+      return CN_SV_FAIL;
     }
   }
   char what[256];
@@ -441,14 +453,19 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
     cn_dim *v = cn_dim_resolve(env, p->c.d1);
     if (!v) return CN_SV_FAIL;
     known = v->kind == CN_DIM_SOLVED;
+    int64_t scaled;
+    if (known && __builtin_mul_overflow(v->size, p->c.coeff, &scaled)) {
+      cn_sv_conflict(env, s, v, NULL, "the element count exceeds 2^63 - 1");
+      return CN_SV_FAIL;
+    }
     if (known) {
-      if ((v->size * p->c.coeff) % p->c.denom != 0) {
+      if (scaled % p->c.denom != 0) {
         snprintf(what, sizeof what, "%lld * %lld is not divisible by %lld", (long long)p->c.coeff,
                  (long long)v->size, (long long)p->c.denom);
         cn_sv_conflict(env, s, v, NULL, what);
         return CN_SV_FAIL;
       }
-      num = v->size * p->c.coeff / p->c.denom;
+      num = scaled / p->c.denom;
     }
   }
   if (known) {
@@ -466,13 +483,18 @@ static cn_sv_result total_elems(cn_shape_env *env, const cn_sv_site *s, cn_sv_pe
     return CN_SV_PEND;
   }
   if (r->var >= 0 || unknown) return CN_SV_PEND;
-  if ((product * p->c.denom) % p->c.coeff != 0) {
+  int64_t count;
+  if (__builtin_mul_overflow(product, p->c.denom, &count)) {
+    cn_sv_conflict(env, s, NULL, NULL, "the element count exceeds 2^63 - 1");
+    return CN_SV_FAIL;
+  }
+  if (count % p->c.coeff != 0) {
     snprintf(what, sizeof what, "%lld elements are not a multiple of %lld", (long long)product,
              (long long)p->c.coeff);
     cn_sv_conflict(env, s, NULL, NULL, what);
     return CN_SV_FAIL;
   }
-  cn_dim *d = cn_dim_solved(env, product * p->c.denom / p->c.coeff, NULL);
+  cn_dim *d = cn_dim_solved(env, count / p->c.coeff, NULL);
   return d ? unify_dim(env, s, p->c.d1, d) : CN_SV_FAIL;
 }
 
@@ -510,12 +532,21 @@ static cn_sv_result process(cn_shape_env *env, cn_sv_pending *p) {
   case CN_SC_DIM_EQ: return unify_dim(env, &s, p->c.d1, p->c.d2);
   case CN_SC_DIM_INEQ: return ineq_dim(env, &s, p->c.d1, p->c.d2);
   case CN_SC_ROW_EQ:
-  case CN_SC_EXACT: return unify_row(env, &s, (const int(*)[2])p->off, p->c.r1, p->c.r2);
+  case CN_SC_EXACT: return unify_row(env, &s, p);
   case CN_SC_ROW_INEQ: return ineq_row(env, &s, p);
   case CN_SC_TOTAL: return total_elems(env, &s, p);
   case CN_SC_MIN_DIM: return min_dim(env, &s, p);
   }
   return CN_SV_FAIL;
+}
+
+/* Entry i has just become a `L va = vb T` row equality: a candidate of close_flanks. */
+static bool note_flanks(cn_shape_env *env, int i) {
+  if (!cn_arena_grow(env->ctx, (void **)&env->flank_entries, &env->cap_flank_entries,
+                     env->n_flank_entries + 1, sizeof(int)))
+    return false;
+  env->flank_entries[env->n_flank_entries++] = i;
+  return true;
 }
 
 cn_status cn_shape_solve(cn_shape_env *env, const cn_shape_op *op, const cn_shape_constraint *c) {
@@ -526,6 +557,7 @@ cn_status cn_shape_solve(cn_shape_env *env, const cn_shape_op *op, const cn_shap
   cn_sv_result r = process(env, &p);
   if (r == CN_SV_FAIL) return env->ctx->status ? env->ctx->status : CN_ERR_INVALID;
   if (r == CN_SV_PEND && push_pending(env, &p) == CN_SV_FAIL) return CN_ERR_NOMEM;
+  if (r == CN_SV_PEND && p.flanks && !note_flanks(env, env->n_pend - 1)) return CN_ERR_NOMEM;
   return CN_OK;
 }
 
@@ -537,6 +569,7 @@ static bool step(cn_shape_env *env, int i) {
   cn_sv_result r = process(env, &local);
   if (r == CN_SV_FAIL) return false;
   local.done = r == CN_SV_DONE;
+  if (local.flanks && !env->pend[i].flanks && !note_flanks(env, i)) return false;
   if (memcmp(&local, &env->pend[i], sizeof local) != 0 && !cn_sv_set_pending(env, i, &local)) {
     return false;
   }

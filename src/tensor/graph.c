@@ -89,9 +89,54 @@ cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, cons
 }
 
 /* The most bytes one node may hold (1 TiB): beyond it a size is a mistake in the program (a
- * dimension of 10^12), to be reported with the tensor's name and shape now, not as an anonymous
- * allocation failure when a routine first touches the buffer. */
+ * dimension of 10^12, or padding margins that large), to be reported with the tensor's name and
+ * shape now, not as an anonymous allocation failure when a routine first touches the buffer. The
+ * margins count: a buffer holds left + dim + right cells per axis. */
 #define MAX_NODE_BYTES ((int64_t)1 << 40)
+
+/* Whether t's buffer (its final dims in memory order, with the margins recorded so far) fits in
+ * MAX_NODE_BYTES; if not, *axis is the axis where the running product first passed it (an extent
+ * beyond int64 passes it too). */
+static bool node_fits(cn_graph *g, const cn_tensor *t, const int64_t *dims, int rank, bool margins,
+                      int *axis) {
+  int64_t bytes = (int64_t)cn_prec_bytes(t->prec);
+  for (int a = 0; a < rank; a++) {
+    int64_t m[2] = {0, 0}, extent;
+    if (margins) cn_proj_padding(g->projs, t->shape, a, m);
+    *axis = a;
+    if (__builtin_add_overflow(dims[a], m[0], &extent) ||
+        __builtin_add_overflow(extent, m[1], &extent))
+      return false;
+    if (extent > 0 && bytes > MAX_NODE_BYTES / extent) return false;
+    bytes *= extent;
+  }
+  return true;
+}
+
+/* After the projections of the operation computing `by` (its own LHS included) grew the margins
+ * of t: an error when the margins make t's buffer too large (dims too large without them are
+ * make_node's to report). The message names `by` first, so that a script reports it at the
+ * expression that asked for the margins. */
+static cn_status check_margins(cn_graph *g, const cn_tensor *by, const cn_tensor *t) {
+  int64_t dims[CN_MAX_RANK];
+  int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK), axis;
+  if (rank < 0) return g->ctx->status;
+  if (node_fits(g, t, dims, rank, true, &axis) || !node_fits(g, t, dims, rank, false, &axis))
+    return CN_OK;
+  char margins[CN_MAX_RANK * 48] = "";
+  for (int a = 0; a < rank; a++) {
+    int64_t m[2];
+    cn_proj_padding(g->projs, t->shape, a, m);
+    if (m[0] || m[1])
+      snprintf(margins + strlen(margins), sizeof margins - strlen(margins),
+               "%s%lld/%lld on axis %d", margins[0] ? ", " : "", (long long)m[0], (long long)m[1],
+               a);
+  }
+  return cn_fail(g->ctx, CN_ERR_INVALID,
+                 "\"%s\" (#%d) reads \"%s\" (#%d) of shape %s with padding margins (left/right) "
+                 "%s: its buffer would hold more than 2^40 bytes",
+                 by->label, by->id, t->label, t->id, cn_tensor_shape(t), margins);
+}
 
 /* Whether t's value node may be inlined by the schedule (cn_node.fusable): a script's tensor no
  * name reaches, computed by its own code in every routine that reads it — forward code always
@@ -124,16 +169,12 @@ static cn_node *make_node(cn_graph *g, cn_tensor *t, const char *suffix) {
   int64_t dims[CN_MAX_RANK];
   int rank = cn_shape_dims(g->shapes, t->shape, dims, CN_MAX_RANK);
   if (rank < 0) return NULL;
-  int64_t bytes = (int64_t)cn_prec_bytes(t->prec);
-  for (int a = 0; a < rank; a++) {
-    if (dims[a] > 0 && bytes > MAX_NODE_BYTES / dims[a]) {
-      cn_fail(g->ctx, CN_ERR_INVALID,
-              "\"%s%s\" (#%d) of shape %s is too large: more than 2^40 bytes (axis %d of size "
-              "%lld)",
-              t->label, suffix, t->id, cn_tensor_shape(t), a, (long long)dims[a]);
-      return NULL;
-    }
-    bytes *= dims[a];
+  int axis;
+  if (!node_fits(g, t, dims, rank, true, &axis)) {
+    cn_fail(g->ctx, CN_ERR_INVALID,
+            "\"%s%s\" (#%d) of shape %s is too large: more than 2^40 bytes (axis %d of size %lld)",
+            t->label, suffix, t->id, cn_tensor_shape(t), axis, (long long)dims[axis]);
+    return NULL;
   }
   char label[256];
   snprintf(label, sizeof label, "%s%s", t->label, suffix);
@@ -164,10 +205,16 @@ cn_status cn_graph_materialize(cn_graph *g) {
     if (t->kind == CN_TK_TILE) continue; /* its record came with it */
     if (!(t->proj = cn_proj_infer(g->projs, t->sop, t->has_slice ? &t->slice : NULL)))
       return g->ctx->status;
+    for (int a = -1; a < t->n_args; a++)
+      if ((st = check_margins(g, t, a < 0 ? t : t->args[a])) != CN_OK) return st;
   }
   for (int i = g->n_updates_materialized; i < g->n_updates; i++) {
     cn_update *u = g->updates[i];
     if (!(u->proj = cn_proj_infer(g->projs, u->sop, NULL))) return g->ctx->status;
+    for (int a = -1; a < u->n_args; a++)
+      if ((st = check_margins(g, u->lhs.tensor, a < 0 ? u->lhs.tensor : u->args[a].tensor)) !=
+          CN_OK)
+        return st;
   }
   g->n_updates_materialized = g->n_updates;
   for (int i = g->n_materialized; i < g->n_tensors; i++)
