@@ -346,7 +346,9 @@ const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
 typedef enum { CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
 typedef struct cn_routine cn_routine;
 
-/* Lowers, optimizes and compiles an assignments tree for a backend. */
+/* Lowers, optimizes and compiles an assignments tree for a backend. name: a letter, then ASCII
+ * letters, digits and '_', not starting with cn_ or CN_ (generated C spells it with suffixes:
+ * NAME_entry). */
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name);
 /* Compiles n routines (asgns[k] named names[k]) as n calls of cn_routine_compile would, except
