@@ -2,11 +2,12 @@
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
  * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
  * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
- * that compiles alone. */
+ * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27). */
 #include "check.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs the command line (through sh), returning its exit status and its stdout+stderr. */
 static int run(const char *args, char *out, size_t cap) {
@@ -71,6 +72,63 @@ static void test_export(char *out, size_t cap) {
   CHECK_HAS(out, "tiny.cnl:4:1: export: the output 'nothing' is not a name the script binds");
   CHECK_INT(run("export -e 'print 1' --input image", out, cap), 2);
   CHECK_HAS(out, "export needs --input NAME and --output NAME");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
+}
+
+/* The issue's reproducer: a script whose parameter label (through ~config's label) holds a
+ * comment terminator, a constructor calling system() and a comment opener. The export must stay
+ * data: it compiles under -Wall -Wextra -Werror, a program linking it computes the model and the
+ * payload's file is never created. And a --name that is no C name cannl can use is refused. */
+static void test_export_injection(char *out, size_t cap) {
+  char dir[] = "/tmp/cannl_inject_XXXXXX", args[4096];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(args, sizeof args, "%s/inj.cnl", dir);
+  FILE *f = fopen(args, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fprintf(f,
+            "let image = placeholder ~output_dims:[3]\n"
+            "let%%op model ~config x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + [1.0; -1.0])\n"
+            "let net = model ~config:{ label = [\"*/ __attribute__((constructor)) static void "
+            "f(void){ system(\\\"touch %s/pwned\\\"); } /*\"] }\n"
+            "let logits = net image\n",
+            dir);
+    fclose(f);
+  }
+  snprintf(args, sizeof args,
+           "export '%s/inj.cnl' --input image --output logits --name inj -o '%s'", dir, dir);
+  CHECK_INT(run(args, out, cap), 0);
+  snprintf(args, sizeof args,
+           "cc -std=c11 -Wall -Wextra -Werror -c '%s/inj.c' -o '%s/inj.o' 2>&1 | head -5", dir,
+           dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "%s/main.c", dir);
+  if ((f = fopen(args, "w"))) {
+    fputs("#include \"inj.h\"\n#include <stdio.h>\nint main(void) {\n"
+          "  float in[3] = {1, 2, 3}, out[2];\n  inj_forward(in, out);\n"
+          "  printf(\"%g %g\\n\", out[0], out[1]);\n  return 0;\n}\n",
+          f);
+    fclose(f);
+  }
+  snprintf(args, sizeof args,
+           "cc -std=c11 -o '%s/inj' '%s/main.c' '%s/inj.o' -lm && '%s/inj' > '%s/out.txt'", dir,
+           dir, dir, dir, dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "%s/out.txt", dir);
+  char computed[64] = "";
+  if ((f = fopen(args, "r"))) {
+    CHECK(fgets(computed, sizeof computed, f) != NULL);
+    fclose(f);
+  }
+  CHECK_STR(computed, "15 31\n"); /* relu(w [1; 2; 3] + [1; -1]) */
+  snprintf(args, sizeof args, "%s/pwned", dir);
+  CHECK_MSG(access(args, F_OK) != 0, "the label's code ran: %s exists", args);
+  snprintf(args, sizeof args,
+           "export '%s/inj.cnl' --input image --output logits --name 'cn_inj' -o '%s'", dir, dir);
+  CHECK_INT(run(args, out, cap), 1);
+  CHECK_HAS(out, "inj.cnl:4:1: export: the name 'cn_inj' is not a C identifier cannl can use (a "
+                 "letter, then ASCII letters, digits and '_', not starting with cn_ or CN_)");
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }
@@ -143,5 +201,6 @@ int main(void) {
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");
   test_export(out, sizeof out);
+  test_export_injection(out, sizeof out);
   CHECK_DONE();
 }
