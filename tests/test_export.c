@@ -8,10 +8,15 @@
  *   - the header declares NAME_forward, and two exported models link into one program;
  *   - errors: a name that is not a C identifier or too long, a computed input, a double-precision
  *     output, a forward reading a static index, an output the input does not reach, a missing
- *     directory. */
+ *     directory;
+ *   - outside text is data (issue 27): the comment escaper and the name check on their own, and a
+ *     model whose labels hold the injection payload, splices, line breaks, trigraphs, nested
+ *     comments and non-ASCII bytes exports C that compiles under -Wall -Wextra -Werror, defines
+ *     exactly the expected symbols (nm), computes what cannl computes and never runs the payload. */
 #include "check.h"
 
 #include "cannl.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +202,31 @@ static void test_models(void) {
   CHECK(declared);
 }
 
+/* The escaper and the name check (src/core) on their own: each byte class, NUL included, and a
+ * pair split across the call's start. */
+static void test_comment_text(void) {
+  static const char text[] = "a*/b\0c?\?/\\\n?\x7f\x80\xff ~";
+  cn_sbuf sb = {0};
+  cn_sbuf_c_comment_text(&sb, text, sizeof text - 1);
+  CHECK_STR(sb.data, "a*\\x2fb\\x00c?\\x3f/\\x5c\\x0a?\\x7f\\x80\\xff ~");
+  cn_sbuf_free(&sb);
+  const char *before[4] = {"x*", "/", "?", "*"}, *after[4] = {"/y", "*", "?", "*"};
+  const char *joined[4] = {"x*\\x2fy", "/\\x2a", "?\\x3f", "*\\x2a"};
+  for (int k = 0; k < 4; k++) {
+    cn_sbuf_puts(&sb, before[k]);
+    cn_sbuf_c_comment_text(&sb, after[k], strlen(after[k]));
+    CHECK_STR(sb.data, joined[k]);
+    cn_sbuf_free(&sb);
+  }
+  cn_sbuf_c_comment_text(&sb, "", 0);
+  CHECK(sb.len == 0);
+  const char *good[6] = {"a", "A1_", "x_cn", "cnx", "Cn_x", "cN"};
+  const char *bad[10] = {"", "_a", "1a", "a-b", "cn", "CN", "cn_x", "CN_X", "\xc3\xa9", "a b"};
+  for (int k = 0; k < 6; k++) CHECK_MSG(cn_is_c_name(good[k]), "'%s' refused", good[k]);
+  for (int k = 0; k < 10; k++) CHECK_MSG(!cn_is_c_name(bad[k]), "'%s' accepted", bad[k]);
+  CHECK(!cn_is_c_name(NULL));
+}
+
 /* ---- Hostile labels ----
  * Labels that would turn a comment of the exported C into code, or break the file, if written as
  * they are: the issue's payload (a comment terminator, a constructor calling system(), a comment
@@ -364,6 +394,7 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
+  test_comment_text();
   test_models();
   test_hostile_labels();
   test_errors();
