@@ -844,7 +844,9 @@ cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test,
  * alone with `cc -std=c11 -c NAME.c` (link with -lm). Input and output must be single
  * precision, input a terminal the forward code does not compute (a data or buffer tensor: the
  * model applied to a placeholder), and the forward code must read no static index.
- * NAME_forward keeps its intermediates in static arrays: it is not reentrant. */
+ * NAME_forward keeps its intermediates in static arrays: it is not reentrant. NAME must pass the
+ * rule of routine names (cn_routine_compile); labels and shapes appear only in comments, escaped
+ * (a label is never code). */
 cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
                             const char *dir);
 
