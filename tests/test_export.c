@@ -12,7 +12,7 @@
  *   - outside text is data (issue 27): the comment escaper and the name check on their own, and a
  *     model whose labels hold the injection payload, splices, line breaks, trigraphs, nested
  *     comments and non-ASCII bytes exports C that compiles under -Wall -Wextra -Werror, defines
- *     exactly the expected symbols (nm), computes what cannl computes and never runs the payload. */
+ *     exactly the expected symbols (nm), computes cannl's outputs and never runs the payload. */
 #include "check.h"
 
 #include "cannl.h"
