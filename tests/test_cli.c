@@ -21,22 +21,57 @@ static int run(const char *args, char *out, size_t cap) {
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* DIR/NAME holding text. */
+static void write_file(const char *dir, const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs(text, f);
+    CHECK(fclose(f) == 0);
+  }
+}
+
+/* DIR/NAME.c (exported from the tiny model relu(w x + b), w = [(1, 2, 3); (4, 5, 6)],
+ * b = [1; -1]) compiled alone under -Wall -Wextra -Werror, then linked into a program that calls
+ * NAME_forward on [1; 2; 3]: it must print relu(w [1; 2; 3] + b) = [15; 31]. */
+static void check_tiny_model(const char *dir, const char *name) {
+  char args[4096];
+  snprintf(args, sizeof args, "cc -std=c11 -Wall -Wextra -Werror -c '%s/%s.c' -o '%s/%s.o'", dir,
+           name, dir, name);
+  CHECK_INT(system(args), 0);
+  char main_c[512];
+  snprintf(main_c, sizeof main_c,
+           "#include \"%s.h\"\n#include <stdio.h>\nint main(void) {\n"
+           "  float in[3] = {1, 2, 3}, out[2];\n  %s_forward(in, out);\n"
+           "  printf(\"%%g %%g\\n\", out[0], out[1]);\n  return 0;\n}\n",
+           name, name);
+  write_file(dir, "main.c", main_c);
+  snprintf(args, sizeof args,
+           "cc -std=c11 -o '%s/%s' '%s/main.c' '%s/%s.o' -lm && '%s/%s' > '%s/out.txt'", dir, name,
+           dir, dir, name, dir, name, dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "%s/out.txt", dir);
+  char computed[64] = "";
+  FILE *f;
+  if ((f = fopen(args, "r"))) {
+    CHECK(fgets(computed, sizeof computed, f) != NULL);
+    fclose(f);
+  }
+  CHECK_STR(computed, "15 31\n");
+}
+
 /* `cannl export`: a script with a placeholder and a tiny model, exported into a fresh directory
  * as C that compiles alone and declares NAME_forward; the usage and name errors. */
 static void test_export(char *out, size_t cap) {
   char dir[] = "/tmp/cannl_export_XXXXXX", args[4096];
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(args, sizeof args, "%s/tiny.cnl", dir);
-  FILE *f = fopen(args, "w");
-  CHECK(f != NULL);
-  if (f) {
-    fputs("let image = placeholder ~output_dims:[3]\n"
-          "let%op model x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + {b = [1; -1]})\n"
-          "let logits = model image\n"
-          "print \"built\"\n",
-          f);
-    fclose(f);
-  }
+  write_file(dir, "tiny.cnl",
+             "let image = placeholder ~output_dims:[3]\n"
+             "let%op model x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + {b = [1; -1]})\n"
+             "let logits = model image\n"
+             "print \"built\"\n");
   snprintf(args, sizeof args,
            "export '%s/tiny.cnl' --input image --output logits --name tiny -o '%s'", dir, dir);
   CHECK_INT(run(args, out, cap), 0);
@@ -44,28 +79,7 @@ static void test_export(char *out, size_t cap) {
   snprintf(args, sizeof args,
            "grep -q 'void tiny_forward(const float \\*in, float \\*out);' '%s/tiny.h'", dir);
   CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "cc -std=c11 -Wall -Werror -c '%s/tiny.c' -o '%s/tiny.o'", dir, dir);
-  CHECK_INT(system(args), 0);
-  /* and computes the model: relu(w [1; 2; 3] + b) = [15; 31] */
-  snprintf(args, sizeof args, "%s/main.c", dir);
-  if ((f = fopen(args, "w"))) {
-    fputs("#include \"tiny.h\"\n#include <stdio.h>\nint main(void) {\n"
-          "  float in[3] = {1, 2, 3}, out[2];\n  tiny_forward(in, out);\n"
-          "  printf(\"%g %g\\n\", out[0], out[1]);\n  return 0;\n}\n",
-          f);
-    fclose(f);
-  }
-  snprintf(args, sizeof args,
-           "cc -std=c11 -o '%s/tiny' '%s/main.c' '%s/tiny.o' -lm && '%s/tiny' > '%s/out.txt'", dir,
-           dir, dir, dir, dir);
-  CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "%s/out.txt", dir);
-  char computed[64] = "";
-  if ((f = fopen(args, "r"))) {
-    CHECK(fgets(computed, sizeof computed, f) != NULL);
-    fclose(f);
-  }
-  CHECK_STR(computed, "15 31\n");
+  check_tiny_model(dir, "tiny");
   snprintf(args, sizeof args, "export '%s/tiny.cnl' --input image --output nothing -o '%s'", dir,
            dir);
   CHECK_INT(run(args, out, cap), 1);
@@ -83,45 +97,19 @@ static void test_export(char *out, size_t cap) {
 static void test_export_injection(char *out, size_t cap) {
   char dir[] = "/tmp/cannl_inject_XXXXXX", args[4096];
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(args, sizeof args, "%s/inj.cnl", dir);
-  FILE *f = fopen(args, "w");
-  CHECK(f != NULL);
-  if (f) {
-    fprintf(f,
-            "let image = placeholder ~output_dims:[3]\n"
-            "let%%op model ~config x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + [1.0; -1.0])\n"
-            "let net = model ~config:{ label = [\"*/ __attribute__((constructor)) static void "
-            "f(void){ system(\\\"touch %s/pwned\\\"); } /*\"] }\n"
-            "let logits = net image\n",
-            dir);
-    fclose(f);
-  }
+  char script[1024];
+  snprintf(script, sizeof script,
+           "let image = placeholder ~output_dims:[3]\n"
+           "let%%op model ~config x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + [1.0; -1.0])\n"
+           "let net = model ~config:{ label = [\"*/ __attribute__((constructor)) static void "
+           "f(void){ system(\\\"touch %s/pwned\\\"); } /*\"] }\n"
+           "let logits = net image\n",
+           dir);
+  write_file(dir, "inj.cnl", script);
   snprintf(args, sizeof args,
            "export '%s/inj.cnl' --input image --output logits --name inj -o '%s'", dir, dir);
   CHECK_INT(run(args, out, cap), 0);
-  snprintf(args, sizeof args,
-           "cc -std=c11 -Wall -Wextra -Werror -c '%s/inj.c' -o '%s/inj.o' 2>&1 | head -5", dir,
-           dir);
-  CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "%s/main.c", dir);
-  if ((f = fopen(args, "w"))) {
-    fputs("#include \"inj.h\"\n#include <stdio.h>\nint main(void) {\n"
-          "  float in[3] = {1, 2, 3}, out[2];\n  inj_forward(in, out);\n"
-          "  printf(\"%g %g\\n\", out[0], out[1]);\n  return 0;\n}\n",
-          f);
-    fclose(f);
-  }
-  snprintf(args, sizeof args,
-           "cc -std=c11 -o '%s/inj' '%s/main.c' '%s/inj.o' -lm && '%s/inj' > '%s/out.txt'", dir,
-           dir, dir, dir, dir);
-  CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "%s/out.txt", dir);
-  char computed[64] = "";
-  if ((f = fopen(args, "r"))) {
-    CHECK(fgets(computed, sizeof computed, f) != NULL);
-    fclose(f);
-  }
-  CHECK_STR(computed, "15 31\n"); /* relu(w [1; 2; 3] + [1; -1]) */
+  check_tiny_model(dir, "inj");
   snprintf(args, sizeof args, "%s/pwned", dir);
   CHECK_MSG(access(args, F_OK) != 0, "the label's code ran: %s exists", args);
   snprintf(args, sizeof args,
