@@ -75,9 +75,10 @@ static bool looks_like_std_macro(const char *s) {
 }
 
 /* A C identifier made of `text`: ASCII letters and digits kept, anything else '_'; an "n" is
- * prefixed when the result would start with a digit or an underscore (reserved spellings), when it
- * is empty, or when it has the shape of a name of the prelude (cn_, CN_) or of a standard macro, so
- * that appending a suffix always makes a name free. Arena-owned; NULL on exhaustion. */
+ * prefixed when the result is no name cn_is_c_name accepts (empty, starting with a digit or an
+ * underscore, or of the prelude's cn_ / CN_ family: the one rule for names, shared with routine
+ * and export names) or has the shape of a standard macro, so that appending a suffix always makes
+ * a name free. Arena-owned; NULL on exhaustion. */
 static char *shape_identifier(cn_ctx *ctx, const char *text, const char *suffix) {
   size_t n = strlen(text), k = strlen(suffix);
   char *s = cn_alloc(ctx, n + k + 2);
@@ -85,8 +86,7 @@ static char *shape_identifier(cn_ctx *ctx, const char *text, const char *suffix)
   char *p = s + 1;
   for (size_t i = 0; i < n; i++) p[i] = is_alpha(text[i]) || is_digit(text[i]) ? text[i] : '_';
   memcpy(p + n, suffix, k + 1);
-  if (n == 0 || !is_alpha(p[0]) || starts_with(p, "cn_") || starts_with(p, "CN_") ||
-      looks_like_std_macro(p)) {
+  if (!cn_is_c_name(p) || looks_like_std_macro(p)) {
     s[0] = 'n';
     return s;
   }
