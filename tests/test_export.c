@@ -145,15 +145,17 @@ static cn_tensor *convnet(cn_graph *g, cn_tensor *x) {
 
 typedef cn_tensor *model_fn(cn_graph *g, cn_tensor *x);
 
-/* Builds a model on a placeholder of the given dims (labeled input_label), exports it as `name`,
- * and appends what cannl computes to expected. */
-static bool export_model(const char *name, model_fn *model, const char *input_label, int rank,
-                         const int64_t *dims, char *expected, size_t cap, int64_t *in_cells,
-                         int64_t *out_cells) {
+/* Builds a model on a placeholder of the given dims (labeled input_label, its axes axis_labels
+ * unless NULL), exports it as `name`, and appends what cannl computes to expected. */
+static bool export_model(const char *name, model_fn *model, const char *input_label,
+                         const char *const *axis_labels, int rank, const int64_t *dims,
+                         char *expected, size_t cap, int64_t *in_cells, int64_t *out_cells) {
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
   cn_dims xd;
-  cn_tensor *x = cn_tensor_buffer(g, input_label, out_dims(&xd, rank, dims));
+  out_dims(&xd, rank, dims);
+  xd.output.labels = axis_labels;
+  cn_tensor *x = cn_tensor_buffer(g, input_label, &xd);
   cn_tensor *y = model(g, x);
   bool ok = y && cannl_outputs(ctx, g, x, y, expected + strlen(expected), cap - strlen(expected));
   CHECK_MSG(ok, "%s: %s", name, cn_ctx_error(ctx));
@@ -173,9 +175,9 @@ static void test_models(void) {
   expected[0] = '\0';
   const char *names[2] = {"mlp_model", "conv_model"};
   int64_t in_cells[2] = {0}, out_cells[2] = {0}, x_dims[3] = {8, 8, 3}, mlp_dims = 64;
-  bool ok = export_model(names[0], mlp, "image", 1, &mlp_dims, expected, sizeof expected,
+  bool ok = export_model(names[0], mlp, "image", NULL, 1, &mlp_dims, expected, sizeof expected,
                          &in_cells[0], &out_cells[0]) &&
-            export_model(names[1], convnet, "image", 3, x_dims, expected, sizeof expected,
+            export_model(names[1], convnet, "image", NULL, 3, x_dims, expected, sizeof expected,
                          &in_cells[1], &out_cells[1]);
   CHECK_INT(out_cells[0], 10);
   CHECK_INT(out_cells[1], 4 * 4 * 4);
@@ -232,7 +234,8 @@ static void test_comment_text(void) {
  * they are: the issue's payload (a comment terminator, a constructor calling system(), a comment
  * opener), a backslash-newline splice, line breaks, trigraphs (??/ is a backslash under -std=c11),
  * a nested comment opener, a trailing '*' and '/', control and non-ASCII bytes (a bidi override,
- * which gcc reports under -Werror). The input, the output and the parameters carry them. */
+ * which gcc reports under -Werror). The input, the output and the parameters carry them, and the
+ * input's axis (its name is in the files' shapes). */
 #define N_HOSTILE 8
 static char payload[256];
 static const char *hostile[N_HOSTILE] = {
@@ -307,10 +310,10 @@ static void test_hostile_labels(void) {
            pwned);
   static char expected[1 << 12];
   expected[0] = '\0';
-  const char *names[1] = {"inj"};
+  const char *names[1] = {"inj"}, *const axis_label[1] = {hostile[4]};
   int64_t in_cells = 0, out_cells = 0, n = 4;
-  bool ok = export_model(names[0], hostile_model, payload, 1, &n, expected, sizeof expected,
-                         &in_cells, &out_cells);
+  bool ok = export_model(names[0], hostile_model, payload, axis_label, 1, &n, expected,
+                         sizeof expected, &in_cells, &out_cells);
   CHECK(ok);
   snprintf(cmd, sizeof cmd, "cc -std=c11 -Wall -Wextra -Werror -c %s/inj.c -o %s/inj.o", dir, dir);
   CHECK_INT(system(cmd), 0);
@@ -336,9 +339,11 @@ static void test_hostile_labels(void) {
   /* the header's comment holds the payload escaped, on one line */
   snprintf(path, sizeof path, "%s/inj.h", dir);
   FILE *h = fopen(path, "r");
-  char line[512] = "";
-  CHECK(h && fgets(line, sizeof line, h));
+  char line[512] = "", shapes[512] = "";
+  CHECK(h && fgets(line, sizeof line, h) && fgets(shapes, sizeof shapes, h));
   if (h) fclose(h);
+  CHECK_HAS(shapes, "(shape |->4:tri?\\x3f/\\x0aint injected_trigraph; ?\\x3f=define X ?\\x3f( "
+                    "?\\x3f) ?\\x3f), out receives 4");
   CHECK_HAS(line, "\"*\\x2f int system(const char *); __attribute__((constructor)) static void");
   CHECK_HAS(line, "); } /\\x2a\", exported by cannl (inj.c).\n");
 }
