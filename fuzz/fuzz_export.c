@@ -1,6 +1,7 @@
 /* libFuzzer target: the AOT export's handling of outside text (issue 27). The input is split at
- * its NUL bytes into up to four labels (each cut at 200 bytes): the input's, two parameters' and
- * the output's of the model out = in * p + q on 2 cells. The model is exported as fz.c / fz.h
+ * its NUL bytes into up to five labels (each cut at 200 bytes): the input's, two parameters', the
+ * output's of the model out = in * p + q on 2 cells, and the name of the input's axis (shapes are
+ * written into the files' comments too). The model is exported as fz.c / fz.h
  * into a private temporary directory, fz.c is compiled alone with
  * `cc -std=c11 -Wall -Wextra -Werror -c`, and the object's symbols (`nm -P`: names and types,
  * defined and undefined) must equal those of the same model with plain labels, exported once at
@@ -44,17 +45,17 @@ static void remove_dir(void) {
 
 /* Exports the model with these labels; false when cannl refuses a label (the status must then be
  * CN_ERR_INVALID: no other failure is acceptable for a valid model). */
-static bool export_model(const char *const labels[4]) {
+static bool export_model(const char *const labels[5]) {
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
   if (!g || cn_ctx_set_option(ctx, "cache_dir", "off") != CN_OK ||
       cn_ctx_set_option(ctx, "cflags", "-O0 -shared -fPIC -std=c11") != CN_OK)
     abort();
   int64_t n = 2;
-  cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {1, &n, NULL}};
+  cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {1, &n, &labels[4]}};
   cn_tensor *x = cn_tensor_buffer(g, labels[0], &d);
-  cn_tensor *p = cn_tensor_param(g, labels[1], &d, cn_tensor_number(g, 0.5));
-  cn_tensor *q = cn_tensor_param(g, labels[2], &d, cn_tensor_number(g, -1.25));
+  cn_tensor *p = cn_tensor_param(g, labels[1], NULL, cn_tensor_number(g, 0.5));
+  cn_tensor *q = cn_tensor_param(g, labels[2], NULL, cn_tensor_number(g, -1.25));
   cn_tensor *xp = x && p ? cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){x, p}) : NULL;
   cn_tensor *y = xp && q ? cn_tensor_apply(g, CN_OP_ADD, 2, (cn_tensor *[]){xp, q}) : NULL;
   bool built = y && cn_tensor_set_label(y, labels[3]) == CN_OK;
@@ -105,7 +106,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(dir, sizeof dir, "/tmp/cannl-fuzz-export-XXXXXX");
   if (!mkdtemp(dir)) abort();
   atexit(remove_dir);
-  const char *plain[4] = {"in", "p", "q", "out"};
+  const char *plain[5] = {"in", "p", "q", "out", "i"};
   if (!export_model(plain)) fail("the plain model does not build", "");
   compile_and_list(expected, sizeof expected);
   clear_dir();
@@ -115,9 +116,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_text(data, size); /* NUL-terminated, the input's NULs kept */
   if (!text) return 0;
-  const char *labels[4] = {"in", "p", "q", "out"};
+  const char *labels[5] = {"in", "p", "q", "out", "i"};
   size_t at = 0;
-  for (int k = 0; k < 4 && at < size; k++) {
+  for (int k = 0; k < 5 && at < size; k++) {
     size_t n = strlen(text + at);
     labels[k] = text + at;
     if (n > LABEL_MAX) text[at + LABEL_MAX] = '\0';
