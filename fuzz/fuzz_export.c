@@ -10,7 +10,7 @@
  * a call to system()) or break the -Werror compilation; either aborts, which libFuzzer reports.
  * Every input's files are removed after it, the directory at exit. Compiling is slow (two
  * compilations per input: cannl's own of the forward routine, at -O0 and without the shared
- * cache, and the check's), so the model is tiny; expect a few inputs per second. */
+ * cache, and the check's), so the model is tiny; expect one or two inputs per second. */
 #include "cannl.h"
 
 #define FUZZ_NAME "fuzz_export"
