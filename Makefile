@@ -120,7 +120,7 @@ test-valgrind: build
 # of memory); the input that caused it is written to build-fuzz/artifacts/. Reproduce with
 # build-fuzz/fuzz_NAME FILE.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := einsum script tile data_files safetensors
+FUZZ_TARGETS := einsum script tile data_files safetensors export
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCANNL_FUZZ=ON
 	cmake --build build-fuzz -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))

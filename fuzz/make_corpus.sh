@@ -9,7 +9,9 @@
 #           statement also as a body returning its output)
 #   einsum  every C string of the einsum tests that holds '=>', with its escapes decoded
 # The binary corpora data_files (IDX and .npy files) and safetensors were written once by the
-# tests' Python oracles and are kept as they are: this script replaces only the three above.
+# tests' Python oracles, and export's seeds (NUL-separated hostile labels: the injection payload,
+# splices, line breaks, trigraphs, nested comments, non-ASCII bytes) by hand; all are kept as
+# they are: this script replaces only the three above.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/fuzz/corpus

@@ -346,7 +346,9 @@ const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
 typedef enum { CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
 typedef struct cn_routine cn_routine;
 
-/* Lowers, optimizes and compiles an assignments tree for a backend. */
+/* Lowers, optimizes and compiles an assignments tree for a backend. name: a letter, then ASCII
+ * letters, digits and '_', not starting with cn_ or CN_ (generated C spells it with suffixes:
+ * NAME_entry). */
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name);
 /* Compiles n routines (asgns[k] named names[k]) as n calls of cn_routine_compile would, except
@@ -847,7 +849,9 @@ cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test,
  * alone with `cc -std=c11 -c NAME.c` (link with -lm). Input and output must be single
  * precision, input a terminal the forward code does not compute (a data or buffer tensor: the
  * model applied to a placeholder), and the forward code must read no static index.
- * NAME_forward keeps its intermediates in static arrays: it is not reentrant. */
+ * NAME_forward keeps its intermediates in static arrays: it is not reentrant. NAME must pass the
+ * rule of routine names (cn_routine_compile); labels and shapes appear only in comments, escaped
+ * (a label is never code). */
 cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
                             const char *dir);
 

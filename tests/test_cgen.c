@@ -120,7 +120,8 @@ static cn_ll_proc *matmul_proc(cn_ctx *ctx) {
 
 static const char matmul_golden[] =
     "/* ---- routine matmul ---- */\n"
-    "static void matmul(const float *restrict a_1, const float *restrict b_2, float *restrict c_3) "
+    "static void matmul_body(const float *restrict a_1, const float *restrict b_2, float *restrict "
+    "c_3) "
     "{\n"
     "  /* c =:+ a * b */\n"
     "  for (int64_t i = 0; i < 3; ++i) {\n"
@@ -139,7 +140,7 @@ static const char matmul_golden[] =
     "void matmul_entry(void *const *buffers, const int64_t *syms);\n"
     "void matmul_entry(void *const *buffers, const int64_t *syms) {\n"
     "  (void)syms;\n"
-    "  matmul((const float *)buffers[0], (const float *)buffers[1], (float *)buffers[2]);\n"
+    "  matmul_body((const float *)buffers[0], (const float *)buffers[1], (float *)buffers[2]);\n"
     "}\n";
 
 /* Checks c against a plain triple loop (all values are exact in single precision). */
@@ -223,7 +224,7 @@ static void test_padded_read(void) {
 
   static const char golden[] =
       "/* ---- routine conv ---- */\n"
-      "static void conv(const float *restrict x_1, const float *restrict w_2, "
+      "static void conv_body(const float *restrict x_1, const float *restrict w_2, "
       "double *restrict out_3, int64_t b) {\n"
       "  for (int64_t o = 0; o < 3; ++o) {\n"
       "    out_3[o] = 0.0;\n"
@@ -236,7 +237,7 @@ static void test_padded_read(void) {
       "}\n"
       "void conv_entry(void *const *buffers, const int64_t *syms);\n"
       "void conv_entry(void *const *buffers, const int64_t *syms) {\n"
-      "  conv((const float *)buffers[0], (const float *)buffers[1], (double *)buffers[2], "
+      "  conv_body((const float *)buffers[0], (const float *)buffers[1], (double *)buffers[2], "
       "syms[0]);\n"
       "}\n";
   CHECK_STR(routine_text(ctx, proc), golden);
@@ -298,7 +299,7 @@ static void test_affine_bounds(void) {
             "    out[i] := out[i] + w[k + 3]\n");
   static const char golden[] =
       "/* ---- routine bounded ---- */\n"
-      "static void bounded(const double *restrict w_1, double *restrict out_2) {\n"
+      "static void bounded_body(const double *restrict w_1, double *restrict out_2) {\n"
       "  for (int64_t i = 0; i < 6; ++i) {\n"
       "    for (int64_t k = cn_max_i64(cn_max_i64(-3, cn_ceil_div_i64(i - 5, 2)), i - 4); "
       "k < cn_min_i64(4, cn_ceil_div_i64(i + 1, 2)); ++k) {\n"
@@ -309,7 +310,7 @@ static void test_affine_bounds(void) {
       "void bounded_entry(void *const *buffers, const int64_t *syms);\n"
       "void bounded_entry(void *const *buffers, const int64_t *syms) {\n"
       "  (void)syms;\n"
-      "  bounded((const double *)buffers[0], (double *)buffers[1]);\n"
+      "  bounded_body((const double *)buffers[0], (double *)buffers[1]);\n"
       "}\n";
   CHECK_STR(routine_text(ctx, proc), golden);
 
@@ -373,7 +374,7 @@ static cn_ll_proc *names_proc(cn_ctx *ctx, const cn_ll_param *params) {
                  cn_lb_loop(ctx, helper, 0, 1,
                             cn_lb_set(ctx, 4, cn_lb_indices(ctx, 1, cn_index_iter(buf)),
                                       cn_lb_index(ctx, cn_index_affine(3, terms, coeffs, -1))))));
-  cn_ll_stmt *tricky = cn_lb_comment(ctx, "tricky */ comment /* here\nsecond line");
+  cn_ll_stmt *tricky = cn_lb_comment(ctx, "tricky */ comment /* here\nsecond \\ line ?\?/");
   return cn_lb_proc(ctx, "names", cn_lb_seq(ctx, 4, tricky, grid, vec, index_loop), 5, params, 0,
                     NULL);
 }
@@ -381,7 +382,8 @@ static cn_ll_proc *names_proc(cn_ctx *ctx, const cn_ll_param *params) {
 /* Symbols named like a C keyword, a math function, a standard macro, a prelude helper, a buffer,
  * and two symbols sharing a name; labels that are no identifiers; a merge buffer; a vector store;
  * an embedded index; a where() with a condition of another precision; a comment holding the
- * comment terminator. The text must compile with -Werror and agree with the interpreter. */
+ * comment terminator, an opener, a line break, a backslash and a trigraph (escaped). The text must
+ * compile with -Werror and agree with the interpreter. */
 static void test_names_and_features(void) {
   cn_ctx *ctx = test_ctx();
   int64_t dims[1] = {4}, grid_dims[2] = {2, 4};
@@ -398,7 +400,7 @@ static void test_names_and_features(void) {
   const char *text = routine_text(ctx, proc);
   CHECK_HAS(text, "const int64_t *restrict n3d_src__1, const int64_t *restrict n3d_src__1_merge, "
                   "float *restrict n_2, float *restrict ncn_rnd_3, int64_t *restrict int_4)");
-  CHECK_HAS(text, "/* tricky * / comment / * here second line */");
+  CHECK_HAS(text, "/* tricky *\\x2f comment /\\x2a here\\x0asecond \\x5c line ?\\x3f\\x2f */");
   CHECK_HAS(text, "for (int64_t int_0 = 0; int_0 < 2; ++int_0) {");
   CHECK_HAS(text, "for (int64_t exp_1 = 0; exp_1 < 4; ++exp_1) {");
   CHECK_HAS(text, "for (int64_t i_2 = 0; i_2 < 1; ++i_2) {");
@@ -447,13 +449,13 @@ static void test_empty(void) {
   cn_ctx *ctx = test_ctx();
   cn_ll_proc *proc = cn_lb_proc(ctx, "empty", cn_lb_seq(ctx, 0), 0, NULL, 0, NULL);
   static const char golden[] = "/* ---- routine empty ---- */\n"
-                               "static void empty(void) {\n"
+                               "static void empty_body(void) {\n"
                                "}\n"
                                "void empty_entry(void *const *buffers, const int64_t *syms);\n"
                                "void empty_entry(void *const *buffers, const int64_t *syms) {\n"
                                "  (void)buffers;\n"
                                "  (void)syms;\n"
-                               "  empty();\n"
+                               "  empty_body();\n"
                                "}\n";
   CHECK_STR(routine_text(ctx, proc), golden);
   CHECK_INT(run_c(ctx, proc, NULL), CN_OK);

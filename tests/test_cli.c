@@ -2,11 +2,12 @@
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
  * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
  * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
- * that compiles alone. */
+ * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27). */
 #include "check.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs the command line (through sh), returning its exit status and its stdout+stderr. */
 static int run(const char *args, char *out, size_t cap) {
@@ -20,22 +21,57 @@ static int run(const char *args, char *out, size_t cap) {
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* DIR/NAME holding text. */
+static void write_file(const char *dir, const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs(text, f);
+    CHECK(fclose(f) == 0);
+  }
+}
+
+/* DIR/NAME.c (exported from the tiny model relu(w x + b), w = [(1, 2, 3); (4, 5, 6)],
+ * b = [1; -1]) compiled alone under -Wall -Wextra -Werror, then linked into a program that calls
+ * NAME_forward on [1; 2; 3]: it must print relu(w [1; 2; 3] + b) = [15; 31]. */
+static void check_tiny_model(const char *dir, const char *name) {
+  char args[4096];
+  snprintf(args, sizeof args, "cc -std=c11 -Wall -Wextra -Werror -c '%s/%s.c' -o '%s/%s.o'", dir,
+           name, dir, name);
+  CHECK_INT(system(args), 0);
+  char main_c[512];
+  snprintf(main_c, sizeof main_c,
+           "#include \"%s.h\"\n#include <stdio.h>\nint main(void) {\n"
+           "  float in[3] = {1, 2, 3}, out[2];\n  %s_forward(in, out);\n"
+           "  printf(\"%%g %%g\\n\", out[0], out[1]);\n  return 0;\n}\n",
+           name, name);
+  write_file(dir, "main.c", main_c);
+  snprintf(args, sizeof args,
+           "cc -std=c11 -o '%s/%s' '%s/main.c' '%s/%s.o' -lm && '%s/%s' > '%s/out.txt'", dir, name,
+           dir, dir, name, dir, name, dir);
+  CHECK_INT(system(args), 0);
+  snprintf(args, sizeof args, "%s/out.txt", dir);
+  char computed[64] = "";
+  FILE *f;
+  if ((f = fopen(args, "r"))) {
+    CHECK(fgets(computed, sizeof computed, f) != NULL);
+    fclose(f);
+  }
+  CHECK_STR(computed, "15 31\n");
+}
+
 /* `cannl export`: a script with a placeholder and a tiny model, exported into a fresh directory
  * as C that compiles alone and declares NAME_forward; the usage and name errors. */
 static void test_export(char *out, size_t cap) {
   char dir[] = "/tmp/cannl_export_XXXXXX", args[4096];
   CHECK(mkdtemp(dir) != NULL);
-  snprintf(args, sizeof args, "%s/tiny.cnl", dir);
-  FILE *f = fopen(args, "w");
-  CHECK(f != NULL);
-  if (f) {
-    fputs("let image = placeholder ~output_dims:[3]\n"
-          "let%op model x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + {b = [1; -1]})\n"
-          "let logits = model image\n"
-          "print \"built\"\n",
-          f);
-    fclose(f);
-  }
+  write_file(dir, "tiny.cnl",
+             "let image = placeholder ~output_dims:[3]\n"
+             "let%op model x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + {b = [1; -1]})\n"
+             "let logits = model image\n"
+             "print \"built\"\n");
   snprintf(args, sizeof args,
            "export '%s/tiny.cnl' --input image --output logits --name tiny -o '%s'", dir, dir);
   CHECK_INT(run(args, out, cap), 0);
@@ -43,34 +79,44 @@ static void test_export(char *out, size_t cap) {
   snprintf(args, sizeof args,
            "grep -q 'void tiny_forward(const float \\*in, float \\*out);' '%s/tiny.h'", dir);
   CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "cc -std=c11 -Wall -Werror -c '%s/tiny.c' -o '%s/tiny.o'", dir, dir);
-  CHECK_INT(system(args), 0);
-  /* and computes the model: relu(w [1; 2; 3] + b) = [15; 31] */
-  snprintf(args, sizeof args, "%s/main.c", dir);
-  if ((f = fopen(args, "w"))) {
-    fputs("#include \"tiny.h\"\n#include <stdio.h>\nint main(void) {\n"
-          "  float in[3] = {1, 2, 3}, out[2];\n  tiny_forward(in, out);\n"
-          "  printf(\"%g %g\\n\", out[0], out[1]);\n  return 0;\n}\n",
-          f);
-    fclose(f);
-  }
-  snprintf(args, sizeof args,
-           "cc -std=c11 -o '%s/tiny' '%s/main.c' '%s/tiny.o' -lm && '%s/tiny' > '%s/out.txt'", dir,
-           dir, dir, dir, dir);
-  CHECK_INT(system(args), 0);
-  snprintf(args, sizeof args, "%s/out.txt", dir);
-  char computed[64] = "";
-  if ((f = fopen(args, "r"))) {
-    CHECK(fgets(computed, sizeof computed, f) != NULL);
-    fclose(f);
-  }
-  CHECK_STR(computed, "15 31\n");
+  check_tiny_model(dir, "tiny");
   snprintf(args, sizeof args, "export '%s/tiny.cnl' --input image --output nothing -o '%s'", dir,
            dir);
   CHECK_INT(run(args, out, cap), 1);
   CHECK_HAS(out, "tiny.cnl:4:1: export: the output 'nothing' is not a name the script binds");
   CHECK_INT(run("export -e 'print 1' --input image", out, cap), 2);
   CHECK_HAS(out, "export needs --input NAME and --output NAME");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
+}
+
+/* The issue's reproducer: a script whose parameter label (through ~config's label) holds a
+ * comment terminator, a constructor calling system() and a comment opener. The export must stay
+ * data: it compiles under -Wall -Wextra -Werror, a program linking it computes the model and the
+ * payload's file is never created. And a --name that is no C name cannl can use is refused. */
+static void test_export_injection(char *out, size_t cap) {
+  char dir[] = "/tmp/cannl_inject_XXXXXX", args[4096];
+  CHECK(mkdtemp(dir) != NULL);
+  char script[1024];
+  snprintf(script, sizeof script,
+           "let image = placeholder ~output_dims:[3]\n"
+           "let%%op model ~config x = relu ({w = [(1, 2, 3); (4, 5, 6)]} * x + [1.0; -1.0])\n"
+           "let net = model ~config:{ label = [\"*/ __attribute__((constructor)) static void "
+           "f(void){ system(\\\"touch %s/pwned\\\"); } /*\"] }\n"
+           "let logits = net image\n",
+           dir);
+  write_file(dir, "inj.cnl", script);
+  snprintf(args, sizeof args,
+           "export '%s/inj.cnl' --input image --output logits --name inj -o '%s'", dir, dir);
+  CHECK_INT(run(args, out, cap), 0);
+  check_tiny_model(dir, "inj");
+  snprintf(args, sizeof args, "%s/pwned", dir);
+  CHECK_MSG(access(args, F_OK) != 0, "the label's code ran: %s exists", args);
+  snprintf(args, sizeof args,
+           "export '%s/inj.cnl' --input image --output logits --name 'cn_inj' -o '%s'", dir, dir);
+  CHECK_INT(run(args, out, cap), 1);
+  CHECK_HAS(out, "inj.cnl:4:1: export: the name 'cn_inj' is not a C identifier cannl can use (a "
+                 "letter, then ASCII letters, digits and '_', not starting with cn_ or CN_)");
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }
@@ -143,5 +189,6 @@ int main(void) {
   CHECK_INT(run("--version", out, sizeof out), 0);
   CHECK_HAS(out, "cannl ");
   test_export(out, sizeof out);
+  test_export_injection(out, sizeof out);
   CHECK_DONE();
 }

@@ -8,10 +8,15 @@
  *   - the header declares NAME_forward, and two exported models link into one program;
  *   - errors: a name that is not a C identifier or too long, a computed input, a double-precision
  *     output, a forward reading a static index, an output the input does not reach, a missing
- *     directory. */
+ *     directory;
+ *   - outside text is data (issue 27): the comment escaper and the name check on their own, and a
+ *     model whose labels hold the injection payload, splices, line breaks, trigraphs, nested
+ *     comments and non-ASCII bytes exports C that compiles under -Wall -Wextra -Werror, defines
+ *     exactly the expected symbols (nm), computes cannl's outputs and never runs the payload. */
 #include "check.h"
 
 #include "cannl.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,14 +145,17 @@ static cn_tensor *convnet(cn_graph *g, cn_tensor *x) {
 
 typedef cn_tensor *model_fn(cn_graph *g, cn_tensor *x);
 
-/* Builds a model on a placeholder of the given dims, exports it as `name`, and appends what
- * cannl computes to expected. */
-static bool export_model(const char *name, model_fn *model, int rank, const int64_t *dims,
+/* Builds a model on a placeholder of the given dims (labeled input_label, its axes axis_labels
+ * unless NULL), exports it as `name`, and appends what cannl computes to expected. */
+static bool export_model(const char *name, model_fn *model, const char *input_label,
+                         const char *const *axis_labels, int rank, const int64_t *dims,
                          char *expected, size_t cap, int64_t *in_cells, int64_t *out_cells) {
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
   cn_dims xd;
-  cn_tensor *x = cn_tensor_buffer(g, "image", out_dims(&xd, rank, dims));
+  out_dims(&xd, rank, dims);
+  xd.output.labels = axis_labels;
+  cn_tensor *x = cn_tensor_buffer(g, input_label, &xd);
   cn_tensor *y = model(g, x);
   bool ok = y && cannl_outputs(ctx, g, x, y, expected + strlen(expected), cap - strlen(expected));
   CHECK_MSG(ok, "%s: %s", name, cn_ctx_error(ctx));
@@ -167,10 +175,10 @@ static void test_models(void) {
   expected[0] = '\0';
   const char *names[2] = {"mlp_model", "conv_model"};
   int64_t in_cells[2] = {0}, out_cells[2] = {0}, x_dims[3] = {8, 8, 3}, mlp_dims = 64;
-  bool ok = export_model(names[0], mlp, 1, &mlp_dims, expected, sizeof expected, &in_cells[0],
-                         &out_cells[0]) &&
-            export_model(names[1], convnet, 3, x_dims, expected, sizeof expected, &in_cells[1],
-                         &out_cells[1]);
+  bool ok = export_model(names[0], mlp, "image", NULL, 1, &mlp_dims, expected, sizeof expected,
+                         &in_cells[0], &out_cells[0]) &&
+            export_model(names[1], convnet, "image", NULL, 3, x_dims, expected, sizeof expected,
+                         &in_cells[1], &out_cells[1]);
   CHECK_INT(out_cells[0], 10);
   CHECK_INT(out_cells[1], 4 * 4 * 4);
   if (!ok || !write_driver(names, 2, in_cells, out_cells)) {
@@ -194,6 +202,150 @@ static void test_models(void) {
         declared || strcmp(line, "void mlp_model_forward(const float *in, float *out);\n") == 0;
   if (h) fclose(h);
   CHECK(declared);
+}
+
+/* The escaper and the name check (src/core) on their own: each byte class, NUL included, and a
+ * pair split across the call's start. */
+static void test_comment_text(void) {
+  static const char text[] = "a*/b\0c?\?/\\\n?\x7f\x80\xff ~";
+  cn_sbuf sb = {0};
+  cn_sbuf_c_comment_text(&sb, text, sizeof text - 1);
+  CHECK_STR(sb.data, "a*\\x2fb\\x00c?\\x3f/\\x5c\\x0a?\\x7f\\x80\\xff ~");
+  cn_sbuf_free(&sb);
+  const char *before[4] = {"x*", "/", "?", "*"}, *after[4] = {"/y", "*", "?", "*"};
+  const char *joined[4] = {"x*\\x2fy", "/\\x2a", "?\\x3f", "*\\x2a"};
+  for (int k = 0; k < 4; k++) {
+    cn_sbuf_puts(&sb, before[k]);
+    cn_sbuf_c_comment_text(&sb, after[k], strlen(after[k]));
+    CHECK_STR(sb.data, joined[k]);
+    cn_sbuf_free(&sb);
+  }
+  cn_sbuf_c_comment_text(&sb, "", 0);
+  CHECK(sb.len == 0);
+  const char *good[6] = {"a", "A1_", "x_cn", "cnx", "Cn_x", "cN"};
+  const char *bad[10] = {"", "_a", "1a", "a-b", "cn", "CN", "cn_x", "CN_X", "\xc3\xa9", "a b"};
+  for (int k = 0; k < 6; k++) CHECK_MSG(cn_is_c_name(good[k]), "'%s' refused", good[k]);
+  for (int k = 0; k < 10; k++) CHECK_MSG(!cn_is_c_name(bad[k]), "'%s' accepted", bad[k]);
+  CHECK(!cn_is_c_name(NULL));
+}
+
+/* ---- Hostile labels ----
+ * Labels that would turn a comment of the exported C into code, or break the file, if written as
+ * they are: the issue's payload (a comment terminator, a constructor calling system(), a comment
+ * opener), a backslash-newline splice, line breaks, trigraphs (??/ is a backslash under -std=c11),
+ * a nested comment opener, a trailing '*' and '/', control and non-ASCII bytes (a bidi override,
+ * which gcc reports under -Werror). The input, the output and the parameters carry them, and the
+ * input's axis (its name is in the files' shapes). */
+#define N_HOSTILE 8
+static char payload[256];
+static const char *hostile[N_HOSTILE] = {
+    payload,
+    "back\\slash\\",
+    "splice\\\nint injected_splice;",
+    "line\nint injected_line;\r\n",
+    "tri?\?/\nint injected_trigraph; ?\?=define X ?\?( ?\?) ?\?" /* trigraphs, spelled so that this
+                                                                    file has none */
+    ,
+    "/* nested /* *",
+    "\x01\x7f\xe2\x80\xae\xff rlo /",
+    "end*",
+};
+
+/* in + p0 + p1 + ... , each parameter a constant, scaled by a last parameter, labeled by hostile */
+static cn_tensor *hostile_model(cn_graph *g, cn_tensor *x) {
+  cn_tensor *y = x;
+  for (int k = 0; k < N_HOSTILE && y; k++) {
+    cn_tensor *p = cn_tensor_param(g, hostile[k], NULL, cn_tensor_number(g, 0.25 * (k + 1)));
+    y = cn_tensor_apply(g, k % 2 ? CN_OP_MUL : CN_OP_ADD, 2, (cn_tensor *[]){y, p});
+  }
+  if (y && cn_tensor_set_label(y, payload) != CN_OK) return NULL;
+  return y;
+}
+
+/* The object's symbols as `nm` prints them, one "TYPE NAME" per line, sorted (malloc'd). */
+static char *symbols(const char *object) {
+  char cmd[640];
+  snprintf(cmd, sizeof cmd, "nm -P '%s' | awk '{print $2, $1}' | LC_ALL=C sort", object);
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  static char text[8192];
+  size_t n = fread(text, 1, sizeof text - 1, p);
+  text[n] = '\0';
+  return pclose(p) == 0 ? strdup(text) : NULL;
+}
+
+static int compare_lines(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* What nm must list for the hostile model, sorted as symbols() sorts: the two functions of the
+ * header's contract (global), the routine's static function, and one static array per buffer of
+ * the entry point, in its order: the input (zeroed), then each parameter (const, its cells) and
+ * the sum or product it enters (zeroed: computed), the last being the output. */
+static void expect_symbols(char *text, size_t cap) {
+  static char lines[3 + 2 * N_HOSTILE + 1][32];
+  const char *sorted[3 + 2 * N_HOSTILE + 1];
+  int n = 0;
+  snprintf(lines[n++], sizeof lines[0], "T inj_forward\n");
+  snprintf(lines[n++], sizeof lines[0], "T inj_model_entry\n");
+  snprintf(lines[n++], sizeof lines[0], "t inj_model_body\n");
+  for (int i = 0; i <= 2 * N_HOSTILE; i++)
+    snprintf(lines[n++], sizeof lines[0], "%c inj_b%d\n", i % 2 ? 'r' : 'b', i);
+  for (int i = 0; i < n; i++) sorted[i] = lines[i];
+  qsort(sorted, (size_t)n, sizeof *sorted, compare_lines);
+  text[0] = '\0';
+  for (int i = 0; i < n; i++) strncat(text, sorted[i], cap - strlen(text) - 1);
+}
+
+/* The hostile model exported as inj.c: compiles alone under -Wall -Wextra -Werror, defines exactly
+ * inj_forward and inj_model_entry (global), the static arrays inj_b0..inj_b16 and the routine's
+ * function inj_model_body (no constructor, nothing calling system()), computes what cannl
+ * computes, and the payload's file is never created. */
+static void test_hostile_labels(void) {
+  char pwned[128], path[512], cmd[1024];
+  snprintf(pwned, sizeof pwned, "%s/pwned", dir);
+  snprintf(payload, sizeof payload,
+           "*/ int system(const char *); __attribute__((constructor)) static void f(void){ "
+           "system(\"touch %s\"); } /*",
+           pwned);
+  static char expected[1 << 12];
+  expected[0] = '\0';
+  const char *names[1] = {"inj"}, *const axis_label[1] = {hostile[4]};
+  int64_t in_cells = 0, out_cells = 0, n = 4;
+  bool ok = export_model(names[0], hostile_model, payload, axis_label, 1, &n, expected,
+                         sizeof expected, &in_cells, &out_cells);
+  CHECK(ok);
+  snprintf(cmd, sizeof cmd, "cc -std=c11 -Wall -Wextra -Werror -c %s/inj.c -o %s/inj.o", dir, dir);
+  CHECK_INT(system(cmd), 0);
+  snprintf(path, sizeof path, "%s/inj.o", dir);
+  char *got = symbols(path), expected_symbols[1024];
+  expect_symbols(expected_symbols, sizeof expected_symbols);
+  CHECK(got != NULL);
+  if (got) {
+    CHECK_STR(got, expected_symbols);
+    free(got);
+  }
+  if (!ok || !write_driver(names, 1, &in_cells, &out_cells)) {
+    CHECK(0);
+    return;
+  }
+  char *outputs = build_and_run(names, 1);
+  CHECK(outputs != NULL);
+  if (outputs) {
+    CHECK_STR(outputs, expected);
+    free(outputs);
+  }
+  CHECK_MSG(access(pwned, F_OK) != 0, "the payload ran: %s exists", pwned);
+  /* the header's comment holds the payload escaped, on one line */
+  snprintf(path, sizeof path, "%s/inj.h", dir);
+  FILE *h = fopen(path, "r");
+  char line[512] = "", shapes[512] = "";
+  CHECK(h && fgets(line, sizeof line, h) && fgets(shapes, sizeof shapes, h));
+  if (h) fclose(h);
+  CHECK_HAS(shapes, "(shape |->4:tri?\\x3f/\\x0aint injected_trigraph; ?\\x3f=define X ?\\x3f( "
+                    "?\\x3f) ?\\x3f), out receives 4");
+  CHECK_HAS(line, "\"*\\x2f int system(const char *); __attribute__((constructor)) static void");
+  CHECK_HAS(line, "); } /\\x2a\", exported by cannl (inj.c).\n");
 }
 
 static void expect_error(cn_ctx *ctx, cn_status st, const char *needle) {
@@ -247,7 +399,9 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
+  test_comment_text();
   test_models();
+  test_hostile_labels();
   test_errors();
   remove_dir();
   CHECK_DONE();

@@ -11,12 +11,15 @@
  * free-symbol parameters) is distinct from the others, from C keywords, from the names the
  * generated expressions call (the ops' templates, the math library, the prelude's cn_ helpers and
  * the standard macros the prelude's headers define), so no user label or symbol name can break
- * compilation; cell offsets are one folded linear expression in the padded row-major buffer;
- * every conversion between precisions goes through cn_conv_c, every load and store through
- * cn_load_c / cn_store_c, so the semantics stay those of src/numeric; loop bounds and guards are
- * int64_t expressions over loop variables and static indices, a bound with a divisor through the
- * prelude's exact cn_ceil_div_i64, several bounds combined by cn_max_i64 / cn_min_i64 (pure
- * functions: the compiler hoists an upper bound out of the loop test). */
+ * compilation; the routine's name (a C name, cn_is_c_name) is only ever spelled with a suffix
+ * (NAME_body, NAME_entry), so no name of the C library can clash with it; free text (a %cd
+ * comment) reaches the file only through cn_sbuf_c_comment_text, inert inside a comment; cell
+ * offsets are one folded linear expression in the padded row-major buffer; every conversion between
+ * precisions goes through cn_conv_c, every load and store through cn_load_c / cn_store_c, so the
+ * semantics stay those of src/numeric; loop bounds and guards are int64_t expressions over loop
+ * variables and static indices, a bound with a divisor through the prelude's exact cn_ceil_div_i64,
+ * several bounds combined by cn_max_i64 / cn_min_i64 (pure functions: the compiler hoists an upper
+ * bound out of the loop test). */
 #include "backend/cgen.h"
 
 #include <stdio.h>
@@ -72,9 +75,10 @@ static bool looks_like_std_macro(const char *s) {
 }
 
 /* A C identifier made of `text`: ASCII letters and digits kept, anything else '_'; an "n" is
- * prefixed when the result would start with a digit or an underscore (reserved spellings), when it
- * is empty, or when it has the shape of a name of the prelude (cn_, CN_) or of a standard macro, so
- * that appending a suffix always makes a name free. Arena-owned; NULL on exhaustion. */
+ * prefixed when the result is no name cn_is_c_name accepts (empty, starting with a digit or an
+ * underscore, or of the prelude's cn_ / CN_ family: the one rule for names, shared with routine
+ * and export names) or has the shape of a standard macro, so that appending a suffix always makes
+ * a name free. Arena-owned; NULL on exhaustion. */
 static char *shape_identifier(cn_ctx *ctx, const char *text, const char *suffix) {
   size_t n = strlen(text), k = strlen(suffix);
   char *s = cn_alloc(ctx, n + k + 2);
@@ -82,8 +86,7 @@ static char *shape_identifier(cn_ctx *ctx, const char *text, const char *suffix)
   char *p = s + 1;
   for (size_t i = 0; i < n; i++) p[i] = is_alpha(text[i]) || is_digit(text[i]) ? text[i] : '_';
   memcpy(p + n, suffix, k + 1);
-  if (n == 0 || !is_alpha(p[0]) || starts_with(p, "cn_") || starts_with(p, "CN_") ||
-      looks_like_std_macro(p)) {
+  if (!cn_is_c_name(p) || looks_like_std_macro(p)) {
     s[0] = 'n';
     return s;
   }
@@ -428,14 +431,11 @@ static void emit_expr(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e) {
   CN_ASSERT(!"unknown expression kind");
 }
 
-/* A comment that cannot end early or nest: "*" "/" and "/" "*" are split, line breaks flattened. */
+/* A comment statement's text (a %cd comment: the user's strings and labels) on one line, made inert
+ * by the core's one escaper: it can neither end the comment, nor nest one, nor splice lines. */
 static void emit_comment(cn_sbuf *sb, const char *text) {
   cn_sbuf_puts(sb, "/* ");
-  for (const char *p = text; *p; p++) {
-    char c = *p == '\n' || *p == '\r' ? ' ' : *p;
-    cn_sbuf_putc(sb, c);
-    if ((c == '*' && p[1] == '/') || (c == '/' && p[1] == '*')) cn_sbuf_putc(sb, ' ');
-  }
+  cn_sbuf_c_comment_text(sb, text, strlen(text));
   cn_sbuf_puts(sb, " */\n");
 }
 
@@ -803,7 +803,7 @@ static void print_param_type(const cgen *g, cn_sbuf *sb, int param) {
 static void emit_signature(const cgen *g) {
   const cn_ll_proc *proc = g->proc;
   cn_sbuf *sb = g->out;
-  cn_sbuf_printf(sb, "static void %s(", proc->name);
+  cn_sbuf_printf(sb, "static void %s_body(", proc->name);
   for (int k = 0; k < proc->n_params; k++) {
     if (k > 0) cn_sbuf_puts(sb, ", ");
     print_param_type(g, sb, k);
@@ -830,7 +830,7 @@ static void emit_entry(const cgen *g, const char *suffix, const char *extra, con
                  suffix, extra);
   if (proc->n_params == 0) cn_sbuf_puts(sb, "  (void)buffers;\n");
   if (proc->n_free_syms == 0) cn_sbuf_puts(sb, "  (void)syms;\n");
-  cn_sbuf_printf(sb, "  %s(", proc->name);
+  cn_sbuf_printf(sb, "  %s_body(", proc->name);
   for (int k = 0; k < proc->n_params; k++) {
     if (k > 0) cn_sbuf_puts(sb, ", ");
     cn_sbuf_putc(sb, '(');

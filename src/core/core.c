@@ -212,6 +212,38 @@ void cn_sbuf_json_string(cn_sbuf *sb, const char *s) {
   cn_sbuf_putc(sb, '"');
 }
 
+/* Whether c, written after prev, makes a comment's end, a nested comment's start or a trigraph's
+ * "??"; at the end of the text, whether it could with the caller's next byte. */
+static bool pairs_with(char prev, char c, bool last) {
+  if (c != '/' && c != '*' && c != '?') return false;
+  return last || (c == '/' && prev == '*') || (c == '*' && prev == '/') ||
+         (c == '?' && prev == '?');
+}
+
+void cn_sbuf_c_comment_text(cn_sbuf *sb, const char *text, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)text[i];
+    char prev = sb->len > 0 && sb->data ? sb->data[sb->len - 1] : '\0';
+    if (c < 0x20 || c > 0x7e || c == '\\' || pairs_with(prev, (char)c, i + 1 == len))
+      cn_sbuf_printf(sb, "\\x%02x", c);
+    else
+      cn_sbuf_putc(sb, (char)c);
+  }
+}
+
+/* ASCII only, whatever the locale (isalpha may accept more). */
+static bool is_c_letter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+bool cn_is_c_name(const char *s) {
+  if (!s || !is_c_letter(*s)) return false;
+  for (const char *c = s + 1; *c; c++)
+    if (!is_c_letter(*c) && !(*c >= '0' && *c <= '9') && *c != '_') return false;
+  bool family = (s[0] == 'c' && s[1] == 'n') || (s[0] == 'C' && s[1] == 'N');
+  return !(family && (s[2] == '\0' || s[2] == '_'));
+}
+
 const char *cn_sbuf_finish(cn_ctx *ctx, cn_sbuf *sb) {
   if (sb->failed) {
     cn_sbuf_free(sb);

@@ -77,6 +77,22 @@ void cn_sbuf_quote_caret(cn_sbuf *sb, const char *text, size_t at);
 /* s as a JSON string literal: quoted, with '"' and '\\' escaped and control bytes as \u00XX
  * (other bytes, UTF-8 included, as they are). */
 void cn_sbuf_json_string(cn_sbuf *sb, const char *s);
+/* The len bytes of text, NULs included, as inert text of a C block comment: the one way free text
+ * from outside (a label, an axis name, a %cd comment) enters generated or exported C (names pass
+ * cn_is_c_name instead; options and paths never enter the text). A byte is written as itself, or
+ * as \xNN (two lowercase hex digits) when it is a backslash, outside printable ASCII (line breaks,
+ * NUL, control and non-ASCII bytes), or a '/', '*' or '?' that would pair with the byte written
+ * before it (the builder's last byte, so across the call's start too) or that ends the text. The
+ * output thus never holds a line break, a backslash-newline splice, "*" "/", "/" "*" or "??" (no
+ * trigraph), and cannot pair with what the caller writes next. */
+void cn_sbuf_c_comment_text(cn_sbuf *sb, const char *text, size_t len);
+/* True if s may name a routine or an export in generated C, the one check of such names: a C
+ * identifier that starts with a letter (leading underscores are the C implementation's), then
+ * ASCII letters, digits and '_', outside the generator's family (s followed by '_' starts with
+ * neither "cn_" nor "CN_"). Generated C spells it only with a suffix (NAME_entry, NAME_forward),
+ * so no C keyword or library name can clash with it. */
+bool cn_is_c_name(const char *s);
+#define CN_C_NAME_RULE "a letter, then ASCII letters, digits and '_', not starting with cn_ or CN_"
 /* ---- Positioned messages (src/core/source.c) ----
  * A source text a message can point into: a file's text (file set; line and col say where the text
  * starts in it, 1 and 1 for a whole file, elsewhere for a Tile body inside a script), or a one-line

@@ -6,6 +6,11 @@
  * array per buffer of its entry point and the function that fills the input's, calls the entry
  * point and copies the output's out.
  *
+ * Text from outside never reaches the files as code: the name must pass cn_is_c_name (it names
+ * the files, the include and the functions), and every label or shape lands in a comment through
+ * cn_sbuf_c_comment_text, which escapes whatever could end the comment, nest one, splice a line
+ * or form a trigraph (a label holding a comment terminator and code stays a comment).
+ *
  * Invariants: every buffer array has the node's padded layout (the entry point's contract); a
  * buffer the routine reads and never writes holds the node's current cells, exactly (floats as
  * hexadecimal literals), and is const; scratch of local nodes is zeroed before each call, as the
@@ -26,13 +31,9 @@
 
 #define EXPORT_NAME_MAX 200
 
-static bool is_identifier(const char *s) {
-  if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
-  for (s++; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_'))
-      return false;
-  return true;
+/* A text from outside (a label, a shape's axis names) inside a comment of the files: inert. */
+static void put_text(cn_sbuf *sb, const char *text) {
+  if (text) cn_sbuf_c_comment_text(sb, text, strlen(text));
 }
 
 /* One cell as a C initializer of the precision's store type. */
@@ -111,8 +112,9 @@ static cn_status put_buffer(cn_ctx *ctx, cn_sbuf *sb, const char *name, int i,
   bool scratch = node->mode != CN_MEM_MATERIALIZED;
   const unsigned char *data = NULL;
   if (!written && !scratch && !(data = cn_node_buffer(node, param->merge))) return ctx->status;
-  cn_sbuf_printf(sb, "/* %s%s, %zu cells%s */\n", cn_node_describe(node),
-                 param->merge ? " (merge)" : "", cells,
+  cn_sbuf_puts(sb, "/* ");
+  put_text(sb, cn_node_describe(node));
+  cn_sbuf_printf(sb, "%s, %zu cells%s */\n", param->merge ? " (merge)" : "", cells,
                  scratch   ? ", scratch"
                  : written ? ", computed"
                            : "");
@@ -178,8 +180,10 @@ static cn_status write_text(cn_ctx *ctx, const char *dir, const char *name, cons
 static cn_status check_tensors(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
                                const char *dir) {
   cn_ctx *ctx = g->ctx;
-  if (!is_identifier(name))
-    return cn_fail(ctx, CN_ERR_INVALID, "export: the name '%s' is not a C identifier",
+  if (!cn_is_c_name(name))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "export: the name '%s' is not a C identifier cannl can use (" CN_C_NAME_RULE
+                   "): it names the files and the functions",
                    name ? name : "(null)");
   if (strlen(name) > EXPORT_NAME_MAX) /* NAME_model_entry and NAME_b<i> must fit their buffers */
     return cn_fail(ctx, CN_ERR_INVALID, "export: the name '%.40s...' is longer than %d characters",
@@ -207,6 +211,17 @@ static cn_status check_tensors(cn_graph *g, cn_tensor *input, cn_tensor *output,
   return CN_OK;
 }
 
+/* The comment line on NAME_forward's arrays (the shapes' axis names are outside text too). */
+static void put_shapes(cn_sbuf *sb, const char *name, cn_tensor *input, cn_tensor *output) {
+  cn_sbuf_printf(
+      sb, " * void %s_forward(const float *in, float *out): in holds %" PRId64 " floats (shape ",
+      name, cn_node_numel(input->value));
+  put_text(sb, cn_tensor_shape(input));
+  cn_sbuf_printf(sb, "), out receives %" PRId64 " (shape ", cn_node_numel(output->value));
+  put_text(sb, cn_tensor_shape(output));
+  cn_sbuf_putc(sb, ')');
+}
+
 /* The header, the source and the function around the routine's entry point. */
 static cn_status put_files(cn_ctx *ctx, cn_routine *r, cn_tensor *input, cn_tensor *output,
                            const char *name, const char *dir) {
@@ -230,15 +245,17 @@ static cn_status put_files(cn_ctx *ctx, cn_routine *r, cn_tensor *input, cn_tens
                    name, output->label, cn_symbol_name(ctx, proc->free_syms[0]));
 
   cn_sbuf src = {0}, hdr = {0};
+  cn_sbuf_printf(&src, "/* %s.c: the forward routine of \"", name);
+  put_text(&src, output->label);
+  cn_sbuf_puts(&src, "\" from \"");
+  put_text(&src, input->label);
+  cn_sbuf_puts(&src, "\", exported by cannl.\n");
+  put_shapes(&src, name, input, output);
   cn_sbuf_printf(&src,
-                 "/* %s.c: the forward routine of \"%s\" from \"%s\", exported by cannl.\n"
-                 " * void %s_forward(const float *in, float *out): in holds %" PRId64
-                 " floats (shape %s), out receives %" PRId64 " (shape %s), row-major.\n"
+                 ", row-major.\n"
                  " * Self-contained: cc -std=c11 -c %s.c, link with -lm. Not reentrant (static "
                  "buffers). */\n"
                  "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n",
-                 name, output->label, input->label, name, cn_node_numel(input->value),
-                 cn_tensor_shape(input), cn_node_numel(output->value), cn_tensor_shape(output),
                  name);
   cn_sbuf_puts(&src, cn_routine_source(r));
   cn_sbuf_puts(&src, "\n/* ---- the buffers of the entry point, in its order ---- */\n\n");
@@ -262,15 +279,15 @@ static cn_status put_files(cn_ctx *ctx, cn_routine *r, cn_tensor *input, cn_tens
   put_copy(&src, output->value, padded, "out", false);
   cn_sbuf_puts(&src, "}\n");
 
+  cn_sbuf_printf(&hdr, "/* %s.h: the forward routine of \"", name);
+  put_text(&hdr, output->label);
+  cn_sbuf_printf(&hdr, "\", exported by cannl (%s.c).\n", name);
+  put_shapes(&hdr, name, input, output);
   cn_sbuf_printf(&hdr,
-                 "/* %s.h: the forward routine of \"%s\", exported by cannl (%s.c). */\n"
+                 ", row-major. Not reentrant. */\n"
                  "#ifndef %s_H\n#define %s_H\n\n"
-                 "/* in: %" PRId64 " floats (shape %s), row-major; out: %" PRId64
-                 " floats (shape %s). Not reentrant. */\n"
                  "void %s_forward(const float *in, float *out);\n\n#endif\n",
-                 name, output->label, name, name, name, cn_node_numel(input->value),
-                 cn_tensor_shape(input), cn_node_numel(output->value), cn_tensor_shape(output),
-                 name);
+                 name, name, name);
   if (st == CN_OK && (src.failed || hdr.failed))
     st = cn_fail(ctx, CN_ERR_NOMEM, "export \"%s\": out of memory for the source", name);
   if (st == CN_OK) st = write_text(ctx, dir, name, "h", &hdr);

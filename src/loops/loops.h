@@ -261,7 +261,7 @@ cn_status cn_ll_symbols_of(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_symbols *o
 /* The position of sym in the list (binary search); -1 when the procedure does not name it. */
 int cn_ll_symbol_slot(const cn_ll_symbols *symbols, cn_symbol sym);
 
-/* Lowers an (already validated) assignments tree. name must be a C identifier. */
+/* Lowers an (already validated) assignments tree. name must pass cn_is_c_name. */
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);
 /* Constant folding and algebraic identities (x+0, 0+x, x-0, x*1, 1*x, x/1), guard conditions
  * decided by the ranges of loop variables and static indices (always true: dropped; always false:

@@ -793,21 +793,11 @@ done:
 
 /* ---- Entry point ---- */
 
-static bool is_c_identifier(const char *name) {
-  if (!name ||
-      !(name[0] == '_' || (name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z')))
-    return false;
-  for (const char *c = name + 1; *c; c++)
-    if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-          (*c >= '0' && *c <= '9')))
-      return false;
-  return true;
-}
-
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out) {
   *out = NULL;
-  if (!is_c_identifier(name))
-    return cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier",
+  if (!cn_is_c_name(name))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "routine name '%s' is not a C identifier cannl can use (" CN_C_NAME_RULE ")",
                    name ? name : "(null)");
   cn_ll_param *params;
   int n_params;

@@ -60,15 +60,6 @@ struct cn_routine {
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
-static bool is_c_identifier(const char *s) {
-  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
-  for (s++; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-          *s == '_'))
-      return false;
-  return true;
-}
-
 /* Releases everything the routine owns except its cleanup registration. */
 static void routine_release(cn_routine *r) {
   if (r->compiled) r->backend->release(r->compiled);
@@ -226,8 +217,9 @@ static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
 static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                    const char *name) {
   if (!name) name = "routine";
-  if (!is_c_identifier(name)) {
-    cn_fail(ctx, CN_ERR_INVALID, "routine name '%s' is not a C identifier", name);
+  if (!cn_is_c_name(name)) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "routine name '%s' is not a C identifier cannl can use (" CN_C_NAME_RULE ")", name);
     return NULL;
   }
   if (!asgn) {
