@@ -87,6 +87,8 @@ static cn_asgn *fetch_code(cn_tensor *t) {
 /* The code computing t's value from its operands' values. */
 static cn_status own_code(cn_tensor *t, cn_asgn_list *out) {
   cn_ctx *ctx = t->g->ctx;
+  cn_status st = t->label_check ? cn_label_check_arm(t) : CN_OK;
+  if (st != CN_OK) return st;
   switch (t->kind) {
   case CN_TK_NUMBER:
     return cn_asgn_list_add(out, t->number_bits
