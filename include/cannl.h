@@ -76,6 +76,8 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               CN_ERR_RUNTIME, naming the node, the cell and the value; "off" (default:
  *               $CANNL_CHECK as it was when the routine was compiled, else "off"). The scan
  *               reads every cell written: a debugging mode (bench_moons measures its cost).
+ *               The label checks of cross_entropy, accuracy and confusion run whatever this
+ *               option says, first.
  *   "threads"   the threads that run the parallel loops of a routine, the caller included: a
  *               count in [1, 1024] (default: $CANNL_THREADS, else the cores the process may run
  *               on, as they were when the routine was compiled). Results are the same bits for
