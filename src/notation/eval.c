@@ -61,12 +61,6 @@ nt_value *nt_tensor_value(nt_interp *I, cn_tensor *t) {
   return v;
 }
 
-/* Re-issues the context's last message at pos (library failures point at the expression), except
- * an allocation failure, which has no position worth adding. */
-/* A failure about a node (ctx->failed_node: a run stopped by the NaN check, a buffer that cannot
- * be allocated) is reported at the position where the script built the node's tensor, with the
- * operation that computes it and the statement at `at`, keeping its status (a runtime failure,
- * memory). False when the node is not one of the script's tensors. */
 /* The last %cd assignment built that writes the node (an update of the graph whose LHS it is), or
  * NULL; *count: how many do. The NaN check sees a routine's writes only after the whole run, so
  * when several assignments write the node the report names the last built. */
@@ -82,6 +76,11 @@ static const cn_update *last_writer(nt_interp *I, int node_id, int *count) {
   return last;
 }
 
+/* A failure about a node (ctx->failed_node: a run stopped by the NaN check, a buffer that cannot
+ * be allocated) is reported at the position where the script built the node's tensor, with the
+ * operation that computes it (or the %cd assignment that wrote it) and the statement at `at`,
+ * keeping its status (a runtime failure, memory). False when the node is not one of the script's
+ * tensors. */
 static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
   cn_ctx *ctx = I->ctx;
   bool grad = false;
@@ -126,6 +125,8 @@ static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
   return true;
 }
 
+/* Re-issues the context's last message at pos (library failures point at the expression), except
+ * an allocation failure, which has no position worth adding. */
 nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
   if (I->ctx->failed_node && explain_node_failure(I, pos)) return NULL;
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */

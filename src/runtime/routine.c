@@ -135,8 +135,9 @@ static void format_cell(const cn_node *node, const int64_t *at, char *cell, size
   snprintf(cell + strlen(cell), cap - strlen(cell), "]");
 }
 
-/* The shortest decimal that reads back as the same value of prec (0.7 in single precision is
- * 0.699999988, 2.5 is 2.5), so a message shows what the cell holds and not a rounding of it. */
+/* The shortest decimal that reads back as the same value of prec: a label 0.7 stored in single
+ * precision shows as 0.7, not as its double expansion 0.699999988079071, and 2.0000002 is not
+ * rounded to a misleading 2. */
 static void format_value(cn_prec prec, double v, char *text, size_t cap) {
   for (int digits = 1; digits <= 17; digits++) {
     snprintf(text, cap, "%.*g", digits, v);
