@@ -193,7 +193,7 @@ static cn_status compile(fashion *f) {
   double steps = (double)f->cfg.epochs * (double)cn_dataset_batches(f->train);
   cn_tensor *progress = op2(g, CN_OP_MUL, cn_tensor_embed_symbol(g, f->step_n),
                             cn_tensor_number(g, (last - first) / steps));
-  cn_adam adam = {op2(g, CN_OP_ADD, cn_tensor_number(g, first), progress), 0, 0, 0, 0, false};
+  cn_adam adam = cn_adam_defaults(op2(g, CN_OP_ADD, cn_tensor_number(g, first), progress));
   cn_asgn *init = cn_graph_init_params(g, f->loss);
   cn_asgn *grad = init ? cn_graph_grad_update(g, f->loss) : NULL;
   cn_asgn *update = grad && adam.learning_rate ? cn_graph_adam_update(g, f->loss, &adam) : NULL;

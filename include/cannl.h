@@ -76,6 +76,8 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               CN_ERR_RUNTIME, naming the node, the cell and the value; "off" (default:
  *               $CANNL_CHECK as it was when the routine was compiled, else "off"). The scan
  *               reads every cell written: a debugging mode (bench_moons measures its cost).
+ *               The label checks of cross_entropy, accuracy and confusion run whatever this
+ *               option says, first.
  *   "threads"   the threads that run the parallel loops of a routine, the caller included: a
  *               count in [1, 1024] (default: $CANNL_THREADS, else the cores the process may run
  *               on, as they were when the routine was compiled). Results are the same bits for
@@ -514,20 +516,24 @@ typedef struct {
 } cn_sgd;
 cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
 /* Adam (Kingma & Ba, bias-corrected) and AdamW (decoupled weight decay): for each parameter p
- * of loss, with the graph's Adam step counter t (a state scalar shared by its Adam updates, so a
- * second update tree continues the first; each tree does t =+ 1 first):
+ * of loss, with p's Adam step counter t (a state scalar of its own, like its moments, so a second
+ * update tree of p continues the first while two updates of different parameters count their
+ * own steps; each tree does t =+ 1 first):
  *   g = p.grad (+ weight_decay * p unless decoupled);
  *   m =: beta1 * m + (1 - beta1) * g;  v =: beta2 * v + (1 - beta2) * g * g;
  *   p =- learning_rate * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
  *        (+ learning_rate * weight_decay * p, applied first, when decoupled).
- * m, v and t are state tensors labeled "<param>.adam_m", "<param>.adam_v" and "adam_step",
- * zero at creation, saved by checkpoints (cn_graph_state). Zeroed fields mean the defaults
- * beta1 0.9, beta2 0.999, eps 1e-8. */
+ * m, v and t are state tensors labeled "<param>.adam_m", "<param>.adam_v" and
+ * "<param>.adam_step", zero at creation, saved by checkpoints (cn_graph_state). Every field is
+ * taken as given: start from cn_adam_defaults (beta1 0.9, beta2 0.999, eps 1e-8, no weight decay)
+ * and change what differs; beta1 and beta2 lie in [0, 1) (beta1 = 0: no momentum, an RMSprop-like
+ * step lr * g / (sqrt(v / (1 - beta2^t)) + eps)), eps is positive. */
 typedef struct {
   cn_tensor *learning_rate;
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
 } cn_adam;
+cn_adam cn_adam_defaults(cn_tensor *learning_rate);
 cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam);
 /* The parameters of t (its params set), in creation order; returns the count, writes at most
  * cap. */
@@ -610,13 +616,17 @@ cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
  *     softplus(z) - y z (stable for any z);
  *   cross_entropy: from logits over classes and integer class labels (a tensor of x's batch
  *     axes holding 0 .. C-1 in any precision, with no output axis or one of size 1), the mean
- *     over examples of -log_softmax(x)[label]; the label selects its class through a one-hot
- *     comparison with a range, so a label outside 0 .. C-1 contributes log(sum(exp(x - max)))
- *     alone;
+ *     over examples of -log_softmax(x)[label];
  *   argmax: per example, the first class attaining the maximum, as a value of x's precision;
  *   accuracy: the fraction of examples whose argmax equals the label, a scalar in [0, 1];
  *   confusion: a C x C tensor (output axes: true class, predicted class) of example counts
  *     (x must have one class axis).
+ * A label of cross_entropy, accuracy or confusion that is not a class index (outside 0 .. C-1,
+ * not an integer, NaN: a 1-based or corrupt label file) fails every run that computes the result,
+ * whatever the "check" option: cn_routine_run returns CN_ERR_RUNTIME with "routine 'R':
+ * cross_entropy: label 7 at [1] of "labels" (#5) is not one of the 3 class indices of "x" (#1):
+ * an integer from 0 to 2" (the first bad cell of the labels tensor, row-major), after the routine
+ * ran, its example's term NaN.
  * None of argmax, accuracy and confusion is differentiable. */
 cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
@@ -857,9 +867,9 @@ cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, co
 
 /* The training state of t: each parameter of t by its label, then the optimizer state that
  * updates built for them (SGD momentum "<param>.sgd_momentum", Adam's "<param>.adam_m",
- * "<param>.adam_v" and "adam_step"), in creation order; the nodes a checkpoint holds. Returns the
- * count (materializing the graph first; -1 with a message on failure, or when two entries share
- * a label), writes at most cap. */
+ * "<param>.adam_v" and "<param>.adam_step"), in creation order; the nodes a checkpoint holds.
+ * Returns the count (materializing the graph first; -1 with a message on failure, or when two
+ * entries share a label), writes at most cap. */
 int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap);
 
 /* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */

@@ -1,5 +1,6 @@
 /* The notation's training forms (docs/notation.md "Training scripts"): the builtins of the
- * training pieces (values computed by hand, on both backends), print of strings, printf, `if`,
+ * training pieces (values computed by hand, on both backends), labels that are not class indices
+ * (a positioned runtime error), print of strings, printf, `if`,
  * `mod`, `for ... progress` in its plain and JSON forms (times cut off), the adam statement, the
  * message naming a static index read outside its loops, the syntax errors of the new forms with
  * their positions, their canonical printing, and constant memory in loops that branch and print. */
@@ -112,25 +113,87 @@ static void test_builtins(void) {
             "seed.cnl:1:12: ~spec expects an einsum spec string, found a number");
 }
 
+/* Labels that are not class indices stop the run that computes the loss or the metric, at the
+ * expression, naming the labels, the first bad cell and its value (a 1-based label file would
+ * otherwise train on wrong targets); a script's labels are single precision, 0.7 reads as 0.7. */
+static void test_bad_labels(void) {
+  static const struct {
+    const char *labels, *op, *value, *cell;
+  } cases[] = {
+      {"7; -3", "cross_entropy", "7", "0"},
+      {"2; -3", "cross_entropy", "-3", "1"},
+      {"2.5; 0.7", "cross_entropy", "2.5", "0"},
+      {"0; 0.7", "cross_entropy", "0.7", "1"},
+      {"1; 3", "accuracy", "3", "1"},
+      {"-1; 0", "confusion", "-1", "0"},
+  };
+  char script[300], want[600];
+  BOTH {
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      snprintf(script, sizeof script,
+               "let logits = [| [2.0; 1.0; 0.0]; [0.0; 3.0; 1.0] |]\n"
+               "let labels = [| %s |]\n"
+               "print (%s logits labels)\n",
+               cases[k].labels, cases[k].op);
+      snprintf(want, sizeof want,
+               "train.cnl:3:8: routine 'cnl_1': %s: label %s at [%s] of \"labels\" (#2) is not one "
+               "of the 3 class indices of \"logits\" (#1): an integer from 0 to 2\n"
+               "print (%s logits labels)\n"
+               "       ^",
+               cases[k].op, cases[k].value, cases[k].cell, cases[k].op);
+      char *got = output(script, false, b);
+      CHECK_STR(got, want);
+      free(got);
+    }
+    /* valid labels: the values of test_builtins */
+    char *got = output("let logits = [| [2.0; 1.0; 0.0]; [0.0; 3.0; 1.0] |]\n"
+                       "printf \"%.6f %.1f\" (cross_entropy logits [| 0; 1 |]) "
+                       "(accuracy logits [| 0; 1 |])\n",
+                       false, b);
+    char ok[64];
+    snprintf(ok, sizeof ok, "%.6f 1.0",
+             (log(1 + exp(-1.0) + exp(-2.0)) + log(1 + exp(-3.0) + exp(-2.0))) / 2);
+    CHECK_STR(got, ok);
+    free(got);
+  }
+}
+
 /* ---- Optimizers ------------------------------------------------------------------------------ */
 
 static void test_adam(void) {
   outcome o;
   /* g = 2p: the first bias-corrected step is lr * g / (|g| + eps); the second reads the moments
-   * m = 0.9 m + 0.1 g, v = 0.999 v + 0.001 g^2, corrected by 1 - 0.9^2 and 1 - 0.999^2 */
-  BOTH {
-    if (!run(&o, b,
-             "let p = {p = [1.0; -2.0]}\n"
-             "let loss = sum (p *. p)\n"
-             "for step = 0 to 1 do\n"
-             "  backprop loss\n"
-             "  adam loss ~learning_rate:0.1\n"
-             "  print p\n"
-             "done\n"))
-      continue;
-    expect(&o, b, 0, "p", "|->2", VALUES(0.9000000005, -1.90000000025), 1e-12);
-    expect(&o, b, 1, "p", "|->2", VALUES(0.8004122286917928, -1.8001664861157012), 1e-12);
-  }
+   * m = 0.9 m + 0.1 g, v = 0.999 v + 0.001 g^2, corrected by 1 - 0.9^2 and 1 - 0.999^2. With
+   * ~beta1:0, taken as written: no momentum, m = g, and v bias-corrected (RMSprop-like). */
+  double p[2] = {1, -2}, v[2] = {0, 0};
+  struct {
+    const char *options;
+    double want[2][2];
+  } cases[] = {{"", {{0.9000000005, -1.90000000025}, {0.8004122286917928, -1.8001664861157012}}},
+               {" ~beta1:0", {{0}}}};
+  for (int t = 1; t <= 2; t++)
+    for (int i = 0; i < 2; i++) {
+      double g = 2 * p[i];
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      p[i] -= 0.1 * g / (sqrt(v[i] / (1 - pow(0.999, t))) + 1e-8);
+      cases[1].want[t - 1][i] = p[i];
+    }
+  char script[300];
+  for (int k = 0; k < 2; k++) BOTH {
+      snprintf(script, sizeof script,
+               "let p = {p = [1.0; -2.0]}\n"
+               "let loss = sum (p *. p)\n"
+               "for step = 0 to 1 do\n"
+               "  backprop loss\n"
+               "  adam loss ~learning_rate:0.1%s\n"
+               "  print p\n"
+               "done\n",
+               cases[k].options);
+      if (!run(&o, b, script)) continue;
+      for (int step = 0; step < 2; step++)
+        expect(&o, b, step, "p", "|->2", VALUES(cases[k].want[step][0], cases[k].want[step][1]),
+               1e-12);
+    }
   /* AdamW: p -= lr * weight_decay * p first, then the same step */
   BOTH {
     if (!run(&o, b,
@@ -141,6 +204,8 @@ static void test_adam(void) {
       continue;
     expect(&o, b, 0, "q", "|->2", VALUES(0.85, -1.8), 1e-8);
   }
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~beta1:1\n"),
+            "seed.cnl:2:1: adam_update: beta1 1 and beta2 0.999 must lie in [0, 1)");
   CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~beta1:true\n"),
             "seed.cnl:2:34: expected a number, found a boolean");
   CHECK_HAS(run_error("let p = {p = [1.0]}\nsgd p ~learning_rate:0.1 ~momentum:true\n"),
@@ -471,6 +536,7 @@ static void test_memory(void) {
 
 int main(void) {
   test_builtins();
+  test_bad_labels();
   test_adam();
   test_printf();
   test_if();

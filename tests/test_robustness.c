@@ -2,9 +2,10 @@
  * position, never wrapped (a script computes with doubles, exact up to 2^53); sizes computed from
  * script values are checked with positions; the NaN check (option "check" = "nan", CANNL_CHECK=nan)
  * stops at the first non-finite value a routine writes, naming the tensor, its operation and where
- * the script built it, and never reads padding margins; a buffer too large for memory (below the
- * 2^40-byte limit checked when the shape is known) is reported at the tensor's position with its
- * dims. Messages compared exactly, on both backends. */
+ * the script built it (in a let%tile body, the operation's own line; for a %cd assignment, its
+ * operator and operation), and never reads padding margins; a buffer too large for memory (below
+ * the 2^40-byte limit checked when the shape is known) is reported at the tensor's position with
+ * its dims. Messages compared exactly, on both backends. */
 #include "limit_check.h"
 #include "notation_check.h"
 
@@ -86,6 +87,41 @@ static void test_nan_check(void) {
               CN_ERR_RUNTIME);
     CHECK_HAS(msg, "nan.cnl:3:13: routine 'cnl_1' wrote -Inf into \"log\" (#5) at [0]");
     CHECK_HAS(msg, "(the routine ran for line 4)");
+    /* in a let%tile body, at the operation that computed the value (not the body's first line);
+     * an elementwise einsum reduces nothing, so no accumulation is named */
+    CHECK_INT(run_checked("let%tile f I =\n"
+                          "  I.bind_dims(N)\n"
+                          "  O = TensorOutput(N)\n"
+                          "  O[i] += I[i] * I[i]\n"
+                          "  return log(O - 1)\n"
+                          "print f [2.0; 0.5]\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_STR(msg, "nan.cnl:5:10: routine 'cnl_1' wrote NaN into \"f\" (#5) at [1], its first "
+                   "non-finite value (check \"nan\"); computed by log (the routine ran for line "
+                   "6)\n  return log(O - 1)\n         ^");
+    CHECK_INT(run_checked("let%tile g I = I.bind_dims(N); O = TensorOutput(N); O[i] += I[i]; "
+                          "return O / O\nprint g [1.0; 0.0]\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_HAS(msg, "nan.cnl:1:76: routine 'cnl_1' wrote NaN into \"g\" (#3) at [1], its first "
+                   "non-finite value (check \"nan\"); computed by div (the routine ran for line "
+                   "2)");
+    /* a %cd assignment: its operator and operation, at the assignment */
+    CHECK_INT(run_checked("let x = [1.0; -1.0]\nlet y = [0.0; 0.0]\nlet%cd r =\n  y =: log x\n"
+                          "run r\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_STR(msg, "nan.cnl:4:5: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1], its first "
+                   "non-finite value (check \"nan\"); written by =: log (the routine ran for "
+                   "line 5)\n  y =: log x\n    ^");
+    CHECK_INT(run_checked("let x = [1.0; 0.0]\nlet%cd r =\n  \"z\" =: x;\n  z =/ x ~logic:\".\"\n"
+                          "run r\n",
+                          "nan", b, msg, sizeof msg, printed, sizeof printed),
+              CN_ERR_RUNTIME);
+    CHECK_HAS(msg, "nan.cnl:4:5: routine 'cnl_1' wrote NaN into \"z_x\" (#2) at [1], its first "
+                   "non-finite value (check \"nan\"); written by =/ id, the last of the %cd "
+                   "assignments writing it (the routine ran for line 5)");
     /* a max-reduction's padding margins hold -inf (its neutral element): not reported */
     CHECK_INT(run_checked("let x = [1.0; 2.0; 3.0; 4.0]\n"
                           "print (x @^+ \"o=+k; k => o\" [0.0; 0.0; 0.0])\n",

@@ -3,14 +3,19 @@
  *   - values of log_softmax, sigmoid, softplus, sum, mean, mse, binary_cross_entropy and
  *     cross_entropy against the same formulas in double precision here, including inputs of
  *     +-100 and +-1000 (finite everywhere, in single precision too), labels with and without a
- *     unit output axis, int32 labels and a label out of range;
+ *     unit output axis, int32 labels;
+ *   - labels that are not class indices (7, -3, 2.5, 0.7, NaN of 3 classes; byte and int32
+ *     labels) fail the run of cross_entropy, accuracy and confusion with a message naming the
+ *     labels, the cell and the value, the NaN check on or off;
  *   - gradients against central finite differences (double graphs) and against closed forms:
  *     sigmoid' = s (1 - s), softplus' = s, d cross_entropy / d logits = (softmax - onehot) / B;
  *   - argmax with ties (the first index), accuracy and confusion on hand examples, also with
  *     input axes (an example per batch and input position) and labels with a unit axis;
- *   - Adam, Adam with coupled weight decay and AdamW: three steps against the bias-corrected
- *     formula in double here, the state shared by two update trees, cn_graph_state's names and
- *     order, a duplicate label and bad arguments. */
+ *   - Adam, Adam with coupled weight decay, AdamW and Adam with beta1 = 0 (against RMSprop's
+ *     formula too): three steps against the bias-corrected formula in double here, the state
+ *     shared by two update trees, two updates of two parameters stepped 3 and 1 times (each its
+ *     own count), cn_graph_state's names and order, a duplicate label, cn_adam_defaults and bad
+ *     arguments. */
 #include "check.h"
 
 #include "cannl.h"
@@ -206,14 +211,6 @@ static void test_cross_entropy(cn_backend_kind b) {
   CHECK_STR(cn_tensor_shape(ce), "|->");
   expect_values(g, cn_tensor_cross_entropy(g, x, l1), b, &want, 1, 1e-14);
   expect_values(g, cn_tensor_cross_entropy(g, x, li), b, &want, 1, 1e-14);
-  /* a label out of range selects no class: its example contributes log(sum(exp(x - max))) */
-  const double out_of_range[3] = {2, 7, 3};
-  double ls[12], lse1 = 0;
-  ref_log_softmax(ce_logits, 3, 4, ls);
-  for (int k = 0; k < 4; k++) lse1 += exp(ce_logits[4 + k] - 3);
-  double want_oor = (-ls[2] + log(lse1) - ls[11]) / 3;
-  cn_tensor *lo = data(g, "labels_oor", (cn_dims){AXES(3), NONE, NONE}, out_of_range);
-  expect_values(g, cn_tensor_cross_entropy(g, x, lo), b, &want_oor, 1, 1e-14);
   free_graph(g);
   /* huge logits in single precision stay finite */
   g = new_graph(CN_PREC_SINGLE);
@@ -224,6 +221,83 @@ static void test_cross_entropy(cn_backend_kind b) {
   expect_values(
       g, cn_tensor_cross_entropy(g, x, data(g, "l", (cn_dims){AXES(3), NONE, NONE}, ce_labels)), b,
       &want, 1, 1e-6);
+  free_graph(g);
+}
+
+/* Runs t's forward code, which must fail with exactly `want` (the routine is named "eval"); t's
+ * value is then NaN: the loss of an ignored failure trains nothing. */
+static void expect_label_error(cn_graph *g, cn_tensor *t, cn_backend_kind b, const char *want) {
+  cn_ctx *ctx = cn_graph_ctx(g);
+  CHECK_MSG(t != NULL, "build: %s", cn_ctx_error(ctx));
+  cn_routine *r = t ? compile(g, cn_graph_forward(g, t), b, "eval") : NULL;
+  if (!r) return;
+  CHECK_INT(cn_routine_run(r), CN_ERR_RUNTIME);
+  CHECK_STR(cn_ctx_error(ctx), want);
+  double v = 0;
+  CHECK(cn_node_get_values(cn_tensor_value(t), false, &v, 1) == CN_OK && isnan(v));
+  cn_routine_free(r);
+}
+
+/* Labels that are not class indices (out of range, negative, not integers, NaN) fail the run that
+ * computes cross_entropy, accuracy or confusion, naming the labels, the first bad cell and its
+ * value, in every precision of labels and with the NaN check on or off; valid labels of every
+ * layout keep the values of test_cross_entropy. */
+static void test_bad_labels(cn_backend_kind b) {
+  static const double logits[6] = {2, 1, 0, 0, 3, 1};
+  static const struct {
+    double labels[2];
+    const char *cell, *value;
+  } cases[] = {
+      {{7, -3}, "[0]", "7"},    {{2, -3}, "[1]", "-3"},   {{2.5, 0.7}, "[0]", "2.5"},
+      {{0, 0.7}, "[1]", "0.7"}, {{1, NAN}, "[1]", "nan"}, {{3, 0}, "[0]", "3"},
+  };
+  const char *rule = " of \"labels\" (#2) is not one of the 3 class indices of \"x\" (#1): an "
+                     "integer from 0 to 2";
+  char want[400];
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (int prec = 0; prec < 2; prec++) {
+      cn_graph *g = new_graph(prec ? CN_PREC_SINGLE : CN_PREC_DOUBLE);
+      cn_tensor *x = data(g, "x", (cn_dims){AXES(2), NONE, AXES(3)}, logits);
+      cn_tensor *l = data(g, "labels", (cn_dims){AXES(2), NONE, NONE}, cases[k].labels);
+      snprintf(want, sizeof want, "routine 'eval': cross_entropy: label %s at %s%s", cases[k].value,
+               cases[k].cell, rule);
+      expect_label_error(g, cn_tensor_cross_entropy(g, x, l), b, want);
+      free_graph(g);
+    }
+  /* labels of other precisions and layouts, the other users of labels, and the NaN check */
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_tensor *x = data(g, "x", (cn_dims){AXES(2), NONE, AXES(3)}, logits);
+  cn_graph_set_prec(g, CN_PREC_BYTE);
+  cn_tensor *lb = data(g, "labels", (cn_dims){AXES(2), NONE, NONE}, (double[]){1, 3});
+  cn_graph_set_prec(g, CN_PREC_INT32);
+  cn_tensor *li = data(g, "labels_i32", (cn_dims){AXES(2), NONE, AXES(1)}, (double[]){-1, 2});
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  expect_label_error(g, cn_tensor_cross_entropy(g, x, lb), b,
+                     "routine 'eval': cross_entropy: label 3 at [1] of \"labels\" (#2) is not "
+                     "one of the 3 class indices of \"x\" (#1): an integer from 0 to 2");
+  expect_label_error(g, cn_tensor_cross_entropy(g, x, li), b,
+                     "routine 'eval': cross_entropy: label -1 at [0, 0] of \"labels_i32\" (#3) "
+                     "is not one of the 3 class indices of \"x\" (#1): an integer from 0 to 2");
+  expect_label_error(g, cn_tensor_accuracy(g, x, lb), b,
+                     "routine 'eval': accuracy: label 3 at [1] of \"labels\" (#2) is not one of "
+                     "the 3 class indices of \"x\" (#1): an integer from 0 to 2");
+  cn_tensor *conf = cn_tensor_confusion(g, x, li);
+  cn_routine *r = compile(g, cn_graph_forward(g, conf), b, "eval");
+  CHECK(cn_ctx_set_option(cn_graph_ctx(g), "check", "nan") == CN_OK);
+  CHECK_INT(r ? cn_routine_run(r) : CN_OK, CN_ERR_RUNTIME);
+  CHECK_STR(cn_ctx_error(cn_graph_ctx(g)),
+            "routine 'eval': confusion: label -1 at [0, 0] of \"labels_i32\" (#3) is not one of "
+            "the 3 class indices of \"x\" (#1): an integer from 0 to 2");
+  CHECK(cn_ctx_set_option(cn_graph_ctx(g), "check", "off") == CN_OK);
+  /* valid labels in those precisions: -log_softmax of classes 1 and 2, then 0 and 2 */
+  double ls[6];
+  ref_log_softmax(logits, 2, 3, ls);
+  cn_graph_set_prec(g, CN_PREC_BYTE);
+  cn_tensor *ok = data(g, "ok", (cn_dims){AXES(2), NONE, NONE}, (double[]){1, 2});
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  expect_values(g, cn_tensor_cross_entropy(g, x, ok), b, (double[]){-(ls[1] + ls[5]) / 2}, 1,
+                1e-14);
+  expect_values(g, cn_tensor_accuracy(g, x, ok), b, (double[]){0}, 1, 0);
   free_graph(g);
 }
 
@@ -403,8 +477,7 @@ typedef struct {
 } adam_ref;
 
 static void ref_adam_step(adam_ref *s, double lr, const cn_adam *o) {
-  double b1 = o->beta1 != 0 ? o->beta1 : 0.9, b2 = o->beta2 != 0 ? o->beta2 : 0.999;
-  double eps = o->eps != 0 ? o->eps : 1e-8, wd = o->weight_decay;
+  double b1 = o->beta1, b2 = o->beta2, eps = o->eps, wd = o->weight_decay;
   s->t += 1;
   for (int i = 0; i < 3; i++) {
     double g = 2 * (s->w[i] - target[i]);
@@ -424,15 +497,20 @@ typedef struct {
   cn_tensor *w, *loss;
 } adam_model;
 
-static bool adam_model_new(adam_model *m, cn_prec prec) {
-  m->g = new_graph(prec);
+/* A parameter `label` of w_init's values and its loss, in m's graph. */
+static bool adam_param(adam_model *m, const char *label) {
   cn_dims d = {NONE, NONE, AXES(3)};
-  m->w = cn_tensor_param(m->g, "w", &d, data(m->g, "w_init", d, w_init));
+  m->w = cn_tensor_param(m->g, label, &d, data(m->g, "w_init", d, w_init));
   cn_tensor *diff =
       cn_tensor_apply(m->g, CN_OP_SUB, 2, (cn_tensor *[]){m->w, data(m->g, "target", d, target)});
   m->loss = cn_tensor_sum(m->g, cn_tensor_apply(m->g, CN_OP_MUL, 2, (cn_tensor *[]){diff, diff}));
   CHECK_MSG(m->loss != NULL, "%s", cn_ctx_error(cn_graph_ctx(m->g)));
   return m->loss != NULL;
+}
+
+static bool adam_model_new(adam_model *m, cn_prec prec) {
+  m->g = new_graph(prec);
+  return adam_param(m, "w");
 }
 
 /* grad_update then adam_update, one routine. */
@@ -449,7 +527,12 @@ static void expect_adam_state(adam_model *m, const adam_ref *ref, const char *wh
   int n = cn_graph_state(m->g, m->loss, state, 8);
   CHECK_INT(n, 4);
   if (n != 4) return;
-  const char *names[4] = {"w", "adam_step", "w.adam_m", "w.adam_v"};
+  const char *label = cn_tensor_label(m->w);
+  char names[4][64];
+  snprintf(names[0], sizeof names[0], "%s", label);
+  snprintf(names[1], sizeof names[1], "%s.adam_step", label);
+  snprintf(names[2], sizeof names[2], "%s.adam_m", label);
+  snprintf(names[3], sizeof names[3], "%s.adam_v", label);
   const double *want[4] = {ref->w, &ref->t, ref->m, ref->v};
   for (int k = 0; k < 4; k++) {
     CHECK_STR(state[k].name, names[k]);
@@ -469,13 +552,25 @@ static void test_adam(cn_backend_kind b, const adam_case *c) {
   cn_adam o = c->opts;
   o.learning_rate = cn_tensor_number(m.g, lr);
   adam_ref ref = {{w_init[0], w_init[1], w_init[2]}, {0}, {0}, 0};
+  /* beta1 = 0, by its own formula (RMSprop with a bias-corrected v): w -= lr g / (sqrt(v_hat) +
+   * eps) */
+  double rms_w[3] = {w_init[0], w_init[1], w_init[2]}, rms_v[3] = {0};
   if (run(m.g, cn_graph_init_params(m.g, m.loss), b, "adam_init")) {
     cn_routine *step = adam_step_routine(&m, b, &o);
     for (int s = 0; step && s < 3; s++) {
       CHECK_MSG(cn_routine_run(step) == CN_OK, "%s", cn_ctx_error(cn_graph_ctx(m.g)));
       ref_adam_step(&ref, lr, &o);
       expect_adam_state(&m, &ref, c->name, 1e-13);
-      if (s == 0 && o.weight_decay == 0 && o.beta1 == 0) {
+      double w[3];
+      if (o.beta1 == 0 && read_node(cn_tensor_value(m.w), w, 3)) {
+        for (int i = 0; i < 3; i++) {
+          double g = 2 * (rms_w[i] - target[i]);
+          rms_v[i] = o.beta2 * rms_v[i] + (1 - o.beta2) * g * g;
+          rms_w[i] -= lr * g / (sqrt(rms_v[i] / (1 - pow(o.beta2, s + 1))) + o.eps);
+        }
+        expect_near("rmsprop", w, rms_w, 3, 1e-13);
+      }
+      if (s == 0 && o.weight_decay == 0) {
         /* by hand: m_hat = g and v_hat = g^2, so w moves by lr * g / (|g| + eps) */
         double w[3];
         if (read_node(cn_tensor_value(m.w), w, 3))
@@ -501,7 +596,9 @@ static void test_adam_single(cn_backend_kind b) {
   adam_model m;
   if (adam_model_new(&m, CN_PREC_SINGLE) &&
       run(m.g, cn_graph_init_params(m.g, m.loss), b, "adam_init")) {
-    cn_adam o = {cn_tensor_number(m.g, 0.05), 0, 0, 0, 0.01, true};
+    cn_adam o = cn_adam_defaults(cn_tensor_number(m.g, 0.05));
+    o.weight_decay = 0.01;
+    o.decoupled = true;
     adam_ref ref = {{w_init[0], w_init[1], w_init[2]}, {0}, {0}, 0};
     cn_routine *step = adam_step_routine(&m, b, &o);
     for (int s = 0; step && s < 5; s++) {
@@ -512,6 +609,44 @@ static void test_adam_single(cn_backend_kind b) {
     cn_routine_free(step);
   }
   free_graph(m.g);
+}
+
+/* Two Adam updates in one graph, of two parameters with their own losses, run 3 and 1 times:
+ * each parameter's bias correction follows its own step count (a counter shared by the graph
+ * would give the second update t = 4 at its first step). */
+static void test_adam_two_updates(cn_backend_kind b) {
+  adam_model m1, m2;
+  if (!adam_model_new(&m1, CN_PREC_DOUBLE)) {
+    free_graph(m1.g);
+    return;
+  }
+  m2.g = m1.g;
+  if (adam_param(&m2, "w2") && run(m1.g, cn_graph_init_params(m1.g, m1.loss), b, "init1") &&
+      run(m1.g, cn_graph_init_params(m1.g, m2.loss), b, "init2")) {
+    cn_adam o1 = cn_adam_defaults(cn_tensor_number(m1.g, 0.1));
+    cn_adam o2 = cn_adam_defaults(cn_tensor_number(m1.g, 0.2));
+    o2.beta1 = 0.5;
+    cn_routine *s1 = adam_step_routine(&m1, b, &o1), *s2 = adam_step_routine(&m2, b, &o2);
+    adam_ref r1 = {{w_init[0], w_init[1], w_init[2]}, {0}, {0}, 0}, r2 = r1;
+    for (int s = 0; s1 && s2 && s < 3; s++) {
+      CHECK(cn_routine_run(s1) == CN_OK);
+      ref_adam_step(&r1, 0.1, &o1);
+    }
+    CHECK(s2 && cn_routine_run(s2) == CN_OK);
+    ref_adam_step(&r2, 0.2, &o2);
+    expect_adam_state(&m1, &r1, "first update", 1e-13);
+    expect_adam_state(&m2, &r2, "second update", 1e-13);
+    /* by hand, w2's first step: m_hat = g, v_hat = g^2, a move of lr against g's sign */
+    double w[3];
+    if (read_node(cn_tensor_value(m2.w), w, 3))
+      expect_near(
+          "w2", w,
+          (double[]){0.5 - 0.2 / (1 + 1e-8), -1.5 + 0.2 * 5 / (5 + 1e-8), 2 + 0.2 / (1 + 1e-8)}, 3,
+          1e-15);
+    cn_routine_free(s1);
+    cn_routine_free(s2);
+  }
+  free_graph(m1.g);
 }
 
 /* ---- Training state and errors -------------------------------------------------------------- */
@@ -531,20 +666,23 @@ static void test_state(void) {
   CHECK(out[0].node == cn_tensor_value(w));
   cn_tensor *lr = cn_tensor_number(g, 0.1);
   CHECK(cn_graph_sgd_update(g, loss, &(cn_sgd){lr, 0.9, 0, false}) != NULL);
-  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, 0, false}) != NULL);
-  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, 0, false}) != NULL);
-  const char *names[] = {"w",        "b",        "w.sgd_momentum", "b.sgd_momentum", "adam_step",
-                         "w.adam_m", "w.adam_v", "b.adam_m",       "b.adam_v"};
-  CHECK_INT(cn_graph_state(g, loss, out, 16), 9);
-  for (int i = 0; i < 9; i++) CHECK_STR(out[i].name, names[i]);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false}) != NULL);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false}) != NULL);
+  const char *names[] = {"w",        "b",        "w.sgd_momentum", "b.sgd_momentum", "w.adam_step",
+                         "w.adam_m", "w.adam_v", "b.adam_step",    "b.adam_m",       "b.adam_v"};
+  CHECK_INT(cn_graph_state(g, loss, out, 16), 10);
+  for (int i = 0; i < 10; i++) CHECK_STR(out[i].name, names[i]);
   CHECK_STR(cn_node_label(out[5].node), "w.adam_m");
+  CHECK_INT(cn_node_rank(out[4].node), 0);
+  CHECK_INT(cn_node_prec(out[4].node), CN_PREC_DOUBLE);
   /* cap: the count, and only cap entries written */
   out[3].name = NULL;
-  CHECK_INT(cn_graph_state(g, loss, out, 3), 9);
+  CHECK_INT(cn_graph_state(g, loss, out, 3), 10);
   CHECK(out[3].name == NULL);
-  CHECK_INT(cn_graph_state(g, loss, NULL, 0), 9);
-  /* a state of w alone: its own entries and the counter */
+  CHECK_INT(cn_graph_state(g, loss, NULL, 0), 10);
+  /* a state of w alone: its own entries and its counter */
   CHECK_INT(cn_graph_state(g, w, out, 16), 5);
+  CHECK_STR(out[2].name, "w.adam_step");
   /* two parameters of one label */
   cn_tensor *w2 = cn_tensor_param(g, "w", &d, data(g, "w0", d, v));
   cn_tensor *loss2 = cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){w, w2}));
@@ -581,9 +719,19 @@ static void test_errors(void) {
   EXPECT_NULL(cn_tensor_confusion(g, w, NULL), "confusion: operand 2 is NULL");
   EXPECT_NULL(cn_graph_adam_update(g, loss, NULL), "adam_update needs a learning rate");
   cn_tensor *lr = cn_tensor_number(g, 0.1);
-  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 1.5, 0, 0, 0, false}), "beta1 1.5");
-  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, -1, 0, false}), "eps -1");
-  EXPECT_NULL(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0, 0, 0, NAN, false}), "weight decay");
+  cn_adam a = cn_adam_defaults(lr);
+  CHECK(a.learning_rate == lr && a.beta1 == 0.9 && a.beta2 == 0.999 && a.eps == 1e-8 &&
+        a.weight_decay == 0 && !a.decoupled);
+  a.beta1 = 1.5;
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "beta1 1.5 and beta2 0.999 must lie in [0, 1)");
+  a.beta1 = 1;
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "beta1 1 and");
+  a.beta1 = 0.9, a.beta2 = -0.1;
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "beta2 -0.1 must lie in [0, 1)");
+  a.beta2 = 0.999, a.eps = 0;
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "eps 0 must be positive");
+  a.eps = 1e-8, a.weight_decay = NAN;
+  EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "weight decay nan is not finite");
   free_graph(g);
 }
 
@@ -595,15 +743,18 @@ int main(void) {
     test_log_softmax_sum_mean(b);
     test_mse_bce(b);
     test_cross_entropy(b);
+    test_bad_labels(b);
     test_gradients(b);
     test_metrics(b);
     const adam_case cases[] = {
-        {"adam", {NULL, 0, 0, 0, 0, false}},
+        {"adam", {NULL, 0.9, 0.999, 1e-8, 0, false}},
         {"adam, coupled weight decay", {NULL, 0.8, 0.99, 1e-6, 0.1, false}},
-        {"adamw", {NULL, 0, 0, 0, 0.1, true}},
+        {"adamw", {NULL, 0.9, 0.999, 1e-8, 0.1, true}},
+        {"beta1 = 0", {NULL, 0, 0.99, 1e-8, 0, false}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_adam(b, &cases[k]);
     test_adam_single(b);
+    test_adam_two_updates(b);
   }
   test_state();
   test_errors();

@@ -28,6 +28,11 @@ struct cn_node {
    * layer for the unnamed values of a script, cn_graph_fuse_unnamed): the schedule may inline it
    * like a CN_MEM_VIRTUAL node where that is exact, and otherwise leaves it materialized. */
   bool fusable;
+  /* A validity test the program computes (cross_entropy's labels, src/tensor/train.c): every cell
+   * must be 0 after a run that writes the node, and a run that leaves one nonzero fails whatever
+   * the "check" option, with "<guard_what> <value> at [cell] <guard_rule>" (arena texts; NULL: no
+   * test). Such a node is never fusable, so the schedule keeps it stored. */
+  const char *guard_what, *guard_rule;
 };
 
 /* Cells of the padded buffer, and row-major strides over the padded dims. */
@@ -39,11 +44,12 @@ void *cn_node_buffer(cn_node *node, bool merge);
 /* "label" (#id) for messages; arena-owned. */
 const char *cn_node_describe(const cn_node *node);
 /* The first unpadded cell, in row-major order, of `cells` (a buffer laid out as node's: its value,
- * its merge buffer or a routine's scratch for a local node) that holds a NaN or an infinity:
- * true with its coordinates in at[0..rank) and its value; false when every cell is finite or
- * node's precision is not a float kind. Padding margins are not read (they may hold a neutral
- * element such as -inf). */
-bool cn_node_find_nonfinite(const cn_node *node, const void *cells, int64_t *at, double *value);
+ * its merge buffer or a routine's scratch for a local node) that holds a NaN or an infinity
+ * (nonzero false; none when node's precision is not a float kind) or, with nonzero, any value but
+ * 0 (NaN included): true with its coordinates in at[0..rank) and its value; false when there is
+ * none. Padding margins are not read (they may hold a neutral element such as -inf). */
+bool cn_node_find_cell(const cn_node *node, const void *cells, bool nonzero, int64_t *at,
+                       double *value);
 
 #define CN_SLOT_LHS  0
 #define CN_MAX_SLOTS 4

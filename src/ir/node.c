@@ -317,8 +317,10 @@ static cn_status transfer(cn_node *node, bool merge, host_array host, size_t cou
   }
 }
 
-bool cn_node_find_nonfinite(const cn_node *node, const void *cells, int64_t *at, double *value) {
-  if (cn_prec_kind_of(node->prec) != CN_PKIND_FLOAT || cn_node_numel(node) == 0) return false;
+bool cn_node_find_cell(const cn_node *node, const void *cells, bool nonzero, int64_t *at,
+                       double *value) {
+  if ((!nonzero && cn_prec_kind_of(node->prec) != CN_PKIND_FLOAT) || cn_node_numel(node) == 0)
+    return false;
   size_t bytes = cn_prec_bytes(node->prec);
   const unsigned char *buffer = cells;
   int last = node->rank - 1;
@@ -335,7 +337,7 @@ bool cn_node_find_nonfinite(const cn_node *node, const void *cells, int64_t *at,
           : node->prec == CN_PREC_DOUBLE
               ? ((const double *)row)[c]
               : cn_value_to_double(node->prec, cn_value_load(node->prec, row + (size_t)c * bytes));
-      if (isfinite(x)) continue;
+      if (nonzero ? x == 0 : isfinite(x)) continue; /* NaN is nonzero */
       for (int a = 0; a < last; a++) at[a] = idx[a];
       if (last >= 0) at[last] = c;
       *value = x;

@@ -61,12 +61,26 @@ nt_value *nt_tensor_value(nt_interp *I, cn_tensor *t) {
   return v;
 }
 
-/* Re-issues the context's last message at pos (library failures point at the expression), except
- * an allocation failure, which has no position worth adding. */
+/* The last %cd assignment built that writes the node (an update of the graph whose LHS it is), or
+ * NULL; *count: how many do. The NaN check sees a routine's writes only after the whole run, so
+ * when several assignments write the node the report names the last built. */
+static const cn_update *last_writer(nt_interp *I, int node_id, int *count) {
+  const cn_update *last = NULL;
+  *count = 0;
+  for (int i = 0; i < I->g->n_updates; i++) {
+    const cn_update *u = I->g->updates[i];
+    const cn_tensor *lhs = u->lhs.tensor;
+    const cn_node *node = lhs ? (u->lhs.grad ? lhs->grad : lhs->value) : NULL;
+    if (node && node->id == node_id) last = u, ++*count;
+  }
+  return last;
+}
+
 /* A failure about a node (ctx->failed_node: a run stopped by the NaN check, a buffer that cannot
  * be allocated) is reported at the position where the script built the node's tensor, with the
- * operation that computes it and the statement at `at`, keeping its status (a runtime failure,
- * memory). False when the node is not one of the script's tensors. */
+ * operation that computes it (or the %cd assignment that wrote it) and the statement at `at`,
+ * keeping its status (a runtime failure, memory). False when the node is not one of the script's
+ * tensors. */
 static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
   cn_ctx *ctx = I->ctx;
   bool grad = false;
@@ -83,22 +97,36 @@ static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
                    grad ? ".grad" : "", t->id, hit + strlen(node));
     if (!(msg = cn_sbuf_finish(ctx, &sb))) return true; /* out of memory, said so */
   }
-  bool built = t->id < I->cap_tensor_at && I->tensor_at[t->id].src;
+  const cn_nt_pos *where =
+      t->id < I->cap_tensor_at && I->tensor_at[t->id].src ? &I->tensor_at[t->id] : NULL;
   char op[160] = "";
-  if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
-    bool pointwise = t->sop && t->sop->kind == CN_SL_POINTWISE;
+  int writers;
+  const cn_update *u = last_writer(I, ctx->failed_node, &writers);
+  if (u) { /* a %cd assignment wrote it: its operation, at the assignment */
+    char spelled[16] = "=:";
+    cn_op_assign_spelling(u->accum, u->init, spelled, sizeof spelled);
+    snprintf(op, sizeof op, "; written by %s %s%s", spelled, cn_op_name(u->prim),
+             writers > 1 ? ", the last of the %cd assignments writing it" : "");
+    if (u->sop && u->sop->id < I->cap_op_at && I->op_at[u->sop->id].src)
+      where = &I->op_at[u->sop->id];
+  } else if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
+    /* an einsum that reduces nothing (a Tile elementwise operation) accumulates nothing */
+    bool pointwise =
+        (t->sop && t->sop->kind == CN_SL_POINTWISE) || (t->proj && cn_proj_lhs_injective(t->proj));
     snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
              cn_op_name(t->prim), pointwise ? "" : ", accumulated by ",
              pointwise ? "" : cn_op_name(t->accum));
   } else if (grad) {
     snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
   }
-  cn_nt_fail_at(ctx, built ? I->tensor_at[t->id] : at, "%s%s (%s line %d)", msg, op,
+  cn_nt_fail_at(ctx, where ? *where : at, "%s%s (%s line %d)", msg, op,
                 status == CN_ERR_RUNTIME ? "the routine ran for" : "needed by", at.line);
   ctx->status = status; /* positioned like a script error, but a runtime or memory failure */
   return true;
 }
 
+/* Re-issues the context's last message at pos (library failures point at the expression), except
+ * an allocation failure, which has no position worth adding. */
 nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
   if (I->ctx->failed_node && explain_node_failure(I, pos)) return NULL;
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */

@@ -18,6 +18,7 @@
  * Invariants: an application never changes the function value it applies (partial
  * applications are copies); call depth is bounded by NT_MAX_CALL_DEPTH. */
 #include "notation/eval_internal.h"
+#include "tile/tile.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -159,6 +160,19 @@ static bool label_result(nt_interp *I, const cn_nt_item *def, nt_value *const *g
   return label && cn_tensor_set_label(result->t, label) == CN_OK;
 }
 
+/* Each tensor a let%tile application builds is noted where the body computes it (its contraction
+ * statement or elementwise operation), so a later message about it (the NaN check's) points there
+ * and not at the body's first line. */
+typedef struct {
+  nt_interp *I;
+  const cn_nt_source *src;
+} tile_noter;
+
+static void note_tile(void *user, int line, int col) {
+  tile_noter *n = user;
+  nt_note(n->I, (cn_nt_pos){n->src, line, col});
+}
+
 /* A let%tile application: integers are dims (strides, sizes), everything else a tensor. Errors
  * come from src/tile, positioned in the function's body. */
 static nt_value *tile_body(nt_interp *I, const nt_value *f) {
@@ -176,7 +190,8 @@ static nt_value *tile_body(nt_interp *I, const nt_value *f) {
   }
   for (int k = 0; k < n; k++)
     if (!nt_settle_shapes(I, &targs[k].tensor, 1, def->u.let.params[k].pos)) return NULL;
-  cn_tensor *t = cn_tile_fn_apply(I->g, def->u.let.tile_fn, n, targs);
+  tile_noter noter = {I, def->u.let.tile_pos.src};
+  cn_tensor *t = cn_tile_fn_apply_noted(I->g, def->u.let.tile_fn, n, targs, note_tile, &noter);
   if (!t) return NULL;
   nt_note(I, def->u.let.tile_pos);
   return nt_tensor_value(I, t);

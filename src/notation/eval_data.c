@@ -251,7 +251,7 @@ bool nt_checkpoint(nt_interp *I, cn_tensor *loss, const char *path, int64_t epoc
 }
 
 /* The optimizer state restore creates: the tree of one update is built and dropped, which
- * creates the state nodes (optim.c keeps them on the parameters and the graph); the statement
+ * creates the state nodes (optim.c keeps them on the parameters); the statement
  * adam or sgd of the script builds its own tree later and reuses them. */
 static bool optimizer_state(nt_interp *I, cn_tensor *loss, const char *optimizer, cn_nt_pos at) {
   if (strcmp(optimizer, "none") == 0) return true;
@@ -263,7 +263,7 @@ static bool optimizer_state(nt_interp *I, cn_tensor *loss, const char *optimizer
                    optimizer),
            false;
   cn_tensor *lr = cn_tensor_number(I->g, 0);
-  cn_adam adam_options = {lr, 0, 0, 0, 0, false};
+  cn_adam adam_options = cn_adam_defaults(lr);
   cn_sgd sgd_options = {lr, 0.9, 0, false}; /* a momentum, so that its state exists */
   cn_asgn *tree = !lr    ? NULL
                   : adam ? cn_graph_adam_update(I->g, loss, &adam_options)

@@ -313,12 +313,12 @@ static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
       !option_value(I, scope, it->u.adam.weight_decay, NT_V_NUM, &wd) ||
       !option_value(I, scope, it->u.adam.decoupled, NT_V_BOOL, &dec) || !nt_materialize(I, it->pos))
     return false;
-  cn_adam adam = {lrt,
-                  b1 ? b1->num : 0.9,
-                  b2 ? b2->num : 0.999,
-                  eps ? eps->num : 1e-8,
-                  wd ? wd->num : 0,
-                  dec && dec->b};
+  cn_adam adam = cn_adam_defaults(lrt);
+  if (b1) adam.beta1 = b1->num;
+  if (b2) adam.beta2 = b2->num;
+  if (eps) adam.eps = eps->num;
+  if (wd) adam.weight_decay = wd->num;
+  adam.decoupled = dec && dec->b;
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
   return run_statement(I, st, init, init ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL,
                        it->pos);

@@ -10,7 +10,8 @@
  * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
  * symbol has a range. Local scratch is zeroed before every run, so a run's result depends only on
  * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`).
- * With the "check" option at "nan", a run also scans what it wrote (see check_nonfinite).
+ * A run checks the guard nodes it wrote (check_guards) and, with the "check" option at "nan",
+ * scans what it wrote for NaNs and infinities (check_nonfinite).
  *
  * A procedure is scheduled (src/sched) after simplification, with the passes the "schedule"
  * option names when the routine is compiled; the loop-IR text is the scheduled one.
@@ -117,6 +118,48 @@ static bool has_parallel_loop(const cn_ll_stmt *stmt) {
   return false;
 }
 
+/* "[i, j]": the coordinates of a cell, for messages. */
+static void format_cell(const cn_node *node, const int64_t *at, char *cell, size_t cap) {
+  snprintf(cell, cap, "[");
+  for (int a = 0; a < node->rank; a++)
+    snprintf(cell + strlen(cell), cap - strlen(cell), "%s%lld", a ? ", " : "", (long long)at[a]);
+  snprintf(cell + strlen(cell), cap - strlen(cell), "]");
+}
+
+/* The shortest decimal that reads back as the same value of prec: a label 0.7 stored in single
+ * precision shows as 0.7, not as its double expansion 0.699999988079071, and 2.0000002 is not
+ * rounded to a misleading 2. */
+static void format_value(cn_prec prec, double v, char *text, size_t cap) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(text, cap, "%.*g", digits, v);
+    unsigned char cell[16]; /* the widest cell, uint4x32 */
+    cn_value_store(prec, cn_value_of_double(prec, strtod(text, NULL)), cell);
+    double back = cn_value_to_double(prec, cn_value_load(prec, cell));
+    if (back == v || (isnan(back) && isnan(v))) return;
+  }
+}
+
+/* The tests the program computes (cn_node.guard_what): the first written guard node holding a
+ * nonzero cell fails the run (CN_ERR_RUNTIME) with its message, checked on every run since a
+ * guard's cells are as few as a batch's labels. Before the NaN check: a guard's failure explains
+ * the NaN the program then computes. */
+static cn_status check_guards(cn_routine *r) {
+  for (int w = 0; w < r->n_written; w++) {
+    const cn_ll_param *p = &r->proc->params[r->written[w]];
+    int64_t at[CN_MAX_RANK];
+    double value;
+    if (!p->node->guard_what || p->merge ||
+        !cn_node_find_cell(p->node, r->buffers[r->written[w]], true, at, &value))
+      continue;
+    char cell[CN_MAX_RANK * 24 + 3], text[32];
+    format_cell(p->node, at, cell, sizeof cell);
+    format_value(p->node->prec, value, text, sizeof text);
+    return cn_fail(r->ctx, CN_ERR_RUNTIME, "routine '%s': %s %s at %s %s", r->name,
+                   p->node->guard_what, text, cell, p->node->guard_rule);
+  }
+  return CN_OK;
+}
+
 /* The "check" = "nan" option: the first written node holding a NaN or an infinity fails the run
  * (CN_ERR_RUNTIME), naming the node, the cell and the value; ctx->failed_node keeps its id so that
  * higher layers can name the tensor, operation and script position. */
@@ -133,12 +176,9 @@ static cn_status check_nonfinite(cn_routine *r) {
     const cn_ll_param *p = &r->proc->params[r->written[w]];
     int64_t at[CN_MAX_RANK];
     double value;
-    if (!cn_node_find_nonfinite(p->node, r->buffers[r->written[w]], at, &value)) continue;
-    char cell[CN_MAX_RANK * 24 + 3] = "[";
-    for (int a = 0; a < p->node->rank; a++)
-      snprintf(cell + strlen(cell), sizeof cell - strlen(cell), "%s%lld", a ? ", " : "",
-               (long long)at[a]);
-    strcat(cell, "]");
+    if (!cn_node_find_cell(p->node, r->buffers[r->written[w]], false, at, &value)) continue;
+    char cell[CN_MAX_RANK * 24 + 3];
+    format_cell(p->node, at, cell, sizeof cell);
     cn_fail(ctx, CN_ERR_RUNTIME,
             "routine '%s' wrote %s into %s%s at %s, its first non-finite value (check "
             "\"nan\")",
@@ -442,6 +482,7 @@ cn_status cn_routine_run(cn_routine *routine) {
           : routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
   if (status != CN_OK) return status;
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
+  if ((status = check_guards(routine)) != CN_OK) return status;
   return check_nonfinite(routine);
 }
 

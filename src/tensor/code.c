@@ -25,18 +25,39 @@ cn_asgn *cn_asgn_list_finish(cn_asgn_list *l, cn_status st) {
   return l->n == 0 ? cn_asgn_noop(l->ctx) : l->n == 1 ? l->v[0] : cn_asgn_seq(l->ctx, l->n, l->v);
 }
 
-/* Post-order over operands from t; parameters are leaves (their code is held out). */
+/* Post-order over operands from t; parameters are leaves (their code is held out). Iterative,
+ * with an explicit stack of (tensor, next operand), so a graph's depth costs no C stack (a chain
+ * of 100 000 operations is an ordinary graph); the order is the recursive one's: a tensor is
+ * marked when first reached, its operands are visited left to right, and it is appended after
+ * them. */
+typedef struct {
+  cn_tensor *t;
+  int next; /* the operand to visit next */
+} walk_frame;
+
 static cn_status order_from(cn_graph *g, cn_tensor *t, cn_tensor_list *out) {
   if (t->visit == g->epoch) return CN_OK;
   t->visit = g->epoch;
-  if (!t->is_param)
-    for (int i = 0; i < t->n_args; i++) {
-      cn_status st = order_from(g, t->args[i], out);
-      if (st != CN_OK) return st;
+  walk_frame *stack = NULL;
+  int depth = 0, cap = 0;
+  if (!cn_arena_grow(g->ctx, (void **)&stack, &cap, 1, sizeof *stack)) return CN_ERR_NOMEM;
+  stack[depth++] = (walk_frame){t, 0};
+  while (depth > 0) {
+    walk_frame *f = &stack[depth - 1];
+    if (!f->t->is_param && f->next < f->t->n_args) {
+      cn_tensor *arg = f->t->args[f->next++];
+      if (arg->visit == g->epoch) continue;
+      arg->visit = g->epoch;
+      if (!cn_arena_grow(g->ctx, (void **)&stack, &cap, depth + 1, sizeof *stack))
+        return CN_ERR_NOMEM;
+      stack[depth++] = (walk_frame){arg, 0};
+      continue;
     }
-  if (!cn_arena_grow(g->ctx, (void **)&out->v, &out->cap, out->n + 1, sizeof(cn_tensor *)))
-    return CN_ERR_NOMEM;
-  out->v[out->n++] = t;
+    if (!cn_arena_grow(g->ctx, (void **)&out->v, &out->cap, out->n + 1, sizeof(cn_tensor *)))
+      return CN_ERR_NOMEM;
+    out->v[out->n++] = f->t;
+    depth--;
+  }
   return CN_OK;
 }
 
@@ -66,6 +87,8 @@ static cn_asgn *fetch_code(cn_tensor *t) {
 /* The code computing t's value from its operands' values. */
 static cn_status own_code(cn_tensor *t, cn_asgn_list *out) {
   cn_ctx *ctx = t->g->ctx;
+  cn_status st = t->label_check ? cn_label_check_arm(t) : CN_OK;
+  if (st != CN_OK) return st;
   switch (t->kind) {
   case CN_TK_NUMBER:
     return cn_asgn_list_add(out, t->number_bits

@@ -6,10 +6,11 @@
  *
  * Invariants: constants and temporaries are fresh virtual nodes of the tree being built, written
  * and read only by it; optimizer state (SGD's momentum, Adam's moments and step counter) is
- * created zero-filled by the first update that needs it, labeled "<param>.<state>" (the counter
- * "adam_step"), kept on the parameter (the counter on the graph) and reused by every later update,
- * so routines compiled from different trees continue one optimization; Adam's tree increments
- * the counter before anything reads it. */
+ * created zero-filled by the first update that needs it, labeled "<param>.<state>", kept on the
+ * parameter and reused by every later update, so routines compiled from different trees continue
+ * one optimization; Adam's step counter is per parameter too ("<param>.adam_step", a double
+ * scalar), so two Adam updates of different parameters in one graph count their own steps, and
+ * a tree increments it before anything reads it. */
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -55,14 +56,17 @@ static cn_node *node_like(cn_graph *g, cn_node *like, const char *label, bool te
   return cn_node_create(g->ctx, label, cn_node_prec(like), rank, dims);
 }
 
-/* p's state node in *slot, created on first use as "<param>.<what>". */
-static cn_node *state_of(cn_graph *g, cn_tensor *p, cn_node **slot, const char *what) {
+/* p's state node in *slot, created on first use as "<param>.<what>": a node like p's value, or
+ * a double scalar for a counter (Adam's step). */
+static cn_node *state_of(cn_graph *g, cn_tensor *p, cn_node **slot, const char *what,
+                         bool counter) {
   if (*slot) return *slot;
   size_t len = strlen(p->label) + strlen(what) + 2;
   char *label = cn_alloc(g->ctx, len);
   if (!label) return NULL;
   snprintf(label, len, "%s.%s", p->label, what);
-  return *slot = node_like(g, p->value, label, false);
+  return *slot = counter ? cn_node_create(g->ctx, label, CN_PREC_DOUBLE, 0, NULL)
+                         : node_like(g, p->value, label, false);
 }
 
 /* The start of an update: the loss's parameters, then the learning rate's forward code. */
@@ -91,7 +95,7 @@ static cn_status sgd_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const cn_
   }
   if (st == CN_OK && sgd->momentum != 0) { /* m =: momentum * m + delta */
     cn_node *mu = constant(g, out, "sgd_const", p->prec, sgd->momentum);
-    cn_node *m = mu ? state_of(g, p, &p->sgd_momentum, "sgd_momentum") : NULL;
+    cn_node *m = mu ? state_of(g, p, &p->sgd_momentum, "sgd_momentum", false) : NULL;
     if (!m) return ctx->status;
     st = update(g, out, m, true, CN_OP_ADD, CN_OP_FMA, 3, (cn_node *[]){mu, m, delta});
     if (st == CN_OK && sgd->nesterov) { /* delta + momentum * m */
@@ -120,24 +124,27 @@ cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd) {
 
 /* ---- Adam and AdamW ------------------------------------------------------------------------- */
 
-/* The coefficients (defaults filled in) and the tree's scalars: the step's bias corrections
- * 1 / (1 - beta1^t) and 1 / (1 - beta2^t), and the constants every parameter reads. The scalars
- * are double: the counter stays exact, and 1 - beta2^t (1e-3 at t = 1) keeps its digits. */
+cn_adam cn_adam_defaults(cn_tensor *learning_rate) {
+  return (cn_adam){learning_rate, 0.9, 0.999, 1e-8, 0, false};
+}
+
+/* The coefficients, taken as given (cn_adam_defaults has the usual ones), and the tree's
+ * constants every parameter reads. The scalars are double: a step counter stays exact, and
+ * 1 - beta2^t (1e-3 at t = 1) keeps its digits. */
 typedef struct {
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
-  cn_node *lr, *inv_bc1, *inv_bc2, *beta1_c, *beta2_c, *one_minus_beta1, *one_minus_beta2, *eps_c,
-      *wd_c;
+  cn_node *lr, *one, *beta1_c, *beta2_c, *one_minus_beta1, *one_minus_beta2, *eps_c, *wd_c;
 } adam_tree;
 
 static cn_status adam_config(cn_graph *g, const cn_adam *adam, adam_tree *a) {
-  a->beta1 = adam->beta1 != 0 ? adam->beta1 : 0.9;
-  a->beta2 = adam->beta2 != 0 ? adam->beta2 : 0.999;
-  a->eps = adam->eps != 0 ? adam->eps : 1e-8;
+  a->beta1 = adam->beta1;
+  a->beta2 = adam->beta2;
+  a->eps = adam->eps;
   a->weight_decay = adam->weight_decay;
   a->decoupled = adam->decoupled;
-  if (!(a->beta1 > 0 && a->beta1 < 1) || !(a->beta2 > 0 && a->beta2 < 1))
-    return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: beta1 %g and beta2 %g must lie in (0, 1)",
+  if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+    return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: beta1 %g and beta2 %g must lie in [0, 1)",
                    a->beta1, a->beta2);
   if (!(a->eps > 0 && isfinite(a->eps)))
     return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: eps %g must be positive", a->eps);
@@ -147,7 +154,8 @@ static cn_status adam_config(cn_graph *g, const cn_adam *adam, adam_tree *a) {
   return CN_OK;
 }
 
-/* inv =: 1 / (1 - beta^step), beta a constant node. */
+/* inv =: 1 / (1 - beta^step), beta a constant node (beta = 0 gives 1: pow(0, t) is 0 for
+ * t >= 1). */
 static cn_node *inverse_bias_correction(cn_graph *g, cn_asgn_list *out, cn_node *beta, cn_node *one,
                                         cn_node *step) {
   cn_node *power = temporary(g, "adam_beta_t", CN_PREC_DOUBLE, 0, NULL);
@@ -161,33 +169,36 @@ static cn_node *inverse_bias_correction(cn_graph *g, cn_asgn_list *out, cn_node 
   return inv;
 }
 
-/* step =+ 1, then the scalars of adam_tree. */
-static cn_status adam_scalars(cn_graph *g, cn_asgn_list *out, adam_tree *a) {
-  cn_ctx *ctx = g->ctx;
+/* The constants of adam_tree. */
+static cn_status adam_constants(cn_graph *g, cn_asgn_list *out, adam_tree *a) {
   const cn_prec d = CN_PREC_DOUBLE;
-  if (!g->adam_step && !(g->adam_step = cn_node_create(ctx, "adam_step", d, 0, NULL)))
-    return ctx->status;
-  cn_node *one = constant(g, out, "adam_const", d, 1);
-  if (!one || update(g, out, g->adam_step, false, CN_OP_ADD, CN_OP_ID, 1, &one) != CN_OK)
-    return ctx->status;
-  if (!(a->beta1_c = constant(g, out, "adam_const", d, a->beta1)) ||
+  if (!(a->one = constant(g, out, "adam_const", d, 1)) ||
+      !(a->beta1_c = constant(g, out, "adam_const", d, a->beta1)) ||
       !(a->beta2_c = constant(g, out, "adam_const", d, a->beta2)) ||
       !(a->one_minus_beta1 = constant(g, out, "adam_const", d, 1 - a->beta1)) ||
       !(a->one_minus_beta2 = constant(g, out, "adam_const", d, 1 - a->beta2)) ||
       !(a->eps_c = constant(g, out, "adam_const", d, a->eps)) ||
-      !(a->wd_c = constant(g, out, "adam_const", d, a->weight_decay)) ||
-      !(a->inv_bc1 = inverse_bias_correction(g, out, a->beta1_c, one, g->adam_step)) ||
-      !(a->inv_bc2 = inverse_bias_correction(g, out, a->beta2_c, one, g->adam_step)))
-    return ctx->status;
+      !(a->wd_c = constant(g, out, "adam_const", d, a->weight_decay)))
+    return g->ctx->status;
   return CN_OK;
 }
 
-/* For one parameter p, with gr its gradient (plus weight_decay * p unless decoupled):
- *   [p =- lr * weight_decay * p]  m =: beta1 * m;  m =+ (1 - beta1) * gr;
+/* For one parameter p, with t its step counter and gr its gradient (plus weight_decay * p unless
+ * decoupled):
+ *   t =+ 1;  [p =- lr * weight_decay * p]  m =: beta1 * m;  m =+ (1 - beta1) * gr;
  *   v =: beta2 * v;  v =+ (1 - beta2) * gr * gr;
- *   den =: sqrt(v * inv_bc2) + eps;  p =- lr * inv_bc1 * (m / den). */
+ *   den =: sqrt(v * inv_bc2) + eps;  p =- lr * inv_bc1 * (m / den)
+ * with inv_bc = 1 / (1 - beta^t). The counter is the parameter's, as its moments are: the bias
+ * correction undoes the zero start of exactly these moments, however many trees update p and
+ * however often each runs. */
 static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const adam_tree *a) {
   cn_ctx *ctx = g->ctx;
+  cn_node *step = state_of(g, p, &p->adam_step, "adam_step", true);
+  if (!step || update(g, out, step, false, CN_OP_ADD, CN_OP_ID, 1, (cn_node *[]){a->one}) != CN_OK)
+    return ctx->status;
+  cn_node *inv_bc1 = inverse_bias_correction(g, out, a->beta1_c, a->one, step);
+  cn_node *inv_bc2 = inv_bc1 ? inverse_bias_correction(g, out, a->beta2_c, a->one, step) : NULL;
+  if (!inv_bc2) return ctx->status;
   cn_node *gr = p->grad;
   bool decay = a->weight_decay != 0;
   if (decay && a->decoupled &&
@@ -199,8 +210,8 @@ static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const ad
        update(g, out, gr, true, CN_OP_ADD, CN_OP_FMA, 3,
               (cn_node *[]){a->wd_c, p->value, p->grad}) != CN_OK))
     return ctx->status;
-  cn_node *m = state_of(g, p, &p->adam_m, "adam_m");
-  cn_node *v = m ? state_of(g, p, &p->adam_v, "adam_v") : NULL;
+  cn_node *m = state_of(g, p, &p->adam_m, "adam_m", false);
+  cn_node *v = m ? state_of(g, p, &p->adam_v, "adam_v", false) : NULL;
   cn_node *scaled = v ? node_like(g, p->value, "adam_v_hat", true) : NULL;
   cn_node *root = scaled ? node_like(g, p->value, "adam_sqrt_v_hat", true) : NULL;
   cn_node *den = root ? node_like(g, p->value, "adam_denominator", true) : NULL;
@@ -217,11 +228,11 @@ static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const ad
       {m, false, CN_OP_ADD, CN_OP_MUL, 2, {a->one_minus_beta1, gr}},
       {v, true, CN_OP_ADD, CN_OP_MUL, 2, {a->beta2_c, v}},
       {v, false, CN_OP_ADD, CN_OP_MUL3, 3, {a->one_minus_beta2, gr, gr}},
-      {scaled, true, CN_OP_ADD, CN_OP_MUL, 2, {v, a->inv_bc2}},
+      {scaled, true, CN_OP_ADD, CN_OP_MUL, 2, {v, inv_bc2}},
       {root, true, CN_OP_ADD, CN_OP_SQRT, 1, {scaled}},
       {den, true, CN_OP_ADD, CN_OP_ADD, 2, {root, a->eps_c}},
       {ratio, true, CN_OP_ADD, CN_OP_DIV, 2, {m, den}},
-      {p->value, false, CN_OP_SUB, CN_OP_MUL3, 3, {a->lr, a->inv_bc1, ratio}},
+      {p->value, false, CN_OP_SUB, CN_OP_MUL3, 3, {a->lr, inv_bc1, ratio}},
   };
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
     cn_status st = update(g, out, steps[i].target, steps[i].init, steps[i].accum, steps[i].op,
@@ -240,7 +251,7 @@ cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam)
   if (st == CN_OK) st = adam_config(g, adam, &a);
   if (st == CN_OK) {
     a.lr = adam->learning_rate->value;
-    st = adam_scalars(g, &out, &a);
+    st = adam_constants(g, &out, &a);
   }
   for (int i = 0; i < params.n && st == CN_OK; i++)
     if (params.v[i]->diff) st = adam_one(g, &out, params.v[i], &a);
@@ -263,23 +274,21 @@ int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap) {
   cn_ctx *ctx = g->ctx;
   cn_tensor_list params = {0};
   if (cn_code_begin(g, t) != CN_OK || cn_collect_params(g, t, false, &params) != CN_OK) return -1;
-  /* at most three state nodes per parameter, and the step counter */
-  size_t max = (size_t)params.n * 4 + 1;
-  cn_named_node *all = cn_alloc(ctx, max * sizeof *all);
-  cn_named_node *sorted = all ? cn_alloc(ctx, max * sizeof *sorted) : NULL;
+  /* at most four state nodes per parameter */
+  size_t max = (size_t)params.n * 5;
+  cn_named_node *all = cn_alloc(ctx, (max ? max : 1) * sizeof *all);
+  cn_named_node *sorted = all ? cn_alloc(ctx, (max ? max : 1) * sizeof *sorted) : NULL;
   if (!sorted) return -1;
   int n = 0;
-  bool adam = false;
   for (int i = 0; i < params.n; i++)
     all[n++] = (cn_named_node){params.v[i]->label, params.v[i]->value};
   int n_params = n;
   for (int i = 0; i < params.n; i++) {
-    cn_node *state[3] = {params.v[i]->sgd_momentum, params.v[i]->adam_m, params.v[i]->adam_v};
-    for (int k = 0; k < 3; k++)
+    cn_tensor *p = params.v[i];
+    cn_node *state[4] = {p->sgd_momentum, p->adam_m, p->adam_v, p->adam_step};
+    for (int k = 0; k < 4; k++)
       if (state[k]) all[n++] = (cn_named_node){cn_node_label(state[k]), state[k]};
-    adam |= params.v[i]->adam_m != NULL;
   }
-  if (adam) all[n++] = (cn_named_node){cn_node_label(g->adam_step), g->adam_step};
   /* the parameters by creation already; the state by creation too, which is the order of ids */
   qsort(all + n_params, (size_t)(n - n_params), sizeof *all, by_node_id);
   memcpy(sorted, all, (size_t)n * sizeof *all);

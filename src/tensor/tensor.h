@@ -38,6 +38,13 @@ typedef enum {
   CN_TF_EMBED_DIM
 } cn_tensor_fetch;
 
+/* What a guard of class labels (train.c) reports: the operation, its labels and the classes of its
+ * logits (class_count's tensor). */
+typedef struct {
+  const char *what;
+  cn_tensor *labels, *logits, *classes;
+} cn_label_check;
+
 struct cn_tensor {
   cn_graph *g;
   int id; /* its shape's id: 1-based, increasing in creation order */
@@ -68,10 +75,13 @@ struct cn_tensor {
   int materialized;
   cn_node *value, *grad;
   /* a parameter's optimizer state, created by the first update that needs it (optim.c) and
-   * reused by every later one: SGD's momentum, Adam's first and second moments */
-  cn_node *sgd_momentum, *adam_m, *adam_v;
+   * reused by every later one: SGD's momentum, Adam's first and second moments and step count */
+  cn_node *sgd_momentum, *adam_m, *adam_v, *adam_step;
   cn_proj *proj;
   unsigned visit; /* traversal mark (graph epoch) */
+  /* a validity test of class labels (train.c), armed on the value node when its code is
+   * gathered: NULL for every other tensor */
+  const cn_label_check *label_check;
 };
 
 /* A standalone assignment (contraction-is-emergent's producer regime): it contributes its own
@@ -100,7 +110,6 @@ struct cn_graph {
   unsigned epoch;
   uint32_t seed;
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
-  cn_node *adam_step;     /* Adam's step counter (a double scalar), shared by its updates */
   /* on while a script is evaluated (cn_notation_run): tensors created then are `scripted`, and
    * the value nodes of those computed and never named are fusable (cn_node.fusable) */
   bool fuse_unnamed;
@@ -175,6 +184,10 @@ cn_status cn_forward_into(cn_graph *g, cn_tensor *t, cn_asgn_list *out);
 /* The parameters t depends on (through_inits: also those their init expressions read), in
  * creation order. Marks tensors with the current epoch. */
 cn_status cn_collect_params(cn_graph *g, cn_tensor *t, bool through_inits, cn_tensor_list *out);
+
+/* Arms t's value node with t's label check (cn_node.guard_what): the message, which names the
+ * labels, the logits and the class count, is written once shapes are solved (materialization). */
+cn_status cn_label_check_arm(cn_tensor *t);
 
 /* ---- Assignments from projections (deriv.c) ---- */
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */

@@ -7,7 +7,9 @@
  * Layouts: classes lie along x's output axes, an example is one batch and input position (the
  * per-example reductions use softmax's spec, "... | ..i.. -> ..o.. => ... | ..i.. ->"); labels
  * have x's batch axes and no output axis or one of size 1, and select their class by comparing
- * with the class indices, which broadcast along the batch axes.
+ * with the class indices, which broadcast along the batch axes. A label that is not a class index
+ * would match none, so cross_entropy, accuracy and confusion also compute a guard of the labels
+ * (label_guard) that fails the run holding one.
  *
  * Invariants: numerically every exp reads a non-positive argument (x - max, or -|x|), so no
  * value or gradient overflows for finite inputs; whatever is not differentiated (the max of
@@ -16,6 +18,9 @@
  * keeping the message of the constructor that failed, and a composite labels its result with
  * the operation's name. */
 #include "tensor/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
 
 /* Per example: reduce over the output axes, keep the batch and input axes. */
 static const char per_example[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
@@ -142,6 +147,75 @@ static cn_tensor *one_hot(cn_graph *g, cn_tensor *classes, cn_tensor *labels) {
   return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_EQ, classes, labels), "one_hot");
 }
 
+/* A constant of the given precision without axes (num's are of the graph's precision), labeled
+ * by its value as the core's constants are. */
+static cn_tensor *typed(cn_graph *g, cn_prec prec, double v) {
+  static const cn_shape_row_spec scalar[CN_N_ROWS] = {
+      {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
+  char label[32];
+  snprintf(label, sizeof label, "%g", v);
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_NUMBER, prec, scalar, CN_SL_TERMINAL, NULL, 0, NULL);
+  if (t) t->number = v;
+  return t;
+}
+
+/* The number of classes C as a scalar of x's precision: the largest class index plus 1 (a max
+ * einsum over cls, so it is counted at run time like mean's cells). */
+static cn_tensor *class_count(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
+  cn_tensor *one = cls ? typed(g, x->prec, 1) : NULL;
+  return one ? cn_tensor_einsum(g, "..o..; => ", CN_OP_MAX, CN_OP_ADD, 2, (cn_tensor *[]){cls, one})
+             : NULL;
+}
+
+/* The labels' guard (cn_node.guard_what): per label cell, 0 when the label is a class index of
+ * x (an integer in [0, C)), the label itself otherwise — never 0 then, since 0 is always a class
+ * index, and NaN for a NaN label (NaN != trunc(NaN)). An invalid label matches no class, so
+ * without it a 1-based or corrupt label file would train on wrong targets with no word; the run
+ * that computes the guard fails at its first nonzero cell instead (routine.c). The tests are
+ * computed in the labels' precision, so a label of 1e-300 is not rounded to a valid 0. */
+static cn_tensor *label_guard(cn_graph *g, const char *what, cn_tensor *x, cn_tensor *cls,
+                              cn_tensor *labels) {
+  cn_tensor *n = class_count(g, x, cls);
+  cn_tensor *whole =
+      cn_tensor_apply2(g, CN_OP_EQ, labels, cn_tensor_apply1(g, CN_OP_TRUNC, labels));
+  cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, labels, typed(g, labels->prec, 0));
+  cn_tensor *valid = tri(g, CN_OP_MUL3, whole, cn_tensor_apply1(g, CN_OP_NOT, negative),
+                         cn_tensor_apply2(g, CN_OP_LT, labels, n));
+  cn_tensor *guard = cn_tensor_labeled(
+      tri(g, CN_OP_WHERE, valid, typed(g, labels->prec, 0), labels), "label_check");
+  cn_label_check *check = guard ? cn_alloc(g->ctx, sizeof *check) : NULL;
+  if (!check) return NULL;
+  *check = (cn_label_check){what, labels, x, cls};
+  guard->label_check = check;
+  return guard;
+}
+
+/* v, or NaN (of x's precision) where the guard flags its example's label: what the loss or
+ * metric is if the run's failure is ignored. The where also puts the guard in v's forward code. */
+static cn_tensor *guarded(cn_graph *g, cn_tensor *guard, cn_tensor *x, cn_tensor *v) {
+  return guard ? tri(g, CN_OP_WHERE, guard, typed(g, x->prec, NAN), v) : NULL;
+}
+
+cn_status cn_label_check_arm(cn_tensor *t) {
+  cn_node *node = t->value;
+  const cn_label_check *c = t->label_check;
+  if (node->guard_what) return CN_OK;
+  int64_t n = cn_node_numel(c->classes->value);
+  cn_sbuf what = {0}, rule = {0};
+  cn_sbuf_printf(&what, "%s: label", c->what);
+  cn_sbuf_printf(&rule,
+                 "of \"%s\" (#%d) is not one of the %lld class indices of \"%s\" (#%d): an "
+                 "integer from 0 to %lld",
+                 c->labels->label, c->labels->id, (long long)n, c->logits->label, c->logits->id,
+                 (long long)n - 1);
+  const char *w = cn_sbuf_finish(t->g->ctx, &what), *r = cn_sbuf_finish(t->g->ctx, &rule);
+  if (!w || !r) return CN_ERR_NOMEM;
+  node->guard_what = w;
+  node->guard_rule = r;
+  node->fusable = false;
+  return CN_OK;
+}
+
 /* Per example log(sum(exp(d))) - sum(onehot * d) = -log_softmax(x)[label]; both terms stay
  * small whatever the logits' magnitude. */
 cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
@@ -149,30 +223,22 @@ cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *la
   if (!cn_tensor_operands(g, "cross_entropy", 2, (cn_tensor *[]){logits, labels}) ||
       !shifted(g, logits, &d, &log_sum))
     return NULL;
-  cn_tensor *hot = one_hot(g, classes(g, logits), labels);
-  cn_tensor *picked = cn_tensor_apply2(g, CN_OP_MUL, hot, d);
+  cn_tensor *cls = classes(g, logits);
+  cn_tensor *guard = cls ? label_guard(g, "cross_entropy", logits, cls, labels) : NULL;
+  cn_tensor *picked = cn_tensor_apply2(g, CN_OP_MUL, one_hot(g, cls, labels), d);
   picked = picked ? cn_tensor_einsum1(g, per_example, picked) : NULL;
-  return cn_tensor_labeled(cn_tensor_mean(g, cn_tensor_apply2(g, CN_OP_SUB, log_sum, picked)),
-                           "cross_entropy");
+  cn_tensor *per = guarded(g, guard, logits, cn_tensor_apply2(g, CN_OP_SUB, log_sum, picked));
+  return cn_tensor_labeled(cn_tensor_mean(g, per), "cross_entropy");
 }
 
 /* ---- Metrics --------------------------------------------------------------------------------- */
 
 /* The smallest class index among the cells equal to the example's max: the where gives the
- * others C (one past the last index: the max of the indices plus 1, a scalar by einsum), which
- * never wins the min. Every constant is of x's precision, so the result is too. */
+ * others C (one past the last index), which never wins the min. Every constant is of x's
+ * precision, so the result is too. */
 static cn_tensor *argmax_of(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
-  static const cn_shape_row_spec scalar[CN_N_ROWS] = {
-      {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
-  cn_tensor *one =
-      cls ? cn_tensor_new(g, "1", CN_TK_NUMBER, x->prec, scalar, CN_SL_TERMINAL, NULL, 0, NULL)
-          : NULL;
-  if (!one) return NULL;
-  one->number = 1;
-  cn_tensor *n_classes =
-      cn_tensor_einsum(g, "..o..; => ", CN_OP_MAX, CN_OP_ADD, 2, (cn_tensor *[]){cls, one});
   cn_tensor *hit = cn_tensor_apply2(g, CN_OP_EQ, x, cn_tensor_einmax1(g, per_example, x));
-  cn_tensor *index = tri(g, CN_OP_WHERE, hit, cls, n_classes);
+  cn_tensor *index = tri(g, CN_OP_WHERE, hit, cls, cls ? class_count(g, x, cls) : NULL);
   cn_tensor *first =
       index ? cn_tensor_einsum(g, per_example, CN_OP_MIN, CN_OP_ID, 1, &index) : NULL;
   return cn_tensor_labeled(first, "argmax");
@@ -185,8 +251,11 @@ cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x) {
 
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
   if (!cn_tensor_operands(g, "accuracy", 2, (cn_tensor *[]){logits, labels})) return NULL;
-  cn_tensor *correct = cn_tensor_apply2(g, CN_OP_EQ, cn_tensor_argmax(g, logits), labels);
-  return cn_tensor_labeled(cn_tensor_mean(g, correct), "accuracy");
+  cn_tensor *cls = classes(g, logits);
+  cn_tensor *guard = cls ? label_guard(g, "accuracy", logits, cls, labels) : NULL;
+  cn_tensor *correct =
+      cn_tensor_apply2(g, CN_OP_EQ, guard ? argmax_of(g, logits, cls) : NULL, labels);
+  return cn_tensor_labeled(cn_tensor_mean(g, guarded(g, guard, logits, correct)), "accuracy");
 }
 
 /* counts[t, p] = sum over examples of onehot(label)[t] * onehot(argmax)[p]; the labels have no
@@ -194,7 +263,8 @@ cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels)
 cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels) {
   if (!cn_tensor_operands(g, "confusion", 2, (cn_tensor *[]){logits, labels})) return NULL;
   cn_tensor *cls = classes(g, logits);
-  cn_tensor *truth = cls ? one_hot(g, cls, labels) : NULL;
+  cn_tensor *guard = cls ? label_guard(g, "confusion", logits, cls, labels) : NULL;
+  cn_tensor *truth = guard ? guarded(g, guard, logits, one_hot(g, cls, labels)) : NULL;
   cn_tensor *pred = truth ? one_hot(g, cls, argmax_of(g, logits, cls)) : NULL;
   return cn_tensor_labeled(
       pred ? cn_tensor_einsum2(g, "...|t; ...|..i..->p => tp", truth, pred) : NULL, "confusion");

@@ -40,7 +40,18 @@ typedef struct {
   int n_names;
   pending_output *outputs;
   int n_outputs;
+  cn_tile_note_fn *note; /* NULL: nobody asked (cn_tile_fn_apply) */
+  void *user;
 } env;
+
+/* Tells the caller that the tensors built since the last note come from the body at `at`. */
+static void note_at(env *ev, size_t at) {
+  if (!ev->note) return;
+  cn_source text = {ev->src.file, NULL, ev->src.text, ev->src.line, ev->src.col};
+  int line = 1, col = (int)at + 1;
+  if (ev->src.file) cn_source_locate(&text, at, &line, &col);
+  ev->note(ev->user, line, col);
+}
 
 static cn_tile_scope scope_of(const env *ev) {
   return (cn_tile_scope){ev->n_names, ev->names};
@@ -152,6 +163,7 @@ static bool contraction(env *ev, const cn_tile_stmt *s) {
   cn_tensor *t = cn_tile_contract(ev->g, &ev->src, &sc, s->c, p ? p->rank : -1, p ? p->dims : NULL,
                                   n_extra, extra);
   if (!t) return false;
+  note_at(ev, s->at);
   if (p) p->done = true;
   return cn_tile_tensor_name(ev->g, t, bind(ev, o->name, o->len, CN_TILE_TENSOR));
 }
@@ -248,6 +260,7 @@ static bool pointwise(env *ev, size_t at, cn_op op, int n, const value *args, co
     return false;
   }
   out->fresh = true;
+  note_at(ev, at);
   return true;
 }
 
@@ -462,6 +475,11 @@ static bool run_stmt(env *ev, const cn_tile_stmt *s, cn_tensor **result) {
 
 cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args,
                             const cn_tile_arg *args) {
+  return cn_tile_fn_apply_noted(g, fn, n_args, args, NULL, NULL);
+}
+
+cn_tensor *cn_tile_fn_apply_noted(cn_graph *g, const cn_tile_fn *fn, int n_args,
+                                  const cn_tile_arg *args, cn_tile_note_fn *note, void *user) {
   if (!g) return NULL;
   cn_ctx *ctx = g->ctx;
   if (!fn || n_args != fn->n_params || (n_args && !args)) {
@@ -473,7 +491,7 @@ cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args,
     cn_fail(ctx, CN_ERR_INVALID, "tile function '%s' belongs to another context", fn->name);
     return NULL;
   }
-  env ev = {g, fn, fn->src, NULL, 0, NULL, 0};
+  env ev = {g, fn, fn->src, NULL, 0, NULL, 0, note, user};
   ev.names = cn_alloc(ctx, sizeof *ev.names * (size_t)(fn->max_names + 1));
   ev.outputs = cn_alloc(ctx, sizeof *ev.outputs * (size_t)(fn->n_stmts + 1));
   if (!ev.names || !ev.outputs) return NULL;

@@ -222,4 +222,12 @@ cn_tensor *cn_tile_contract(cn_graph *g, cn_tile_src *src, const cn_tile_scope *
                             const cn_tile_contraction *c, int out_rank, const int64_t *out_dims,
                             int n_extra, const cn_tile_constraint *extra);
 
+/* cn_tile_fn_apply that calls note(user, line, col) each time a contraction or an elementwise
+ * operation of the body has built its tensor, with the position in the script of that statement
+ * or operation (what the function's body text starts at: its file, line and column), so a caller
+ * can say where the body computes each tensor it built (the notation's NaN check report). */
+typedef void cn_tile_note_fn(void *user, int line, int col);
+cn_tensor *cn_tile_fn_apply_noted(cn_graph *g, const cn_tile_fn *fn, int n_args,
+                                  const cn_tile_arg *args, cn_tile_note_fn *note, void *user);
+
 #endif
