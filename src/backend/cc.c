@@ -1060,25 +1060,35 @@ static char *tune_text(const char *key, const char *value, size_t *len) {
   return sb.data;
 }
 
+/* The record's last line for its text before it (len bytes): "sum <16 hex digits>\n". */
+static void tune_sum_line(char *out, size_t size, const char *text, size_t len) {
+  snprintf(out, size, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
+}
+
 /* Why the record text (len bytes) is not a valid record for key (NULL: valid, *value set; "" for
- * a record of another key). */
+ * a record of another key). The key length goes through cn_parse_natural and the sum line is
+ * compared with the one our checksum gives, so no number of the file is parsed by sscanf (whose
+ * %zu and %x are undefined on out-of-range input: the checksum does not stop a crafted record). */
 static const char *tune_parse(const char *text, size_t len, const char *key, char *value,
                               size_t size) {
   const char *header = "cannl tune record 1\nkey ";
-  size_t n;
-  int used = 0;
-  if (len < strlen(header) || memcmp(text, header, strlen(header)) != 0) return "bad header";
-  if (sscanf(text + strlen(header), "%zu\n%n", &n, &used) != 1 || used == 0) return "bad key line";
-  const char *at = text + strlen(header) + used;
-  if (n > len || (size_t)(at - text) > len - n - 1) return "truncated key";
+  size_t header_len = strlen(header);
+  if (len < header_len || memcmp(text, header, header_len) != 0) return "bad header";
+  const char *digits = text + header_len, *eol = memchr(digits, '\n', len - header_len);
+  uint64_t n;
+  if (!eol || !cn_parse_natural(digits, (size_t)(eol - digits), len, &n)) return "bad key line";
+  const char *at = eol + 1;
+  if (n >= len - (size_t)(at - text)) return "truncated key"; /* the key and its '\n' */
   const char *after = at + n;
   const char *value_line = after + 1,
              *sum_line = memchr(value_line, '\n', len - (size_t)(value_line - text));
   if (*after != '\n' || strncmp(value_line, "value ", 6) != 0 || !sum_line) return "bad value line";
   sum_line++;
-  uint64_t want;
-  if (sscanf(sum_line, "sum %" SCNx64, &want) != 1) return "bad sum line";
-  if (fnv1a(FNV_OFFSET, text, (size_t)(sum_line - text)) != want) return "checksum mismatch";
+  size_t sum_len = len - (size_t)(sum_line - text);
+  if (sum_len < 4 || memcmp(sum_line, "sum ", 4) != 0) return "bad sum line";
+  char want[40];
+  tune_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
+  if (sum_len != strlen(want) || memcmp(sum_line, want, sum_len) != 0) return "checksum mismatch";
   if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another nest's slot */
   size_t value_len = (size_t)(sum_line - 1 - (value_line + 6));
   if (value_len + 1 > size) return "value too long";
@@ -1133,7 +1143,7 @@ cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
   char *text = tune_text(key, value, &len);
   char *tmp = format_path(ctx, "%s.tmp-%ld", path, (long)getpid());
   char tail[40];
-  if (text) snprintf(tail, sizeof tail, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
+  if (text) tune_sum_line(tail, sizeof tail, text, len);
   status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
            : !tmp ? ctx->status
                   : write_file_atomically(ctx, tmp, path, text, len, tail, strlen(tail));
