@@ -415,6 +415,84 @@ static void test_tune_fifo(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Temporaries of killed compilations ---- */
+
+/* The pid of a process that no longer exists: a child that exited and was reaped. */
+static pid_t dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  CHECK(pid > 0);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+static void plant(const char *path) {
+  FILE *f = fopen(path, "wb");
+  CHECK_MSG(f != NULL, "%s", path);
+  if (f) fclose(f);
+}
+
+/* A compilation killed midway leaves <name>-<key>.tmp.<host>.<pid>.<serial>.{c,so,sum}: the next
+ * compilation of that entry (a miss) removes those of this host whose process is gone, and
+ * leaves a live process's (this one's), another host's and names of any other form. The same
+ * for a tune record's tune-<hash>.txt.tmp.<host>.<pid>.<serial> on the next store. */
+static void test_stale_temporaries(void) {
+  char dir[PATH_MAX], stem[PATH_MAX], host[64];
+  path_in(dir, sizeof dir, root, "stale");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  if (!find_object(dir, "fill", "", stem, sizeof stem)) return;
+  cn_host_tag(host, sizeof host);
+  long dead = (long)dead_pid(), live = (long)getpid();
+  enum { STALE = 4, KEPT = 7 };
+  char stale[STALE][PATH_MAX + 128], kept[KEPT][PATH_MAX + 128];
+  snprintf(stale[0], sizeof stale[0], "%s.tmp.%s.%ld.3.c", stem, host, dead);
+  snprintf(stale[1], sizeof stale[1], "%s.tmp.%s.%ld.3.so", stem, host, dead);
+  snprintf(stale[2], sizeof stale[2], "%s.tmp.%s.%ld.4.sum", stem, host, dead);
+  snprintf(stale[3], sizeof stale[3], "%s.tmp.%s.%ld.18446744073709551615.so", stem, host, dead);
+  snprintf(kept[0], sizeof kept[0], "%s.tmp.%s.%ld.5.so", stem, host, live);
+  snprintf(kept[1], sizeof kept[1], "%s.tmp.%s-other.%ld.6.so", stem, host, dead);
+  snprintf(kept[2], sizeof kept[2], "%s.tmp.%s.%ld.7.so.bak", stem, host, dead);
+  snprintf(kept[3], sizeof kept[3], "%s.tmp.%s.%ld.so", stem, host, dead);
+  snprintf(kept[4], sizeof kept[4], "%s.tmp.%s.99999999999999999999.8.so", stem, host);
+  snprintf(kept[5], sizeof kept[5], "%s.tmp.%s.%ld.9", stem, host, dead); /* no extension */
+  snprintf(kept[6], sizeof kept[6], "%s.tmp.%s.+%ld.9.so", stem, host, dead);
+  for (int k = 0; k < STALE; k++) plant(stale[k]);
+  for (int k = 0; k < KEPT; k++) plant(kept[k]);
+  /* A hit compiles nothing and leaves the directory as it is. */
+  run_routine("fill", values_a, 0, 1);
+  for (int k = 0; k < STALE; k++) CHECK_MSG(access(stale[k], F_OK) == 0, "%s", stale[k]);
+  /* A miss of the entry (its object gone) cleans up. */
+  char so[PATH_MAX + 8];
+  snprintf(so, sizeof so, "%s.so", stem);
+  CHECK(unlink(so) == 0);
+  run_routine("fill", values_a, 1, 0);
+  for (int k = 0; k < STALE; k++) CHECK_MSG(access(stale[k], F_OK) != 0, "%s", stale[k]);
+  for (int k = 0; k < KEPT; k++) CHECK_MSG(access(kept[k], F_OK) == 0, "%s", kept[k]);
+  for (int k = 0; k < KEPT; k++) CHECK(unlink(kept[k]) == 0);
+
+  /* A tune record's */
+  const char *key = "cannl stale test key";
+  uint64_t h = 14695981039346656037ull;
+  for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  char record[PATH_MAX + 64], stale_tune[PATH_MAX + 192], live_tune[PATH_MAX + 192];
+  snprintf(record, sizeof record, "%s/tune-%016" PRIx64 ".txt", dir, h);
+  snprintf(stale_tune, sizeof stale_tune, "%s.tmp.%s.%ld.1", record, host, dead);
+  snprintf(live_tune, sizeof live_tune, "%s.tmp.%s.%ld.2", record, host, live);
+  plant(stale_tune);
+  plant(live_tune);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_INT(cn_cc_tune_store(ctx, key, "8 3 256"), CN_OK);
+  cn_ctx_destroy(ctx);
+  CHECK(access(record, F_OK) == 0);
+  CHECK(access(stale_tune, F_OK) != 0);
+  CHECK(access(live_tune, F_OK) == 0);
+  CHECK(unlink(live_tune) == 0);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
 /* ---- Unusable directories ---- */
 
 /* As a user without write access to the cache directory (root drops to nobody in a child: root
@@ -766,11 +844,11 @@ static void test_many(void) {
    * machine has three processors or more (compilers start in waves of one per processor). */
   int sources = count_files(dir, ".c");
   CHECK_MSG(sources >= 4 && sources <= 6, "%d sources", sources);
-  /* No temporary (<name>-<key>.tmp-<pid>-<serial>.*) survives. */
+  /* No temporary (<name>-<key>.tmp.<host>.<pid>.<serial>.*) survives. */
   DIR *d = opendir(dir);
   CHECK(d != NULL);
   for (struct dirent *e; d && (e = readdir(d));)
-    CHECK_MSG(!strstr(e->d_name, ".tmp-"), "%s", e->d_name);
+    CHECK_MSG(!strstr(e->d_name, ".tmp."), "%s", e->d_name);
   if (d) closedir(d);
 }
 
@@ -786,6 +864,7 @@ int main(void) {
   test_integrity();
   test_planted();
   test_tune_fifo();
+  test_stale_temporaries();
   test_locations();
   test_unwritable();
   test_missing_tmpdir();

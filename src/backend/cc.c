@@ -26,7 +26,9 @@
  * without a log hook) and recompiles. Every file appears only by rename() of a complete file
  * written under a per-process temporary name, the object before its record; a fresh object is
  * loaded from its temporary name before it is published, so a concurrent process that evicts the
- * entry in between cannot make the load fail. No temporary file survives a failure. Cache files
+ * entry in between cannot make the load fail. No temporary file survives a failure, and those a
+ * killed process left (named with its host and pid) go with the next compilation of the same
+ * entry (or the next store of the same tune record). Cache files
  * are read only through open_regular (never opening a FIFO, a device or a link), and a slot
  * holding anything but a regular file is cleared before a compilation publishes into it, or, when
  * it cannot be (a full directory), the compilation goes private with a warning: a planted file
@@ -815,19 +817,45 @@ static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *pa
   return true;
 }
 
+/* Temporaries are named STEM.tmp.HOST.PID.SERIAL[.EXT] (STEM: the cache file's path without
+ * extension for an entry, the record's whole path for a tune record): unique per process and per
+ * call, so concurrent compilations never share one, and with this host's name, so that the
+ * temporaries a killed process left can be told from a live process's even in a cache directory
+ * shared by several hosts (a home directory on NFS) and removed (remove_stale). */
+static atomic_ulong tmp_serial;
+
+/* "STEM.tmp.HOST.PID.SERIAL" for a fresh temporary of stem (malloc'd; NULL after a message). */
+static char *tmp_stem(cn_ctx *ctx, const char *stem) {
+  char host[64];
+  cn_host_tag(host, sizeof host);
+  return format_path(ctx, "%s.tmp.%s.%ld.%lu", stem, host, (long)getpid(),
+                     atomic_fetch_add(&tmp_serial, 1));
+}
+
+/* Removes from dir the temporaries of the cache files of base (a stem's last component) that
+ * processes of this host killed midway left: base.tmp.HOST.PID.SERIAL plus one of suffixes, PID
+ * no longer running (cn_remove_stale_temporaries). */
+static void remove_stale(const char *dir, const char *base, const char *const *suffixes) {
+  char host[64], prefix[PATH_MAX];
+  cn_host_tag(host, sizeof host);
+  int n = snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host);
+  if (n > 0 && (size_t)n < sizeof prefix) cn_remove_stale_temporaries(dir, prefix, suffixes);
+}
+
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
                                cc_paths *p) {
-  /* Unique per process and per call, so concurrent compilations never share a temporary. */
-  static atomic_ulong counter;
-  unsigned long serial = atomic_fetch_add(&counter, 1);
-  long pid = (long)getpid();
-  p->c_path = format_path(ctx, "%s/%s-%016" PRIx64 ".c", dir, name, key);
-  p->so_path = format_path(ctx, "%s/%s-%016" PRIx64 ".so", dir, name, key);
-  p->sum_path = format_path(ctx, "%s/%s-%016" PRIx64 ".sum", dir, name, key);
-  p->tmp_c = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.c", dir, name, key, pid, serial);
-  p->tmp_so = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.so", dir, name, key, pid, serial);
-  p->tmp_sum =
-      format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.sum", dir, name, key, pid, serial);
+  char *stem = format_path(ctx, "%s/%s-%016" PRIx64, dir, name, key);
+  char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
+  if (tmp) {
+    p->c_path = format_path(ctx, "%s.c", stem);
+    p->so_path = format_path(ctx, "%s.so", stem);
+    p->sum_path = format_path(ctx, "%s.sum", stem);
+    p->tmp_c = format_path(ctx, "%s.c", tmp);
+    p->tmp_so = format_path(ctx, "%s.so", tmp);
+    p->tmp_sum = format_path(ctx, "%s.sum", tmp);
+  }
+  free(stem);
+  free(tmp);
   return p->c_path && p->so_path && p->sum_path && p->tmp_c && p->tmp_so && p->tmp_sum
              ? CN_OK
              : ctx->status;
@@ -917,6 +945,13 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
     cc_paths_free(&job->paths);
     status = private_dir(ctx, &job->place);
     if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
+  }
+  if (status == CN_OK && !job->place.private_dir && !job->hit) {
+    /* The temporaries that compilations of this entry killed midway left go now. */
+    static const char *const exts[] = {".c", ".so", ".sum", NULL};
+    char base[PATH_MAX];
+    int n = snprintf(base, sizeof base, "%s-%016" PRIx64, proc->name, key);
+    if (n > 0 && (size_t)n < sizeof base) remove_stale(job->place.dir, base, exts);
   }
   if (status == CN_OK && !job->hit)
     status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
@@ -1141,7 +1176,14 @@ cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
   if (!path) return status;
   size_t len = 0;
   char *text = tune_text(key, value, &len);
-  char *tmp = format_path(ctx, "%s.tmp-%ld", path, (long)getpid());
+  char *tmp = tmp_stem(ctx, path);
+  const char *slash = strrchr(path, '/');
+  if (tmp && slash) { /* the killed stores' temporaries of this record go now */
+    static const char *const no_ext[] = {"", NULL};
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    remove_stale(dir, slash + 1, no_ext);
+  }
   char tail[40];
   if (text) tune_sum_line(tail, sizeof tail, text, len);
   status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
