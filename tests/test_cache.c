@@ -493,6 +493,97 @@ static void test_stale_temporaries(void) {
   CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
 }
 
+/* ---- The loaded object is the verified one ---- */
+
+static char swap_from[PATH_MAX + 8], swap_to[PATH_MAX + 8];
+static int swaps;
+
+/* The load hook: replaces the object about to be loaded (swap_to) by another (swap_from), by
+ * rename, as a writer of the cache directory could between the check and the load. */
+static void swap_object(const char *so_path) {
+  if (strcmp(so_path, swap_to) != 0) return;
+  char tmp[PATH_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.swap", swap_to);
+  copy_file(swap_from, tmp);
+  CHECK(rename(tmp, swap_to) == 0);
+  swaps++;
+}
+
+/* A cached object is loaded from the file whose bytes were checked (/proc/self/fd/N of the open,
+ * verified file), so an object renamed into its slot after the check is not the one that runs:
+ * the routine computes its own values; the swapped file fails the next check. Without /proc the
+ * object is loaded by path, which this cannot protect. */
+static void test_swapped_object(void) {
+  if (access("/proc/self/fd", F_OK) != 0) {
+    printf("test_swapped_object: skipped, /proc is not mounted\n");
+    return;
+  }
+  char dir[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+  path_in(dir, sizeof dir, root, "swap");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  if (!find_object(dir, "fill", "", a, sizeof a)) return;
+  run_routine("fill", values_b, 1, 0);
+  if (!find_object(dir, "fill", a, b, sizeof b)) return;
+  snprintf(swap_to, sizeof swap_to, "%s.so", a);
+  snprintf(swap_from, sizeof swap_from, "%s.so", b);
+  swaps = 0;
+  cn_cc_set_load_hook(swap_object);
+  run_routine("fill", values_a, 0, 1); /* a hit: a's checked bytes run, not b's */
+  cn_cc_set_load_hook(NULL);
+  CHECK_INT(swaps, 1);
+  CHECK_STR(warnings, "");
+  /* The slot now holds b's object under a's record: discarded, recompiled. */
+  run_routine("fill", values_a, 1, 0);
+  CHECK_HAS(warnings, "its size or checksum differs from its record");
+  run_routine("fill", values_b, 0, 1);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
+/* A context with "fill" writing values compiled (in the cache of $CANNL_CACHE_DIR). */
+static cn_ctx *fill_context(const double *values, cn_routine **r, cn_node **x) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t n = 3;
+  *x = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+  cn_asgn *asgn = *x ? cn_asgn_fetch_constant_fill(ctx, *x, values, 3) : NULL;
+  *r = asgn ? cn_routine_compile(ctx, asgn, CN_BACKEND_C, "fill") : NULL;
+  CHECK_MSG(*r != NULL, "%s", cn_ctx_error(ctx));
+  return ctx;
+}
+
+static void check_fill(cn_routine *r, cn_node *x, const double *values) {
+  if (!r) return;
+  CHECK_INT(cn_routine_run(r), CN_OK);
+  double got[3] = {0, 0, 0};
+  CHECK_INT(cn_node_get_values(x, false, got, 3), CN_OK);
+  for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[i], 0);
+}
+
+/* The loader knows an object by the name it was loaded under, /proc/self/fd/N, and keeps it while
+ * another handle holds it (a second load of the same file shares it) even after N was closed: a
+ * different object opened later as N must not be taken for it (it is loaded by path instead). */
+static void test_fd_names(void) {
+  char dir[PATH_MAX];
+  path_in(dir, sizeof dir, root, "fd-names");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  run_routine("fill", values_b, 1, 0);
+  cn_routine *r1, *r2, *r3;
+  cn_node *x1, *x2, *x3;
+  cn_ctx *c1 = fill_context(values_a, &r1, &x1);
+  cn_ctx *c2 = fill_context(values_a, &r2, &x2); /* the same file: the same loaded object */
+  cn_ctx_destroy(c1);                            /* its fd closed, the object still loaded */
+  cn_ctx *c3 = fill_context(values_b, &r3, &x3); /* opened as the lowest free fd: c1's */
+  check_fill(r2, x2, values_a);
+  check_fill(r3, x3, values_b);
+  CHECK_INT(cn_ctx_stat(c3, CN_STAT_CACHE_HITS), 1);
+  cn_ctx_destroy(c2);
+  cn_ctx_destroy(c3);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
 /* ---- Unusable directories ---- */
 
 /* As a user without write access to the cache directory (root drops to nobody in a child: root
@@ -865,6 +956,8 @@ int main(void) {
   test_planted();
   test_tune_fifo();
   test_stale_temporaries();
+  test_swapped_object();
+  test_fd_names();
   test_locations();
   test_unwritable();
   test_missing_tmpdir();

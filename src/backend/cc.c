@@ -21,7 +21,9 @@
  * it is never trusted on its name alone: its record <name>-<key>.sum holds
  *   "cannl cache record 1\nkey <n>\n" <the n bytes of key text> "\nso <size> <fnv1a64 hex>\n"
  * and an object is loaded only after its bytes (read, never mapped: a truncated mapping can raise
- * SIGBUS) match the size and checksum and the record's key text equals ours byte for byte. Any
+ * SIGBUS) match the size and checksum and the record's key text equals ours byte for byte; it
+ * is loaded from the file descriptor those bytes were read from (/proc/self/fd/N, by path only
+ * without /proc), so a file renamed into the slot after the check is never the one loaded. Any
  * mismatch, a missing record or a failed load deletes the entry, says so on the log (stderr
  * without a log hook) and recompiles. Every file appears only by rename() of a complete file
  * written under a per-process temporary name, the object before its record; a fresh object is
@@ -68,6 +70,8 @@ typedef void (*cc_entry_par_fn)(void *const *buffers, const int64_t *syms, const
 
 typedef struct {
   void *handle;
+  bool fd_open; /* fd: the verified file the object was loaded from, open while it is loaded */
+  int fd;
   cc_entry_fn entry;
   cc_entry_par_fn entry_par; /* NULL: the procedure has no parallel loop */
   char *source;              /* malloc'd generated C */
@@ -519,24 +523,20 @@ static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char 
   return CN_OK;
 }
 
-/* Size and FNV-1a checksum of a regular file, read with read() (mapping a file that another
- * process truncates can raise SIGBUS). 0 or an errno, EINVAL for a file that is not regular (its
- * st_mode in *st). */
-static int file_checksum(const char *path, uint64_t *size, uint64_t *sum, struct stat *st) {
-  int fd = open_regular(path, st);
-  if (fd < 0) return errno;
+/* Size and FNV-1a checksum of the file open at fd, from its start, read with pread (mapping a
+ * file that another process truncates can raise SIGBUS). 0 or an errno. */
+static int fd_checksum(int fd, uint64_t *size, uint64_t *sum) {
   int err = 0;
   uint64_t h = FNV_OFFSET, n = 0;
   char chunk[16384];
   while (!err) {
-    ssize_t got = read(fd, chunk, sizeof chunk);
+    ssize_t got = pread(fd, chunk, sizeof chunk, (off_t)n);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) err = errno;
     if (got <= 0) break;
     h = fnv1a(h, chunk, (size_t)got);
     n += (uint64_t)got;
   }
-  close(fd);
   *size = n;
   *sum = h;
   return err;
@@ -688,10 +688,55 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *
 
 /* ---- Loading ---- */
 
-/* Loads the object and finds its entry; false with the reason in why. */
-static bool load_object(const char *so_path, const char *name, cc_compiled *c, char *why,
+/* Unloads c's object (and closes the file it was loaded from). */
+static void unload(cc_compiled *c) {
+  if (c->handle) dlclose(c->handle);
+  c->handle = NULL;
+  if (c->fd_open) close(c->fd);
+  c->fd_open = false;
+}
+
+static _Atomic(void (*)(const char *)) load_hook;
+
+void cn_cc_set_load_hook(void (*fn)(const char *so_path)) {
+  atomic_store(&load_hook, fn);
+}
+
+/* The name under which dlopen loads the file open at fd: "/proc/self/fd/N" when /proc shows that
+ * fd there (the same device and inode), and no object loaded under that name is still mapped (a
+ * dlclose'd object that the loader kept: dlopen would return it for the name alone); else false
+ * and the caller loads by path. */
+static bool fd_name(int fd, char *name, size_t size) {
+  struct stat by_fd, by_name;
+  snprintf(name, size, "/proc/self/fd/%d", fd);
+  if (fstat(fd, &by_fd) != 0 || stat(name, &by_name) != 0 || by_fd.st_dev != by_name.st_dev ||
+      by_fd.st_ino != by_name.st_ino)
+    return false;
+  void *old = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+  if (old) dlclose(old);
+  return old == NULL;
+}
+
+/* Loads the object and finds its entry; false with the reason in why. fd (or -1) is the object
+ * opened and verified by the caller, and is taken over: the object is loaded through
+ * /proc/self/fd/N (fd_name), so that what dlopen maps is the file whose bytes were checked, not
+ * whatever a writer of the cache directory renamed to so_path since; the fd then stays open while
+ * the object is loaded (cc_release closes it), so that its number, and with it the loader's name
+ * of the object, is not reused meanwhile. Without /proc (or fd -1) the object is loaded by path
+ * and fd closed. */
+static bool load_object(const char *so_path, int fd, const char *name, cc_compiled *c, char *why,
                         size_t why_size) {
-  c->handle = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  char fd_path[64];
+  bool by_fd = fd >= 0 && fd_name(fd, fd_path, sizeof fd_path);
+  void (*hook)(const char *) = atomic_load(&load_hook);
+  if (hook) hook(so_path);
+  c->handle = dlopen(by_fd ? fd_path : so_path, RTLD_NOW | RTLD_LOCAL);
+  if (c->handle && by_fd) {
+    c->fd_open = true;
+    c->fd = fd;
+  } else if (fd >= 0) {
+    close(fd);
+  }
   if (!c->handle) {
     const char *reason = dlerror();
     snprintf(why, why_size, "%s", reason ? reason : "dlopen failed");
@@ -705,8 +750,7 @@ static bool load_object(const char *so_path, const char *name, cc_compiled *c, c
   if (!c->entry) {
     const char *reason = dlerror();
     snprintf(why, why_size, "no symbol '%s': %s", symbol, reason ? reason : "null symbol");
-    dlclose(c->handle);
-    c->handle = NULL;
+    unload(c);
     return false;
   }
   snprintf(symbol, sizeof symbol, "%s_entry_par", name);
@@ -726,15 +770,12 @@ static const char *read_failure(char *reason, size_t reason_size, const char *wh
   return reason;
 }
 
-/* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
- * record's key text is ours and its bytes match the record's size and checksum). Fills reason
- * for errno-based problems. */
-static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
-                               char *reason, size_t reason_size, cn_status *status) {
-  uint64_t size, sum;
+/* check_entry's comparison of the record with head and the object's size and checksum. */
+static const char *check_record(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
+                                uint64_t size, uint64_t sum, char *reason, size_t reason_size,
+                                cn_status *status) {
+  int err;
   struct stat st;
-  int err = file_checksum(paths->so_path, &size, &sum, &st);
-  if (err) return read_failure(reason, reason_size, "it", err, &st);
   char tail[64];
   record_tail(tail, sizeof tail, size, sum);
   size_t tail_len = strlen(tail), want = head->len + tail_len;
@@ -767,6 +808,29 @@ static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf
   return problem;
 }
 
+/* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
+ * record's key text is ours and its bytes match the record's size and checksum): then *so_fd is
+ * the object's file, open, whose bytes were checked (the caller loads that one). Fills reason for
+ * errno-based problems. */
+static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
+                               char *reason, size_t reason_size, cn_status *status, int *so_fd) {
+  uint64_t size, sum;
+  struct stat st;
+  *so_fd = open_regular(paths->so_path, &st);
+  int err = *so_fd < 0 ? errno : fd_checksum(*so_fd, &size, &sum);
+  if (err) {
+    if (*so_fd >= 0) close(*so_fd);
+    *so_fd = -1;
+    return read_failure(reason, reason_size, "it", err, &st);
+  }
+  const char *problem = check_record(ctx, paths, head, size, sum, reason, reason_size, status);
+  if (problem || *status != CN_OK) {
+    close(*so_fd);
+    *so_fd = -1;
+  }
+  return problem;
+}
+
 /* A hit: the checked entry loaded into c. Otherwise the entry is deleted (with a warning when it
  * existed) and the caller compiles; status is set only for a failure of our own (memory). */
 static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, const char *name,
@@ -774,11 +838,12 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
   struct stat st;
   if (lstat(paths->so_path, &st) != 0 && errno == ENOENT) return false;
   char reason[PATH_MAX + 256];
-  const char *problem = check_entry(ctx, paths, head, reason, sizeof reason, status);
+  int so_fd;
+  const char *problem = check_entry(ctx, paths, head, reason, sizeof reason, status, &so_fd);
   if (*status != CN_OK) return false;
   if (!problem) {
     char why[1024];
-    if (load_object(paths->so_path, name, c, why, sizeof why)) return true;
+    if (load_object(paths->so_path, so_fd, name, c, why, sizeof why)) return true;
     snprintf(reason, sizeof reason, "cannot load it: %s", why);
     problem = reason;
   }
@@ -876,7 +941,7 @@ static void cc_paths_free(cc_paths *p) {
 static void cc_release(void *compiled) {
   cc_compiled *c = compiled;
   if (!c) return;
-  if (c->handle) dlclose(c->handle);
+  unload(c);
   free(c->source);
   free(c);
 }
@@ -972,20 +1037,25 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   job->fd = -1;
   if (status != CN_OK) return status;
   cc_compiled *c = job->c;
+  /* The record's checksum and the loaded object are of one file: the one opened here. */
+  uint64_t size = 0, sum = 0;
+  struct stat st;
+  int fd = open_regular(paths->tmp_so, &st);
+  int err = fd < 0 ? errno : job->place.private_dir ? 0 : fd_checksum(fd, &size, &sum);
+  if (err) {
+    if (fd >= 0) close(fd);
+    discard(paths->tmp_so);
+    return cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
+                   strerror(err == EINVAL ? ENOEXEC : err));
+  }
   char why[1024];
-  if (!load_object(paths->tmp_so, job->name, c, why, sizeof why)) {
+  if (!load_object(paths->tmp_so, fd, job->name, c, why, sizeof why)) {
     discard(paths->tmp_so);
     return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", job->name,
                    paths->tmp_so, why);
   }
   if (job->place.private_dir) return CN_OK;
-  uint64_t size, sum;
-  struct stat st;
-  int err = file_checksum(paths->tmp_so, &size, &sum, &st);
-  if (err) {
-    status = cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
-                     strerror(err == EINVAL ? ENOEXEC : err));
-  } else if (rename(paths->tmp_so, paths->so_path) != 0) {
+  if (rename(paths->tmp_so, paths->so_path) != 0) {
     status = cn_fail(ctx, CN_ERR_IO, "cannot rename '%s' to '%s': %s", paths->tmp_so,
                      paths->so_path, strerror(errno));
   } else {
@@ -998,8 +1068,7 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   }
   if (status != CN_OK) {
     discard(paths->tmp_so);
-    dlclose(c->handle);
-    c->handle = NULL;
+    unload(c);
   }
   return status;
 }
