@@ -814,7 +814,7 @@ static const char *check_record(cn_ctx *ctx, const cc_paths *paths, const cn_sbu
  * errno-based problems. */
 static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
                                char *reason, size_t reason_size, cn_status *status, int *so_fd) {
-  uint64_t size, sum;
+  uint64_t size = 0, sum = 0;
   struct stat st;
   *so_fd = open_regular(paths->so_path, &st);
   int err = *so_fd < 0 ? errno : fd_checksum(*so_fd, &size, &sum);
