@@ -415,6 +415,175 @@ static void test_tune_fifo(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Temporaries of killed compilations ---- */
+
+/* The pid of a process that no longer exists: a child that exited and was reaped. */
+static pid_t dead_pid(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  CHECK(pid > 0);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+static void plant(const char *path) {
+  FILE *f = fopen(path, "wb");
+  CHECK_MSG(f != NULL, "%s", path);
+  if (f) fclose(f);
+}
+
+/* A compilation killed midway leaves <name>-<key>.tmp.<host>.<pid>.<serial>.{c,so,sum}: the next
+ * compilation of that entry (a miss) removes those of this host whose process is gone, and
+ * leaves a live process's (this one's), another host's and names of any other form. The same
+ * for a tune record's tune-<hash>.txt.tmp.<host>.<pid>.<serial> on the next store. */
+static void test_stale_temporaries(void) {
+  char dir[PATH_MAX], stem[PATH_MAX], host[64];
+  path_in(dir, sizeof dir, root, "stale");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  if (!find_object(dir, "fill", "", stem, sizeof stem)) return;
+  cn_host_tag(host, sizeof host);
+  long dead = (long)dead_pid(), live = (long)getpid();
+  enum { STALE = 4, KEPT = 7 };
+  char stale[STALE][PATH_MAX + 128], kept[KEPT][PATH_MAX + 128];
+  snprintf(stale[0], sizeof stale[0], "%s.tmp.%s.%ld.3.c", stem, host, dead);
+  snprintf(stale[1], sizeof stale[1], "%s.tmp.%s.%ld.3.so", stem, host, dead);
+  snprintf(stale[2], sizeof stale[2], "%s.tmp.%s.%ld.4.sum", stem, host, dead);
+  snprintf(stale[3], sizeof stale[3], "%s.tmp.%s.%ld.18446744073709551615.so", stem, host, dead);
+  snprintf(kept[0], sizeof kept[0], "%s.tmp.%s.%ld.5.so", stem, host, live);
+  snprintf(kept[1], sizeof kept[1], "%s.tmp.%s-other.%ld.6.so", stem, host, dead);
+  snprintf(kept[2], sizeof kept[2], "%s.tmp.%s.%ld.7.so.bak", stem, host, dead);
+  snprintf(kept[3], sizeof kept[3], "%s.tmp.%s.%ld.so", stem, host, dead);
+  snprintf(kept[4], sizeof kept[4], "%s.tmp.%s.99999999999999999999.8.so", stem, host);
+  snprintf(kept[5], sizeof kept[5], "%s.tmp.%s.%ld.9", stem, host, dead); /* no extension */
+  snprintf(kept[6], sizeof kept[6], "%s.tmp.%s.+%ld.9.so", stem, host, dead);
+  for (int k = 0; k < STALE; k++) plant(stale[k]);
+  for (int k = 0; k < KEPT; k++) plant(kept[k]);
+  /* A hit compiles nothing and leaves the directory as it is. */
+  run_routine("fill", values_a, 0, 1);
+  for (int k = 0; k < STALE; k++) CHECK_MSG(access(stale[k], F_OK) == 0, "%s", stale[k]);
+  /* A miss of the entry (its object gone) cleans up. */
+  char so[PATH_MAX + 8];
+  snprintf(so, sizeof so, "%s.so", stem);
+  CHECK(unlink(so) == 0);
+  run_routine("fill", values_a, 1, 0);
+  for (int k = 0; k < STALE; k++) CHECK_MSG(access(stale[k], F_OK) != 0, "%s", stale[k]);
+  for (int k = 0; k < KEPT; k++) CHECK_MSG(access(kept[k], F_OK) == 0, "%s", kept[k]);
+  for (int k = 0; k < KEPT; k++) CHECK(unlink(kept[k]) == 0);
+
+  /* A tune record's */
+  const char *key = "cannl stale test key";
+  uint64_t h = 14695981039346656037ull;
+  for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  char record[PATH_MAX + 64], stale_tune[PATH_MAX + 192], live_tune[PATH_MAX + 192];
+  snprintf(record, sizeof record, "%s/tune-%016" PRIx64 ".txt", dir, h);
+  snprintf(stale_tune, sizeof stale_tune, "%s.tmp.%s.%ld.1", record, host, dead);
+  snprintf(live_tune, sizeof live_tune, "%s.tmp.%s.%ld.2", record, host, live);
+  plant(stale_tune);
+  plant(live_tune);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_INT(cn_cc_tune_store(ctx, key, "8 3 256"), CN_OK);
+  cn_ctx_destroy(ctx);
+  CHECK(access(record, F_OK) == 0);
+  CHECK(access(stale_tune, F_OK) != 0);
+  CHECK(access(live_tune, F_OK) == 0);
+  CHECK(unlink(live_tune) == 0);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
+/* ---- The loaded object is the verified one ---- */
+
+static char swap_from[PATH_MAX + 8], swap_to[PATH_MAX + 8];
+static int swaps;
+
+/* The load hook: replaces the object about to be loaded (swap_to) by another (swap_from), by
+ * rename, as a writer of the cache directory could between the check and the load. */
+static void swap_object(const char *so_path) {
+  if (strcmp(so_path, swap_to) != 0) return;
+  char tmp[PATH_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.swap", swap_to);
+  copy_file(swap_from, tmp);
+  CHECK(rename(tmp, swap_to) == 0);
+  swaps++;
+}
+
+/* A cached object is loaded from the file whose bytes were checked (/proc/self/fd/N of the open,
+ * verified file), so an object renamed into its slot after the check is not the one that runs:
+ * the routine computes its own values; the swapped file fails the next check. Without /proc the
+ * object is loaded by path, which this cannot protect. */
+static void test_swapped_object(void) {
+  if (access("/proc/self/fd", F_OK) != 0) {
+    printf("test_swapped_object: skipped, /proc is not mounted\n");
+    return;
+  }
+  char dir[PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+  path_in(dir, sizeof dir, root, "swap");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  if (!find_object(dir, "fill", "", a, sizeof a)) return;
+  run_routine("fill", values_b, 1, 0);
+  if (!find_object(dir, "fill", a, b, sizeof b)) return;
+  snprintf(swap_to, sizeof swap_to, "%s.so", a);
+  snprintf(swap_from, sizeof swap_from, "%s.so", b);
+  swaps = 0;
+  cn_cc_set_load_hook(swap_object);
+  run_routine("fill", values_a, 0, 1); /* a hit: a's checked bytes run, not b's */
+  cn_cc_set_load_hook(NULL);
+  CHECK_INT(swaps, 1);
+  CHECK_STR(warnings, "");
+  /* The slot now holds b's object under a's record: discarded, recompiled. */
+  run_routine("fill", values_a, 1, 0);
+  CHECK_HAS(warnings, "its size or checksum differs from its record");
+  run_routine("fill", values_b, 0, 1);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
+/* A context with "fill" writing values compiled (in the cache of $CANNL_CACHE_DIR). */
+static cn_ctx *fill_context(const double *values, cn_routine **r, cn_node **x) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t n = 3;
+  *x = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+  cn_asgn *asgn = *x ? cn_asgn_fetch_constant_fill(ctx, *x, values, 3) : NULL;
+  *r = asgn ? cn_routine_compile(ctx, asgn, CN_BACKEND_C, "fill") : NULL;
+  CHECK_MSG(*r != NULL, "%s", cn_ctx_error(ctx));
+  return ctx;
+}
+
+static void check_fill(cn_routine *r, cn_node *x, const double *values) {
+  if (!r) return;
+  CHECK_INT(cn_routine_run(r), CN_OK);
+  double got[3] = {0, 0, 0};
+  CHECK_INT(cn_node_get_values(x, false, got, 3), CN_OK);
+  for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[i], 0);
+}
+
+/* The loader knows an object by the name it was loaded under, /proc/self/fd/N, and keeps it while
+ * another handle holds it (a second load of the same file shares it) even after N was closed: a
+ * different object opened later as N must not be taken for it (it is loaded by path instead). */
+static void test_fd_names(void) {
+  char dir[PATH_MAX];
+  path_in(dir, sizeof dir, root, "fd-names");
+  CHECK(mkdir(dir, 0700) == 0);
+  CHECK(setenv("CANNL_CACHE_DIR", dir, 1) == 0);
+  run_routine("fill", values_a, 1, 0);
+  run_routine("fill", values_b, 1, 0);
+  cn_routine *r1, *r2, *r3;
+  cn_node *x1, *x2, *x3;
+  cn_ctx *c1 = fill_context(values_a, &r1, &x1);
+  cn_ctx *c2 = fill_context(values_a, &r2, &x2); /* the same file: the same loaded object */
+  cn_ctx_destroy(c1);                            /* its fd closed, the object still loaded */
+  cn_ctx *c3 = fill_context(values_b, &r3, &x3); /* opened as the lowest free fd: c1's */
+  check_fill(r2, x2, values_a);
+  check_fill(r3, x3, values_b);
+  CHECK_INT(cn_ctx_stat(c3, CN_STAT_CACHE_HITS), 1);
+  cn_ctx_destroy(c2);
+  cn_ctx_destroy(c3);
+  CHECK(unsetenv("CANNL_CACHE_DIR") == 0);
+}
+
 /* ---- Unusable directories ---- */
 
 /* As a user without write access to the cache directory (root drops to nobody in a child: root
@@ -766,11 +935,11 @@ static void test_many(void) {
    * machine has three processors or more (compilers start in waves of one per processor). */
   int sources = count_files(dir, ".c");
   CHECK_MSG(sources >= 4 && sources <= 6, "%d sources", sources);
-  /* No temporary (<name>-<key>.tmp-<pid>-<serial>.*) survives. */
+  /* No temporary (<name>-<key>.tmp.<host>.<pid>.<serial>.*) survives. */
   DIR *d = opendir(dir);
   CHECK(d != NULL);
   for (struct dirent *e; d && (e = readdir(d));)
-    CHECK_MSG(!strstr(e->d_name, ".tmp-"), "%s", e->d_name);
+    CHECK_MSG(!strstr(e->d_name, ".tmp."), "%s", e->d_name);
   if (d) closedir(d);
 }
 
@@ -786,6 +955,9 @@ int main(void) {
   test_integrity();
   test_planted();
   test_tune_fifo();
+  test_stale_temporaries();
+  test_swapped_object();
+  test_fd_names();
   test_locations();
   test_unwritable();
   test_missing_tmpdir();

@@ -12,10 +12,12 @@
 #include "cannl.h"
 #include "notation/notation.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -147,6 +149,19 @@ static char *slurp(const char *path) {
   return text;
 }
 
+/* The files of dir named NAME.tmp... (a temporary of a save of NAME). */
+static int temporaries_of(const char *name) {
+  char prefix[256];
+  snprintf(prefix, sizeof prefix, "%s.tmp", name);
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));)
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
 static void test_plot(void) {
   char script[2048], path[256];
   snprintf(path, sizeof path, "%s/curves.svg", dir);
@@ -209,8 +224,7 @@ static void test_plot(void) {
     CHECK_HAS(svg, "</svg>\n");
     free(svg);
   }
-  snprintf(path, sizeof path, "%s/curves.svg.tmp", dir);
-  CHECK(access(path, F_OK) != 0);
+  CHECK_INT(temporaries_of("curves.svg"), 0);
 
   run_fails("plot \"a.svg\" (\"a\", 1)\n", 0, NULL, "t.cnl:1:1: plot needs ~x:VALUE");
   run_fails("plot \"a.svg\" ~x:1\n", 0, NULL,
@@ -232,9 +246,55 @@ static void test_plot(void) {
   CHECK(f != NULL);
   if (f) fclose(f);
   snprintf(script, sizeof script, "plot \"%s/a.svg\" ~x:1 (\"a\", 1)\n", plain);
-  snprintf(bad, sizeof bad, "t.cnl:1:6: cannot write %s/a.svg.tmp: Not a directory", plain);
+  snprintf(bad, sizeof bad, "t.cnl:1:6: %s/a.svg: cannot create: Not a directory", plain);
   run_fails(script, 0, NULL, bad);
   CHECK(unlink(plain) == 0);
+
+  /* plot writes through the atomic writer (issue 27): through a symbolic link to the file it
+   * names (the link stays), and never into a FIFO -- refused at once, not waited on (an alarm
+   * guards: a hang fails the test) -- or over one. */
+  char target[128], link_path[128], fifo[128];
+  snprintf(target, sizeof target, "%s/target.svg", dir);
+  snprintf(link_path, sizeof link_path, "%s/link.svg", dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo.svg", dir);
+  f = fopen(target, "w");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  CHECK(symlink("target.svg", link_path) == 0);
+  snprintf(script, sizeof script, "plot \"%s\" ~x:1 (\"through\", 1)\n", link_path);
+  free(run_ok(script, 0, NULL));
+  struct stat st;
+  CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+  svg = slurp(target);
+  CHECK(svg != NULL && strstr(svg, ">through</text>") != NULL);
+  free(svg);
+  CHECK_INT(temporaries_of("link.svg"), 0);
+  CHECK_INT(temporaries_of("target.svg"), 0);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  snprintf(script, sizeof script, "plot \"%s\" ~x:1 (\"a\", 1)\n", fifo);
+  snprintf(bad, sizeof bad,
+           "t.cnl:1:6: %s: is a FIFO, not a regular file: a save never replaces it", fifo);
+  alarm(60);
+  run_fails(script, 0, NULL, bad);
+  alarm(0);
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  CHECK_INT(temporaries_of("fifo.svg"), 0);
+  /* A FIFO planted at the old temporary name FILE.tmp is not opened (the writer's temporaries
+   * are fresh names, created exclusively): the plot is written. */
+  char planted[128];
+  snprintf(planted, sizeof planted, "%s/planted.svg.tmp", dir);
+  CHECK(mkfifo(planted, 0600) == 0);
+  snprintf(script, sizeof script, "plot \"%s/planted.svg\" ~x:1 (\"a\", 1)\n", dir);
+  alarm(60);
+  free(run_ok(script, 0, NULL));
+  alarm(0);
+  CHECK(lstat(planted, &st) == 0 && S_ISFIFO(st.st_mode));
+  snprintf(path, sizeof path, "%s/planted.svg", dir);
+  svg = slurp(path);
+  CHECK(svg != NULL && strstr(svg, "</svg>\n") != NULL);
+  free(svg);
+  CHECK(unlink(fifo) == 0 && unlink(link_path) == 0 && unlink(target) == 0);
+  CHECK(unlink(planted) == 0 && unlink(path) == 0);
 }
 
 /* if expressions and plot print as source that parses back to the same text. */

@@ -19,10 +19,14 @@
 
 static char cache_dir[64];
 static int warnings;
+static char last_warning[1024];
 
 static void count_warnings(void *user, cn_log_level level, const char *message) {
   (void)user;
-  if (level == CN_LOG_WARN && strstr(message, "corrupted tune record")) warnings++;
+  if (level == CN_LOG_WARN && strstr(message, "corrupted tune record")) {
+    warnings++;
+    snprintf(last_warning, sizeof last_warning, "%s", message);
+  }
 }
 
 /* The tune record's path in the cache directory (the only tune-*.txt), or "" when none. */
@@ -35,6 +39,57 @@ static void record_path(char *out, size_t size) {
     if (strncmp(e->d_name, "tune-", 5) == 0 && strstr(e->d_name, ".txt"))
       snprintf(out, size, "%s/%s", cache_dir, e->d_name);
   closedir(dir);
+}
+
+/* FNV-1a (64 bits) of n bytes: the record's checksum, computed here from its definition. */
+static uint64_t fnv1a64(const char *s, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Rewrites the record at path as a crafted one with a valid checksum: its key line's number
+ * replaced by key_len (NULL: kept; "" for the length of the whole crafted file) and its value by
+ * value (NULL: kept). The record is "cannl tune record 1\nkey N\n" KEY "\nvalue V\nsum H\n". */
+static void craft_record(const char *path, const char *key_len, const char *value) {
+  static char text[65536], out[65536];
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  if (!f) return;
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  const char *header = "cannl tune record 1\nkey ";
+  CHECK(strncmp(text, header, strlen(header)) == 0);
+  char *n_at = text + strlen(header), *key_at = strchr(n_at, '\n') + 1;
+  size_t n = (size_t)strtoull(n_at, NULL, 10);
+  char *value_at = key_at + n + strlen("\nvalue ");
+  CHECK(strncmp(key_at + n, "\nvalue ", 7) == 0);
+  size_t value_len = strcspn(value_at, "\n");
+  char n_text[32], length[32];
+  snprintf(n_text, sizeof n_text, "%zu", n);
+  /* "": the N for which the file is N bytes long (N's digits count in the length) */
+  for (int digits = 1; key_len && !key_len[0] && digits < 8; digits++) {
+    size_t total = strlen(header) + (size_t)digits + 1 + n + strlen("\nvalue ") +
+                   (value ? strlen(value) : value_len) + 1 + strlen("sum ") + 16 + 1;
+    snprintf(length, sizeof length, "%zu", total);
+    if (strlen(length) == (size_t)digits) break;
+  }
+  int body =
+      snprintf(out, sizeof out, "%s%s\n%.*s\nvalue %.*s\n", header,
+               !key_len     ? n_text
+               : key_len[0] ? key_len
+                            : length,
+               (int)n, key_at, (int)(value ? strlen(value) : value_len), value ? value : value_at);
+  CHECK(body > 0 && (size_t)body < sizeof out - 32);
+  snprintf(out + body, sizeof out - (size_t)body, "sum %016llx\n",
+           (unsigned long long)fnv1a64(out, (size_t)body));
+  if (key_len && !key_len[0]) CHECK_INT(strlen(out), strtoull(length, NULL, 10));
+  f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  CHECK(fwrite(out, 1, strlen(out), f) == strlen(out));
+  fclose(f);
 }
 
 typedef struct {
@@ -131,6 +186,44 @@ int main(void) {
   CHECK(memcmp(got, off, bytes) == 0);
   o = compile_and_run("quick", got);
   CHECK_INT(o.tune_hits, 1);
+
+  /* Crafted records with a valid checksum (issue 27: the checksum is no protection, numbers are
+   * parsed checked). A value out of range -- kc 10^20, which sscanf's SCNd64 saturated to
+   * 2^63 - 1, or mr 2^32 + 8, which %d wrapped to 8 -- is no plan: tuned again, recorded again,
+   * silently (a value that is not a plan always was). The record as written is taken. */
+  const char *bad_values[] = {"8 3 99999999999999999999", "4294967304 3 256", "8 3 256 7",
+                              "8 -3 256", "8 0 256"};
+  for (size_t k = 0; k < sizeof bad_values / sizeof *bad_values; k++) {
+    craft_record(record, NULL, bad_values[k]);
+    warnings = 0;
+    o = compile_and_run("quick", got);
+    CHECK_MSG(o.tune_runs == 1 && o.tune_hits == 0, "value '%s': %d runs, %d hits", bad_values[k],
+              (int)o.tune_runs, (int)o.tune_hits);
+    CHECK_INT(warnings, 0);
+    CHECK(memcmp(got, off, bytes) == 0);
+  }
+  craft_record(record, NULL, NULL); /* the valid record, rewritten here: still a hit */
+  o = compile_and_run("quick", got);
+  CHECK_INT(o.tune_hits, 1);
+  CHECK_INT(o.tune_runs, 0);
+  /* A key length out of range (sscanf's %zu saturated it: "truncated key"), and one equal to the
+   * file's length (the old bound check wrapped there and read past the record): a corrupted
+   * record, with a warning, tuned again. */
+  const char *bad_lengths[] = {"99999999999999999999", "", "+12", " 12"};
+  const char *problems[] = {"(bad key line)", "(truncated key)", "(bad key line)",
+                            "(bad key line)"};
+  for (size_t k = 0; k < sizeof bad_lengths / sizeof *bad_lengths; k++) {
+    craft_record(record, bad_lengths[k], NULL);
+    warnings = 0;
+    last_warning[0] = '\0';
+    o = compile_and_run("quick", got);
+    CHECK_INT(warnings, 1);
+    CHECK_MSG(strstr(last_warning, problems[k]) != NULL, "key length '%s': %s", bad_lengths[k],
+              last_warning);
+    CHECK_INT(o.tune_runs, 1);
+    CHECK_INT(o.tune_hits, 0);
+    CHECK(memcmp(got, off, bytes) == 0);
+  }
 
   /* the option */
   cn_ctx *ctx = cn_ctx_create();

@@ -58,6 +58,10 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
 
+/* Test hook (process-wide, tests only): fn(path) runs between the verification of a cached object
+ * at path and its dlopen, where a writer of the cache directory could swap the file; NULL: none. */
+void cn_cc_set_load_hook(void (*fn)(const char *so_path));
+
 /* Generates the C source of a procedure (used by cn_backend_c; exposed for golden tests).
  * The entry point is `void <name>_entry(void *const *buffers, const int64_t *syms)`; a procedure
  * with a CN_LL_PARALLEL loop also exports `void <name>_entry_par(void *const *buffers,

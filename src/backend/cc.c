@@ -21,12 +21,16 @@
  * it is never trusted on its name alone: its record <name>-<key>.sum holds
  *   "cannl cache record 1\nkey <n>\n" <the n bytes of key text> "\nso <size> <fnv1a64 hex>\n"
  * and an object is loaded only after its bytes (read, never mapped: a truncated mapping can raise
- * SIGBUS) match the size and checksum and the record's key text equals ours byte for byte. Any
+ * SIGBUS) match the size and checksum and the record's key text equals ours byte for byte; it
+ * is loaded from the file descriptor those bytes were read from (/proc/self/fd/N, by path only
+ * without /proc), so a file renamed into the slot after the check is never the one loaded. Any
  * mismatch, a missing record or a failed load deletes the entry, says so on the log (stderr
  * without a log hook) and recompiles. Every file appears only by rename() of a complete file
  * written under a per-process temporary name, the object before its record; a fresh object is
  * loaded from its temporary name before it is published, so a concurrent process that evicts the
- * entry in between cannot make the load fail. No temporary file survives a failure. Cache files
+ * entry in between cannot make the load fail. No temporary file survives a failure, and those a
+ * killed process left (named with its host and pid) go with the next compilation of the same
+ * entry (or the next store of the same tune record). Cache files
  * are read only through open_regular (never opening a FIFO, a device or a link), and a slot
  * holding anything but a regular file is cleared before a compilation publishes into it, or, when
  * it cannot be (a full directory), the compilation goes private with a warning: a planted file
@@ -66,6 +70,8 @@ typedef void (*cc_entry_par_fn)(void *const *buffers, const int64_t *syms, const
 
 typedef struct {
   void *handle;
+  bool fd_open; /* fd: the verified file the object was loaded from, open while it is loaded */
+  int fd;
   cc_entry_fn entry;
   cc_entry_par_fn entry_par; /* NULL: the procedure has no parallel loop */
   char *source;              /* malloc'd generated C */
@@ -517,24 +523,20 @@ static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char 
   return CN_OK;
 }
 
-/* Size and FNV-1a checksum of a regular file, read with read() (mapping a file that another
- * process truncates can raise SIGBUS). 0 or an errno, EINVAL for a file that is not regular (its
- * st_mode in *st). */
-static int file_checksum(const char *path, uint64_t *size, uint64_t *sum, struct stat *st) {
-  int fd = open_regular(path, st);
-  if (fd < 0) return errno;
+/* Size and FNV-1a checksum of the file open at fd, from its start, read with pread (mapping a
+ * file that another process truncates can raise SIGBUS). 0 or an errno. */
+static int fd_checksum(int fd, uint64_t *size, uint64_t *sum) {
   int err = 0;
   uint64_t h = FNV_OFFSET, n = 0;
   char chunk[16384];
   while (!err) {
-    ssize_t got = read(fd, chunk, sizeof chunk);
+    ssize_t got = pread(fd, chunk, sizeof chunk, (off_t)n);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) err = errno;
     if (got <= 0) break;
     h = fnv1a(h, chunk, (size_t)got);
     n += (uint64_t)got;
   }
-  close(fd);
   *size = n;
   *sum = h;
   return err;
@@ -686,10 +688,55 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *
 
 /* ---- Loading ---- */
 
-/* Loads the object and finds its entry; false with the reason in why. */
-static bool load_object(const char *so_path, const char *name, cc_compiled *c, char *why,
+/* Unloads c's object (and closes the file it was loaded from). */
+static void unload(cc_compiled *c) {
+  if (c->handle) dlclose(c->handle);
+  c->handle = NULL;
+  if (c->fd_open) close(c->fd);
+  c->fd_open = false;
+}
+
+static _Atomic(void (*)(const char *)) load_hook;
+
+void cn_cc_set_load_hook(void (*fn)(const char *so_path)) {
+  atomic_store(&load_hook, fn);
+}
+
+/* The name under which dlopen loads the file open at fd: "/proc/self/fd/N" when /proc shows that
+ * fd there (the same device and inode), and no object loaded under that name is still mapped (a
+ * dlclose'd object that the loader kept: dlopen would return it for the name alone); else false
+ * and the caller loads by path. */
+static bool fd_name(int fd, char *name, size_t size) {
+  struct stat by_fd, by_name;
+  snprintf(name, size, "/proc/self/fd/%d", fd);
+  if (fstat(fd, &by_fd) != 0 || stat(name, &by_name) != 0 || by_fd.st_dev != by_name.st_dev ||
+      by_fd.st_ino != by_name.st_ino)
+    return false;
+  void *old = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+  if (old) dlclose(old);
+  return old == NULL;
+}
+
+/* Loads the object and finds its entry; false with the reason in why. fd (or -1) is the object
+ * opened and verified by the caller, and is taken over: the object is loaded through
+ * /proc/self/fd/N (fd_name), so that what dlopen maps is the file whose bytes were checked, not
+ * whatever a writer of the cache directory renamed to so_path since; the fd then stays open while
+ * the object is loaded (cc_release closes it), so that its number, and with it the loader's name
+ * of the object, is not reused meanwhile. Without /proc (or fd -1) the object is loaded by path
+ * and fd closed. */
+static bool load_object(const char *so_path, int fd, const char *name, cc_compiled *c, char *why,
                         size_t why_size) {
-  c->handle = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+  char fd_path[64];
+  bool by_fd = fd >= 0 && fd_name(fd, fd_path, sizeof fd_path);
+  void (*hook)(const char *) = atomic_load(&load_hook);
+  if (hook) hook(so_path);
+  c->handle = dlopen(by_fd ? fd_path : so_path, RTLD_NOW | RTLD_LOCAL);
+  if (c->handle && by_fd) {
+    c->fd_open = true;
+    c->fd = fd;
+  } else if (fd >= 0) {
+    close(fd);
+  }
   if (!c->handle) {
     const char *reason = dlerror();
     snprintf(why, why_size, "%s", reason ? reason : "dlopen failed");
@@ -703,8 +750,7 @@ static bool load_object(const char *so_path, const char *name, cc_compiled *c, c
   if (!c->entry) {
     const char *reason = dlerror();
     snprintf(why, why_size, "no symbol '%s': %s", symbol, reason ? reason : "null symbol");
-    dlclose(c->handle);
-    c->handle = NULL;
+    unload(c);
     return false;
   }
   snprintf(symbol, sizeof symbol, "%s_entry_par", name);
@@ -724,15 +770,12 @@ static const char *read_failure(char *reason, size_t reason_size, const char *wh
   return reason;
 }
 
-/* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
- * record's key text is ours and its bytes match the record's size and checksum). Fills reason
- * for errno-based problems. */
-static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
-                               char *reason, size_t reason_size, cn_status *status) {
-  uint64_t size, sum;
+/* check_entry's comparison of the record with head and the object's size and checksum. */
+static const char *check_record(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
+                                uint64_t size, uint64_t sum, char *reason, size_t reason_size,
+                                cn_status *status) {
+  int err;
   struct stat st;
-  int err = file_checksum(paths->so_path, &size, &sum, &st);
-  if (err) return read_failure(reason, reason_size, "it", err, &st);
   char tail[64];
   record_tail(tail, sizeof tail, size, sum);
   size_t tail_len = strlen(tail), want = head->len + tail_len;
@@ -765,6 +808,29 @@ static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf
   return problem;
 }
 
+/* Why the cached object at so_path may not be loaded under this key, or NULL if it may (its
+ * record's key text is ours and its bytes match the record's size and checksum): then *so_fd is
+ * the object's file, open, whose bytes were checked (the caller loads that one). Fills reason for
+ * errno-based problems. */
+static const char *check_entry(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head,
+                               char *reason, size_t reason_size, cn_status *status, int *so_fd) {
+  uint64_t size = 0, sum = 0;
+  struct stat st;
+  *so_fd = open_regular(paths->so_path, &st);
+  int err = *so_fd < 0 ? errno : fd_checksum(*so_fd, &size, &sum);
+  if (err) {
+    if (*so_fd >= 0) close(*so_fd);
+    *so_fd = -1;
+    return read_failure(reason, reason_size, "it", err, &st);
+  }
+  const char *problem = check_record(ctx, paths, head, size, sum, reason, reason_size, status);
+  if (problem || *status != CN_OK) {
+    close(*so_fd);
+    *so_fd = -1;
+  }
+  return problem;
+}
+
 /* A hit: the checked entry loaded into c. Otherwise the entry is deleted (with a warning when it
  * existed) and the caller compiles; status is set only for a failure of our own (memory). */
 static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, const char *name,
@@ -772,11 +838,12 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
   struct stat st;
   if (lstat(paths->so_path, &st) != 0 && errno == ENOENT) return false;
   char reason[PATH_MAX + 256];
-  const char *problem = check_entry(ctx, paths, head, reason, sizeof reason, status);
+  int so_fd;
+  const char *problem = check_entry(ctx, paths, head, reason, sizeof reason, status, &so_fd);
   if (*status != CN_OK) return false;
   if (!problem) {
     char why[1024];
-    if (load_object(paths->so_path, name, c, why, sizeof why)) return true;
+    if (load_object(paths->so_path, so_fd, name, c, why, sizeof why)) return true;
     snprintf(reason, sizeof reason, "cannot load it: %s", why);
     problem = reason;
   }
@@ -815,19 +882,45 @@ static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *pa
   return true;
 }
 
+/* Temporaries are named STEM.tmp.HOST.PID.SERIAL[.EXT] (STEM: the cache file's path without
+ * extension for an entry, the record's whole path for a tune record): unique per process and per
+ * call, so concurrent compilations never share one, and with this host's name, so that the
+ * temporaries a killed process left can be told from a live process's even in a cache directory
+ * shared by several hosts (a home directory on NFS) and removed (remove_stale). */
+static atomic_ulong tmp_serial;
+
+/* "STEM.tmp.HOST.PID.SERIAL" for a fresh temporary of stem (malloc'd; NULL after a message). */
+static char *tmp_stem(cn_ctx *ctx, const char *stem) {
+  char host[64];
+  cn_host_tag(host, sizeof host);
+  return format_path(ctx, "%s.tmp.%s.%ld.%lu", stem, host, (long)getpid(),
+                     atomic_fetch_add(&tmp_serial, 1));
+}
+
+/* Removes from dir the temporaries of the cache files of base (a stem's last component) that
+ * processes of this host killed midway left: base.tmp.HOST.PID.SERIAL plus one of suffixes, PID
+ * no longer running (cn_remove_stale_temporaries). */
+static void remove_stale(const char *dir, const char *base, const char *const *suffixes) {
+  char host[64], prefix[PATH_MAX];
+  cn_host_tag(host, sizeof host);
+  int n = snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host);
+  if (n > 0 && (size_t)n < sizeof prefix) cn_remove_stale_temporaries(dir, prefix, suffixes);
+}
+
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
                                cc_paths *p) {
-  /* Unique per process and per call, so concurrent compilations never share a temporary. */
-  static atomic_ulong counter;
-  unsigned long serial = atomic_fetch_add(&counter, 1);
-  long pid = (long)getpid();
-  p->c_path = format_path(ctx, "%s/%s-%016" PRIx64 ".c", dir, name, key);
-  p->so_path = format_path(ctx, "%s/%s-%016" PRIx64 ".so", dir, name, key);
-  p->sum_path = format_path(ctx, "%s/%s-%016" PRIx64 ".sum", dir, name, key);
-  p->tmp_c = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.c", dir, name, key, pid, serial);
-  p->tmp_so = format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.so", dir, name, key, pid, serial);
-  p->tmp_sum =
-      format_path(ctx, "%s/%s-%016" PRIx64 ".tmp-%ld-%lu.sum", dir, name, key, pid, serial);
+  char *stem = format_path(ctx, "%s/%s-%016" PRIx64, dir, name, key);
+  char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
+  if (tmp) {
+    p->c_path = format_path(ctx, "%s.c", stem);
+    p->so_path = format_path(ctx, "%s.so", stem);
+    p->sum_path = format_path(ctx, "%s.sum", stem);
+    p->tmp_c = format_path(ctx, "%s.c", tmp);
+    p->tmp_so = format_path(ctx, "%s.so", tmp);
+    p->tmp_sum = format_path(ctx, "%s.sum", tmp);
+  }
+  free(stem);
+  free(tmp);
   return p->c_path && p->so_path && p->sum_path && p->tmp_c && p->tmp_so && p->tmp_sum
              ? CN_OK
              : ctx->status;
@@ -848,7 +941,7 @@ static void cc_paths_free(cc_paths *p) {
 static void cc_release(void *compiled) {
   cc_compiled *c = compiled;
   if (!c) return;
-  if (c->handle) dlclose(c->handle);
+  unload(c);
   free(c->source);
   free(c);
 }
@@ -918,6 +1011,13 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
     status = private_dir(ctx, &job->place);
     if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
   }
+  if (status == CN_OK && !job->place.private_dir && !job->hit) {
+    /* The temporaries that compilations of this entry killed midway left go now. */
+    static const char *const exts[] = {".c", ".so", ".sum", NULL};
+    char base[PATH_MAX];
+    int n = snprintf(base, sizeof base, "%s-%016" PRIx64, proc->name, key);
+    if (n > 0 && (size_t)n < sizeof base) remove_stale(job->place.dir, base, exts);
+  }
   if (status == CN_OK && !job->hit)
     status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
                                    strlen(c->source), "", 0);
@@ -937,20 +1037,25 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   job->fd = -1;
   if (status != CN_OK) return status;
   cc_compiled *c = job->c;
+  /* The record's checksum and the loaded object are of one file: the one opened here. */
+  uint64_t size = 0, sum = 0;
+  struct stat st;
+  int fd = open_regular(paths->tmp_so, &st);
+  int err = fd < 0 ? errno : job->place.private_dir ? 0 : fd_checksum(fd, &size, &sum);
+  if (err) {
+    if (fd >= 0) close(fd);
+    discard(paths->tmp_so);
+    return cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
+                   strerror(err == EINVAL ? ENOEXEC : err));
+  }
   char why[1024];
-  if (!load_object(paths->tmp_so, job->name, c, why, sizeof why)) {
+  if (!load_object(paths->tmp_so, fd, job->name, c, why, sizeof why)) {
     discard(paths->tmp_so);
     return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", job->name,
                    paths->tmp_so, why);
   }
   if (job->place.private_dir) return CN_OK;
-  uint64_t size, sum;
-  struct stat st;
-  int err = file_checksum(paths->tmp_so, &size, &sum, &st);
-  if (err) {
-    status = cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
-                     strerror(err == EINVAL ? ENOEXEC : err));
-  } else if (rename(paths->tmp_so, paths->so_path) != 0) {
+  if (rename(paths->tmp_so, paths->so_path) != 0) {
     status = cn_fail(ctx, CN_ERR_IO, "cannot rename '%s' to '%s': %s", paths->tmp_so,
                      paths->so_path, strerror(errno));
   } else {
@@ -963,8 +1068,7 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   }
   if (status != CN_OK) {
     discard(paths->tmp_so);
-    dlclose(c->handle);
-    c->handle = NULL;
+    unload(c);
   }
   return status;
 }
@@ -1060,25 +1164,35 @@ static char *tune_text(const char *key, const char *value, size_t *len) {
   return sb.data;
 }
 
+/* The record's last line for its text before it (len bytes): "sum <16 hex digits>\n". */
+static void tune_sum_line(char *out, size_t size, const char *text, size_t len) {
+  snprintf(out, size, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
+}
+
 /* Why the record text (len bytes) is not a valid record for key (NULL: valid, *value set; "" for
- * a record of another key). */
+ * a record of another key). The key length goes through cn_parse_natural and the sum line is
+ * compared with the one our checksum gives, so no number of the file is parsed by sscanf (whose
+ * %zu and %x are undefined on out-of-range input: the checksum does not stop a crafted record). */
 static const char *tune_parse(const char *text, size_t len, const char *key, char *value,
                               size_t size) {
   const char *header = "cannl tune record 1\nkey ";
-  size_t n;
-  int used = 0;
-  if (len < strlen(header) || memcmp(text, header, strlen(header)) != 0) return "bad header";
-  if (sscanf(text + strlen(header), "%zu\n%n", &n, &used) != 1 || used == 0) return "bad key line";
-  const char *at = text + strlen(header) + used;
-  if (n > len || (size_t)(at - text) > len - n - 1) return "truncated key";
+  size_t header_len = strlen(header);
+  if (len < header_len || memcmp(text, header, header_len) != 0) return "bad header";
+  const char *digits = text + header_len, *eol = memchr(digits, '\n', len - header_len);
+  uint64_t n;
+  if (!eol || !cn_parse_natural(digits, (size_t)(eol - digits), len, &n)) return "bad key line";
+  const char *at = eol + 1;
+  if (n >= len - (size_t)(at - text)) return "truncated key"; /* the key and its '\n' */
   const char *after = at + n;
   const char *value_line = after + 1,
              *sum_line = memchr(value_line, '\n', len - (size_t)(value_line - text));
   if (*after != '\n' || strncmp(value_line, "value ", 6) != 0 || !sum_line) return "bad value line";
   sum_line++;
-  uint64_t want;
-  if (sscanf(sum_line, "sum %" SCNx64, &want) != 1) return "bad sum line";
-  if (fnv1a(FNV_OFFSET, text, (size_t)(sum_line - text)) != want) return "checksum mismatch";
+  size_t sum_len = len - (size_t)(sum_line - text);
+  if (sum_len < 4 || memcmp(sum_line, "sum ", 4) != 0) return "bad sum line";
+  char want[40];
+  tune_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
+  if (sum_len != strlen(want) || memcmp(sum_line, want, sum_len) != 0) return "checksum mismatch";
   if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another nest's slot */
   size_t value_len = (size_t)(sum_line - 1 - (value_line + 6));
   if (value_len + 1 > size) return "value too long";
@@ -1131,9 +1245,16 @@ cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
   if (!path) return status;
   size_t len = 0;
   char *text = tune_text(key, value, &len);
-  char *tmp = format_path(ctx, "%s.tmp-%ld", path, (long)getpid());
+  char *tmp = tmp_stem(ctx, path);
+  const char *slash = strrchr(path, '/');
+  if (tmp && slash) { /* the killed stores' temporaries of this record go now */
+    static const char *const no_ext[] = {"", NULL};
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    remove_stale(dir, slash + 1, no_ext);
+  }
   char tail[40];
-  if (text) snprintf(tail, sizeof tail, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
+  if (text) tune_sum_line(tail, sizeof tail, text, len);
   status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
            : !tmp ? ctx->status
                   : write_file_atomically(ctx, tmp, path, text, len, tail, strlen(tail));

@@ -219,6 +219,24 @@ const char *cn_ctx_stored_option(const cn_ctx *ctx, const char *key);
 /* Overflow-checked size arithmetic: false on overflow. */
 bool cn_mul_size(size_t a, size_t b, size_t *out);
 
+/* ---- Files (src/core/files.c) ---- */
+/* The decimal digits s[0 .. len) as an integer of at most max in *out: false when the text is
+ * empty, holds anything but the digits 0-9 (no sign, blank or suffix) or exceeds max. The one
+ * parse of a number read from a file (a .npy shape, a checkpoint's epoch, a tune or cache
+ * record, a sysfs cache size, a temporary's pid), so that none saturates, wraps, stops at
+ * trailing garbage or, as sscanf does on out-of-range input, is undefined. */
+bool cn_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out);
+/* This host's name as temporary file names carry it: letters, digits and '-' kept, anything
+ * else '_' (a '.' would break the name's fields), "host" when there is none. */
+void cn_host_tag(char *out, size_t size);
+/* Removes from dir what writers killed midway left behind: the files named
+ * PREFIX PID "." SERIAL SUFFIX (decimal PID and SERIAL, SUFFIX one of the NULL-terminated
+ * suffixes, "" for none) whose process no longer exists (kill(pid, 0) fails with ESRCH). prefix
+ * must name this host (cn_host_tag), since a pid means nothing on another one. A live writer's
+ * file (this process's included) and any name of another form are left alone. Best effort: a
+ * failure only leaves the file. */
+void cn_remove_stale_temporaries(const char *dir, const char *prefix, const char *const *suffixes);
+
 /* What a file of this st_mode is, for messages: "a regular file", "a directory", "a symbolic
  * link", "a FIFO", "a socket", "a character device", "a block device" or "a special file". */
 const char *cn_file_kind(unsigned mode);

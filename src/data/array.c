@@ -11,11 +11,9 @@
 #include "data/data.h"
 #include "data/io_hook.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,18 +44,6 @@ bool cn_data_numel(int rank, const int64_t *dims, size_t *out) {
   for (int k = 0; k < rank && !zero; k++)
     if ((uint64_t)dims[k] > SIZE_MAX || !cn_mul_size(n, (size_t)dims[k], &n)) return false;
   *out = zero ? 0 : n;
-  return true;
-}
-
-bool cn_data_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out) {
-  uint64_t v = 0;
-  if (len == 0) return false;
-  for (size_t i = 0; i < len; i++) {
-    if (s[i] < '0' || s[i] > '9' || __builtin_mul_overflow(v, 10, &v) ||
-        __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v) || v > max)
-      return false;
-  }
-  *out = v;
   return true;
 }
 
@@ -405,44 +391,17 @@ static void parent_directory(const char *path, char *dir, size_t size) {
     snprintf(dir, size, "%.*s", (int)(slash - path), path);
 }
 
-/* This host's name as it appears in temporary names: letters, digits and '-' kept, anything
- * else '_' (a '.' would break the name's fields), "host" when there is none. */
-static void host_tag(char *out, size_t size) {
-  char name[256] = "";
-  if (gethostname(name, sizeof name - 1) != 0 || !name[0]) snprintf(name, sizeof name, "host");
-  size_t n = 0;
-  for (const char *c = name; *c && n + 1 < size; c++, n++) {
-    bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                *c == '-';
-    out[n] = keep ? *c : '_';
-  }
-  out[n] = '\0';
-}
-
 /* Removes what saves of target killed midway left behind: the temporaries
- * TARGET.tmp.HOST.PID.K of this host whose process no longer exists (kill(pid, 0) fails with
- * ESRCH). A live writer's file (this process's included), another host's, and any name of
- * another form are left alone. Best effort: a failure only leaves the file. */
+ * TARGET.tmp.HOST.PID.K of this host whose process no longer exists (cn_remove_stale_temporaries:
+ * a live writer's file, another host's and any name of another form are left alone). */
 static void remove_stale_temporaries(const char *target, const char *host) {
+  static const char *const no_suffix[] = {"", NULL};
   char dir[PATH_MAX], prefix[NAME_MAX + 80];
   parent_directory(target, dir, sizeof dir);
   const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
   int plen = snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host);
   if (plen < 0 || (size_t)plen >= sizeof prefix) return;
-  DIR *d = opendir(dir);
-  if (!d) return;
-  for (struct dirent *e; (e = readdir(d));) {
-    if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
-    const char *digits = e->d_name + plen;
-    char *end, *last;
-    long pid = strtol(digits, &end, 10);
-    if (end == digits || *end != '.' || pid <= 0 || pid > INT_MAX) continue;
-    strtoul(end + 1, &last, 10);
-    if (last == end + 1 || *last != '\0') continue;
-    /* pid > 0: kill(0, ...) or a negative pid would address a whole process group. */
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), e->d_name, 0);
-  }
-  closedir(d);
+  cn_remove_stale_temporaries(dir, prefix, no_suffix);
 }
 
 /* Whether the kernel would follow the symbolic link at path (its lstat in link): outside a
@@ -511,7 +470,7 @@ cn_status cn_data_writer_open(cn_ctx *ctx, const char *path, cn_data_writer *w) 
   cn_status s = writer_target(ctx, path, &w->target);
   if (s != CN_OK) return s;
   char host[64];
-  host_tag(host, sizeof host);
+  cn_host_tag(host, sizeof host);
   remove_stale_temporaries(w->target, host);
   size_t len = strlen(w->target) + strlen(host) + 64;
   w->tmp_path = cn_malloc(ctx, len);

@@ -96,12 +96,6 @@ void cn_data_copy_order(void *dst, const void *src, size_t count, size_t width, 
  * when a dim is negative or the product overflows size_t (a zero axis makes any product valid). */
 bool cn_data_numel(int rank, const int64_t *dims, size_t *out);
 
-/* The decimal digits s[0 .. len) as an integer of at most max in *out: false when the text is
- * empty, holds anything but the digits 0-9 (no sign, blank or suffix) or exceeds max. The one
- * parse of a decimal count read from a file (a .npy shape, a checkpoint's epoch), so that none
- * saturates, wraps or stops at trailing garbage. */
-bool cn_data_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out);
-
 /* Writes a file atomically: the bytes go to a temporary file TARGET.tmp.HOST.PID.K in the
  * target's directory, which commit flushes to disk (fsync), renames over the target and makes
  * durable (fsync of the directory), so an interrupted save leaves the old file whole. The target

@@ -147,7 +147,7 @@ static cn_status parse_shape(hdr *h, cn_array *a) {
     uint64_t d;
     size_t start = h->i;
     while (h->i < h->n && h->s[h->i] >= '0' && h->s[h->i] <= '9') h->i++;
-    if (!cn_data_parse_natural(h->s + start, h->i - start, INT64_MAX, &d)) {
+    if (!cn_parse_natural(h->s + start, h->i - start, INT64_MAX, &d)) {
       h->i = start;
       return hdr_fail(h, CN_ERR_INVALID, "a dimension below 2^63");
     }

@@ -279,7 +279,7 @@ static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_met
   for (int i = 0; i < n; i++) {
     if (strcmp(meta[i].key, "epoch") != 0) continue;
     uint64_t epoch;
-    if (!cn_data_parse_natural(meta[i].value, strlen(meta[i].value), EXACT_DOUBLE - 1, &epoch))
+    if (!cn_parse_natural(meta[i].value, strlen(meta[i].value), EXACT_DOUBLE - 1, &epoch))
       return nt_fail(I, at,
                      "restore: %s: the metadata \"epoch\" is \"%.40s%s\", expected a non-negative "
                      "integer below 2^53 (decimal digits only)",

@@ -7,8 +7,9 @@
  * series (its name as the title, the y range and the x range written at the axes, each point a
  * circle whose <title> is "x, y"), and with ~matrix the 2-D tensor T (computed as print computes
  * it) as a heat map below (each cell a rect whose <title> is "row, column: value"), titled by the
- * title given or the tensor's label. The file is written to FILE.tmp and renamed over FILE, so a
- * reader never sees half a chart. With ~ascii true, each series is also written to the script's
+ * title given or the tensor's label. The file is written by the atomic writer (a temporary file
+ * renamed over FILE, so a reader never sees half a chart; a link is written through, a FIFO,
+ * device or directory refused). With ~ascii true, each series is also written to the script's
  * output as an ASCII chart of 8 rows (examples/fashion_mnist.c's ascii_plot), and the matrix as
  * a table of its values under its title.
  *
@@ -18,7 +19,8 @@
  * of the run; the output holds nothing that varies between runs (no times). */
 #include "notation/eval_internal.h"
 
-#include <errno.h>
+#include "data/data.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,8 +203,9 @@ static bool matrix_values(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_
   return true;
 }
 
-/* The SVG text of the plot (and the matrix, when m is not NULL) written to path atomically:
- * path.tmp, then renamed. */
+/* The SVG text of the plot (and the matrix, when m is not NULL) written to path by the atomic
+ * writer of src/data (cn_data_writer: a temporary file renamed over path, through a symbolic
+ * link, never over a FIFO, a device or a directory), whose messages become the statement's. */
 static bool write_svg(nt_interp *I, const nt_plot *p, const char *title, const double *m,
                       int64_t rows, int64_t cols, const char *path, cn_nt_pos at) {
   int height = p->n_series * CHART + (m ? TOP + (int)rows * CELL + 20 : 0);
@@ -215,24 +218,18 @@ static bool write_svg(nt_interp *I, const nt_plot *p, const char *title, const d
   for (int s = 0; s < p->n_series; s++) svg_chart(&sb, p, s, s * CHART);
   if (m) svg_matrix(&sb, title, m, rows, cols, p->n_series * CHART);
   cn_sbuf_puts(&sb, "</svg>\n");
-  cn_sbuf tmp = {0};
-  cn_sbuf_printf(&tmp, "%s.tmp", path);
-  bool ok = !sb.failed && !tmp.failed;
-  if (!ok) cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory");
-  FILE *f = ok ? fopen(tmp.data, "w") : NULL;
-  if (ok && !f) ok = (nt_fail(I, at, "cannot write %s: %s", tmp.data, strerror(errno)), false);
-  if (f) {
-    bool written = fwrite(sb.data, 1, sb.len, f) == sb.len;
-    written = (fclose(f) == 0) && written;
-    if (!written || rename(tmp.data, path) != 0) {
-      nt_fail(I, at, "cannot write %s: %s", path, strerror(errno));
-      remove(tmp.data);
-      ok = false;
-    }
+  cn_status st = sb.failed ? cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory") : CN_OK;
+  cn_data_writer w;
+  if (st == CN_OK) st = cn_data_writer_open(I->ctx, path, &w);
+  if (st == CN_OK) {
+    st = cn_data_write(I->ctx, &w, sb.data, sb.len);
+    if (st == CN_OK)
+      st = cn_data_writer_commit(I->ctx, &w);
+    else
+      cn_data_writer_abort(&w);
   }
-  cn_sbuf_free(&tmp);
   cn_sbuf_free(&sb);
-  return ok;
+  return st == CN_OK || (nt_fail_here(I, at), false);
 }
 
 /* ---- ASCII ---------------------------------------------------------------------------------- */

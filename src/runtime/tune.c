@@ -219,6 +219,26 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
   return status;
 }
 
+/* A record's value as tune_stmt writes it, "MR NV KC": three decimal numbers separated by one
+ * space, MR and NV a register tile (both 0, the heuristic's, or MR <= 32 and NV <= 8) and KC >= 1.
+ * False for anything else: the record's checksum is no protection against a crafted value, so
+ * each number goes through the checked cn_parse_natural (sscanf's %d is undefined on one out of
+ * range). */
+static bool parse_value(const char *value, candidate *c) {
+  static const uint64_t max[3] = {32, 8, INT64_MAX};
+  uint64_t field[3];
+  const char *at = value;
+  for (int k = 0; k < 3; k++) {
+    size_t len = strcspn(at, " ");
+    if (!cn_parse_natural(at, len, max[k], &field[k])) return false;
+    at += len;
+    if (k < 2 && *at++ != ' ') return false;
+  }
+  if (*at || (field[0] == 0) != (field[1] == 0) || field[2] < 1) return false;
+  *c = (candidate){(int)field[0], (int)field[1], (int64_t)field[2]};
+  return true;
+}
+
 static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing *around,
                          const char *mode) {
   switch (s->kind) {
@@ -249,8 +269,7 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing
   cn_status status = cn_cc_tune_load(ctx, key, value, sizeof value, &found);
   if (status != CN_OK) return status;
   candidate c;
-  if (found && sscanf(value, "%d %d %" SCNd64, &c.mr, &c.nv, &c.kc) == 3 && c.mr >= 0 &&
-      c.mr <= 32 && c.nv >= 0 && c.nv <= 8 && (c.mr == 0) == (c.nv == 0) && c.kc >= 1) {
+  if (found && parse_value(value, &c)) {
     ctx->stats[CN_STAT_TUNE_HITS]++;
     return apply(ctx, s, c);
   }

@@ -41,29 +41,34 @@ static bool read_cache_file(int k, const char *what, char *buf, size_t size) {
   return ok;
 }
 
-/* A size as sysfs writes it ("48K", "2048K", "1M"), in bytes; 0 when unreadable. */
-static int64_t parse_size(const char *text) {
-  char *end;
-  long long n = strtoll(text, &end, 10);
-  if (n <= 0 || n > (1LL << 40)) return 0;
-  if (*end == 'K') return (int64_t)n << 10;
-  if (*end == 'M') return (int64_t)n << 20;
-  return (int64_t)n;
+/* A number as sysfs writes it: decimal digits of at most max, then, for a size, an optional K or
+ * M ("48K", "2048K", "1M"), then the line's end; its value (K and M scaled), or 0 for anything
+ * else (cn_parse_natural: no atoi or strtoll saturating, wrapping or stopping at garbage). */
+static int64_t parse_sysfs(const char *text, uint64_t max, bool size) {
+  size_t digits = strspn(text, "0123456789");
+  const char *suffix = text + digits;
+  int shift = !size ? 0 : *suffix == 'K' ? 10 : *suffix == 'M' ? 20 : 0;
+  const char *end = suffix + (shift > 0);
+  uint64_t n;
+  if ((*end != '\0' && strcmp(end, "\n") != 0) || !cn_parse_natural(text, digits, max, &n))
+    return 0;
+  return (int64_t)(n << shift);
 }
 
 static void read_cache_sizes(void) {
   for (int k = 0; k < 16; k++) {
-    char level[16], type[32], size[32];
-    if (!read_cache_file(k, "level", level, sizeof level) ||
+    char level_text[16], type[32], size[32];
+    if (!read_cache_file(k, "level", level_text, sizeof level_text) ||
         !read_cache_file(k, "type", type, sizeof type) ||
         !read_cache_file(k, "size", size, sizeof size))
       continue;
-    int64_t bytes = parse_size(size);
-    if (bytes == 0 || strncmp(type, "Instruction", 11) == 0) continue;
-    if (atoi(level) == 1) cache_l1 = bytes;
-    if (atoi(level) >= 2 && atoi(level) > cache_llc_level) {
+    int64_t bytes = parse_sysfs(size, (uint64_t)1 << 40, true),
+            level = parse_sysfs(level_text, 16, false);
+    if (bytes == 0 || level == 0 || strncmp(type, "Instruction", 11) == 0) continue;
+    if (level == 1) cache_l1 = bytes;
+    if (level >= 2 && level > cache_llc_level) {
       cache_llc = bytes;
-      cache_llc_level = atoi(level);
+      cache_llc_level = (int)level;
     }
   }
 }

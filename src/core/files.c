@@ -1,0 +1,73 @@
+/* Helpers for the files cannl reads and writes, shared by the layers that keep files (the
+ * compile cache and tune records of src/backend, the atomic writer of src/data, the sysfs reads
+ * of src/sched): the one checked parse of a decimal count read from a file, and the clean-up of
+ * temporary files that killed processes left.
+ *
+ * Invariants: a number read from a file is never parsed with atoi, strto* or sscanf (which
+ * saturate, wrap, accept signs and blanks, or, for sscanf, are undefined on out-of-range input);
+ * a temporary file is removed only when its name has exactly the form its writer gives it and
+ * names a process of this host that no longer exists. */
+#define _XOPEN_SOURCE 700 /* dirfd, gethostname, kill, unlinkat */
+#include "core/core.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+bool cn_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out) {
+  uint64_t v = 0;
+  if (len == 0) return false;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9' || __builtin_mul_overflow(v, 10, &v) ||
+        __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v) || v > max)
+      return false;
+  }
+  *out = v;
+  return true;
+}
+
+void cn_host_tag(char *out, size_t size) {
+  char name[256] = "";
+  if (gethostname(name, sizeof name - 1) != 0 || !name[0]) snprintf(name, sizeof name, "host");
+  size_t n = 0;
+  for (const char *c = name; *c && n + 1 < size; c++, n++) {
+    bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                *c == '-';
+    out[n] = keep ? *c : '_';
+  }
+  out[n] = '\0';
+}
+
+/* The pid of a temporary's name: rest (after the prefix) is PID "." SERIAL followed by exactly
+ * one of the suffixes; 0 when it is not. */
+static pid_t temporary_pid(const char *rest, const char *const *suffixes) {
+  size_t len = strlen(rest);
+  for (const char *const *suffix = suffixes; *suffix; suffix++) {
+    size_t slen = strlen(*suffix);
+    if (len <= slen || strcmp(rest + len - slen, *suffix) != 0) continue;
+    const char *dot = memchr(rest, '.', len - slen);
+    uint64_t pid, serial;
+    if (dot && cn_parse_natural(rest, (size_t)(dot - rest), INT_MAX, &pid) && pid > 0 &&
+        cn_parse_natural(dot + 1, len - slen - (size_t)(dot + 1 - rest), UINT64_MAX, &serial))
+      return (pid_t)pid;
+  }
+  return 0;
+}
+
+void cn_remove_stale_temporaries(const char *dir, const char *prefix, const char *const *suffixes) {
+  size_t plen = strlen(prefix);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, prefix, plen) != 0) continue;
+    pid_t pid = temporary_pid(e->d_name + plen, suffixes);
+    /* pid > 0: kill(0, ...) or a negative pid would address a whole process group. */
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
