@@ -225,10 +225,10 @@ cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_ten
   affine_axis(h, sizeof h, stride, "oh", valid, dilation, "kh");
   affine_axis(w, sizeof w, stride, "ow", valid, dilation, "kw");
   /* the spatial axes lead x's output row and the channels follow as a row variable, as in the
-   * pooling spec: a row given only by its last axes (`h, w, ic`) broadcasts to the left, and
-   * such a row met by a pooling's leading (oh, ow, ..c..) would leave the solver to choose
-   * between pairing them and stacking them (max_pool2d (relu y) fed to a convolution came out
-   * with the pooled axes as extra leading axes, the convolution at the unpooled size) */
+   * pooling spec, so the two rows pair axis by axis as soon as they meet; a row given only by
+   * its last axes (`h, w, ic`) met by a pooling's leading (oh, ow, ..c..) has no most general
+   * unifier and waits for a rank, or for the solver's closing rule (shape/finalize.c,
+   * close_flanks) */
   snprintf(spec, sizeof spec, "... | %s, %s, ..ic..; kh, kw, ..ic.. -> oc => ... | oh, ow, oc", h,
            w);
   cn_tensor *y = cn_tensor_einsum2(g, spec, x, kernel);
