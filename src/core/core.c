@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 _Noreturn void cn_assert_fail(const char *file, int line, const char *expr) {
   fprintf(stderr, "cannl internal error: %s:%d: assertion failed: %s\n", file, line, expr);
@@ -26,18 +25,6 @@ bool cn_mul_size(size_t a, size_t b, size_t *out) {
   if (a != 0 && b > SIZE_MAX / a) return false;
   *out = a * b;
   return true;
-}
-
-const char *cn_file_kind(unsigned mode) {
-  mode_t m = (mode_t)mode;
-  return S_ISREG(m)    ? "a regular file"
-         : S_ISDIR(m)  ? "a directory"
-         : S_ISLNK(m)  ? "a symbolic link"
-         : S_ISFIFO(m) ? "a FIFO"
-         : S_ISSOCK(m) ? "a socket"
-         : S_ISCHR(m)  ? "a character device"
-         : S_ISBLK(m)  ? "a block device"
-                       : "a special file";
 }
 
 /* ---- Arena ---- */

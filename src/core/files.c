@@ -1,7 +1,7 @@
 /* Helpers for the files cannl reads and writes, shared by the layers that keep files (the
  * compile cache and tune records of src/backend, the atomic writer of src/data, the sysfs reads
- * of src/sched): the one checked parse of a decimal count read from a file, and the clean-up of
- * temporary files that killed processes left.
+ * of src/sched): the one checked parse of a decimal count read from a file, the clean-up of
+ * temporary files that killed processes left, and the names of file kinds for messages.
  *
  * Invariants: a number read from a file is never parsed with atoi, strto* or sscanf (which
  * saturate, wrap, accept signs and blanks, or, for sscanf, are undefined on out-of-range input);
@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bool cn_parse_natural(const char *s, size_t len, uint64_t max, uint64_t *out) {
@@ -70,4 +71,16 @@ void cn_remove_stale_temporaries(const char *dir, const char *prefix, const char
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), e->d_name, 0);
   }
   closedir(d);
+}
+
+const char *cn_file_kind(unsigned mode) {
+  mode_t m = (mode_t)mode;
+  return S_ISREG(m)    ? "a regular file"
+         : S_ISDIR(m)  ? "a directory"
+         : S_ISLNK(m)  ? "a symbolic link"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+                       : "a special file";
 }
