@@ -8,13 +8,16 @@
  *     another seed or step, the validation split read from its own tokens, the bounds on context
  *     and batch;
  *   - errors: a missing path, an empty directory, a corpus of "%" lines only, a FIFO (refused
- *     without blocking), a file past CN_TEXT_MAX_BYTES (refused before reading);
+ *     without blocking), a file past CN_TEXT_MAX_BYTES (refused before reading), and every
+ *     allocation of a load failing in turn (CN_ERR_NOMEM, nothing left held: ASan and valgrind
+ *     see no leak);
  *   - Debian's fortunes and wamerican when installed (exit 77 with a message when either is
  *     absent): vocabulary size, token count and first bytes, pinned as measured. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, symlink, mkfifo */
 #include "check.h"
 
 #include "cannl.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +98,22 @@ static void test_small_corpus(void) {
   CHECK_INT(t.files, 3);
   CHECK_INT(t.train, 27); /* floor(0.9 * 30) */
   free(text);
+  cn_text_free(&t);
+
+  /* allocation failures: each allocation of the directory's load fails in turn */
+  int failures = 0;
+  for (long n = 1;; n++) {
+    ctx->fail_alloc_countdown = n;
+    cn_status s = cn_data_load_text(ctx, 2, two, &t);
+    ctx->fail_alloc_countdown = 0;
+    if (s == CN_OK) break;
+    failures++;
+    CHECK_INT(s, CN_ERR_NOMEM);
+    CHECK(t.tokens == NULL && t.count == 0);
+    if (n > 100) break;
+  }
+  CHECK_INT(t.count, 30);
+  CHECK_MSG(failures >= 4, "%d allocations failed", failures); /* names, 2 paths, 2 buffers */
   cn_text_free(&t);
   cn_ctx_destroy(ctx);
 }
