@@ -1,16 +1,16 @@
 /* Text corpora (cn_data_load_text, cn_text_draw_windows):
- *   - a small corpus written into a mkdtemp directory (two text files with "%" lines, one without
- *     a final newline, a hidden file, a ".dat" index, a symbolic link and a subdirectory that are
- *     all skipped): the exact bytes, vocabulary, token ids, 90/10 split sizes, and the order of
- *     several paths;
+ *   - a small corpus written into a mkdtemp directory (two text files with "%" lines, one
+ *     without a final newline; a hidden file, a ".dat" index, a symbolic link, a subdirectory and
+ *     a FIFO, all skipped, the FIFO without being opened): the exact bytes, vocabulary, token
+ *     ids, 90/10 split sizes, and the order of several paths;
  *   - windows from a longer file: x matches the corpus at the documented starts, y is x shifted
  *     by one, starts distinct within a batch, the same for the same (seed, step), different for
  *     another seed or step, the validation split read from its own tokens, the bounds on context
  *     and batch;
  *   - errors: a missing path, an empty directory, a corpus of "%" lines only, a FIFO (refused
- *     without blocking), a file past CN_TEXT_MAX_BYTES (refused before reading), and every
- *     allocation of a load failing in turn (CN_ERR_NOMEM, nothing left held: ASan and valgrind
- *     see no leak);
+ *     without blocking), an unreadable file (when not root), a file past CN_TEXT_MAX_BYTES
+ *     (refused before reading), and every allocation of a load failing in turn (CN_ERR_NOMEM,
+ *     nothing left held: ASan and valgrind see no leak);
  *   - Debian's fortunes and wamerican when installed (exit 77 with a message when either is
  *     absent): vocabulary size, token count and first bytes, pinned as measured. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, symlink, mkfifo */
@@ -58,6 +58,9 @@ static void test_small_corpus(void) {
   snprintf(path, sizeof path, "%s/corp/sub", dir);
   CHECK(mkdir(path, 0700) == 0);
   write_file("corp/sub/inner", "III\n");
+  /* a FIFO in the directory is skipped (lstat), never opened: a blocking open would hang here */
+  snprintf(path, sizeof path, "%s/corp/pipe", dir);
+  CHECK(mkfifo(path, 0600) == 0);
 
   cn_ctx *ctx = cn_ctx_create();
   cn_text t;
@@ -244,6 +247,17 @@ static void test_errors(void) {
   CHECK_INT(load_one(ctx, path, &t), CN_ERR_UNSUPPORTED);
   CHECK_HAS(cn_ctx_error(ctx), "huge: a text corpus holds at most 67108864 bytes");
   unlink(path);
+
+  /* an unreadable file: root reads it anyway, so only another user sees the refusal */
+  write_file("secret", "text\n");
+  snprintf(path, sizeof path, "%s/secret", dir);
+  CHECK(chmod(path, 0) == 0);
+  if (geteuid() != 0) {
+    CHECK_INT(load_one(ctx, path, &t), CN_ERR_IO);
+    CHECK_HAS(cn_ctx_error(ctx), "secret: cannot open: Permission denied");
+  } else {
+    printf("note: running as root, the unreadable-file case is not checked\n");
+  }
 
   CHECK_INT(cn_data_load_text(ctx, 0, NULL, &t), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "no file or directory");
