@@ -7,6 +7,9 @@
  *     by one, starts distinct within a batch, the same for the same (seed, step), different for
  *     another seed or step, the validation split read from its own tokens, the bounds on context
  *     and batch;
+ *   - the notation's text_windows: the windows a script's tensors hold (saved as .npy) are the
+ *     library's for the same arguments, at step 0 and after `shuffle x ~epoch:5`, and for the
+ *     validation split; its refusals, positioned;
  *   - errors: a missing path, an empty directory, a corpus of "%" lines only, a FIFO (refused
  *     without blocking), an unreadable file (when not root), a file past CN_TEXT_MAX_BYTES
  *     (refused before reading), and every allocation of a load failing in turn (CN_ERR_NOMEM,
@@ -209,6 +212,86 @@ static void test_windows(void) {
   free(text);
 }
 
+/* Runs a script on the interpreter; its message, when it fails, in error. */
+static cn_status run_script(const char *script, char *error, size_t cap) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  FILE *devnull = fopen("/dev/null", "w");
+  cn_notation_options opts = {0};
+  opts.backend = CN_BACKEND_INTERP;
+  opts.out = devnull;
+  cn_status st = cn_notation_run(g, "t.cnl", script, &opts);
+  snprintf(error, cap, "%s", st == CN_OK ? "" : cn_ctx_error(ctx));
+  if (devnull) fclose(devnull);
+  cn_ctx_destroy(ctx);
+  return st;
+}
+
+/* The int32 cells of DIR/name.npy (a [batch, context] array) equal want's n cells. */
+static bool npy_equals(const char *name, const int32_t *want, int64_t batch, int64_t context) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+  cn_ctx *ctx = cn_ctx_create();
+  cn_array a;
+  bool ok = cn_data_load_npy(ctx, path, &a) == CN_OK && a.prec == CN_PREC_INT32 && a.rank == 2 &&
+            a.dims[0] == batch && a.dims[1] == context &&
+            memcmp(a.cells, want, (size_t)(batch * context) * sizeof *want) == 0;
+  if (!ok) fprintf(stderr, "%s: %s\n", path, cn_ctx_error(ctx));
+  cn_array_free(&a);
+  cn_ctx_destroy(ctx);
+  return ok;
+}
+
+/* text_windows in a script: step 0's windows before anything runs, step 5's after shuffle, the
+ * validation split with ~valid:true, each the library's windows for the same arguments; the
+ * library's refusals positioned at the call. Uses the file "long" of test_windows. */
+static void test_notation(void) {
+  char path[128], script[2048], error[1024];
+  snprintf(path, sizeof path, "%s/long", dir);
+  snprintf(script, sizeof script,
+           "let (x, y) = text_windows ~batch_size:4 ~context:8 ~seed:3 \"%s\"\n"
+           "save_npy \"%s/x0.npy\" x\nsave_npy \"%s/y0.npy\" y\n"
+           "shuffle x ~epoch:5\n"
+           "save_npy \"%s/x5.npy\" x\nsave_npy \"%s/y5.npy\" y\n"
+           "let (vx, vy) = text_windows ~batch_size:2 ~context:8 ~seed:3 ~valid:true \"%s\"\n"
+           "save_npy \"%s/vy.npy\" vy\n",
+           path, dir, dir, dir, dir, path, dir);
+  CHECK_INT(run_script(script, error, sizeof error), CN_OK);
+  CHECK_STR(error, "");
+  cn_ctx *ctx = cn_ctx_create();
+  cn_text t;
+  const char *paths[] = {path};
+  CHECK_INT(cn_data_load_text(ctx, 1, paths, &t), CN_OK);
+  int32_t x[32], y[32];
+  CHECK_INT(cn_text_draw_windows(ctx, &t, CN_TEXT_TRAIN, 3, 0, 4, 8, x, y), CN_OK);
+  CHECK(npy_equals("x0", x, 4, 8));
+  CHECK(npy_equals("y0", y, 4, 8));
+  CHECK_INT(cn_text_draw_windows(ctx, &t, CN_TEXT_TRAIN, 3, 5, 4, 8, x, y), CN_OK);
+  CHECK(npy_equals("x5", x, 4, 8));
+  CHECK(npy_equals("y5", y, 4, 8));
+  CHECK_INT(cn_text_draw_windows(ctx, &t, CN_TEXT_VALID, 3, 0, 2, 8, x, y), CN_OK);
+  CHECK(npy_equals("vy", y, 2, 8));
+  cn_text_free(&t);
+  cn_ctx_destroy(ctx);
+
+  /* the validation split holds 201 tokens: a context of 201 is refused at the call */
+  snprintf(script, sizeof script,
+           "let (x, y) = text_windows ~batch_size:1 ~context:201 ~valid:true \"%s\"\n", path);
+  CHECK_INT(run_script(script, error, sizeof error), CN_ERR_INVALID);
+  CHECK_HAS(error, "t.cnl:1:14: text windows: context 201; the validation split holds 201 tokens");
+  snprintf(script, sizeof script, "let (x, y) = text_windows ~batch_size:1 ~context:4 \"%s/no\"\n",
+           dir);
+  CHECK(run_script(script, error, sizeof error) != CN_OK);
+  CHECK_HAS(error, "/no: cannot open: No such file or directory");
+  CHECK(run_script("let (x, y) = text_windows ~batch_size:1 \"f\"\n", error, sizeof error) !=
+        CN_OK);
+  CHECK_HAS(error, "text_windows takes ~batch_size:N ~context:N");
+  snprintf(script, sizeof script,
+           "let (x, y) = text_windows ~batch_size:1 ~context:4 ~valid:1 \"%s\"\n", path);
+  CHECK(run_script(script, error, sizeof error) != CN_OK);
+  CHECK_HAS(error, "~valid expects a boolean");
+}
+
 static cn_status load_one(cn_ctx *ctx, const char *path, cn_text *t) {
   const char *paths[] = {path};
   return cn_data_load_text(ctx, 1, paths, t);
@@ -311,6 +394,7 @@ int main(void) {
   }
   test_small_corpus();
   test_windows();
+  test_notation();
   test_errors();
   int debian = test_debian();
   char cmd[128];
