@@ -28,9 +28,11 @@ JOBS ?= $(shell nproc)
 # read, so `deps` names the package again once clang is there.
 CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version \([0-9][0-9]*\).*$$/\1/p' | head -n 1)
 # zlib1g-dev: gzip IDX files and checkpoint checksums (src/data); python3-numpy: the tests' oracle
-# of .npy and safetensors files; dataset-fashion-mnist: the data of examples/fashion_mnist.
+# of .npy and safetensors files; dataset-fashion-mnist: the data of examples/fashion_mnist;
+# fortunes and wamerican: the text corpora of sequence models (/usr/share/games/fortunes, the
+# word list /usr/share/dict/words) that test_text reads.
 DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev python3 \
-                python3-numpy dataset-fashion-mnist \
+                python3-numpy dataset-fashion-mnist fortunes wamerican \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)

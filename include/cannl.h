@@ -849,6 +849,48 @@ int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i);
 cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test, uint64_t seed,
                            cn_array *test);
 
+/* A text corpus (src/data/text.c), for character-level sequence models: the bytes of text files
+ * as one sequence of token ids. cn_data_load_text reads the paths in the order given; a
+ * directory stands for its text files in the byte order of their names: the regular files (a
+ * symbolic link in the directory is not followed: fortune's NAME.u8 links repeat NAME) whose
+ * names start with no '.' and do not end in ".dat" (strfile's index files); a path given
+ * itself is followed when it is a link (/usr/share/dict/words) and must be a regular file. Files
+ * are read without blocking on a FIFO; anything but a regular file is refused. Every line that
+ * is exactly "%" (the separator of fortune files) is dropped with its newline, and a file whose
+ * last line has no newline gets one, so files never run into each other; a word list (one word
+ * a line) keeps its newlines, the end-of-word token of a names model. The vocabulary is the set
+ * of bytes that occur, ascending (token id k is byte bytes[k]; not characters: a UTF-8
+ * character is several tokens); the tokens are split as nanoGPT does: the first
+ * train = floor(9 count / 10) tokens for training, the rest for validation. The corpus holds at
+ * most CN_TEXT_MAX_BYTES bytes (before the "%" lines are dropped), checked before a file is
+ * read. Failures: CN_ERR_IO naming the path (missing, unreadable, not a regular file),
+ * CN_ERR_INVALID for a directory without text files and for a corpus without a byte,
+ * CN_ERR_UNSUPPORTED past the limit; *out is left empty then. cn_text_free releases tokens. */
+#define CN_TEXT_MAX_BYTES ((int64_t)64 << 20)
+typedef struct {
+  int vocab;                /* distinct bytes, 1 to 256 */
+  unsigned char bytes[256]; /* bytes[id]: the byte of token id, ascending in id */
+  int16_t ids[256];         /* ids[byte]: the token id of byte, -1 when it does not occur */
+  int64_t count;            /* tokens */
+  int64_t train;   /* tokens [0, train) are the training split, [train, count) validation */
+  int files;       /* files read */
+  uint8_t *tokens; /* count token ids (malloc'd) */
+} cn_text;
+cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths, cn_text *out);
+void cn_text_free(cn_text *t);
+/* A batch of random windows of a split: for b in [0, batch) and i in [0, context),
+ * x[b * context + i] = tokens[s_b + i] and y[b * context + i] = tokens[s_b + i + 1] (the next
+ * token), where s_b is a start in the split such that the window and its targets lie in it. The
+ * starts of a step are slots 0 .. batch - 1 of cn_dataset_permute(seed, step, starts, .) over
+ * the split's `starts` = length - context window starts: distinct within a batch, and a pure
+ * function of (seed, step, b), so a resumed run draws the same batches. CN_ERR_INVALID unless
+ * 1 <= context < the split's length and 1 <= batch <= starts. x and y hold batch * context
+ * cells each. */
+typedef enum { CN_TEXT_TRAIN, CN_TEXT_VALID } cn_text_split;
+cn_status cn_text_draw_windows(cn_ctx *ctx, const cn_text *t, cn_text_split split, uint64_t seed,
+                               uint64_t step, int64_t batch, int64_t context, int32_t *x,
+                               int32_t *y);
+
 /* Ahead-of-time export: the forward code of output, computed from input, as a self-contained C
  * file DIR/NAME.c and a header DIR/NAME.h declaring
  *     void NAME_forward(const float *in, float *out);

@@ -1,8 +1,9 @@
 /* The evaluator, part 7 of 8 (see eval_internal.h): data files. The builtins dataset (arrays of
  * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
- * restore (a checkpoint read back, or a fresh start), and the work of the statements shuffle,
- * checkpoint and save_npy on the library's data API (include/cannl.h, "Data files and
- * checkpoints").
+ * restore (a checkpoint read back, or a fresh start), text_windows (batches of windows of a text
+ * corpus, cn_data_load_text, written by the host as a data set's epochs are), and the work of
+ * the statements shuffle, checkpoint and save_npy on the library's data API (include/cannl.h,
+ * "Data files and checkpoints").
  *
  * A data set's nodes are written by the host (cn_dataset_begin_epoch), not by code: the
  * interpreter keeps the data sets the script made, and before any routine runs, writes epoch 0's
@@ -65,11 +66,11 @@ static bool has_cells(nt_interp *I, const nt_call *c, int k, const cn_array *a, 
 
 /* Records a data set of the script (its tensors found by shuffle, written by
  * nt_begin_datasets). */
-static bool add_dataset(nt_interp *I, cn_dataset *d, int n) {
+static bool add_dataset(nt_interp *I, cn_dataset *d, nt_text_set *text, int n) {
   if (!cn_arena_grow(I->ctx, (void **)&I->datasets, &I->cap_datasets, I->n_datasets + 1,
                      sizeof *I->datasets))
     return false;
-  I->datasets[I->n_datasets++] = (nt_dataset){d, n, false};
+  I->datasets[I->n_datasets++] = (nt_dataset){d, text, n, false};
   return true;
 }
 
@@ -139,7 +140,7 @@ nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c) {
     if (!d) nt_fail_here(I, c->at);
   }
   for (int k = 0; k < a->n_pos; k++) cn_array_free(&arrays[k]); /* emptied when d took them */
-  if (!d || !add_dataset(I, d, a->n_pos)) return NULL;
+  if (!d || !add_dataset(I, d, NULL, a->n_pos)) return NULL;
   if (a->n_pos == 1) return nt_tensor_value(I, cn_dataset_tensor(d, 0));
   nt_value *v = nt_mk(I, NT_V_LIST);
   if (!v || !(v->items = cn_alloc(I->ctx, sizeof *v->items * (size_t)a->n_pos))) return NULL;
@@ -150,12 +151,119 @@ nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c) {
   return v;
 }
 
+/* ---- text_windows --------------------------------------------------------------------------- */
+
+/* A text corpus (cn_text) and the two tensors its windows are written into: inputs and
+ * next-token targets, int32 [batch] -> [context]. */
+struct nt_text_set {
+  cn_text corpus;
+  cn_tensor *t[2];
+  int64_t batch, context;
+  uint64_t seed;
+  cn_text_split split;
+};
+
+static void free_text_set(void *arg) {
+  cn_text_free(&((nt_text_set *)arg)->corpus);
+}
+
+/* The windows of step `step` written into the set's two nodes (the graph materialized). */
+static cn_status write_windows(cn_ctx *ctx, cn_graph *g, nt_text_set *s, uint64_t step) {
+  cn_status st = cn_graph_materialize(g);
+  if (st != CN_OK) return st;
+  size_t cells = (size_t)(s->batch * s->context);
+  int32_t *xy = cn_malloc(ctx, 2 * cells * sizeof *xy);
+  if (!xy) return CN_ERR_NOMEM;
+  st = cn_text_draw_windows(ctx, &s->corpus, s->split, s->seed, step, s->batch, s->context, xy,
+                            xy + cells);
+  for (int k = 0; k < 2 && st == CN_OK; k++)
+    st = cn_node_set_cells(s->t[k]->value, false, xy + (size_t)k * cells, cells);
+  free(xy);
+  return st;
+}
+
+/* The int32 tensor [batch] -> [context] of a text set, a buffer the host writes. */
+static cn_tensor *window_tensor(cn_graph *g, const char *name, int64_t batch, int64_t context) {
+  cn_dims dims = {{1, &batch, NULL}, CN_AXES_NONE, {1, &context, NULL}};
+  cn_shape_row_spec rows[CN_N_ROWS];
+  return cn_tensor_new(g, name, CN_TK_BUFFER, CN_PREC_INT32, cn_dims_rows(&dims, rows),
+                       CN_SL_TERMINAL, NULL, 0, NULL);
+}
+
+/* text_windows ~batch_size:B ~context:T [~seed:S ~valid:B] "path" ...: the text corpus of the
+ * files and directories (cn_data_load_text) and the tuple (x, y) of a batch of its windows:
+ * tokens and next tokens, step 0's before anything runs, step E's after `shuffle x ~epoch:E`. */
+nt_value *nt_builtin_text_windows(nt_interp *I, const nt_call *c) {
+  static const char *const known[] = {"batch_size", "context", "seed", "valid"};
+  const nt_args *a = c->a;
+  int64_t batch, context, seed;
+  cn_nt_pos valid_at;
+  nt_value *valid = nt_labeled_at(a, "valid", &valid_at);
+  if (!nt_known_labels(I, c, 4, known)) return NULL;
+  if (a->n_pos < 1 || !nt_labeled(a, "batch_size") || !nt_labeled(a, "context"))
+    return nt_fail(I, c->at, "%s",
+                   "text_windows takes ~batch_size:N ~context:N (and ~seed, ~valid), then one to "
+                   "eight text files or directories");
+  if (!int_option(I, c, "batch_size", 1, 1, &batch) ||
+      !int_option(I, c, "context", 1, 1, &context) || !int_option(I, c, "seed", 0, 0, &seed))
+    return NULL;
+  if (valid && valid->kind != NT_V_BOOL)
+    return nt_fail(I, valid_at, "text_windows: ~valid expects a boolean, found %s",
+                   nt_kind_name(valid->kind));
+  const char *paths[NT_MAX_ARGS];
+  for (int k = 0; k < a->n_pos; k++)
+    if (!(paths[k] = file_argument(I, c, k))) return NULL;
+  nt_text_set *s = cn_alloc(I->ctx, sizeof *s);
+  if (!s) return NULL;
+  *s = (nt_text_set){.batch = batch,
+                     .context = context,
+                     .seed = (uint64_t)seed,
+                     .split = valid && valid->b ? CN_TEXT_VALID : CN_TEXT_TRAIN};
+  if (cn_data_load_text(I->ctx, a->n_pos, paths, &s->corpus) != CN_OK)
+    return nt_fail_here(I, c->at);
+  if (!cn_ctx_add_cleanup(I->ctx, free_text_set, s)) {
+    cn_text_free(&s->corpus);
+    return NULL;
+  }
+  /* step 0's windows drawn once here, so that a context or batch the split cannot hold fails at
+   * this call, with the library's message, rather than when the first routine runs */
+  size_t cells = (size_t)batch * (size_t)context;
+  int32_t *xy = cn_malloc(I->ctx, 2 * cells * sizeof *xy);
+  if (!xy) return NULL;
+  cn_status st = cn_text_draw_windows(I->ctx, &s->corpus, s->split, s->seed, 0, batch, context, xy,
+                                      xy + cells);
+  free(xy);
+  if (st != CN_OK) return nt_fail_here(I, c->at);
+  if (!(s->t[0] = window_tensor(I->g, "text_x", batch, context)) ||
+      !(s->t[1] = window_tensor(I->g, "text_y", batch, context)))
+    return nt_fail_here(I, c->at);
+  if (!add_dataset(I, NULL, s, 2)) return NULL;
+  nt_value *v = nt_mk(I, NT_V_LIST);
+  if (!v || !(v->items = cn_alloc(I->ctx, sizeof *v->items * 2))) return NULL;
+  for (int k = 0; k < 2; k++)
+    if (!(v->items[k] = nt_tensor_value(I, s->t[k]))) return NULL;
+  v->n = 2;
+  v->tuple = true;
+  return v;
+}
+
+/* The tensor k of a data set or text set. */
+static cn_tensor *set_tensor(const nt_dataset *s, int k) {
+  return s->d ? cn_dataset_tensor(s->d, k) : s->text->t[k];
+}
+
+/* Writes epoch (step) e's order (windows) into the set's nodes. */
+static bool begin_set(nt_interp *I, nt_dataset *s, uint64_t e, cn_nt_pos at) {
+  cn_status st = s->d ? cn_dataset_begin_epoch(s->d, e) : write_windows(I->ctx, I->g, s->text, e);
+  if (st != CN_OK) return nt_fail_here(I, at), false;
+  s->begun = true;
+  return true;
+}
+
 bool nt_begin_datasets(nt_interp *I, cn_nt_pos at) {
   for (int i = 0; i < I->n_datasets; i++) {
     nt_dataset *s = &I->datasets[i];
-    if (s->begun) continue;
-    if (cn_dataset_begin_epoch(s->d, 0) != CN_OK) return nt_fail_here(I, at), false;
-    s->begun = true;
+    if (!s->begun && !begin_set(I, s, 0, at)) return false;
   }
   return true;
 }
@@ -163,14 +271,12 @@ bool nt_begin_datasets(nt_interp *I, cn_nt_pos at) {
 bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at) {
   for (int i = 0; i < I->n_datasets; i++)
     for (int k = 0; k < I->datasets[i].n; k++) {
-      if (cn_dataset_tensor(I->datasets[i].d, k) != t) continue;
-      if (!nt_materialize(I, at)) return false;
-      if (cn_dataset_begin_epoch(I->datasets[i].d, (uint64_t)epoch) != CN_OK)
-        return nt_fail_here(I, at), false;
-      I->datasets[i].begun = true;
-      return true;
+      if (set_tensor(&I->datasets[i], k) != t) continue;
+      return nt_materialize(I, at) && begin_set(I, &I->datasets[i], (uint64_t)epoch, at);
     }
-  return nt_fail(I, at, "shuffle: \"%s\" (#%d) is not a tensor of a data set (made by dataset)",
+  return nt_fail(I, at,
+                 "shuffle: \"%s\" (#%d) is not a tensor of a data set (made by dataset) or of "
+                 "text_windows",
                  t->label, t->id),
          false;
 }

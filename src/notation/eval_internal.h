@@ -131,10 +131,13 @@ typedef struct {
 } nt_progress;
 
 /* What a statement in a loop body keeps between executions. */
-/* A data set the script made (the builtin dataset) and whether its tensors' nodes hold an
- * epoch's order yet. */
+/* A data set the script made (the builtin dataset, or text_windows: then d is NULL and text
+ * holds the corpus and its two tensors, eval_data.c) and whether its tensors' nodes hold an
+ * epoch's order (a step's windows) yet. */
+typedef struct nt_text_set nt_text_set;
 typedef struct {
   cn_dataset *d;
+  nt_text_set *text;
   int n; /* its tensors */
   bool begun;
 } nt_dataset;
@@ -324,6 +327,7 @@ void nt_plots_free(nt_interp *I);
 
 /* ---- eval_data.c ---- */
 nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c);
+nt_value *nt_builtin_text_windows(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_load(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c);
 /* Writes epoch 0's order into every data set not written yet (before a routine runs). */
