@@ -640,6 +640,19 @@ cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 
+/* Neural-network blocks (src/tensor/nn.c), composed from primitive ops so their gradients are the
+ * core's:
+ *   gelu: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+ *   layer_norm: over x's whole output row, for each batch and input position (as softmax),
+ *     (x - mean) / sqrt(var + eps) * scale + shift with the biased variance mean((x - mean)^2);
+ *     scale and shift are tensors broadcast pointwise (NULL: none), typically parameters of the
+ *     output row's shape initialized to 1 and 0 (cn_tensor_param with cn_tensor_number(g, 1),
+ *     cn_tensor_number(g, 0) and dims giving the output row); eps must be finite and >= 0
+ *     (1e-5 is the usual value). */
+cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
+                                double eps);
+
 /* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
  * uniform_at and arithmetic, so they are deterministic like those:
  *   normal: standard normal by Box-Muller, sqrt(-2 ln(1 - u1)) * cos(2 pi u2), from two uniform1

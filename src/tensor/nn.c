@@ -1,0 +1,66 @@
+/* Neural-network blocks of the operation library (issue 28): GELU and layer normalization. Like
+ * library.c and train.c, each is composed from the core constructors (pointwise application,
+ * einsum, scalar constants), so its gradient is the one the core derives for those pieces and
+ * nothing here touches the derivative machinery.
+ *
+ * Layout: layer_norm normalizes over x's whole output row, for each batch and input position
+ * (softmax's reduction, "... | ..i.. -> ..o.. => ... | ..i.. ->"); scale and shift are any
+ * tensors that broadcast against x pointwise, typically parameters of the output row's shape.
+ *
+ * Invariants: a failed argument check returns NULL with a message naming the operation; a failed
+ * piece returns NULL keeping the message of the constructor that failed; each block labels its
+ * result with its name. */
+#include "tensor/tensor.h"
+
+#include <math.h>
+
+/* Constants without axes, as in library.c: they fill whatever shape they meet. */
+static cn_tensor *num(cn_graph *g, double v) {
+  return cn_tensor_scalar(g, v);
+}
+
+static cn_tensor *mul(cn_graph *g, cn_tensor *a, cn_tensor *b) {
+  return cn_tensor_apply2(g, CN_OP_MUL, a, b);
+}
+
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks & Gimpel), with the
+ * cubic written as x * x * x: pow's derivative would read log(x), NaN for x < 0. */
+cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x) {
+  if (!cn_tensor_operands(g, "gelu", 1, &x)) return NULL;
+  cn_tensor *cube = mul(g, mul(g, x, x), x);
+  cn_tensor *inner = cn_tensor_apply2(g, CN_OP_ADD, x, mul(g, num(g, 0.044715), cube));
+  cn_tensor *t = cn_tensor_apply1(g, CN_OP_TANH, mul(g, num(g, 0.79788456080286535588), inner));
+  cn_tensor *half_x = mul(g, num(g, 0.5), x);
+  return cn_tensor_labeled(mul(g, half_x, cn_tensor_apply2(g, CN_OP_ADD, num(g, 1), t)), "gelu");
+}
+
+/* Per example: the mean over the output row, as the sum of x / n with n the number of cells
+ * summed into each result cell, counted at run time (x's shape may be solved only at
+ * materialization) by summing snd(x, 1), which neither reads x nor has a derivative in it. */
+static const char per_example[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
+
+static cn_tensor *row_mean(cn_graph *g, cn_tensor *x, cn_tensor *n) {
+  static const char divided[] = "... | ..i.. -> ..o..; ... | ..i.. -> => ... | ..i.. ->";
+  return x && n ? cn_tensor_einsum(g, divided, CN_OP_ADD, CN_OP_DIV, 2, (cn_tensor *[]){x, n})
+                : NULL;
+}
+
+/* (x - mean) / sqrt(var + eps) * scale + shift, with the biased variance mean((x - mean)^2). */
+cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
+                                double eps) {
+  if (!cn_tensor_operands(g, "layer_norm", 1, &x)) return NULL;
+  if (!(eps >= 0 && isfinite(eps))) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "layer_norm: eps %g (must be finite and non-negative)", eps);
+    return NULL;
+  }
+  cn_tensor *ones = cn_tensor_apply2(g, CN_OP_ARG2, x, num(g, 1));
+  cn_tensor *n = ones ? cn_tensor_einsum1(g, per_example, ones) : NULL;
+  cn_tensor *d = cn_tensor_apply2(g, CN_OP_SUB, x, row_mean(g, x, n));
+  cn_tensor *var = row_mean(g, mul(g, d, d), n);
+  cn_tensor *r =
+      cn_tensor_apply1(g, CN_OP_RECIP_SQRT, cn_tensor_apply2(g, CN_OP_ADD, var, num(g, eps)));
+  cn_tensor *y = mul(g, d, r);
+  if (y && scale) y = mul(g, y, scale);
+  if (y && shift) y = cn_tensor_apply2(g, CN_OP_ADD, y, shift);
+  return cn_tensor_labeled(y, "layer_norm");
+}

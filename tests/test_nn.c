@@ -1,0 +1,314 @@
+/* The neural-network blocks (src/tensor/nn.c), on the interpreter and on generated C:
+ *   - gelu's values against the tanh form computed here in double (double and single graphs,
+ *     inputs up to +-20), its gradient against central finite differences and the closed form
+ *     0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+ *   - layer_norm's values against the normalization computed here in double, over one output
+ *     axis with batch and input axes (an example per batch and input position) and over two
+ *     output axes, with scale and shift, without them, and with parameters initialized to 1 and
+ *     0 (the identity affine map); gradients in x, scale and shift against finite differences,
+ *     and the scale's and shift's against their closed forms;
+ *   - the notation builtins gelu and layer_norm (~scale, ~shift, ~eps) against the library;
+ *   - refusals: a negative or NaN eps, a NULL operand. */
+#include "check.h"
+
+#include "cannl.h"
+
+#include <stdlib.h>
+
+static const cn_backend_kind backends[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
+
+#define AXES(...)                                                                                  \
+  ((cn_axes){(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__},  \
+             NULL})
+#define NONE ((cn_axes){0, NULL, NULL})
+
+static int64_t numel_of(const cn_dims *d) {
+  int64_t n = 1;
+  const cn_axes *rows[3] = {&d->batch, &d->input, &d->output};
+  for (int k = 0; k < 3; k++)
+    for (int a = 0; a < rows[k]->n; a++) n *= rows[k]->dims[a];
+  return n;
+}
+
+static cn_tensor *data(cn_graph *g, const char *label, cn_dims d, const double *v) {
+  return cn_tensor_data(g, label, &d, v, (size_t)numel_of(&d));
+}
+
+static cn_graph *new_graph(cn_prec prec) {
+  cn_graph *g = cn_graph_create(cn_ctx_create());
+  cn_graph_set_prec(g, prec);
+  return g;
+}
+
+static void free_graph(cn_graph *g) {
+  cn_ctx_destroy(cn_graph_ctx(g));
+}
+
+static cn_routine *compile(cn_graph *g, const cn_asgn *a, cn_backend_kind b, const char *name) {
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_routine *r = a ? cn_routine_compile(ctx, a, b, name) : NULL;
+  CHECK_MSG(r != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  return r;
+}
+
+static bool run(cn_graph *g, const cn_asgn *a, cn_backend_kind b, const char *name) {
+  cn_routine *r = compile(g, a, b, name);
+  if (!r) return false;
+  cn_status st = cn_routine_run(r);
+  CHECK_MSG(st == CN_OK, "%s: %s", name, cn_ctx_error(cn_graph_ctx(g)));
+  cn_routine_free(r);
+  return st == CN_OK;
+}
+
+static bool read_node(cn_node *node, double *out, int64_t n) {
+  CHECK(node != NULL);
+  if (!node) return false;
+  CHECK_INT(cn_node_numel(node), n);
+  return cn_node_numel(node) == n && cn_node_get_values(node, false, out, (size_t)n) == CN_OK;
+}
+
+static void expect_near(const char *what, const double *got, const double *want, int64_t n,
+                        double tol) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - want[i]) <= tol * fmax(1, fabs(want[i]))) && bad++ < 4)
+      fprintf(stderr, "  %s[%lld] = %.17g, expected %.17g\n", what, (long long)i, got[i], want[i]);
+  CHECK_MSG(bad == 0, "%s: %d cells differ", what, bad);
+}
+
+/* Initializes t's parameters, computes t by its forward code and compares its n cells. */
+static void expect_values(cn_graph *g, cn_tensor *t, cn_backend_kind b, const double *want,
+                          int64_t n, double tol) {
+  CHECK_MSG(t != NULL, "build: %s", cn_ctx_error(cn_graph_ctx(g)));
+  double got[256];
+  if (!t || n > 256 || !run(g, cn_graph_init_params(g, t), b, "init") ||
+      !run(g, cn_graph_forward(g, t), b, "eval") || !read_node(cn_tensor_value(t), got, n))
+    return;
+  expect_near(cn_tensor_label(t), got, want, n, tol);
+}
+
+/* ---- References in double ------------------------------------------------------------------ */
+
+static const double k_gelu = 0.79788456080286535588; /* sqrt(2 / pi) */
+
+static double ref_gelu(double x) {
+  return 0.5 * x * (1 + tanh(k_gelu * (x + 0.044715 * x * x * x)));
+}
+
+static double ref_dgelu(double x) {
+  double t = tanh(k_gelu * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k_gelu * (1 + 3 * 0.044715 * x * x);
+}
+
+/* Layer norm of `rows` groups of c cells; cell k of group r at x[at(r, k)]. scale and shift
+ * (c cells each, or NULL) are indexed by k. Also writes the normalized values to xhat. */
+typedef int64_t (*cell_at)(int r, int k);
+
+static void ref_layer_norm(const double *x, int rows, int c, cell_at at, const double *scale,
+                           const double *shift, double eps, double *out, double *xhat) {
+  for (int r = 0; r < rows; r++) {
+    double mean = 0, var = 0;
+    for (int k = 0; k < c; k++) mean += x[at(r, k)] / c;
+    for (int k = 0; k < c; k++) var += (x[at(r, k)] - mean) * (x[at(r, k)] - mean) / c;
+    for (int k = 0; k < c; k++) {
+      int64_t i = at(r, k);
+      xhat[i] = (x[i] - mean) / sqrt(var + eps);
+      out[i] = xhat[i] * (scale ? scale[k] : 1) + (shift ? shift[k] : 0);
+    }
+  }
+}
+
+/* batch 2 | input 3 -> output 4, memory [b][o][i]: group r = (b, i), class k = o. */
+static int64_t at_bio(int r, int k) {
+  return ((r / 3) * 4 + k) * 3 + r % 3;
+}
+/* batch 3 | -> output 2, 3: group r = b, cell k of the 6 output cells. */
+static int64_t at_b23(int r, int k) {
+  return r * 6 + k;
+}
+
+static const cn_dims d_bio = {AXES(2), AXES(3), AXES(4)}, d_o4 = {NONE, NONE, AXES(4)},
+                     d_b23 = {AXES(3), NONE, AXES(2, 3)}, d_o23 = {NONE, NONE, AXES(2, 3)};
+static const double scale4[4] = {1.5, -0.5, 2, 0.25}, shift4[4] = {0.1, -1, 0, 3};
+
+/* ---- Values --------------------------------------------------------------------------------- */
+
+static const double gelu_in[] = {-20, -6, -3, -1, -0.5, -1e-3, 0, 1e-3, 0.5, 1, 3, 6, 20};
+enum { N_GELU = sizeof gelu_in / sizeof gelu_in[0] };
+
+static void test_gelu_values(cn_backend_kind b, cn_prec prec) {
+  cn_graph *g = new_graph(prec);
+  cn_tensor *x = data(g, "x", (cn_dims){NONE, NONE, AXES(N_GELU)}, gelu_in);
+  double want[N_GELU];
+  for (int i = 0; i < N_GELU; i++) want[i] = ref_gelu(gelu_in[i]);
+  /* hand values: gelu(0) = 0, gelu(1) = 0.8411919906082768 (PyTorch's approximate="tanh") */
+  CHECK(want[6] == 0 && fabs(want[9] - 0.8411919906082768) < 1e-15);
+  cn_tensor *y = cn_tensor_gelu(g, x);
+  expect_values(g, y, b, want, N_GELU, prec == CN_PREC_DOUBLE ? 1e-15 : 1e-6);
+  CHECK_STR(cn_tensor_shape(y), "|->13");
+  CHECK_STR(cn_tensor_label(y), "gelu");
+  free_graph(g);
+}
+
+static void test_layer_norm_values(cn_backend_kind b, cn_prec prec) {
+  cn_graph *g = new_graph(prec);
+  double tol = prec == CN_PREC_DOUBLE ? 1e-13 : 2e-5;
+  double x[24], want[24], xhat[24];
+  for (int i = 0; i < 24; i++) x[i] = 3 * sin(1.3 * i + 0.2) + (i % 5);
+  cn_tensor *tx = data(g, "x", d_bio, x);
+  ref_layer_norm(x, 6, 4, at_bio, scale4, shift4, 1e-5, want, xhat);
+  cn_tensor *y = cn_tensor_layer_norm(g, tx, data(g, "scale", d_o4, scale4),
+                                      data(g, "shift", d_o4, shift4), 1e-5);
+  expect_values(g, y, b, want, 24, tol);
+  CHECK_STR(cn_tensor_shape(y), "2|3->4");
+  CHECK_STR(cn_tensor_label(y), "layer_norm");
+  /* no scale or shift; a large eps is visible in the result */
+  ref_layer_norm(x, 6, 4, at_bio, NULL, NULL, 0.5, want, xhat);
+  expect_values(g, cn_tensor_layer_norm(g, tx, NULL, NULL, 0.5), b, want, 24, tol);
+  /* parameters at their documented initial values 1 and 0 are the identity affine map */
+  cn_tensor *gamma = cn_tensor_param(g, "gamma", &d_o4, cn_tensor_number(g, 1));
+  cn_tensor *beta = cn_tensor_param(g, "beta", &d_o4, cn_tensor_number(g, 0));
+  ref_layer_norm(x, 6, 4, at_bio, NULL, NULL, 1e-5, want, xhat);
+  expect_values(g, cn_tensor_layer_norm(g, tx, gamma, beta, 1e-5), b, want, 24, tol);
+  /* two output axes are normalized together, per batch position */
+  double x6[18], s6[6], want6[18], xhat6[18];
+  for (int i = 0; i < 18; i++) x6[i] = cos(0.7 * i) * (1 + i / 6);
+  for (int k = 0; k < 6; k++) s6[k] = 0.5 + k;
+  ref_layer_norm(x6, 3, 6, at_b23, s6, NULL, 1e-5, want6, xhat6);
+  cn_tensor *y6 =
+      cn_tensor_layer_norm(g, data(g, "x6", d_b23, x6), data(g, "s6", d_o23, s6), NULL, 1e-5);
+  expect_values(g, y6, b, want6, 18, tol);
+  CHECK_STR(cn_tensor_shape(y6), "3|->2,3");
+  free_graph(g);
+}
+
+/* ---- Gradients -------------------------------------------------------------------------------
+ * A scalar loss built from one parameter p; the backprop gradient is compared with central
+ * differences of the forward routine (h = 1e-6, double). */
+
+typedef cn_tensor *(*loss_fn)(cn_graph *g, cn_tensor *p);
+
+/* sum(y * w) with w = sin(0.7 * offset + 0.3): every output cell matters, differently. */
+static double weight(int64_t i) {
+  return sin(0.7 * (double)i + 0.3);
+}
+
+static cn_tensor *weighted_sum(cn_graph *g, cn_tensor *y, cn_dims d) {
+  cn_tensor *w = cn_tensor_range_of_shape(g, &d);
+  w = cn_tensor_apply(g, CN_OP_FMA, 3,
+                      (cn_tensor *[]){cn_tensor_number(g, 0.7), w, cn_tensor_number(g, 0.3)});
+  w = cn_tensor_apply(g, CN_OP_SIN, 1, &w);
+  return cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){y, w}));
+}
+
+static double x_bio[24];
+
+static cn_tensor *l_gelu(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(g, cn_tensor_gelu(g, p), (cn_dims){NONE, NONE, AXES(N_GELU)});
+}
+static cn_tensor *l_ln_x(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(g,
+                      cn_tensor_layer_norm(g, p, data(g, "scale", d_o4, scale4),
+                                           data(g, "shift", d_o4, shift4), 1e-5),
+                      d_bio);
+}
+static cn_tensor *l_ln_scale(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(
+      g,
+      cn_tensor_layer_norm(g, data(g, "x", d_bio, x_bio), p, data(g, "shift", d_o4, shift4), 1e-5),
+      d_bio);
+}
+static cn_tensor *l_ln_shift(cn_graph *g, cn_tensor *p) {
+  return weighted_sum(
+      g,
+      cn_tensor_layer_norm(g, data(g, "x", d_bio, x_bio), data(g, "scale", d_o4, scale4), p, 1e-5),
+      d_bio);
+}
+
+/* Returns the loss's analytic gradient in ga (n cells) after checking it against differences. */
+static void grad_check(const char *name, cn_backend_kind b, cn_dims d, const double *init,
+                       loss_fn build, double *ga) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  int64_t n = numel_of(&d);
+  cn_tensor *p = cn_tensor_param(g, "p", &d, data(g, "p_init", d, init));
+  cn_tensor *loss = p ? build(g, p) : NULL;
+  CHECK_MSG(loss != NULL, "%s: %s", name, cn_ctx_error(ctx));
+  cn_routine *fwd = loss ? compile(g, cn_graph_forward(g, loss), b, "fd_forward") : NULL;
+  if (!fwd || !run(g, cn_graph_init_params(g, loss), b, "fd_init") ||
+      !run(g, cn_graph_grad_update(g, loss), b, "fd_grad") ||
+      !read_node(cn_tensor_grad(p), ga, n)) {
+    cn_routine_free(fwd);
+    free_graph(g);
+    return;
+  }
+  double v[64], lv[2];
+  cn_node *value = cn_tensor_value(p);
+  for (int64_t c = 0; c < n; c++) {
+    memcpy(v, init, (size_t)n * sizeof *v);
+    for (int side = 0; side < 2; side++) {
+      v[c] = init[c] + (side ? -1e-6 : 1e-6);
+      cn_node_set_values(value, false, v, (size_t)n);
+      lv[side] = NAN;
+      if (cn_routine_run(fwd) == CN_OK)
+        cn_node_get_values(cn_tensor_value(loss), false, &lv[side], 1);
+    }
+    double gn = (lv[0] - lv[1]) / 2e-6;
+    CHECK_MSG(fabs(gn - ga[c]) <= 1e-7 * fmax(1, fabs(ga[c])),
+              "%s: d/dp[%lld] = %.12g, differences %.12g", name, (long long)c, ga[c], gn);
+  }
+  cn_routine_free(fwd);
+  free_graph(g);
+}
+
+static void test_gradients(cn_backend_kind b) {
+  double ga[64], want[64], out[24], xhat[24];
+  grad_check("gelu", b, (cn_dims){NONE, NONE, AXES(N_GELU)}, gelu_in, l_gelu, ga);
+  for (int i = 0; i < N_GELU; i++) want[i] = ref_dgelu(gelu_in[i]) * weight(i);
+  expect_near("d gelu", ga, want, N_GELU, 1e-14);
+  grad_check("layer_norm x", b, d_bio, x_bio, l_ln_x, ga);
+  /* d/d scale[o] = sum over (b, i) of xhat * w; d/d shift[o] = sum over (b, i) of w */
+  ref_layer_norm(x_bio, 6, 4, at_bio, scale4, shift4, 1e-5, out, xhat);
+  grad_check("layer_norm scale", b, d_o4, scale4, l_ln_scale, ga);
+  for (int k = 0; k < 4; k++) {
+    want[k] = 0;
+    for (int r = 0; r < 6; r++) want[k] += xhat[at_bio(r, k)] * weight(at_bio(r, k));
+  }
+  expect_near("d layer_norm / d scale", ga, want, 4, 1e-13);
+  grad_check("layer_norm shift", b, d_o4, shift4, l_ln_shift, ga);
+  for (int k = 0; k < 4; k++) {
+    want[k] = 0;
+    for (int r = 0; r < 6; r++) want[k] += weight(at_bio(r, k));
+  }
+  expect_near("d layer_norm / d shift", ga, want, 4, 1e-13);
+}
+
+/* ---- Refusals ------------------------------------------------------------------------------- */
+
+static void test_refusals(void) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_tensor *x = data(g, "x", d_o4, scale4);
+  CHECK(cn_tensor_layer_norm(g, x, NULL, NULL, -1e-5) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "layer_norm: eps -1e-05 (must be finite and non-negative)");
+  CHECK(cn_tensor_layer_norm(g, x, NULL, NULL, NAN) == NULL);
+  CHECK(strstr(cn_ctx_error(ctx), "layer_norm: eps nan") != NULL);
+  CHECK(cn_tensor_layer_norm(g, NULL, NULL, NULL, 1e-5) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "layer_norm: operand 1 is NULL");
+  CHECK(cn_tensor_gelu(g, NULL) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "gelu: operand 1 is NULL");
+  free_graph(g);
+}
+
+int main(void) {
+  for (int i = 0; i < 24; i++) x_bio[i] = 2 * cos(0.9 * i + 0.4) + (i % 3);
+  for (int k = 0; k < 2; k++) {
+    test_gelu_values(backends[k], CN_PREC_DOUBLE);
+    test_gelu_values(backends[k], CN_PREC_SINGLE);
+    test_layer_norm_values(backends[k], CN_PREC_DOUBLE);
+    test_layer_norm_values(backends[k], CN_PREC_SINGLE);
+    test_gradients(backends[k]);
+  }
+  test_refusals();
+  CHECK_DONE();
+}
