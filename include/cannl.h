@@ -645,10 +645,10 @@ cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels
  *   gelu: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
  *   layer_norm: over x's whole output row, for each batch and input position (as softmax),
  *     (x - mean) / sqrt(var + eps) * scale + shift with the biased variance mean((x - mean)^2);
- *     scale and shift are tensors broadcast pointwise (NULL: none), typically parameters of the
- *     output row's shape initialized to 1 and 0 (cn_tensor_param with cn_tensor_number(g, 1),
- *     cn_tensor_number(g, 0) and dims giving the output row); eps must be finite and >= 0
- *     (1e-5 is the usual value). */
+ *     scale and shift (NULL: none) are per feature, with exactly x's output axes, shared by
+ *     every batch and input position: typically parameters initialized to 1 and 0
+ *     (cn_tensor_param with init cn_tensor_number(g, 1) / cn_tensor_number(g, 0), whose shape
+ *     inference then gives the output row); eps must be finite and >= 0 (1e-5 is usual). */
 cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
                                 double eps);

@@ -7,8 +7,11 @@
  *     output axes, with scale and shift, without them, and with parameters initialized to 1 and
  *     0 (the identity affine map); gradients in x, scale and shift against finite differences,
  *     and the scale's and shift's against their closed forms;
- *   - the notation builtins gelu and layer_norm (~scale, ~shift, ~eps) against the library;
- *   - refusals: a negative or NaN eps, a NULL operand. */
+ *   - the notation builtins gelu and layer_norm (~scale, ~shift, ~eps, inline parameters
+ *     {gamma = 1.0} and {beta = 0.0}, which take the output row's shape) against the same
+ *     references;
+ *   - refusals: a negative or NaN eps, a NULL operand; in the notation an unknown label, a
+ *     non-number eps, a negative eps, a second positional argument, each with its message. */
 #include "check.h"
 
 #include "cannl.h"
@@ -283,6 +286,52 @@ static void test_gradients(cn_backend_kind b) {
   expect_near("d layer_norm / d shift", ga, want, 4, 1e-13);
 }
 
+/* ---- Notation builtins ---------------------------------------------------------------------- */
+
+static cn_tensor *op(cn_graph *g, const char *text, cn_tensor *x, cn_tensor *s, cn_tensor *b) {
+  const cn_notation_binding bind[3] = {{"x", x, 0}, {"s", s, 0}, {"b", b, 0}};
+  cn_tensor *t = cn_notation_op(g, text, 3, bind);
+  CHECK_MSG(t != NULL, "%s: %s", text, cn_ctx_error(cn_graph_ctx(g)));
+  return t;
+}
+
+static void test_notation(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  double x[24], want[24], xhat[24];
+  for (int i = 0; i < 24; i++) x[i] = 3 * sin(1.3 * i + 0.2) + (i % 5);
+  cn_tensor *tx = data(g, "x", d_bio, x), *ts = data(g, "scale", d_o4, scale4),
+            *tb = data(g, "shift", d_o4, shift4);
+  for (int i = 0; i < 24; i++) want[i] = ref_gelu(x[i]);
+  expect_values(g, op(g, "gelu x", tx, ts, tb), b, want, 24, 1e-15);
+  ref_layer_norm(x, 6, 4, at_bio, scale4, shift4, 1e-5, want, xhat);
+  expect_values(g, op(g, "layer_norm x ~scale:s ~shift:b", tx, ts, tb), b, want, 24, 1e-13);
+  ref_layer_norm(x, 6, 4, at_bio, NULL, shift4, 0.5, want, xhat);
+  expect_values(g, op(g, "layer_norm ~eps:0.5 x ~shift:b", tx, ts, tb), b, want, 24, 1e-13);
+  /* learned scale and shift: inline parameters at 1 and 0 take the output row's shape */
+  cn_tensor *y = op(g, "layer_norm x ~scale:{gamma = 1.0} ~shift:{beta = 0.0}", tx, ts, tb);
+  ref_layer_norm(x, 6, 4, at_bio, NULL, NULL, 1e-5, want, xhat);
+  expect_values(g, y, b, want, 24, 1e-13);
+  cn_tensor *ps[3] = {NULL, NULL, NULL};
+  CHECK_INT(y ? cn_graph_params(g, y, ps, 3) : 0, 2);
+  if (ps[0] && ps[1]) {
+    CHECK_STR(cn_tensor_label(ps[0]), "gamma");
+    CHECK_STR(cn_tensor_shape(ps[0]), "|->4");
+    CHECK_STR(cn_tensor_label(ps[1]), "beta");
+    CHECK_STR(cn_tensor_shape(ps[1]), "|->4");
+  }
+  free_graph(g);
+}
+
+static void expect_op_error(const char *text, const char *want) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_tensor *x = data(g, "x", d_o4, scale4);
+  const cn_notation_binding bind = {"x", x, 0};
+  CHECK(cn_notation_op(g, text, 1, &bind) == NULL);
+  const char *got = cn_ctx_error(cn_graph_ctx(g));
+  CHECK_MSG(strncmp(got, want, strlen(want)) == 0, "%s: %s", text, got);
+  free_graph(g);
+}
+
 /* ---- Refusals ------------------------------------------------------------------------------- */
 
 static void test_refusals(void) {
@@ -308,7 +357,14 @@ int main(void) {
     test_layer_norm_values(backends[k], CN_PREC_DOUBLE);
     test_layer_norm_values(backends[k], CN_PREC_SINGLE);
     test_gradients(backends[k]);
+    test_notation(backends[k]);
   }
   test_refusals();
+  expect_op_error("layer_norm x ~epsilon:1.0",
+                  "<cn_op>:1:14: layer_norm has no argument ~epsilon (~scale ~shift ~eps)");
+  expect_op_error("layer_norm x ~eps:\"a\"", "<cn_op>:1:14: ~eps expects a number, found a string");
+  expect_op_error("layer_norm x ~eps:(-1.0)",
+                  "<cn_op>:1:1: layer_norm: eps -1 (must be finite and non-negative)");
+  expect_op_error("layer_norm x x", "<cn_op>:1:1: unknown function 'layer_norm'");
   CHECK_DONE();
 }

@@ -4,8 +4,8 @@
  * nothing here touches the derivative machinery.
  *
  * Layout: layer_norm normalizes over x's whole output row, for each batch and input position
- * (softmax's reduction, "... | ..i.. -> ..o.. => ... | ..i.. ->"); scale and shift are any
- * tensors that broadcast against x pointwise, typically parameters of the output row's shape.
+ * (softmax's reduction, "... | ..i.. -> ..o.. => ... | ..i.. ->"); scale and shift have exactly
+ * x's output axes (no batch or input axes), typically parameters.
  *
  * Invariants: a failed argument check returns NULL with a message naming the operation; a failed
  * piece returns NULL keeping the message of the constructor that failed; each block labels its
@@ -45,6 +45,10 @@ static cn_tensor *row_mean(cn_graph *g, cn_tensor *x, cn_tensor *n) {
                 : NULL;
 }
 
+/* scale and shift are per feature: exactly the output row's axes, shared by every batch and input
+ * position (a pointwise product would let an inferred parameter take x's input axes too). */
+static const char per_feature[] = "... | ..i.. -> ..o..; ..o.. => ... | ..i.. -> ..o..";
+
 /* (x - mean) / sqrt(var + eps) * scale + shift, with the biased variance mean((x - mean)^2). */
 cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
                                 double eps) {
@@ -60,7 +64,7 @@ cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_
   cn_tensor *r =
       cn_tensor_apply1(g, CN_OP_RECIP_SQRT, cn_tensor_apply2(g, CN_OP_ADD, var, num(g, eps)));
   cn_tensor *y = mul(g, d, r);
-  if (y && scale) y = mul(g, y, scale);
-  if (y && shift) y = cn_tensor_apply2(g, CN_OP_ADD, y, shift);
+  if (y && scale) y = cn_tensor_einsum2(g, per_feature, y, scale);
+  if (y && shift) y = cn_tensor_outer_sum(g, per_feature, y, shift);
   return cn_tensor_labeled(y, "layer_norm");
 }
