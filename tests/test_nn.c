@@ -7,11 +7,17 @@
  *     output axes, with scale and shift, without them, and with parameters initialized to 1 and
  *     0 (the identity affine map); gradients in x, scale and shift against finite differences,
  *     and the scale's and shift's against their closed forms;
+ *   - dropout over 10^5 cells: the dropped fraction within 0.01 of the rate (0.3, 0.75), kept
+ *     cells exactly x / (1 - rate), the mask the same for a seed and step (a second run, a second
+ *     graph), independent for another step or seed (agreeing on 0.3^2 + 0.7^2 of the cells), rate
+ *     0 the identity exactly with the same routine; its gradient by finite differences, 0 at the
+ *     dropped cells and w / (1 - rate) at the kept ones;
  *   - the notation builtins gelu and layer_norm (~scale, ~shift, ~eps, inline parameters
  *     {gamma = 1.0} and {beta = 0.0}, which take the output row's shape) against the same
  *     references;
- *   - refusals: a negative or NaN eps, a NULL operand; in the notation an unknown label, a
- *     non-number eps, a negative eps, a second positional argument, each with its message. */
+ *   - refusals: a negative or NaN eps, a NULL operand (dropout's rate and step too); in the
+ * notation an unknown label, a non-number eps, a negative eps, a second positional argument, each
+ * with its message. */
 #include "check.h"
 
 #include "cannl.h"
@@ -286,6 +292,130 @@ static void test_gradients(cn_backend_kind b) {
   expect_near("d layer_norm / d shift", ga, want, 4, 1e-13);
 }
 
+/* ---- Dropout ---------------------------------------------------------------------------------
+ * x: 10^5 cells of 1 + (i mod 7); rate and step are one-cell buffers the host sets. */
+
+enum { N_DROP = 100000 };
+
+typedef struct {
+  cn_graph *g;
+  cn_tensor *y, *rate, *step;
+  cn_routine *fwd;
+  double *x, *v;
+} drop_model;
+
+static bool drop_new(drop_model *m, cn_backend_kind b, uint32_t seed) {
+  static const cn_dims one = {NONE, NONE, NONE};
+  memset(m, 0, sizeof *m);
+  m->g = new_graph(CN_PREC_DOUBLE);
+  m->x = malloc(N_DROP * sizeof *m->x);
+  m->v = malloc(N_DROP * sizeof *m->v);
+  if (!m->x || !m->v) return false;
+  for (int i = 0; i < N_DROP; i++) m->x[i] = 1 + i % 7;
+  CHECK(cn_graph_set_seed(m->g, seed) == CN_OK);
+  m->rate = cn_tensor_buffer(m->g, "rate", &one);
+  m->step = cn_tensor_buffer(m->g, "step", &one);
+  cn_tensor *x = data(m->g, "x", (cn_dims){NONE, NONE, AXES(N_DROP)}, m->x);
+  m->y = cn_tensor_dropout(m->g, x, m->rate, m->step);
+  CHECK_MSG(m->y != NULL, "dropout: %s", cn_ctx_error(cn_graph_ctx(m->g)));
+  m->fwd = m->y ? compile(m->g, cn_graph_forward(m->g, m->y), b, "dropout") : NULL;
+  return m->fwd != NULL;
+}
+
+/* Runs the forward code at (rate, step) into m->v. */
+static bool drop_run(drop_model *m, double rate, double step) {
+  bool ok = cn_node_set_values(cn_tensor_value(m->rate), false, &rate, 1) == CN_OK &&
+            cn_node_set_values(cn_tensor_value(m->step), false, &step, 1) == CN_OK &&
+            cn_routine_run(m->fwd) == CN_OK && read_node(cn_tensor_value(m->y), m->v, N_DROP);
+  CHECK_MSG(ok, "dropout run: %s", cn_ctx_error(cn_graph_ctx(m->g)));
+  return ok;
+}
+
+static void drop_free(drop_model *m) {
+  cn_routine_free(m->fwd);
+  free_graph(m->g);
+  free(m->x);
+  free(m->v);
+}
+
+/* Every cell is 0 or x / (1 - rate); returns the fraction of zeros, writes the mask (1: kept). */
+static double dropped_fraction(const drop_model *m, double rate, unsigned char *kept) {
+  int zeros = 0, bad = 0;
+  for (int i = 0; i < N_DROP; i++) {
+    kept[i] = m->v[i] != 0;
+    zeros += !kept[i];
+    bad += kept[i] && m->v[i] != m->x[i] / (1 - rate);
+  }
+  CHECK_MSG(bad == 0, "%d kept cells are not x / (1 - rate)", bad);
+  return (double)zeros / N_DROP;
+}
+
+static int agreeing(const unsigned char *a, const unsigned char *b) {
+  int n = 0;
+  for (int i = 0; i < N_DROP; i++) n += a[i] == b[i];
+  return n;
+}
+
+static void test_dropout(cn_backend_kind b) {
+  static unsigned char k1[N_DROP], k1again[N_DROP], k2[N_DROP], kseed[N_DROP], kother[N_DROP];
+  drop_model m, same, other;
+  if (!drop_new(&m, b, 42) || !drop_new(&same, b, 42) || !drop_new(&other, b, 7)) return;
+  /* the rate within 1% over 10^5 cells, kept cells scaled by 1 / (1 - rate) */
+  if (drop_run(&m, 0.3, 1)) {
+    double f = dropped_fraction(&m, 0.3, k1);
+    CHECK_MSG(fabs(f - 0.3) < 0.01, "dropped fraction %g at rate 0.3", f);
+  }
+  /* deterministic: the same step again, and another graph with the same seed */
+  if (drop_run(&m, 0.3, 1)) dropped_fraction(&m, 0.3, k1again);
+  CHECK_INT(agreeing(k1, k1again), N_DROP);
+  if (drop_run(&same, 0.3, 1)) dropped_fraction(&same, 0.3, kseed);
+  CHECK_INT(agreeing(k1, kseed), N_DROP);
+  /* another step or another seed: an independent mask, agreeing on about 0.3^2 + 0.7^2 = 58% */
+  if (drop_run(&m, 0.3, 2)) dropped_fraction(&m, 0.3, k2);
+  if (drop_run(&other, 0.3, 1)) dropped_fraction(&other, 0.3, kother);
+  double a2 = (double)agreeing(k1, k2) / N_DROP, ao = (double)agreeing(k1, kother) / N_DROP;
+  CHECK_MSG(fabs(a2 - 0.58) < 0.01, "masks of steps 1 and 2 agree on %g", a2);
+  CHECK_MSG(fabs(ao - 0.58) < 0.01, "masks of seeds 42 and 7 agree on %g", ao);
+  /* another rate */
+  if (drop_run(&m, 0.75, 3)) {
+    double f = dropped_fraction(&m, 0.75, k2);
+    CHECK_MSG(fabs(f - 0.75) < 0.01, "dropped fraction %g at rate 0.75", f);
+  }
+  /* evaluation: rate 0 is the identity, exactly, with the same routine */
+  if (drop_run(&m, 0, 4)) {
+    int differ = 0;
+    for (int i = 0; i < N_DROP; i++) differ += m.v[i] != m.x[i];
+    CHECK_INT(differ, 0);
+  }
+  drop_free(&m);
+  drop_free(&same);
+  drop_free(&other);
+}
+
+/* The gradient of sum(w * dropout(p)) at rate 0.5: w / 0.5 at the kept cells, 0 at the dropped
+ * ones (finite differences, then the closed form from the mask of the forward value). */
+static cn_tensor *drop_y;
+
+static cn_tensor *l_dropout(cn_graph *g, cn_tensor *p) {
+  drop_y = cn_tensor_dropout(g, p, cn_tensor_number(g, 0.5), cn_tensor_number(g, 5));
+  return weighted_sum(g, drop_y, (cn_dims){NONE, NONE, AXES(N_GELU)});
+}
+
+static void test_dropout_gradient(cn_backend_kind b) {
+  double ga[64];
+  double x[N_GELU];
+  for (int i = 0; i < N_GELU; i++) x[i] = 1 + i;
+  memset(ga, 0, sizeof ga);
+  grad_check("dropout", b, (cn_dims){NONE, NONE, AXES(N_GELU)}, x, l_dropout, ga);
+  int zeros = 0, bad = 0;
+  for (int i = 0; i < N_GELU; i++) {
+    zeros += ga[i] == 0;
+    bad += ga[i] != 0 && fabs(ga[i] - 2 * weight(i)) > 1e-14;
+  }
+  CHECK_INT(bad, 0);
+  CHECK_MSG(zeros > 0 && zeros < N_GELU, "%d of %d gradients are 0", zeros, N_GELU);
+}
+
 /* ---- Notation builtins ---------------------------------------------------------------------- */
 
 static cn_tensor *op(cn_graph *g, const char *text, cn_tensor *x, cn_tensor *s, cn_tensor *b) {
@@ -346,6 +476,10 @@ static void test_refusals(void) {
   CHECK_STR(cn_ctx_error(ctx), "layer_norm: operand 1 is NULL");
   CHECK(cn_tensor_gelu(g, NULL) == NULL);
   CHECK_STR(cn_ctx_error(ctx), "gelu: operand 1 is NULL");
+  CHECK(cn_tensor_dropout(g, x, NULL, x) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "dropout: operand 2 is NULL");
+  CHECK(cn_tensor_dropout(g, x, x, NULL) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "dropout: operand 3 is NULL");
   free_graph(g);
 }
 
@@ -358,6 +492,8 @@ int main(void) {
     test_layer_norm_values(backends[k], CN_PREC_SINGLE);
     test_gradients(backends[k]);
     test_notation(backends[k]);
+    test_dropout(backends[k]);
+    test_dropout_gradient(backends[k]);
   }
   test_refusals();
   expect_op_error("layer_norm x ~epsilon:1.0",

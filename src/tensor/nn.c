@@ -1,7 +1,7 @@
-/* Neural-network blocks of the operation library (issue 28): GELU and layer normalization. Like
- * library.c and train.c, each is composed from the core constructors (pointwise application,
- * einsum, scalar constants), so its gradient is the one the core derives for those pieces and
- * nothing here touches the derivative machinery.
+/* Neural-network blocks of the operation library (issue 28): GELU, layer normalization and
+ * dropout. Like library.c and train.c, each is composed from the core constructors (pointwise
+ * application, einsum, scalar constants, the counter-based uniform_at), so its gradient is the
+ * one the core derives for those pieces and nothing here touches the derivative machinery.
  *
  * Layout: layer_norm normalizes over x's whole output row, for each batch and input position
  * (softmax's reduction, "... | ..i.. -> ..o.. => ... | ..i.. ->"); scale and shift have exactly
@@ -67,4 +67,21 @@ cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_
   if (y && scale) y = cn_tensor_einsum2(g, per_feature, y, scale);
   if (y && shift) y = cn_tensor_outer_sum(g, per_feature, y, shift);
   return cn_tensor_labeled(y, "layer_norm");
+}
+
+/* where(u < rate, 0, x / (1 - rate)) with u = uniform_at(step): u is keyed by its own tensor id
+ * and the seed (uniform1's key) and by step, so each dropout in a graph has its own mask, the same
+ * for a seed and step and another for another step; a cell is kept with probability 1 - rate.
+ * At rate 0 no u is below it and x / 1 is x: the identity, exactly. */
+cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tensor *step) {
+  if (!cn_tensor_operands(g, "dropout", 3, (cn_tensor *[]){x, rate, step})) return NULL;
+  cn_tensor *u = cn_tensor_uniform_at(g, step);
+  cn_tensor *drop = cn_tensor_apply2(g, CN_OP_LT, u, rate);
+  cn_tensor *kept =
+      cn_tensor_apply2(g, CN_OP_DIV, x, cn_tensor_apply2(g, CN_OP_SUB, num(g, 1), rate));
+  cn_tensor *zero = num(g, 0);
+  return cn_tensor_labeled(
+      drop && kept && zero ? cn_tensor_apply(g, CN_OP_WHERE, 3, (cn_tensor *[]){drop, zero, kept})
+                           : NULL,
+      "dropout");
 }
