@@ -12,12 +12,12 @@
  *     graph), independent for another step or seed (agreeing on 0.3^2 + 0.7^2 of the cells), rate
  *     0 the identity exactly with the same routine; its gradient by finite differences, 0 at the
  *     dropped cells and w / (1 - rate) at the kept ones;
- *   - the notation builtins gelu and layer_norm (~scale, ~shift, ~eps, inline parameters
- *     {gamma = 1.0} and {beta = 0.0}, which take the output row's shape) against the same
- *     references;
+ *   - the notation builtins gelu, dropout (~rate, ~step: cells 0 or 2x at rate 0.5, x at rate 0)
+ *     and layer_norm (~scale, ~shift, ~eps, inline parameters {gamma = 1.0} and {beta = 0.0},
+ *     which take the output row's shape) against the same references;
  *   - refusals: a negative or NaN eps, a NULL operand (dropout's rate and step too); in the
- * notation an unknown label, a non-number eps, a negative eps, a second positional argument, each
- * with its message. */
+ *     notation an unknown label, a non-number eps, a negative eps, a second positional argument,
+ *     dropout without ~step, each with its message. */
 #include "check.h"
 
 #include "cannl.h"
@@ -449,6 +449,19 @@ static void test_notation(cn_backend_kind b) {
     CHECK_STR(cn_tensor_label(ps[1]), "beta");
     CHECK_STR(cn_tensor_shape(ps[1]), "|->4");
   }
+  /* dropout: every cell 0 or x / (1 - rate), some of each; rate 0 is x */
+  cn_tensor *d = op(g, "dropout x ~rate:0.5 ~step:3", tx, ts, tb);
+  double got[24];
+  if (d && run(g, cn_graph_forward(g, d), b, "dropout") && read_node(cn_tensor_value(d), got, 24)) {
+    int zeros = 0, bad = 0;
+    for (int i = 0; i < 24; i++) {
+      zeros += got[i] == 0;
+      bad += got[i] != 0 && got[i] != 2 * x[i];
+    }
+    CHECK_INT(bad, 0);
+    CHECK_MSG(zeros > 0 && zeros < 24, "%d of 24 cells dropped", zeros);
+  }
+  expect_values(g, op(g, "dropout ~step:3 ~rate:0.0 x", tx, ts, tb), b, x, 24, 0);
   free_graph(g);
 }
 
@@ -502,5 +515,9 @@ int main(void) {
   expect_op_error("layer_norm x ~eps:(-1.0)",
                   "<cn_op>:1:1: layer_norm: eps -1 (must be finite and non-negative)");
   expect_op_error("layer_norm x x", "<cn_op>:1:1: unknown function 'layer_norm'");
+  expect_op_error("dropout x ~rate:0.5",
+                  "<cn_op>:1:1: dropout needs ~rate and ~step (tensors or numbers)");
+  expect_op_error("dropout x ~rate:0.5 ~seed:1 ~step:2",
+                  "<cn_op>:1:21: dropout has no argument ~seed (~rate ~step)");
   CHECK_DONE();
 }
