@@ -640,6 +640,28 @@ cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 
+/* Neural-network blocks (src/tensor/nn.c), composed from primitive ops so their gradients are the
+ * core's:
+ *   gelu: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+ *   layer_norm: over x's whole output row, for each batch and input position (as softmax),
+ *     (x - mean) / sqrt(var + eps) * scale + shift with the biased variance mean((x - mean)^2);
+ *     scale and shift (NULL: none) are per feature, with exactly x's output axes, shared by
+ *     every batch and input position: typically parameters initialized to 1 and 0
+ *     (cn_tensor_param with init cn_tensor_number(g, 1) / cn_tensor_number(g, 0), whose shape
+ *     inference then gives the output row); eps must be finite and >= 0 (1e-5 is usual). */
+cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x);
+cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
+                                double eps);
+/* Dropout: each cell of x is zeroed with probability rate, the others divided by 1 - rate, by a
+ * counter-based mask uniform_at(step) < rate (a threefry hash of the mask's own tensor id, the
+ * graph's seed, step's raw bits and the cell's offset: the same for a seed and step, another for
+ * another step or another dropout). rate is a tensor of values in [0, 1) broadcast against x
+ * (one cell in practice), step the counter (e.g. a one-cell cn_tensor_buffer the host sets to
+ * the step number before each run). Evaluation is signalled by the rate: a rate buffer set to 0
+ * (cn_node_set_values) makes the result x exactly, without recompiling; a rate of
+ * cn_tensor_number(g, 0) is the identity for good. */
+cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tensor *step);
+
 /* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
  * uniform_at and arithmetic, so they are deterministic like those:
  *   normal: standard normal by Box-Muller, sqrt(-2 ln(1 - u1)) * cos(2 pi u2), from two uniform1

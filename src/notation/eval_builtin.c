@@ -1,8 +1,8 @@
 /* The evaluator, part 5 of 8 (see eval_internal.h): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
  * builtins static_index and half_moons, placeholder, the training pieces: reductions,
- * activations, losses and metrics), applied to evaluated arguments; the data-file builtins
- * (dataset, load, restore) are eval_data.c's.
+ * activations, losses and metrics, the nn blocks gelu, layer_norm and dropout), applied to
+ * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
  * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its
@@ -273,6 +273,37 @@ static nt_value *nt_builtin_mean(nt_interp *I, const nt_call *c) {
   cn_tensor *sum = count ? cn_tensor_einsum1(g, spec, x) : NULL;
   return reduction_result(
       I, c, sum ? cn_tensor_apply(g, CN_OP_DIV, 2, (cn_tensor *[]){sum, count}) : NULL);
+}
+
+/* layer_norm x [~scale:s ~shift:b ~eps:E]: over x's output row; scale and shift are tensors
+ * (typically parameters, `~scale:{gamma = 1.0}`), absent: none; eps defaults to 1e-5. */
+static nt_value *nt_builtin_layer_norm(nt_interp *I, const nt_call *c) {
+  static const char *const known[3] = {"scale", "shift", "eps"};
+  if (!nt_known_labels(I, c, 3, known)) return NULL;
+  cn_tensor *t[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    nt_value *v = nt_labeled(c->a, known[k]);
+    if (v && !(t[k] = nt_tensor_of(I, v, c->at))) return NULL;
+  }
+  cn_nt_pos at;
+  nt_value *eps = nt_labeled_at(c->a, "eps", &at);
+  if (eps && eps->kind != NT_V_NUM)
+    return nt_fail(I, at, "~eps expects a number, found %s", nt_kind_name(eps->kind));
+  return tensor_result(I, c, false,
+                       cn_tensor_layer_norm(I->g, c->t[0], t[0], t[1], eps ? eps->num : 1e-5));
+}
+
+/* dropout x ~rate:R ~step:S: both required, each a tensor or a number (see cn_tensor_dropout). */
+static nt_value *nt_builtin_dropout(nt_interp *I, const nt_call *c) {
+  static const char *const known[2] = {"rate", "step"};
+  if (!nt_known_labels(I, c, 2, known)) return NULL;
+  cn_tensor *t[2];
+  for (int k = 0; k < 2; k++) {
+    nt_value *v = nt_labeled(c->a, known[k]);
+    if (!v) return nt_fail(I, c->at, "dropout needs ~rate and ~step (tensors or numbers)");
+    if (!(t[k] = nt_tensor_of(I, v, c->at))) return NULL;
+  }
+  return tensor_result(I, c, false, cn_tensor_dropout(I->g, c->t[0], t[0], t[1]));
 }
 
 static nt_value *nt_builtin_tile_max_pool_1d(nt_interp *I, const nt_call *c) {
