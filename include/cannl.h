@@ -515,6 +515,14 @@ typedef struct {
   bool nesterov;
 } cn_sgd;
 cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
+/* Global-norm gradient clipping (torch.nn.utils.clip_grad_norm_, as nanoGPT clips at 1.0): over
+ * every differentiable parameter p of loss, total = sqrt(sum_p sum(p.grad^2)) and
+ * scale = min(1, max_norm / (total + 1e-6)) (in double), then p.grad =: scale * p.grad for each.
+ * A tree of its own rather than an optimizer field: run it between the gradient and any update,
+ * e.g. cn_asgn_seq of grad_update, clip_grad_norm and adam_update, so the scale is computed once
+ * per step from all the gradients before any parameter moves, for SGD and Adam alike. max_norm
+ * must be positive and finite. */
+cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm);
 /* Adam (Kingma & Ba, bias-corrected) and AdamW (decoupled weight decay): for each parameter p
  * of loss, with p's Adam step counter t (a state scalar of its own, like its moments, so a second
  * update tree of p continues the first while two updates of different parameters count their
@@ -527,11 +535,14 @@ cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
  * "<param>.adam_step", zero at creation, saved by checkpoints (cn_graph_state). Every field is
  * taken as given: start from cn_adam_defaults (beta1 0.9, beta2 0.999, eps 1e-8, no weight decay)
  * and change what differs; beta1 and beta2 lie in [0, 1) (beta1 = 0: no momentum, an RMSprop-like
- * step lr * g / (sqrt(v / (1 - beta2^t)) + eps)), eps is positive. */
+ * step lr * g / (sqrt(v / (1 - beta2^t)) + eps)), eps is positive. decay_matrices_only (false
+ * in the defaults) applies weight_decay only to parameters whose value has 2 or more axes (batch,
+ * input and output axes together: the weights of linear layers, embeddings), not to 1-axis ones
+ * (biases, layer-norm gains) nor scalars, as nanoGPT's AdamW groups do. */
 typedef struct {
   cn_tensor *learning_rate;
   double beta1, beta2, eps, weight_decay;
-  bool decoupled;
+  bool decoupled, decay_matrices_only;
 } cn_adam;
 cn_adam cn_adam_defaults(cn_tensor *learning_rate);
 cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam);

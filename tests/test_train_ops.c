@@ -15,7 +15,10 @@
  *     formula too): three steps against the bias-corrected formula in double here, the state
  *     shared by two update trees, two updates of two parameters stepped 3 and 1 times (each its
  *     own count), cn_graph_state's names and order, a duplicate label, cn_adam_defaults and bad
- *     arguments. */
+ *     arguments;
+ *   - global-norm gradient clipping before SGD, norms above and below max_norm, one parameter's
+ *     large gradient scaling the other's (the clipped gradients and values against the formula),
+ *     and AdamW decaying a 2-axis weight but not a 1-axis bias with decay_matrices_only. */
 #include "check.h"
 #include "graph_check.h"
 
@@ -548,6 +551,93 @@ static void test_adam_two_updates(cn_backend_kind b) {
   free_graph(m1.g);
 }
 
+/* ---- Gradient clipping and decay of matrices only ----------------------------------------
+ * loss = sum(w * a) + sum(W * B) with w |->3 (a 1-axis bias) and W 2->2 (a 2-axis matrix), so
+ * w.grad = a and W.grad = B exactly, whatever w and W hold. */
+
+static const double a_grad[3] = {3, 0, 4}, w0[3] = {0.5, -1.5, 2};
+static const double big_grad[4] = {0, 0, 0, 12}, small_grad[4] = {0, 0, 0, 0.5},
+                    W0[4] = {1, -2, 0.25, 3};
+
+typedef struct {
+  cn_graph *g;
+  cn_tensor *w, *W, *loss;
+} two_params;
+
+static bool two_params_new(two_params *m, cn_backend_kind b, const double *B) {
+  m->g = new_graph(CN_PREC_DOUBLE);
+  cn_dims dv = {NONE, NONE, AXES(3)}, dm = {NONE, AXES(2), AXES(2)};
+  m->w = cn_tensor_param(m->g, "w", &dv, data(m->g, "w0", dv, w0));
+  m->W = cn_tensor_param(m->g, "W", &dm, data(m->g, "W0", dm, W0));
+  cn_tensor *lw =
+      cn_tensor_sum(m->g, cn_tensor_apply(m->g, CN_OP_MUL, 2,
+                                          (cn_tensor *[]){m->w, data(m->g, "a", dv, a_grad)}));
+  cn_tensor *lW = cn_tensor_sum(
+      m->g, cn_tensor_apply(m->g, CN_OP_MUL, 2, (cn_tensor *[]){m->W, data(m->g, "B", dm, B)}));
+  m->loss = cn_tensor_apply(m->g, CN_OP_ADD, 2, (cn_tensor *[]){lw, lW});
+  CHECK_MSG(m->loss != NULL, "%s", cn_ctx_error(cn_graph_ctx(m->g)));
+  return m->loss && run(m->g, cn_graph_init_params(m->g, m->loss), b, "init");
+}
+
+/* grad_update, clip_grad_norm(max_norm), then SGD with lr 1 and no momentum: each parameter
+ * moves by scale * grad, scale = min(1, max_norm / (|(a, B)| + 1e-6)) by hand. */
+static void test_clip(cn_backend_kind b, const double *B, double max_norm) {
+  two_params m;
+  if (two_params_new(&m, b, B)) {
+    cn_ctx *ctx = cn_graph_ctx(m.g);
+    double total = 0;
+    for (int i = 0; i < 3; i++) total += a_grad[i] * a_grad[i];
+    for (int i = 0; i < 4; i++) total += B[i] * B[i];
+    double scale = fmin(1, max_norm / (sqrt(total) + 1e-6));
+    cn_asgn *parts[3] = {cn_graph_grad_update(m.g, m.loss),
+                         cn_graph_clip_grad_norm(m.g, m.loss, max_norm), NULL};
+    parts[2] = cn_graph_sgd_update(m.g, m.loss, &(cn_sgd){cn_tensor_number(m.g, 1), 0, 0, false});
+    CHECK_MSG(parts[0] && parts[1] && parts[2], "%s", cn_ctx_error(ctx));
+    if (parts[0] && parts[1] && parts[2] && run(m.g, cn_asgn_seq(ctx, 3, parts), b, "clip_step")) {
+      double w[3], W[4], wg[3], Wg[4], want_w[3], want_W[4], want_wg[3], want_Wg[4];
+      for (int i = 0; i < 3; i++) {
+        want_wg[i] = scale * a_grad[i];
+        want_w[i] = w0[i] - want_wg[i];
+      }
+      for (int i = 0; i < 4; i++) {
+        want_Wg[i] = scale * B[i];
+        want_W[i] = W0[i] - want_Wg[i];
+      }
+      if (read_node(cn_tensor_value(m.w), w, 3)) expect_near("clipped w", w, want_w, 3, 1e-15);
+      if (read_node(cn_tensor_value(m.W), W, 4)) expect_near("clipped W", W, want_W, 4, 1e-15);
+      if (read_node(cn_tensor_grad(m.w), wg, 3)) expect_near("w.grad", wg, want_wg, 3, 1e-15);
+      if (read_node(cn_tensor_grad(m.W), Wg, 4)) expect_near("W.grad", Wg, want_Wg, 4, 1e-15);
+    }
+  }
+  free_graph(m.g);
+}
+
+/* AdamW with decay_matrices_only, one step: W (2 axes) decays by lr * wd * W first, w (1 axis)
+ * does not; the Adam move of the first step is lr * g / (|g| + eps). */
+static void test_decay_matrices_only(cn_backend_kind b) {
+  two_params m;
+  if (two_params_new(&m, b, big_grad)) {
+    cn_ctx *ctx = cn_graph_ctx(m.g);
+    const double lr = 0.1, wd = 0.5, eps = 1e-8;
+    cn_adam o = cn_adam_defaults(cn_tensor_number(m.g, lr));
+    o.weight_decay = wd;
+    o.decoupled = true;
+    o.decay_matrices_only = true;
+    cn_asgn *parts[2] = {cn_graph_grad_update(m.g, m.loss), NULL};
+    parts[1] = parts[0] ? cn_graph_adam_update(m.g, m.loss, &o) : NULL;
+    CHECK_MSG(parts[1] != NULL, "%s", cn_ctx_error(ctx));
+    if (parts[1] && run(m.g, cn_asgn_seq(ctx, 2, parts), b, "adamw_step")) {
+      double w[3], W[4], want_w[3], want_W[4];
+      for (int i = 0; i < 3; i++) want_w[i] = w0[i] - lr * a_grad[i] / (fabs(a_grad[i]) + eps);
+      for (int i = 0; i < 4; i++)
+        want_W[i] = W0[i] - lr * wd * W0[i] - lr * big_grad[i] / (fabs(big_grad[i]) + eps);
+      if (read_node(cn_tensor_value(m.w), w, 3)) expect_near("bias w", w, want_w, 3, 1e-15);
+      if (read_node(cn_tensor_value(m.W), W, 4)) expect_near("matrix W", W, want_W, 4, 1e-15);
+    }
+  }
+  free_graph(m.g);
+}
+
 /* ---- Training state and errors -------------------------------------------------------------- */
 
 static void test_state(void) {
@@ -565,8 +655,8 @@ static void test_state(void) {
   CHECK(out[0].node == cn_tensor_value(w));
   cn_tensor *lr = cn_tensor_number(g, 0.1);
   CHECK(cn_graph_sgd_update(g, loss, &(cn_sgd){lr, 0.9, 0, false}) != NULL);
-  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false}) != NULL);
-  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false}) != NULL);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false, false}) != NULL);
+  CHECK(cn_graph_adam_update(g, loss, &(cn_adam){lr, 0.9, 0.999, 1e-8, 0, false, false}) != NULL);
   const char *names[] = {"w",        "b",        "w.sgd_momentum", "b.sgd_momentum", "w.adam_step",
                          "w.adam_m", "w.adam_v", "b.adam_step",    "b.adam_m",       "b.adam_v"};
   CHECK_INT(cn_graph_state(g, loss, out, 16), 10);
@@ -620,7 +710,7 @@ static void test_errors(void) {
   cn_tensor *lr = cn_tensor_number(g, 0.1);
   cn_adam a = cn_adam_defaults(lr);
   CHECK(a.learning_rate == lr && a.beta1 == 0.9 && a.beta2 == 0.999 && a.eps == 1e-8 &&
-        a.weight_decay == 0 && !a.decoupled);
+        a.weight_decay == 0 && !a.decoupled && !a.decay_matrices_only);
   a.beta1 = 1.5;
   EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "beta1 1.5 and beta2 0.999 must lie in [0, 1)");
   a.beta1 = 1;
@@ -631,6 +721,8 @@ static void test_errors(void) {
   EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "eps 0 must be positive");
   a.eps = 1e-8, a.weight_decay = NAN;
   EXPECT_NULL(cn_graph_adam_update(g, loss, &a), "weight decay nan is not finite");
+  EXPECT_NULL(cn_graph_clip_grad_norm(g, loss, 0), "clip_grad_norm: max norm 0 must be positive");
+  EXPECT_NULL(cn_graph_clip_grad_norm(g, loss, INFINITY), "max norm inf must be positive");
   free_graph(g);
 }
 
@@ -646,14 +738,19 @@ int main(void) {
     test_gradients(b);
     test_metrics(b);
     const adam_case cases[] = {
-        {"adam", {NULL, 0.9, 0.999, 1e-8, 0, false}},
-        {"adam, coupled weight decay", {NULL, 0.8, 0.99, 1e-6, 0.1, false}},
-        {"adamw", {NULL, 0.9, 0.999, 1e-8, 0.1, true}},
-        {"beta1 = 0", {NULL, 0, 0.99, 1e-8, 0, false}},
+        {"adam", {NULL, 0.9, 0.999, 1e-8, 0, false, false}},
+        {"adam, coupled weight decay", {NULL, 0.8, 0.99, 1e-6, 0.1, false, false}},
+        {"adamw", {NULL, 0.9, 0.999, 1e-8, 0.1, true, false}},
+        {"beta1 = 0", {NULL, 0, 0.99, 1e-8, 0, false, false}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) test_adam(b, &cases[k]);
     test_adam_single(b);
     test_adam_two_updates(b);
+    /* global norm 13: w's gradient (norm 5 alone) scaled by 1 / 13.000001, not 1 / 5 */
+    test_clip(b, big_grad, 1);
+    test_clip(b, small_grad, 1); /* norm 5.02: W's small gradient shrinks w's update too */
+    test_clip(b, big_grad, 20);  /* below max_norm: scale 1, the plain update */
+    test_decay_matrices_only(b);
   }
   test_state();
   test_errors();

@@ -81,6 +81,79 @@ static cn_status begin_update(cn_graph *g, cn_tensor *loss, const char *what, cn
   return st;
 }
 
+/* ---- Global-norm gradient clipping -------------------------------------------------------- */
+
+/* sum =:/=+ grad * grad over every cell of grad: the product space is grad's axes (size-1 axes
+ * read cell 0), the scalar sum the target. */
+static cn_status add_squares(cn_graph *g, cn_asgn_list *out, cn_node *sum, bool init,
+                             cn_node *grad) {
+  int rank = cn_node_rank(grad), n_product = 0;
+  cn_symbol iters[CN_MAX_RANK];
+  int64_t sizes[CN_MAX_RANK], dims[CN_MAX_RANK];
+  cn_index map[CN_MAX_RANK];
+  for (int a = 0; a < rank; a++) {
+    dims[a] = cn_node_dim(grad, a);
+    map[a] = cn_index_fixed(0);
+    if (dims[a] == 1) continue;
+    char name[16];
+    snprintf(name, sizeof name, "i%d", a);
+    cn_symbol s = cn_symbol_create(g->ctx, name, dims[a]);
+    if (s < 0) return g->ctx->status;
+    iters[n_product] = s;
+    sizes[n_product++] = dims[a];
+    map[a] = cn_index_iter(s);
+  }
+  cn_proj_tensor ref = {rank, dims, map};
+  cn_proj *p = cn_proj_create(g->ctx, n_product, iters, sizes, (cn_proj_tensor){0, NULL, NULL}, 2,
+                              (cn_proj_tensor[]){ref, ref});
+  if (!p) return g->ctx->status;
+  cn_buffer buf[2] = {{grad, false}, {grad, false}};
+  return cn_asgn_list_add(out, cn_asgn_accum(g->ctx, init, CN_OP_ADD, sum, CN_OP_MUL, buf, p));
+}
+
+/* As torch.nn.utils.clip_grad_norm_: the sum of squares of every gradient first, then the scale,
+ * then each gradient scaled, so the scale is the same for every parameter. */
+cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm) {
+  cn_asgn_list out = {g->ctx, NULL, 0, 0};
+  cn_tensor_list params = {0};
+  cn_status st = cn_code_begin(g, loss);
+  if (st == CN_OK && !(max_norm > 0 && isfinite(max_norm)))
+    st = cn_fail(g->ctx, CN_ERR_INVALID, "clip_grad_norm: max norm %g must be positive", max_norm);
+  if (st == CN_OK) st = cn_collect_params(g, loss, false, &params);
+  g->epoch++;
+  const cn_prec d = CN_PREC_DOUBLE;
+  cn_node *sum = st == CN_OK ? temporary(g, "clip_sum_squares", d, 0, NULL) : NULL;
+  if (st == CN_OK && !sum) st = g->ctx->status;
+  bool first = true;
+  for (int i = 0; i < params.n && st == CN_OK; i++)
+    if (params.v[i]->diff) {
+      st = add_squares(g, &out, sum, first, params.v[i]->grad);
+      first = false;
+    }
+  if (st != CN_OK || first) return cn_asgn_list_finish(&out, st);
+  /* scale =: min(1, max_norm / (sqrt(sum) + 1e-6)) */
+  cn_node *one = constant(g, &out, "clip_const", d, 1);
+  cn_node *max_c = one ? constant(g, &out, "clip_const", d, max_norm) : NULL;
+  cn_node *eps = max_c ? constant(g, &out, "clip_const", d, 1e-6) : NULL;
+  cn_node *norm = eps ? temporary(g, "clip_norm", d, 0, NULL) : NULL;
+  cn_node *den = norm ? temporary(g, "clip_denominator", d, 0, NULL) : NULL;
+  cn_node *ratio = den ? temporary(g, "clip_ratio", d, 0, NULL) : NULL;
+  cn_node *scale = ratio ? temporary(g, "clip_scale", d, 0, NULL) : NULL;
+  if (!scale) return cn_asgn_list_finish(&out, g->ctx->status);
+  st = update(g, &out, norm, true, CN_OP_ADD, CN_OP_SQRT, 1, &sum);
+  if (st == CN_OK)
+    st = update(g, &out, den, true, CN_OP_ADD, CN_OP_ADD, 2, (cn_node *[]){norm, eps});
+  if (st == CN_OK)
+    st = update(g, &out, ratio, true, CN_OP_ADD, CN_OP_DIV, 2, (cn_node *[]){max_c, den});
+  if (st == CN_OK)
+    st = update(g, &out, scale, true, CN_OP_ADD, CN_OP_MIN, 2, (cn_node *[]){one, ratio});
+  for (int i = 0; i < params.n && st == CN_OK; i++)
+    if (params.v[i]->diff) /* p.grad =: scale * p.grad */
+      st = update(g, &out, params.v[i]->grad, true, CN_OP_ADD, CN_OP_MUL, 2,
+                  (cn_node *[]){scale, params.v[i]->grad});
+  return cn_asgn_list_finish(&out, st);
+}
+
 /* ---- SGD ------------------------------------------------------------------------------------ */
 
 static cn_status sgd_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const cn_sgd *sgd,
@@ -125,7 +198,7 @@ cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd) {
 /* ---- Adam and AdamW ------------------------------------------------------------------------- */
 
 cn_adam cn_adam_defaults(cn_tensor *learning_rate) {
-  return (cn_adam){learning_rate, 0.9, 0.999, 1e-8, 0, false};
+  return (cn_adam){learning_rate, 0.9, 0.999, 1e-8, 0, false, false};
 }
 
 /* The coefficients, taken as given (cn_adam_defaults has the usual ones), and the tree's
@@ -133,7 +206,7 @@ cn_adam cn_adam_defaults(cn_tensor *learning_rate) {
  * 1 - beta2^t (1e-3 at t = 1) keeps its digits. */
 typedef struct {
   double beta1, beta2, eps, weight_decay;
-  bool decoupled;
+  bool decoupled, decay_matrices_only;
   cn_node *lr, *one, *beta1_c, *beta2_c, *one_minus_beta1, *one_minus_beta2, *eps_c, *wd_c;
 } adam_tree;
 
@@ -143,6 +216,7 @@ static cn_status adam_config(cn_graph *g, const cn_adam *adam, adam_tree *a) {
   a->eps = adam->eps;
   a->weight_decay = adam->weight_decay;
   a->decoupled = adam->decoupled;
+  a->decay_matrices_only = adam->decay_matrices_only;
   if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
     return cn_fail(g->ctx, CN_ERR_INVALID, "adam_update: beta1 %g and beta2 %g must lie in [0, 1)",
                    a->beta1, a->beta2);
@@ -200,7 +274,7 @@ static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const ad
   cn_node *inv_bc2 = inv_bc1 ? inverse_bias_correction(g, out, a->beta2_c, a->one, step) : NULL;
   if (!inv_bc2) return ctx->status;
   cn_node *gr = p->grad;
-  bool decay = a->weight_decay != 0;
+  bool decay = a->weight_decay != 0 && (!a->decay_matrices_only || cn_node_rank(p->value) >= 2);
   if (decay && a->decoupled &&
       update(g, out, p->value, false, CN_OP_SUB, CN_OP_MUL3, 3,
              (cn_node *[]){a->lr, a->wd_c, p->value}) != CN_OK)
