@@ -690,7 +690,8 @@ static const bad bads[] = {
     {"sgd loss", "b.cnl:1:1: sgd needs ~learning_rate:VALUE\nsgd loss\n^"},
     {"sgd loss ~learning_rate:0.1 ~foo:1",
      "b.cnl:1:29: unknown sgd argument '~foo' (sgd takes ~learning_rate, ~momentum, "
-     "~weight_decay and ~nesterov)\nsgd loss ~learning_rate:0.1 ~foo:1\n                         "
+     "~weight_decay, ~nesterov and ~clip)\nsgd loss ~learning_rate:0.1 ~foo:1\n                    "
+     "     "
      "   ^"},
     {"set_seed x",
      "b.cnl:1:10: expected a non-negative integer literal after set_seed, found 'x'\nset_seed "

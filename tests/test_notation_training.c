@@ -1,9 +1,10 @@
 /* The notation's training forms (docs/notation.md "Training scripts"): the builtins of the
  * training pieces (values computed by hand, on both backends), labels that are not class indices
  * (a positioned runtime error), print of strings, printf, `if`,
- * `mod`, `for ... progress` in its plain and JSON forms (times cut off), the adam statement, the
- * message naming a static index read outside its loops, the syntax errors of the new forms with
- * their positions, their canonical printing, and constant memory in loops that branch and print. */
+ * `mod`, `for ... progress` in its plain and JSON forms (times cut off), the adam statement (with
+ * ~decay_matrices_only) and sgd ~clip against hand formulas, the message naming a static index read
+ * outside its loops, the syntax errors of the new forms with their positions, their canonical
+ * printing, and constant memory in loops that branch and print. */
 #include "notation_check.h"
 
 #include "core/core.h"
@@ -204,6 +205,21 @@ static void test_adam(void) {
       continue;
     expect(&o, b, 0, "q", "|->2", VALUES(0.85, -1.8), 1e-8);
   }
+  /* ~decay_matrices_only: the 1x2 matrix w decays (0.95 w, then the step of 0.1 against the
+   * gradient's sign), the 1-axis b does not (0.5 - 0.1, where decay would give 0.375) */
+  BOTH {
+    if (!run(&o, b,
+             "let w = {w = [(1.0, -2.0)]}\n"
+             "let c = {c = [0.5]}\n"
+             "let loss = sum (w *. w) + sum (c *. c)\n"
+             "backprop loss\n"
+             "adam loss ~learning_rate:0.1 ~weight_decay:0.5 ~decoupled:true "
+             "~decay_matrices_only:true\n"
+             "print w\nprint c\n"))
+      continue;
+    expect(&o, b, 0, "w", "|2->1", VALUES(0.85, -1.8), 1e-8);
+    expect(&o, b, 1, "c", "|->1", VALUES(0.4), 1e-8);
+  }
   CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~beta1:1\n"),
             "seed.cnl:2:1: adam_update: beta1 1 and beta2 0.999 must lie in [0, 1)");
   CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~beta1:true\n"),
@@ -212,6 +228,38 @@ static void test_adam(void) {
             "seed.cnl:2:36: expected a number, found a boolean");
   CHECK_HAS(run_error("let p = {p = [1.0]}\nsgd p ~learning_rate:0.1 ~nesterov:1\n"),
             "seed.cnl:2:36: expected a boolean, found a number");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nsgd p ~learning_rate:0.1 ~clip:true\n"),
+            "seed.cnl:2:32: expected a number, found a boolean");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~clip:0\n"),
+            "seed.cnl:2:1: clip_grad_norm: max norm 0 must be positive");
+  CHECK_HAS(run_error("let p = {p = [1.0]}\nadam p ~learning_rate:0.1 ~decay_matrices_only:1\n"),
+            "expected a boolean, found a number");
+}
+
+/* sgd ~clip: gradients 2p = [2; -4] and 2w = [6] of global norm sqrt(56), scaled by
+ * s = 1 / (sqrt(56) + 1e-6) at ~clip:1 (p's own norm alone would give 1 / (sqrt(20) + 1e-6)),
+ * unscaled at ~clip:100. */
+static void test_clip(void) {
+  outcome o;
+  double s = 1 / (sqrt(56) + 1e-6);
+  const struct {
+    const char *clip;
+    double p[2], w;
+  } cases[] = {{"1.0", {1 - 2 * s, -2 + 4 * s}, 3 - 6 * s}, {"100", {-1, 2}, -3}};
+  char script[300];
+  for (int k = 0; k < 2; k++) BOTH {
+      snprintf(script, sizeof script,
+               "let p = {p = [1.0; -2.0]}\n"
+               "let w = {w = [3.0]}\n"
+               "let loss = sum (p *. p) + sum (w *. w)\n"
+               "backprop loss\n"
+               "sgd loss ~learning_rate:1.0 ~clip:%s\n"
+               "print p\nprint w\n",
+               cases[k].clip);
+      if (!run(&o, b, script)) continue;
+      expect(&o, b, 0, "p", "|->2", VALUES(cases[k].p[0], cases[k].p[1]), 1e-12);
+      expect(&o, b, 1, "w", "|->1", VALUES(cases[k].w), 1e-12);
+    }
 }
 
 /* ---- print and printf ------------------------------------------------------------------------ */
@@ -440,10 +488,10 @@ static void test_syntax_errors(void) {
       {"adam l\n", "seed.cnl:1:1: adam needs ~learning_rate:VALUE"},
       {"adam l ~learning_rate:0.1 ~momentum:0.9\n",
        "seed.cnl:1:27: unknown adam argument '~momentum' (adam takes ~learning_rate, ~beta1, "
-       "~beta2, ~eps, ~weight_decay and ~decoupled)"},
+       "~beta2, ~eps, ~weight_decay, ~decoupled, ~clip and ~decay_matrices_only)"},
       {"sgd l ~learning_rate:0.1 ~beta1:0.9\n",
        "seed.cnl:1:26: unknown sgd argument '~beta1' (sgd takes ~learning_rate, ~momentum, "
-       "~weight_decay and ~nesterov)"},
+       "~weight_decay, ~nesterov and ~clip)"},
       {"let mod = 1\n", "seed.cnl:1:5: expected a name after 'let', found 'mod' (a reserved word)"},
       {"let progress = 1\n",
        "seed.cnl:1:5: expected a name after 'let', found 'progress' (a reserved word)"},
@@ -478,6 +526,10 @@ static void test_printing(void) {
        "done\n"},
       {"adam (f x) ~decoupled:true ~learning_rate:0.1 ~eps:1e-6;; if c then end",
        "adam f x ~learning_rate:0.1 ~eps:1e-06 ~decoupled:true\nif c then\nend\n"},
+      {"sgd l ~clip:1.0 ~learning_rate:0.1;; adam l ~decay_matrices_only:true ~clip:2 "
+       "~learning_rate:0.1",
+       "sgd l ~learning_rate:0.1 ~clip:1.0\nadam l ~learning_rate:0.1 ~clip:2 "
+       "~decay_matrices_only:true\n"},
   };
   cn_ctx *ctx = cn_ctx_create();
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -538,6 +590,7 @@ int main(void) {
   test_builtins();
   test_bad_labels();
   test_adam();
+  test_clip();
   test_printf();
   test_if();
   test_progress();

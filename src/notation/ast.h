@@ -271,9 +271,10 @@ typedef enum {
   CN_NT_ITEM_PRINT,      /* print e */
   CN_NT_ITEM_BACKPROP,   /* backprop e */
   CN_NT_ITEM_RUN,        /* run r, or run r args for a routine with parameters */
-  CN_NT_ITEM_SGD,        /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b] */
+  CN_NT_ITEM_SGD,        /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b]
+                            [~clip:x] */
   CN_NT_ITEM_ADAM,       /* adam e ~learning_rate:x [~beta1:x ~beta2:x ~eps:x ~weight_decay:x
-                            ~decoupled:b] */
+                            ~decoupled:b ~clip:x ~decay_matrices_only:b] */
   CN_NT_ITEM_SET_SEED,   /* set_seed n */
   CN_NT_ITEM_FOR,        /* for i = a to b [progress ...] do items done: items run with the static
                             index i bound */
@@ -320,11 +321,12 @@ struct cn_nt_item {
     cn_nt_expr *expr; /* PRINT, BACKPROP, RUN: never NULL */
     struct {
       cn_nt_expr *expr, *learning_rate;               /* never NULL */
-      cn_nt_expr *momentum, *weight_decay, *nesterov; /* NULL when not given */
+      cn_nt_expr *momentum, *weight_decay, *nesterov, *clip; /* NULL when not given */
     } sgd;
     struct {
       cn_nt_expr *expr, *learning_rate;                           /* never NULL */
-      cn_nt_expr *beta1, *beta2, *eps, *weight_decay, *decoupled; /* NULL when not given */
+      cn_nt_expr *beta1, *beta2, *eps, *weight_decay, *decoupled, *clip,
+          *decay_matrices_only; /* NULL when not given */
     } adam;
     int64_t seed; /* SET_SEED: >= 0 */
     struct {

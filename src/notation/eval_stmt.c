@@ -285,19 +285,28 @@ static bool option_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vk
   return false;
 }
 
+/* update after clipping the gradients to the global norm clip (~clip:X), when given: the clip
+ * tree comes first in the routine, so every gradient is scaled before any parameter moves. */
+static cn_asgn *clipped(nt_interp *I, cn_tensor *loss, const nt_value *clip, cn_asgn *update) {
+  if (!clip || !update) return update;
+  cn_asgn *c = cn_graph_clip_grad_norm(I->g, loss, clip->num);
+  return c ? cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){c, update}) : NULL;
+}
+
 static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.sgd.learning_rate);
-  nt_value *m, *w, *nv;
+  nt_value *m, *w, *nv, *clip;
   if (!lrt || !option_value(I, scope, it->u.sgd.momentum, NT_V_NUM, &m) ||
+      !option_value(I, scope, it->u.sgd.clip, NT_V_NUM, &clip) ||
       !option_value(I, scope, it->u.sgd.weight_decay, NT_V_NUM, &w) ||
       !option_value(I, scope, it->u.sgd.nesterov, NT_V_BOOL, &nv) || !nt_materialize(I, it->pos))
     return false;
   cn_sgd sgd = {lrt, m ? m->num : 0, w ? w->num : 0, nv && nv->b};
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  return run_statement(I, st, init, init ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL,
-                       it->pos);
+  cn_asgn *update = init ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL;
+  return run_statement(I, st, init, clipped(I, st->tensor, clip, update), it->pos);
 }
 
 /* adam e ~learning_rate ...: one Adam (AdamW with ~decoupled:true) update of e's parameters;
@@ -306,11 +315,13 @@ static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
   if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.adam.learning_rate);
-  nt_value *b1, *b2, *eps, *wd, *dec;
+  nt_value *b1, *b2, *eps, *wd, *dec, *clip, *dmo;
   if (!lrt || !option_value(I, scope, it->u.adam.beta1, NT_V_NUM, &b1) ||
       !option_value(I, scope, it->u.adam.beta2, NT_V_NUM, &b2) ||
       !option_value(I, scope, it->u.adam.eps, NT_V_NUM, &eps) ||
       !option_value(I, scope, it->u.adam.weight_decay, NT_V_NUM, &wd) ||
+      !option_value(I, scope, it->u.adam.clip, NT_V_NUM, &clip) ||
+      !option_value(I, scope, it->u.adam.decay_matrices_only, NT_V_BOOL, &dmo) ||
       !option_value(I, scope, it->u.adam.decoupled, NT_V_BOOL, &dec) || !nt_materialize(I, it->pos))
     return false;
   cn_adam adam = cn_adam_defaults(lrt);
@@ -319,9 +330,10 @@ static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
   if (eps) adam.eps = eps->num;
   if (wd) adam.weight_decay = wd->num;
   adam.decoupled = dec && dec->b;
+  adam.decay_matrices_only = dmo && dmo->b;
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  return run_statement(I, st, init, init ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL,
-                       it->pos);
+  cn_asgn *update = init ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL;
+  return run_statement(I, st, init, clipped(I, st->tensor, clip, update), it->pos);
 }
 
 /* Runs the forward code of the statement's tensor (its parameters initialized first, once);

@@ -82,10 +82,11 @@ cn_nt_prec cn_nt_infix_prec(const char *op) {
   }
 }
 
-const char *const cn_nt_sgd_labels[] = {"learning_rate", "momentum", "weight_decay", "nesterov",
-                                        NULL};
-const char *const cn_nt_adam_labels[] = {"learning_rate", "beta1",     "beta2", "eps",
-                                         "weight_decay",  "decoupled", NULL};
+const char *const cn_nt_sgd_labels[] = {"learning_rate", "momentum", "weight_decay",
+                                        "nesterov",      "clip",     NULL};
+const char *const cn_nt_adam_labels[] = {
+    "learning_rate",       "beta1", "beta2", "eps", "weight_decay", "decoupled", "clip",
+    "decay_matrices_only", NULL};
 const char *const cn_nt_epoch_labels[] = {"epoch", NULL};
 
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {

@@ -11,9 +11,10 @@
  *   stmt    := 'print' expr | 'backprop' expr | 'run' app
  *            | 'printf' STRING arg*        (one argument per conversion of the format)
  *            | 'sgd' binary ('~learning_rate:' arg | '~momentum:' arg | '~weight_decay:' arg
- *                            | '~nesterov:' arg)*
+ *                            | '~nesterov:' arg | '~clip:' arg)*
  *            | 'adam' binary ('~learning_rate:' arg | '~beta1:' arg | '~beta2:' arg | '~eps:' arg
- *                             | '~weight_decay:' arg | '~decoupled:' arg)*
+ *                             | '~weight_decay:' arg | '~decoupled:' arg | '~clip:' arg
+ *                             | '~decay_matrices_only:' arg)*
  *            | 'for' NAME '=' expr 'to' expr ['progress' ('~loss:' arg | '~batch_size:' arg)*]
  *              'do' (stmt [';;'])* 'done'  (loops nest at most CN_NT_MAX_LOOP_DEPTH deep)
  *            | 'if' binary 'then' (stmt [';;'])* ['else' (stmt [';;'])*] 'end'

@@ -279,8 +279,9 @@ static bool parse_sgd(parser *p, cn_nt_item *it) {
   const option opts[] = {{"learning_rate", &it->u.sgd.learning_rate},
                          {"momentum", &it->u.sgd.momentum},
                          {"weight_decay", &it->u.sgd.weight_decay},
-                         {"nesterov", &it->u.sgd.nesterov}};
-  return parse_optimizer(p, it, "sgd", cn_nt_sgd_labels, &it->u.sgd.expr, 4, opts);
+                         {"nesterov", &it->u.sgd.nesterov},
+                         {"clip", &it->u.sgd.clip}};
+  return parse_optimizer(p, it, "sgd", cn_nt_sgd_labels, &it->u.sgd.expr, 5, opts);
 }
 
 static bool parse_adam(parser *p, cn_nt_item *it) {
@@ -289,8 +290,10 @@ static bool parse_adam(parser *p, cn_nt_item *it) {
                          {"beta2", &it->u.adam.beta2},
                          {"eps", &it->u.adam.eps},
                          {"weight_decay", &it->u.adam.weight_decay},
-                         {"decoupled", &it->u.adam.decoupled}};
-  return parse_optimizer(p, it, "adam", cn_nt_adam_labels, &it->u.adam.expr, 6, opts);
+                         {"decoupled", &it->u.adam.decoupled},
+                         {"clip", &it->u.adam.clip},
+                         {"decay_matrices_only", &it->u.adam.decay_matrices_only}};
+  return parse_optimizer(p, it, "adam", cn_nt_adam_labels, &it->u.adam.expr, 8, opts);
 }
 
 /* shuffle t ~epoch:e, checkpoint "file" loss ~epoch:e, save_npy "file" t. The file is one

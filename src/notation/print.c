@@ -504,14 +504,15 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     break;
   case CN_NT_ITEM_SGD: {
     const cn_nt_expr *values[] = {it->u.sgd.learning_rate, it->u.sgd.momentum,
-                                  it->u.sgd.weight_decay, it->u.sgd.nesterov};
+                                  it->u.sgd.weight_decay, it->u.sgd.nesterov, it->u.sgd.clip};
     print_optimizer(pr, "sgd", cn_nt_sgd_labels, it->u.sgd.expr, values);
     break;
   }
   case CN_NT_ITEM_ADAM: {
     const cn_nt_expr *values[] = {it->u.adam.learning_rate, it->u.adam.beta1,
                                   it->u.adam.beta2,         it->u.adam.eps,
-                                  it->u.adam.weight_decay,  it->u.adam.decoupled};
+                                  it->u.adam.weight_decay,  it->u.adam.decoupled,
+                                  it->u.adam.clip,          it->u.adam.decay_matrices_only};
     print_optimizer(pr, "adam", cn_nt_adam_labels, it->u.adam.expr, values);
     break;
   }
