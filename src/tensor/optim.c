@@ -1,6 +1,7 @@
 /* The optimizers' update code and the training state a checkpoint holds: SGD with weight decay,
  * momentum and Nesterov (contraction-is-emergent's SGD producer example), Adam (Kingma & Ba,
- * bias-corrected) and AdamW (decoupled weight decay, Loshchilov & Hutter), and cn_graph_state.
+ * bias-corrected) and AdamW (decoupled weight decay, Loshchilov & Hutter), global-norm gradient
+ * clipping (a tree of its own, run between the gradient and the update), and cn_graph_state.
  * An update is a list of pointwise assignments over each parameter's value node (`%cd`-like:
  * `p =- learning_rate * delta`), gathered after materialization for the parameters of the loss.
  *
