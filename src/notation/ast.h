@@ -320,11 +320,11 @@ struct cn_nt_item {
     } let;
     cn_nt_expr *expr; /* PRINT, BACKPROP, RUN: never NULL */
     struct {
-      cn_nt_expr *expr, *learning_rate;               /* never NULL */
+      cn_nt_expr *expr, *learning_rate;                      /* never NULL */
       cn_nt_expr *momentum, *weight_decay, *nesterov, *clip; /* NULL when not given */
     } sgd;
     struct {
-      cn_nt_expr *expr, *learning_rate;                           /* never NULL */
+      cn_nt_expr *expr, *learning_rate; /* never NULL */
       cn_nt_expr *beta1, *beta2, *eps, *weight_decay, *decoupled, *clip,
           *decay_matrices_only; /* NULL when not given */
     } adam;
