@@ -943,6 +943,18 @@ static void test_many(void) {
   if (d) closedir(d);
 }
 
+/* A relative cache directory whose name starts with '-' is the directory, never an option of the
+ * compiler: the paths of its files on the compiler's command line start with "./". */
+static void test_dash_dir(void) {
+  char cwd[PATH_MAX];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK(chdir(root) == 0);
+  compile_three("-dash", 3, 0);
+  compile_three("-dash", 0, 3);
+  CHECK_INT(count_files("-dash", ".so"), 3);
+  CHECK(chdir(cwd) == 0);
+}
+
 int main(void) {
   char cwd[PATH_MAX - 64];
   if (!getcwd(cwd, sizeof cwd)) return 1;
@@ -963,6 +975,7 @@ int main(void) {
   test_missing_tmpdir();
   test_command();
   test_many();
+  test_dash_dir();
   remove_tree(root);
   CHECK_DONE();
 }

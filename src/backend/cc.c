@@ -431,7 +431,9 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   if (dir && strcmp(dir, "off") == 0) return private_dir(ctx, place);
   if (dir) {
     if (!make_directories(dir, 0, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
-    place->dir = format_path(ctx, "%s", dir);
+    /* the files' paths go on the compiler's command line: a relative directory named like an
+     * option ("-x") is spelled "./-x" there, so it can only be read as a path */
+    place->dir = format_path(ctx, dir[0] == '-' ? "./%s" : "%s", dir);
     return place->dir ? CN_OK : ctx->status;
   }
   const char *xdg = absolute_env("XDG_CACHE_HOME"), *home = xdg ? NULL : existing_home();
