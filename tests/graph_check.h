@@ -77,6 +77,15 @@ static inline void expect_near(const char *what, const double *got, const double
   CHECK_MSG(bad == 0, "%s: %d cells differ", what, bad);
 }
 
+/* sum(y * w) with w = sin(0.7 * offset + 0.3): every output cell matters, differently. */
+static inline cn_tensor *weighted_sum(cn_graph *g, cn_tensor *y, cn_dims d) {
+  cn_tensor *w = cn_tensor_range_of_shape(g, &d);
+  w = cn_tensor_apply(g, CN_OP_FMA, 3,
+                      (cn_tensor *[]){cn_tensor_number(g, 0.7), w, cn_tensor_number(g, 0.3)});
+  w = cn_tensor_apply(g, CN_OP_SIN, 1, &w);
+  return cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){y, w}));
+}
+
 /* A scalar loss built from one parameter p (dims d, initial values init, at most 64 cells, in a
  * double graph): its backprop gradient, returned in ga, must be finite and, with
  * finite_differences, agree with central differences of the forward routine (h = 1e-6) within

@@ -135,17 +135,9 @@ static void test_layer_norm_values(cn_backend_kind b, cn_prec prec) {
  * A scalar loss built from one parameter p; the backprop gradient is compared with central
  * differences of the forward routine (h = 1e-6, double). */
 
-/* sum(y * w) with w = sin(0.7 * offset + 0.3): every output cell matters, differently. */
+/* The weights of weighted_sum (graph_check.h), cell by cell. */
 static double weight(int64_t i) {
   return sin(0.7 * (double)i + 0.3);
-}
-
-static cn_tensor *weighted_sum(cn_graph *g, cn_tensor *y, cn_dims d) {
-  cn_tensor *w = cn_tensor_range_of_shape(g, &d);
-  w = cn_tensor_apply(g, CN_OP_FMA, 3,
-                      (cn_tensor *[]){cn_tensor_number(g, 0.7), w, cn_tensor_number(g, 0.3)});
-  w = cn_tensor_apply(g, CN_OP_SIN, 1, &w);
-  return cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){y, w}));
 }
 
 static double x_bio[24];

@@ -247,15 +247,6 @@ static void test_bad_labels(cn_backend_kind b) {
  * A scalar loss built from one parameter p (dims and initial values given); the backprop
  * gradient is compared with central differences of the forward routine (h = 1e-6, double). */
 
-/* sum(y * w) with w = sin(0.7 * offset + 0.3): every output cell matters, differently. */
-static cn_tensor *weighted_sum(cn_graph *g, cn_tensor *y, cn_dims d) {
-  cn_tensor *w = cn_tensor_range_of_shape(g, &d);
-  w = cn_tensor_apply(g, CN_OP_FMA, 3,
-                      (cn_tensor *[]){cn_tensor_number(g, 0.7), w, cn_tensor_number(g, 0.3)});
-  w = cn_tensor_apply(g, CN_OP_SIN, 1, &w);
-  return cn_tensor_sum(g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){y, w}));
-}
-
 static const cn_dims d_bio = {AXES(2), AXES(3), AXES(4)}, d_ext = {NONE, NONE, AXES(N_EXT)},
                      d_ce = {AXES(3), NONE, AXES(4)};
 
