@@ -673,6 +673,46 @@ cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_
  * cn_tensor_number(g, 0) is the identity for good. */
 cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tensor *step);
 
+/* Causal attention (src/tile/attention.c). The mask is a Tile constraint k <= q on every product
+ * that could read a future key (scores, the softmax's max and sum, the normalization, the mix with
+ * V): their loops run `for k in 0..q + 1`, so masked cells cost nothing and no gradient reaches a
+ * future position; masked probabilities are exactly 0. Tile needs its operands' dims: an operand
+ * whose shape is still open (a pointwise result) first settles the shapes of the graph built so
+ * far, as cn_tensor_value does. Dims below are in memory order (batch, output, input axes).
+ *   causal_softmax: scores [B, H, T, T] (query, key) -> probabilities of the same dims, the
+ *     softmax over k <= q of each (b, h, q) row (its max not differentiated in effect: the
+ *     softmax does not depend on it);
+ *   causal_sdpa: q, k, v [B, T, H, D] -> [B, T, H, D] (output axes), the scaled dot-product
+ *     attention softmax(q k^T / sqrt(D), k <= q) v per batch and head; with a dropout rate (a
+ *     tensor as cn_tensor_dropout's; NULL: none) the probabilities go through dropout keyed by
+ *     step;
+ *   causal_attention: nanoGPT's CausalSelfAttention on x of shape B,T|->C (two batch axes,
+ *     batch and time, one output axis): q, k, v = x Wq + bq, ... with weights |C->H,D (memory
+ *     [H, D, C]: the rows of nanoGPT's c_attn.weight for q, k, v in turn) and biases |->H,D,
+ *     H = n_heads heads of size D = C / H, then causal_sdpa, then the projection |H,D->C plus a
+ *     bias |->C, then dropout; the result is B,T|->C;
+ *   transformer_block: nanoGPT's pre-norm Block: x1 = x + causal_attention(ln_1(x)),
+ *     x1 + dropout(c_proj(gelu(c_fc(ln_2(x1))))) with c_fc |C->4C, c_proj |4C->C and layer norms
+ *     of eps 1e-5 with learned scale and shift.
+ * Parameters are created as nanoGPT initializes them: weights normal with std 0.02, the two
+ * residual projections (attn.c_proj, mlp.c_proj) with std 0.02 / sqrt(2 n_layer), biases 0,
+ * layer-norm scales 1 and shifts 0. Their labels are prefix "." nanoGPT's names:
+ * attn.{q,k,v}.{weight,bias}, attn.c_proj.{weight,bias}, ln_1 and ln_2 .{weight,bias},
+ * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (prefix "h0": "h0.attn.q.weight"; give each
+ * block its own prefix). dropout_rate NULL: no dropout (nanoGPT's dropout 0); with a rate, a
+ * step counter is required (see cn_tensor_dropout). */
+typedef struct {
+  int n_heads, n_layer;
+  cn_tensor *dropout_rate, *dropout_step;
+} cn_attention;
+cn_tensor *cn_tensor_causal_softmax(cn_graph *g, cn_tensor *scores);
+cn_tensor *cn_tensor_causal_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_tensor *v,
+                                 cn_tensor *rate, cn_tensor *step);
+cn_tensor *cn_tensor_causal_attention(cn_graph *g, cn_tensor *x, const char *prefix,
+                                      const cn_attention *cfg);
+cn_tensor *cn_tensor_transformer_block(cn_graph *g, cn_tensor *x, const char *prefix,
+                                       const cn_attention *cfg);
+
 /* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
  * uniform_at and arithmetic, so they are deterministic like those:
  *   normal: standard normal by Box-Muller, sqrt(-2 ln(1 - u1)) * cos(2 pi u2), from two uniform1

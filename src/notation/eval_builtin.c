@@ -1,7 +1,8 @@
 /* The evaluator, part 5 of 8 (see eval_internal.h): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
  * builtins static_index and half_moons, placeholder, the training pieces: reductions,
- * activations, losses and metrics, the nn blocks gelu, layer_norm and dropout), applied to
+ * activations, losses and metrics, the nn blocks gelu, layer_norm, dropout, causal attention and
+ * the transformer block), applied to
  * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
@@ -304,6 +305,62 @@ static nt_value *nt_builtin_dropout(nt_interp *I, const nt_call *c) {
     if (!(t[k] = nt_tensor_of(I, v, c->at))) return NULL;
   }
   return tensor_result(I, c, false, cn_tensor_dropout(I->g, c->t[0], t[0], t[1]));
+}
+
+/* ~rate:R ~step:S of dropout inside attention: both or neither (rate NULL: no dropout). */
+static bool attention_dropout(nt_interp *I, const nt_call *c, cn_tensor **rate, cn_tensor **step) {
+  nt_value *r = nt_labeled(c->a, "rate"), *s = nt_labeled(c->a, "step");
+  *rate = *step = NULL;
+  if (!r && !s) return true;
+  if (!r || !s)
+    return nt_fail(I, c->at, "%s: dropout needs both ~rate and ~step (tensors or numbers)",
+                   c->name),
+           false;
+  return (*rate = nt_tensor_of(I, r, c->at)) && (*step = nt_tensor_of(I, s, c->at));
+}
+
+/* causal_sdpa q k v [~rate:R ~step:S]: see cn_tensor_causal_sdpa. */
+static nt_value *nt_builtin_causal_sdpa(nt_interp *I, const nt_call *c) {
+  static const char *const known[2] = {"rate", "step"};
+  cn_tensor *rate, *step;
+  if (!nt_known_labels(I, c, 2, known) || !attention_dropout(I, c, &rate, &step)) return NULL;
+  return tensor_result(I, c, true,
+                       cn_tensor_causal_sdpa(I->g, c->t[0], c->t[1], c->t[2], rate, step));
+}
+
+/* causal_attention x ~heads:H [~layers:L ~label:"P" ~rate:R ~step:S] and transformer_block x
+ * with the same options: nanoGPT's blocks (cn_tensor_causal_attention, _transformer_block), their
+ * parameters labeled "P.attn.q.weight" etc.; L (default 1) scales the residual projections'
+ * init. */
+static nt_value *attention_block(nt_interp *I, const nt_call *c, bool block) {
+  static const char *const known[5] = {"heads", "layers", "label", "rate", "step"};
+  if (!nt_known_labels(I, c, 5, known)) return NULL;
+  cn_nt_pos at;
+  nt_value *h = nt_labeled_at(c->a, "heads", &at);
+  if (!h) return nt_fail(I, c->at, "%s needs ~heads (the number of attention heads)", c->name);
+  int64_t heads, layers = 1;
+  if (!nt_as_int(I, h, at, &heads)) return NULL;
+  nt_value *l = nt_labeled_at(c->a, "layers", &at);
+  if (l && !nt_as_int(I, l, at, &layers)) return NULL;
+  nt_value *p = nt_labeled_at(c->a, "label", &at);
+  if (p && p->kind != NT_V_STR)
+    return nt_fail(I, at, "~label expects a string, found %s", nt_kind_name(p->kind));
+  if (heads < 1 || heads > INT32_MAX || layers < 1 || layers > INT32_MAX)
+    return nt_fail(I, c->at, "%s: ~heads and ~layers must be positive integers", c->name);
+  cn_attention cfg = {(int)heads, (int)layers, NULL, NULL};
+  if (!attention_dropout(I, c, &cfg.dropout_rate, &cfg.dropout_step)) return NULL;
+  const char *prefix = p ? p->str : "";
+  return tensor_result(I, c, true,
+                       block ? cn_tensor_transformer_block(I->g, c->t[0], prefix, &cfg)
+                             : cn_tensor_causal_attention(I->g, c->t[0], prefix, &cfg));
+}
+
+static nt_value *nt_builtin_causal_attention(nt_interp *I, const nt_call *c) {
+  return attention_block(I, c, false);
+}
+
+static nt_value *nt_builtin_transformer_block(nt_interp *I, const nt_call *c) {
+  return attention_block(I, c, true);
 }
 
 static nt_value *nt_builtin_tile_max_pool_1d(nt_interp *I, const nt_call *c) {
