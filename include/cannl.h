@@ -680,8 +680,9 @@ cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tens
  * whose shape is still open (a pointwise result) first settles the shapes of the graph built so
  * far, as cn_tensor_value does. Dims below are in memory order (batch, output, input axes).
  *   causal_softmax: scores [B, H, T, T] (query, key) -> probabilities of the same dims, the
- *     softmax over k <= q of each (b, h, q) row (its max not differentiated in effect: the
- *     softmax does not depend on it);
+ *     softmax over k <= q of each (b, h, q) row, computed from the row's max over k <= q (the
+ *     max's gradient, through its winning key as for any Tile max, sums to 0 up to rounding:
+ *     the softmax does not depend on it);
  *   causal_sdpa: q, k, v [B, T, H, D] -> [B, T, H, D] (output axes), the scaled dot-product
  *     attention softmax(q k^T / sqrt(D), k <= q) v per batch and head; with a dropout rate (a
  *     tensor as cn_tensor_dropout's; NULL: none) the probabilities go through dropout keyed by

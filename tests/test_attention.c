@@ -182,7 +182,10 @@ static void test_softmax(cn_backend_kind b) {
   for (int i = 75; i < 100; i++) s[i] += 800;
   cn_tensor *ts = data(g, "s", d_scores, s);
   cn_tensor *p = cn_tensor_causal_softmax(g, ts);
-  if (!forward_values(g, p, b, got, 100)) return free_graph(g);
+  if (!forward_values(g, p, b, got, 100)) {
+    free_graph(g);
+    return;
+  }
   CHECK_STR(cn_tensor_shape(p), "|->2,2,5,5");
   int nonzero_masked = 0;
   for (int i = 0; i < 100; i++) nonzero_masked += i % 5 > i / 5 % 5 && got[i] != 0;
@@ -205,7 +208,10 @@ static void test_sdpa(cn_backend_kind b) {
   cn_tensor *tq = data(g, "q", d_qkv, q), *tk = data(g, "k", d_qkv, k),
             *tv = data(g, "v", d_qkv, v);
   cn_tensor *o = cn_tensor_causal_sdpa(g, tq, tk, tv, NULL, NULL);
-  if (!forward_values(g, o, b, got, 60)) return free_graph(g);
+  if (!forward_values(g, o, b, got, 60)) {
+    free_graph(g);
+    return;
+  }
   CHECK_STR(cn_tensor_shape(o), "|->2,5,2,3");
   script sc = {0};
   put_node(&sc, "q", cn_tensor_value(tq));
@@ -230,7 +236,10 @@ static void test_block_values(cn_backend_kind b, bool block) {
   cn_tensor *tx = data(g, "x", d_x, x);
   cn_tensor *y = block ? cn_tensor_transformer_block(g, tx, "h0", &cfg2)
                        : cn_tensor_causal_attention(g, tx, "h0", &cfg2);
-  if (!forward_values(g, y, b, got, 64)) return free_graph(g);
+  if (!forward_values(g, y, b, got, 64)) {
+    free_graph(g);
+    return;
+  }
   CHECK_STR(cn_tensor_shape(y), "2,4|->8");
   cn_tensor *ps[64];
   int n = cn_graph_params(g, y, ps, 64);
@@ -333,7 +342,10 @@ static void fd_check(const char *name, cn_backend_kind b, net_fn net, int n_in, 
   }
   cn_tensor *y = net(g, in);
   CHECK_MSG(y != NULL, "%s: %s", name, cn_ctx_error(ctx));
-  if (!y || !cn_tensor_value(y)) return free_graph(g);
+  if (!y || !cn_tensor_value(y)) {
+    free_graph(g);
+    return;
+  }
   cn_node *yn = cn_tensor_value(y);
   int64_t ny = cn_node_numel(yn), t_size = cn_node_dim(yn, 1),
           inner = ny / cn_node_dim(yn, 0) / t_size;
@@ -482,8 +494,10 @@ static void test_dropout(cn_backend_kind b) {
   const cn_attention cfg = {2, 1, rate, step};
   cn_tensor *y = cn_tensor_causal_attention(g, tx, "d", &cfg);
   cn_tensor *y0 = cn_tensor_causal_attention(g, tx, "p", &cfg2);
-  if (!forward_values(g, y0, b, plain, 64) || !forward_values(g, y, b, with0, 64))
-    return free_graph(g);
+  if (!forward_values(g, y0, b, plain, 64) || !forward_values(g, y, b, with0, 64)) {
+    free_graph(g);
+    return;
+  }
   expect_near("attention at dropout rate 0", with0, plain, 64, 0);
   CHECK(cn_node_set_values(cn_tensor_value(rate), false, (double[]){0.5}, 1) == CN_OK);
   if (run(g, cn_graph_forward(g, y), b, "dropout") && read_node(cn_tensor_value(y), with5, 64)) {
