@@ -4,8 +4,9 @@
  *     mask there is the usual -inf select, independent of the Tile constraints): causal_softmax
  *     (with a huge value in a masked cell, which must not move its row's max, and rows of large
  *     scores, which need the max), causal_sdpa, causal_attention and transformer_block with their
- *     parameters set to known values; masked probabilities exactly 0; skipped (exit 77, with a
- *     message) when NumPy is absent, after the checks that need no NumPy;
+ *     parameters set to known values (causal_sdpa in single precision too); masked probabilities
+ *     exactly 0; skipped (exit 77, with a message) when NumPy is absent, after the checks that
+ *     need no NumPy;
  *   - gradients of every parameter cell and of the input against central finite differences, for
  *     sdpa, attention and the block;
  *   - the mask in backprop: with a loss reading output row q0 only, the gradients of K and V (sdpa)
@@ -199,8 +200,8 @@ static void test_softmax(cn_backend_kind b) {
 
 /* ---- causal_sdpa ---------------------------------------------------------------------------- */
 
-static void test_sdpa(cn_backend_kind b) {
-  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+static void test_sdpa(cn_backend_kind b, cn_prec prec) {
+  cn_graph *g = new_graph(prec);
   double q[60], k[60], v[60], got[60], want[60];
   seq_values(q, 60, 0.7, 0.1, 2);
   seq_values(k, 60, 1.1, 0.5, 2);
@@ -218,8 +219,10 @@ static void test_sdpa(cn_backend_kind b) {
   put_node(&sc, "k", cn_tensor_value(tk));
   put_node(&sc, "v", cn_tensor_value(tv));
   put(&sc, "out(sdpa(q, k, v))\n");
-  if (numpy_run(&sc, want, 60)) expect_near("causal_sdpa", got, want, 60, 1e-13);
-  /* query 0 sees key 0 only: its output is v at position 0 exactly */
+  if (numpy_run(&sc, want, 60))
+    expect_near("causal_sdpa", got, want, 60, prec == CN_PREC_DOUBLE ? 1e-13 : 2e-6);
+  /* query 0 sees key 0 only: its output is v at position 0 exactly (v as stored) */
+  CHECK(read_node(cn_tensor_value(tv), v, 60));
   for (int h = 0; h < 2; h++)
     for (int d = 0; d < 3; d++) CHECK(got[h * 3 + d] == v[h * 3 + d]);
   free_graph(g);
@@ -577,7 +580,8 @@ static void test_refusals(void) {
 int main(void) {
   for (int k = 0; k < 2; k++) {
     test_softmax(backends[k]);
-    test_sdpa(backends[k]);
+    test_sdpa(backends[k], CN_PREC_DOUBLE);
+    test_sdpa(backends[k], CN_PREC_SINGLE);
     test_block_values(backends[k], false);
     test_block_values(backends[k], true);
     test_gradients(backends[k]);
