@@ -10,12 +10,17 @@
  *     the window's last token, the draw of token i at (seed, i)); a prompt longer than one byte
  *     ends the window;
  *   - its refusals: a prompt byte outside the vocabulary, logits of the wrong last axis, a
- *     negative temperature, a computed input. */
+ *     negative temperature, a computed input;
+ *   - the notation: `sample` over a string's vocabulary equals cn_text_sample, printed as a JSON
+ *     line with --json; bigram_loss and vocab_size of a string; positioned refusals (a ~text
+ *     that is no corpus, a missing ~count, a prompt outside the vocabulary); an export with
+ *     the sampler from a script without text_windows is refused. */
 #include "check.h"
 
 #include "cannl.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_bigram(void) {
@@ -148,11 +153,87 @@ static void test_sample(cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
+/* The script's output (JSON lines with json) and status; the error in error. */
+static cn_status run_script(const char *script, bool json, const char *export_name, char *out,
+                            size_t cap, char *error, size_t error_cap) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *got = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&got, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .json = json, .out = f};
+  if (export_name) {
+    opts.export_input = "window";
+    opts.export_output = "logits";
+    opts.export_name = export_name;
+    opts.export_dir = "/nonexistent-dir-of-test-sample";
+    opts.export_sampler = true;
+  }
+  cn_status st = cn_notation_run(g, "s.cnl", script, &opts);
+  fclose(f);
+  snprintf(out, cap, "%s", got ? got : "");
+  snprintf(error, error_cap, "%s", st == CN_OK ? "" : cn_ctx_error(ctx));
+  free(got);
+  cn_ctx_destroy(ctx);
+  return st;
+}
+
+#define MODEL                                                                                      \
+  "let window = placeholder ~output_dims:[2]\n"                                                    \
+  "let table = [ [0.0; 2.0; 0.5]; [0.3; 0.0; 2.5]; [2.0; 1.0; 0.0] ]\n"                            \
+  "let logits = einsum \"tv; vw => tw\" (eq (window +++ \"t; v => tv\" (0.0 *. range 3)) "         \
+  "(range 3)) table\n"
+
+static void test_notation(void) {
+  char out[1024], error[1024];
+  /* the corpus "ab\nba\nab\nab\nba\n": 15 bytes, training 13, validation "a\n" */
+  CHECK_INT(run_script(MODEL "let corpus = \"ab\\nba\\nab\\nab\\nba\\n\"\n"
+                             "printf \"%d %.6f\\n\" (vocab_size corpus) (bigram_loss corpus)\n"
+                             "print (sample logits ~input:window ~text:corpus ~count:30 "
+                             "~temperature:1 ~seed:5)\n",
+                       true, NULL, out, sizeof out, error, sizeof error),
+            CN_OK);
+  CHECK_STR(error, "");
+  /* training pairs of "ab\nba\nab\nab\n": n(a, \n) = 1, n(a) = 4, so P = 2 / 7 */
+  char want[256], text[64];
+  simulate(0, 1, 5, 30, text);
+  char escaped[128];
+  size_t k = 0;
+  for (const char *c = text; *c; c++) {
+    if (*c == '\n')
+      escaped[k++] = '\\', escaped[k++] = 'n';
+    else
+      escaped[k++] = *c;
+  }
+  escaped[k] = '\0';
+  snprintf(want, sizeof want, "{\"text\": \"3 %.6f\\n\"}\n{\"text\": \"%s\\n\"}\n", -log(2.0 / 7.0),
+           escaped);
+  CHECK_STR(out, want);
+
+  CHECK_INT(run_script(MODEL "print (sample logits ~input:window ~text:window ~count:3)\n", false,
+                       NULL, out, sizeof out, error, sizeof error),
+            CN_ERR_INVALID);
+  CHECK_HAS(error, "s.cnl:4:36:");
+  CHECK_HAS(error, "is not a tensor of text_windows");
+  CHECK_INT(run_script(MODEL "print (sample logits ~input:window ~text:\"ab\")\n", false, NULL, out,
+                       sizeof out, error, sizeof error),
+            CN_ERR_INVALID);
+  CHECK_HAS(error, "sample takes the logits, ~input:PLACEHOLDER ~text:X");
+  CHECK_INT(run_script(MODEL "print (sample logits ~input:window ~text:\"ab\\n\" ~count:3 "
+                             "~prompt:\"c\")\n",
+                       false, NULL, out, sizeof out, error, sizeof error),
+            CN_ERR_INVALID);
+  CHECK_HAS(error, "s.cnl:4:8: sample: byte 0 of the prompt (0x63) does not occur");
+  CHECK_INT(run_script(MODEL, false, "m", out, sizeof out, error, sizeof error), CN_ERR_INVALID);
+  CHECK_HAS(error, "export --sampler: the script reads no text corpus (text_windows)");
+}
+
 int main(void) {
   test_bigram();
   test_pick();
   test_uniform();
   test_sample(CN_BACKEND_INTERP);
   test_sample(CN_BACKEND_C);
+  test_notation();
   CHECK_DONE();
 }

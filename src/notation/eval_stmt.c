@@ -613,18 +613,20 @@ static bool export_model(nt_interp *I, const cn_nt_program *prog) {
   if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
   const char *name = o->export_name ? o->export_name : o->export_output;
   const char *dir = o->export_dir ? o->export_dir : ".";
-  if (cn_graph_export_c(I->g, in, out, name, dir) != CN_OK) return nt_fail_here(I, at), false;
-  if (!o->export_sampler) return true;
-  /* the sampler's vocabulary: the corpus of the script's first text_windows */
-  for (int i = 0; i < I->n_datasets; i++)
-    if (I->datasets[i].text)
-      return cn_text_export_sampler(I->g, nt_text_set_corpus(I->datasets[i].text), in, out, name,
-                                    dir) == CN_OK ||
-             (nt_fail_here(I, at), false);
-  return nt_fail(I, at, "%s",
-                 "export --sampler: the script reads no text corpus (text_windows), so the "
-                 "sampler has no vocabulary"),
-         false;
+  /* the sampler's vocabulary: the corpus of the script's first text_windows, found before
+   * anything is written */
+  const cn_text *corpus = NULL;
+  for (int i = 0; o->export_sampler && !corpus && i < I->n_datasets; i++)
+    if (I->datasets[i].text) corpus = nt_text_set_corpus(I->datasets[i].text);
+  if (o->export_sampler && !corpus)
+    return nt_fail(I, at, "%s",
+                   "export --sampler: the script reads no text corpus (text_windows), so the "
+                   "sampler has no vocabulary"),
+           false;
+  if (cn_graph_export_c(I->g, in, out, name, dir) != CN_OK ||
+      (corpus && cn_text_export_sampler(I->g, corpus, in, out, name, dir) != CN_OK))
+    return nt_fail_here(I, at), false;
+  return true;
 }
 
 /* Whether a top-level let binds a literal --set can replace: a number, a boolean or a string. */
