@@ -1,5 +1,7 @@
 /* Ahead-of-time export (include/cannl.h, cn_graph_export_c): a model's forward routine as a C file
- * that needs nothing of cannl, and a header with its one function NAME_forward(in, out).
+ * that needs nothing of cannl, and a header with its one function NAME_forward(in, out); for a
+ * language model, also its text sampler NAME_sample (cn_text_export_sampler), the draw and the
+ * pick of sample.c written out as C around NAME_forward, with the corpus's vocabulary as tables.
  *
  * The file is the generated source of the routine cannl compiles and runs for the forward code
  * (the same text, so the exported model computes what cannl computes), followed by one static

@@ -1,8 +1,8 @@
 /* The evaluator, part 7 of 8 (see eval_internal.h): data files. The builtins dataset (arrays of
  * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
  * restore (a checkpoint read back, or a fresh start), text_windows (batches of windows of a text
- * corpus, cn_data_load_text, written by the host as a data set's epochs are), bigram_loss and
- * sample over a text_windows corpus (cn_text_bigram_loss, cn_text_sample), and the work of
+ * corpus, cn_data_load_text, written by the host as a data set's epochs are), bigram_loss,
+ * vocab_size and sample over a corpus (cn_text_bigram_loss, cn_text_sample), and the work of
  * the statements shuffle, checkpoint and save_npy on the library's data API (include/cannl.h,
  * "Data files and checkpoints").
  *
@@ -282,17 +282,25 @@ static bool corpus_argument(nt_interp *I, const nt_call *c, nt_value *v, cn_nt_p
          false;
 }
 
+/* The corpus of a builtin's single positional argument (corpus_argument); `usage` is the
+ * message for another arity. */
+static bool single_corpus(nt_interp *I, const nt_call *c, const char *usage, cn_text *own,
+                          const cn_text **t, cn_text_split *split) {
+  if (c->a->n_pos != 1 || c->a->n_lab != 0) return nt_fail(I, c->at, "%s", usage), false;
+  return corpus_argument(I, c, c->a->pos[0], c->a->pos_at[0], own, t, split);
+}
+
 /* bigram_loss X: the cross-entropy of the add-one bigram model of X's corpus, fitted on the
  * training split, over the split X draws from (a string: its validation split;
  * cn_text_bigram_loss); a host number. */
 nt_value *nt_builtin_bigram_loss(nt_interp *I, const nt_call *c) {
-  if (c->a->n_pos != 1 || c->a->n_lab != 0)
-    return nt_fail(I, c->at, "%s", "bigram_loss takes one tensor of text_windows or a string");
   cn_text own;
   const cn_text *t;
   cn_text_split split;
   double loss;
-  if (!corpus_argument(I, c, c->a->pos[0], c->a->pos_at[0], &own, &t, &split)) return NULL;
+  if (!single_corpus(I, c, "bigram_loss takes one tensor of text_windows or a string", &own, &t,
+                     &split))
+    return NULL;
   cn_status st = cn_text_bigram_loss(I->ctx, t, split, &loss);
   cn_text_free(&own);
   return st == CN_OK ? nt_num(I, loss, false) : nt_fail_here(I, c->at);
@@ -301,12 +309,12 @@ nt_value *nt_builtin_bigram_loss(nt_interp *I, const nt_call *c) {
 /* vocab_size X: the number of tokens of X's corpus (a tensor of text_windows, or a string's
  * distinct bytes); a host integer. */
 nt_value *nt_builtin_vocab_size(nt_interp *I, const nt_call *c) {
-  if (c->a->n_pos != 1 || c->a->n_lab != 0)
-    return nt_fail(I, c->at, "%s", "vocab_size takes one tensor of text_windows or a string");
   cn_text own;
   const cn_text *t;
   cn_text_split split;
-  if (!corpus_argument(I, c, c->a->pos[0], c->a->pos_at[0], &own, &t, &split)) return NULL;
+  if (!single_corpus(I, c, "vocab_size takes one tensor of text_windows or a string", &own, &t,
+                     &split))
+    return NULL;
   int vocab = t->vocab;
   cn_text_free(&own);
   return nt_num(I, vocab, true);
