@@ -13,7 +13,8 @@
  *     negative temperature, a computed input;
  *   - the notation: `sample` over a string's vocabulary equals cn_text_sample, printed as a JSON
  *     line with --json; bigram_loss and vocab_size of a string; positioned refusals (a ~text
- *     that is no corpus, a missing ~count, a prompt outside the vocabulary); an export with
+ *     that is no corpus, a missing ~count, a prompt outside the vocabulary, a call in a loop
+ *     body, whose text would not follow the training); an export with
  *     the sampler from a script without text_windows is refused. */
 #include "check.h"
 
@@ -224,6 +225,12 @@ static void test_notation(void) {
                        false, NULL, out, sizeof out, error, sizeof error),
             CN_ERR_INVALID);
   CHECK_HAS(error, "s.cnl:4:8: sample: byte 0 of the prompt (0x63) does not occur");
+  CHECK_INT(run_script(MODEL
+                       "for k = 0 to 1 do\n  print (sample logits ~input:window ~text:\"ab\\n\" "
+                       "~count:3)\ndone\n",
+                       false, NULL, out, sizeof out, error, sizeof error),
+            CN_ERR_INVALID);
+  CHECK_HAS(error, "s.cnl:5:10: sample draws its text once, where it is evaluated");
   CHECK_INT(run_script(MODEL, false, "m", out, sizeof out, error, sizeof error), CN_ERR_INVALID);
   CHECK_HAS(error, "export --sampler: the script reads no text corpus (text_windows)");
 }

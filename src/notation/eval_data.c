@@ -333,6 +333,12 @@ nt_value *nt_builtin_sample(nt_interp *I, const nt_call *c) {
            *temperature = nt_labeled_at(a, "temperature", &temperature_at),
            *prompt = nt_labeled_at(a, "prompt", &prompt_at);
   if (!nt_known_labels(I, c, 6, known)) return NULL;
+  /* a statement in a loop body is elaborated once, so a text drawn there would be printed again
+   * at every step, never following the training */
+  if (I->n_bound > 0)
+    return nt_fail(I, c->at, "%s",
+                   "sample draws its text once, where it is evaluated: inside a loop body its "
+                   "text would be the first step's at every step; sample after the loop");
   if (a->n_pos != 1 || !input || !text || !nt_labeled(a, "count"))
     return nt_fail(I, c->at, "%s",
                    "sample takes the logits, ~input:PLACEHOLDER ~text:X (a tensor of "
