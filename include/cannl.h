@@ -952,6 +952,10 @@ typedef struct {
 } cn_text;
 cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths, cn_text *out);
 void cn_text_free(cn_text *t);
+/* A corpus of len bytes in memory, as cn_data_load_text would make of a file holding exactly them
+ * (no "%" line dropped, no newline added; files 0): the vocabulary and split of a model trained
+ * elsewhere, or a test's corpus. CN_ERR_INVALID for no byte, CN_ERR_UNSUPPORTED past the limit. */
+cn_status cn_text_from_bytes(cn_ctx *ctx, const void *bytes, size_t len, cn_text *out);
 /* A batch of random windows of a split: for b in [0, batch) and i in [0, context),
  * x[b * context + i] = tokens[s_b + i] and y[b * context + i] = tokens[s_b + i + 1] (the next
  * token), where s_b is a start in the split such that the window and its targets lie in it. The
@@ -964,6 +968,51 @@ typedef enum { CN_TEXT_TRAIN, CN_TEXT_VALID } cn_text_split;
 cn_status cn_text_draw_windows(cn_ctx *ctx, const cn_text *t, cn_text_split split, uint64_t seed,
                                uint64_t step, int64_t batch, int64_t context, int32_t *x,
                                int32_t *y);
+
+/* Sampling and the bigram baseline (src/data/sample.c), for a model whose input is a window of
+ * token ids and whose output is logits over the corpus's vocabulary.
+ *
+ * cn_text_sample draws o->count tokens into out (count + 1 bytes: the sampled bytes and a NUL;
+ * the prompt is not repeated). The window is input's cells (numel(input) = T tokens, any shape:
+ * [T], [1; T], ...; stored in input's precision), first filled with the prompt's first token,
+ * then the prompt's bytes shifted in one by one (so the window ends with the prompt; a prompt
+ * longer than T keeps its last T bytes). o->prompt NULL means "\n" (a word list's end of word).
+ * The forward code of logits is compiled once (backend, the context's options) and run once per
+ * token; the last vocab cells of logits (row-major: the last position's logits when logits is
+ * [T; V]) give token i = cn_text_sample_pick(them, vocab, temperature,
+ * cn_text_sample_uniform(seed, i)); its byte is written out and shifted into the window. The
+ * caller initializes the model's parameters first. Errors (CN_ERR_INVALID): input computed by
+ * code (it must be a data or buffer tensor, a placeholder), logits whose last axis is not the
+ * vocabulary, an empty prompt or a prompt byte outside the vocabulary, count < 0, a temperature
+ * negative, infinite or NaN; CN_ERR_RUNTIME for logits holding a NaN (out is then "").
+ *
+ * cn_text_sample_uniform: a double in [0, 1), the top 53 bits of threefry4x32_crypto (20 rounds)
+ * with the key {seed low, seed high, CN_SAMPLE_KEY2, CN_SAMPLE_KEY3} and the counter {i low,
+ * i high, 0, 0}: a pure function of (seed, i).
+ * cn_text_sample_pick: temperature 0 (or an infinite largest logit), the first largest logit;
+ * otherwise p_k = exp((l_k - max) / temperature) in double, summed in index order, and the first
+ * k with u * sum < p_0 + ... + p_k (the last k with p_k > 0 when rounding leaves none); -1 when
+ * a logit is NaN.
+ *
+ * cn_text_bigram_loss: the mean cross-entropy (nats) over the consecutive token pairs of the
+ * split of the bigram model fitted on the training split's pairs with add-one smoothing,
+ * P(b | a) = (n(a, b) + 1) / (n(a) + vocab), n counting the pairs (a, b) of the training split
+ * and n(a) those starting with a. CN_ERR_INVALID when the training split or the split asked for
+ * holds fewer than 2 tokens. */
+#define CN_SAMPLE_KEY2 0x73616d70u /* "samp" */
+#define CN_SAMPLE_KEY3 0x6c652121u /* "le!!" */
+typedef struct {
+  int64_t count;
+  double temperature;
+  uint64_t seed;
+  const char *prompt; /* prompt_len bytes, NULL: "\n" */
+  size_t prompt_len;
+} cn_sample_options;
+cn_status cn_text_sample(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
+                         cn_backend_kind backend, const cn_sample_options *o, char *out);
+double cn_text_sample_uniform(uint64_t seed, uint64_t i);
+int cn_text_sample_pick(const double *logits, int vocab, double temperature, double u);
+cn_status cn_text_bigram_loss(cn_ctx *ctx, const cn_text *t, cn_text_split split, double *loss);
 
 /* Ahead-of-time export: the forward code of output, computed from input, as a self-contained C
  * file DIR/NAME.c and a header DIR/NAME.h declaring
@@ -980,6 +1029,20 @@ cn_status cn_text_draw_windows(cn_ctx *ctx, const cn_text *t, cn_text_split spli
  * (a label is never code). */
 cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
                             const char *dir);
+/* The sampler of an exported language model (cannl export --sampler): DIR/NAME_sample.c and
+ * DIR/NAME_sample.h, standard C that calls NAME_forward (cn_graph_export_c of the same input,
+ * logits and NAME) and declares
+ *     int NAME_sample(const char *prompt, size_t prompt_len, long long count,
+ *                     double temperature, unsigned long long seed, char *out);
+ * which does what cn_text_sample does, with the corpus's vocabulary embedded, the same draw
+ * (threefry4x32_crypto, the same key) and the same pick, so it writes the same count + 1 bytes
+ * for the same prompt (NULL: "\n"), temperature and seed. It returns 0, or -1 with out = "" for
+ * an empty prompt, a prompt byte outside the vocabulary, a negative count or temperature, or
+ * logits holding a NaN. Built with -DNAME_SAMPLE_MAIN it has a main(): `NAME_sample [COUNT
+ * [TEMPERATURE [SEED [PROMPT]]]]` (defaults 500, 1, 0, "\n") prints the text. Input and logits
+ * are checked as for cn_text_sample (and single precision, as for cn_graph_export_c). */
+cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input,
+                                 cn_tensor *logits, const char *name, const char *dir);
 
 /* The training state of t: each parameter of t by its label, then the optimizer state that
  * updates built for them (SGD momentum "<param>.sgd_momentum", Adam's "<param>.adam_m",
@@ -1014,6 +1077,9 @@ typedef struct {
    * kind an error at the let. 0 / NULL: none. */
   int n_sets;
   const char *const *sets;
+  /* With the export: also cn_text_export_sampler of the same input, output and name, over the
+   * corpus of the script's first text_windows (none: a positioned error). */
+  bool export_sampler;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,

@@ -2,7 +2,9 @@
  * for values, --emit, --backend, and the exit statuses (0 success, 1 runtime error, 2 usage or
  * parse error, with the positioned message on stderr); unreadable paths (missing, a directory, a
  * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
- * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27). */
+ * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27);
+ * `export --sampler` is refused for a script without a text corpus (tests/test_names.c builds and
+ * runs the sampler of one that has it), and `run` does not take it. */
 #include "check.h"
 
 #include <stdlib.h>
@@ -86,6 +88,14 @@ static void test_export(char *out, size_t cap) {
   CHECK_HAS(out, "tiny.cnl:4:1: export: the output 'nothing' is not a name the script binds");
   CHECK_INT(run("export -e 'print 1' --input image", out, cap), 2);
   CHECK_HAS(out, "export needs --input NAME and --output NAME");
+  /* --sampler belongs to export, and needs the script's text_windows corpus */
+  snprintf(args, sizeof args,
+           "export '%s/tiny.cnl' --input image --output logits --name tiny --sampler -o '%s'", dir,
+           dir);
+  CHECK_INT(run(args, out, cap), 1);
+  CHECK_HAS(out, "tiny.cnl:4:1: export --sampler: the script reads no text corpus (text_windows)");
+  CHECK_INT(run("run -e 'print 1' --sampler", out, cap), 2);
+  CHECK_HAS(out, "unexpected argument '--sampler'");
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }

@@ -41,14 +41,16 @@ static const char usage_text[] =
     "                run (repeatable); the default backend is c; --check-nan (or\n"
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
     "                naming the tensor, its operation and its line (exit 1)\n"
-    "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR]\n"
+    "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR] [--sampler]\n"
     "      [--backend interp|c] [--set NAME=VALUE]...\n"
     "                run a script as run does, then write the forward code of the tensor\n"
     "                the script binds to the --output name, computed from the one bound to\n"
     "                the --input name (a placeholder), as DIR/C_NAME.c and DIR/C_NAME.h\n"
     "                declaring void C_NAME_forward(const float *in, float *out): standard C\n"
     "                with the trained parameters inside; C_NAME defaults to the output's\n"
-    "                name, DIR to the current directory\n"
+    "                name, DIR to the current directory; --sampler also writes\n"
+    "                DIR/C_NAME_sample.c and .h, a text sampler over the vocabulary of the\n"
+    "                script's text_windows corpus that draws what `sample` draws\n"
     "  demo [--backend interp|c] [--emit=asgn|loops|c]\n"
     "                a matrix multiplication and a padded 2-D convolution built through the\n"
     "                C API and run on both backends (or the one given); --emit prints only\n"
@@ -267,6 +269,8 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
       if (emit == 0) opts.emit_asgn = true;
       if (emit == 1) opts.emit_loops = true;
       if (emit == 2) opts.emit_c = true;
+    } else if (exporting && strcmp(argv[i], "--sampler") == 0) {
+      opts.export_sampler = true;
     } else if (strcmp(argv[i], "--json") == 0) {
       opts.json = true;
     } else if (strcmp(argv[i], "--check-nan") == 0) {

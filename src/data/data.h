@@ -130,4 +130,10 @@ cn_status cn_data_npy_read(cn_ctx *ctx, cn_data_reader *r, cn_array *out);
  * precision without a NumPy dtype, CN_ERR_INVALID for a bad rank or dim. */
 cn_status cn_data_npy_prefix(cn_ctx *ctx, const cn_array *a, cn_sbuf *sb);
 
+/* The checks cn_text_sample and cn_text_export_sampler share (sample.c): a corpus, the input a
+ * data or buffer tensor, the logits' last axis the vocabulary, a prompt of at least one byte,
+ * each in the vocabulary. */
+cn_status cn_text_sample_check(cn_ctx *ctx, const cn_text *t, cn_tensor *input, cn_tensor *logits,
+                               const char *prompt, size_t prompt_len);
+
 #endif

@@ -1,5 +1,7 @@
 /* Ahead-of-time export (include/cannl.h, cn_graph_export_c): a model's forward routine as a C file
- * that needs nothing of cannl, and a header with its one function NAME_forward(in, out).
+ * that needs nothing of cannl, and a header with its one function NAME_forward(in, out); for a
+ * language model, also its text sampler NAME_sample (cn_text_export_sampler), the draw and the
+ * pick of sample.c written out as C around NAME_forward, with the corpus's vocabulary as tables.
  *
  * The file is the generated source of the routine cannl compiles and runs for the forward code
  * (the same text, so the exported model computes what cannl computes), followed by one static
@@ -310,5 +312,190 @@ cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, co
   if (!r) return ctx->status;
   st = put_files(ctx, r, input, output, name, dir);
   cn_routine_free(r);
+  return st;
+}
+
+/* ---- The sampler of a language model ------------------------------------------------------ */
+
+/* The C text of NAME_sample.c after its includes and tables: the draw and the pick of
+ * sample.c (cn_text_sample_uniform with numeric/builtins.h's threefry4x32_crypto, and
+ * cn_text_sample_pick), statement for statement, so the exported sampler draws the tokens
+ * cn_text_sample draws. "@" stands for NAME. */
+static const char *const sampler_code =
+    "static uint32_t @_rotl(uint32_t x, unsigned r) { return (x << r) | (x >> (32u - r)); }\n"
+    "\n"
+    "static void @_round(uint32_t x[4], unsigned r0, unsigned r1, unsigned r2, unsigned r3) {\n"
+    "  uint32_t t;\n"
+    "  x[0] += x[1];\n"
+    "  x[1] = @_rotl(x[1], r0) ^ x[0];\n"
+    "  x[2] += x[3];\n"
+    "  x[3] = @_rotl(x[3], r1) ^ x[2];\n"
+    "  t = x[1], x[1] = x[3], x[3] = t;\n"
+    "  x[0] += x[1];\n"
+    "  x[1] = @_rotl(x[1], r2) ^ x[0];\n"
+    "  x[2] += x[3];\n"
+    "  x[3] = @_rotl(x[3], r3) ^ x[2];\n"
+    "  t = x[1], x[1] = x[3], x[3] = t;\n"
+    "}\n"
+    "\n"
+    "/* the draw of token i: threefry4x32 (20 rounds) keyed by the seed, a double in [0, 1) */\n"
+    "static double @_uniform(unsigned long long seed, unsigned long long i) {\n"
+    "  const uint32_t key[4] = {(uint32_t)seed, (uint32_t)(seed >> 32), @_KEY2, @_KEY3};\n"
+    "  const uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), 0u, 0u};\n"
+    "  uint32_t ks[5], x[4];\n"
+    "  ks[4] = 0x1BD11BDAu;\n"
+    "  for (int k = 0; k < 4; k++) {\n"
+    "    ks[k] = key[k];\n"
+    "    ks[4] ^= key[k];\n"
+    "    x[k] = ctr[k] + ks[k];\n"
+    "  }\n"
+    "  for (uint32_t s = 1; s <= 5; s++) {\n"
+    "    @_round(x, 13, 15, 26, 6);\n"
+    "    @_round(x, 17, 29, 16, 24);\n"
+    "    @_round(x, 13, 15, 26, 6);\n"
+    "    @_round(x, 17, 29, 16, 24);\n"
+    "    for (uint32_t k = 0; k < 4; k++) x[k] += ks[(s + k) % 5u];\n"
+    "    x[3] += s;\n"
+    "  }\n"
+    "  return (double)((((uint64_t)x[0] << 32) | x[1]) >> 11) * 0x1p-53;\n"
+    "}\n"
+    "\n"
+    "/* temperature 0: the first largest logit; else softmax((l - max) / temperature) drawn by u "
+    "*/\n"
+    "static int @_pick(const double *logits, double temperature, double u) {\n"
+    "  int best = 0;\n"
+    "  for (int k = 0; k < @_VOCAB; k++) {\n"
+    "    if (isnan(logits[k])) return -1;\n"
+    "    if (logits[k] > logits[best]) best = k;\n"
+    "  }\n"
+    "  if (temperature <= 0 || isinf(logits[best])) return best;\n"
+    "  double sum = 0;\n"
+    "  for (int k = 0; k < @_VOCAB; k++) sum += exp((logits[k] - logits[best]) / temperature);\n"
+    "  double target = u * sum, cum = 0;\n"
+    "  int last = best;\n"
+    "  for (int k = 0; k < @_VOCAB; k++) {\n"
+    "    double p = exp((logits[k] - logits[best]) / temperature);\n"
+    "    if (p <= 0) continue;\n"
+    "    cum += p;\n"
+    "    last = k;\n"
+    "    if (target < cum) return k;\n"
+    "  }\n"
+    "  return last;\n"
+    "}\n"
+    "\n"
+    "int @_sample(const char *prompt, size_t prompt_len, long long count, double temperature,\n"
+    "             unsigned long long seed, char *out) {\n"
+    "  static float window[@_WINDOW], logits[@_LOGITS];\n"
+    "  double last[@_VOCAB];\n"
+    "  out[0] = '\\0';\n"
+    "  if (!prompt) prompt = \"\\n\", prompt_len = 1;\n"
+    "  if (prompt_len == 0 || count < 0 || !(temperature >= 0) || isinf(temperature)) return -1;\n"
+    "  for (size_t k = 0; k < prompt_len; k++)\n"
+    "    if (@_ids[(unsigned char)prompt[k]] < 0) return -1;\n"
+    "  for (int i = 0; i < @_WINDOW; i++) window[i] = (float)@_ids[(unsigned char)prompt[0]];\n"
+    "  for (size_t k = 1; k < prompt_len; k++) {\n"
+    "    memmove(window, window + 1, sizeof(float) * (@_WINDOW - 1));\n"
+    "    window[@_WINDOW - 1] = (float)@_ids[(unsigned char)prompt[k]];\n"
+    "  }\n"
+    "  for (long long i = 0; i < count; i++) {\n"
+    "    @_forward(window, logits);\n"
+    "    for (int k = 0; k < @_VOCAB; k++) last[k] = logits[@_LOGITS - @_VOCAB + k];\n"
+    "    int id = @_pick(last, temperature, @_uniform(seed, (unsigned long long)i));\n"
+    "    if (id < 0) {\n"
+    "      out[0] = '\\0';\n"
+    "      return -1;\n"
+    "    }\n"
+    "    out[i] = (char)@_bytes[id];\n"
+    "    memmove(window, window + 1, sizeof(float) * (@_WINDOW - 1));\n"
+    "    window[@_WINDOW - 1] = (float)id;\n"
+    "  }\n"
+    "  out[count] = '\\0';\n"
+    "  return 0;\n"
+    "}\n"
+    "\n"
+    "#ifdef @_SAMPLE_MAIN\n"
+    "/* @_sample [COUNT [TEMPERATURE [SEED [PROMPT]]]]: prints the sampled text */\n"
+    "int main(int argc, char **argv) {\n"
+    "  long long count = argc > 1 ? strtoll(argv[1], NULL, 10) : 500;\n"
+    "  double temperature = argc > 2 ? strtod(argv[2], NULL) : 1.0;\n"
+    "  unsigned long long seed = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;\n"
+    "  const char *prompt = argc > 4 ? argv[4] : \"\\n\";\n"
+    "  char *out = count >= 0 ? malloc((size_t)count + 1) : NULL;\n"
+    "  if (!out || @_sample(prompt, strlen(prompt), count, temperature, seed, out) != 0) {\n"
+    "    fprintf(stderr, \"@_sample: a count >= 0, a temperature >= 0 and a prompt of the \"\n"
+    "                    \"vocabulary's bytes\\n\");\n"
+    "    free(out);\n"
+    "    return 1;\n"
+    "  }\n"
+    "  fputs(out, stdout);\n"
+    "  free(out);\n"
+    "  return 0;\n"
+    "}\n"
+    "#endif\n";
+
+/* text with every '@' replaced by name */
+static void put_named(cn_sbuf *sb, const char *text, const char *name) {
+  for (const char *at; (at = strchr(text, '@'));) {
+    cn_sbuf_printf(sb, "%.*s%s", (int)(at - text), text, name);
+    text = at + 1;
+  }
+  cn_sbuf_puts(sb, text);
+}
+
+cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
+                                 const char *name, const char *dir) {
+  cn_ctx *ctx = g->ctx;
+  cn_status st = check_tensors(g, input, logits, name, dir);
+  if (st == CN_OK) st = cn_text_sample_check(ctx, t, input, logits, "\n", 1);
+  if (st != CN_OK) return st;
+  int64_t window = cn_node_numel(input->value), n_logits = cn_node_numel(logits->value);
+  cn_sbuf src = {0}, hdr = {0};
+  cn_sbuf_printf(&src,
+                 "/* %s_sample.c: the text sampler of the language model %s_forward (%s.c), "
+                 "exported by cannl.\n"
+                 " * A window of %" PRId64 " token ids, logits over a vocabulary of %d bytes. "
+                 "Build: cc -std=c11 %s.c %s_sample.c -lm\n"
+                 " * (-D%s_SAMPLE_MAIN for a main). Not reentrant (static buffers). */\n",
+                 name, name, name, window, t->vocab, name, name, name);
+  cn_sbuf_printf(&src,
+                 "#include \"%s.h\"\n#include \"%s_sample.h\"\n\n#include <math.h>\n"
+                 "#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+                 "#include <string.h>\n\n",
+                 name, name);
+  cn_sbuf_printf(&src,
+                 "#define %s_WINDOW %" PRId64 "\n#define %s_LOGITS %" PRId64
+                 "\n#define %s_VOCAB %d\n#define %s_KEY2 0x%08xu\n#define %s_KEY3 0x%08xu\n\n",
+                 name, window, name, n_logits, name, t->vocab, name, CN_SAMPLE_KEY2, name,
+                 CN_SAMPLE_KEY3);
+  cn_sbuf_printf(&src,
+                 "/* the byte of each token id */\nstatic const unsigned char %s_bytes[%d] = {",
+                 name, t->vocab);
+  for (int k = 0; k < t->vocab; k++)
+    cn_sbuf_printf(&src, "%s%u", k % 16 ? ", " : k ? ",\n  " : "\n  ", (unsigned)t->bytes[k]);
+  cn_sbuf_printf(&src,
+                 "\n};\n/* the token id of each byte, -1 outside the vocabulary */\n"
+                 "static const short %s_ids[256] = {",
+                 name);
+  for (int k = 0; k < 256; k++)
+    cn_sbuf_printf(&src, "%s%d", k % 16 ? ", " : k ? ",\n  " : "\n  ", t->ids[k]);
+  cn_sbuf_puts(&src, "\n};\n\n");
+  put_named(&src, sampler_code, name);
+  cn_sbuf_printf(&hdr,
+                 "/* %s_sample.h: the text sampler of %s_forward, exported by cannl (%s_sample.c). "
+                 "*/\n#ifndef %s_SAMPLE_H\n#define %s_SAMPLE_H\n\n#include <stddef.h>\n\n"
+                 "/* count tokens drawn after the prompt (NULL: \"\\n\") into out (count + 1 "
+                 "bytes);\n * 0, or -1 with out = \"\" on a bad argument or NaN logits */\n"
+                 "int %s_sample(const char *prompt, size_t prompt_len, long long count, "
+                 "double temperature,\n"
+                 "              unsigned long long seed, char *out);\n\n#endif\n",
+                 name, name, name, name, name, name);
+  if (src.failed || hdr.failed)
+    st = cn_fail(ctx, CN_ERR_NOMEM, "export \"%s\": out of memory for the sampler", name);
+  char file[EXPORT_NAME_MAX + 16];
+  snprintf(file, sizeof file, "%s_sample", name);
+  if (st == CN_OK) st = write_text(ctx, dir, file, "h", &hdr);
+  if (st == CN_OK) st = write_text(ctx, dir, file, "c", &src);
+  cn_sbuf_free(&src);
+  cn_sbuf_free(&hdr);
   return st;
 }

@@ -159,6 +159,15 @@ static void encode(text_buf *b, cn_text *t) {
   for (size_t i = 0; i < b->len; i++) b->bytes[i] = (unsigned char)t->ids[b->bytes[i]];
 }
 
+/* The corpus of b's bytes (out takes them): encoded, split 90/10 as nanoGPT splits. */
+static void corpus_of(text_buf *b, cn_text *out) {
+  encode(b, out);
+  out->tokens = b->bytes;
+  out->count = (int64_t)b->len;
+  out->train = out->count * 9 / 10;
+  out->files = b->files;
+}
+
 cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths, cn_text *out) {
   if (out) memset(out, 0, sizeof *out);
   if (!out || n_paths < 1 || !paths)
@@ -185,11 +194,20 @@ cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths, 
     free(b.bytes);
     return s;
   }
-  encode(&b, out);
-  out->tokens = b.bytes;
-  out->count = (int64_t)b.len;
-  out->train = out->count * 9 / 10;
-  out->files = b.files;
+  corpus_of(&b, out);
+  return CN_OK;
+}
+
+cn_status cn_text_from_bytes(cn_ctx *ctx, const void *bytes, size_t len, cn_text *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!out || (!bytes && len))
+    return cn_fail(ctx, CN_ERR_INVALID, "text corpus: no bytes or no result");
+  if (len == 0) return cn_fail(ctx, CN_ERR_INVALID, "text corpus: no byte");
+  if (len > (size_t)CN_TEXT_MAX_BYTES) return too_large(ctx, "text corpus", 0, len);
+  text_buf b = {cn_malloc(ctx, len), len, len, 0};
+  if (!b.bytes) return CN_ERR_NOMEM;
+  memcpy(b.bytes, bytes, len);
+  corpus_of(&b, out);
   return CN_OK;
 }
 

@@ -1,7 +1,8 @@
 /* The evaluator, part 7 of 8 (see eval_internal.h): data files. The builtins dataset (arrays of
  * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
  * restore (a checkpoint read back, or a fresh start), text_windows (batches of windows of a text
- * corpus, cn_data_load_text, written by the host as a data set's epochs are), and the work of
+ * corpus, cn_data_load_text, written by the host as a data set's epochs are), bigram_loss,
+ * vocab_size and sample over a corpus (cn_text_bigram_loss, cn_text_sample), and the work of
  * the statements shuffle, checkpoint and save_npy on the library's data API (include/cannl.h,
  * "Data files and checkpoints").
  *
@@ -163,6 +164,10 @@ struct nt_text_set {
   cn_text_split split;
 };
 
+const cn_text *nt_text_set_corpus(const nt_text_set *s) {
+  return &s->corpus;
+}
+
 static void free_text_set(void *arg) {
   cn_text_free(&((nt_text_set *)arg)->corpus);
 }
@@ -244,6 +249,128 @@ nt_value *nt_builtin_text_windows(nt_interp *I, const nt_call *c) {
     if (!(v->items[k] = nt_tensor_value(I, s->t[k]))) return NULL;
   v->n = 2;
   v->tuple = true;
+  return v;
+}
+
+/* The corpus an argument names: a tensor of text_windows (its corpus and split), or a string
+ * (cn_text_from_bytes of its bytes, held in *own, which the caller frees; the validation
+ * split). False after a message. */
+static bool corpus_argument(nt_interp *I, const nt_call *c, nt_value *v, cn_nt_pos at, cn_text *own,
+                            const cn_text **t, cn_text_split *split) {
+  memset(own, 0, sizeof *own);
+  if (v->kind == NT_V_STR) {
+    if (cn_text_from_bytes(I->ctx, v->str, strlen(v->str), own) != CN_OK)
+      return nt_fail_here(I, at), false;
+    *t = own;
+    *split = CN_TEXT_VALID;
+    return true;
+  }
+  cn_tensor *x = nt_tensor_of(I, v, at);
+  if (!x) return false;
+  for (int i = 0; i < I->n_datasets; i++) {
+    nt_text_set *s = I->datasets[i].text;
+    if (s && (s->t[0] == x || s->t[1] == x)) {
+      *t = &s->corpus;
+      *split = s->split;
+      return true;
+    }
+  }
+  return nt_fail(I, at,
+                 "%s: \"%s\" (#%d) is not a tensor of text_windows; a corpus is a tensor of "
+                 "text_windows or a string",
+                 c->name, x->label, x->id),
+         false;
+}
+
+/* The corpus of a builtin's single positional argument (corpus_argument); `usage` is the
+ * message for another arity. */
+static bool single_corpus(nt_interp *I, const nt_call *c, const char *usage, cn_text *own,
+                          const cn_text **t, cn_text_split *split) {
+  if (c->a->n_pos != 1 || c->a->n_lab != 0) return nt_fail(I, c->at, "%s", usage), false;
+  return corpus_argument(I, c, c->a->pos[0], c->a->pos_at[0], own, t, split);
+}
+
+/* bigram_loss X: the cross-entropy of the add-one bigram model of X's corpus, fitted on the
+ * training split, over the split X draws from (a string: its validation split;
+ * cn_text_bigram_loss); a host number. */
+nt_value *nt_builtin_bigram_loss(nt_interp *I, const nt_call *c) {
+  cn_text own;
+  const cn_text *t;
+  cn_text_split split;
+  double loss;
+  if (!single_corpus(I, c, "bigram_loss takes one tensor of text_windows or a string", &own, &t,
+                     &split))
+    return NULL;
+  cn_status st = cn_text_bigram_loss(I->ctx, t, split, &loss);
+  cn_text_free(&own);
+  return st == CN_OK ? nt_num(I, loss, false) : nt_fail_here(I, c->at);
+}
+
+/* vocab_size X: the number of tokens of X's corpus (a tensor of text_windows, or a string's
+ * distinct bytes); a host integer. */
+nt_value *nt_builtin_vocab_size(nt_interp *I, const nt_call *c) {
+  cn_text own;
+  const cn_text *t;
+  cn_text_split split;
+  if (!single_corpus(I, c, "vocab_size takes one tensor of text_windows or a string", &own, &t,
+                     &split))
+    return NULL;
+  int vocab = t->vocab;
+  cn_text_free(&own);
+  return nt_num(I, vocab, true);
+}
+
+/* sample logits ~input:T ~text:X ~count:N [~temperature:F ~seed:S ~prompt:"..."]: N bytes drawn
+ * by cn_text_sample from the model logits computed from the placeholder T, over the vocabulary
+ * of X's corpus (a tensor of text_windows, or a string whose bytes are the vocabulary); the
+ * model's parameters are initialized first when nothing did. A string. */
+nt_value *nt_builtin_sample(nt_interp *I, const nt_call *c) {
+  static const char *const known[] = {"input", "text", "count", "temperature", "seed", "prompt"};
+  const nt_args *a = c->a;
+  cn_nt_pos input_at, text_at, temperature_at, prompt_at;
+  nt_value *input = nt_labeled_at(a, "input", &input_at),
+           *text = nt_labeled_at(a, "text", &text_at),
+           *temperature = nt_labeled_at(a, "temperature", &temperature_at),
+           *prompt = nt_labeled_at(a, "prompt", &prompt_at);
+  if (!nt_known_labels(I, c, 6, known)) return NULL;
+  /* a statement in a loop body is elaborated once, so a text drawn there would be printed again
+   * at every step, never following the training */
+  if (I->n_bound > 0)
+    return nt_fail(I, c->at, "%s",
+                   "sample draws its text once, where it is evaluated: inside a loop body its "
+                   "text would be the first step's at every step; sample after the loop");
+  if (a->n_pos != 1 || !input || !text || !nt_labeled(a, "count"))
+    return nt_fail(I, c->at, "%s",
+                   "sample takes the logits, ~input:PLACEHOLDER ~text:X (a tensor of "
+                   "text_windows or a string) ~count:N, and optionally ~temperature:F ~seed:S "
+                   "~prompt:\"...\"");
+  int64_t count, seed;
+  if (!int_option(I, c, "count", 0, 0, &count) || !int_option(I, c, "seed", 0, 0, &seed))
+    return NULL;
+  if (temperature && temperature->kind != NT_V_NUM)
+    return nt_fail(I, temperature_at, "sample: ~temperature expects a number, found %s",
+                   nt_kind_name(temperature->kind));
+  if (prompt && prompt->kind != NT_V_STR)
+    return nt_fail(I, prompt_at, "sample: ~prompt expects a string, found %s",
+                   nt_kind_name(prompt->kind));
+  cn_tensor *in = nt_tensor_of(I, input, input_at);
+  cn_tensor *logits = in ? nt_tensor_of(I, a->pos[0], a->pos_at[0]) : NULL;
+  if (!logits || !nt_materialize(I, c->at)) return NULL;
+  cn_asgn *init = cn_graph_init_params(I->g, logits);
+  if (!init) return nt_fail_here(I, c->at);
+  if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, c->at)) return NULL;
+  cn_sample_options o = {count, temperature ? temperature->num : 1.0, (uint64_t)seed,
+                         prompt ? prompt->str : NULL, prompt ? strlen(prompt->str) : 0};
+  nt_value *v = nt_mk(I, NT_V_STR);
+  char *out = v ? cn_alloc(I->ctx, (size_t)count + 1) : NULL;
+  cn_text own;
+  const cn_text *t;
+  cn_text_split split;
+  if (!out || !corpus_argument(I, c, text, text_at, &own, &t, &split)) return NULL;
+  cn_status st = cn_text_sample(I->g, t, in, logits, I->opts.backend, &o, out);
+  cn_text_free(&own);
+  if (st != CN_OK) return nt_fail_here(I, c->at);
+  v->str = out;
   return v;
 }
 

@@ -328,6 +328,11 @@ void nt_plots_free(nt_interp *I);
 /* ---- eval_data.c ---- */
 nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_text_windows(nt_interp *I, const nt_call *c);
+nt_value *nt_builtin_bigram_loss(nt_interp *I, const nt_call *c);
+nt_value *nt_builtin_vocab_size(nt_interp *I, const nt_call *c);
+/* The corpus of a text set (eval_data.c: the set's struct is private there). */
+const cn_text *nt_text_set_corpus(const nt_text_set *s);
+nt_value *nt_builtin_sample(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_load(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c);
 /* Writes epoch 0's order into every data set not written yet (before a routine runs). */

@@ -596,8 +596,9 @@ static cn_tensor *top_level_tensor(nt_interp *I, const char *name, const char *o
 }
 
 /* After the script: the export cn_notation_options asks for (cn_graph_export_c of the tensors
- * bound to the two names), the output's parameters initialized first when nothing did. Messages
- * point at the script's last statement, where the names are looked up. */
+ * bound to the two names, and with export_sampler cn_text_export_sampler over the corpus of the
+ * script's first text_windows), the output's parameters initialized first when nothing did.
+ * Messages point at the script's last statement, where the names are looked up. */
 static bool export_model(nt_interp *I, const cn_nt_program *prog) {
   const cn_notation_options *o = &I->opts;
   if (!o->export_input && !o->export_output) return true;
@@ -611,7 +612,19 @@ static bool export_model(nt_interp *I, const cn_nt_program *prog) {
   if (!init) return nt_fail_here(I, at), false;
   if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
   const char *name = o->export_name ? o->export_name : o->export_output;
-  if (cn_graph_export_c(I->g, in, out, name, o->export_dir ? o->export_dir : ".") != CN_OK)
+  const char *dir = o->export_dir ? o->export_dir : ".";
+  /* the sampler's vocabulary: the corpus of the script's first text_windows, found before
+   * anything is written */
+  const cn_text *corpus = NULL;
+  for (int i = 0; o->export_sampler && !corpus && i < I->n_datasets; i++)
+    if (I->datasets[i].text) corpus = nt_text_set_corpus(I->datasets[i].text);
+  if (o->export_sampler && !corpus)
+    return nt_fail(I, at, "%s",
+                   "export --sampler: the script reads no text corpus (text_windows), so the "
+                   "sampler has no vocabulary"),
+           false;
+  if (cn_graph_export_c(I->g, in, out, name, dir) != CN_OK ||
+      (corpus && cn_text_export_sampler(I->g, corpus, in, out, name, dir) != CN_OK))
     return nt_fail_here(I, at), false;
   return true;
 }

@@ -1,0 +1,143 @@
+/* The names model of examples/names.cnl on wamerican's word list, run as a user runs it (the
+ * script's text, C backend), with three samples appended, and exported with its sampler:
+ *   - the training loss of the last batch and the validation loss are below bounds measured with
+ *     margin (2.44 and 2.65 nats after 300 steps with wamerican 2020.12.07-2), and the validation
+ *     loss beats the bigram baseline of the same split by at least 0.5 nats (3.37: the MLP sees
+ *     three characters);
+ *   - the bigram baseline equals the value an independent Python computation gives for that
+ *     list (add-one smoothing over the same split), when the list is that version (985 084
+ *     bytes);
+ *   - sampling is deterministic: seed 1 gives the same 50 characters twice, seed 2 other ones,
+ *     and every character is a byte of the word list;
+ *   - `cannl export --sampler`'s C (the model and names_sample.c, built with -Wall -Wextra
+ *     -Werror and a main) prints, for seed 1 at temperature 1 and for temperature 0, exactly the
+ *     characters the script's `sample` printed.
+ * Skipped (77) when /usr/share/dict/words is absent (package wamerican, `make deps`). */
+#include "check.h"
+
+#include "cannl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WORDS "/usr/share/dict/words"
+#define COUNT 50
+
+static char dir[64];
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = n >= 0 ? malloc((size_t)n + 512) : NULL;
+  if (text && fread(text, 1, (size_t)n, f) == (size_t)n) {
+    text[n] = '\0';
+    if (len) *len = (size_t)n;
+  } else {
+    free(text);
+    text = NULL;
+  }
+  fclose(f);
+  return text;
+}
+
+/* The output of `cmd` (at most cap - 1 bytes), NUL-terminated; its length, -1 on failure. */
+static long run_command(const char *cmd, char *out, size_t cap) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  return pclose(p) == 0 ? (long)n : -1;
+}
+
+int main(void) {
+  if (access(WORDS, R_OK) != 0) {
+    printf("skipped: %s is absent (install wamerican: make deps)\n", WORDS);
+    return 77;
+  }
+  const char *root = getenv("CANNL_SOURCE_DIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/names.cnl", root ? root : ".");
+  char *script = slurp(path, NULL);
+  CHECK_MSG(script != NULL, "cannot read %s", path);
+  if (!script) CHECK_DONE();
+  strcat(script, "print (sample logits ~input:window ~text:x ~count:50 ~temperature:1 ~seed:1)\n"
+                 "print (sample logits ~input:window ~text:x ~count:50 ~temperature:1 ~seed:2)\n"
+                 "print (sample logits ~input:window ~text:x ~count:50 ~temperature:0)\n");
+  snprintf(dir, sizeof dir, "/tmp/cannl-names-XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *got = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&got, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_C, .out = out};
+  opts.export_input = "window";
+  opts.export_output = "logits";
+  opts.export_name = "names";
+  opts.export_dir = dir;
+  opts.export_sampler = true;
+  cn_status st = cn_notation_run(g, "names.cnl", script, &opts);
+  fclose(out);
+  CHECK_MSG(st == CN_OK, "names.cnl: %s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  free(script);
+  if (st != CN_OK) CHECK_DONE();
+
+  /* "loss L valid V bigram B\n", then four samples of COUNT characters and a newline each (the
+   * script's own, seed 1, then the three appended) */
+  double loss = 0, valid = 0, bigram = 0;
+  CHECK_INT(sscanf(got, "loss %lf valid %lf bigram %lf", &loss, &valid, &bigram), 3);
+  printf("loss %.4f valid %.4f bigram %.4f\n", loss, valid, bigram);
+  CHECK(loss > 1.5 && loss < 2.8);
+  CHECK(valid > 1.5 && valid < 2.9);
+  CHECK(valid < bigram - 0.5);
+  size_t words_len = 0;
+  char *words = slurp(WORDS, &words_len);
+  CHECK(words != NULL);
+  if (words && words_len == 985084) CHECK_NEAR(bigram, 3.368549664708828, 1e-4);
+  const char *samples = strchr(got, '\n') + 1;
+  CHECK_INT((long)(len - (size_t)(samples - got)), 4 * (COUNT + 1));
+  char s[4][COUNT + 1];
+  for (int k = 0; k < 4; k++) {
+    memcpy(s[k], samples + k * (COUNT + 1), COUNT);
+    s[k][COUNT] = '\0';
+    CHECK(samples[k * (COUNT + 1) + COUNT] == '\n');
+    for (int i = 0; i < COUNT; i++)
+      CHECK_MSG(words && memchr(words, s[k][i], words_len), "sample %d: byte 0x%02x", k,
+                (unsigned)(unsigned char)s[k][i]);
+    printf("sample %d: \"%s\"\n", k, s[k]);
+  }
+  free(words);
+  CHECK(strcmp(s[0], s[1]) == 0);
+  CHECK(strcmp(s[1], s[2]) != 0);
+
+  /* the exported sampler, built as a program, prints the same characters */
+  char cmd[512], text[4 * COUNT];
+  snprintf(cmd, sizeof cmd,
+           "cd %s && cc -std=c11 -Wall -Wextra -Werror -O2 -Dnames_SAMPLE_MAIN names.c "
+           "names_sample.c -lm -o names_sample",
+           dir);
+  CHECK_INT(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s/names_sample 50 1 1", dir);
+  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
+  CHECK_STR(text, s[1]);
+  snprintf(cmd, sizeof cmd, "%s/names_sample 50 0 7", dir);
+  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
+  CHECK_STR(text, s[3]);
+  /* a prompt byte outside the vocabulary: no text, exit 1 */
+  snprintf(cmd, sizeof cmd, "%s/names_sample 5 1 1 '~' 2>/dev/null", dir);
+  CHECK_INT(run_command(cmd, text, sizeof text), -1);
+
+  free(got);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_INT(system(cmd), 0);
+  CHECK_DONE();
+}
