@@ -466,6 +466,22 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
     s->u.vec.arg = simplify_expr(ctx, s->u.vec.arg);
     return s->u.vec.arg ? CN_OK : CN_ERR_NOMEM;
   case CN_LL_GEMM: return CN_OK; /* made by the scheduling stage, after simplification */
+  case CN_LL_LET: {
+    /* The body runs only with the symbol in [0, bound): a range like a loop variable's. */
+    int sym = slot_of(sim, s->u.let.sym);
+    int64_t lo = sim->lo[sym], hi = sim->hi[sym];
+    bool known = sim->known[sym];
+    sim->lo[sym] = 0;
+    sim->hi[sym] = s->u.let.bound - 1;
+    sim->known[sym] = true;
+    bool body_empty;
+    cn_status status = simplify_stmt(sim, s->u.let.body, &body_empty);
+    sim->lo[sym] = lo;
+    sim->hi[sym] = hi;
+    sim->known[sym] = known;
+    *empty = body_empty || s->u.let.bound <= 0;
+    return status;
+  }
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
