@@ -12,7 +12,8 @@
  *     build of this test checks the last part);
  *   - the scatter-add gradient is bit-identical on 1, 2 and 3 threads, with the parallel threshold
  *     at 1 so that the loops inside the let run on the pool;
- *   - ids of a float precision are refused. */
+ *   - float ids of whole numbers gather as integer ones, a fractional one fails the run, uint4x32
+ *     ids are refused. */
 #include "check.h"
 #include "graph_check.h"
 
@@ -132,8 +133,7 @@ static void test_values(cn_backend_kind b) {
   reference(want_x, want_g);
   /* the gather: a let of the ids' cell, no one-hot-sized [2, 4, 5] buffer */
   memset(x, 0, sizeof x);
-  evaluate(build_gather, false, b, x, grad, "let c = ids[", "[2, 4, 5]",
-           "if (0 <= c && c < 5) {");
+  evaluate(build_gather, false, b, x, grad, "let c = ids[", "[2, 4, 5]", "if (0 <= c && c < 5) {");
   expect_exact("gather", x, want_x, B * T * D);
   expect_exact("gather grad", grad, want_g, V * D);
   /* the rewritten one-hot: no one_hot buffer at all */
@@ -232,15 +232,33 @@ static void test_threads(void) {
   CHECK(memcmp(grads[0], grads[2], sizeof grads[0]) == 0);
 }
 
-/* Float ids are refused when the gather is built, naming them. */
-static void test_refusals(void) {
+/* Float ids holding whole numbers gather as integer ones do; one that is not whole fails the run;
+ * uint4x32 words are refused when the gather is built. */
+static void test_float_ids(cn_backend_kind b) {
+  double want_x[B * T * D], want_g[V * D], got[B * T * D];
+  reference(want_x, want_g);
   cn_graph *g = new_graph(CN_PREC_DOUBLE);
   cn_ctx *ctx = cn_graph_ctx(g);
   cn_tensor *table = table_param(g, false);
-  cn_tensor *ids = data(g, "fids", (cn_dims){AXES(B), NONE, AXES(T)}, ids_v);
-  CHECK(cn_tensor_gather(g, table, ids) == NULL);
-  CHECK_STR(cn_ctx_error(ctx), "gather: the indices \"fids\" (#3) are of precision double; an "
-                               "integer precision is needed (e.g. int32)");
+  cn_tensor *x =
+      cn_tensor_gather(g, table, data(g, "fids", (cn_dims){AXES(B), NONE, AXES(T)}, ids_v));
+  CHECK_MSG(x != NULL, "build: %s", cn_ctx_error(ctx));
+  if (x && run(g, cn_graph_init_params(g, x), b, "init") &&
+      run(g, cn_graph_forward(g, x), b, "fw") && read_node(cn_tensor_value(x), got, B * T * D))
+    expect_exact("float ids", got, want_x, B * T * D);
+  static const double half[B * T] = {3, 1, 3, 0, 1, 2.5, 4, 3};
+  x = cn_tensor_gather(g, table, data(g, "half", (cn_dims){AXES(B), NONE, AXES(T)}, half));
+  cn_routine *r = x ? compile(g, cn_graph_forward(g, x), b, "eval") : NULL;
+  if (r) {
+    CHECK_INT(cn_routine_run(r), CN_ERR_RUNTIME);
+    CHECK_STR(cn_ctx_error(ctx), "routine 'eval': gather: index 2.5 at [1, 1] of \"half\" (#16) is "
+                                 "not one of the 5 rows of \"table\" (#2): an integer from 0 to 4");
+  }
+  cn_routine_free(r);
+  CHECK(cn_tensor_gather(g, table, cn_tensor_embed_self_id(g)) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "gather: the indices \"embed_self_id\"");
+  CHECK_HAS(cn_ctx_error(ctx), "are of precision uint4x32; indices are integers (e.g. int32) or "
+                               "whole numbers of a float precision");
   free_graph(g);
 }
 
@@ -248,8 +266,8 @@ int main(void) {
   for (int k = 0; k < 2; k++) {
     test_values(backends[k]);
     test_out_of_range(backends[k]);
+    test_float_ids(backends[k]);
   }
   test_threads();
-  test_refusals();
   CHECK_DONE();
 }

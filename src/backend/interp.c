@@ -172,8 +172,7 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
   case CN_LL_GEMM: check_stmt(k, s->u.gemm.nest); return;
   case CN_LL_LET: {
     check_access(k, s->u.let.param, s->u.let.idx);
-    cn_prec_kind kind = cn_prec_kind_of(k->compiled->params[s->u.let.param].prec);
-    CN_ASSERT(kind == CN_PKIND_INT || kind == CN_PKIND_UINT);
+    CN_ASSERT(cn_prec_kind_of(k->compiled->params[s->u.let.param].prec) != CN_PKIND_BITS);
     int slot = check_slot(k, s->u.let.sym);
     CN_ASSERT(!k->bound[slot]);
     k->bound[slot] = 1;

@@ -450,8 +450,8 @@ cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_
             space->hi[p] < lo ? "which ends before it starts" : "too wide for 64-bit integers");
     return NULL;
   }
-  proj_extra extra = {space->n_constraints, space->constraints, space->valid_only,
-                      space->zero_unreached, 0, NULL};
+  proj_extra extra = {
+      space->n_constraints, space->constraints, space->valid_only, space->zero_unreached, 0, NULL};
   return proj_build(ctx, n, space->iterators, space->lo, sizes, lhs, n_rhs, rhs, &extra);
 }
 
@@ -500,7 +500,7 @@ const char *cn_proj_gather_refusal(const cn_proj *proj, int slot, int axis, int 
     }
   cn_prec_kind kind = cn_prec_kind_of(source->prec);
   if (!same || rank != source->rank) return "the index tensor's dims differ";
-  if (kind != CN_PKIND_INT && kind != CN_PKIND_UINT) return "the index tensor is not integer";
+  if (kind == CN_PKIND_BITS) return "the index tensor holds words, not numbers";
   return NULL;
 }
 
@@ -535,7 +535,8 @@ cn_proj *cn_proj_gather(cn_ctx *ctx, const cn_proj *proj, int slot, int axis, in
       lo[k] = proj->lo[q];
       sizes[k++] = proj->sizes[q];
     }
-  if (proj->n_gathered) memcpy(gathered, proj->gathered, (size_t)proj->n_gathered * sizeof *gathered);
+  if (proj->n_gathered)
+    memcpy(gathered, proj->gathered, (size_t)proj->n_gathered * sizeof *gathered);
   gathered[proj->n_gathered] = (cn_proj_gathered){sym, bound, source, map};
   memcpy(slot_map, proj->slot[slot].map, (size_t)proj->slot[slot].rank * sizeof *slot_map);
   slot_map[axis] = cn_index_iter(sym);
@@ -574,8 +575,8 @@ cn_proj *cn_proj_over(cn_ctx *ctx, const cn_proj *proj, cn_proj_tensor lhs, int 
   for (int s = 0; s <= proj->n_rhs; s++)
     for (int a = 0; proj->valid_only && !kept[s] && a < proj->slot[s].rank; a++)
       cons[n_cons++] = (cn_proj_constraint){proj->slot[s].map[a], proj->slot[s].dims[a]};
-  proj_extra extra = {n_cons,         cons, proj->valid_only, zero_unreached, proj->n_gathered,
-                      proj->gathered};
+  proj_extra extra = {n_cons,           cons,          proj->valid_only, zero_unreached,
+                      proj->n_gathered, proj->gathered};
   return proj_build(ctx, proj->n_product, proj->iters, proj->lo, proj->sizes, lhs, n_rhs, rhs,
                     &extra);
 }

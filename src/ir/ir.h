@@ -60,7 +60,7 @@ typedef struct {
 } cn_proj_slot;
 
 /* A gathered symbol (an index-valued projection: docs/ARCHITECTURE.md "Index-valued projections"):
- * a pseudo-iterator whose value at a product point is the cell of the integer node `source` at
+ * a pseudo-iterator whose value at a product point is the cell (as an integer) of `source` at
  * `map` (one index over the record's iterators per axis of source). It ranges over [0, bound), the
  * size of the axis it indexes, and is created with that range (cn_symbol_create), so the analyses
  * that bound indices take it as a static index; a point whose cell holds a value outside the range
@@ -94,12 +94,13 @@ struct cn_proj {
 };
 
 /* The record of `proj` with the iterator v of axis `axis` of slot `slot` (the table's class axis)
- * turned into a gathered symbol read from `source`, and slot `from` dropped. proj is the record of
+ * turned into a gathered symbol read from `source` (a node of numbers: each cell is truncated to
+ * an integer, as cn_value_convert does), and slot `from` dropped. proj is the record of
  * a one-hot contraction: slot `from` is the one-hot, whose axis `from_axis` is Iter(v) and whose
  * other axes are source's (the index tensor's) in order; from_axis -1 stands for the index tensor
  * itself (the one-hot unmaterialized, every axis of from being source's). v must drive nothing
  * else, so that it is the contraction's class loop. The new symbol is named after v with v's size
- * as range. NULL with a message when the axes are not so, source is not an integer node of those
+ * as range. NULL with a message when the axes are not so, source is a uint4x32 node or not of those
  * dims, or the record has conditions or CN_PROJ_MAX_GATHERED gathered symbols already. */
 cn_proj *cn_proj_gather(cn_ctx *ctx, const cn_proj *proj, int slot, int axis, int from,
                         int from_axis, cn_node *source);

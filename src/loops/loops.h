@@ -166,11 +166,12 @@ struct cn_ll_stmt {
       cn_ll_stmt *nest; /* the outermost CN_LL_FOR of the nest the plan describes */
       const cn_ll_gemm *plan;
     } gemm;
-    /* sym := the cell of param (an integer node) at idx, as an int64 (a uint64 past INT64_MAX
-     * wraps negative); body runs with sym bound only when 0 <= sym < bound, so an index outside
-     * the table it addresses skips its point and no access of body goes out of range. sym is
-     * bound nowhere else (not a loop variable, not free) and read only inside body; it varies
-     * from one iteration of an enclosing loop to the next, unlike a free symbol. */
+    /* sym := the cell of param at idx converted to int64 (cn_value_convert: a float truncated and
+     * saturated, NaN 0; a uint64 past INT64_MAX wraps negative); body runs with sym bound only when
+     * 0 <= sym < bound, so an index outside the table it addresses skips its point and no access of
+     * body goes out of range. sym is bound nowhere else (not a loop variable, not free) and read
+     * only inside body; it varies from one iteration of an enclosing loop to the next, unlike a
+     * free symbol. */
     struct {
       cn_symbol sym;
       int param;

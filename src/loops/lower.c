@@ -441,8 +441,8 @@ static cn_ll_stmt *wrap_lets(lower_state *st, const cn_proj *proj, int level, cn
   for (int k = proj->n_gathered - 1; k >= 0 && body; k--) {
     const cn_proj_gathered *gs = &proj->gathered[k];
     if (gathered_level(proj, gs) != level) continue;
-    body = cn_lb_let(st->ctx, gs->sym, param_index(st, gs->source, false), gs->map, gs->bound,
-                     body);
+    body =
+        cn_lb_let(st->ctx, gs->sym, param_index(st, gs->source, false), gs->map, gs->bound, body);
   }
   return body;
 }
@@ -480,8 +480,8 @@ static cn_status plan_view(cn_ctx *ctx, const cn_proj *proj, const nest_plan *pl
 
 /* The plan's nest around body, appended to out; nothing when a record with conditions visits no
  * point (a plain record keeps its empty loops, which the simplifier removes, as before). */
-static cn_status push_nest(lower_state *st, stmt_list *out, const cn_proj *proj, const nest_plan *plan,
-                           const bool *omit, cn_ll_stmt *body) {
+static cn_status push_nest(lower_state *st, stmt_list *out, const cn_proj *proj,
+                           const nest_plan *plan, const bool *omit, cn_ll_stmt *body) {
   if (!body) return CN_ERR_NOMEM; /* a constructor failed */
   if (plan->empty && cn_proj_has_conditions(proj)) return CN_OK;
   return list_push(st->ctx, out, plan_loops(st, proj, plan, omit, body));

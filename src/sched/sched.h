@@ -87,9 +87,9 @@ typedef struct {
   int n_stores;                           /* the body's CN_LL_SET statements */
   int n_access;
   cn_sched_access *access; /* arena; every store's write, then its reads, in body order */
-  /* Inside a CN_LL_LET (a gathered index, set by cn_sched_each_nest): the let's symbol is fixed
-   * during the nest, as an outer loop's variable is, and the passes that only reorder the nest
-   * keep it inside the let; the GEMM pass, whose plan runs apart from the nest's text, leaves it. */
+  /* Inside a CN_LL_LET (a gathered index; set by cn_sched_each_nest): the let's symbol is fixed
+   * during the nest, as an outer loop's variable is, and passes that reorder the nest keep it
+   * inside the let; the GEMM pass, whose plan runs apart from the nest's text, leaves it. */
   bool under_let;
 } cn_sched_nest;
 

@@ -438,8 +438,7 @@ static bool index_stmt(index_t *ix, const cn_ll_stmt *s, int at) {
   case CN_LL_GEMM: return index_stmt(ix, s->u.gemm.nest, at);
   case CN_LL_LET:
     ix->let_read[s->u.let.param] = true;
-    return add_position(ix, &ix->readers[s->u.let.param], at) &&
-           index_stmt(ix, s->u.let.body, at);
+    return add_position(ix, &ix->readers[s->u.let.param], at) && index_stmt(ix, s->u.let.body, at);
   }
   return true;
 }
@@ -657,10 +656,10 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
     readers = cn_alloc(ctx, sizeof *readers * stmts);
     inputs = cn_alloc(ctx, sizeof *inputs * ps);
     ix.let_read = cn_alloc(ctx, sizeof *ix.let_read * ps);
-    st = ix.dead && ix.writers && ix.readers && ix.stamp && order && readers && inputs &&
-                 ix.let_read
-             ? CN_OK
-             : ctx->status;
+    st =
+        ix.dead && ix.writers && ix.readers && ix.stamp && order && readers && inputs && ix.let_read
+            ? CN_OK
+            : ctx->status;
   }
   if (st == CN_OK) {
     memset(ix.dead, 0, sizeof *ix.dead * (size_t)(list.n + 1));

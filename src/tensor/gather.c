@@ -12,11 +12,12 @@
  * slot permutation of that record (deriv.c, unchanged): `table.grad[s, ...] =+ v.grad[...]`, a
  * scatter-add.
  *
- * Invariants: the ids are of an integer precision and their shape is solved when the gather or
- * one_hot is built (their axes are spelled out in the spec); a gather's args are (table, ids,
- * guard) and only the table is an operand of prim (cn_tensor_n_operands), the others are computed
- * first by the forward code (code.c visits every arg), so the guard runs wherever the gather
- * does. */
+ * Invariants: the ids are numbers (an integer precision, or whole numbers of a float one: the
+ * gathered symbol truncates them, and the guard fails the run on any that is not a row index) and
+ * their shape is solved when the gather or one_hot is built (their axes are spelled out in the
+ * spec); a gather's args are (table, ids, guard) and only the table is an operand of prim
+ * (cn_tensor_n_operands), the others are computed first by the forward code (code.c visits every
+ * arg), so the guard runs wherever the gather does. */
 #include "tensor/tensor.h"
 
 #include "shape/einsum.h"
@@ -28,12 +29,13 @@ int cn_tensor_n_operands(const cn_tensor *t) {
   return t->gather ? 1 : t->n_args;
 }
 
-static bool integer_ids(cn_graph *g, const char *what, const cn_tensor *ids) {
-  cn_prec_kind kind = cn_prec_kind_of(ids->prec);
-  if (kind == CN_PKIND_INT || kind == CN_PKIND_UINT) return true;
+/* Indices are numbers: of an integer precision, or of a float one holding whole numbers (the
+ * notation has no integer literals; cross_entropy's labels are read the same way), never words. */
+static bool numeric_ids(cn_graph *g, const char *what, const cn_tensor *ids) {
+  if (cn_prec_kind_of(ids->prec) != CN_PKIND_BITS) return true;
   cn_fail(g->ctx, CN_ERR_INVALID,
-          "%s: the indices \"%s\" (#%d) are of precision %s; an integer precision is needed "
-          "(e.g. int32)",
+          "%s: the indices \"%s\" (#%d) are of precision %s; indices are integers (e.g. int32) "
+          "or whole numbers of a float precision",
           what, ids->label, ids->id, cn_prec_name(ids->prec));
   return false;
 }
@@ -77,7 +79,8 @@ static cn_tensor *einsum_tensor(cn_graph *g, const char *label, const char *spec
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
   if (!(sargs.spec = cn_einsum_parse(g->ctx, spec_text))) return NULL;
-  cn_tensor *t = cn_tensor_new(g, label, CN_TK_ACCUM, prec, NULL, CN_SL_EINSUM, &sargs, n, operands);
+  cn_tensor *t =
+      cn_tensor_new(g, label, CN_TK_ACCUM, prec, NULL, CN_SL_EINSUM, &sargs, n, operands);
   if (!t) return NULL;
   t->accum = CN_OP_ADD;
   t->prim = prim;
@@ -85,14 +88,17 @@ static cn_tensor *einsum_tensor(cn_graph *g, const char *label, const char *spec
 }
 
 /* The ids' guard (cn_node.guard_what, as cross_entropy's labels): 0 where an index is a row of the
- * table's first axis, the index itself elsewhere (never 0 then), computed in the ids' precision
- * against the axis size read when lowered. */
+ * table's first axis (a whole number in [0, V)), the index itself elsewhere (never 0 then; NaN
+ * for NaN), computed in the ids' precision against the axis size read when lowered. */
 static cn_tensor *ids_guard(cn_graph *g, cn_tensor *table, cn_tensor *ids) {
   cn_tensor *rows = cn_tensor_embed_dim_prec(g, table, 0, ids->prec);
   cn_tensor *zero = cn_tensor_typed_scalar(g, ids->prec, 0);
+  cn_tensor *whole = cn_tensor_apply2(g, CN_OP_EQ, ids, cn_tensor_apply1(g, CN_OP_TRUNC, ids));
   cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, ids, zero);
-  cn_tensor *valid = cn_tensor_apply2(g, CN_OP_MUL, cn_tensor_apply1(g, CN_OP_NOT, negative),
-                                      cn_tensor_apply2(g, CN_OP_LT, ids, rows));
+  cn_tensor *valid =
+      cn_tensor_apply2(g, CN_OP_MUL, whole,
+                       cn_tensor_apply2(g, CN_OP_MUL, cn_tensor_apply1(g, CN_OP_NOT, negative),
+                                        cn_tensor_apply2(g, CN_OP_LT, ids, rows)));
   cn_tensor *guard =
       valid ? cn_tensor_apply(g, CN_OP_WHERE, 3,
                               (cn_tensor *[]){valid, cn_tensor_typed_scalar(g, ids->prec, 0), ids})
@@ -106,7 +112,7 @@ static cn_tensor *ids_guard(cn_graph *g, cn_tensor *table, cn_tensor *ids) {
 
 cn_tensor *cn_tensor_gather(cn_graph *g, cn_tensor *table, cn_tensor *ids) {
   if (!cn_tensor_operands(g, "gather", 2, (cn_tensor *[]){table, ids}) ||
-      !integer_ids(g, "gather", ids))
+      !numeric_ids(g, "gather", ids))
     return NULL;
   cn_sbuf own = {0}, all = {0}, spec = {0};
   cn_tensor *t = NULL, *guard = NULL;
@@ -126,12 +132,13 @@ cn_tensor *cn_tensor_gather(cn_graph *g, cn_tensor *table, cn_tensor *ids) {
 }
 
 cn_tensor *cn_tensor_one_hot(cn_graph *g, cn_tensor *ids, int64_t n_classes) {
-  if (!cn_tensor_operands(g, "one_hot", 1, &ids) || !integer_ids(g, "one_hot", ids)) return NULL;
+  if (!cn_tensor_operands(g, "one_hot", 1, &ids) || !numeric_ids(g, "one_hot", ids)) return NULL;
   cn_tensor *classes = cn_tensor_range(g, n_classes);
   cn_sbuf own = {0}, all = {0}, spec = {0};
   cn_tensor *t = NULL;
   if (classes && ids_specs(g, "one_hot", ids, &own, &all)) {
-    cn_sbuf_printf(&spec, "%s; c => %s | -> c", own.data, all.data);
+    /* the commas make the spec multi-char whatever the ids' rank (x0 is one label) */
+    cn_sbuf_printf(&spec, "%s; c, => %s | -> c,", own.data, all.data);
     const char *text = cn_sbuf_finish(g->ctx, &spec);
     t = text ? einsum_tensor(g, "one_hot", text, classes->prec, CN_OP_EQ, 2,
                              (cn_tensor *[]){ids, classes})

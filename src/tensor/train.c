@@ -178,11 +178,13 @@ static cn_tensor *label_guard(cn_graph *g, const char *what, cn_tensor *x, cn_te
   cn_tensor *n = class_count(g, x, cls);
   cn_tensor *whole =
       cn_tensor_apply2(g, CN_OP_EQ, labels, cn_tensor_apply1(g, CN_OP_TRUNC, labels));
-  cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, labels, cn_tensor_typed_scalar(g, labels->prec, 0));
+  cn_tensor *negative =
+      cn_tensor_apply2(g, CN_OP_LT, labels, cn_tensor_typed_scalar(g, labels->prec, 0));
   cn_tensor *valid = tri(g, CN_OP_MUL3, whole, cn_tensor_apply1(g, CN_OP_NOT, negative),
                          cn_tensor_apply2(g, CN_OP_LT, labels, n));
   cn_tensor *guard = cn_tensor_labeled(
-      tri(g, CN_OP_WHERE, valid, cn_tensor_typed_scalar(g, labels->prec, 0), labels), "label_check");
+      tri(g, CN_OP_WHERE, valid, cn_tensor_typed_scalar(g, labels->prec, 0), labels),
+      "label_check");
   cn_label_check *check = guard ? cn_alloc(g->ctx, sizeof *check) : NULL;
   if (!check) return NULL;
   *check = (cn_label_check){what, labels, x, cls};
