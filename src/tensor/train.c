@@ -203,23 +203,14 @@ cn_status cn_label_check_arm(cn_tensor *t) {
   const cn_label_check *c = t->label_check;
   if (node->guard_what) return CN_OK;
   cn_sbuf what = {0}, rule = {0};
-  if (!c->classes) { /* a gather's ids: rows of the table's first axis */
-    int64_t n = cn_node_dim(c->logits->value, 0);
-    cn_sbuf_printf(&what, "%s: index", c->what);
-    cn_sbuf_printf(&rule,
-                   "of \"%s\" (#%d) is not one of the %lld rows of \"%s\" (#%d): an integer "
-                   "from 0 to %lld",
-                   c->labels->label, c->labels->id, (long long)n, c->logits->label, c->logits->id,
-                   (long long)n - 1);
-  } else {
-    int64_t n = cn_node_numel(c->classes->value);
-    cn_sbuf_printf(&what, "%s: label", c->what);
-    cn_sbuf_printf(&rule,
-                   "of \"%s\" (#%d) is not one of the %lld class indices of \"%s\" (#%d): an "
-                   "integer from 0 to %lld",
-                   c->labels->label, c->labels->id, (long long)n, c->logits->label, c->logits->id,
-                   (long long)n - 1);
-  }
+  bool rows = !c->classes; /* a gather's ids: rows of the table's first axis */
+  int64_t n = rows ? cn_node_dim(c->logits->value, 0) : cn_node_numel(c->classes->value);
+  cn_sbuf_printf(&what, "%s: %s", c->what, rows ? "index" : "label");
+  cn_sbuf_printf(&rule,
+                 "of \"%s\" (#%d) is not one of the %lld %s of \"%s\" (#%d): an integer from 0 "
+                 "to %lld",
+                 c->labels->label, c->labels->id, (long long)n, rows ? "rows" : "class indices",
+                 c->logits->label, c->logits->id, (long long)n - 1);
   const char *w = cn_sbuf_finish(t->g->ctx, &what), *r = cn_sbuf_finish(t->g->ctx, &rule);
   if (!w || !r) return CN_ERR_NOMEM;
   node->guard_what = w;
