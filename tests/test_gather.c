@@ -12,6 +12,7 @@
  *     build of this test checks the last part);
  *   - the scatter-add gradient is bit-identical on 1, 2 and 3 threads, with the parallel threshold
  *     at 1 so that the loops inside the let run on the pool;
+ *   - a one-hot product keeping the class axis stays a product over the one-hot, with its values;
  *   - float ids of whole numbers gather as integer ones, a fractional one fails the run, uint4x32
  *     ids are refused. */
 #include "check.h"
@@ -241,6 +242,40 @@ static void test_threads(void) {
   CHECK(memcmp(grads[0], grads[2], sizeof grads[0]) == 0);
 }
 
+/* A one-hot product that keeps the class axis (no sum over it) is no gather: it stays a product
+ * over the materialized one-hot, with its values. The gather's own assignment names its
+ * gathered symbol in the %cd dump. */
+static void test_not_rewritten(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  cn_tensor *table = table_param(g, false), *ids = ids_tensor(g, ids_v);
+  cn_tensor *kept = cn_tensor_einsum(g, "b, t | -> c; c, d => b, t | -> c, d", CN_OP_ADD, CN_OP_MUL,
+                                     2, (cn_tensor *[]){cn_tensor_one_hot(g, ids, V), table});
+  CHECK_MSG(kept != NULL, "build: %s", cn_ctx_error(ctx));
+  cn_routine *r = kept ? compile(g, cn_graph_forward(g, kept), b, "kept") : NULL;
+  double got[B * T * V * D], tv[V * D];
+  table_values(tv);
+  if (r && run(g, cn_graph_init_params(g, kept), b, "init")) {
+    CHECK_INT(cn_routine_run(r), CN_OK);
+    CHECK_HAS(cn_routine_loops(r), "one_hot[");
+    CHECK_MSG(!strstr(cn_routine_loops(r), "let "), "a let in:\n%s", cn_routine_loops(r));
+    if (read_node(cn_tensor_value(kept), got, B * T * V * D))
+      for (int c = 0; c < B * T; c++)
+        for (int v = 0; v < V; v++)
+          for (int d = 0; d < D; d++) {
+            double w = (int)ids_v[c] == v ? tv[v * D + d] : 0;
+            CHECK_MSG(got[(c * V + v) * D + d] == w, "kept[%d, %d, %d] = %g, expected %g", c, v, d,
+                      got[(c * V + v) * D + d], w);
+          }
+  }
+  cn_routine_free(r);
+  cn_tensor *x = cn_tensor_gather(g, table, ids);
+  const cn_asgn *fw = x ? cn_graph_forward(g, x) : NULL;
+  CHECK_MSG(fw != NULL, "build: %s", cn_ctx_error(ctx));
+  if (fw) CHECK_HAS(cn_asgn_to_string(ctx, fw), "gather =:+ table ~gather:c<-ids;\n");
+  free_graph(g);
+}
+
 /* Float ids holding whole numbers gather as integer ones do; one that is not whole fails the run;
  * uint4x32 words are refused when the gather is built. */
 static void test_float_ids(cn_backend_kind b) {
@@ -276,6 +311,7 @@ int main(void) {
     test_values(backends[k]);
     test_out_of_range(backends[k]);
     test_float_ids(backends[k]);
+    test_not_rewritten(backends[k]);
   }
   test_threads();
   CHECK_DONE();
