@@ -651,6 +651,26 @@ cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 
+/* Embeddings (src/tensor/gather.c; docs/ARCHITECTURE.md "Index-valued projections"):
+ *   gather: rows of `table` at the indices `ids` (of an integer precision, or whole numbers of a
+ *     float one, as cross_entropy's labels; their shape must be solved when the gather is built).
+ * The first axis of the table (its first output axis: the table's axes are all output axes, e.g. a
+ * parameter [V; D]) is the one indexed; the result has every axis of ids, in memory order, as batch
+ * axes, then the rest of the table's axes as output axes: table [V; D] and ids int32 [B; T] (or [B]
+ * -> [T]) give B,T | -> D, in the table's precision. The generated code reads the table at each
+ * index (no one-hot); the gradient is a scatter-add into the table's gradient (repeated indices
+ * accumulate, in the order of the ids' cells, on any thread count). An index outside [0, V) reads
+ * nothing (its result row is 0), as does one that is not a whole number, and fails the run that
+ * computes the gather with "gather: index <v> at [cell] of "<ids>" (#n) is not one of the V rows of
+ * "<table>" (#m): ...", as cross_entropy's labels do. one_hot: 1 where the class index equals the
+ * index, else 0, in the graph's precision: every axis of ids as batch axes, then one output axis of
+ * n_classes classes (an index outside [0, n_classes) gives a row of zeros). A `+` contraction of a
+ * one_hot with another tensor whose only use of the class axis is to sum it against one axis of
+ * that tensor (an einsum or compose `table * one_hot ids` with table {V -> D}) is computed as a
+ * gather of that axis: the one-hot is never computed nor stored. */
+cn_tensor *cn_tensor_gather(cn_graph *g, cn_tensor *table, cn_tensor *ids);
+cn_tensor *cn_tensor_one_hot(cn_graph *g, cn_tensor *ids, int64_t n_classes);
+
 /* Neural-network blocks (src/tensor/nn.c), composed from primitive ops so their gradients are the
  * core's:
  *   gelu: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));

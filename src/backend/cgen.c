@@ -222,6 +222,10 @@ static void mark_stmt(cgen *g, const cn_ll_stmt *s) {
     g->written[s->u.vec.param] = true;
     return;
   case CN_LL_GEMM: mark_stmt(g, s->u.gemm.nest); return;
+  case CN_LL_LET:
+    mark_access(g, s->u.let.param);
+    mark_stmt(g, s->u.let.body);
+    return;
   }
   CN_ASSERT(!"unknown statement kind");
 }
@@ -568,6 +572,7 @@ static bool has_mark(const cn_ll_stmt *s, unsigned mark) {
     return false;
   case CN_LL_FOR: return (s->u.loop.marks & mark) || has_mark(s->u.loop.body, mark);
   case CN_LL_IF: return has_mark(s->u.guard.body, mark);
+  case CN_LL_LET: return has_mark(s->u.let.body, mark);
   case CN_LL_GEMM: /* its function goes to the outlined text and may run on the pool */
     return mark == CN_LL_PARALLEL;
   case CN_LL_COMMENT:
@@ -581,6 +586,40 @@ static void emit_loop_body(const cgen *g, int depth, const cn_ll_stmt *s) {
   if (g->par) g->par->scope[g->par->n_scope++] = s->u.loop.sym;
   emit_stmt(g, depth + 1, s->u.loop.body);
   if (g->par) g->par->n_scope--;
+}
+
+/* `{ const int64_t s = <cell as int64>; if (0 <= s && s < bound) { body } }`: the symbol is in
+ * scope of the body as a loop variable is (an outlined parallel loop inside takes it along), and
+ * an index outside the table skips the body (the guard node reports it, loops.h CN_LL_LET). */
+static void emit_let(const cgen *g, int depth, const cn_ll_stmt *s) {
+  cn_sbuf *sb = g->out;
+  int param = s->u.let.param;
+  cn_prec prec = g->proc->params[param].node->prec;
+  cn_sbuf cell = {0}, load = {0};
+  print_cell(g, &cell, param, s->u.let.idx, NULL);
+  if (!cell.failed) cn_load_c(&load, prec, text_of(&cell));
+  if (cell.failed || load.failed) {
+    sb->failed = true;
+  } else {
+    const char *var = sym_name(g, s->u.let.sym);
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_printf(sb, "{\n");
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "const int64_t %s = ", var);
+    cn_conv_c(sb, prec, CN_PREC_INT64, text_of(&load));
+    cn_sbuf_puts(sb, ";\n");
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "if (0 <= %s && %s < %lld) {\n", var, var, (long long)s->u.let.bound);
+    if (g->par) g->par->scope[g->par->n_scope++] = s->u.let.sym;
+    emit_stmt(g, depth + 2, s->u.let.body);
+    if (g->par) g->par->n_scope--;
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_puts(sb, "}\n");
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "}\n");
+  }
+  cn_sbuf_free(&cell);
+  cn_sbuf_free(&load);
 }
 
 /* The environment's entry types are the enclosing function's parameter types, constness
@@ -780,6 +819,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
   case CN_LL_SET: emit_set(g, depth, s); return;
   case CN_LL_SET_VEC: emit_set_vec(g, depth, s); return;
   case CN_LL_GEMM: cn_cgen_gemm(g, depth, s); return;
+  case CN_LL_LET: emit_let(g, depth, s); return;
   }
   CN_ASSERT(!"unknown statement kind");
 }
@@ -1015,6 +1055,9 @@ static bool use_stmt(const cgen *g, uses *u, const cn_ll_stmt *s) {
   case CN_LL_SET_VEC:
     return use_access(g, u, s->u.vec.param, s->u.vec.idx, true) && use_expr(g, u, s->u.vec.arg);
   case CN_LL_GEMM: return use_stmt(g, u, s->u.gemm.nest);
+  case CN_LL_LET:
+    return use_access(g, u, s->u.let.param, s->u.let.idx, false) &&
+           use_symbol(g, u, s->u.let.sym, true) && use_stmt(g, u, s->u.let.body);
   }
   CN_ASSERT(!"unknown statement kind");
   return false;
@@ -1052,6 +1095,7 @@ static void print_marks(cn_sbuf *sb, const cn_ll_stmt *s) {
     return;
   case CN_LL_IF: print_marks(sb, s->u.guard.body); return;
   case CN_LL_GEMM: print_marks(sb, s->u.gemm.nest); return;
+  case CN_LL_LET: print_marks(sb, s->u.let.body); return;
   case CN_LL_COMMENT:
   case CN_LL_SET:
   case CN_LL_SET_VEC: return;

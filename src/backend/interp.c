@@ -170,6 +170,16 @@ static void check_stmt(const interp_check *k, const cn_ll_stmt *s) {
     check_expr(k, s->u.vec.arg);
     return;
   case CN_LL_GEMM: check_stmt(k, s->u.gemm.nest); return;
+  case CN_LL_LET: {
+    check_access(k, s->u.let.param, s->u.let.idx);
+    CN_ASSERT(cn_prec_kind_of(k->compiled->params[s->u.let.param].prec) != CN_PKIND_BITS);
+    int slot = check_slot(k, s->u.let.sym);
+    CN_ASSERT(!k->bound[slot]);
+    k->bound[slot] = 1;
+    check_stmt(k, s->u.let.body);
+    k->bound[slot] = 0;
+    return;
+  }
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }
@@ -364,6 +374,16 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
     interp_machine fused = *m;
     fused.fma = s->u.gemm.plan->fma;
     exec_stmt(&fused, s->u.gemm.nest);
+    return;
+  }
+  case CN_LL_LET: {
+    int param = s->u.let.param;
+    cn_prec prec = m->params[param].prec;
+    cn_value v = cn_value_load(prec, cell_pointer(m, param, cell_of(m, param, s->u.let.idx)));
+    int64_t value = cn_value_convert(prec, CN_PREC_INT64, v).i;
+    if (value < 0 || value >= s->u.let.bound) return; /* skipped: the guard node reports it */
+    m->env[s->u.let.sym] = value;
+    exec_stmt(m, s->u.let.body);
     return;
   }
   }

@@ -572,6 +572,11 @@ static void print_asgn(cn_sbuf *sb, const cn_ctx *ctx, const cn_asgn *asgn, int 
     print_accum_operator(sb, asgn->u.accum.accum, asgn->u.accum.init_neutral);
     cn_sbuf_putc(sb, ' ');
     print_application(sb, asgn->u.accum.op, asgn->u.accum.rhs);
+    /* an index-valued projection: the symbol a tensor's cells give (ir.h cn_proj_gathered) */
+    for (int k = 0; k < asgn->u.accum.proj->n_gathered; k++) {
+      cn_sbuf_printf(sb, " ~gather:%s<-", cn_symbol_name(ctx, asgn->u.accum.proj->gathered[k].sym));
+      print_node(sb, asgn->u.accum.proj->gathered[k].source);
+    }
     cn_sbuf_puts(sb, ";\n");
     return;
   case CN_ASGN_VEC_UNOP:

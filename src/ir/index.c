@@ -308,6 +308,8 @@ typedef struct {
   int n_constraints;
   const cn_proj_constraint *constraints;
   bool valid_only, zero_unreached;
+  int n_gathered;
+  const cn_proj_gathered *gathered; /* arena arrays of a record, shared by its derived records */
 } proj_extra;
 
 /* A constraint's symbols must have values wherever it is evaluated: product iterators, or
@@ -408,6 +410,10 @@ static cn_proj *proj_build(cn_ctx *ctx, int n_product, const cn_symbol *iterator
     proj->n_constraints = k + 1;
     if (!check_constraint(ctx, proj, k)) return NULL;
   }
+  /* Gathered symbols come from cn_proj_gather, which checked them; a derived record shares them
+   * (its iterators are the original's, so their source maps stay valid). */
+  proj->n_gathered = extra->n_gathered;
+  proj->gathered = (cn_proj_gathered *)extra->gathered;
   return proj;
 }
 
@@ -444,9 +450,104 @@ cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_
             space->hi[p] < lo ? "which ends before it starts" : "too wide for 64-bit integers");
     return NULL;
   }
-  proj_extra extra = {space->n_constraints, space->constraints, space->valid_only,
-                      space->zero_unreached};
+  proj_extra extra = {
+      space->n_constraints, space->constraints, space->valid_only, space->zero_unreached, 0, NULL};
   return proj_build(ctx, n, space->iterators, space->lo, sizes, lhs, n_rhs, rhs, &extra);
+}
+
+const cn_proj_gathered *cn_proj_gathered_of(const cn_proj *proj, cn_symbol sym) {
+  for (int k = 0; k < proj->n_gathered; k++)
+    if (proj->gathered[k].sym == sym) return &proj->gathered[k];
+  return NULL;
+}
+
+/* Whether an index of proj other than slot `slot`'s axis `axis` and slot `from`'s axis
+ * `from_axis` mentions iterator sym (the class iterator must drive those two only). */
+static bool mentioned_elsewhere(const cn_proj *proj, int slot, int axis, int from, int from_axis,
+                                cn_symbol sym) {
+  for (int s = 0; s <= proj->n_rhs; s++)
+    for (int a = 0; a < proj->slot[s].rank; a++)
+      if (!(s == slot && a == axis) && !(s == from && a == from_axis) &&
+          cn_index_mentions(&proj->slot[s].map[a], sym))
+        return true;
+  for (int k = 0; k < proj->n_gathered; k++)
+    for (int a = 0; a < proj->gathered[k].source->rank; a++)
+      if (cn_index_mentions(&proj->gathered[k].map[a], sym)) return true;
+  return false;
+}
+
+const char *cn_proj_gather_refusal(const cn_proj *proj, int slot, int axis, int from, int from_axis,
+                                   const cn_node *source) {
+  if (slot < 0 || slot > proj->n_rhs || from < 1 || from > proj->n_rhs || from == slot ||
+      axis < 0 || axis >= proj->slot[slot].rank || from_axis < -1 ||
+      from_axis >= proj->slot[from].rank)
+    return "no such slots and axes";
+  if (cn_proj_has_conditions(proj)) return "the record has constraints or valid_only";
+  if (proj->n_gathered >= CN_PROJ_MAX_GATHERED) return "the record has enough gathered symbols";
+  const cn_index *at = &proj->slot[slot].map[axis];
+  int p = at->kind == CN_IDX_ITER ? iter_position(proj, at->syms[0]) : -1;
+  const cn_index *hot = from_axis >= 0 ? &proj->slot[from].map[from_axis] : NULL;
+  if (p < 0 || proj->lo[p] != 0 || (hot && !cn_index_equal(hot, at)) ||
+      mentioned_elsewhere(proj, slot, axis, from, from_axis, at->syms[0]))
+    return "the axis is not driven by a class loop of its own";
+  const cn_proj_slot *ids = &proj->slot[from];
+  int rank = 0;
+  bool same = true;
+  for (int a = 0; a < ids->rank; a++)
+    if (a != from_axis) {
+      same = same && rank < source->rank && source->dims[rank] == ids->dims[a];
+      rank++;
+    }
+  cn_prec_kind kind = cn_prec_kind_of(source->prec);
+  if (!same || rank != source->rank) return "the index tensor's dims differ";
+  if (kind == CN_PKIND_BITS) return "the index tensor holds words, not numbers";
+  return NULL;
+}
+
+cn_proj *cn_proj_gather(cn_ctx *ctx, const cn_proj *proj, int slot, int axis, int from,
+                        int from_axis, cn_node *source) {
+  const char *why = cn_proj_gather_refusal(proj, slot, axis, from, from_axis, source);
+  if (why) {
+    cn_fail(ctx, CN_ERR_INVALID, "gather of axis %d of %s through %s from %s: %s", axis,
+            slot_name(slot), slot_name(from), cn_node_describe(source), why);
+    return NULL;
+  }
+  const cn_index *at = &proj->slot[slot].map[axis];
+  int p = iter_position(proj, at->syms[0]);
+  /* the index tensor's axes: slot from's without the class axis */
+  const cn_proj_slot *ids = &proj->slot[from];
+  cn_index *map = cn_alloc(ctx, (size_t)(ids->rank ? ids->rank : 1) * sizeof *map);
+  if (!map) return NULL;
+  for (int a = 0, k = 0; a < ids->rank; a++)
+    if (a != from_axis) map[k++] = ids->map[a];
+  int64_t bound = proj->sizes[p];
+  cn_symbol sym = cn_symbol_create(ctx, cn_symbol_name(ctx, at->syms[0]), bound > 0 ? bound : 1);
+  int n = proj->n_product - 1, n_gathered = proj->n_gathered + 1;
+  cn_symbol *iters = cn_alloc(ctx, (size_t)(n > 0 ? n : 1) * sizeof *iters);
+  int64_t *lo = cn_alloc(ctx, (size_t)(n > 0 ? n : 1) * sizeof *lo);
+  int64_t *sizes = cn_alloc(ctx, (size_t)(n > 0 ? n : 1) * sizeof *sizes);
+  cn_proj_gathered *gathered = cn_alloc(ctx, (size_t)n_gathered * sizeof *gathered);
+  cn_index *slot_map = cn_alloc(ctx, (size_t)proj->slot[slot].rank * sizeof *slot_map);
+  if (sym < 0 || !iters || !lo || !sizes || !gathered || !slot_map) return NULL;
+  for (int q = 0, k = 0; q < proj->n_product; q++)
+    if (q != p) {
+      iters[k] = proj->iters[q];
+      lo[k] = proj->lo[q];
+      sizes[k++] = proj->sizes[q];
+    }
+  if (proj->n_gathered)
+    memcpy(gathered, proj->gathered, (size_t)proj->n_gathered * sizeof *gathered);
+  gathered[proj->n_gathered] = (cn_proj_gathered){sym, bound, source, map};
+  memcpy(slot_map, proj->slot[slot].map, (size_t)proj->slot[slot].rank * sizeof *slot_map);
+  slot_map[axis] = cn_index_iter(sym);
+  cn_proj_tensor t[CN_MAX_SLOTS];
+  int count = 0;
+  for (int s = 0; s <= proj->n_rhs; s++)
+    if (s != from)
+      t[count++] = (cn_proj_tensor){proj->slot[s].rank, proj->slot[s].dims,
+                                    s == slot ? slot_map : proj->slot[s].map};
+  proj_extra extra = {0, NULL, false, proj->zero_unreached, n_gathered, gathered};
+  return proj_build(ctx, n, iters, lo, sizes, t[0], count - 1, t + 1, &extra);
 }
 
 bool cn_proj_has_conditions(const cn_proj *proj) {
@@ -474,7 +575,8 @@ cn_proj *cn_proj_over(cn_ctx *ctx, const cn_proj *proj, cn_proj_tensor lhs, int 
   for (int s = 0; s <= proj->n_rhs; s++)
     for (int a = 0; proj->valid_only && !kept[s] && a < proj->slot[s].rank; a++)
       cons[n_cons++] = (cn_proj_constraint){proj->slot[s].map[a], proj->slot[s].dims[a]};
-  proj_extra extra = {n_cons, cons, proj->valid_only, zero_unreached};
+  proj_extra extra = {n_cons,           cons,          proj->valid_only, zero_unreached,
+                      proj->n_gathered, proj->gathered};
   return proj_build(ctx, proj->n_product, proj->iters, proj->lo, proj->sizes, lhs, n_rhs, rhs,
                     &extra);
 }
@@ -611,6 +713,11 @@ bool cn_proj_lhs_injective(const cn_proj *proj) {
   if (!proj) return false;
   if (product_is_empty(proj)) return true;
   const cn_proj_slot *lhs = &proj->slot[CN_SLOT_LHS];
+  /* A gathered symbol varies from point to point with values nobody knows before the run (two
+   * points may read equal ids): an LHS that mentions one may be written twice (a scatter-add). */
+  for (int a = 0; a < lhs->rank; a++)
+    for (int t = 0; t < lhs->map[a].n_terms; t++)
+      if (cn_proj_gathered_of(proj, lhs->map[a].syms[t])) return false;
   mentioned_set set = {0};
   varying_terms terms[CN_MAX_RANK];
   for (int a = 0; a < lhs->rank; a++) {
@@ -685,9 +792,10 @@ static bool axis_covered(const cn_proj *proj, varying_terms v, int64_t offset, i
  * unless every axis it appears in has size 1 and start value 0 — then the point with all their
  * iterators at their first values addresses position 0 on each of them at once, and those
  * iterators appear in no other axis. A free symbol in the LHS map has an unknown value: not
- * covered. */
+ * covered; nor is a record with gathered symbols. */
 bool cn_proj_lhs_surjective(const cn_proj *proj) {
-  if (!proj || cn_proj_has_conditions(proj)) return false;
+  /* A gathered symbol's out-of-range cells skip their points (CN_LL_LET): which ones is data. */
+  if (!proj || cn_proj_has_conditions(proj) || proj->n_gathered > 0) return false;
   const cn_proj_slot *lhs = &proj->slot[CN_SLOT_LHS];
   for (int a = 0; a < lhs->rank; a++)
     if (lhs->dims[a] == 0) return true;
@@ -753,6 +861,17 @@ const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj) {
   if (proj->valid_only || proj->zero_unreached)
     cn_sbuf_printf(&sb, "flags:%s%s\n", proj->valid_only ? " valid_only" : "",
                    proj->zero_unreached ? " zero_unreached" : "");
+  for (int k = 0; k < proj->n_gathered; k++) {
+    const cn_proj_gathered *gs = &proj->gathered[k];
+    cn_sbuf_puts(&sb, "gathered ");
+    print_symbol(&sb, ctx, proj, gs->sym);
+    cn_sbuf_printf(&sb, "=%lld from %s (", (long long)gs->bound, cn_node_describe(gs->source));
+    for (int a = 0; a < gs->source->rank; a++) {
+      if (a) cn_sbuf_puts(&sb, ", ");
+      print_index(&sb, ctx, proj, &gs->map[a]);
+    }
+    cn_sbuf_puts(&sb, ")\n");
+  }
   for (int s = 0; s <= proj->n_rhs; s++) {
     const cn_proj_slot *slot = &proj->slot[s];
     cn_sbuf_printf(&sb, "%-4s ", slot_name(s));

@@ -59,6 +59,22 @@ typedef struct {
   cn_index *map;
 } cn_proj_slot;
 
+/* A gathered symbol (an index-valued projection: docs/ARCHITECTURE.md "Index-valued projections"):
+ * a pseudo-iterator whose value at a product point is the cell (as an integer) of `source` at
+ * `map` (one index over the record's iterators per axis of source). It ranges over [0, bound), the
+ * size of the axis it indexes, and is created with that range (cn_symbol_create), so the analyses
+ * that bound indices take it as a static index; a point whose cell holds a value outside the range
+ * is skipped (the lowering's CN_LL_LET). Slot maps mention it like any symbol. The node is named
+ * here rather than through a slot because it is no operand of the arithmetic: every record derived
+ * from this one (cn_proj_permute, cn_proj_over: the gradient's) reads the same cells. */
+#define CN_PROJ_MAX_GATHERED 2
+typedef struct {
+  cn_symbol sym;
+  int64_t bound;
+  cn_node *source;
+  cn_index *map; /* source->rank indices */
+} cn_proj_gathered;
+
 /* Iterator p ranges over [lo[p], lo[p] + sizes[p]) (lo is 0 for cn_proj_create, so `sizes` keeps
  * its meaning of a value count for every consumer). The constraints and valid_only restrict the
  * visited points to a subset of that box (tile-edsl "Valid Indices"); zero_unreached changes what
@@ -73,7 +89,26 @@ struct cn_proj {
   int n_constraints;
   cn_proj_constraint *constraints;
   bool valid_only, zero_unreached;
+  int n_gathered;
+  cn_proj_gathered *gathered;
 };
+
+/* The record of `proj` with the iterator v of axis `axis` of slot `slot` (the table's class axis)
+ * turned into a gathered symbol read from `source` (a node of numbers: each cell is truncated to
+ * an integer, as cn_value_convert does), and slot `from` dropped. proj is the record of
+ * a one-hot contraction: slot `from` is the one-hot, whose axis `from_axis` is Iter(v) and whose
+ * other axes are source's (the index tensor's) in order; from_axis -1 stands for the index tensor
+ * itself (the one-hot unmaterialized, every axis of from being source's). v must drive nothing
+ * else, so that it is the contraction's class loop. The new symbol is named after v with v's size
+ * as range. NULL with a message when the axes are not so, source is a uint4x32 node or not of those
+ * dims, or the record has conditions or CN_PROJ_MAX_GATHERED gathered symbols already. */
+cn_proj *cn_proj_gather(cn_ctx *ctx, const cn_proj *proj, int slot, int axis, int from,
+                        int from_axis, cn_node *source);
+/* Why cn_proj_gather would refuse those arguments (a static text), NULL when it would not. */
+const char *cn_proj_gather_refusal(const cn_proj *proj, int slot, int axis, int from, int from_axis,
+                                   const cn_node *source);
+/* The gathered symbol sym stands for in proj, NULL when sym is none. */
+const cn_proj_gathered *cn_proj_gathered_of(const cn_proj *proj, cn_symbol sym);
 
 /* True if the record visits a subset of its box (constraints or valid_only). */
 bool cn_proj_has_conditions(const cn_proj *proj);

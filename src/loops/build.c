@@ -190,6 +190,18 @@ cn_ll_stmt *cn_lb_guard(cn_ctx *ctx, int n_conds, const cn_ll_cond *conds, cn_ll
   return s;
 }
 
+cn_ll_stmt *cn_lb_let(cn_ctx *ctx, cn_symbol sym, int param, cn_index *idx, int64_t bound,
+                      cn_ll_stmt *body) {
+  cn_ll_stmt *s = body && idx ? stmt_new(ctx, CN_LL_LET) : NULL;
+  if (!s) return NULL;
+  s->u.let.sym = sym;
+  s->u.let.param = param;
+  s->u.let.idx = idx;
+  s->u.let.bound = bound;
+  s->u.let.body = body;
+  return s;
+}
+
 /* The sequence over an arena array of `count` statements, which it keeps. */
 static cn_ll_stmt *seq_of(cn_ctx *ctx, int count, cn_ll_stmt **items) {
   if (!items) return NULL;

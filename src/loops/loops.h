@@ -63,6 +63,8 @@ typedef enum {
   CN_LL_SET,
   CN_LL_SET_VEC,
   CN_LL_GEMM, /* a GEMM-class nest with its plan (cn_ll_gemm) */
+  CN_LL_LET,  /* a symbol bound to a cell's value, with its range check (an index-valued
+                 projection's gathered symbol, ir.h cn_proj_gathered) */
 } cn_ll_kind;
 
 /* One condition of a guard: lo <= expr < hi, expr over loop variables and free symbols. */
@@ -164,6 +166,19 @@ struct cn_ll_stmt {
       cn_ll_stmt *nest; /* the outermost CN_LL_FOR of the nest the plan describes */
       const cn_ll_gemm *plan;
     } gemm;
+    /* sym := the cell of param at idx converted to int64 (cn_value_convert: a float truncated and
+     * saturated, NaN 0; a uint64 past INT64_MAX wraps negative); body runs with sym bound only when
+     * 0 <= sym < bound, so an index outside the table it addresses skips its point and no access of
+     * body goes out of range. sym is bound nowhere else (not a loop variable, not free) and read
+     * only inside body; it varies from one iteration of an enclosing loop to the next, unlike a
+     * free symbol. */
+    struct {
+      cn_symbol sym;
+      int param;
+      cn_index *idx;
+      int64_t bound;
+      cn_ll_stmt *body;
+    } let;
   } u;
 };
 
@@ -241,6 +256,9 @@ cn_ll_stmt *cn_lb_bounds(cn_ctx *ctx, cn_ll_stmt *loop, int n_lower, const cn_ll
 cn_ll_stmt *cn_lb_marks(cn_ll_stmt *loop, unsigned marks);
 /* if every condition holds: body (n_conds >= 1). */
 cn_ll_stmt *cn_lb_guard(cn_ctx *ctx, int n_conds, const cn_ll_cond *conds, cn_ll_stmt *body);
+/* let sym := param[idx] in [0, bound): body (loops.h CN_LL_LET). */
+cn_ll_stmt *cn_lb_let(cn_ctx *ctx, cn_symbol sym, int param, cn_index *idx, int64_t bound,
+                      cn_ll_stmt *body);
 /* A sequence of `count` statements (variadic), or of the array items. */
 cn_ll_stmt *cn_lb_seq(cn_ctx *ctx, int count, ...);
 cn_ll_stmt *cn_lb_seq_array(cn_ctx *ctx, int count, cn_ll_stmt *const *items);

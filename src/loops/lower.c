@@ -74,7 +74,7 @@ static int count_buffers(const cn_asgn *asgn) {
     return n;
   }
   case CN_ASGN_COMMENT: return count_buffers(asgn->u.comment.body);
-  case CN_ASGN_ACCUM: return 1 + cn_op_arity(asgn->u.accum.op);
+  case CN_ASGN_ACCUM: return 1 + cn_op_arity(asgn->u.accum.op) + asgn->u.accum.proj->n_gathered;
   case CN_ASGN_VEC_UNOP: return 2;
   case CN_ASGN_FETCH: return asgn->u.fetch.kind == CN_FETCH_SLICE ? 2 : 1;
   }
@@ -93,6 +93,8 @@ static void collect_buffers(const cn_asgn *asgn, cn_ll_param *out, int *n) {
     out[(*n)++] = (cn_ll_param){asgn->u.accum.lhs, false};
     for (int i = 0; i < cn_op_arity(asgn->u.accum.op); i++)
       out[(*n)++] = (cn_ll_param){asgn->u.accum.rhs[i].node, asgn->u.accum.rhs[i].merge};
+    for (int k = 0; k < asgn->u.accum.proj->n_gathered; k++)
+      out[(*n)++] = (cn_ll_param){asgn->u.accum.proj->gathered[k].source, false};
     return;
   case CN_ASGN_VEC_UNOP:
     out[(*n)++] = (cn_ll_param){asgn->u.vec.lhs, false};
@@ -421,16 +423,42 @@ static cn_ll_stmt *wrap_guard(cn_ctx *ctx, const nest_plan *plan, int level, cn_
   return guard;
 }
 
+/* The position of the innermost iterator a gathered symbol's map mentions, -1 for none. */
+static int gathered_level(const cn_proj *proj, const cn_proj_gathered *gs) {
+  int level = -1;
+  for (int a = 0; a < gs->source->rank; a++)
+    for (int t = 0; t < gs->map[a].n_terms; t++) {
+      int p = iter_pos(proj, gs->map[a].syms[t]);
+      if (p > level) level = p;
+    }
+  return level;
+}
+
+/* The CN_LL_LET of each gathered symbol read at `level` around body: it binds the symbol as soon
+ * as the loops its cell depends on are open, so the loops inside (the table's row, d) run with
+ * it fixed, and a point whose index is out of range skips them all. */
+static cn_ll_stmt *wrap_lets(lower_state *st, const cn_proj *proj, int level, cn_ll_stmt *body) {
+  for (int k = proj->n_gathered - 1; k >= 0 && body; k--) {
+    const cn_proj_gathered *gs = &proj->gathered[k];
+    if (gathered_level(proj, gs) != level) continue;
+    body =
+        cn_lb_let(st->ctx, gs->sym, param_index(st, gs->source, false), gs->map, gs->bound, body);
+  }
+  return body;
+}
+
 /* The nest of the plan around body: loops in product order (but those `omit` marks, which
- * neither body nor any guard mentions), each guard inside the loop of its innermost iterator. */
-static cn_ll_stmt *plan_loops(cn_ctx *ctx, const cn_proj *proj, const nest_plan *plan,
+ * neither body nor any guard mentions), each guard inside the loop of its innermost iterator,
+ * each gathered symbol's binding inside its guards. */
+static cn_ll_stmt *plan_loops(lower_state *st, const cn_proj *proj, const nest_plan *plan,
                               const bool *omit, cn_ll_stmt *body) {
+  cn_ctx *ctx = st->ctx;
   for (int d = plan->n - 1; d >= 0 && body; d--) {
-    body = wrap_guard(ctx, plan, d, body);
+    body = wrap_guard(ctx, plan, d, wrap_lets(st, proj, d, body));
     if (!(omit && omit[d]))
       body = wrap_loops(ctx, 1, &proj->iters[d], &plan->from[d], &plan->to[d], body);
   }
-  return wrap_guard(ctx, plan, -1, body);
+  return wrap_guard(ctx, plan, -1, wrap_lets(st, proj, -1, body));
 }
 
 /* The record restricted to the plan's box, without conditions: what the LHS analyses see. Every
@@ -452,11 +480,11 @@ static cn_status plan_view(cn_ctx *ctx, const cn_proj *proj, const nest_plan *pl
 
 /* The plan's nest around body, appended to out; nothing when a record with conditions visits no
  * point (a plain record keeps its empty loops, which the simplifier removes, as before). */
-static cn_status push_nest(cn_ctx *ctx, stmt_list *out, const cn_proj *proj, const nest_plan *plan,
-                           const bool *omit, cn_ll_stmt *body) {
+static cn_status push_nest(lower_state *st, stmt_list *out, const cn_proj *proj,
+                           const nest_plan *plan, const bool *omit, cn_ll_stmt *body) {
   if (!body) return CN_ERR_NOMEM; /* a constructor failed */
   if (plan->empty && cn_proj_has_conditions(proj)) return CN_OK;
-  return list_push(ctx, out, plan_loops(ctx, proj, plan, omit, body));
+  return list_push(st->ctx, out, plan_loops(st, proj, plan, omit, body));
 }
 
 static cn_status push_text(cn_ctx *ctx, stmt_list *out, cn_sbuf *sb) {
@@ -510,10 +538,13 @@ static cn_status prefill_lhs(lower_state *st, stmt_list *out, const cn_asgn *asg
       used = cn_index_mentions(&lhs_map[d], proj->iters[p]);
     for (int g = 0; g < plan->n_guards && !used; g++)
       used = cn_index_mentions(&plan->guards[g].expr, proj->iters[p]);
+    for (int k = 0; k < proj->n_gathered && !used; k++) /* the cells it reads decide the LHS's */
+      for (int a = 0; a < proj->gathered[k].source->rank && !used; a++)
+        used = cn_index_mentions(&proj->gathered[k].map[a], proj->iters[p]);
     omit[p] = !used;
   }
   return push_nest(
-      ctx, out, proj, plan, omit,
+      st, out, proj, plan, omit,
       cn_lb_set(ctx, param_index(st, lhs, false), lhs_map, cn_lb_const(ctx, lhs->prec, neutral)));
 }
 
@@ -557,7 +588,7 @@ static cn_status lower_accum(lower_state *st, const cn_asgn *asgn, stmt_list *ou
   cn_ll_stmt *set = init_neutral && injective
                         ? cn_lb_set(ctx, param, lhs_map, inner)
                         : cn_lb_accum(ctx, param, lhs->prec, lhs_map, accum, inner);
-  return push_nest(ctx, out, proj, &plan, NULL, set);
+  return push_nest(st, out, proj, &plan, NULL, set);
 }
 
 static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out) {
@@ -570,7 +601,7 @@ static cn_status lower_vec(lower_state *st, const cn_asgn *asgn, stmt_list *out)
   if (!set) return CN_ERR_NOMEM;
   nest_plan plan;
   TRY(plan_nest(ctx, proj, &plan));
-  return push_nest(ctx, out, proj, &plan, NULL, set);
+  return push_nest(st, out, proj, &plan, NULL, set);
 }
 
 /* The row-major offset of the cell at `syms` in the node's logical dims (size-1 axes add
@@ -757,6 +788,12 @@ static void scan_stmt(free_scan *fs, const cn_ll_proc *proc, const cn_ll_stmt *s
     scan_expr(fs, proc, s->u.vec.arg);
     return;
   case CN_LL_GEMM: scan_stmt(fs, proc, s->u.gemm.nest); return;
+  case CN_LL_LET:
+    scan_access(fs, proc->params[s->u.let.param].node->rank, s->u.let.idx);
+    fs->bound[slot_of(fs, s->u.let.sym)]++;
+    scan_stmt(fs, proc, s->u.let.body);
+    fs->bound[slot_of(fs, s->u.let.sym)]--;
+    return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

@@ -408,6 +408,15 @@ static void print_stmt(printer *p, const cn_ll_stmt *s, int depth) {
     return;
   }
   case CN_LL_GEMM: print_gemm(p, s, depth); return;
+  case CN_LL_LET:
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, "let ");
+    print_symbol(p, s->u.let.sym);
+    cn_sbuf_puts(sb, " = ");
+    print_access(p, s->u.let.param, s->u.let.idx);
+    cn_sbuf_printf(sb, " in 0..%" PRId64 ":\n", s->u.let.bound);
+    print_stmt(p, s->u.let.body, depth + 1);
+    return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

@@ -417,6 +417,23 @@ static cn_status simplify_seq(simplifier *sim, cn_ll_stmt *s, bool *empty) {
   return CN_OK;
 }
 
+/* Simplifies body with sym in [lo, hi] (a loop's variable, a let's symbol), its outer range
+ * restored after. */
+static cn_status simplify_bound(simplifier *sim, cn_symbol sym, int64_t lo, int64_t hi,
+                                cn_ll_stmt *body, bool *empty) {
+  int slot = slot_of(sim, sym);
+  int64_t outer_lo = sim->lo[slot], outer_hi = sim->hi[slot];
+  bool known = sim->known[slot];
+  sim->lo[slot] = lo;
+  sim->hi[slot] = hi;
+  sim->known[slot] = true;
+  cn_status status = simplify_stmt(sim, body, empty);
+  sim->lo[slot] = outer_lo;
+  sim->hi[slot] = outer_hi;
+  sim->known[slot] = known;
+  return status;
+}
+
 /* Simplifies a statement in place; *empty tells that it does nothing and can be dropped. */
 static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
   cn_ctx *ctx = sim->ctx;
@@ -429,17 +446,9 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
       *empty = true;
       return CN_OK;
     }
-    int sym = slot_of(sim, s->u.loop.sym);
-    int64_t lo = sim->lo[sym], hi = sim->hi[sym];
-    bool known = sim->known[sym];
-    sim->lo[sym] = s->u.loop.from;
-    sim->hi[sym] = s->u.loop.to - 1;
-    sim->known[sym] = true;
     bool body_empty;
-    cn_status status = simplify_stmt(sim, s->u.loop.body, &body_empty);
-    sim->lo[sym] = lo;
-    sim->hi[sym] = hi;
-    sim->known[sym] = known;
+    cn_status status = simplify_bound(sim, s->u.loop.sym, s->u.loop.from, s->u.loop.to - 1,
+                                      s->u.loop.body, &body_empty);
     if (status != CN_OK) return status;
     *empty = body_empty; /* a loop whose body does nothing does nothing */
     return body_empty ? CN_OK : bound_loop(sim, s, empty);
@@ -466,6 +475,14 @@ static cn_status simplify_stmt(simplifier *sim, cn_ll_stmt *s, bool *empty) {
     s->u.vec.arg = simplify_expr(ctx, s->u.vec.arg);
     return s->u.vec.arg ? CN_OK : CN_ERR_NOMEM;
   case CN_LL_GEMM: return CN_OK; /* made by the scheduling stage, after simplification */
+  case CN_LL_LET: {
+    /* The body runs only with the symbol in [0, bound): a range like a loop variable's. */
+    bool body_empty;
+    cn_status status =
+        simplify_bound(sim, s->u.let.sym, 0, s->u.let.bound - 1, s->u.let.body, &body_empty);
+    *empty = body_empty || s->u.let.bound <= 0;
+    return status;
+  }
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

@@ -78,6 +78,11 @@ static void add_stmt(occurrences *o, const cn_ll_proc *proc, const cn_ll_stmt *s
     add_expr(o, proc, s->u.vec.arg);
     return;
   case CN_LL_GEMM: add_stmt(o, proc, s->u.gemm.nest); return;
+  case CN_LL_LET:
+    add(o, s->u.let.sym);
+    add_access(o, proc, s->u.let.param, s->u.let.idx);
+    add_stmt(o, proc, s->u.let.body);
+    return;
   }
   cn_assert_fail(__FILE__, __LINE__, "unknown statement kind");
 }

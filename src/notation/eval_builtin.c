@@ -200,6 +200,14 @@ static nt_value *nt_builtin_range(nt_interp *I, const nt_call *c) {
   return tensor_result(I, c, false, cn_tensor_range(I->g, count));
 }
 
+/* one_hot ids N: the ids' axes as batch axes, N classes as the output axis. */
+static nt_value *nt_builtin_one_hot(nt_interp *I, const nt_call *c) {
+  int64_t count;
+  if (c->a->pos[1]->kind != NT_V_NUM) return wrong_arguments(I, c);
+  if (!nt_as_int(I, c->a->pos[1], c->at, &count)) return NULL;
+  return tensor_result(I, c, false, cn_tensor_one_hot(I->g, c->t[0], count));
+}
+
 static nt_value *nt_builtin_range_of_shape(nt_interp *I, const nt_call *c) {
   static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
   int64_t d[3][CN_MAX_RANK];

@@ -91,6 +91,7 @@ static void collect_writes(const cn_ll_stmt *stmt, bool *seen, int *out, int *n)
   case CN_LL_FOR: collect_writes(stmt->u.loop.body, seen, out, n); return;
   case CN_LL_IF: collect_writes(stmt->u.guard.body, seen, out, n); return;
   case CN_LL_GEMM: collect_writes(stmt->u.gemm.nest, seen, out, n); return;
+  case CN_LL_LET: collect_writes(stmt->u.let.body, seen, out, n); return;
   case CN_LL_SET: param = stmt->u.set.param; break;
   case CN_LL_SET_VEC: param = stmt->u.vec.param; break;
   }
@@ -110,6 +111,7 @@ static bool has_parallel_loop(const cn_ll_stmt *stmt) {
   case CN_LL_FOR:
     return (stmt->u.loop.marks & CN_LL_PARALLEL) || has_parallel_loop(stmt->u.loop.body);
   case CN_LL_IF: return has_parallel_loop(stmt->u.guard.body);
+  case CN_LL_LET: return has_parallel_loop(stmt->u.let.body);
   case CN_LL_GEMM: return true; /* its blocks of cells run on the pool */
   case CN_LL_COMMENT:
   case CN_LL_SET:

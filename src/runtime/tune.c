@@ -255,7 +255,8 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing
     around->n--;
     return status;
   }
-  case CN_LL_IF: return CN_OK; /* a guard's variables need no value the tuner knows */
+  case CN_LL_IF: return CN_OK;  /* a guard's variables need no value the tuner knows */
+  case CN_LL_LET: return CN_OK; /* no GEMM plan is made under one (sched/gemm.c) */
   case CN_LL_GEMM: break;
   case CN_LL_COMMENT:
   case CN_LL_SET:

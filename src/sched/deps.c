@@ -34,7 +34,8 @@ static bool is_store_body(const cn_ll_stmt *s) {
     return true;
   case CN_LL_FOR:
   case CN_LL_SET_VEC:
-  case CN_LL_GEMM: return false;
+  case CN_LL_GEMM:
+  case CN_LL_LET: return false;
   }
   return false;
 }
@@ -92,30 +93,36 @@ cn_status cn_sched_nest_read(cn_ctx *ctx, cn_ll_stmt **slot, cn_sched_nest *nest
   return CN_OK;
 }
 
+/* A nest inside a CN_LL_LET (under_let) is one iteration's work for the let's value: its loops
+ * may be reordered, split or marked among themselves, never moved out of the let, since the
+ * nests are handed over whole and the let around them stays where it is. */
 static cn_status each_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt **slot,
-                           cn_sched_nest_fn fn, void *user) {
+                           cn_sched_nest_fn fn, void *user, bool under_let) {
   cn_ll_stmt *s = *slot;
   switch (s->kind) {
   case CN_LL_SEQ:
     for (int i = 0; i < s->u.seq.count; i++) {
-      cn_status st = each_nest(ctx, proc, &s->u.seq.items[i], fn, user);
+      cn_status st = each_nest(ctx, proc, &s->u.seq.items[i], fn, user, under_let);
       if (st != CN_OK) return st;
     }
     return CN_OK;
-  case CN_LL_IF: return each_nest(ctx, proc, &s->u.guard.body, fn, user);
+  case CN_LL_IF: return each_nest(ctx, proc, &s->u.guard.body, fn, user, under_let);
+  case CN_LL_LET: return each_nest(ctx, proc, &s->u.let.body, fn, user, true);
   case CN_LL_FOR: {
     cn_sched_nest nest;
     bool found;
     cn_status st = cn_sched_nest_read(ctx, slot, &nest, &found);
     if (st != CN_OK) return st;
-    return found ? fn(ctx, proc, &nest, user) : each_nest(ctx, proc, &s->u.loop.body, fn, user);
+    nest.under_let = under_let;
+    return found ? fn(ctx, proc, &nest, user)
+                 : each_nest(ctx, proc, &s->u.loop.body, fn, user, under_let);
   }
   default: return CN_OK;
   }
 }
 
 cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn, void *user) {
-  return each_nest(ctx, proc, &proc->body, fn, user);
+  return each_nest(ctx, proc, &proc->body, fn, user, false);
 }
 
 bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s) {

@@ -60,7 +60,8 @@ static bool body_reads_vars(const cn_ll_stmt *s, cn_symbol a, cn_symbol b) {
   case CN_LL_IF:
   case CN_LL_FOR:
   case CN_LL_SET_VEC:
-  case CN_LL_GEMM: return true;
+  case CN_LL_GEMM:
+  case CN_LL_LET: return true;
   }
   return true;
 }

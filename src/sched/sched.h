@@ -87,6 +87,10 @@ typedef struct {
   int n_stores;                           /* the body's CN_LL_SET statements */
   int n_access;
   cn_sched_access *access; /* arena; every store's write, then its reads, in body order */
+  /* Inside a CN_LL_LET (a gathered index; set by cn_sched_each_nest): the let's symbol is fixed
+   * during the nest, as an outer loop's variable is, and passes that reorder the nest keep it
+   * inside the let; the GEMM pass, whose plan runs apart from the nest's text, leaves it. */
+  bool under_let;
 } cn_sched_nest;
 
 /* Reads the perfect nest whose outermost loop is *slot (a CN_LL_FOR): *found is false when the
@@ -94,8 +98,8 @@ typedef struct {
  * allocation failure. */
 cn_status cn_sched_nest_read(cn_ctx *ctx, cn_ll_stmt **slot, cn_sched_nest *nest, bool *found);
 /* Calls fn on every perfect nest of proc, outermost first: a loop heading a perfect nest is handed
- * to fn (which may replace the nest in its slot) and not entered; other loops, guards and sequences
- * are entered. Stops at the first status fn returns other than CN_OK. */
+ * to fn (which may replace the nest in its slot) and not entered; other loops, guards, lets
+ * (under_let) and sequences are entered. Stops at the first status fn returns other than CN_OK. */
 typedef cn_status (*cn_sched_nest_fn)(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
                                       void *user);
 cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn, void *user);

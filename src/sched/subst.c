@@ -88,7 +88,8 @@ cn_ll_stmt *cn_sched_subst_body(cn_ctx *ctx, const cn_ll_proc *proc, const cn_sc
   case CN_LL_COMMENT: return cn_lb_comment(ctx, st->u.comment);
   case CN_LL_FOR:
   case CN_LL_SET_VEC:
-  case CN_LL_GEMM: break; /* not in a body of stores (cn_sched_nest) */
+  case CN_LL_GEMM:
+  case CN_LL_LET: break; /* not in a body of stores (cn_sched_nest) */
   }
   CN_ASSERT(!"not a body of stores");
   return NULL;

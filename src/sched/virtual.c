@@ -87,6 +87,7 @@ static void stmt_reads(const cn_ll_stmt *s, int param, int64_t trips, int64_t *n
   case CN_LL_SET: expr_reads(s->u.set.value, param, trips, n, most); return;
   case CN_LL_SET_VEC: expr_reads(s->u.vec.arg, param, trips, n, most); return;
   case CN_LL_GEMM: stmt_reads(s->u.gemm.nest, param, trips, n, most); return;
+  case CN_LL_LET: stmt_reads(s->u.let.body, param, trips, n, most); return;
   }
 }
 
@@ -310,6 +311,13 @@ static cn_ll_stmt *rewrite_stmt(cn_ctx *ctx, const cn_ll_proc *proc, const rewri
                          cn_lb_index_array(ctx, rank, s->u.vec.idx), s->u.vec.length,
                          rewrite_expr(ctx, proc, rw, s->u.vec.arg));
   }
+  case CN_LL_LET: {
+    /* its own read is never inlined (refusal: a gathered index's cell stays stored) */
+    int rank = proc->params[s->u.let.param].node->rank;
+    return cn_lb_let(ctx, s->u.let.sym, new_param(rw, s->u.let.param),
+                     cn_lb_index_array(ctx, rank, s->u.let.idx), s->u.let.bound,
+                     rewrite_stmt(ctx, proc, rw, s->u.let.body));
+  }
   case CN_LL_GEMM: break; /* made by a later pass (sched.c's order) */
   }
   CN_ASSERT(!"a GEMM plan before the virtual pass");
@@ -396,6 +404,7 @@ typedef struct {
   positions *writers;    /* per param */
   positions *readers;    /* per param */
   int *stamp, stamp_now; /* per param: dedupes the params of one statement or one expression */
+  bool *let_read;        /* per param: a CN_LL_LET reads it (a gathered index, not an expression) */
 } index_t;
 
 static bool add_position(index_t *ix, positions *p, int at) {
@@ -427,6 +436,9 @@ static bool index_stmt(index_t *ix, const cn_ll_stmt *s, int at) {
   case CN_LL_SET_VEC:
     return add_position(ix, &ix->writers[s->u.vec.param], at) && index_expr(ix, s->u.vec.arg, at);
   case CN_LL_GEMM: return index_stmt(ix, s->u.gemm.nest, at);
+  case CN_LL_LET:
+    ix->let_read[s->u.let.param] = true;
+    return add_position(ix, &ix->readers[s->u.let.param], at) && index_stmt(ix, s->u.let.body, at);
   }
   return true;
 }
@@ -482,6 +494,7 @@ static int stmt_depth(const cn_ll_stmt *s) {
   case CN_LL_SET: return expr_depth(s->u.set.value);
   case CN_LL_SET_VEC: return expr_depth(s->u.vec.arg);
   case CN_LL_GEMM: return stmt_depth(s->u.gemm.nest);
+  case CN_LL_LET: return stmt_depth(s->u.let.body);
   case CN_LL_COMMENT: return 0;
   }
   return 0;
@@ -512,6 +525,7 @@ static const char *refusal(const cn_ll_proc *proc, index_t *ix, int param, int *
   if (param + 1 < proc->n_params && proc->params[param + 1].node == node &&
       proc->params[param + 1].merge)
     return "it has a merge buffer";
+  if (ix->let_read[param]) return "a gathered index reads its cells";
   const positions *w = &ix->writers[param];
   *at = -1;
   for (int k = 0; k < w->n; k++) {
@@ -629,7 +643,7 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
     memset(why, 0, sizeof *why * (size_t)n);
   }
   if (st == CN_OK && !cn_sched_stmts_flatten(ctx, proc->body, &list)) st = CN_ERR_NOMEM;
-  index_t ix = {ctx, &list, NULL, NULL, NULL, NULL, 0};
+  index_t ix = {ctx, &list, NULL, NULL, NULL, NULL, 0, NULL};
   candidate_at *order = NULL;
   int *readers = NULL, *inputs = NULL, n_order = 0;
   if (st == CN_OK) {
@@ -641,14 +655,17 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable) {
     order = cn_alloc(ctx, sizeof *order * ps);
     readers = cn_alloc(ctx, sizeof *readers * stmts);
     inputs = cn_alloc(ctx, sizeof *inputs * ps);
-    st = ix.dead && ix.writers && ix.readers && ix.stamp && order && readers && inputs
-             ? CN_OK
-             : ctx->status;
+    ix.let_read = cn_alloc(ctx, sizeof *ix.let_read * ps);
+    st =
+        ix.dead && ix.writers && ix.readers && ix.stamp && order && readers && inputs && ix.let_read
+            ? CN_OK
+            : ctx->status;
   }
   if (st == CN_OK) {
     memset(ix.dead, 0, sizeof *ix.dead * (size_t)(list.n + 1));
     memset(ix.writers, 0, sizeof *ix.writers * (size_t)n);
     memset(ix.readers, 0, sizeof *ix.readers * (size_t)n);
+    memset(ix.let_read, 0, sizeof *ix.let_read * (size_t)n);
     memset(ix.stamp, 0, sizeof *ix.stamp * (size_t)(n > list.n + 1 ? n : list.n + 1));
     for (int i = 0; i < list.n && st == CN_OK; i++)
       if (!index_stmt(&ix, list.items[i], i)) st = ctx->status;

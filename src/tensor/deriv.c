@@ -298,7 +298,7 @@ static cn_status emit(builder *b, const expr *e, const ref *target, bool init, c
 
 cn_asgn *cn_tensor_forward_asgn(cn_tensor *t) {
   cn_buffer buf[3];
-  for (int i = 0; i < t->n_args; i++) buf[i] = (cn_buffer){t->args[i]->value, false};
+  for (int i = 0; i < cn_tensor_n_operands(t); i++) buf[i] = (cn_buffer){t->args[i]->value, false};
   return cn_asgn_accum(t->g->ctx, true, t->accum, t->value, t->prim, buf, t->proj);
 }
 
@@ -322,7 +322,8 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
              cn_op_name(t->accum));
     return no_rule(t, why);
   }
-  for (int k = 0; k < t->n_args; k++) {
+  int n_operands = cn_tensor_n_operands(t);
+  for (int k = 0; k < n_operands; k++) {
     cn_tensor *arg = t->args[k];
     if (!arg->diff) continue;
     bool none, uses_result = false;
@@ -337,15 +338,15 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
       if (!v || !zero) return CN_ERR_NOMEM;
       v->kind = E_RESULT;
       zero->kind = E_NUMBER;
-      for (int i = 0; i < t->n_args; i++) {
+      for (int i = 0; i < n_operands; i++) {
         if (!(ops[i] = cn_alloc(ctx, sizeof *ops[i]))) return CN_ERR_NOMEM;
         ops[i]->kind = E_OPERAND;
         ops[i]->operand = i;
       }
       expr *f = t->prim == CN_OP_ID
                     ? ops[0]
-                    : apply(ctx, t->prim, t->n_args, ops[0], t->n_args > 1 ? ops[1] : NULL,
-                            t->n_args > 2 ? ops[2] : NULL);
+                    : apply(ctx, t->prim, n_operands, ops[0], n_operands > 1 ? ops[1] : NULL,
+                            n_operands > 2 ? ops[2] : NULL);
       d = apply(ctx, CN_OP_WHERE, 3, apply(ctx, CN_OP_EQ, 2, f, v, NULL), d, zero);
       if (!d) return CN_ERR_NOMEM;
     }

@@ -227,6 +227,8 @@ cn_status cn_graph_materialize(cn_graph *g) {
       return g->ctx->status;
     t->value->fusable = fusable(t);
     if (t->diff && !(t->grad = make_node(g, t, ".grad"))) return g->ctx->status;
+    /* a gather reads its ids' node, created above (operands come first) */
+    if (t->kind == CN_TK_ACCUM && (st = cn_tensor_gather_proj(t)) != CN_OK) return st;
     if (t->kind == CN_TK_DATA) {
       size_t numel = (size_t)cn_node_numel(t->value);
       if (t->n_values != numel && (t->n_values == 0 || numel % t->n_values != 0))

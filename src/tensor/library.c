@@ -149,6 +149,10 @@ cn_tensor *cn_tensor_range_of_shape(cn_graph *g, const cn_dims *dims) {
 /* t is referenced for its shape only: it is not an operand (n_args stays 0), so the forward code
  * of the embedding does not compute t. */
 cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis) {
+  return cn_tensor_embed_dim_prec(g, t, axis, g->prec);
+}
+
+cn_tensor *cn_tensor_embed_dim_prec(cn_graph *g, cn_tensor *t, int axis, cn_prec prec) {
   if (!t || t->g != g) {
     cn_fail(g->ctx, CN_ERR_INVALID, "embed_dim: the tensor is %s",
             t ? "from another graph" : "NULL");
@@ -162,7 +166,7 @@ cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis) {
   const cn_shape_row_spec scalar[CN_N_ROWS] = {
       {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
   cn_tensor *r =
-      cn_tensor_new(g, "embed_dim", CN_TK_FETCH, g->prec, scalar, CN_SL_TERMINAL, NULL, 0, NULL);
+      cn_tensor_new(g, "embed_dim", CN_TK_FETCH, prec, scalar, CN_SL_TERMINAL, NULL, 0, NULL);
   if (!r) return NULL;
   r->fetch = CN_TF_EMBED_DIM;
   r->args[0] = t;

@@ -32,7 +32,7 @@ static const cn_shape_row_spec scalar_rows[CN_N_ROWS] = {
 
 bool cn_tensor_op_diff(const cn_tensor *t) {
   if (t->stops_gradient || (t->kind != CN_TK_ACCUM && t->kind != CN_TK_TILE)) return false;
-  for (int i = 0; i < t->n_args; i++)
+  for (int i = 0; i < cn_tensor_n_operands(t); i++)
     if (t->args[i]->diff && cn_op_differentiable(t->prim, i)) return true;
   return false;
 }

@@ -39,7 +39,8 @@ typedef enum {
 } cn_tensor_fetch;
 
 /* What a guard of class labels (train.c) reports: the operation, its labels and the classes of its
- * logits (class_count's tensor). */
+ * logits (class_count's tensor); for a gather (gather.c, classes NULL), its ids and its table
+ * (logits), whose first axis they index. */
 typedef struct {
   const char *what;
   cn_tensor *labels, *logits, *classes;
@@ -82,6 +83,13 @@ struct cn_tensor {
   /* a validity test of class labels (train.c), armed on the value node when its code is
    * gathered: NULL for every other tensor */
   const cn_label_check *label_check;
+  /* A gather (gather.c): its record, inferred as the one-hot contraction's, becomes an
+   * index-valued projection at materialization (cn_tensor_gather_proj) and only args[0], the
+   * table, is an operand of prim (ID); the other args (the ids, their guard) are computed first. */
+  bool gather;
+  /* one_hot(ids) (gather.c): the ids it is made of, so that a contraction reading it only through
+   * its class axis becomes a gather of the other operand (NULL for every other tensor). */
+  cn_tensor *one_hot_ids;
 };
 
 /* A standalone assignment (contraction-is-emergent's producer regime): it contributes its own
@@ -188,6 +196,20 @@ cn_status cn_collect_params(cn_graph *g, cn_tensor *t, bool through_inits, cn_te
 /* Arms t's value node with t's label check (cn_node.guard_what): the message, which names the
  * labels, the logits and the class count, is written once shapes are solved (materialization). */
 cn_status cn_label_check_arm(cn_tensor *t);
+/* A constant of the given precision without axes, labeled by its value (train.c). */
+cn_tensor *cn_tensor_typed_scalar(cn_graph *g, cn_prec prec, double v);
+/* The size of axis `axis` (memory order) of t as a scalar of prec, read when lowered (library.c;
+ * cn_tensor_embed_dim is the graph's precision). */
+cn_tensor *cn_tensor_embed_dim_prec(cn_graph *g, cn_tensor *t, int axis, cn_prec prec);
+
+/* ---- Gather (gather.c) ---- */
+/* At materialization, once t's record is inferred and the nodes exist: turns the record of a
+ * gather, or of a contraction with a one-hot that qualifies, into its index-valued projection
+ * (ir.h cn_proj_gather), rewriting the contraction's operands and prim. CN_OK and nothing done for
+ * any other tensor. */
+cn_status cn_tensor_gather_proj(cn_tensor *t);
+/* The operands prim reads: 1 for a gather (args[0], the table), else n_args. */
+int cn_tensor_n_operands(const cn_tensor *t);
 
 /* ---- Assignments from projections (deriv.c) ---- */
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */

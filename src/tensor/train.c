@@ -149,7 +149,7 @@ static cn_tensor *one_hot(cn_graph *g, cn_tensor *classes, cn_tensor *labels) {
 
 /* A constant of the given precision without axes (num's are of the graph's precision), labeled
  * by its value as the core's constants are. */
-static cn_tensor *typed(cn_graph *g, cn_prec prec, double v) {
+cn_tensor *cn_tensor_typed_scalar(cn_graph *g, cn_prec prec, double v) {
   static const cn_shape_row_spec scalar[CN_N_ROWS] = {
       {true, 0, NULL, NULL}, {true, 0, NULL, NULL}, {true, 0, NULL, NULL}};
   char label[32];
@@ -162,7 +162,7 @@ static cn_tensor *typed(cn_graph *g, cn_prec prec, double v) {
 /* The number of classes C as a scalar of x's precision: the largest class index plus 1 (a max
  * einsum over cls, so it is counted at run time like mean's cells). */
 static cn_tensor *class_count(cn_graph *g, cn_tensor *x, cn_tensor *cls) {
-  cn_tensor *one = cls ? typed(g, x->prec, 1) : NULL;
+  cn_tensor *one = cls ? cn_tensor_typed_scalar(g, x->prec, 1) : NULL;
   return one ? cn_tensor_einsum(g, "..o..; => ", CN_OP_MAX, CN_OP_ADD, 2, (cn_tensor *[]){cls, one})
              : NULL;
 }
@@ -178,11 +178,13 @@ static cn_tensor *label_guard(cn_graph *g, const char *what, cn_tensor *x, cn_te
   cn_tensor *n = class_count(g, x, cls);
   cn_tensor *whole =
       cn_tensor_apply2(g, CN_OP_EQ, labels, cn_tensor_apply1(g, CN_OP_TRUNC, labels));
-  cn_tensor *negative = cn_tensor_apply2(g, CN_OP_LT, labels, typed(g, labels->prec, 0));
+  cn_tensor *negative =
+      cn_tensor_apply2(g, CN_OP_LT, labels, cn_tensor_typed_scalar(g, labels->prec, 0));
   cn_tensor *valid = tri(g, CN_OP_MUL3, whole, cn_tensor_apply1(g, CN_OP_NOT, negative),
                          cn_tensor_apply2(g, CN_OP_LT, labels, n));
   cn_tensor *guard = cn_tensor_labeled(
-      tri(g, CN_OP_WHERE, valid, typed(g, labels->prec, 0), labels), "label_check");
+      tri(g, CN_OP_WHERE, valid, cn_tensor_typed_scalar(g, labels->prec, 0), labels),
+      "label_check");
   cn_label_check *check = guard ? cn_alloc(g->ctx, sizeof *check) : NULL;
   if (!check) return NULL;
   *check = (cn_label_check){what, labels, x, cls};
@@ -193,21 +195,22 @@ static cn_tensor *label_guard(cn_graph *g, const char *what, cn_tensor *x, cn_te
 /* v, or NaN (of x's precision) where the guard flags its example's label: what the loss or
  * metric is if the run's failure is ignored. The where also puts the guard in v's forward code. */
 static cn_tensor *guarded(cn_graph *g, cn_tensor *guard, cn_tensor *x, cn_tensor *v) {
-  return guard ? tri(g, CN_OP_WHERE, guard, typed(g, x->prec, NAN), v) : NULL;
+  return guard ? tri(g, CN_OP_WHERE, guard, cn_tensor_typed_scalar(g, x->prec, NAN), v) : NULL;
 }
 
 cn_status cn_label_check_arm(cn_tensor *t) {
   cn_node *node = t->value;
   const cn_label_check *c = t->label_check;
   if (node->guard_what) return CN_OK;
-  int64_t n = cn_node_numel(c->classes->value);
   cn_sbuf what = {0}, rule = {0};
-  cn_sbuf_printf(&what, "%s: label", c->what);
+  bool rows = !c->classes; /* a gather's ids: rows of the table's first axis */
+  int64_t n = rows ? cn_node_dim(c->logits->value, 0) : cn_node_numel(c->classes->value);
+  cn_sbuf_printf(&what, "%s: %s", c->what, rows ? "index" : "label");
   cn_sbuf_printf(&rule,
-                 "of \"%s\" (#%d) is not one of the %lld class indices of \"%s\" (#%d): an "
-                 "integer from 0 to %lld",
-                 c->labels->label, c->labels->id, (long long)n, c->logits->label, c->logits->id,
-                 (long long)n - 1);
+                 "of \"%s\" (#%d) is not one of the %lld %s of \"%s\" (#%d): an integer from 0 "
+                 "to %lld",
+                 c->labels->label, c->labels->id, (long long)n, rows ? "rows" : "class indices",
+                 c->logits->label, c->logits->id, (long long)n - 1);
   const char *w = cn_sbuf_finish(t->g->ctx, &what), *r = cn_sbuf_finish(t->g->ctx, &rule);
   if (!w || !r) return CN_ERR_NOMEM;
   node->guard_what = w;
