@@ -363,6 +363,10 @@ void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *id
   cn_sbuf_putc(sb, ']');
 }
 
+void cn_cgen_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx) {
+  print_cell(g, sb, param, idx, NULL);
+}
+
 /* ---- Expressions and statements ---- */
 
 static const char *text_of(const cn_sbuf *sb) {
@@ -439,7 +443,15 @@ static void emit_comment(cn_sbuf *sb, const char *text) {
   cn_sbuf_puts(sb, " */\n");
 }
 
+void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to) {
+  emit_converted(g, sb, e, to);
+}
+
 static void emit_set(const cgen *g, int depth, const cn_ll_stmt *s) {
+  if (s == g->max_keyed) {
+    cn_cgen_max_update(g, depth, s);
+    return;
+  }
   cn_sbuf *sb = g->out;
   int param = s->u.set.param;
   cn_prec prec = g->proc->params[param].node->prec;
@@ -755,6 +767,18 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
     }
     if (s->u.loop.marks & CN_LL_FLAT) {
       emit_flat(g, depth, s);
+      return;
+    }
+    const cn_ll_stmt *max = g->max_as_written ? NULL : cn_cgen_max_store(g, s);
+    if (max) {
+      cgen keyed = *g, as_written = *g;
+      keyed.max_keyed = max;
+      keyed.max_as_written = as_written.max_as_written = true;
+      cn_cgen_max_open(g, depth, max);
+      emit_stmt(&keyed, depth + 1, s);
+      cn_cgen_max_fallback(g, depth);
+      emit_stmt(&as_written, depth + 2, s);
+      cn_cgen_max_close(g, depth, max);
       return;
     }
     const char *var = sym_name(g, s->u.loop.sym);
