@@ -333,17 +333,27 @@ static inline double cn_pow_f64(double a, double b) {
  * two constants (ln2 = C1 + C2, C1 with 16 significant bits, so n * C1 is exact for |n| < 256),
  * exp(r) on [-ln2/2, ln2/2] by Cephes expf's minimax polynomial (S. L. Moshier), and 2^n as two
  * factors built from exponent bits (n split in halves, each a normal float): the last
- * multiplication is the one rounding into a subnormal result. x is clamped to [-104, 89] first:
- * beyond it exp overflows to +inf or underflows to 0 in the scaling itself (-inf gives 0, +inf
- * gives +inf); a NaN comes back as x + x (quieted). Each step is a statement of its own, so no
- * compiler contracts a multiplication and an addition (clang's -ffp-contract=on works inside one
- * expression): the library and generated C round each operation alike. Error against the
+ * multiplication is the one rounding into a subnormal result. Beyond the thresholds the result
+ * is +inf or +0 by a mask (-inf gives +0, +inf gives +inf); a NaN comes back quieted, with its
+ * sign and payload. Each step is a statement of its
+ * own, so no compiler contracts a multiplication and an addition (clang's -ffp-contract=on works
+ * inside one expression): the library and generated C round each operation alike. Error against the
  * correctly rounded exp: at most 1 ulp over all 2^32 inputs, subnormal results included
  * (tests/test_vexp.c checks every input in optimized builds). Double keeps libm's exp. ---- */
 
 static inline float cn_exp_f32(float x) {
-  float xc = x < 89.0f ? x : 89.0f; /* a NaN becomes 89 here: no conversion of a NaN below */
-  xc = xc > -104.0f ? xc : -104.0f;
+  /* The inputs whose result is known, by their bits: NaN, above 0x1.62e42ep+6 (+inf: the first
+   * whose exp rounds to infinity), below -0x1.9fe368p+6 (+0: the first whose exp rounds to 0).
+   * They go through the polynomial as 0 and get their result by masks: no product over- or
+   * underflows (an underflow costs a microcode assist per lane on x86, and exp(-inf) is every
+   * masked cell of attention), and no conditional gcc could turn into paths of their own (a
+   * conditional float operation may trap, which stops vectorization without AVX-512's masks). */
+  uint32_t bits = cn_f32_bits(x), magnitude = bits & 0x7FFFFFFFu;
+  uint32_t nan_mask = 0u - (uint32_t)(magnitude > 0x7F800000u);
+  uint32_t inf_mask = ~nan_mask & (0u - (uint32_t)(bits > 0x42B17217u && bits <= 0x7F800000u));
+  uint32_t zero_mask = ~nan_mask & (0u - (uint32_t)(bits > 0xC2CFF1B4u));
+  uint32_t known_mask = nan_mask | inf_mask | zero_mask;
+  float xc = cn_f32_of_bits(bits & ~known_mask);
   float t = xc * 0x1.715476p+0f; /* x / ln2 */
   float shifted = t + 0x1.8p23f; /* rounds t to an integer (nearest even): |t| < 2^22 */
   float n = shifted - 0x1.8p23f;
@@ -371,7 +381,9 @@ static inline float cn_exp_f32(float x) {
   float scale2 = cn_f32_of_bits((uint32_t)(n2 + 127) << 23);
   float y = p * scale1; /* exact: a normal float */
   y = y * scale2;
-  return x != x ? x + x : y;
+  /* a NaN gives itself quieted (what x + x gives on x86-64 and aarch64) */
+  return cn_f32_of_bits((cn_f32_bits(y) & ~known_mask) | (0x7F800000u & inf_mask) |
+                        ((bits | 0x00400000u) & nan_mask));
 }
 static inline double cn_exp_f64(double x) {
   return exp(x);
