@@ -769,18 +769,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
       emit_flat(g, depth, s);
       return;
     }
-    const cn_ll_stmt *max = g->max_as_written ? NULL : cn_cgen_max_store(g, s);
-    if (max) {
-      cgen keyed = *g, as_written = *g;
-      keyed.max_keyed = max;
-      keyed.max_as_written = as_written.max_as_written = true;
-      cn_cgen_max_open(g, depth, max);
-      emit_stmt(&keyed, depth + 1, s);
-      cn_cgen_max_fallback(g, depth);
-      emit_stmt(&as_written, depth + 2, s);
-      cn_cgen_max_close(g, depth, max);
-      return;
-    }
+    if (cn_cgen_max_reduction(g, depth, s)) return;
     const char *var = sym_name(g, s->u.loop.sym);
     /* A vector-marked loop's iterations are independent and its accesses unit-stride (loops.h):
      * the pragma lets the compiler vectorize it without proving that itself; the body is emitted

@@ -59,15 +59,12 @@ void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *id
 /* "buf[offset]" of a cell, and an expression converted to precision `to`, as cgen.c spells them. */
 void cn_cgen_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx);
 void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
-/* Max reductions without order (cgen_reduce.c): the store `c := max(c, v)` when it is the whole
- * body of `loop` and a max reduction it may run without order, else NULL; then, around the loop,
- * the block opening with the key and NaN accumulators, the body as key updates, the fallback's
- * `if (cn_nan) {` before the loop as written, and the key's store closing the block. */
-const cn_ll_stmt *cn_cgen_max_store(const cgen *g, const cn_ll_stmt *loop);
-void cn_cgen_max_open(const cgen *g, int depth, const cn_ll_stmt *set);
+/* Max reductions without order (cgen_reduce.c): when the loop's whole body is the store
+ * `c := max(c, v)` of a reduction it may run without order, emits it as a block (the key and NaN
+ * accumulators, the loop with its body as key updates by cn_cgen_max_update, the loop as written
+ * when a NaN occurred, else the key's store) and returns true; else false and emits nothing. */
+bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
 void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
-void cn_cgen_max_fallback(const cgen *g, int depth);
-void cn_cgen_max_close(const cgen *g, int depth, const cn_ll_stmt *set);
 /* A statement at depth, as cgen.c emits it. */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
 /* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the

@@ -30,7 +30,9 @@ static bool reads_param(const cn_ll_expr *e, int param) {
   return true;
 }
 
-const cn_ll_stmt *cn_cgen_max_store(const cgen *g, const cn_ll_stmt *loop) {
+/* The store `c := max(c, v)` when it is the whole body of `loop` and a reduction it may run
+ * without order, else NULL. */
+static const cn_ll_stmt *max_store(const cgen *g, const cn_ll_stmt *loop) {
   const cn_ll_stmt *set = loop->u.loop.body;
   if (set->kind != CN_LL_SET) return NULL;
   int param = set->u.set.param;
@@ -54,7 +56,7 @@ static const char *suffix(const cgen *g, const cn_ll_stmt *set) {
   return g->proc->params[set->u.set.param].node->prec == CN_PREC_SINGLE ? "f32" : "f64";
 }
 
-void cn_cgen_max_open(const cgen *g, int depth, const cn_ll_stmt *set) {
+static void max_open(const cgen *g, int depth, const cn_ll_stmt *set) {
   cn_sbuf *sb = g->out, cell = {0};
   bool single = g->proc->params[set->u.set.param].node->prec == CN_PREC_SINGLE;
   const char *sx = suffix(g, set);
@@ -84,12 +86,12 @@ void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set) {
   cn_sbuf_free(&value);
 }
 
-void cn_cgen_max_fallback(const cgen *g, int depth) {
+static void max_fallback(const cgen *g, int depth) {
   cn_sbuf_indent(g->out, depth + 1);
   cn_sbuf_puts(g->out, "if (cn_nan) {\n");
 }
 
-void cn_cgen_max_close(const cgen *g, int depth, const cn_ll_stmt *set) {
+static void max_close(const cgen *g, int depth, const cn_ll_stmt *set) {
   cn_sbuf *sb = g->out, cell = {0};
   cn_cgen_cell(g, &cell, set->u.set.param, set->u.set.idx);
   if (cell.failed) sb->failed = true;
@@ -102,4 +104,18 @@ void cn_cgen_max_close(const cgen *g, int depth, const cn_ll_stmt *set) {
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "}\n");
   cn_sbuf_free(&cell);
+}
+
+bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop) {
+  const cn_ll_stmt *set = g->max_as_written ? NULL : max_store(g, loop);
+  if (!set) return false;
+  cgen keyed = *g, as_written = *g;
+  keyed.max_keyed = set;
+  keyed.max_as_written = as_written.max_as_written = true;
+  max_open(g, depth, set);
+  cn_cgen_stmt(&keyed, depth + 1, loop);
+  max_fallback(g, depth);
+  cn_cgen_stmt(&as_written, depth + 2, loop);
+  max_close(g, depth, set);
+  return true;
 }
