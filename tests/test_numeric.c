@@ -807,7 +807,7 @@ static void test_spellings(void) {
   CHECK_STR(spell_op(CN_OP_LT, CN_PREC_SINGLE, "x", "y", ""), "((float)(x < y))");
   CHECK_STR(spell_op(CN_OP_NOT, CN_PREC_INT64, "x", "", ""), "((int64_t)(x == 0 ? 1 : 0))");
   CHECK_STR(spell_op(CN_OP_RELU, CN_PREC_INT64, "x", "", ""), "(x >= 0 ? x : 0)");
-  CHECK_STR(spell_op(CN_OP_EXP, CN_PREC_SINGLE, "x", "", ""), "exp(x)");
+  CHECK_STR(spell_op(CN_OP_EXP, CN_PREC_SINGLE, "x", "", ""), "cn_exp(x)");
   CHECK_STR(spell_op(CN_OP_FMA, CN_PREC_INT64, "x", "y", "z"), "cn_iadd(cn_imul(x, y), z)");
   CHECK_STR(spell_op(CN_OP_FMA, CN_PREC_DOUBLE, "a", "b", "c"), "fma(a, b, c)");
   CHECK_STR(spell_op(CN_OP_WHERE, CN_PREC_SINGLE, "c", "b", "a"), "cn_select(c != 0, b, a)");

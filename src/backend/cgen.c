@@ -367,6 +367,10 @@ void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *id
   cn_sbuf_putc(sb, ']');
 }
 
+void cn_cgen_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx) {
+  print_cell(g, sb, param, idx, NULL);
+}
+
 /* ---- Expressions and statements ---- */
 
 static const char *text_of(const cn_sbuf *sb) {
@@ -443,7 +447,15 @@ static void emit_comment(cn_sbuf *sb, const char *text) {
   cn_sbuf_puts(sb, " */\n");
 }
 
+void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to) {
+  emit_converted(g, sb, e, to);
+}
+
 static void emit_set(const cgen *g, int depth, const cn_ll_stmt *s) {
+  if (s == g->max_keyed) {
+    cn_cgen_max_update(g, depth, s);
+    return;
+  }
   cn_sbuf *sb = g->out;
   int param = s->u.set.param;
   cn_prec prec = g->proc->params[param].node->prec;
@@ -796,6 +808,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
       emit_flat(g, depth, s);
       return;
     }
+    if (cn_cgen_max_reduction(g, depth, s)) return;
     const char *var = sym_name(g, s->u.loop.sym);
     /* A vector-marked loop's iterations are independent and its accesses unit-stride (loops.h):
      * the pragma lets the compiler vectorize it without proving that itself; the body is emitted

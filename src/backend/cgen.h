@@ -40,6 +40,10 @@ typedef struct {
   /* Inside a CN_LL_FLAT pair run as one loop (emit_flat): the outer loop, whose variable is not
    * declared and whose terms are dropped from offsets; NULL elsewhere. */
   const cn_ll_stmt *flat_outer;
+  /* The store of a max reduction (cgen_reduce.c) being emitted as key updates, and whether the
+   * loop being emitted is such a reduction's loop as written (not recognized again). */
+  const cn_ll_stmt *max_keyed;
+  bool max_as_written;
 } cgen;
 
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
@@ -52,6 +56,15 @@ const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);
  * its box's first value: where a GEMM's operand starts. */
 void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
                        const cn_ll_stmt *const *loops, int n_loops);
+/* "buf[offset]" of a cell, and an expression converted to precision `to`, as cgen.c spells them. */
+void cn_cgen_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx);
+void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
+/* Max reductions without order (cgen_reduce.c): when the loop's whole body is the store
+ * `c := max(c, v)` of a reduction it may run without order, emits it as a block (the key and NaN
+ * accumulators, the loop with its body as key updates by cn_cgen_max_update, the loop as written
+ * when a NaN occurred, else the key's store) and returns true; else false and emits nothing. */
+bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
+void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
 /* A statement at depth, as cgen.c emits it. */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
 /* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the

@@ -16,7 +16,7 @@
  * Contents: half / bfloat16 / fp8 (E5M2) storage conversions; the per-precision families named
  * by the `lc` column of include/cannl/precisions.def (cn_load_<lc>, cn_store_<lc>,
  * cn_<lc>_to_u4x32, cn_u4x32_to_<lc>_uniform, cn_u4x32_to_<lc>_uniform_vec); integer helpers
- * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_max, cn_min; the two threefry4x32 variants
+ * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_exp, cn_max, cn_min; the two threefry4x32 variants
  * (ocannl-notes §7). */
 #ifndef CN_BUILTINS_H
 #define CN_BUILTINS_H
@@ -326,6 +326,72 @@ static inline double cn_pow_f64(double a, double b) {
 #define cn_pow(a, b) _Generic((a), float: cn_pow_f32, double: cn_pow_f64)((a), (b))
 /* clang-format on */
 
+/* ---- exp: on float a branch-free polynomial, the op `exp` of every precision computed in float
+ * on both backends (the interpreter evaluates it in float too: CN_OPF_IN_FLOAT in ops.def), so it
+ * is the same bits on every backend, run and thread count, and gcc / clang vectorize a loop of it
+ * (no call of expf). exp(x) = 2^n exp(r), n = rint(x / ln2), r = x - n ln2 by Cody-Waite with
+ * two constants (ln2 = C1 + C2, C1 with 16 significant bits, so n * C1 is exact for |n| < 256),
+ * exp(r) on [-ln2/2, ln2/2] by Cephes expf's minimax polynomial (S. L. Moshier), and 2^n as two
+ * factors built from exponent bits (n split in halves, each a normal float): the last
+ * multiplication is the one rounding into a subnormal result. Beyond the thresholds the result
+ * is +inf or +0 by a mask (-inf gives +0, +inf gives +inf); a NaN comes back quieted, with its
+ * sign and payload. Each step is a statement of its
+ * own, so no compiler contracts a multiplication and an addition (clang's -ffp-contract=on works
+ * inside one expression): the library and generated C round each operation alike. Error against the
+ * correctly rounded exp: at most 1 ulp over all 2^32 inputs, subnormal results included
+ * (tests/test_vexp.c checks every input in optimized builds). Double keeps libm's exp. ---- */
+
+static inline float cn_exp_f32(float x) {
+  /* The inputs whose result is known, by their bits: NaN, above 0x1.62e42ep+6 (+inf: the first
+   * whose exp rounds to infinity), below -0x1.9fe368p+6 (+0: the first whose exp rounds to 0).
+   * They go through the polynomial as 0 and get their result by masks: no product over- or
+   * underflows (an underflow costs a microcode assist per lane on x86, and exp(-inf) is every
+   * masked cell of attention), and no conditional gcc could turn into paths of their own (a
+   * conditional float operation may trap, which stops vectorization without AVX-512's masks). */
+  uint32_t bits = cn_f32_bits(x), magnitude = bits & 0x7FFFFFFFu;
+  uint32_t nan_mask = 0u - (uint32_t)(magnitude > 0x7F800000u);
+  uint32_t inf_mask = ~nan_mask & (0u - (uint32_t)(bits > 0x42B17217u && bits <= 0x7F800000u));
+  uint32_t zero_mask = ~nan_mask & (0u - (uint32_t)(bits > 0xC2CFF1B4u));
+  uint32_t known_mask = nan_mask | inf_mask | zero_mask;
+  float xc = cn_f32_of_bits(bits & ~known_mask);
+  float t = xc * 0x1.715476p+0f; /* x / ln2 */
+  float shifted = t + 0x1.8p23f; /* rounds t to an integer (nearest even): |t| < 2^22 */
+  float n = shifted - 0x1.8p23f;
+  float n_c1 = n * 0x1.62e4p-1f; /* exact */
+  float r = xc - n_c1;           /* exact (Sterbenz) */
+  float n_c2 = n * 0x1.7f7d1cp-20f;
+  r = r - n_c2;
+  float p = 1.9875691500e-4f * r;
+  p = p + 1.3981999507e-3f;
+  p = p * r;
+  p = p + 8.3334519073e-3f;
+  p = p * r;
+  p = p + 4.1665795894e-2f;
+  p = p * r;
+  p = p + 1.6666665459e-1f;
+  p = p * r;
+  p = p + 5.0000001201e-1f;
+  float r2 = r * r;
+  p = p * r2;
+  p = p + r;
+  p = p + 1.0f;
+  int32_t ni = (int32_t)n;           /* -150 .. 128 */
+  int32_t n1 = ni / 2, n2 = ni - n1; /* -75 .. 64 each */
+  float scale1 = cn_f32_of_bits((uint32_t)(n1 + 127) << 23);
+  float scale2 = cn_f32_of_bits((uint32_t)(n2 + 127) << 23);
+  float y = p * scale1; /* exact: a normal float */
+  y = y * scale2;
+  /* a NaN gives itself quieted (what x + x gives on x86-64 and aarch64) */
+  return cn_f32_of_bits((cn_f32_bits(y) & ~known_mask) | (0x7F800000u & inf_mask) |
+                        ((bits | 0x00400000u) & nan_mask));
+}
+static inline double cn_exp_f64(double x) {
+  return exp(x);
+}
+/* clang-format off */
+#define cn_exp(a) _Generic((a), float: cn_exp_f32, double: cn_exp_f64)((a))
+/* clang-format on */
+
 /* ---- max / min: NaN if either operand is NaN (OCaml's Float.max / Float.min); on floats
  * max(-0, +0) = +0 and min(-0, +0) = -0. ---- */
 
@@ -373,6 +439,37 @@ static inline uint64_t cn_min_u64(uint64_t a, uint64_t b) {
   _Generic((a), float: cn_min_f32, double: cn_min_f64, int64_t: cn_min_i64, uint64_t: cn_min_u64)  \
       ((a), (b))
 /* clang-format on */
+
+/* ---- max as a reduction without order (generated C, cgen_reduce.c): without NaN, cn_max is
+ * the maximum of a total order in which -0 < +0, so the maximum over a loop does not depend on the
+ * order of its operands. The order is that of unsigned keys of the bits (a positive float's bits
+ * with the sign bit set, a negative one's complemented), and a maximum of integers vectorizes. A
+ * NaN makes the first NaN in loop order the result: the generated code then runs the loop as
+ * written. ---- */
+
+static inline uint32_t cn_max_key_f32(float x) {
+  uint32_t bits = cn_f32_bits(x);
+  return bits ^ ((0u - (bits >> 31)) | 0x80000000u);
+}
+static inline float cn_of_max_key_f32(uint32_t key) {
+  return cn_f32_of_bits(key >= 0x80000000u ? key ^ 0x80000000u : ~key);
+}
+static inline uint32_t cn_nan_bit_f32(float x) {
+  return (cn_f32_bits(x) & 0x7FFFFFFFu) > 0x7F800000u;
+}
+static inline uint64_t cn_max_key_f64(double x) {
+  uint64_t bits = cn_f64_bits(x);
+  return bits ^ ((0u - (bits >> 63)) | 0x8000000000000000u);
+}
+static inline double cn_of_max_key_f64(uint64_t key) {
+  uint64_t bits = key >= 0x8000000000000000u ? key ^ 0x8000000000000000u : ~key;
+  double x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+static inline uint64_t cn_nan_bit_f64(double x) {
+  return (cn_f64_bits(x) & 0x7FFFFFFFFFFFFFFFu) > 0x7FF0000000000000u;
+}
 
 /* ---- select: `cond ? a : b` with both a and b evaluated, for the templates of where and the
  * gates. As a plain conditional over loads, GCC 12 at -O3 with AVX2 if-converts it into masked

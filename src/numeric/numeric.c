@@ -33,9 +33,10 @@
  *     nearest even, integers wrap to their width. The interpreter first casts its double to the
  *     compute type (float for single/half/bfloat16/fp8), as a value of generated C would be.
  *   - Load (stored cell -> compute value): cn_load_<prec>, exact.
- * In the interpreter every FLOAT kind computes in double; generated C computes single / half /
- * bfloat16 / fp8 in float and double in double, so float results may differ by the rounding of
- * intermediate values, never by a conversion rule. */
+ * In the interpreter every FLOAT kind computes in double, except the CN_OPF_IN_FLOAT ops (exp),
+ * which it evaluates in float for the precisions computed in float; generated C computes single /
+ * half / bfloat16 / fp8 in float and double in double, so float results may differ by the
+ * rounding of intermediate values, never by a conversion rule, and never for exp of a float. */
 #include "numeric/numeric.h"
 
 #include <math.h>
@@ -336,6 +337,21 @@ static double eval_float(cn_op op, double a, double b, double c) {
   return a;
 }
 
+/* The same templates on float, for the CN_OPF_IN_FLOAT ops of a precision computed in float. */
+static float eval_float32(cn_op op, float a, float b, float c) {
+  (void)b, (void)c;
+  switch (op) {
+#define CN_OP(ID, name, infix, arity, accum, logic, neutral, kinds, flags, fexpr, iexpr, bexpr)    \
+  case CN_OP_##ID: {                                                                               \
+    return (float)(fexpr);                                                                         \
+  }
+#include "cannl/ops.def"
+  default: break;
+  }
+  CN_ASSERT(!"invalid op");
+  return a;
+}
+
 static int64_t eval_int(cn_op op, int64_t a, int64_t b, int64_t c) {
   (void)b, (void)c;
   switch (op) {
@@ -395,7 +411,12 @@ cn_value cn_eval_op(cn_op op, cn_prec prec, const cn_value *args) {
   cn_value zero = {.w = {{0, 0, 0, 0}}}, r;
   cn_value a = args[0], b = info->arity > 1 ? args[1] : zero, c = info->arity > 2 ? args[2] : zero;
   switch (cn_prec_table[prec].kind) {
-  case CN_PKIND_FLOAT: r.f = eval_float(op, a.f, b.f, c.f); return r;
+  case CN_PKIND_FLOAT:
+    if ((info->flags & CN_OPF_IN_FLOAT) && computes_in_float(prec))
+      r.f = eval_float32(op, (float)a.f, (float)b.f, (float)c.f);
+    else
+      r.f = eval_float(op, a.f, b.f, c.f);
+    return r;
   case CN_PKIND_INT: r.i = eval_int(op, a.i, b.i, c.i); return r;
   case CN_PKIND_UINT: r.u = eval_uint(op, a.u, b.u, c.u); return r;
   case CN_PKIND_BITS: r.w = eval_bits(op, a.w, b.w, c.w); return r;

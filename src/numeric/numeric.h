@@ -24,9 +24,10 @@ typedef enum {
 #define CN_KI 2u
 #define CN_KB 4u
 /* Op flags (ops.def "flags"). */
-#define CN_OPF_TO_PREC 1u
-#define CN_OPF_VEC     2u
-#define CN_OPF_COND    4u
+#define CN_OPF_TO_PREC  1u
+#define CN_OPF_VEC      2u
+#define CN_OPF_COND     4u
+#define CN_OPF_IN_FLOAT 8u
 
 typedef struct {
   const char *name;

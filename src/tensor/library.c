@@ -277,13 +277,18 @@ cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64
 }
 
 /* exp(x - max) / sum exp(x - max) over the output row. The max only keeps exp in range: the
- * softmax does not depend on it, so its gradient is stopped rather than computed to cancel. */
+ * softmax does not depend on it, so its gradient is stopped rather than computed to cancel. The
+ * broadcast max and x - max are handed to no caller and read by no gradient (exp's reads its
+ * output), so, like a script's unnamed values (graph.c fusable), the schedule may inline them
+ * into exp instead of storing two temporaries of x's size. */
 cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x) {
   static const char reduce[] = "... | ..i.. -> ..o.. => ... | ..i.. ->";
   if (!cn_tensor_operands(g, "softmax", 1, &x)) return NULL;
   cn_tensor *max = cn_tensor_einmax1(g, reduce, x);
   cn_tensor *m = max ? cn_tensor_stop_gradient(g, max) : NULL;
-  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, cn_tensor_apply2(g, CN_OP_SUB, x, m));
+  cn_tensor *d = cn_tensor_apply2(g, CN_OP_SUB, x, m);
+  if (d) m->scripted = d->scripted = true;
+  cn_tensor *e = cn_tensor_apply1(g, CN_OP_EXP, d);
   cn_tensor *s = e ? cn_tensor_einsum1(g, reduce, e) : NULL;
   return cn_tensor_labeled(cn_tensor_apply2(g, CN_OP_DIV, e, s), "softmax");
 }
