@@ -4,7 +4,9 @@
  * whose two reduction loops must keep their order, and nests with cross-iteration dependences that
  * must not be marked (checked on the printed loops text), unroll-and-jam of a dense layer's
  * dot-product form with a remainder and an embedded index, flat pairs (an element-wise nest run as
- * one loop, checked on the generated C, and three nests that must not be flat), loop fusion of
+ * one loop, checked on the generated C, and three nests that must not be flat), unroll-and-jam of
+ * loops with an affine upper bound (causal attention's scores and mix with V), which scratch
+ * buffers are written whole by their first statement (cn_sched_written_first), loop fusion of
  * element-wise chains, a 2x2 max pool and an interleave; every scheduled
  * procedure run on generated C and on the interpreter from the same random buffers as the
  * unscheduled one, with memcmp-identical results on each backend (the scheduled C also close to the
@@ -664,6 +666,63 @@ static void test_jam_prefix(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Scratch written first (fresh.c): when a routine may skip zeroing a buffer ---- */
+
+/* for i < 4, j < jn: body, over params a, t, o [4, 8]. */
+static cn_ll_proc *fresh_proc(cn_ctx *ctx, cn_node *const *ato, cn_symbol i, cn_symbol j,
+                              int64_t jn, cn_ll_stmt *body) {
+  cn_ll_param params[3] = {param_of(ato[0]), param_of(ato[1]), param_of(ato[2])};
+  return cn_lb_proc(ctx, "fresh", cn_lb_loop(ctx, i, 0, 4, cn_lb_loop(ctx, j, 0, jn, body)), 3,
+                    params, 0, NULL);
+}
+
+static void test_written_first(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_node *ato[3] = {node(ctx, "a", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "t", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "o", single, 2, (int64_t)4, (int64_t)8)};
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+#define IJ     cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))
+#define GET(p) cn_lb_get(ctx, p, single, IJ)
+  /* t := 2a, then o := t + 1 at the same cell: t and o are written whole first, a is read */
+  cn_ll_stmt *both = cn_lb_seq(
+      ctx, 2, cn_lb_set(ctx, 1, IJ, cn_lb_op(ctx, CN_OP_MUL, single, GET(0), GET(0), NULL)),
+      cn_lb_set(ctx, 2, IJ,
+                cn_lb_op(ctx, CN_OP_ADD, single, GET(1), cn_lb_num(ctx, single, 1), NULL)));
+  cn_ll_proc *p = fresh_proc(ctx, ato, i, j, 8, both);
+  CHECK(p && cn_sched_written_first(p, 1) && cn_sched_written_first(p, 2));
+  CHECK(p && !cn_sched_written_first(p, 0));
+  /* an accumulation reads the zeros */
+  p = fresh_proc(ctx, ato, i, j, 8, cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a box short of the dim leaves column 7 unwritten */
+  p = fresh_proc(ctx, ato, i, j, 7, cn_lb_set(ctx, 1, IJ, GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a read of t before its write in the body */
+  p = fresh_proc(ctx, ato, i, j, 8,
+                 cn_lb_seq(ctx, 2, cn_lb_set(ctx, 2, IJ, GET(1)), cn_lb_set(ctx, 1, IJ, GET(0))));
+  CHECK(p && !cn_sched_written_first(p, 1) && cn_sched_written_first(p, 2));
+  /* a read of another cell of t than the one written (the next row's, not yet written) */
+  cn_ll_expr *next =
+      cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, affine1(i, 1, 1), cn_index_iter(j)));
+  p = fresh_proc(ctx, ato, i, j, 8,
+                 cn_lb_seq(ctx, 2, cn_lb_set(ctx, 1, IJ, GET(0)), cn_lb_set(ctx, 2, IJ, next)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* one column only: t[i, 0] */
+  p = fresh_proc(
+      ctx, ato, i, j, 8,
+      cn_lb_set(ctx, 1, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_fixed(0)), GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a guarded write */
+  cn_ll_cond half = {cn_index_iter(j), 0, 4};
+  p = fresh_proc(ctx, ato, i, j, 8, cn_lb_guard(ctx, 1, &half, cn_lb_set(ctx, 1, IJ, GET(0))));
+  CHECK(p && !cn_sched_written_first(p, 1));
+#undef GET
+#undef IJ
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Flat pairs: an element-wise nest over contiguous buffers runs as one loop ---- */
 
 /* out[i, j] := a[i, j] * b[i, j] + extra, extra a read of b at [0, j] (a broadcast over i) when
@@ -1006,6 +1065,7 @@ int main(void) {
   test_lowered();
   test_jam();
   test_jam_prefix();
+  test_written_first();
   test_flat();
   test_fuse();
   test_pool_interleave();

@@ -3,11 +3,14 @@
  *
  * Contract: in a separable perfect nest (cn_sched_separable), or a one-store nest whose write mixes
  * loops in an axis as below, with innermost loop I, a loop L
- * outside I of constant range (no affine bounds, read by no loop's bounds) and at least JAM_FACTOR
+ * outside I (read by no loop's bounds, without lower bounds and with at most one upper bound, of
+ * divisor 1) whose box has at least JAM_FACTOR
  * iterations is rewritten, at L's place, as a loop L_jam over [0, n / U) whose body is the loops
  * between L and I and I itself, around U copies of the body, copy u with L := U*L_jam + from + u
  * (u ascending), followed by L over the n % U remaining values with the original body when the
- * range does not divide. L is chosen for two shapes:
+ * range does not divide. An upper bound e (causal attention's `k < q + 1`: L runs a prefix of its
+ * box) stops L_jam at the last whole group below e and adds a loop over the values of the group e
+ * cuts (jam_prefix). L is chosen for two shapes:
  *  - I is a reduction loop (the written cell does not move with I): L is the deepest output loop.
  *    The U copies accumulate into U different cells, each invariant in I, so the compiler keeps
  *    them in registers across the whole reduction (loop-invariant store motion, the buffers being
