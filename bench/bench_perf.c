@@ -2,9 +2,11 @@
  * threads) and numpy, in one run. Workloads (single precision): matmul 256 / 1024 / 2048 (einsum
  * `ij;jk=>ik`), the MLP 784-128-10 SGD step (batch 128), conv 1->32->64 3x3 valid forward +
  * backward (batch 32, 28x28), softmax over 1M values, the stream c = a + 3*b over 4M values (also
- * against a plain C loop of this binary, -O3), the half-moons training step (demo/moons.h) and
- * the cold and warm JIT of the moons model (compile + init; cold: a fresh empty CANNL_CACHE_DIR,
- * warm: the same cache again).
+ * against a plain C loop of this binary, -O3), the half-moons training step (demo/moons.h),
+ * nanoGPT's per-layer causal attention forward + backward (q, k, v [12, 64, 4, 32]: batch, time,
+ * heads, head size; loss sum(y^2) / 12; issue 28), the embedding gather of a [65; 128] table by
+ * [12; 64] ids forward + backward (loss sum(x^2) / 12) and the cold and warm JIT of the moons model
+ * (compile + init; cold: a fresh empty CANNL_CACHE_DIR, warm: the same cache again).
  *
  * Each workload runs in processes of its own: this program again (`--run NAME SIZE BUDGET`) with
  * CANNL_THREADS=1 and then 2 (the rest of the environment passed through), then bench_perf.py
@@ -36,6 +38,45 @@ static const cn_asgn *stream_code(cn_graph *g, int64_t n) {
   cn_tensor *a = random_data(g, "a", &d, 1), *b = random_data(g, "b", &d, 2);
   cn_tensor *c = op2(g, CN_OP_ADD, a, op2(g, CN_OP_MUL, cn_tensor_number(g, 3), b));
   return c ? cn_graph_forward(g, c) : NULL;
+}
+
+/* Causal attention: y = causal_sdpa(q, k, v) with q, k, v parameters [batch, T, H, D] (output
+ * axes), loss sum(y^2) / batch, the gradients of q, k and v. */
+static const cn_asgn *attention_code(cn_graph *g, int64_t batch) {
+  const int64_t dims[4] = {batch, 64, 4, 32};
+  const cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {4, dims, NULL}};
+  cn_tensor *in[3];
+  for (int i = 0; i < 3; i++) {
+    const char *labels[3] = {"q", "k", "v"};
+    cn_tensor *init = random_data(g, labels[i], &d, (uint64_t)i + 1);
+    in[i] = init ? cn_tensor_param(g, labels[i], &d, init) : NULL;
+  }
+  cn_tensor *y =
+      in[0] && in[1] && in[2] ? cn_tensor_causal_sdpa(g, in[0], in[1], in[2], NULL, NULL) : NULL;
+  cn_tensor *loss = y ? sum_squares(g, y, batch) : NULL;
+  if (!loss || init_params(g, loss) != CN_OK) return NULL;
+  return cn_graph_grad_update(g, loss);
+}
+
+/* The embedding: x = gather(table, ids) with table a [65; 128] parameter and ids int32
+ * [batch; 64] (batch, output axes) in [0, 65), loss sum(x^2) / batch, the table's gradient. */
+static const cn_asgn *embedding_code(cn_graph *g, int64_t batch) {
+  const int64_t t_size = 64, vocab = 65, width = 128, table_dims[2] = {vocab, width};
+  const cn_dims td = {CN_AXES_NONE, CN_AXES_NONE, {2, table_dims, NULL}};
+  const cn_dims id = {{1, &batch, NULL}, CN_AXES_NONE, {1, &t_size, NULL}};
+  double *v = malloc((size_t)(batch * t_size) * sizeof *v);
+  if (!v) return NULL;
+  for (int64_t c = 0; c < batch * t_size; c++) v[c] = (double)((c * 37 + c / 5) % vocab);
+  cn_graph_set_prec(g, CN_PREC_INT32);
+  cn_tensor *ids = cn_tensor_data(g, "ids", &id, v, (size_t)(batch * t_size));
+  cn_graph_set_prec(g, CN_PREC_SINGLE);
+  free(v);
+  cn_tensor *init = random_data(g, "table", &td, 1);
+  cn_tensor *table = init ? cn_tensor_param(g, "table", &td, init) : NULL;
+  cn_tensor *x = table && ids ? cn_tensor_gather(g, table, ids) : NULL;
+  cn_tensor *loss = x ? sum_squares(g, x, batch) : NULL;
+  if (!loss || init_params(g, loss) != CN_OK) return NULL;
+  return cn_graph_grad_update(g, loss);
 }
 
 /* ---- The plain C stream loop ------------------------------------------------------------------
@@ -155,11 +196,10 @@ static int time_jit(int reps) {
 
 /* ---- A child: one workload of cannl, at the thread count of the environment ------------------ */
 
-static const model models[] = {{"matmul", matmul_code},
-                               {"mlp", mlp_code},
-                               {"conv", conv_code},
-                               {"softmax", softmax_code},
-                               {"stream", stream_code}};
+static const model models[] = {{"matmul", matmul_code},      {"mlp", mlp_code},
+                               {"conv", conv_code},          {"softmax", softmax_code},
+                               {"stream", stream_code},      {"attention", attention_code},
+                               {"embedding", embedding_code}};
 
 static int child(const char *kind, int64_t size, double budget) {
   printf("threads=%s\n", getenv("CANNL_THREADS") ? getenv("CANNL_THREADS") : "unset");
@@ -187,6 +227,10 @@ static row rows[] = {
     {.w = {.name = "softmax", .kind = "softmax", .full = 1 << 20, .quick = 1 << 12}},
     {.w = {.name = "stream", .kind = "stream", .full = 4 << 20, .quick = 1 << 14}},
     {.w = {.name = "moons", .kind = "moons", .full = MOONS_BATCHES, .quick = MOONS_BATCHES}},
+    {.w = {.name = "attention", .kind = "attention", .full = 12, .quick = 1}},
+    /* quick 2: ids of one batch row fail shape inference in the gather's range guard ("the
+     * result has fewer axes than the operand it broadcasts", a batch axis of dim 1) */
+    {.w = {.name = "embedding", .kind = "embedding", .full = 12, .quick = 2}},
     {.w = {.name = "jit", .kind = "jit", .full = 3, .quick = 1}},
 };
 enum { N_ROWS = sizeof rows / sizeof rows[0] };

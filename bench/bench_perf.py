@@ -10,6 +10,10 @@ process per workload, or one for all of them with --quick), WORKLOAD one of
   stream N     c = a + 3 * b over N values, into preallocated c as cannl's buffers (a fresh
                result would time PyTorch's page faults, 2-17 ms here); PyTorch as one fused
                torch.add(a, b, alpha=3, out=c)
+  attention B  causal attention of q, k, v [B, 4, 64, 32] (masked_fill, softmax, matmul),
+               loss sum(y^2) / B, forward + backward
+  embedding B  torch.nn.functional.embedding of a [65, 128] table by [B, 64] ids, loss
+               sum(x^2) / B, forward + backward
   moons STEPS  the half-moons step (MLP 2-16-16-1, hinge loss, SGD with weight decay, batch 10),
                STEPS steps per timed run, times per step
 PyTorch runs with one thread and then two (torch.set_num_threads, and OpenBLAS's threads
@@ -53,6 +57,35 @@ def torch_moons(steps):
     return run
 
 
+def torch_attention(batch):
+    """nanoGPT's causal attention of one layer (masked_fill, softmax, matmul), q, k, v
+    [batch, 4, 64, 32] leaves, loss sum(y^2) / batch, forward + backward."""
+    q, k, v = (torch.rand(batch, 4, 64, 32, requires_grad=True) for _ in range(3))
+    mask = torch.tril(torch.ones(64, 64)).view(1, 1, 64, 64)
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        att = (q @ k.transpose(-2, -1)) * (1.0 / 32 ** 0.5)
+        att = torch.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        y = att @ v
+        ((y * y).sum() / batch).backward()
+    return step
+
+
+def torch_embedding(batch):
+    """F.embedding of a [65, 128] table by [batch, 64] ids, loss sum(x^2) / batch, forward +
+    backward."""
+    table = torch.rand(65, 128, requires_grad=True)
+    ids = (torch.arange(batch * 64) * 37 + torch.arange(batch * 64) // 5) % 65
+    ids = ids.view(batch, 64)
+
+    def step():
+        table.grad = None
+        x = torch.nn.functional.embedding(ids, table)
+        ((x * x).sum() / batch).backward()
+    return step
+
+
 def numpy_softmax(n):
     x = np.random.default_rng(1).random(n, dtype=np.float32)
 
@@ -74,13 +107,8 @@ def numpy_stream(n):
 
 
 TORCH = {"matmul": torch_matmul, "mlp": torch_mlp, "conv": torch_conv,
-         "softmax": torch_softmax, "stream": torch_stream, "moons": torch_moons}
-NUMPY = {"matmul": numpy_matmul, "mlp": numpy_mlp, "softmax": numpy_softmax,
-         "stream": numpy_stream}
-
-
-TORCH = {"matmul": torch_matmul, "mlp": torch_mlp, "conv": torch_conv,
-         "softmax": torch_softmax, "stream": torch_stream, "moons": torch_moons}
+         "softmax": torch_softmax, "stream": torch_stream, "moons": torch_moons,
+         "attention": torch_attention, "embedding": torch_embedding}
 NUMPY = {"matmul": numpy_matmul, "mlp": numpy_mlp, "softmax": numpy_softmax,
          "stream": numpy_stream}
 

@@ -4,7 +4,9 @@
  * whose two reduction loops must keep their order, and nests with cross-iteration dependences that
  * must not be marked (checked on the printed loops text), unroll-and-jam of a dense layer's
  * dot-product form with a remainder and an embedded index, flat pairs (an element-wise nest run as
- * one loop, checked on the generated C, and three nests that must not be flat), loop fusion of
+ * one loop, checked on the generated C, and three nests that must not be flat), unroll-and-jam of
+ * loops with an affine upper bound (causal attention's scores and mix with V), which scratch
+ * buffers are written whole by their first statement (cn_sched_written_first), loop fusion of
  * element-wise chains, a 2x2 max pool and an interleave; every scheduled
  * procedure run on generated C and on the interpreter from the same random buffers as the
  * unscheduled one, with memcmp-identical results on each backend (the scheduled C also close to the
@@ -366,9 +368,16 @@ static void test_affine_bounds(void) {
              "  params: in2#1 single[64, 32], out2#2 single[64, 32], in1#3 single[256], "
              "out1#4 single[256]\n"
              "for i in 0..64 (parallel):\n"
-             "  for k in 0..i + 1:\n"
+             "  for k_jam in 0..min(ceil((i - 2) / 4), 16):\n"
              "    for j in 0..32 (vector):\n"
-             "      out2[i, j] := out2[i, j] + in2[k, j]\n"
+             "      out2[i, j] := out2[i, j] + in2[4*k_jam, j]\n"
+             "      out2[i, j] := out2[i, j] + in2[4*k_jam + 1, j]\n"
+             "      out2[i, j] := out2[i, j] + in2[4*k_jam + 2, j]\n"
+             "      out2[i, j] := out2[i, j] + in2[4*k_jam + 3, j]\n"
+             "  for k_jam in max(ceil((i - 2) / 4), 0)..min(ceil((i + 1) / 4), 16):\n"
+             "    for k in 4*k_jam..i + 1:\n"
+             "      for j in 0..32 (vector):\n"
+             "        out2[i, j] := out2[i, j] + in2[k, j]\n"
              "for p in 0..256 (parallel):\n"
              "  for q in 0..p + 1:\n"
              "    out1[p] := out1[p] + in1[q]\n");
@@ -583,6 +592,134 @@ static void test_jam(void) {
     CHECK_INT(cn_sched_proc(ctx, tiny, &jam_only), CN_OK);
     CHECK(strstr(cn_ll_to_string(ctx, tiny), "jam") == NULL);
   }
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Unroll-and-jam of a loop with an affine upper bound (causal attention's prefixes) ---- */
+
+/* s[q, k] += a[q, d] * b[k, d] looping q < 45, k < q + extra (extra <= 1: the bound stays in the
+ * box of 45, not a multiple of 8), d < 16 (the scores, a reduction innermost), then o[q, d] +=
+ * p[q, k] * v[k, d] looping q, k (the same bound), d (the mix with V, an output innermost; its k
+ * is named kk). extra 1 is the causal prefix k <= q; with -2 the first rows run nothing and the
+ * jammed groups' bound is negative for them. Params a, b, s, p, v, o. */
+static cn_ll_proc *prefix_proc(cn_ctx *ctx, cn_node *const *n, const cn_symbol *qkd,
+                               int64_t extra) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_symbol q = qkd[0], d = qkd[2];
+  cn_ll_bound upper = {affine1(q, 1, extra), 1};
+  cn_ll_stmt *loops[2];
+  for (int f = 0; f < 2; f++) {
+    cn_symbol k = qkd[f ? 3 : 1]; /* two names, so that the printed jam loops have two */
+    cn_ll_expr *x = cn_lb_get(ctx, f ? 3 : 0, single,
+                              cn_lb_indices(ctx, 2, cn_index_iter(q), cn_index_iter(f ? k : d)));
+    cn_ll_expr *y = cn_lb_get(ctx, f ? 4 : 1, single,
+                              cn_lb_indices(ctx, 2, cn_index_iter(k), cn_index_iter(d)));
+    cn_index *w = cn_lb_indices(ctx, 2, cn_index_iter(q), cn_index_iter(f ? d : k));
+    cn_ll_stmt *store = cn_lb_accum(ctx, f ? 5 : 2, single, w, CN_OP_ADD,
+                                    cn_lb_op(ctx, CN_OP_MUL, single, x, y, NULL));
+    cn_ll_stmt *kl = cn_lb_bounds(ctx, cn_lb_loop(ctx, k, 0, 45, cn_lb_loop(ctx, d, 0, 16, store)),
+                                  0, NULL, 1, &upper);
+    loops[f] = cn_lb_loop(ctx, q, 0, 45, kl);
+  }
+  cn_ll_param params[6];
+  for (int i = 0; i < 6; i++) params[i] = param_of(n[i]);
+  return cn_lb_proc(ctx, "prefix", cn_lb_seq(ctx, 2, loops[0], loops[1]), 6, params, 0, NULL);
+}
+
+static void test_jam_prefix(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *n[6] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)16),
+                   node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)16),
+                   node(ctx, "s", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)45),
+                   node(ctx, "p", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)45),
+                   node(ctx, "v", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)16),
+                   node(ctx, "o", CN_PREC_SINGLE, 2, (int64_t)45, (int64_t)16)};
+  cn_symbol qkd[4] = {cn_symbol_create(ctx, "q", 0), cn_symbol_create(ctx, "k", 0),
+                      cn_symbol_create(ctx, "d", 0), cn_symbol_create(ctx, "kk", 0)};
+  for (int64_t extra = 1; extra >= -2; extra -= 3) {
+    cn_ll_proc *plain = prefix_proc(ctx, n, qkd, extra), *all = prefix_proc(ctx, n, qkd, extra);
+    CHECK(plain && all);
+    if (!plain || !all) continue;
+    const char *text = scheduled_text(ctx, all);
+    if (extra == 1) {
+      /* the scores: eight cells of a row per pass over d, the group q + 1 cuts after them, no
+       * remainder of the box (q + 1 <= 45) */
+      CHECK_HAS(text, "  for k_jam in 0..min(ceil((q - 6) / 8), 5):\n"
+                      "    for d in 0..16:\n"
+                      "      s[q, 8*k_jam] := s[q, 8*k_jam] + a[q, d] * b[8*k_jam, d]\n");
+      CHECK_HAS(text, "      s[q, 8*k_jam + 7] := s[q, 8*k_jam + 7] + a[q, d] * b[8*k_jam + 7, d]\n"
+                      "  for k_jam in max(ceil((q - 6) / 8), 0)..min(ceil((q + 1) / 8), 5):\n"
+                      "    for k in 8*k_jam..q + 1:\n"
+                      "      for d in 0..16:\n"
+                      "        s[q, k] := s[q, k] + a[q, d] * b[k, d]\n"
+                      "  for k in 40..q + 1:\n");
+      /* the mix with V: four updates of one row of o per load and store, kk ascending */
+      CHECK_HAS(text, "  for kk_jam in 0..min(ceil((q - 2) / 4), 11):\n"
+                      "    for d in 0..16 (vector):\n"
+                      "      o[q, d] := o[q, d] + p[q, 4*kk_jam] * v[4*kk_jam, d]\n");
+    } else {
+      CHECK_HAS(text, "  for k_jam in 0..min(ceil((q - 9) / 8), 5):\n");
+      CHECK_HAS(text, "  for k in 40..q - 2:\n");
+    }
+    check_same_results(ctx, plain, all);
+  }
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Scratch written first (fresh.c): when a routine may skip zeroing a buffer ---- */
+
+/* for i < 4, j < jn: body, over params a, t, o [4, 8]. */
+static cn_ll_proc *fresh_proc(cn_ctx *ctx, cn_node *const *ato, cn_symbol i, cn_symbol j,
+                              int64_t jn, cn_ll_stmt *body) {
+  cn_ll_param params[3] = {param_of(ato[0]), param_of(ato[1]), param_of(ato[2])};
+  return cn_lb_proc(ctx, "fresh", cn_lb_loop(ctx, i, 0, 4, cn_lb_loop(ctx, j, 0, jn, body)), 3,
+                    params, 0, NULL);
+}
+
+static void test_written_first(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_node *ato[3] = {node(ctx, "a", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "t", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "o", single, 2, (int64_t)4, (int64_t)8)};
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+#define IJ     cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))
+#define GET(p) cn_lb_get(ctx, p, single, IJ)
+  /* t := 2a, then o := t + 1 at the same cell: t and o are written whole first, a is read */
+  cn_ll_stmt *both = cn_lb_seq(
+      ctx, 2, cn_lb_set(ctx, 1, IJ, cn_lb_op(ctx, CN_OP_MUL, single, GET(0), GET(0), NULL)),
+      cn_lb_set(ctx, 2, IJ,
+                cn_lb_op(ctx, CN_OP_ADD, single, GET(1), cn_lb_num(ctx, single, 1), NULL)));
+  cn_ll_proc *p = fresh_proc(ctx, ato, i, j, 8, both);
+  CHECK(p && cn_sched_written_first(p, 1) && cn_sched_written_first(p, 2));
+  CHECK(p && !cn_sched_written_first(p, 0));
+  /* an accumulation reads the zeros */
+  p = fresh_proc(ctx, ato, i, j, 8, cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a box short of the dim leaves column 7 unwritten */
+  p = fresh_proc(ctx, ato, i, j, 7, cn_lb_set(ctx, 1, IJ, GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a read of t before its write in the body */
+  p = fresh_proc(ctx, ato, i, j, 8,
+                 cn_lb_seq(ctx, 2, cn_lb_set(ctx, 2, IJ, GET(1)), cn_lb_set(ctx, 1, IJ, GET(0))));
+  CHECK(p && !cn_sched_written_first(p, 1) && cn_sched_written_first(p, 2));
+  /* a read of another cell of t than the one written (the next row's, not yet written) */
+  cn_ll_expr *next =
+      cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, affine1(i, 1, 1), cn_index_iter(j)));
+  p = fresh_proc(ctx, ato, i, j, 8,
+                 cn_lb_seq(ctx, 2, cn_lb_set(ctx, 1, IJ, GET(0)), cn_lb_set(ctx, 2, IJ, next)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* one column only: t[i, 0] */
+  p = fresh_proc(
+      ctx, ato, i, j, 8,
+      cn_lb_set(ctx, 1, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_fixed(0)), GET(0)));
+  CHECK(p && !cn_sched_written_first(p, 1));
+  /* a guarded write */
+  cn_ll_cond half = {cn_index_iter(j), 0, 4};
+  p = fresh_proc(ctx, ato, i, j, 8, cn_lb_guard(ctx, 1, &half, cn_lb_set(ctx, 1, IJ, GET(0))));
+  CHECK(p && !cn_sched_written_first(p, 1));
+#undef GET
+#undef IJ
   cn_ctx_destroy(ctx);
 }
 
@@ -927,6 +1064,8 @@ int main(void) {
   test_dependences();
   test_lowered();
   test_jam();
+  test_jam_prefix();
+  test_written_first();
   test_flat();
   test_fuse();
   test_pool_interleave();

@@ -9,7 +9,9 @@
  * cleanup registered with the context (removed by cn_routine_free). A routine runs only once
  * every free symbol of its procedure is bound, each bound value lying in [0, range) when the
  * symbol has a range. Local scratch is zeroed before every run, so a run's result depends only on
- * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`).
+ * the materialized buffers and the bindings (as OCANNL's kernel-local arrays, declared `= {0}`),
+ * except a buffer whose first statement writes every cell before reading any
+ * (cn_sched_written_first), where the zeros would never be seen.
  * A run checks the guard nodes it wrote (check_guards) and, with the "check" option at "nan",
  * scans what it wrote for NaNs and infinities (check_nonfinite).
  *
@@ -47,7 +49,8 @@ struct cn_routine {
   void *compiled;         /* backend-owned state, NULL until compiled */
   const char *source;     /* owned by `compiled`; NULL for the interpreter */
   void **scratch;         /* per param: malloc'd zero-filled buffer for local nodes, else NULL */
-  size_t *scratch_bytes;  /* per param */
+  size_t *scratch_bytes;  /* per param: the bytes zeroed before each run (0: the first statement
+                             using it writes every cell, cn_sched_written_first) */
   void **buffers;         /* per param: what the backend runs on (filled by cn_routine_run) */
   int64_t *sym_values;    /* per free symbol */
   bool *sym_bound;        /* per free symbol */
@@ -215,7 +218,7 @@ static cn_status routine_alloc_tables(cn_routine *r) {
                      cn_node_describe(node));
     r->scratch[i] = cn_calloc(ctx, bytes ? bytes : 1, 1);
     if (!r->scratch[i]) return ctx->status;
-    r->scratch_bytes[i] = bytes;
+    r->scratch_bytes[i] = cn_sched_written_first(proc, i) ? 0 : bytes;
   }
   return CN_OK;
 }

@@ -3,11 +3,14 @@
  *
  * Contract: in a separable perfect nest (cn_sched_separable), or a one-store nest whose write mixes
  * loops in an axis as below, with innermost loop I, a loop L
- * outside I of constant range (no affine bounds, read by no loop's bounds) and at least JAM_FACTOR
+ * outside I (read by no loop's bounds, without lower bounds and with at most one upper bound, of
+ * divisor 1) whose box has at least JAM_FACTOR
  * iterations is rewritten, at L's place, as a loop L_jam over [0, n / U) whose body is the loops
  * between L and I and I itself, around U copies of the body, copy u with L := U*L_jam + from + u
  * (u ascending), followed by L over the n % U remaining values with the original body when the
- * range does not divide. L is chosen for two shapes:
+ * range does not divide. An upper bound e (causal attention's `k < q + 1`: L runs a prefix of its
+ * box) stops L_jam at the last whole group below e and adds a loop over the values of the group e
+ * cuts (jam_prefix). L is chosen for two shapes:
  *  - I is a reduction loop (the written cell does not move with I): L is the deepest output loop.
  *    The U copies accumulate into U different cells, each invariant in I, so the compiler keeps
  *    them in registers across the whole reduction (loop-invariant store motion, the buffers being
@@ -109,13 +112,43 @@ static int jam_choice(const cn_ll_proc *proc, const cn_sched_nest *nest, int64_t
   if (chosen < 0 || inner_work(nest, chosen) < JAM_MIN_INNER) return -1;
   *factor = inner_reduction ? JAM_FACTOR_REDUCTION : JAM_FACTOR_OUTPUT;
   const cn_ll_stmt *l = nest->loops[chosen];
-  if (l->u.loop.n_lower || l->u.loop.n_upper || extent(l) < *factor) return -1;
+  if (l->u.loop.n_lower || l->u.loop.n_upper > 1 || extent(l) < *factor ||
+      (l->u.loop.n_upper && l->u.loop.upper[0].div != 1))
+    return -1;
   for (int k = 0; k < nest->depth; k++)
     if (cn_sched_bounds_mention(nest->loops[k], l->u.loop.sym)) return -1;
   return chosen;
 }
 
 /* ---- The rewrite ---- */
+
+/* ceil((e + shift) / div) as a loop bound. */
+static cn_ll_bound bound_of(const cn_index *e, int64_t shift, int64_t div) {
+  return (cn_ll_bound){cn_index_affine(e->n_terms, e->syms, e->coeffs, e->offset + shift), div};
+}
+
+/* The jammed loop and what remains of L's values when L has an upper bound e (a prefix of its
+ * box, `k < q + 1`): L_jam runs the groups below e (U*L_jam + from + U - 1 < e, that is L_jam <
+ * ceil((e - from - U + 1) / U)); the group e cuts, if any, runs after it as a loop over its first
+ * values, L in [U*L_jam + from, e) for the one L_jam in [floor((e - from) / U), ceil((e - from) /
+ * U)) below the box's `whole` groups; the box's rest (when e passes from + U*whole) stays the
+ * remainder loop of a box. Every value of L below e runs once, in ascending order. Bounds replace
+ * the box (loops.h), so each new loop lists its box's sides among them where e could pass them. */
+static cn_ll_stmt *jam_prefix(cn_ctx *ctx, const cn_ll_stmt *l, cn_symbol jam, int64_t u_count,
+                              int64_t whole, cn_ll_stmt *jammed) {
+  const cn_index *e = &l->u.loop.upper[0].expr;
+  const int64_t from = l->u.loop.from;
+  const cn_ll_bound zero = {cn_index_fixed(0), 1}, groups = {cn_index_fixed(whole), 1};
+  const cn_ll_bound full[2] = {bound_of(e, 1 - from - u_count, u_count), groups};
+  const cn_ll_bound cut[2] = {bound_of(e, -from, u_count), groups};
+  const cn_ll_bound low[2] = {full[0], zero};
+  const cn_ll_bound start = {cn_index_affine(1, &jam, &u_count, from), 1}; /* >= from */
+  cn_ll_stmt *first = cn_lb_loop(ctx, l->u.loop.sym, from, l->u.loop.to, l->u.loop.body);
+  first = cn_lb_bounds(ctx, first, 1, &start, l->u.loop.n_upper, l->u.loop.upper);
+  cn_ll_stmt *tail = cn_lb_loop(ctx, jam, 0, whole, cn_lb_marks(first, l->u.loop.marks));
+  return cn_lb_seq(ctx, 2, cn_lb_bounds(ctx, jammed, 0, NULL, 2, full),
+                   cn_lb_bounds(ctx, tail, 2, low, 2, cut));
+}
 
 static cn_status jam_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   (void)user;
@@ -139,8 +172,10 @@ static cn_status jam_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *ne
   cn_ll_stmt *body = cn_lb_seq_array(ctx, (int)u_count, copies);
   for (int q = nest->depth - 1; q > k; q--) body = cn_sched_loop_copy(ctx, nest->loops[q], body);
   cn_ll_stmt *jammed = cn_lb_marks(cn_lb_loop(ctx, jam, 0, whole, body), l->u.loop.marks);
+  if (l->u.loop.n_upper && jammed) jammed = jam_prefix(ctx, l, jam, u_count, whole, jammed);
   if (from + whole * u_count < to) {
     cn_ll_stmt *rest = cn_lb_loop(ctx, l->u.loop.sym, from + whole * u_count, to, l->u.loop.body);
+    rest = cn_lb_bounds(ctx, rest, 0, NULL, l->u.loop.n_upper, l->u.loop.upper);
     jammed = cn_lb_seq(ctx, 2, jammed, cn_lb_marks(rest, l->u.loop.marks));
   }
   if (!jammed) return CN_ERR_NOMEM;

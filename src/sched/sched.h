@@ -185,6 +185,10 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
 #define CN_SCHED_GEMM_WORK ((int64_t)1 << 15)
 cn_status cn_sched_gemm_plans(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts);
 
+/* Whether the first top-level statement of proc touching param writes every cell of it before
+ * reading any (fresh.c): a routine then need not clear param's scratch before a run. */
+bool cn_sched_written_first(const cn_ll_proc *proc, int param);
+
 /* ---- Passes ---- */
 
 /* Virtual nodes (virtual.c): every parameter whose node is CN_MEM_VIRTUAL, or fusable (ir.h)
