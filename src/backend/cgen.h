@@ -1,6 +1,7 @@
-/* Internals of the generated-C backend shared by its two source files: cgen.c (routines, loops,
- * parallel outlining, kernels, prelude) and cgen_gemm.c (GEMM-class nests run by their plans as
- * packed, cache-blocked, register-tiled code). Not a public interface. */
+/* Internals of the generated-C backend shared by its source files: cgen.c (routines, loops,
+ * parallel outlining, kernels), cgen_prelude.c (the numeric prelude pruned to what a file uses),
+ * cgen_gemm.c (GEMM-class nests run by their plans as packed, cache-blocked, register-tiled code)
+ * and cgen_reduce.c (max reductions without order). Not a public interface. */
 #ifndef CN_CGEN_H
 #define CN_CGEN_H
 
@@ -65,6 +66,9 @@ void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
  * when a NaN occurred, else the key's store) and returns true; else false and emits nothing. */
 bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
 void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
+/* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
+ * needs, in order, appended to out (cgen_prelude.c). */
+cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
 /* A statement at depth, as cgen.c emits it. */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
 /* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the
