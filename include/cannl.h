@@ -720,7 +720,9 @@ cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tens
  * layer-norm scales 1 and shifts 0. Their labels are prefix "." nanoGPT's names:
  * attn.{q,k,v}.{weight,bias}, attn.c_proj.{weight,bias}, ln_1 and ln_2 .{weight,bias},
  * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (prefix "h0": "h0.attn.q.weight"; give each
- * block its own prefix). dropout_rate NULL: no dropout (nanoGPT's dropout 0); with a rate, a
+ * block its own prefix). A parameter of g that already has such a label is reused, not created:
+ * applying a block again with the same prefix (the model on a validation batch, on a sampling
+ * window) reads the same weights; one of that label with other dims is an error. dropout_rate NULL: no dropout (nanoGPT's dropout 0); with a rate, a
  * step counter is required (see cn_tensor_dropout). */
 typedef struct {
   int n_heads, n_layer;

@@ -629,6 +629,34 @@ static void test_refusals(void) {
   expect_error("causal_attention x ~heads:2 ~foo:1", "causal_attention has no argument ~foo");
 }
 
+/* A block applied again with its label (the model on a validation batch) reads the same 16
+ * parameters, so both results agree on the same input; a label with other dims is refused. */
+static void test_reuse(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  cn_ctx *ctx = cn_graph_ctx(g);
+  double x[64], first[64], again[64];
+  seq_values(x, 64, 0.45, 0.3, 1.2);
+  cn_tensor *tx = data(g, "x", d_x, x), *tv = data(g, "v", d_x, x);
+  cn_tensor *y = cn_tensor_transformer_block(g, tx, "h0", &cfg2);
+  cn_tensor *yv = y ? cn_tensor_transformer_block(g, tv, "h0", &cfg2) : NULL;
+  CHECK_MSG(yv != NULL, "%s", cn_ctx_error(ctx));
+  cn_tensor *p[16], *pv[16];
+  CHECK_INT(yv ? cn_graph_params(g, y, p, 16) : 0, 16);
+  CHECK_INT(yv ? cn_graph_params(g, yv, pv, 16) : 0, 16);
+  for (int i = 0; yv && i < 16; i++) CHECK(p[i] == pv[i]);
+  if (yv && forward_values(g, y, b, first, 64) && forward_values(g, yv, b, again, 64))
+    expect_near("block applied again", again, first, 64, 0);
+  double x16[2 * 4 * 16] = {0};
+  cn_tensor *wide = data(g, "w", (cn_dims){AXES(2, 4), NONE, AXES(16)}, x16);
+  CHECK(cn_tensor_causal_attention(g, wide, "h0", &cfg2) == NULL);
+  const char *err = cn_ctx_error(ctx);
+  CHECK_MSG(strncmp(err, "parameter \"h0.attn.q.weight\" (#", 31) == 0 &&
+                strstr(err, ") has shape |8->2,4, not the one this block needs: a block applied "
+                            "again with the same label reuses its parameters") != NULL,
+            "%s", err);
+  free_graph(g);
+}
+
 int main(void) {
   for (int k = 0; k < 2; k++) {
     test_softmax(backends[k]);
@@ -640,6 +668,7 @@ int main(void) {
     test_loops(backends[k]);
     test_dropout(backends[k]);
     test_notation(backends[k]);
+    test_reuse(backends[k]);
   }
   test_init();
   test_schedule_bits();

@@ -34,6 +34,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The masked parts, each a Tile function (Python flavor). scores: Q, K [B, T, H, D] ->
  * [B, H, T, T], Q scaled by 1/sqrt(D) first (T·C multiplications, not T² divisions). */
@@ -131,8 +132,39 @@ cn_tensor *cn_tensor_causal_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_ten
   ((cn_axes){(int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__},  \
              NULL})
 
-/* A parameter labeled "<prefix>.<name>" (or name alone for an empty prefix). std > 0: normal with
- * that standard deviation; otherwise filled with the constant fill. */
+/* The parameter of g labeled label, if one exists, when its rows have the dims d: a block applied
+ * again with the same prefix (to a validation batch, a sampling window) reads the same weights.
+ * *found is the parameter (NULL: none); false with a message when it has other dims. */
+static bool existing_param(cn_graph *g, const char *label, const cn_dims *d, cn_tensor **found) {
+  *found = NULL;
+  for (int i = 0; i < g->n_tensors; i++) {
+    cn_tensor *t = g->tensors[i];
+    if (!t->is_param || strcmp(t->label, label) != 0) continue;
+    const cn_axes *rows[3] = {&d->batch, &d->input, &d->output};
+    const cn_row_kind kinds[3] = {CN_ROW_BATCH, CN_ROW_INPUT, CN_ROW_OUTPUT};
+    bool same = true;
+    for (int r = 0; r < 3 && same; r++) {
+      int64_t have[CN_MAX_RANK];
+      int n = cn_shape_row_dims(g->shapes, t->shape, kinds[r], have, CN_MAX_RANK);
+      same = n == (rows[r]->n < 0 ? 0 : rows[r]->n);
+      for (int k = 0; k < n && same; k++) same = have[k] == rows[r]->dims[k];
+    }
+    if (!same) {
+      cn_fail(g->ctx, CN_ERR_INVALID,
+              "parameter \"%s\" (#%d) has shape %s, not the one this block needs: a block "
+              "applied again with the same label reuses its parameters (same channels and heads)",
+              label, t->id, cn_tensor_shape(t));
+      return false;
+    }
+    *found = t;
+    return true;
+  }
+  return true;
+}
+
+/* A parameter labeled "<prefix>.<name>" (or name alone for an empty prefix): the graph's own when
+ * it has one of that label (existing_param), else a new one. std > 0: normal with that standard
+ * deviation; otherwise filled with the constant fill. */
 static cn_tensor *param(cn_graph *g, const char *prefix, const char *name, cn_dims dims, double std,
                         double fill) {
   char label[256];
@@ -142,6 +174,9 @@ static cn_tensor *param(cn_graph *g, const char *prefix, const char *name, cn_di
             name, sizeof label - 1);
     return NULL;
   }
+  cn_tensor *old;
+  if (!existing_param(g, label, &dims, &old)) return NULL;
+  if (old) return old;
   cn_tensor *init = std > 0 ? cn_tensor_normal(g) : cn_tensor_number(g, fill);
   if (init && std > 0) init = cn_tensor_apply2(g, CN_OP_MUL, cn_tensor_scalar(g, std), init);
   return init ? cn_tensor_param(g, label, &dims, init) : NULL;
