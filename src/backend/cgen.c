@@ -1038,7 +1038,7 @@ static bool use_expr(const cgen *g, uses *u, const cn_ll_expr *e) {
   case CN_LE_INDEX: return use_index(g, u, &e->u.index);
   case CN_LE_OP:
     for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-      if (!use_expr(g, u, e->u.op.args[a])) return false;
+      if (cn_op_c_reads(e->u.op.op, e->prec, a) && !use_expr(g, u, e->u.op.args[a])) return false;
     return true;
   }
   CN_ASSERT(!"unknown expression kind");

@@ -155,6 +155,7 @@ static const char task_range[] =
     "  const size_t cn_bytes = ((size_t)(cn_asize + cn_bsize) * sizeof(@T@) + 63) / 64 * 64;\n"
     "  @T@ *const cn_pack = cn_gemm_alloc(cn_par, cn_bytes);\n"
     "  @T@ *const cn_ap = cn_pack, *const cn_bp = cn_pack ? cn_pack + cn_asize : NULL;\n"
+    "  (void)cn_ap; /* not read when x is read in place */\n"
     "  int64_t cn_kx[cn_kcb], cn_ky[cn_kcb];\n"
     "  for (int64_t cn_t = cn_lo; cn_t < cn_hi;) {\n"
     "    const int64_t cn_ic0 = cn_t % cn_nic, cn_group = cn_t / cn_nic;\n"

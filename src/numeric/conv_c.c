@@ -203,8 +203,10 @@ static void put_operand(cn_sbuf *sb, const char *expr) {
   }
 }
 
-/* The template with the whole identifier tokens a, b, c replaced by the operands. */
-static void put_template(cn_sbuf *sb, const char *tmpl, const char *const *args, int arity) {
+/* The template with the whole identifier tokens a, b, c replaced by the operands; with sb NULL it
+ * only records in used[] which operands the template names. */
+static void put_template(cn_sbuf *sb, const char *tmpl, const char *const *args, int arity,
+                         bool *used) {
   const char *p = tmpl;
   while (*p) {
     const char *start = p;
@@ -215,13 +217,14 @@ static void put_template(cn_sbuf *sb, const char *tmpl, const char *const *args,
       if (p - start == 1 && *start >= 'a' && *start <= 'c') {
         int index = *start - 'a';
         CN_ASSERT(index < arity);
-        put_operand(sb, args[index]);
+        if (used) used[index] = true;
+        if (sb) put_operand(sb, args[index]);
         continue;
       }
     } else {
       p++;
     }
-    cn_sbuf_printf(sb, "%.*s", (int)(p - start), start);
+    if (sb) cn_sbuf_printf(sb, "%.*s", (int)(p - start), start);
   }
 }
 
@@ -360,6 +363,15 @@ void cn_conv_c(cn_sbuf *sb, cn_prec from, cn_prec to, const char *expr) {
   }
 }
 
+/* The template of op's semantics on prec's kind. */
+static const char *op_template(cn_op op, cn_prec prec) {
+  const cn_op_info *info = &cn_op_table[op];
+  if (cn_prec_table[prec].kind == CN_PKIND_INT || cn_prec_table[prec].kind == CN_PKIND_UINT)
+    return info->iexpr;
+  if (cn_prec_table[prec].kind == CN_PKIND_BITS) return info->bexpr;
+  return info->fexpr;
+}
+
 void cn_op_c(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args) {
   CN_ASSERT((unsigned)op < CN_OP_COUNT && (unsigned)prec < CN_PREC_COUNT);
   const cn_op_info *info = &cn_op_table[op];
@@ -368,13 +380,18 @@ void cn_op_c(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args) {
     cn_sbuf_printf(sb, "cn_u4x32_to_%s_uniform(%s)", cn_prec_table[prec].name, args[0]);
     return;
   }
-  const char *tmpl = info->fexpr;
-  if (cn_prec_table[prec].kind == CN_PKIND_INT || cn_prec_table[prec].kind == CN_PKIND_UINT)
-    tmpl = info->iexpr;
-  else if (cn_prec_table[prec].kind == CN_PKIND_BITS)
-    tmpl = info->bexpr;
   bool cast = !template_keeps_type(op, prec);
   if (cast) cn_sbuf_printf(sb, "((%s)", cn_prec_table[prec].compute_c);
-  put_template(sb, tmpl, args, info->arity);
+  put_template(sb, op_template(op, prec), args, info->arity, NULL);
   if (cast) cn_sbuf_putc(sb, ')');
+}
+
+bool cn_op_c_reads(cn_op op, cn_prec prec, int arg) {
+  CN_ASSERT((unsigned)op < CN_OP_COUNT && (unsigned)prec < CN_PREC_COUNT);
+  const cn_op_info *info = &cn_op_table[op];
+  CN_ASSERT(arg >= 0 && arg < info->arity);
+  if (info->flags & CN_OPF_TO_PREC) return true;
+  bool used[3] = {false, false, false};
+  put_template(NULL, op_template(op, prec), NULL, info->arity, used);
+  return used[arg];
 }

@@ -114,6 +114,9 @@ void cn_const_c(cn_sbuf *sb, cn_prec prec, cn_value v);
  * template with a, b, c substituted (parenthesized), or the cn_u4x32_to_<prec>_uniform call for
  * CN_OPF_TO_PREC ops. */
 void cn_op_c(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args);
+/* Whether cn_op_c's text for op on prec contains operand arg (fst and snd drop one): a generator
+ * that lists what a statement reads (a kernel's parameters) skips the operands it does not. */
+bool cn_op_c_reads(cn_op op, cn_prec prec, int arg);
 
 /* The text of builtins.h, prepended to every generated C file. */
 extern const char cn_builtins_source[];
