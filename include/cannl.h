@@ -538,7 +538,9 @@ cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm);
  * step lr * g / (sqrt(v / (1 - beta2^t)) + eps)), eps is positive. decay_matrices_only (false
  * in the defaults) applies weight_decay only to parameters whose value has 2 or more axes (batch,
  * input and output axes together: the weights of linear layers, embeddings), not to 1-axis ones
- * (biases, layer-norm gains) nor scalars, as nanoGPT's AdamW groups do. */
+ * (biases, layer-norm gains) nor scalars, as nanoGPT's AdamW groups do; the biases and gains the
+ * attention blocks create are exempt whatever their axes (attention's q/k/v biases are |->H,D,
+ * nanoGPT's one c_attn.bias of 3C cells). */
 typedef struct {
   cn_tensor *learning_rate;
   double beta1, beta2, eps, weight_decay;

@@ -657,6 +657,46 @@ static void test_reuse(cn_backend_kind b) {
   free_graph(g);
 }
 
+/* AdamW with decay_matrices_only decays the blocks' weights but none of their biases and gains,
+ * the q/k/v biases (|->H,D: two axes) included, as nanoGPT's groups do. The loss is 0 times the
+ * output, so every gradient is 0 and one step only decays: p' = p - lr * wd * p exactly. */
+static void test_decay(cn_backend_kind b) {
+  cn_graph *g = new_graph(CN_PREC_DOUBLE);
+  double x[64];
+  seq_values(x, 64, 0.45, 0.3, 1.2);
+  cn_tensor *y = cn_tensor_transformer_block(g, data(g, "x", d_x, x), "h0", &cfg2);
+  cn_tensor *loss =
+      y ? cn_tensor_sum(
+              g, cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){cn_tensor_number(g, 0), y}))
+        : NULL;
+  cn_adam adam = cn_adam_defaults(cn_tensor_number(g, 0.5));
+  adam.weight_decay = 0.25;
+  adam.decoupled = adam.decay_matrices_only = true;
+  const cn_asgn *step = loss ? cn_graph_adam_update(g, loss, &adam) : NULL;
+  const cn_asgn *grad = loss ? cn_graph_grad_update(g, loss) : NULL;
+  CHECK_MSG(step && grad, "%s", cn_ctx_error(cn_graph_ctx(g)));
+  cn_tensor *ps[16];
+  if (!step || !grad || !run(g, cn_graph_init_params(g, loss), b, "init")) {
+    free_graph(g);
+    return;
+  }
+  int n = set_params(g, loss, ps, 16);
+  CHECK_INT(n, 16);
+  if (run(g, grad, b, "grad") && run(g, step, b, "adam")) {
+    for (int i = 0; i < n; i++) {
+      const char *label = cn_tensor_label(ps[i]);
+      bool weight = strstr(label, ".weight") && !strstr(label, "ln_");
+      int64_t c = cn_node_numel(cn_tensor_value(ps[i]));
+      double got[MAXC], want[MAXC];
+      if (!read_node(cn_tensor_value(ps[i]), got, c)) continue;
+      for (int64_t j = 0; j < c; j++)
+        want[j] = weight ? param_value(i, j) - 0.5 * 0.25 * param_value(i, j) : param_value(i, j);
+      expect_near(label, got, want, c, 1e-15);
+    }
+  }
+  free_graph(g);
+}
+
 int main(void) {
   for (int k = 0; k < 2; k++) {
     test_softmax(backends[k]);
@@ -669,6 +709,7 @@ int main(void) {
     test_dropout(backends[k]);
     test_notation(backends[k]);
     test_reuse(backends[k]);
+    test_decay(backends[k]);
   }
   test_init();
   test_schedule_bits();

@@ -275,7 +275,8 @@ static cn_status adam_one(cn_graph *g, cn_asgn_list *out, cn_tensor *p, const ad
   cn_node *inv_bc2 = inv_bc1 ? inverse_bias_correction(g, out, a->beta2_c, a->one, step) : NULL;
   if (!inv_bc2) return ctx->status;
   cn_node *gr = p->grad;
-  bool decay = a->weight_decay != 0 && (!a->decay_matrices_only || cn_node_rank(p->value) >= 2);
+  bool matrix = cn_node_rank(p->value) >= 2 && !p->decay_exempt;
+  bool decay = a->weight_decay != 0 && (!a->decay_matrices_only || matrix);
   if (decay && a->decoupled &&
       update(g, out, p->value, false, CN_OP_SUB, CN_OP_MUL3, 3,
              (cn_node *[]){a->lr, a->wd_c, p->value}) != CN_OK)

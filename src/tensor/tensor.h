@@ -73,6 +73,9 @@ struct cn_tensor {
   bool seeded;         /* a parameter whose init code was already handed out */
   bool scripted;       /* created while the graph's fuse_unnamed was on (a script's evaluation) */
   bool named;          /* bound to a name (cn_tensor_set_named): never fusable */
+  /* A bias or gain its builder spread over several axes (attention's q/k/v biases |->H,D): Adam's
+   * decay_matrices_only leaves it alone whatever its rank, as nanoGPT's groups leave 1-D ones. */
+  bool decay_exempt;
   int materialized;
   cn_node *value, *grad;
   /* a parameter's optimizer state, created by the first update that needs it (optim.c) and

@@ -179,7 +179,10 @@ static cn_tensor *param(cn_graph *g, const char *prefix, const char *name, cn_di
   if (old) return old;
   cn_tensor *init = std > 0 ? cn_tensor_normal(g) : cn_tensor_number(g, fill);
   if (init && std > 0) init = cn_tensor_apply2(g, CN_OP_MUL, cn_tensor_scalar(g, std), init);
-  return init ? cn_tensor_param(g, label, &dims, init) : NULL;
+  cn_tensor *p = init ? cn_tensor_param(g, label, &dims, init) : NULL;
+  /* the constant-initialized ones are biases and gains: no weight decay (nanoGPT's groups) */
+  if (p) p->decay_exempt = std <= 0;
+  return p;
 }
 
 /* x [B, T | -> IN] times a weight | IN -> OUT plus a bias | -> OUT, the specs naming the rows. */
