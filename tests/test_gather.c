@@ -14,7 +14,9 @@
  *     at 1 so that the loops inside the let run on the pool;
  *   - a one-hot product keeping the class axis stays a product over the one-hot, with its values;
  *   - float ids of whole numbers gather as integer ones, a fractional one fails the run, uint4x32
- *     ids are refused. */
+ *     ids are refused;
+ *   - ids with one batch row (a unit-sized batch axis) gather their rows, and the guard still
+ *     fails the run on a bad index. */
 #include "check.h"
 #include "graph_check.h"
 
@@ -306,12 +308,46 @@ static void test_float_ids(cn_backend_kind b) {
   free_graph(g);
 }
 
+/* ids with one batch row (batch [1], output [3]): the unit-sized batch axis reaches the guard's
+ * pointwise chain through its rank-free constants and the einsum that reads the guard with the
+ * ids' own spec; every tensor of the chain keeps the ids' batch axis (shape inference used to
+ * close one of them to no batch axis and fail). Rows 2, 0, 2 of a [3; 2] table; an index 3 still
+ * fails the run. */
+static void test_batch_of_one(cn_backend_kind b) {
+  static const double tv[6] = {1, 2, 3, 4, 5, 6}, want[6] = {5, 6, 1, 2, 5, 6};
+  static const double good[3] = {2, 0, 2}, bad[3] = {2, 3, 0};
+  for (int k = 0; k < 2; k++) {
+    cn_graph *g = new_graph(CN_PREC_DOUBLE);
+    cn_ctx *ctx = cn_graph_ctx(g);
+    cn_tensor *table = data(g, "table", (cn_dims){NONE, NONE, AXES(3, 2)}, tv);
+    cn_graph_set_prec(g, CN_PREC_INT32);
+    cn_tensor *ids = data(g, "ids", (cn_dims){AXES(1), NONE, AXES(3)}, k ? bad : good);
+    cn_graph_set_prec(g, CN_PREC_DOUBLE);
+    cn_tensor *x = cn_tensor_gather(g, table, ids);
+    cn_routine *r = x ? compile(g, cn_graph_forward(g, x), b, "fw") : NULL;
+    CHECK_MSG(r != NULL, "build: %s", cn_ctx_error(ctx));
+    if (r && !k) {
+      double got[6];
+      CHECK_STR(cn_tensor_shape(x), "1,3|->2");
+      CHECK_INT(cn_routine_run(r), CN_OK);
+      if (read_node(cn_tensor_value(x), got, 6)) expect_exact("batch of one", got, want, 6);
+    } else if (r) {
+      CHECK_INT(cn_routine_run(r), CN_ERR_RUNTIME);
+      CHECK_HAS(cn_ctx_error(ctx), "gather: index 3 at [0, 1] of \"ids\" (#2) is not one of the "
+                                   "3 rows of \"table\" (#1)");
+    }
+    cn_routine_free(r);
+    free_graph(g);
+  }
+}
+
 int main(void) {
   for (int k = 0; k < 2; k++) {
     test_values(backends[k]);
     test_out_of_range(backends[k]);
     test_float_ids(backends[k]);
     test_not_rewritten(backends[k]);
+    test_batch_of_one(backends[k]);
   }
   test_threads();
   CHECK_DONE();

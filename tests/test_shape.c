@@ -459,6 +459,49 @@ static void test_print_unsolved(void) {
   cn_ctx_destroy(ctx);
 }
 
+static void test_unit_row_through_open_operand(void) {
+  /* a = f(x), b = g(a), r = b + 0 with x 1|->3 (its batch row is a unit, a number's broadcast
+   * axis) and r's rows given as 1|->3 (read elsewhere with x's axes: a gather's guard), 0 a
+   * rank-free constant. b sits between a, whose row is still open, and its use r: closing b upward
+   * may drop r's unit axis only when nothing above b needs it, but a broadcasts x, so a and then b
+   * and r need at least x's one batch axis (a result never has fewer axes than its operand).
+   * Every result is 1|->3. Before the fix b closed to no batch axes, and propagation then failed
+   * on a (0 axes vs 1 axes). */
+  cn_ctx *ctx = cn_ctx_create();
+  cn_shape_env *env = cn_shape_env_new(ctx);
+  cn_shape *x = mk(env, "x", false, "1|->3");
+  cn_shape *zero = mk(env, "zero", false, "|->");
+  cn_shape *a = mk(env, "a", false, "?|?->?"), *b = mk(env, "b", false, "?|?->?");
+  cn_shape *r = mk(env, "r", false, "1|->3");
+  CHECK(op2(env, CN_SL_POINTWISE, a, x, NULL) != NULL);
+  CHECK(op2(env, CN_SL_POINTWISE, b, a, NULL) != NULL);
+  CHECK(op2(env, CN_SL_POINTWISE, r, b, zero) != NULL);
+  CHECK_MSG(cn_shape_finalize(env) == CN_OK, "%s", cn_ctx_error(ctx));
+  CHECK_STR(str(env, a), "1|->3");
+  CHECK_STR(str(env, b), "1|->3");
+  CHECK_STR(str(env, r), "1|->3");
+  cn_ctx_destroy(ctx);
+}
+
+static void test_unit_rows_through_open_operand(void) {
+  /* n = f(x), r = n + y with x 1,1|->3 (two unit batch axes) and y 3|->3. r closes to its
+   * operands' axes while n's row is still open (n waits for its uses, its only operand being
+   * units): y alone asks one batch axis, but n broadcasts x and needs two, so r needs two too.
+   * r is 1,3|->3 (y's 3 right-aligned, the unit broadcasting) and n takes r's axes upward. Before
+   * the fix r closed to one batch axis and propagation failed on n (1 axes vs 2 axes). */
+  cn_ctx *ctx = cn_ctx_create();
+  cn_shape_env *env = cn_shape_env_new(ctx);
+  cn_shape *x = mk(env, "x", false, "1,1|->3");
+  cn_shape *y = mk(env, "y", false, "3|->3");
+  cn_shape *n = mk(env, "n", false, "?|?->?"), *r = mk(env, "r", false, "?|?->?");
+  CHECK(op2(env, CN_SL_POINTWISE, n, x, NULL) != NULL);
+  CHECK(op2(env, CN_SL_POINTWISE, r, n, y) != NULL);
+  CHECK_MSG(cn_shape_finalize(env) == CN_OK, "%s", cn_ctx_error(ctx));
+  CHECK_STR(str(env, n), "1,3|->3");
+  CHECK_STR(str(env, r), "1,3|->3");
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_matrix_chain();
   test_scalar_broadcast();
@@ -474,5 +517,7 @@ int main(void) {
   test_rollback();
   test_alloc_failures();
   test_print_unsolved();
+  test_unit_row_through_open_operand();
+  test_unit_rows_through_open_operand();
   CHECK_DONE();
 }

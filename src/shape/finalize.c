@@ -57,13 +57,17 @@ static int unit_axes(const cn_row *r) {
   return r->n_trail;
 }
 
+static int min_rank(cn_shape_env *env, int v);
+
 /* Leaves close upward: a row variable w whose every pending use is "flat row ⊑ w" becomes the
  * least upper bound of those rows (the common right-aligned axes; dims that disagree become a
  * fresh dim with the same inequalities, closed in turn). With `through`, w may also be the result
  * (sub) of constraints whose operand still has a row variable: an intermediate between a
  * parameter and a use that fixes its axes (`w * x` in `b + w * x`) takes the axes of its uses,
- * which then reach the parameter as it closes upward in turn. Operands made of units never block
- * (they broadcast to whatever w becomes) as long as the bound leaves w the axes they need. */
+ * which then reach the parameter as it closes upward in turn; w still gets the fewest axes that
+ * open operand must have (min_rank), which dropping its uses' unit axes must not go below.
+ * Operands made of units never block (they broadcast to whatever w becomes) as long as the bound
+ * leaves w the axes they need. */
 static cn_sv_result close_row_upward_(cn_shape_env *env, bool through) {
   candidates c = {through ? &env->cand_through : &env->cand_upward, 0, env->n_rows};
   for (int w; (w = next_candidate(env, &c)) >= 0;) {
@@ -94,6 +98,15 @@ static cn_sv_result close_row_upward_(cn_shape_env *env, bool through) {
       if (sub->n_trail < m) m = sub->n_trail;
     }
     if (blocked || !uses || m < need) continue;
+    /* through an operand whose row is still open, w needs the axes that operand must get (its
+     * own operands' units, a number's axis or a unit-sized batch row, reach w through it) */
+    if (through) {
+      int more = min_rank(env, w);
+      if (more < 0) return CN_SV_FAIL;
+      if (more > need) need = more;
+      if (m < need) continue;
+      if ((n_uses = cn_sv_gather_row(env, w)) < 0) return CN_SV_FAIL; /* min_rank reused it */
+    }
     /* leftmost axes where every use has a unit need not exist in w: w broadcasts into them (a
      * number's axis in a result does not give the operand above an axis) */
     int drop = 0;
@@ -198,7 +211,8 @@ static cn_dim **bind_fresh_dims(cn_shape_env *env, int v, int n) {
 
 /* Results close to the fewest axes their operands need: a row variable v that is the sub of
  * pending "L v T ⊑ closed row" constraints gets as many fresh dims as the longest such operand
- * leaves uncovered (operands that still have a row variable are ignored here). When only
+ * leaves uncovered, or more when an operand that still has a row variable must have more
+ * (min_rank: a result never has fewer axes than its operands). When only
  * operands made of units (numbers) ask for more, a v that is itself an operand of something
  * waits: its uses give it its axes (a parameter's initializer takes the parameter's), or, if
  * nothing does, guessing gives it the fewest the units need. */
@@ -209,13 +223,14 @@ static cn_sv_result close_row_to_operands(cn_shape_env *env) {
     int n_uses = cn_sv_gather_row(env, v);
     if (n_uses < 0) return CN_SV_FAIL;
     int need = -1, need_units = -1;
-    bool used = false;
+    bool used = false, open_operand = false;
     for (int u = 0; u < n_uses; u++) {
       cn_sv_pending *p = &env->pend[env->gathered[u]];
       if (p->c.kind != CN_SC_ROW_INEQ) continue;
       cn_row *sup = cn_row_resolve(env, p->c.r2), *sub = cn_row_resolve(env, p->c.r1);
       if (!sup || !sub) return CN_SV_FAIL;
       if (sup->var == v) used = true;
+      if (sub->var == v && sup->var >= 0 && sup->var != v) open_operand = true;
       if (sub->var != v || sup->var >= 0) continue;
       int uncovered = sup->n_trail - sub->n_trail - sub->n_lead;
       if (uncovered < 0) uncovered = 0;
@@ -227,6 +242,11 @@ static cn_sv_result close_row_to_operands(cn_shape_env *env) {
       need = need_units;
     }
     if (need < 0) continue;
+    if (open_operand) { /* it may need more axes than v's closed operands: v needs them too */
+      int more = min_rank(env, v);
+      if (more < 0) return CN_SV_FAIL;
+      if (more > need) need = more;
+    }
     return bind_fresh_dims(env, v, need) ? CN_SV_DONE : CN_SV_FAIL;
   }
   return CN_SV_PEND;
