@@ -3,12 +3,12 @@
  * /usr/bin/python3 from this program), each on one and on two threads, in the same run. Both
  * sides train 4 layers, 4 heads, embedding 128, context 64, batch 12 on the same windows of
  * Debian's fortunes (cannl's cn_text_draw_windows, reproduced by the script) for the same steps
- * (2000; --steps N; --quick: 20) with AdamW (lr 1e-3, warm-up min(100, steps / 20), cosine to
- * 1e-4, betas (0.9, 0.99), weight decay 0.1 on matrices, clipping at 1.0), then compute the mean
- * validation loss over 200 batches (--quick: 10) of the validation split's windows of steps
- * 0 .. 199 and time 100 steps of sampling one token (the forward over one window [1; 64],
- * compiled once, the pick of the last position's logits at temperature 1, the window shifted).
- * cannl's thread count is the option "threads", set after gpt_build; PyTorch's is
+ * (2000; --steps N; --quick: 20; --data PATH: another corpus) with AdamW (lr 1e-3, warm-up min(100,
+ * steps / 20), cosine to 1e-4, betas (0.9, 0.99), weight decay 0.1 on matrices, clipping at 1.0),
+ * then compute the mean validation loss over 200 batches (--quick: 10) of the validation split's
+ * windows of steps 0 .. 199 and time 100 steps of sampling one token (the forward over one window
+ * [1; 64], compiled once, the pick of the last position's logits at temperature 1, the window
+ * shifted). cannl's thread count is the option "threads", set after gpt_build; PyTorch's is
  * torch.set_num_threads (and OpenBLAS's, bench_common.py), with OMP_WAIT_POLICY=PASSIVE.
  *
  * Per side: the build (cannl only: loading the corpus, compiling the routines or loading them
@@ -35,6 +35,7 @@ typedef struct {
 static side sides[SIDES];
 static double bigram = NAN;
 static int64_t steps = 2000, eval_batches = 200;
+static const char *data = GPT_DATA_DIR; /* --data PATH: another corpus (a file or directory) */
 
 static int64_t warmup(void) {
   return steps / 20 < 100 ? steps / 20 : 100;
@@ -87,6 +88,7 @@ static bool train_cannl(int threads, side *out) {
   gpt_config cfg = gpt_defaults();
   cfg.steps = steps;
   cfg.warmup = warmup();
+  cfg.data = data;
   char count[8];
   snprintf(count, sizeof count, "%d", threads);
   double start = now_seconds();
@@ -235,7 +237,7 @@ static void json_line(int threads, FILE *file) {
 
 int main(int argc, char **argv) {
   static bench b = {.name = "bench_gpt", .parse = parse_line};
-  /* --steps N is this program's own; the rest is bench_start's command line */
+  /* --steps N and --data PATH are this program's own; the rest is bench_start's command line */
   char *rest[8];
   int n_rest = 0;
   bool steps_given = false;
@@ -244,16 +246,19 @@ int main(int argc, char **argv) {
     if (i > 0 && strcmp(argv[i], "--steps") == 0 && i + 1 < argc &&
         (steps = strtoll(argv[i + 1], &end, 10)) > 0 && !*end)
       i++, steps_given = true;
+    else if (i > 0 && strcmp(argv[i], "--data") == 0 && i + 1 < argc)
+      data = argv[++i];
     else if (n_rest < 8)
       rest[n_rest++] = argv[i];
     else
-      return fprintf(stderr, "usage: bench_gpt [--quick] [--steps N] [--json FILE]\n"), 2;
+      return fprintf(stderr,
+                     "usage: bench_gpt [--quick] [--steps N] [--data PATH] [--json FILE]\n"),
+             2;
   }
   int status = bench_start(&b, n_rest, rest);
   if (status >= 0) return status;
-  if (access(GPT_DATA_DIR, R_OK) != 0) {
-    printf("bench_gpt: skipped: the fortunes corpus is not in %s (Debian's fortunes)\n",
-           GPT_DATA_DIR);
+  if (access(data, R_OK) != 0) {
+    printf("bench_gpt: skipped: no corpus at %s (Debian's fortunes)\n", data);
     if (b.file) fclose(b.file);
     return 0;
   }
