@@ -46,14 +46,14 @@ static void ascii_plot(const gpt *m, double bigram) {
       int rt = hi > lo ? (int)((m->evals_train[i] - lo) / (hi - lo) * (rows - 1) + 0.5) : 0;
       int rv = hi > lo ? (int)((m->evals_valid[i] - lo) / (hi - lo) * (rows - 1) + 0.5) : 0;
       char c = rt == r && rv == r ? '*' : rt == r ? 't' : rv == r ? 'v' : rb == r ? '-' : ' ';
-      printf(" %c  ", c);
+      printf("  %c  ", c);
     }
     printf("\n");
   }
   printf("%8s +", "");
-  for (int i = 0; i < m->n_evals; i++) printf("----");
+  for (int i = 0; i < m->n_evals; i++) printf("-----");
   printf("\n%8s  ", "step");
-  for (int i = 0; i < m->n_evals; i++) printf("%-4lld", (long long)m->evals_step[i]);
+  for (int i = 0; i < m->n_evals; i++) printf("%4lld ", (long long)m->evals_step[i]);
   printf("\n");
 }
 
