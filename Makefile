@@ -168,6 +168,7 @@ bench: deps
 	build/bench_bench_perf --json build/bench_perf.json
 	build/bench_bench_gemm --json build/bench_gemm.json
 	build/bench_bench_fashion --json build/bench_fashion.json
+	build/bench_bench_gpt --json build/bench_gpt.json
 
 install: build
 	cmake --install build --prefix $(PREFIX)
