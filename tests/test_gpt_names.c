@@ -17,6 +17,7 @@
  *     at temperature 0, exactly the script's characters.
  * Skipped (77) when /usr/share/dict/words is absent (package wamerican, `make deps`). */
 #include "check.h"
+#include "script_check.h"
 
 #include "cannl.h"
 
@@ -26,33 +27,6 @@
 
 #define WORDS "/usr/share/dict/words"
 #define COUNT 50
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *text = n >= 0 ? malloc((size_t)n + 512) : NULL;
-  if (text && fread(text, 1, (size_t)n, f) == (size_t)n) {
-    text[n] = '\0';
-    if (len) *len = (size_t)n;
-  } else {
-    free(text);
-    text = NULL;
-  }
-  fclose(f);
-  return text;
-}
-
-/* The output of `cmd` (at most cap - 1 bytes), NUL-terminated; its length, -1 on failure. */
-static long run_command(const char *cmd, char *out, size_t cap) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, cap - 1, p);
-  out[n] = '\0';
-  return pclose(p) == 0 ? (long)n : -1;
-}
 
 int main(void) {
   if (access(WORDS, R_OK) != 0) {
