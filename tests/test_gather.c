@@ -213,6 +213,8 @@ static void test_threads(void) {
     snprintf(n, sizeof n, "%d", threads);
     CHECK(cn_ctx_set_option(ctx, "threads", n) == CN_OK);
     CHECK(cn_ctx_set_option(ctx, "parallel_work", "1") == CN_OK);
+    /* the test is about the parallel scatter-add: scheduled even where CANNL_SCHEDULE=none */
+    CHECK(cn_ctx_set_option(ctx, "schedule", "all") == CN_OK);
     cn_tensor *table = cn_tensor_param(g, "table", &(cn_dims){NONE, NONE, AXES(BT_V, BT_D)},
                                        cn_tensor_number(g, 0.5));
     cn_graph_set_prec(g, CN_PREC_INT32);
