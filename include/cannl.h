@@ -724,8 +724,9 @@ cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tens
  * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} (prefix "h0": "h0.attn.q.weight"; give each
  * block its own prefix). A parameter of g that already has such a label is reused, not created:
  * applying a block again with the same prefix (the model on a validation batch, on a sampling
- * window) reads the same weights; one of that label with other dims is an error. dropout_rate NULL: no dropout (nanoGPT's dropout 0); with a rate, a
- * step counter is required (see cn_tensor_dropout). */
+ * window) reads the same weights; one of that label with other dims is an error. dropout_rate NULL:
+ * no dropout (nanoGPT's dropout 0); with a rate, a step counter is required (see
+ * cn_tensor_dropout). */
 typedef struct {
   int n_heads, n_layer;
   cn_tensor *dropout_rate, *dropout_step;
@@ -1065,8 +1066,8 @@ cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, co
  * logits holding a NaN. Built with -DNAME_SAMPLE_MAIN it has a main(): `NAME_sample [COUNT
  * [TEMPERATURE [SEED [PROMPT]]]]` (defaults 500, 1, 0, "\n") prints the text. Input and logits
  * are checked as for cn_text_sample (and single precision, as for cn_graph_export_c). */
-cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input,
-                                 cn_tensor *logits, const char *name, const char *dir);
+cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
+                                 const char *name, const char *dir);
 
 /* The training state of t: each parameter of t by its label, then the optimizer state that
  * updates built for them (SGD momentum "<param>.sgd_momentum", Adam's "<param>.adam_m",
