@@ -1,4 +1,5 @@
-/* The vectorizable exp of float precisions (builtins.h cn_exp_f32) and the softmax built on it.
+/* The vectorizable exp and tanh of float precisions (builtins.h cn_exp_f32, cn_tanh_f32) and the
+ * softmax built on exp.
  *
  * - Accuracy: cn_exp_f32 against exp in double rounded to float, at most 1 ulp (the bound
  *   docs/ARCHITECTURE.md states), over every one of the 2^32 inputs in an optimized build
@@ -16,6 +17,15 @@
  *   differed by an ulp on 71 of these 160 000 cells), and so does a max reduction (run
  *   without order by generated C, cgen_reduce.c) on rows with NaNs of different payloads and
  *   signed zeros, whose values are checked against the first NaN in row order.
+ * - tanh: at most 1 ulp against tanh in double rounded to float (the bound ARCHITECTURE
+ *   states) over every input in an optimized build (the inputs with a known answer in a
+ *   vectorized loop, the 2 x 127 million others against libm), in an unoptimized one over every
+ *   4099th bit pattern and the neighbourhoods of the thresholds; exact where the answer is: a
+ *   magnitude below 0x1.713746p-12 gives x (±0 and subnormals too), from 0x1.205968p+3 on and
+ *   at ±inf ±1, NaN the quieted NaN; those thresholds are checked against libm's tanh on both
+ *   sides. The reference evaluation is cn_tanh_f32, the interpreter and generated C agree bit for
+ *   bit on tanh over the same rows as exp (before cn_tanh_f32 they differed: libm's tanh in
+ *   double rounded, against tanhf).
  * - Threads: softmax over 8 rows of 20 000 (parallel loops) gives the same bits on 1, 2 and 3
  *   threads. */
 #include "check.h"
@@ -70,8 +80,12 @@ static void sweep_one(sweep_stats *s, uint32_t bits) {
   if (ulps > s->max_ulp) s->max_ulp = ulps, s->worst = bits;
 }
 
+static void sweep_range_of(void (*one)(sweep_stats *, uint32_t), sweep_stats *s, uint32_t from,
+                           uint32_t to, uint32_t step) {
+  for (uint64_t b = from; b <= to; b += step) one(s, (uint32_t)b);
+}
 static void sweep_range(sweep_stats *s, uint32_t from, uint32_t to, uint32_t step) {
-  for (uint64_t b = from; b <= to; b += step) sweep_one(s, (uint32_t)b);
+  sweep_range_of(sweep_one, s, from, to, step);
 }
 
 #if defined(__OPTIMIZE__)
@@ -143,6 +157,93 @@ static void test_exp_accuracy(void) {
   CHECK(cn_exp_f32(1.0f) == 0x1.5bf0a8p+1f); /* e rounded */
 }
 
+/* ---- tanh ---- */
+
+#define TANH_SELF 0x39B89BA3u /* 0x1.713746p-12: the first magnitude whose tanh is not itself */
+#define TANH_ONE  0x41102CB4u /* 0x1.205968p+3: the first whose tanh rounds to 1 */
+
+/* One input against tanh in double rounded (inf: +-1; NaN: quieted), exact in the known ranges. */
+static void tanh_sweep_one(sweep_stats *s, uint32_t bits) {
+  float x = cn_f32_of_bits(bits), y = cn_tanh_f32(x);
+  uint32_t magnitude = bits & 0x7FFFFFFFu, got = cn_f32_bits(y);
+  s->inputs++;
+  if (magnitude > 0x7F800000u) {
+    if (got != (bits | 0x00400000u) && s->wrong++ < 4)
+      fprintf(stderr, "  tanh(NaN 0x%08x) = 0x%08x\n", (unsigned)bits, (unsigned)got);
+    return;
+  }
+  float want = (float)tanh((double)x);
+  int64_t ulps = llabs(ordinal(y) - ordinal(want));
+  bool exact = magnitude < TANH_SELF || magnitude >= TANH_ONE;
+  bool ok = exact ? got == cn_f32_bits(want) : ulps <= 1;
+  if (!ok && s->wrong++ < 4)
+    fprintf(stderr, "  tanh(%a) = %a, expected %a\n", (double)x, (double)y, (double)want);
+  if (ulps > s->max_ulp) s->max_ulp = ulps, s->worst = bits;
+}
+
+#if defined(__OPTIMIZE__)
+/* The inputs of [from, to], all with a known answer, whose tanh is not it (vectorized: see
+ * count_other). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3")))
+#endif
+static uint64_t
+count_tanh_other(uint32_t from, uint32_t to) {
+  uint64_t other = 0;
+  for (uint64_t i = 0; i <= (uint64_t)(to - from); i++) {
+    uint32_t b = from + (uint32_t)i, magnitude = b & 0x7FFFFFFFu;
+    uint32_t expected = magnitude > 0x7F800000u ? b | 0x00400000u
+                        : magnitude < TANH_SELF ? b
+                                                : (b & 0x80000000u) | 0x3F800000u;
+    other += cn_f32_bits(cn_tanh_f32(cn_f32_of_bits(b))) != expected;
+  }
+  return other;
+}
+#endif
+
+static void test_tanh_accuracy(void) {
+  sweep_stats s = {0, 0, 0, 0};
+#if defined(__OPTIMIZE__)
+  const uint32_t known[][2] = {{0, TANH_SELF - 1},
+                               {TANH_ONE, 0x7FFFFFFFu},
+                               {0x80000000u, 0x80000000u + TANH_SELF - 1},
+                               {0x80000000u + TANH_ONE, 0xFFFFFFFFu}};
+  for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+    uint64_t other = count_tanh_other(known[k][0], known[k][1]);
+    CHECK_MSG(other == 0, "%llu inputs of [0x%08x, 0x%08x] not exact", (unsigned long long)other,
+              (unsigned)known[k][0], (unsigned)known[k][1]);
+    s.inputs += (int64_t)known[k][1] - known[k][0] + 1;
+  }
+  sweep_range_of(tanh_sweep_one, &s, TANH_SELF, TANH_ONE - 1, 1);
+  sweep_range_of(tanh_sweep_one, &s, 0x80000000u + TANH_SELF, 0x80000000u + TANH_ONE - 1, 1);
+  CHECK_MSG(s.inputs == INT64_C(1) << 32, "%lld inputs swept", (long long)s.inputs);
+#else
+  sweep_range_of(tanh_sweep_one, &s, 0, 0xFFFFFFFFu - 4098, 4099);
+  sweep_range_of(tanh_sweep_one, &s, 0x3F0C9F54u - 4096, 0x3F0C9F54u + 4096, 1); /* 0.5 */
+#endif
+  /* both sides of the thresholds, of both signs, against libm */
+  for (int negative = 0; negative <= 1; negative++) {
+    uint32_t sign = negative ? 0x80000000u : 0;
+    sweep_range_of(tanh_sweep_one, &s, sign, sign + 4096, 1); /* ±0, subnormals */
+    sweep_range_of(tanh_sweep_one, &s, sign + TANH_SELF - 4096, sign + TANH_SELF + 4096, 1);
+    sweep_range_of(tanh_sweep_one, &s, sign + TANH_ONE - 4096, sign + TANH_ONE + 4096, 1);
+    sweep_range_of(tanh_sweep_one, &s, sign + 0x7F800000u - 16, sign + 0x7F800000u + 4096, 1);
+  }
+  printf("tanh: %lld inputs, max %lld ulp (at %a)\n", (long long)s.inputs, (long long)s.max_ulp,
+         (double)cn_f32_of_bits(s.worst));
+  CHECK_MSG(s.wrong == 0, "%u inputs wrong", (unsigned)s.wrong);
+  CHECK_MSG(s.max_ulp <= 1, "max error %lld ulp", (long long)s.max_ulp);
+  /* special values, spelled out */
+  CHECK(cn_f32_bits(cn_tanh_f32(0.0f)) == 0 && cn_f32_bits(cn_tanh_f32(-0.0f)) == 0x80000000u);
+  CHECK(cn_tanh_f32(0x1p-149f) == 0x1p-149f && cn_tanh_f32(-0x1.8p-130f) == -0x1.8p-130f);
+  CHECK(cn_tanh_f32(INFINITY) == 1 && cn_tanh_f32(-INFINITY) == -1);
+  CHECK(cn_tanh_f32(cn_f32_of_bits(TANH_ONE)) == 1 && cn_tanh_f32(-100.0f) == -1);
+  CHECK(cn_tanh_f32(cn_f32_of_bits(TANH_ONE - 1)) == 0x1.fffffep-1f);
+  CHECK(cn_f32_bits(cn_tanh_f32(cn_f32_of_bits(0xFF812345u))) == 0xFFC12345u); /* NaN quieted */
+  CHECK(cn_f32_bits(cn_tanh_f32(cn_f32_of_bits(0x7FC00042u))) == 0x7FC00042u);
+  CHECK(cn_tanh_f32(1.0f) == (float)tanh(1.0) && cn_tanh_f32(-0.25f) == (float)tanh(-0.25));
+}
+
 /* The reference evaluation is the same function on every precision computed in float. */
 static void test_reference_eval(void) {
   const float xs[] = {0.5f, -3.25f, 0x1.002ad2p-1f, -0x1.0115dp-1f, 88.0f, -100.0f, NAN};
@@ -156,6 +257,14 @@ static void test_reference_eval(void) {
               (double)xs[k]);
     cn_value dbl = cn_eval_op(CN_OP_EXP, CN_PREC_DOUBLE, &a);
     CHECK(isnan(xs[k]) ? isnan(dbl.f) : dbl.f == exp((double)xs[k])); /* double: libm */
+    single = cn_eval_op(CN_OP_TANH, CN_PREC_SINGLE, &a);
+    CHECK_MSG(cn_f32_bits((float)single.f) == cn_f32_bits(cn_tanh_f32(xs[k])), "single tanh(%a)",
+              (double)xs[k]);
+    cn_value bf = cn_eval_op(CN_OP_TANH, CN_PREC_BFLOAT16, &a);
+    CHECK_MSG(cn_f32_bits((float)bf.f) == cn_f32_bits(cn_tanh_f32(xs[k])), "bfloat16 tanh(%a)",
+              (double)xs[k]);
+    dbl = cn_eval_op(CN_OP_TANH, CN_PREC_DOUBLE, &a);
+    CHECK(isnan(xs[k]) ? isnan(dbl.f) : dbl.f == tanh((double)xs[k])); /* double: libm */
   }
 }
 
@@ -202,7 +311,7 @@ static void fill_rows(double *x) {
     }
 }
 
-typedef enum { EXP_OF_X, SOFTMAX_OF_X, MAX_OF_X } what;
+typedef enum { EXP_OF_X, TANH_OF_X, SOFTMAX_OF_X, MAX_OF_X } what;
 
 /* Runs `w` of the rows on backend b with `threads` threads; the result's cells as doubles. */
 static bool run_rows(what w, cn_backend_kind b, int threads, const double *x, double *out,
@@ -212,7 +321,8 @@ static bool run_rows(what w, cn_backend_kind b, int threads, const double *x, do
   snprintf(count, sizeof count, "%d", threads);
   CHECK_INT(cn_ctx_set_option(cn_graph_ctx(g), "threads", count), CN_OK);
   cn_tensor *tx = data(g, "x", (cn_dims){AXES(ROWS), NONE, AXES(COLS)}, x);
-  cn_tensor *y = w == EXP_OF_X ? cn_tensor_apply(g, CN_OP_EXP, 1, &tx)
+  cn_tensor *y = w == EXP_OF_X    ? cn_tensor_apply(g, CN_OP_EXP, 1, &tx)
+                 : w == TANH_OF_X ? cn_tensor_apply(g, CN_OP_TANH, 1, &tx)
                  : w == SOFTMAX_OF_X
                      ? cn_tensor_softmax(g, tx)
                      : cn_tensor_einmax1(g, "... | ..i.. -> ..o.. => ... | ..i.. ->", tx);
@@ -243,6 +353,13 @@ static void test_backends_agree(void) {
     compare_bits("exp, interpreter and C", interp, c, n);
     for (int64_t i = 0; i < COLS; i++) /* row 0 against the polynomial itself */
       CHECK(interp[i] == (double)cn_exp_f32((float)x[i]));
+  }
+  /* tanh cell by cell */
+  if (run_rows(TANH_OF_X, CN_BACKEND_INTERP, 1, x, interp, n) &&
+      run_rows(TANH_OF_X, CN_BACKEND_C, 1, x, c, n)) {
+    compare_bits("tanh, interpreter and C", interp, c, n);
+    for (int64_t i = 0; i < n; i++) /* every row against the function itself */
+      CHECK(memcmp(&interp[i], &(double){cn_tanh_f32((float)x[i])}, sizeof(double)) == 0);
   }
   /* the max of each row: the first NaN in row order, +0 over signed zeros */
   if (run_rows(MAX_OF_X, CN_BACKEND_INTERP, 1, x, interp, ROWS) &&
@@ -276,5 +393,6 @@ int main(void) {
   test_reference_eval();
   test_backends_agree();
   test_exp_accuracy();
+  test_tanh_accuracy();
   CHECK_DONE();
 }

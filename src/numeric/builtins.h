@@ -16,8 +16,8 @@
  * Contents: half / bfloat16 / fp8 (E5M2) storage conversions; the per-precision families named
  * by the `lc` column of include/cannl/precisions.def (cn_load_<lc>, cn_store_<lc>,
  * cn_<lc>_to_u4x32, cn_u4x32_to_<lc>_uniform, cn_u4x32_to_<lc>_uniform_vec); integer helpers
- * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_exp, cn_max, cn_min; the two threefry4x32 variants
- * (ocannl-notes §7). */
+ * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_exp, cn_tanh, cn_max, cn_min; the two threefry4x32
+ * variants (ocannl-notes §7). */
 #ifndef CN_BUILTINS_H
 #define CN_BUILTINS_H
 
@@ -390,6 +390,54 @@ static inline double cn_exp_f64(double x) {
 }
 /* clang-format off */
 #define cn_exp(a) _Generic((a), float: cn_exp_f32, double: cn_exp_f64)((a))
+/* clang-format on */
+
+/* ---- tanh: on float a branch-free function built on cn_exp_f32, the op `tanh` of every
+ * precision computed in float on both backends (CN_OPF_IN_FLOAT, as exp), vectorized by gcc and
+ * clang (no call of tanhf). For |x| < 0x1.193ea8p-1 (where tanh reaches 0.5) Cephes tanhf's odd
+ * minimax polynomial x + x^3 P(x^2) (S. L. Moshier); above it 1 - 2 / (exp(2|x|) + 1), whose
+ * subtraction loses nothing (the quotient is at most 0.5 and the result at least 0.5), with the
+ * sign put back. Both are computed for every input and one is chosen by a mask. By masks on the
+ * input's bits, too: below 0x1.713746p-12 in magnitude (where tanh(x) first rounds to other than
+ * x) x itself, so ±0 and subnormals give themselves and nothing underflows; from 0x1.205968p+3
+ * on (where tanh first rounds to 1) and at ±inf, ±1; a NaN gives itself quieted, as exp. Each
+ * step a statement of its own (no contraction, see exp). Error against tanh in double rounded
+ * to float: at most 1 ulp over all 2^32 inputs (tests/test_vexp.c). Double keeps libm's tanh. */
+
+static inline float cn_tanh_f32(float x) {
+  uint32_t bits = cn_f32_bits(x), magnitude = bits & 0x7FFFFFFFu, sign = bits & 0x80000000u;
+  uint32_t nan_mask = 0u - (uint32_t)(magnitude > 0x7F800000u);
+  uint32_t self_mask = 0u - (uint32_t)(magnitude < 0x39B89BA3u);
+  uint32_t one_mask = ~nan_mask & (0u - (uint32_t)(magnitude >= 0x41102CB4u));
+  uint32_t known_mask = nan_mask | self_mask | one_mask;
+  uint32_t small_mask = 0u - (uint32_t)(magnitude < 0x3F0C9F54u);
+  float a = cn_f32_of_bits(magnitude & ~known_mask); /* |x|, or 0 where the result is known */
+  float z = a * a;
+  float p = -5.70498872745e-3f * z;
+  p = p + 2.06390887954e-2f;
+  p = p * z;
+  p = p - 5.37397155531e-2f;
+  p = p * z;
+  p = p + 1.33314422036e-1f;
+  p = p * z;
+  p = p - 3.33332819422e-1f;
+  p = p * z;
+  p = p * a;
+  float small = a + p;
+  float twice = a + a;
+  float e = cn_exp_f32(twice);
+  float e1 = e + 1.0f;
+  float q = 2.0f / e1;
+  float large = 1.0f - q;
+  uint32_t abs_result = (cn_f32_bits(small) & small_mask) | (cn_f32_bits(large) & ~small_mask);
+  return cn_f32_of_bits(((abs_result | sign) & ~known_mask) | (0x3F800000u & one_mask) |
+                        (sign & one_mask) | (bits & self_mask) | ((bits | 0x00400000u) & nan_mask));
+}
+static inline double cn_tanh_f64(double x) {
+  return tanh(x);
+}
+/* clang-format off */
+#define cn_tanh(a) _Generic((a), float: cn_tanh_f32, double: cn_tanh_f64)((a))
 /* clang-format on */
 
 /* ---- max / min: NaN if either operand is NaN (OCaml's Float.max / Float.min); on floats

@@ -33,10 +33,11 @@
  *     nearest even, integers wrap to their width. The interpreter first casts its double to the
  *     compute type (float for single/half/bfloat16/fp8), as a value of generated C would be.
  *   - Load (stored cell -> compute value): cn_load_<prec>, exact.
- * In the interpreter every FLOAT kind computes in double, except the CN_OPF_IN_FLOAT ops (exp),
- * which it evaluates in float for the precisions computed in float; generated C computes single /
- * half / bfloat16 / fp8 in float and double in double, so float results may differ by the
- * rounding of intermediate values, never by a conversion rule, and never for exp of a float. */
+ * In the interpreter every FLOAT kind computes in double, except the CN_OPF_IN_FLOAT ops (exp,
+ * tanh), which it evaluates in float for the precisions computed in float; generated C computes
+ * single / half / bfloat16 / fp8 in float and double in double, so float results may differ by the
+ * rounding of intermediate values, never by a conversion rule, and never for exp or tanh of a
+ * float. */
 #include "numeric/numeric.h"
 
 #include <math.h>
