@@ -1,11 +1,13 @@
 /* Helpers of the tests that run an example script as a user does and then its exported C
- * (test_names, test_gpt_names): a whole file read with room to append statements, and the
- * output of a shell command. Header-only, static inline. */
+ * (test_names, test_gpt_names): a whole file read with room to append statements, the output of
+ * a shell command, and the samples a script printed. Header-only, static inline; include check.h
+ * first. */
 #ifndef CANNL_SCRIPT_CHECK_H
 #define CANNL_SCRIPT_CHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The bytes of path, NUL-terminated, with 512 spare bytes after them (the tests strcat a few
  * statements to a script); *len (if not NULL) their count. NULL when the file cannot be read. */
@@ -34,6 +36,23 @@ static inline long run_command(const char *cmd, char *out, size_t cap) {
   size_t n = fread(out, 1, cap - 1, p);
   out[n] = '\0';
   return pclose(p) == 0 ? (long)n : -1;
+}
+
+/* The n samples of `count` characters a script printed one per line from `printed` on, into
+ * out[k * (count + 1) ...] NUL-terminated (echoed to stdout): each line must end after count
+ * characters, and each character must be a byte of the corpus words[0, words_len). */
+static inline void read_samples(const char *printed, int n, int count, const char *words,
+                                size_t words_len, char *out) {
+  for (int k = 0; k < n; k++) {
+    char *s = out + k * (count + 1);
+    memcpy(s, printed + k * (count + 1), (size_t)count);
+    s[count] = '\0';
+    CHECK(printed[k * (count + 1) + count] == '\n');
+    for (int i = 0; i < count; i++)
+      CHECK_MSG(words && memchr(words, s[i], words_len), "sample %d: byte 0x%02x", k,
+                (unsigned)(unsigned char)s[i]);
+    printf("sample %d: \"%s\"\n", k, s);
+  }
 }
 
 #endif

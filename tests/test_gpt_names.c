@@ -107,15 +107,7 @@ int main(void) {
   char *words = slurp(WORDS, &words_len);
   CHECK(words != NULL);
   char s[3][COUNT + 1];
-  for (int k = 0; k < 3; k++) {
-    memcpy(s[k], samples + k * (COUNT + 1), COUNT);
-    s[k][COUNT] = '\0';
-    CHECK(samples[k * (COUNT + 1) + COUNT] == '\n');
-    for (int i = 0; i < COUNT; i++)
-      CHECK_MSG(words && memchr(words, s[k][i], words_len), "sample %d: byte 0x%02x", k,
-                (unsigned)(unsigned char)s[k][i]);
-    printf("sample %d: \"%s\"\n", k, s[k]);
-  }
+  read_samples(samples, 3, COUNT, words, words_len, &s[0][0]);
   free(words);
   CHECK(strcmp(s[0], s[1]) == 0);
   CHECK(strcmp(s[1], s[2]) != 0);
