@@ -84,7 +84,7 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               every count.
  * And of every routine compiled (read by cn_routine_compile):
  *   "schedule"  the passes of the scheduling stage: "all" (default: $CANNL_SCHEDULE, else "all"),
- *               "none", or a comma list of virtual, gemm, order, fuse, tile, marks, jam; each
+ *               "none", or a comma list of fill, virtual, gemm, order, fuse, tile, marks, jam; each
  *               loop pass keeps the results bit for bit, so switching them off bisects a
  *               failure, and gemm (packed, register-tiled matrix products) does too in exact
  *               mode (docs/ARCHITECTURE.md "Scheduling").

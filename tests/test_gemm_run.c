@@ -254,8 +254,10 @@ static cn_ll_proc *transposed(cn_ctx *ctx, cn_node *const *n) {
   return cn_lb_proc(ctx, "tr", body, 3, params, 0, NULL);
 }
 
-/* ct[j, i] += a[i, k] * b[k, j]: columns of c apart (every tile through its own buffer), in
- * double precision. */
+/* ct[j, i] += a[i, k] * b[k, j] in double precision: c's contiguous axis is i, which walks a
+ * (a weight gradient's form); the plan exchanges the operands so that it is N. With a third node
+ * of c [n, m, 2] written at [j, i, 1], no group is contiguous in c: every tile goes through a
+ * buffer of its own (the tile path). */
 static cn_ll_proc *columns_apart(cn_ctx *ctx, cn_node *const *n) {
   cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0),
             k = cn_symbol_create(ctx, "k", 0);
@@ -264,8 +266,10 @@ static cn_ll_proc *columns_apart(cn_ctx *ctx, cn_node *const *n) {
       ctx, CN_OP_MUL, d,
       cn_lb_get(ctx, 0, d, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(k))),
       cn_lb_get(ctx, 1, d, cn_lb_indices(ctx, 2, cn_index_iter(k), cn_index_iter(j))), NULL);
-  cn_ll_stmt *s = cn_lb_accum(ctx, 2, d, cn_lb_indices(ctx, 2, cn_index_iter(j), cn_index_iter(i)),
-                              CN_OP_ADD, p);
+  cn_index *ji = n[2]->rank == 3
+                     ? cn_lb_indices(ctx, 3, cn_index_iter(j), cn_index_iter(i), cn_index_fixed(1))
+                     : cn_lb_indices(ctx, 2, cn_index_iter(j), cn_index_iter(i));
+  cn_ll_stmt *s = cn_lb_accum(ctx, 2, d, ji, CN_OP_ADD, p);
   cn_ll_stmt *body =
       cn_lb_loop(ctx, i, 0, n[0]->dims[0],
                  cn_lb_loop(ctx, j, 0, n[1]->dims[1], cn_lb_loop(ctx, k, 0, n[0]->dims[1], s)));
@@ -359,7 +363,17 @@ static void test_shapes(void) {
   cn_node *ca[3] = {node(ctx, "a", CN_PREC_DOUBLE, 2, (int64_t)23, (int64_t)41),
                     node(ctx, "b", CN_PREC_DOUBLE, 2, (int64_t)41, (int64_t)37),
                     node(ctx, "ct", CN_PREC_DOUBLE, 2, (int64_t)37, (int64_t)23)};
-  check_shape("columns apart, double", columns_apart, ca, 3, NULL);
+  check_shape("c contiguous along M, double", columns_apart, ca, 3, NULL);
+  cn_ll_proc *swapped = columns_apart(ctx, ca);
+  plan(ctx, swapped, true);
+  CHECK_HAS(cn_ll_to_string(ctx, swapped), "gemm M=(j) N=(i) K=(k) ");
+  CHECK_HAS(cn_ll_to_string(ctx, swapped), "ct[j, i] := ct[j, i] + b[k, j] * a[i, k]");
+  cn_node *cs[3] = {ca[0], ca[1],
+                    node(ctx, "cs", CN_PREC_DOUBLE, 3, (int64_t)37, (int64_t)23, (int64_t)2)};
+  check_shape("columns apart, double", columns_apart, cs, 3, NULL);
+  cn_ll_proc *apart = columns_apart(ctx, cs);
+  plan(ctx, apart, true);
+  CHECK_HAS(cn_ll_to_string(ctx, apart), "gemm M=(i) N=(j) K=(k) ");
   cn_node *att[3] = {
       node(ctx, "qm", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)17, (int64_t)11),
       node(ctx, "km", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)70, (int64_t)11),

@@ -723,6 +723,96 @@ static void test_written_first(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Fill forwarding: a clear's constant read by the first update ---- */
+
+/* t[i, j] := 0 over i < 4, j < 8, then `update` in a nest of its own over the same box (fresh
+ * loop variables i2, j2 of the caller), then o[i, j] := o[i, j] + t[i, j] (a later reader). */
+static cn_ll_proc *fill_proc(cn_ctx *ctx, cn_node *const *ato, cn_symbol i, cn_symbol j,
+                             cn_ll_stmt *update_nest) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+  cn_ll_stmt *clear = cn_lb_loop(
+      ctx, i, 0, 4, cn_lb_loop(ctx, j, 0, 8, cn_lb_set(ctx, 1, ij, cn_lb_num(ctx, single, 0))));
+  cn_ll_stmt *reader = cn_lb_loop(
+      ctx, i, 0, 4,
+      cn_lb_loop(ctx, j, 0, 8,
+                 cn_lb_accum(ctx, 2, single, ij, CN_OP_ADD, cn_lb_get(ctx, 1, single, ij))));
+  cn_ll_param params[3] = {param_of(ato[0]), param_of(ato[1]), param_of(ato[2])};
+  return cn_lb_proc(ctx, "fill", cn_lb_seq(ctx, 3, clear, update_nest, reader), 3, params, 0, NULL);
+}
+
+static void test_fill(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_node *ato[3] = {node(ctx, "a", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "t", single, 2, (int64_t)4, (int64_t)8),
+                     node(ctx, "o", single, 2, (int64_t)4, (int64_t)8)};
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_symbol i2 = cn_symbol_create(ctx, "i2", 0), j2 = cn_symbol_create(ctx, "j2", 0);
+  cn_symbol k = cn_symbol_create(ctx, "k", 0);
+#define IJ         cn_lb_indices(ctx, 2, cn_index_iter(i2), cn_index_iter(j2))
+#define GET(p)     cn_lb_get(ctx, p, single, IJ)
+#define NEST(body) cn_lb_loop(ctx, i2, 0, 4, cn_lb_loop(ctx, j2, 0, 8, body))
+  /* t += a * 0 (-0 where a < 0: the forwarded 0 + -0 must still give +0), then t += a: the
+   * first update reads the constant, the clear goes, the second update is left as it is */
+  cn_sched_options fill_only = {.passes = CN_SCHED_FILL};
+#define UPDATES                                                                                    \
+  NEST(cn_lb_seq(                                                                                  \
+      ctx, 2,                                                                                      \
+      cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD,                                                   \
+                  cn_lb_op(ctx, CN_OP_MUL, single, GET(0), cn_lb_num(ctx, single, 0), NULL)),      \
+      cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0))))
+  cn_ll_proc *plain = fill_proc(ctx, ato, i, j, UPDATES),
+             *filled = fill_proc(ctx, ato, i, j, UPDATES);
+#undef UPDATES
+  CHECK(plain && filled);
+  if (!plain || !filled) return;
+  CHECK_INT(cn_sched_proc(ctx, filled, &fill_only), CN_OK);
+  const char *text = cn_ll_to_string(ctx, filled);
+  CHECK_STR(text ? text : "", "routine fill\n"
+                              "  params: a#1 single[4, 8], t#2 single[4, 8], o#3 single[4, 8]\n"
+                              "for i2 in 0..4:\n"
+                              "  for j2 in 0..8:\n"
+                              "    t[i2, j2] := 0 + a[i2, j2] * 0\n"
+                              "    t[i2, j2] := t[i2, j2] + a[i2, j2]\n"
+                              "for i in 0..4:\n"
+                              "  for j in 0..8:\n"
+                              "    o[i, j] := o[i, j] + t[i, j]\n");
+  check_same_results(ctx, plain, filled);
+  /* Left alone: a reduction (k: each cell updated twice), a read of another cell, a reader
+   * between the clear and the update, a guarded update, a padded buffer. */
+  cn_ll_stmt *kept[5] = {
+      cn_lb_loop(
+          ctx, i2, 0, 4,
+          cn_lb_loop(ctx, j2, 0, 8,
+                     cn_lb_loop(ctx, k, 0, 2, cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0))))),
+      NEST(cn_lb_accum(
+          ctx, 1, single, IJ, CN_OP_ADD,
+          cn_lb_get(ctx, 1, single, cn_lb_indices(ctx, 2, cn_index_iter(i2), cn_index_fixed(0))))),
+      cn_lb_seq(ctx, 2, NEST(cn_lb_set(ctx, 2, IJ, GET(1))),
+                NEST(cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0)))),
+      NEST(cn_lb_guard(ctx, 1, &(cn_ll_cond){cn_index_iter(j2), 0, 4},
+                       cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0)))),
+      NEST(cn_lb_accum(ctx, 1, single, IJ, CN_OP_ADD, GET(0)))};
+  for (int c = 0; c < 5; c++) {
+    cn_node *padded = node(ctx, "t", single, 2, (int64_t)4, (int64_t)8);
+    if (c == 4) CHECK_INT(cn_node_set_padding(padded, 1, 0, 1), CN_OK);
+    cn_node *nodes[3] = {ato[0], c == 4 ? padded : ato[1], ato[2]};
+    cn_ll_proc *p = fill_proc(ctx, nodes, i, j, kept[c]);
+    CHECK(p != NULL);
+    if (!p) continue;
+    const char *before = cn_ll_to_string(ctx, p);
+    CHECK_INT(cn_sched_proc(ctx, p, &fill_only), CN_OK);
+    const char *after = cn_ll_to_string(ctx, p);
+    CHECK(before && after && strcmp(before, after) == 0);
+    if (before && after && strcmp(before, after) != 0) printf("case %d:\n%s", c, after);
+  }
+#undef NEST
+#undef GET
+#undef IJ
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Flat pairs: an element-wise nest over contiguous buffers runs as one loop ---- */
 
 /* out[i, j] := a[i, j] * b[i, j] + extra, extra a read of b at [0, j] (a broadcast over i) when
@@ -989,7 +1079,7 @@ static void test_options(void) {
   o.passes = CN_SCHED_MARKS;
   CHECK_INT(cn_sched_parse(ctx, "order,bogus", &o), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx), "schedule 'order,bogus': unknown pass 'bogus' (known: all, none, "
-                               "virtual, gemm, order, fuse, tile, marks, jam)");
+                               "fill, virtual, gemm, order, fuse, tile, marks, jam)");
   CHECK_INT(o.passes, CN_SCHED_MARKS);
   CHECK_INT(cn_sched_parse(ctx, "order,,marks", &o), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "unknown pass ''");
@@ -1066,6 +1156,7 @@ int main(void) {
   test_jam();
   test_jam_prefix();
   test_written_first();
+  test_fill();
   test_flat();
   test_fuse();
   test_pool_interleave();

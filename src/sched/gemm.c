@@ -133,6 +133,54 @@ typedef struct {
 static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
                               const gemm_pass *pass);
 
+/* The cells of c between consecutive values of the last loop (in nest order) of a group: how the
+ * group's flat index walks c where it moves fastest (0 when the group is empty). */
+static int64_t c_step(const cn_ll_proc *proc, const cn_sched_nest *nest, const cn_sched_gemm *g,
+                      const cn_index *w, cn_gemm_role role) {
+  int64_t strides[CN_MAX_RANK], step = 0;
+  const cn_node *node = proc->params[g->c].node;
+  cn_node_strides(node, strides);
+  for (int k = nest->depth - 1; k >= 0; k--) {
+    if (g->role[k] != role) continue;
+    for (int d = 0; d < node->rank; d++)
+      step += cn_index_coeff(&w[d], nest->loops[k]->u.loop.sym) * strides[d];
+    break;
+  }
+  return step;
+}
+
+/* The micro-kernel stores rows of c's tile as vectors along N. A product whose c is contiguous
+ * along M instead (a weight gradient dW[o, i] = sum_t g[t, o] * x[t, i] written x * g, c walked
+ * with i) would go through a scratch tile with scattered stores; written g * x its columns are
+ * contiguous. So the nest is rebuilt with the product's operands exchanged, which is the same
+ * value: IEEE multiplication (fused or not) is commutative, NaN payloads aside (of two NaN
+ * operands, x86 returns the first's). The nest is re-read into *nest and *g reclassified. */
+static cn_status orient_columns(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
+                                cn_sched_gemm *g) {
+  const cn_ll_stmt *store = product_store(proc, nest);
+  const cn_index *w = store->u.set.idx;
+  if (c_step(proc, nest, g, w, CN_GEMM_N) == 1 || c_step(proc, nest, g, w, CN_GEMM_M) != 1)
+    return CN_OK;
+  const cn_ll_expr *sum = store->u.set.value, *product = sum->u.op.args[1];
+  cn_prec prec = sum->prec;
+  cn_ll_expr *swapped =
+      cn_lb_op(ctx, CN_OP_MUL, prec, product->u.op.args[1], product->u.op.args[0], NULL);
+  cn_ll_expr *value =
+      swapped ? cn_lb_op(ctx, CN_OP_ADD, prec, sum->u.op.args[0], swapped, NULL) : NULL;
+  cn_index *idx = value ? cn_lb_index_array(ctx, proc->params[g->c].node->rank, w) : NULL;
+  cn_ll_stmt *body = idx ? cn_lb_set(ctx, g->c, idx, value) : NULL;
+  for (int k = nest->depth - 1; k >= 0 && body; k--)
+    body = cn_sched_loop_copy(ctx, nest->loops[k], body);
+  if (!body) return CN_ERR_NOMEM;
+  cn_ll_stmt **slot = nest->slots[0];
+  *slot = body;
+  bool found = false;
+  cn_status status = cn_sched_nest_read(ctx, slot, nest, &found);
+  if (status != CN_OK) return status;
+  CN_ASSERT(found && cn_sched_gemm_of(proc, nest, g));
+  return CN_OK;
+}
+
 static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   const gemm_pass *pass = user;
   cn_sched_gemm g;
@@ -150,6 +198,8 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
   }
   if (work < (pass->opts->gemm_work > 0 ? pass->opts->gemm_work : CN_SCHED_GEMM_WORK)) return CN_OK;
+  cn_status status = orient_columns(ctx, proc, nest, &g);
+  if (status != CN_OK) return status;
   /* a point of a tiled GEMM costs a small fraction of a loop nest's cell update (16 lanes, two
    * FMA pipes): 64 of them weigh one update against the pool's start-up (a 64^3 product on two
    * threads was 20 times slower than on one) */

@@ -1,7 +1,8 @@
 /* The scheduling stage's driver: the options (which passes run) and their text form, and
- * cn_sched_proc, which runs the selected passes in their order — virtual nodes (virtual.c), whose
- * inlining changes the nests the others see, GEMM plans (gemm.c) for the GEMM-class nests as the
- * lowering ordered them (their K order is each cell's order of accumulation; the later passes
+ * cn_sched_proc, which runs the selected passes in their order — fill forwarding (fill.c), which
+ * leaves a cleared gradient's first update the one statement writing it, virtual nodes (virtual.c),
+ * whose inlining changes the nests the others see, GEMM plans (gemm.c) for the GEMM-class nests as
+ * the lowering ordered them (their K order is each cell's order of accumulation; the later passes
  * leave planned nests alone), loop order (order.c), fusion (fuse.c) of the ordered
  * nests, tiling (tile.c), the marks (marks.c), then unroll-and-jam (jam.c), which
  * copies the marked loops with their marks.
@@ -17,11 +18,11 @@ static const struct {
   const char *name;
   unsigned bits;
 } pass_names[] = {
-    {"all", CN_SCHED_ALL},         {"none", 0},
-    {"virtual", CN_SCHED_VIRTUAL}, {"order", CN_SCHED_ORDER},
-    {"fuse", CN_SCHED_FUSE},       {"tile", CN_SCHED_TILE},
-    {"marks", CN_SCHED_MARKS},     {"jam", CN_SCHED_JAM},
-    {"gemm", CN_SCHED_GEMM},
+    {"all", CN_SCHED_ALL},     {"none", 0},
+    {"fill", CN_SCHED_FILL},   {"virtual", CN_SCHED_VIRTUAL},
+    {"order", CN_SCHED_ORDER}, {"fuse", CN_SCHED_FUSE},
+    {"tile", CN_SCHED_TILE},   {"marks", CN_SCHED_MARKS},
+    {"jam", CN_SCHED_JAM},     {"gemm", CN_SCHED_GEMM},
 };
 
 cn_sched_options cn_sched_default(void) {
@@ -72,7 +73,9 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
 cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
   cn_sched_options o = opts ? *opts : cn_sched_default();
   cn_status st = CN_OK;
-  if (o.passes & CN_SCHED_VIRTUAL) st = cn_sched_virtual(ctx, proc, o.keep_fusable);
+  if (o.passes & CN_SCHED_FILL) st = cn_sched_fill(ctx, proc);
+  if (st == CN_OK && (o.passes & CN_SCHED_VIRTUAL))
+    st = cn_sched_virtual(ctx, proc, o.keep_fusable);
   if (st == CN_OK && (o.passes & CN_SCHED_GEMM)) st = cn_sched_gemm_plans(ctx, proc, &o);
   if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_FUSE)) st = cn_sched_fuse(ctx, proc);

@@ -18,6 +18,7 @@
 
 /* The passes, as bits of cn_sched_options.passes, in the order they run. */
 enum {
+  CN_SCHED_FILL = 1u << 7,    /* a clear's constant forwarded into the first update (fill.c) */
   CN_SCHED_VIRTUAL = 1u << 4, /* virtual nodes inlined at their reads (virtual.c) */
   CN_SCHED_ORDER = 1u << 0,   /* loop order by a cost model of strides (order.c) */
   CN_SCHED_TILE = 1u << 1,    /* tiling of nests larger than the cache (tile.c) */
@@ -25,12 +26,12 @@ enum {
   CN_SCHED_JAM = 1u << 3,     /* unroll-and-jam into the innermost loop (jam.c) */
   CN_SCHED_FUSE = 1u << 5,    /* fusion of a nest with the next one that reads it (fuse.c) */
   CN_SCHED_GEMM = 1u << 6,    /* GEMM plans for GEMM-class nests (gemm.c) */
-  CN_SCHED_ALL = CN_SCHED_VIRTUAL | CN_SCHED_GEMM | CN_SCHED_ORDER | CN_SCHED_FUSE | CN_SCHED_TILE |
-                 CN_SCHED_MARKS | CN_SCHED_JAM
+  CN_SCHED_ALL = CN_SCHED_FILL | CN_SCHED_VIRTUAL | CN_SCHED_GEMM | CN_SCHED_ORDER | CN_SCHED_FUSE |
+                 CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
 };
 
 /* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, virtual, gemm, order, fuse, tile, marks, jam"
+#define CN_SCHED_OPTION_NAMES "all, none, fill, virtual, gemm, order, fuse, tile, marks, jam"
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
@@ -203,6 +204,11 @@ bool cn_sched_written_first(const cn_ll_proc *proc, int param);
  * and clang refuses more than 256 nested parentheses). */
 #define CN_SCHED_VIRTUAL_MAX_DEPTH 48
 cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable);
+/* Fill forwarding (fill.c): a clear of a buffer to a constant, followed by a nest whose first
+ * store writes each cell once, becomes that store reading the constant, and the clear goes (the
+ * gradients of pointwise chains). Runs before the virtual pass, whose producers must be the one
+ * statement writing a node. */
+cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc);
 
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
