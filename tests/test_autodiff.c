@@ -326,6 +326,7 @@ static double domain_value(cn_op op, int k, int64_t cell, rng *r) {
   case CN_OP_COS:
   case CN_OP_NEG:
   case CN_OP_TANH:
+  case CN_OP_GELU:
   case CN_OP_ARG1:
   case CN_OP_ARG2:
   case CN_OP_ADD:

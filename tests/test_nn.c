@@ -1,7 +1,8 @@
 /* The neural-network blocks (src/tensor/nn.c), on the interpreter and on generated C:
  *   - gelu's values against the tanh form computed here in double (double and single graphs,
- *     inputs up to +-20), its gradient against central finite differences and the closed form
- *     0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+ *     inputs up to +-20), the primitive's bits against the composition of mul, add and tanh it
+ *     replaced (4096 values, both backends, single and double), its gradient against central finite
+ * differences and the closed form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2);
  *   - layer_norm's values against the normalization computed here in double, over one output
  *     axis with batch and input axes (an example per batch and input position) and over two
  *     output axes, with scale and shift, without them, and with parameters initialized to 1 and
@@ -96,6 +97,46 @@ static void test_gelu_values(cn_backend_kind b, cn_prec prec) {
   expect_values(g, y, b, want, N_GELU, prec == CN_PREC_DOUBLE ? 1e-15 : 1e-6);
   CHECK_STR(cn_tensor_shape(y), "|->13");
   CHECK_STR(cn_tensor_label(y), "gelu");
+  free_graph(g);
+}
+
+/* The primitive gives the bits of the composition it replaced (0.5 x (1 + tanh(k (x + 0.044715 x x
+ * x))) of mul, add and tanh, each rounded in prec), over 4096 values spread from 1e-6 to 1e4 in
+ * magnitude, both signs, zeros and +inf included. */
+static void test_gelu_composition(cn_backend_kind b, cn_prec prec) {
+  enum { N = 4096 };
+  static double in[N];
+  for (int i = 0; i < N; i++)
+    in[i] = (i % 2 ? -1 : 1) * pow(10, -6 + 10.0 * (i / 2) / (N / 2 - 1)) * (1 + (i % 7) / 7.0);
+  in[0] = 0, in[1] = -0.0, in[2] = INFINITY;
+  cn_graph *g = new_graph(prec);
+  cn_tensor *x = data(g, "x", (cn_dims){NONE, NONE, AXES(N)}, in);
+#define OP2(op, a, b) cn_tensor_apply(g, CN_OP_##op, 2, (cn_tensor *[]){(a), (b)})
+  cn_tensor *cube = OP2(MUL, OP2(MUL, x, x), x);
+  cn_tensor *inner = OP2(ADD, x, OP2(MUL, cn_tensor_number(g, 0.044715), cube));
+  cn_tensor *u = OP2(MUL, cn_tensor_number(g, 0.79788456080286535588), inner);
+  cn_tensor *t = cn_tensor_apply(g, CN_OP_TANH, 1, &u);
+  cn_tensor *composed =
+      OP2(MUL, OP2(MUL, cn_tensor_number(g, 0.5), x), OP2(ADD, cn_tensor_number(g, 1), t));
+#undef OP2
+  cn_tensor *primitive = cn_tensor_gelu(g, x);
+  size_t bytes = N * cn_prec_bytes(prec);
+  unsigned char *want = malloc(bytes), *got = malloc(bytes);
+  CHECK(composed && primitive && want && got);
+  if (composed && primitive && want && got &&
+      run(g, cn_graph_forward(g, composed), b, "composed") &&
+      run(g, cn_graph_forward(g, primitive), b, "primitive") &&
+      cn_node_get_cells(cn_tensor_value(composed), false, want, N) == CN_OK &&
+      cn_node_get_cells(cn_tensor_value(primitive), false, got, N) == CN_OK) {
+    int differ = 0;
+    for (int i = 0; i < N; i++)
+      differ += memcmp(want + i * cn_prec_bytes(prec), got + i * cn_prec_bytes(prec),
+                       cn_prec_bytes(prec)) != 0;
+    CHECK_MSG(differ == 0, "gelu %s: %d of %d cells differ from the composition",
+              cn_prec_name(prec), differ, N);
+  }
+  free(want);
+  free(got);
   free_graph(g);
 }
 
@@ -395,6 +436,8 @@ int main(void) {
   for (int k = 0; k < 2; k++) {
     test_gelu_values(backends[k], CN_PREC_DOUBLE);
     test_gelu_values(backends[k], CN_PREC_SINGLE);
+    test_gelu_composition(backends[k], CN_PREC_DOUBLE);
+    test_gelu_composition(backends[k], CN_PREC_SINGLE);
     test_layer_norm_values(backends[k], CN_PREC_DOUBLE);
     test_layer_norm_values(backends[k], CN_PREC_SINGLE);
     test_gradients(backends[k]);

@@ -410,6 +410,12 @@ static void test_unary_ops(void) {
   CHECK_NEAR(evf(CN_OP_TRUNC, 2.7, 0, 0), 2, 0);
   CHECK_NEAR(evf(CN_OP_TANH, 0, 0, 0), 0, 0);
   CHECK_NEAR(evf(CN_OP_TANH, INFINITY, 0, 0), 1, 0);
+  /* PyTorch's gelu(approximate="tanh"): 0.8411919906082768 at 1, -0.15880800939172324 at -1 */
+  CHECK_NEAR(evf(CN_OP_GELU, 0, 0, 0), 0, 0);
+  CHECK_NEAR(evf(CN_OP_GELU, 1, 0, 0), 0.8411919906082768, 1e-15);
+  CHECK_NEAR(evf(CN_OP_GELU, -1, 0, 0), -0.15880800939172324, 1e-15);
+  CHECK_NEAR(evf(CN_OP_GELU, -30, 0, 0), 0, 0);
+  CHECK_NEAR(evf(CN_OP_GELU, INFINITY, 0, 0), INFINITY, 0);
   CHECK_NEAR(evf(CN_OP_NOT, 0, 0, 0), 1, 0);
   CHECK_NEAR(evf(CN_OP_NOT, -0.0, 0, 0), 1, 0);
   CHECK_NEAR(evf(CN_OP_NOT, 2, 0, 0), 0, 0);

@@ -16,8 +16,8 @@
  * Contents: half / bfloat16 / fp8 (E5M2) storage conversions; the per-precision families named
  * by the `lc` column of include/cannl/precisions.def (cn_load_<lc>, cn_store_<lc>,
  * cn_<lc>_to_u4x32, cn_u4x32_to_<lc>_uniform, cn_u4x32_to_<lc>_uniform_vec); integer helpers
- * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_exp, cn_tanh, cn_max, cn_min; the two threefry4x32
- * variants (ocannl-notes §7). */
+ * (cn_iadd ..., cn_ceil_div_i64); cn_pow, cn_exp, cn_tanh, cn_gelu, cn_max, cn_min; the two
+ * threefry4x32 variants (ocannl-notes §7). */
 #ifndef CN_BUILTINS_H
 #define CN_BUILTINS_H
 
@@ -438,6 +438,39 @@ static inline double cn_tanh_f64(double x) {
 }
 /* clang-format off */
 #define cn_tanh(a) _Generic((a), float: cn_tanh_f32, double: cn_tanh_f64)((a))
+/* clang-format on */
+
+/* ---- gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks &
+ * Gimpel; PyTorch's approximate="tanh"). One primitive, so the forward is one pass over memory
+ * and its derivative (src/tensor/derivs.def) one more, instead of nine intermediates each way.
+ * The steps are those the composition of mul, add and tanh took, in its order, each rounded to
+ * the computing precision, and the constants are the double ones rounded to it: the result is the
+ * composition's, bit for bit, in float and in double. Each step a statement of its own. ---- */
+
+static inline float cn_gelu_f32(float x) {
+  float square = x * x;
+  float cube = square * x;
+  float scaled = (float)0.044715 * cube;
+  float inner = x + scaled;
+  float u = (float)0.79788456080286535588 * inner;
+  float t = cn_tanh_f32(u);
+  float half = (float)0.5 * x;
+  float one_plus = (float)1 + t;
+  return half * one_plus;
+}
+static inline double cn_gelu_f64(double x) {
+  double square = x * x;
+  double cube = square * x;
+  double scaled = 0.044715 * cube;
+  double inner = x + scaled;
+  double u = 0.79788456080286535588 * inner;
+  double t = tanh(u);
+  double half = 0.5 * x;
+  double one_plus = 1 + t;
+  return half * one_plus;
+}
+/* clang-format off */
+#define cn_gelu(a) _Generic((a), float: cn_gelu_f32, double: cn_gelu_f64)((a))
 /* clang-format on */
 
 /* ---- max / min: NaN if either operand is NaN (OCaml's Float.max / Float.min); on floats

@@ -1,7 +1,8 @@
 /* Neural-network blocks of the operation library (issue 28): GELU, layer normalization and
  * dropout. Like library.c and train.c, each is composed from the core constructors (pointwise
- * application, einsum, scalar constants, the counter-based uniform_at), so its gradient is the
- * one the core derives for those pieces and nothing here touches the derivative machinery.
+ * application, einsum, scalar constants, the counter-based uniform_at; GELU is one primitive op),
+ * so its gradient is the one the core derives for those pieces and nothing here touches the
+ * derivative machinery.
  *
  * Layout: layer_norm normalizes over x's whole output row, for each batch and input position
  * (softmax's reduction, "... | ..i.. -> ..o.. => ... | ..i.. ->"); scale and shift have exactly
@@ -23,15 +24,12 @@ static cn_tensor *mul(cn_graph *g, cn_tensor *a, cn_tensor *b) {
   return cn_tensor_apply2(g, CN_OP_MUL, a, b);
 }
 
-/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks & Gimpel), with the
- * cubic written as x * x * x: pow's derivative would read log(x), NaN for x < 0. */
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks & Gimpel): the
+ * primitive gelu (ops.def, builtins.h cn_gelu), whose forward is one pass and whose derivative
+ * (derivs.def) another, with the bits the composition of mul, add and tanh it replaces had. */
 cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "gelu", 1, &x)) return NULL;
-  cn_tensor *cube = mul(g, mul(g, x, x), x);
-  cn_tensor *inner = cn_tensor_apply2(g, CN_OP_ADD, x, mul(g, num(g, 0.044715), cube));
-  cn_tensor *t = cn_tensor_apply1(g, CN_OP_TANH, mul(g, num(g, 0.79788456080286535588), inner));
-  cn_tensor *half_x = mul(g, num(g, 0.5), x);
-  return cn_tensor_labeled(mul(g, half_x, cn_tensor_apply2(g, CN_OP_ADD, num(g, 1), t)), "gelu");
+  return cn_tensor_labeled(cn_tensor_apply1(g, CN_OP_GELU, x), "gelu");
 }
 
 /* Per example: the mean over the output row, as the sum of x / n with n the number of cells
