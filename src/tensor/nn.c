@@ -43,6 +43,9 @@ static cn_tensor *row_mean(cn_graph *g, cn_tensor *x, cn_tensor *n) {
                 : NULL;
 }
 
+/* The identity on a tensor of one value per example (no output axes). */
+static const char per_example_pin[] = "... | ..i.. -> => ... | ..i.. ->";
+
 /* scale and shift are per feature: exactly the output row's axes, shared by every batch and input
  * position (a pointwise product would let an inferred parameter take x's input axes too). */
 static const char per_feature[] = "... | ..i.. -> ..o..; ..o.. => ... | ..i.. -> ..o..";
@@ -61,6 +64,10 @@ cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_
   cn_tensor *var = row_mean(g, mul(g, d, d), n);
   cn_tensor *r =
       cn_tensor_apply1(g, CN_OP_RECIP_SQRT, cn_tensor_apply2(g, CN_OP_ADD, var, num(g, eps)));
+  /* pinned to one value per example: left open, the pointwise rows of var + eps and its
+   * reciprocal square root would close at x's shape (the product with d bounds them), computing
+   * the same value once per feature and storing it */
+  if (r) r = cn_tensor_einsum1(g, per_example_pin, r);
   cn_tensor *y = mul(g, d, r);
   if (y && scale) y = cn_tensor_einsum2(g, per_feature, y, scale);
   if (y && shift) y = cn_tensor_outer_sum(g, per_feature, y, shift);
