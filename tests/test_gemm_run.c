@@ -7,7 +7,8 @@
  * planned nest, whose store it computes as one fused multiply-add. Sizes hit every edge of the
  * register tile (1, MR - 1, MR + 1, NR +- 1 for the default 6 x 64 tile of AVX-512 single, primes
  * 61 and 127) and of the blocks; a fused result stays within the stated bound of the exact one.
- * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention,
+ * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention
+ * and its causal triangles (k < q + 1, - 3, + 9: only the triangle's cells written),
  * a strided, dilated, padded convolution (implicit GEMM), a convolution's input gradient (its
  * window loops hoisted outside, descending, around a GEMM), double precision, half, bfloat16 and
  * fp8 (each update rounded to the precision), the cell-by-cell path of a failed allocation
@@ -277,7 +278,11 @@ static cn_ll_proc *columns_apart(cn_ctx *ctx, cn_node *const *n) {
   return cn_lb_proc(ctx, "ca", body, 3, params, 0, NULL);
 }
 
-/* s[b, h, q, k] += qm[b, h, q, d] * km[b, h, k, d]: two batch loops. */
+/* s[b, h, q, k] += qm[b, h, q, d] * km[b, h, k, d]: two batch loops; with a causal_offset, only
+ * the triangle k < q + causal_offset (a plan's `tri`: the other cells keep their values). */
+enum { NO_MASK = 1000000 };
+static int64_t causal_offset = NO_MASK;
+
 static cn_ll_proc *attention(cn_ctx *ctx, cn_node *const *n) {
   const char *names[5] = {"b", "h", "q", "k", "d"};
   cn_symbol v[5];
@@ -295,7 +300,13 @@ static cn_ll_proc *attention(cn_ctx *ctx, cn_node *const *n) {
                                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
                                                cn_index_iter(v[2]), cn_index_iter(v[3])),
                                  CN_OP_ADD, p);
-  for (int a = 4; a >= 0; a--) body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
+  for (int a = 4; a >= 0; a--) {
+    body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
+    if (a == 3 && causal_offset != NO_MASK) { /* k < q + causal_offset */
+      cn_ll_bound below = {affine1(v[2], 1, causal_offset), 1};
+      body = cn_lb_bounds(ctx, body, 0, NULL, 1, &below);
+    }
+  }
   cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
   return cn_lb_proc(ctx, "att", body, 3, params, 0, NULL);
 }
@@ -379,6 +390,24 @@ static void test_shapes(void) {
       node(ctx, "km", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)70, (int64_t)11),
       node(ctx, "s", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)17, (int64_t)70)};
   check_shape("attention", attention, att, 3, NULL);
+  /* causal (k <= q: offset 1), a band below it (offset -3) and one above (offset 9); 17 queries
+   * by 70 keys cross rows and columns of tiles and the columns no query reaches */
+  const int64_t offsets[3] = {1, -3, 9};
+  for (int o = 0; o < 3; o++) {
+    causal_offset = offsets[o];
+    char what[48];
+    snprintf(what, sizeof what, "causal attention, k < q + %lld", (long long)causal_offset);
+    check_shape(what, attention, att, 3, NULL);
+    cn_ll_proc *tri = attention(ctx, att);
+    plan(ctx, tri, true);
+    char text[128];
+    snprintf(text, sizeof text, "gemm M=(q) N=(k) K=(d) batch=(b, h) triangle N < M %c %lld ",
+             causal_offset < 0 ? '-' : '+', (long long)llabs(causal_offset));
+    CHECK_HAS(cn_ll_to_string(ctx, tri), text);
+  }
+  check_shape("causal attention, no scratch", attention, att, 3,
+              "-O1 -std=c11 -DCN_GEMM_NO_MEMORY -shared -fPIC");
+  causal_offset = NO_MASK;
   /* narrow precisions: operands converted once when packed, every update rounded as the nest's
    * store rounds it (half through the instruction set's conversions, the others lane by lane) */
   const cn_prec narrow[3] = {CN_PREC_HALF, CN_PREC_BFLOAT16, CN_PREC_FP8};

@@ -175,7 +175,7 @@ static const char task_range[] =
     "      }\n"
     "      if (!cn_pack) { /* no scratch memory: cell by cell, in the same order */\n"
     "        for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
-    "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc; cn_j++) {\n"
+    "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
     "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
     "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
     "            @T@ cn_sum = @LOAD(*cn_cell)@;\n"
@@ -200,6 +200,7 @@ static const char task_range[] =
     "          for (int64_t cn_i0 = 0; cn_i0 < cn_mb; cn_i0 += cn_mr) {\n"
     "            const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
     "            const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
+    "@TRITILE@"
     "            @T@ *cn_rp[cn_mr];\n"
     "@AROWS@"
     "@DIRECT@"
@@ -212,12 +213,12 @@ static const char task_range[] =
     "              cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
     "              cn_rp[cn_r] = cn_tile[cn_r];\n"
     "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
-    "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols ? "
+    "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
     "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
     "            }\n"
     "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
     "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
-    "              for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "              for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
     "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
     "          }\n"
     "      }\n"
@@ -229,7 +230,7 @@ static const char task_range[] =
 /* The tile straight in c (rows of adjacent cells of the compute type): a full tile's rows are
  * pointers into c. */
 static const char direct_tile[] =
-    "            if (cn_rows == cn_mr && cn_cols == cn_nr) {\n"
+    "            if (cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@) {\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
     "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
     "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
@@ -287,6 +288,11 @@ static const char fill_a_by_row[] =
     "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
     "              cn_panel[cn_k * cn_mr + cn_q] =\n"
     "                  cn_q < cn_rows ? @LOAD(cn_xb[cn_row[cn_q] + @AK@])@ : 0;\n";
+
+/* A triangle's tile (cn_ll_gemm.tri): row r of the tile holds the columns q < cn_diag + r. */
+static const char triangle_tile[] =
+    "            const int64_t cn_diag = cn_m0 + cn_i0 + @TRI@ - cn_n0 - cn_j0;\n"
+    "            if (cn_diag + cn_rows - 1 <= 0) continue; /* past the triangle: no cell */\n";
 
 /* The pool's callback and the function the routine calls. */
 static const char entry[] =
@@ -578,10 +584,13 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   bool direct = !narrow && group_linear(geo, CN_GEMM_N, ACC_C, &direct_step) && direct_step == 1;
   int64_t kc = plan->kc < geo->total[CN_GEMM_K] ? plan->kc : geo->total[CN_GEMM_K];
   int64_t nc = plan->nc < geo->total[CN_GEMM_N] ? plan->nc : geo->total[CN_GEMM_N];
-  cn_sbuf_printf(sb, "/* GEMM %d: %lld batch x %lld rows x %lld columns x %lld steps, %s */\n",
-                 number, (long long)geo->total[CN_GEMM_BATCH], (long long)geo->total[CN_GEMM_M],
+  cn_sbuf_printf(sb, "/* GEMM %d: %lld batch x %lld rows x %lld columns x %lld steps, %s", number,
+                 (long long)geo->total[CN_GEMM_BATCH], (long long)geo->total[CN_GEMM_M],
                  (long long)geo->total[CN_GEMM_N], (long long)geo->total[CN_GEMM_K],
                  plan->fma ? "fused multiply-adds" : "exact: multiply, then add");
+  if (plan->tri)
+    cn_sbuf_printf(sb, ", the triangle column < row + %lld", (long long)plan->tri_offset);
+  cn_sbuf_puts(sb, " */\n");
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
                    plan->nv);
@@ -649,6 +658,13 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
+  /* a triangle (causal scores): tiles past it skipped, a tile across it through the scratch
+   * tile, storing only its cells; the full tiles below it direct */
+  define(&e, "TRI", number_text(ctx, plan->tri_offset));
+  define(&e, "TRIJ", plan->tri ? expanded(ctx, &e, " && cn_j < cn_i + @TRI@") : "");
+  define(&e, "TRITILE", plan->tri ? expanded(ctx, &e, triangle_tile) : "");
+  define(&e, "TRICELL", plan->tri ? " && cn_q < cn_diag + cn_r" : "");
+  define(&e, "TRIFULL", plan->tri ? " && cn_nr <= cn_diag" : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {

@@ -105,23 +105,28 @@ typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_gemm_role;
 #define CN_GEMM_MAX_LOOPS 16
 
 /* How a backend may run a GEMM-class nest (CN_LL_GEMM, made by the scheduling stage): the nest
- * is a perfect nest of loops without affine bounds over the one store c[w] := c[w] + x[p] * y[q]
- * (one floating precision, c distinct from x and y), every loop in one group (role, outermost
- * first). Its meaning: every cell of c gets the updates of its points in the order of the K
- * loops (the nest's order, outer to inner), each update either c + x * y with the product and
- * the sum rounded apart (exact: what the nest says, bit for bit) or one fused multiply-add,
- * rounded once (fma) in the precision's compute type; a narrow precision (half, bfloat16, fp8,
- * computed in float) then rounds each update to itself, as the nest's store does, and its
- * operands are converted to float once, when a backend packs them (exactly: every narrow value
- * is a float). Either way a cell's value is one function of its operands, whatever
- * tiles, cache blocks, packing or threads a backend uses: they may only reorder work across
- * cells. The sizes are advice to a backend that tiles: a register tile of mr rows by nv vectors
- * of columns (0: the backend's default for the instruction set it compiles for) and cache blocks
- * of mc rows, kc reduction steps and nc columns. */
+ * is a perfect nest of loops without affine bounds (but a triangle's, below) over the one store
+ * c[w] := c[w] + x[p] * y[q] (one floating precision, c distinct from x and y), every loop in one
+ * group (role, outermost first). Its meaning: every cell of c gets the updates of its points in the
+ * order of the K loops (the nest's order, outer to inner), each update either c + x * y with the
+ * product and the sum rounded apart (exact: what the nest says, bit for bit) or one fused
+ * multiply-add, rounded once (fma) in the precision's compute type; a narrow precision (half,
+ * bfloat16, fp8, computed in float) then rounds each update to itself, as the nest's store does,
+ * and its operands are converted to float once, when a backend packs them (exactly: every narrow
+ * value is a float). Either way a cell's value is one function of its operands, whatever tiles,
+ * cache blocks, packing or threads a backend uses: they may only reorder work across cells. The
+ * sizes are advice to a backend that tiles: a register tile of mr rows by nv vectors of columns (0:
+ * the backend's default for the instruction set it compiles for) and cache blocks of mc rows, kc
+ * reduction steps and nc columns. */
 typedef struct {
   int c, x, y; /* params: the accumulated output, the first and the second operand */
   int depth;
   cn_gemm_role role[CN_GEMM_MAX_LOOPS];
+  /* A triangle of cells (a causal mask, Tile's `k <= q`): the nest's one N loop has the one
+   * upper bound `n < m + tri_offset`, m its one M loop, both loops from 0 and no other loop
+   * bounded. The cells past the bound are not the nest's: a backend never writes them. */
+  bool tri;
+  int64_t tri_offset;
   bool fma;
   bool parallel; /* enough work to split its blocks of cells across threads */
   int mr, nv;

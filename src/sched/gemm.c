@@ -125,6 +125,27 @@ static void block_sizes(cn_prec prec, int64_t l1, int64_t llc, cn_ll_gemm *plan)
   if (plan->nc < 64) plan->nc = 64;
 }
 
+/* Whether loop k's bounds make the nest a triangle a plan can take (loops.h, cn_ll_gemm.tri):
+ * k is the only N loop, with the one upper bound m + offset (div 1), m the only M loop, both from
+ * 0. Causal attention's scores and their gradient (`k <= q`: k < q + 1) are such. Then
+ * *offset. The plan keeps the nest, bound included: what a cell gets is unchanged. */
+static bool triangle(const cn_sched_nest *nest, const cn_sched_gemm *g, int k, int64_t *offset) {
+  const cn_ll_stmt *loop = nest->loops[k];
+  if (g->role[k] != CN_GEMM_N || g->count[CN_GEMM_N] != 1 || g->count[CN_GEMM_M] != 1 ||
+      loop->u.loop.n_lower || loop->u.loop.n_upper != 1 || loop->u.loop.from != 0 ||
+      loop->u.loop.upper[0].div != 1)
+    return false;
+  int m = 0;
+  while (g->role[m] != CN_GEMM_M) m++;
+  const cn_index *bound = &loop->u.loop.upper[0].expr;
+  bool unit = bound->kind == CN_IDX_ITER ||
+              (bound->kind == CN_IDX_AFFINE && bound->n_terms == 1 && bound->coeffs[0] == 1);
+  if (nest->loops[m]->u.loop.from != 0 || !unit || bound->syms[0] != nest->loops[m]->u.loop.sym)
+    return false;
+  *offset = bound->kind == CN_IDX_ITER ? 0 : bound->offset;
+  return true;
+}
+
 typedef struct {
   const cn_sched_options *opts;
   int64_t l1, llc;
@@ -189,11 +210,15 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   if (!cn_sched_gemm_of(proc, nest, &g)) return plan_hoisted(ctx, proc, nest, pass);
   cn_prec prec = proc->params[g.c].node->prec;
   if (cn_prec_table[prec].kind != CN_PKIND_FLOAT) return CN_OK;
-  int64_t work = 1;
+  int64_t work = 1, tri_offset = 0;
+  bool tri = false;
   for (int k = 0; k < nest->depth; k++) {
     const cn_ll_stmt *loop = nest->loops[k];
-    if (loop->u.loop.n_lower || loop->u.loop.n_upper || loop->u.loop.from >= loop->u.loop.to)
-      return CN_OK;
+    if (loop->u.loop.from >= loop->u.loop.to) return CN_OK;
+    if (loop->u.loop.n_lower || loop->u.loop.n_upper) {
+      if (tri || !triangle(nest, &g, k, &tri_offset)) return CN_OK;
+      tri = true;
+    }
     int64_t extent = loop->u.loop.to - loop->u.loop.from;
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
   }
@@ -209,6 +234,8 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
                      .x = g.x,
                      .y = g.y,
                      .depth = g.depth,
+                     .tri = tri,
+                     .tri_offset = tri_offset,
                      .fma = !pass->opts->exact,
                      .parallel = work / 64 >= parallel_work};
   for (int k = 0; k < g.depth; k++) plan.role[k] = g.role[k];
