@@ -8,7 +8,8 @@
  * register tile (1, MR - 1, MR + 1, NR +- 1 for the default 6 x 64 tile of AVX-512 single, primes
  * 61 and 127) and of the blocks; a fused result stays within the stated bound of the exact one.
  * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention
- * and its causal triangles (k < q + 1, - 3, + 9: only the triangle's cells written),
+ * and its causal triangles (k < q + 1, - 3, + 9: only the triangle's cells written), a c cleared
+ * to +0 before the product (the plan's c_zero: the clear taken, c never read; a fill of 1 kept),
  * a strided, dilated, padded convolution (implicit GEMM), a convolution's input gradient (its
  * window loops hoisted outside, descending, around a GEMM), double precision, half, bfloat16 and
  * fp8 (each update rounded to the precision), the cell-by-cell path of a failed allocation
@@ -365,6 +366,59 @@ static cn_ll_proc *input_gradient(cn_ctx *ctx, cn_node *const *n) {
   return cn_lb_proc(ctx, "din", body, 3, params, 0, NULL);
 }
 
+/* ---- A cleared c: the plan starts from +0 (sched/fill.c, c_zero) ---- */
+
+/* c := fill, then c += a * b (matmul's nest); the fill a nest of its own over c's dims. */
+static cn_ll_proc *cleared_matmul(cn_ctx *ctx, cn_node *const *n, double fill) {
+  cn_ll_proc *mm = matmul(ctx, n, n[2]->dims[0], n[2]->dims[1], n[0]->dims[1]);
+  cn_symbol i = cn_symbol_create(ctx, "i0", 0), j = cn_symbol_create(ctx, "j0", 0);
+  cn_ll_stmt *clear = cn_lb_loop(
+      ctx, i, 0, n[2]->dims[0],
+      cn_lb_loop(ctx, j, 0, n[2]->dims[1],
+                 cn_lb_set(ctx, 2, cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j)),
+                           cn_lb_num(ctx, n[2]->prec, fill))));
+  cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
+  return cn_lb_proc(ctx, "mz", cn_lb_seq(ctx, 2, clear, mm->body), 3, params, 0, NULL);
+}
+
+static void test_from_zero(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  /* 300 steps: two blocks of kc = 256, the second reading what the first stored */
+  cn_node *mm[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)19, (int64_t)300),
+                    node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)300, (int64_t)70),
+                    node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)19, (int64_t)70)};
+  for (int t = 0; t < 3; t++) fill(mm[t], (uint64_t)(t + 11) * 7919u);
+  for (int mode = 0; mode < 2; mode++) {
+    cn_sched_options opts = {.passes = CN_SCHED_GEMM | CN_SCHED_FILL,
+                             .exact = mode == 0,
+                             .gemm_work = 1,
+                             .l1_bytes = 1024,
+                             .llc_bytes = 256 * 4 * 2 * 128};
+    cn_ll_proc *plain = cleared_matmul(ctx, mm, 0), *planned = cleared_matmul(ctx, mm, 0);
+    CHECK_INT(cn_sched_proc(ctx, planned, &opts), CN_OK);
+    const char *text = cn_ll_to_string(ctx, planned);
+    CHECK_HAS(text, " from zero tile ");
+    CHECK(!strstr(text, ":= 0\n")); /* the clear is gone */
+    /* c starts random: a plan that read it instead of +0 would differ everywhere */
+    snapshot start, want;
+    snapshot_save(plain, &start);
+    snapshot_run(ctx, mode == 0 ? &cn_backend_c : &cn_backend_interp, plain,
+                 mode == 0 ? plain : planned, &start, &want);
+    run_threads(ctx, planned, &start, 2, want.data[2], want.bytes[2],
+                mode == 0 ? "from zero, exact" : "from zero, fma");
+    snapshot_restore(plain, &start);
+    snapshot_release(plain, &start);
+    snapshot_release(plain, &want);
+  }
+  /* left alone: a fill of 1 (not +0), and a triangle (its cells past the bound keep the fill) */
+  cn_sched_options opts = {.passes = CN_SCHED_GEMM | CN_SCHED_FILL, .gemm_work = 1};
+  cn_ll_proc *ones = cleared_matmul(ctx, mm, 1);
+  CHECK_INT(cn_sched_proc(ctx, ones, &opts), CN_OK);
+  CHECK(!strstr(cn_ll_to_string(ctx, ones), "from zero"));
+  CHECK_HAS(cn_ll_to_string(ctx, ones), ":= 1\n");
+  cn_ctx_destroy(ctx);
+}
+
 static void test_shapes(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *tr[3] = {node(ctx, "at", CN_PREC_SINGLE, 2, (int64_t)67, (int64_t)29),
@@ -454,5 +508,6 @@ static void test_shapes(void) {
 int main(void) {
   test_matmul_edges();
   test_shapes();
+  test_from_zero();
   CHECK_DONE();
 }

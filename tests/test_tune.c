@@ -146,7 +146,7 @@ int main(void) {
   outcome o = compile_and_run("off", off);
   CHECK_INT(o.tune_runs, 0);
   CHECK_INT(o.tune_hits, 0);
-  CHECK_HAS(o.loops, "gemm M=(i) N=(k) K=(j) tile 0x0 blocks");
+  CHECK_HAS(o.loops, "gemm M=(i) N=(k) K=(j) from zero tile 0x0 blocks");
   char record[512];
   record_path(record, sizeof record);
   CHECK_STR(record, "");

@@ -111,14 +111,14 @@ static const char round_half_hw[] =
 static const char micro_kernel[] =
     "static inline void cn_ukr_@N@(int64_t cn_kc, @ATYPE@ cn_a, "
     "const @T@ *restrict cn_b,\n"
-    "                            @T@ *const *cn_rows) {\n"
+    "                            @T@ *const *cn_rows@FRESHP@) {\n"
     "  enum { cn_mr = cn_g@N@_mr, cn_nv = cn_g@N@_nv, cn_vl = CN_VBYTES / (int)sizeof(@T@) };\n"
     "  cn_v@P@ cn_acc[cn_mr][cn_nv];\n"
     "#pragma GCC unroll 16\n"
     "  for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
     "#pragma GCC unroll 8\n"
     "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
-    "      cn_acc[cn_r][cn_v] = *(const cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl);\n"
+    "      cn_acc[cn_r][cn_v] = @FRESHV@*(const cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl);\n"
     "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "    cn_v@P@ cn_bv[cn_nv];\n"
     "#pragma GCC unroll 8\n"
@@ -178,7 +178,7 @@ static const char task_range[] =
     "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
     "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
     "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
-    "            @T@ cn_sum = @LOAD(*cn_cell)@;\n"
+    "            @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
     "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
     "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
     "            @STORE(*cn_cell, cn_sum)@;\n"
@@ -213,10 +213,10 @@ static const char task_range[] =
     "              cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
     "              cn_rp[cn_r] = cn_tile[cn_r];\n"
     "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
-    "                cn_tile[cn_r][cn_q] = cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
+    "                cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
     "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
     "            }\n"
-    "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@);\n"
     "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
     "              for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
     "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
@@ -233,7 +233,7 @@ static const char direct_tile[] =
     "            if (cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@) {\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
     "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp);\n"
+    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@);\n"
     "              continue;\n"
     "            }\n";
 
@@ -403,12 +403,12 @@ static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, in
 
 typedef struct {
   const geometry *geo;
-  const char *keys[32], *values[32];
+  const char *keys[48], *values[48];
   int n;
 } expansion;
 
 static void define(expansion *e, const char *key, const char *value) {
-  CN_ASSERT(e->n < 32);
+  CN_ASSERT(e->n < 48);
   e->keys[e->n] = key;
   e->values[e->n++] = value;
 }
@@ -665,6 +665,12 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "TRITILE", plan->tri ? expanded(ctx, &e, triangle_tile) : "");
   define(&e, "TRICELL", plan->tri ? " && cn_q < cn_diag + cn_r" : "");
   define(&e, "TRIFULL", plan->tri ? " && cn_nr <= cn_diag" : "");
+  /* c all +0 before the product (c_zero): the first block of steps starts from +0, not from c */
+  define(&e, "FRESHP", plan->c_zero ? ", int cn_fresh" : "");
+  define(&e, "FRESHA", plan->c_zero ? ", cn_p0 == 0" : "");
+  define(&e, "FRESHV", plan->c_zero ? expanded(ctx, &e, "cn_fresh ? (cn_v@P@){0} : (cn_v@P@)") : "");
+  define(&e, "FRESHS", plan->c_zero ? "cn_p0 == 0 ? 0 : " : "");
+  define(&e, "FRESHT", plan->c_zero ? "cn_p0 > 0 && " : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
@@ -683,8 +689,9 @@ void cn_cgen_gemm(const cgen *g, int depth, const cn_ll_stmt *s) {
   const cn_ll_gemm *plan = s->u.gemm.plan;
   if (!g->par) { /* a kernel's key: the plan and the nest */
     cn_sbuf_indent(sb, depth);
-    cn_sbuf_printf(sb, "gemm %d %d %lld %lld %lld %d %d\n", plan->mr, plan->nv, (long long)plan->mc,
-                   (long long)plan->kc, (long long)plan->nc, plan->fma, plan->parallel);
+    cn_sbuf_printf(sb, "gemm %d %d %lld %lld %lld %d %d %d\n", plan->mr, plan->nv,
+                   (long long)plan->mc, (long long)plan->kc, (long long)plan->nc, plan->fma,
+                   plan->parallel, plan->c_zero);
     cn_cgen_stmt(g, depth, s->u.gemm.nest);
     return;
   }

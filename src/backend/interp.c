@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* CN_LE_INDEX values are wrapped to 32 bits below; that is the meaning of the index precision. */
 _Static_assert(CN_INDEX_PREC == CN_PREC_UINT32, "embedded indices are uint32 values");
@@ -373,6 +374,10 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
   case CN_LL_GEMM: {
     interp_machine fused = *m;
     fused.fma = s->u.gemm.plan->fma;
+    if (s->u.gemm.plan->c_zero) { /* the clear the plan took: every cell +0 */
+      int c = s->u.gemm.plan->c;
+      memset(m->buffers[c], 0, (size_t)m->params[c].n_cells * m->params[c].cell_bytes);
+    }
     exec_stmt(&fused, s->u.gemm.nest);
     return;
   }

@@ -127,6 +127,10 @@ typedef struct {
    * bounded. The cells past the bound are not the nest's: a backend never writes them. */
   bool tri;
   int64_t tri_offset;
+  /* c is all +0 before the nest (the fill pass took the clear that preceded it, sched/fill.c):
+   * the first reduction step starts from +0 instead of reading c, the same bits; a backend that
+   * reads c must clear it first. Never with tri (the cells past the triangle keep the clear). */
+  bool c_zero;
   bool fma;
   bool parallel; /* enough work to split its blocks of cells across threads */
   int mr, nv;

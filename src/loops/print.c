@@ -324,6 +324,7 @@ static void print_gemm(printer *p, const cn_ll_stmt *s, int depth) {
   if (plan->tri)
     cn_sbuf_printf(sb, " triangle N < M %c %" PRId64, plan->tri_offset < 0 ? '-' : '+',
                    plan->tri_offset < 0 ? -plan->tri_offset : plan->tri_offset);
+  if (plan->c_zero) cn_sbuf_puts(sb, " from zero");
   cn_sbuf_printf(sb, " tile %dx%d blocks %" PRId64 "/%" PRId64 "/%" PRId64 " %s:\n", plan->mr,
                  plan->nv, plan->mc, plan->kc, plan->nc, plan->fma ? "fma" : "exact");
   print_stmt(p, s->u.gemm.nest, depth + 1);

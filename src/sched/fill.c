@@ -22,7 +22,14 @@
  * become that constant (rounded as a store into p rounds it), and F is deleted. Taken pairs
  * never overlap (S mentions p; F is the last fill of p before S). One walk over the statements
  * and their accesses, so the pass is linear in the procedure. Fails only on allocation failure
- * (CN_ERR_NOMEM), the procedure then unchanged. */
+ * (CN_ERR_NOMEM), the procedure then unchanged.
+ *
+ * cn_sched_fill_gemm(ctx, proc), run after the GEMM plans, takes the same pairs where S is a GEMM
+ * plan whose c is p, filled with a constant stored as +0, its every cell one point of the plan's
+ * batch, M and N loops (each axis of c a distinct loop from 0 over exactly its dim; not a
+ * triangle, whose cells past the bound keep the fill): the plan gets c_zero (loops.h) and F goes.
+ * The first reduction step then adds to +0 in a register instead of to the +0 read from c: the
+ * same bits, without the pass over c the clear was. */
 #include "sched/sched.h"
 
 #include <stdlib.h>
@@ -248,7 +255,50 @@ static cn_status first_update(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s
   return CN_OK;
 }
 
-cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc) {
+/* Whether every byte of a cell of param holding the fill's constant is 0 (+0 in a float). */
+static bool stores_zero(const cn_ll_proc *proc, int param, const cn_ll_expr *k) {
+  cn_prec prec = proc->params[param].node->prec;
+  unsigned char cell[sizeof(cn_value)] = {0};
+  cn_value_store(prec, cn_value_convert(k->prec, prec, k->u.constant), cell);
+  for (size_t b = 0; b < sizeof cell; b++)
+    if (cell[b]) return false;
+  return true;
+}
+
+/* A GEMM plan's statement taking the fill of its c (+0) as c_zero, into *out; *out NULL (and
+ * CN_OK) when s is not such a statement: c every cell one (batch, M, N) point, each axis of c
+ * a distinct loop from 0 over exactly its dim, not a triangle. */
+static cn_status gemm_from_zero(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s, int param,
+                                const cn_ll_stmt *fill, cn_ll_stmt **out) {
+  *out = NULL;
+  if (s->kind != CN_LL_GEMM) return CN_OK;
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  if (plan->c != param || plan->tri || plan->c_zero || !stores_zero(proc, param, fill->u.set.value))
+    return CN_OK;
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
+  const cn_node *node = proc->params[param].node;
+  bool used[CN_GEMM_MAX_LOOPS] = {false};
+  for (int a = 0; a < node->rank; a++) {
+    const cn_index *ix = &parts.idx[0][a];
+    int k = 0;
+    while (k < plan->depth &&
+           (ix->kind != CN_IDX_ITER || parts.loops[k]->u.loop.sym != ix->syms[0]))
+      k++;
+    if (k == plan->depth || used[k] || parts.loops[k]->u.loop.from != 0 ||
+        parts.loops[k]->u.loop.to != node->dims[a])
+      return CN_OK;
+    used[k] = true;
+  }
+  cn_ll_gemm from_zero = *plan;
+  from_zero.c_zero = true;
+  *out = cn_lb_gemm(ctx, s->u.gemm.nest, &from_zero);
+  return *out ? CN_OK : CN_ERR_NOMEM;
+}
+
+/* The walk of both entry points: each fill paired with the next statement that mentions its
+ * param, rewritten by first_update (before the GEMM plans) or gemm_from_zero (after). */
+static cn_status forward_fills(cn_ctx *ctx, cn_ll_proc *proc, bool gemms) {
   cn_sched_stmts list = {0};
   if (!cn_sched_stmts_flatten(ctx, proc->body, &list)) return CN_ERR_NOMEM;
   mentions m = {.mark = malloc((size_t)(proc->n_params ? proc->n_params : 1) * sizeof(int))};
@@ -273,10 +323,13 @@ cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc) {
       const cn_ll_stmt *store;
       CN_ASSERT(fill_of(proc, list.items[f], &store) == p);
       cn_ll_stmt *rebuilt;
-      status = first_update(ctx, proc, items[i], p, store, &rebuilt);
+      status = gemms ? gemm_from_zero(ctx, proc, items[i], p, store, &rebuilt)
+                     : first_update(ctx, proc, items[i], p, store, &rebuilt);
       if (status != CN_OK || !rebuilt) continue;
       items[i] = rebuilt;
       items[f] = NULL;
+      /* the lowering's comment heading the fill ("clear 'g' to the neutral of +") goes with it */
+      if (f > 0 && list.items[f - 1]->kind == CN_LL_COMMENT) items[f - 1] = NULL;
       changed++;
     }
     const cn_ll_stmt *store;
@@ -295,4 +348,12 @@ cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc) {
   if (!body) return CN_ERR_NOMEM;
   proc->body = body;
   return CN_OK;
+}
+
+cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc) {
+  return forward_fills(ctx, proc, false);
+}
+
+cn_status cn_sched_fill_gemm(cn_ctx *ctx, cn_ll_proc *proc) {
+  return forward_fills(ctx, proc, true);
 }

@@ -77,6 +77,8 @@ cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o
   if (st == CN_OK && (o.passes & CN_SCHED_VIRTUAL))
     st = cn_sched_virtual(ctx, proc, o.keep_fusable);
   if (st == CN_OK && (o.passes & CN_SCHED_GEMM)) st = cn_sched_gemm_plans(ctx, proc, &o);
+  if (st == CN_OK && (o.passes & CN_SCHED_GEMM) && (o.passes & CN_SCHED_FILL))
+    st = cn_sched_fill_gemm(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_FUSE)) st = cn_sched_fuse(ctx, proc);
   if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {

@@ -209,6 +209,9 @@ cn_status cn_sched_virtual(cn_ctx *ctx, cn_ll_proc *proc, bool keep_fusable);
  * gradients of pointwise chains). Runs before the virtual pass, whose producers must be the one
  * statement writing a node. */
 cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc);
+/* Its second half, after the GEMM plans: a +0 fill followed by a GEMM plan over every cell of
+ * the filled node becomes the plan's c_zero (fill.c). */
+cn_status cn_sched_fill_gemm(cn_ctx *ctx, cn_ll_proc *proc);
 
 /* Loop order of every perfect nest (order.c). */
 cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
