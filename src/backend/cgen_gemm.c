@@ -594,6 +594,12 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
                    plan->nv);
+  else if (plan->tri) /* one vector of columns (and 16 rows on AVX-512): the diagonal crosses
+                        * few cells of each tile, and more tiles lie wholly below it (direct) */
+    cn_sbuf_printf(sb,
+                   "enum { cn_g%d_nv = 1, cn_g%d_mr = CN_GEMM_MR * CN_GEMM_NV < 16 ? CN_GEMM_MR * "
+                   "CN_GEMM_NV : 16 };\n",
+                   number, number);
   else /* the default tile, narrowed to fewer columns (and more rows, at most 16) when the
         * product has fewer: 32 columns on AVX-512 run as 12 x 2 vectors, not half-empty 6 x 4 */
     cn_sbuf_printf(sb,
