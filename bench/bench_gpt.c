@@ -9,8 +9,9 @@
  * windows of steps 0 .. 199 and time 100 steps of sampling one token (the forward over one window
  * [1; 64], compiled once, the pick of the last position's logits at temperature 1, the window
  * shifted). cannl's thread count is the option "threads", set after gpt_build; PyTorch's is
- * torch.set_num_threads (and OpenBLAS's, bench_common.py), with OMP_WAIT_POLICY=PASSIVE and subnormals
- * flushed (torch.set_flush_denormal: PyTorch's fastest setting on this model; see bench_gpt.py).
+ * torch.set_num_threads (and OpenBLAS's, bench_common.py), with OMP_WAIT_POLICY=PASSIVE and
+ * subnormals flushed (torch.set_flush_denormal: PyTorch's fastest setting on this model; see
+ * bench_gpt.py).
  *
  * Per side: the build (cannl only: loading the corpus, compiling the routines or loading them
  * from the compile cache, the init), training tokens/s (steps * 12 * 64 over the training loop's

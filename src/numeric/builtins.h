@@ -443,31 +443,33 @@ static inline double cn_tanh_f64(double x) {
 /* ---- gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks &
  * Gimpel; PyTorch's approximate="tanh"). One primitive, so the forward is one pass over memory
  * and its derivative (src/tensor/derivs.def) one more, instead of nine intermediates each way.
- * The steps are those the composition of mul, add and tanh took, in its order, each rounded to
- * the computing precision, and the constants are the double ones rounded to it: the result is the
- * composition's, bit for bit, in float and in double. Each step a statement of its own. ---- */
+ * Computed as x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), which equals the tanh form
+ * (0.5 (1 + tanh u) is the logistic function of 2u) and is both cheaper (one exp and a
+ * division: 1.7x faster than the tanh form vectorized) and more accurate: 1 + tanh(u) cancels
+ * for x below about -3 (all digits lost from -5 on, where the result is below 1e-6), the
+ * quotient does not. Float: at most 15 ulp from the exact value for |x| <= 3, 186 ulp below
+ * (where |gelu| < 1e-20), over every 97th float (tests/test_nn.c asserts it on 4096 values).
+ * gelu(+inf) = +inf; gelu(-inf) is NaN (-inf / inf). Each step a statement of its own. ---- */
 
 static inline float cn_gelu_f32(float x) {
   float square = x * x;
   float cube = square * x;
   float scaled = (float)0.044715 * cube;
   float inner = x + scaled;
-  float u = (float)0.79788456080286535588 * inner;
-  float t = cn_tanh_f32(u);
-  float half = (float)0.5 * x;
-  float one_plus = (float)1 + t;
-  return half * one_plus;
+  float z = (float)-1.5957691216057308 * inner; /* -2 sqrt(2/pi) */
+  float e = cn_exp_f32(z);
+  float denominator = 1.0f + e;
+  return x / denominator;
 }
 static inline double cn_gelu_f64(double x) {
   double square = x * x;
   double cube = square * x;
   double scaled = 0.044715 * cube;
   double inner = x + scaled;
-  double u = 0.79788456080286535588 * inner;
-  double t = tanh(u);
-  double half = 0.5 * x;
-  double one_plus = 1 + t;
-  return half * one_plus;
+  double z = -1.5957691216057308 * inner;
+  double e = exp(z);
+  double denominator = 1.0 + e;
+  return x / denominator;
 }
 /* clang-format off */
 #define cn_gelu(a) _Generic((a), float: cn_gelu_f32, double: cn_gelu_f64)((a))

@@ -25,8 +25,8 @@ static cn_tensor *mul(cn_graph *g, cn_tensor *a, cn_tensor *b) {
 }
 
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh form (Hendrycks & Gimpel): the
- * primitive gelu (ops.def, builtins.h cn_gelu), whose forward is one pass and whose derivative
- * (derivs.def) another, with the bits the composition of mul, add and tanh it replaces had. */
+ * primitive gelu (ops.def, builtins.h cn_gelu, which computes it in its logistic form), whose
+ * forward is one pass and whose derivative (derivs.def) another. */
 cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "gelu", 1, &x)) return NULL;
   return cn_tensor_labeled(cn_tensor_apply1(g, CN_OP_GELU, x), "gelu");
