@@ -8,7 +8,9 @@
  * register tile (1, MR - 1, MR + 1, NR +- 1 for the default 6 x 64 tile of AVX-512 single, primes
  * 61 and 127) and of the blocks; a fused result stays within the stated bound of the exact one.
  * Also: transposed operands, a c whose columns are not adjacent (the tile path), batched attention
- * and its causal triangles (k < q + 1, - 3, + 9: only the triangle's cells written), a c cleared
+ * and its causal triangles (k < q + 1, - 3, + 9: only the triangle's cells written), triangles
+ * of steps (P V and the gradient of V: each row its own prefix or suffix of the reduction, across
+ * two blocks of kc), a c cleared
  * to +0 before the product (the plan's c_zero: the clear taken, c never read; a fill of 1 kept),
  * a strided, dilated, padded convolution (implicit GEMM), a convolution's input gradient (its
  * window loops hoisted outside, descending, around a GEMM), double precision, half, bfloat16 and
@@ -312,6 +314,40 @@ static cn_ll_proc *attention(cn_ctx *ctx, cn_node *const *n) {
   return cn_lb_proc(ctx, "att", body, 3, params, 0, NULL);
 }
 
+/* Triangles of steps, as causal attention's other products have them: P V (o[b, q, d] +=
+ * p[b, q, k] * v[b, k, d] over k < q + steps_offset: each row its own prefix of the steps) when
+ * steps_rows is false, the gradient of V (gv[b, k, d] += p[b, q, k] * g[b, q, d] over the rows
+ * k < q + steps_offset: each row a suffix of the steps q) when true. */
+static int64_t steps_offset = 1;
+static bool steps_rows = false;
+
+static cn_ll_proc *steps_triangle(cn_ctx *ctx, cn_node *const *n) {
+  cn_symbol b = cn_symbol_create(ctx, "b", 0), q = cn_symbol_create(ctx, "q", 0),
+            k = cn_symbol_create(ctx, "k", 0), d = cn_symbol_create(ctx, "d", 0);
+  const cn_prec f = CN_PREC_SINGLE;
+#define IDX(x, y, z) cn_lb_indices(ctx, 3, cn_index_iter(x), cn_index_iter(y), cn_index_iter(z))
+  cn_ll_expr *p = cn_lb_op(ctx, CN_OP_MUL, f, cn_lb_get(ctx, 0, f, IDX(b, q, k)),
+                           cn_lb_get(ctx, 1, f, steps_rows ? IDX(b, q, d) : IDX(b, k, d)), NULL);
+  cn_ll_stmt *body = cn_lb_accum(ctx, 2, f, steps_rows ? IDX(b, k, d) : IDX(b, q, d), CN_OP_ADD, p);
+#undef IDX
+  cn_ll_bound below = {affine1(q, 1, steps_offset), 1};
+  int64_t nq = n[0]->dims[1], nk = n[0]->dims[2], nd = n[1]->dims[2];
+  if (steps_rows) /* b, q, k < q + offset, d */
+    body = cn_lb_loop(
+        ctx, b, 0, n[0]->dims[0],
+        cn_lb_loop(ctx, q, 0, nq,
+                   cn_lb_bounds(ctx, cn_lb_loop(ctx, k, 0, nk, cn_lb_loop(ctx, d, 0, nd, body)), 0,
+                                NULL, 1, &below)));
+  else /* b, q, d, k < q + offset */
+    body = cn_lb_loop(ctx, b, 0, n[0]->dims[0],
+                      cn_lb_loop(ctx, q, 0, nq,
+                                 cn_lb_loop(ctx, d, 0, nd,
+                                            cn_lb_bounds(ctx, cn_lb_loop(ctx, k, 0, nk, body), 0,
+                                                         NULL, 1, &below))));
+  cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
+  return cn_lb_proc(ctx, "steps", body, 3, params, 0, NULL);
+}
+
 /* out[b, oh, ow, oc] += in[b, 2 oh + 3 kh - 1, 2 ow + 3 kw - 1, ic] * w[kh, kw, ic, oc]: stride 2,
  * dilation 3, one cell of padding on each side of in's spatial axes (its margins). */
 static cn_ll_proc *conv(cn_ctx *ctx, cn_node *const *n) {
@@ -462,6 +498,36 @@ static void test_shapes(void) {
   check_shape("causal attention, no scratch", attention, att, 3,
               "-O1 -std=c11 -DCN_GEMM_NO_MEMORY -shared -fPIC");
   causal_offset = NO_MASK;
+  /* triangles of steps: 270 rows by 280 steps (P V) and 280 rows by 270 steps (the gradient of
+   * V): two blocks of kc = 256, rows whose steps end or start in either, tiles with no step in a
+   * block; 11 columns */
+  cn_node *pv[3] = {node(ctx, "p", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)270, (int64_t)280),
+                    node(ctx, "v", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)280, (int64_t)11),
+                    node(ctx, "o", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)270, (int64_t)11)};
+  cn_node *gv[3] = {node(ctx, "p", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)270, (int64_t)280),
+                    node(ctx, "g", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)270, (int64_t)11),
+                    node(ctx, "gv", CN_PREC_SINGLE, 3, (int64_t)2, (int64_t)280, (int64_t)11)};
+  const int64_t step_offsets[3] = {1, -3, 10}; /* the bound within the box: q + offset <= 280 */
+  for (int rows = 0; rows < 2; rows++)
+    for (int o = 0; o < 3; o++) {
+      steps_rows = rows;
+      steps_offset = step_offsets[o];
+      char what[64];
+      snprintf(what, sizeof what, "%s, offset %lld", rows ? "gradient of V" : "P V",
+               (long long)steps_offset);
+      check_shape(what, steps_triangle, rows ? gv : pv, 3, NULL);
+      cn_ll_proc *tri = steps_triangle(ctx, rows ? gv : pv);
+      plan(ctx, tri, true);
+      char text[64];
+      snprintf(text, sizeof text, "triangle %s %c %lld ", rows ? "M < K" : "K < M",
+               steps_offset < 0 ? '-' : '+', (long long)llabs(steps_offset));
+      CHECK_HAS(cn_ll_to_string(ctx, tri), text);
+    }
+  check_shape("gradient of V, no scratch", steps_triangle, gv, 3,
+              "-O1 -std=c11 -DCN_GEMM_NO_MEMORY -shared -fPIC");
+  steps_rows = false;
+  check_shape("P V, no scratch", steps_triangle, pv, 3,
+              "-O1 -std=c11 -DCN_GEMM_NO_MEMORY -shared -fPIC");
   /* narrow precisions: operands converted once when packed, every update rounded as the nest's
    * store rounds it (half through the instruction set's conversions, the others lane by lane) */
   const cn_prec narrow[3] = {CN_PREC_HALF, CN_PREC_BFLOAT16, CN_PREC_FP8};

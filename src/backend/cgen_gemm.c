@@ -107,11 +107,13 @@ static const char round_half_hw[] =
     "#else\n";
 
 /* The micro-kernel: the tile's rows start at rows[r] (NR adjacent cells each), a is a panel of
- * MR rows by kc steps, b one of kc steps by NR columns. */
+ * MR rows by kc steps, b one of kc steps by NR columns. With a triangle of steps (cn_ll_gemm.tri
+ * K or M) row r takes the steps k with f0 + r <= k < e0 + r only (@KLOOP@: ragged steps where
+ * some rows take them, the rest as a plain loop, ascending: each row's order is the nest's). */
 static const char micro_kernel[] =
     "static inline void cn_ukr_@N@(int64_t cn_kc, @ATYPE@ cn_a, "
     "const @T@ *restrict cn_b,\n"
-    "                            @T@ *const *cn_rows@FRESHP@) {\n"
+    "                            @T@ *const *cn_rows@FRESHP@@RAGGEDP@) {\n"
     "  enum { cn_mr = cn_g@N@_mr, cn_nv = cn_g@N@_nv, cn_vl = CN_VBYTES / (int)sizeof(@T@) };\n"
     "  cn_v@P@ cn_acc[cn_mr][cn_nv];\n"
     "#pragma GCC unroll 16\n"
@@ -119,25 +121,52 @@ static const char micro_kernel[] =
     "#pragma GCC unroll 8\n"
     "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
     "      cn_acc[cn_r][cn_v] = @FRESHV@*(const cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl);\n"
-    "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
-    "    cn_v@P@ cn_bv[cn_nv];\n"
-    "#pragma GCC unroll 8\n"
-    "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
-    "      cn_bv[cn_v] = *(const cn_v@P@ *)(cn_b + (cn_k * cn_nv + cn_v) * cn_vl);\n"
-    "#pragma GCC unroll 16\n"
-    "    for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
-    "      const @T@ cn_s = @AREAD@;\n"
-    "#pragma GCC unroll 8\n"
-    "      for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
-    "        cn_acc[cn_r][cn_v] = @UPDATE@;\n"
-    "    }\n"
-    "  }\n"
+    "@KLOOP@"
     "#pragma GCC unroll 16\n"
     "  for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
     "#pragma GCC unroll 8\n"
     "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
     "      *(cn_v@P@u *)(cn_rows[cn_r] + cn_v * cn_vl) = cn_acc[cn_r][cn_v];\n"
     "}\n";
+
+/* One reduction step of the micro-kernel: a row of b's panel, then each row's update (@GUARD@:
+ * a ragged step's rows that do not take it skip it). */
+static const char kernel_step[] =
+    "    cn_v@P@ cn_bv[cn_nv];\n"
+    "#pragma GCC unroll 8\n"
+    "    for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "      cn_bv[cn_v] = *(const cn_v@P@ *)(cn_b + (cn_k * cn_nv + cn_v) * cn_vl);\n"
+    "#pragma GCC unroll 16\n"
+    "    for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "@GUARD@"
+    "      const @T@ cn_s = @AREAD@;\n"
+    "#pragma GCC unroll 8\n"
+    "      for (int cn_v = 0; cn_v < cn_nv; cn_v++)\n"
+    "        cn_acc[cn_r][cn_v] = @UPDATE@;\n"
+    "    }\n";
+
+static const char steps_plain[] = "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+                                  "@STEP@"
+                                  "  }\n";
+
+/* Row r takes [f0 + r, e0 + r): steps [kb, mid) and [rest, ke) are ragged, [mid, full) every
+ * row's. */
+static const char steps_ragged[] =
+    "  const int64_t cn_kb = cn_f0 > 0 ? cn_f0 : 0;\n"
+    "  const int64_t cn_ke = cn_e0 + cn_mr - 1 < cn_kc ? cn_e0 + cn_mr - 1 : cn_kc;\n"
+    "  const int64_t cn_full_lo = cn_f0 + cn_mr - 1 > cn_kb ? cn_f0 + cn_mr - 1 : cn_kb;\n"
+    "  const int64_t cn_full = cn_e0 < cn_ke ? cn_e0 : cn_ke;\n"
+    "  const int64_t cn_mid = cn_full_lo < cn_ke ? cn_full_lo : cn_ke;\n"
+    "  const int64_t cn_rest = cn_full > cn_mid ? cn_full : cn_mid;\n"
+    "  for (int64_t cn_k = cn_kb; cn_k < cn_mid; cn_k++) {\n"
+    "@RAGGED@"
+    "  }\n"
+    "  for (int64_t cn_k = cn_mid; cn_k < cn_full; cn_k++) {\n"
+    "@STEP@"
+    "  }\n"
+    "  for (int64_t cn_k = cn_rest; cn_k < cn_ke; cn_k++) {\n"
+    "@RAGGED@"
+    "  }\n";
 
 /* A range of tasks: task t is the batch point, column block and row block
  * (t / (njc * nic), t / nic % njc, t % nic); consecutive tasks of one batch point and column
@@ -179,7 +208,7 @@ static const char task_range[] =
     "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
     "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
     "            @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
-    "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
+    "            for (int64_t cn_k = @KFROM@; cn_k < cn_kc@KTO@; cn_k++)\n"
     "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
     "            @STORE(*cn_cell, cn_sum)@;\n"
     "          }\n"
@@ -201,6 +230,7 @@ static const char task_range[] =
     "            const int cn_rows = cn_mb - cn_i0 < cn_mr ? (int)(cn_mb - cn_i0) : cn_mr;\n"
     "            const int cn_cols = cn_nc - cn_j0 < cn_nr ? (int)(cn_nc - cn_j0) : cn_nr;\n"
     "@TRITILE@"
+    "@TRISTEPS@"
     "            @T@ *cn_rp[cn_mr];\n"
     "@AROWS@"
     "@DIRECT@"
@@ -216,7 +246,7 @@ static const char task_range[] =
     "                cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
     "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
     "            }\n"
-    "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@);\n"
+    "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
     "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
     "              for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
     "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
@@ -233,7 +263,7 @@ static const char direct_tile[] =
     "            if (cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@) {\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
     "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@);\n"
+    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
     "              continue;\n"
     "            }\n";
 
@@ -293,6 +323,15 @@ static const char fill_a_by_row[] =
 static const char triangle_tile[] =
     "            const int64_t cn_diag = cn_m0 + cn_i0 + @TRI@ - cn_n0 - cn_j0;\n"
     "            if (cn_diag + cn_rows - 1 <= 0) continue; /* past the triangle: no cell */\n";
+
+/* A triangle of steps' tile (cn_ll_gemm.tri K or M): row r's steps in this block of kc, as the
+ * micro-kernel takes them, f0 + r <= k < e0 + r; a tile no row has a step of is left as it is. */
+static const char steps_below_rows[] =
+    "            const int64_t cn_f0 = -cn_mr, cn_e0 = cn_m0 + cn_i0 + @TRI@ - cn_p0;\n"
+    "            if (cn_e0 + cn_rows - 1 <= 0) continue; /* no step of this block */\n";
+static const char steps_above_rows[] =
+    "            const int64_t cn_f0 = cn_m0 + cn_i0 - @TRI@ + 1 - cn_p0, cn_e0 = cn_kc + cn_mr;\n"
+    "            if (cn_f0 >= cn_kc) continue; /* no step of this block */\n";
 
 /* The pool's callback and the function the routine calls. */
 static const char entry[] =
@@ -588,14 +627,17 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
                  (long long)geo->total[CN_GEMM_BATCH], (long long)geo->total[CN_GEMM_M],
                  (long long)geo->total[CN_GEMM_N], (long long)geo->total[CN_GEMM_K],
                  plan->fma ? "fused multiply-adds" : "exact: multiply, then add");
+  static const char *const triangles[] = {"", "column < row", "step < row", "row < step"};
   if (plan->tri)
-    cn_sbuf_printf(sb, ", the triangle column < row + %lld", (long long)plan->tri_offset);
+    cn_sbuf_printf(sb, ", the triangle %s + %lld", triangles[plan->tri],
+                   (long long)plan->tri_offset);
   cn_sbuf_puts(sb, " */\n");
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
                    plan->nv);
-  else if (plan->tri) /* one vector of columns (and 16 rows on AVX-512): the diagonal crosses
-                        * few cells of each tile, and more tiles lie wholly below it (direct) */
+  else if (plan->tri ==
+           CN_GEMM_TRI_N) /* one vector of columns (and 16 rows on AVX-512): the diagonal crosses
+                           * few cells of each tile, and more tiles lie wholly below it (direct) */
     cn_sbuf_printf(sb,
                    "enum { cn_g%d_nv = 1, cn_g%d_mr = CN_GEMM_MR * CN_GEMM_NV < 16 ? CN_GEMM_MR * "
                    "CN_GEMM_NV : 16 };\n",
@@ -664,20 +706,43 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
-  /* a triangle (causal scores): tiles past it skipped, a tile across it through the scratch
-   * tile, storing only its cells; the full tiles below it direct */
+  /* a triangle of cells (causal scores): tiles past it skipped, a tile across it through the
+   * scratch tile, storing only its cells; the full tiles below it direct */
+  bool cells = plan->tri == CN_GEMM_TRI_N;
+  bool steps = plan->tri == CN_GEMM_TRI_K || plan->tri == CN_GEMM_TRI_M;
   define(&e, "TRI", number_text(ctx, plan->tri_offset));
-  define(&e, "TRIJ", plan->tri ? expanded(ctx, &e, " && cn_j < cn_i + @TRI@") : "");
-  define(&e, "TRITILE", plan->tri ? expanded(ctx, &e, triangle_tile) : "");
-  define(&e, "TRICELL", plan->tri ? " && cn_q < cn_diag + cn_r" : "");
-  define(&e, "TRIFULL", plan->tri ? " && cn_nr <= cn_diag" : "");
+  define(&e, "TRIJ", cells ? expanded(ctx, &e, " && cn_j < cn_i + @TRI@") : "");
+  define(&e, "TRITILE", cells ? expanded(ctx, &e, triangle_tile) : "");
+  define(&e, "TRICELL", cells ? " && cn_q < cn_diag + cn_r" : "");
+  define(&e, "TRIFULL", cells ? " && cn_nr <= cn_diag" : "");
+  /* a triangle of steps (P V and the gradients of Q, K and V): each row its own steps */
+  define(&e, "TRISTEPS",
+         !steps
+             ? ""
+             : expanded(ctx, &e, plan->tri == CN_GEMM_TRI_K ? steps_below_rows : steps_above_rows));
+  define(&e, "RAGGEDP", steps ? ", int64_t cn_f0, int64_t cn_e0" : "");
+  define(&e, "RAGGEDA", steps ? ", cn_f0, cn_e0" : "");
+  define(&e, "KFROM",
+         plan->tri != CN_GEMM_TRI_M
+             ? "0"
+             : expanded(ctx, &e, "(cn_i - @TRI@ + 1 - cn_p0 > 0 ? cn_i - @TRI@ + 1 - cn_p0 : 0)"));
+  define(&e, "KTO",
+         plan->tri == CN_GEMM_TRI_K ? expanded(ctx, &e, " && cn_p0 + cn_k < cn_i + @TRI@") : "");
   /* c all +0 before the product (c_zero): the first block of steps starts from +0, not from c */
   define(&e, "FRESHP", plan->c_zero ? ", int cn_fresh" : "");
   define(&e, "FRESHA", plan->c_zero ? ", cn_p0 == 0" : "");
-  define(&e, "FRESHV", plan->c_zero ? expanded(ctx, &e, "cn_fresh ? (cn_v@P@){0} : (cn_v@P@)") : "");
+  define(&e, "FRESHV",
+         plan->c_zero ? expanded(ctx, &e, "cn_fresh ? (cn_v@P@){0} : (cn_v@P@)") : "");
   define(&e, "FRESHS", plan->c_zero ? "cn_p0 == 0 ? 0 : " : "");
   define(&e, "FRESHT", plan->c_zero ? "cn_p0 > 0 && " : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
+  /* the micro-kernel's steps: every row each step, or a triangle's ragged ones */
+  expansion full = e, ragged = e;
+  define(&full, "GUARD", "");
+  define(&ragged, "GUARD", "      if (cn_k < cn_f0 + cn_r || cn_k >= cn_e0 + cn_r) continue;\n");
+  define(&e, "STEP", expanded(ctx, &full, kernel_step));
+  define(&e, "RAGGED", steps ? expanded(ctx, &ragged, kernel_step) : "");
+  define(&e, "KLOOP", expanded(ctx, &e, steps ? steps_ragged : steps_plain));
   for (int k = 0; k < e.n; k++)
     if (!e.values[k]) {
       sb->failed = true;

@@ -101,6 +101,8 @@ enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1, CN_LL_FLAT = 1u << 2 };
 /* The groups of the loops of a GEMM-class nest (src/sched/gemm.c): rows (the output and the first
  * operand), columns (the output and the second), the reduction (both operands), batch (all). */
 typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_gemm_role;
+/* The triangles a plan takes (cn_ll_gemm.tri): which loop is bounded by which. */
+typedef enum { CN_GEMM_TRI_NONE, CN_GEMM_TRI_N, CN_GEMM_TRI_K, CN_GEMM_TRI_M } cn_gemm_tri;
 #define CN_GEMM_ROLES     4
 #define CN_GEMM_MAX_LOOPS 16
 
@@ -122,10 +124,14 @@ typedef struct {
   int c, x, y; /* params: the accumulated output, the first and the second operand */
   int depth;
   cn_gemm_role role[CN_GEMM_MAX_LOOPS];
-  /* A triangle of cells (a causal mask, Tile's `k <= q`): the nest's one N loop has the one
-   * upper bound `n < m + tri_offset`, m its one M loop, both loops from 0 and no other loop
-   * bounded. The cells past the bound are not the nest's: a backend never writes them. */
-  bool tri;
+  /* A triangle (a causal mask, Tile's `k <= q`): one loop of the nest has the one upper bound
+   * `loop < other + tri_offset`, both loops from 0, the groups concerned one loop each, no other
+   * loop bounded. CN_GEMM_TRI_N: the N loop below the M loop, a triangle of cells (attention's
+   * scores): the cells past it are not the nest's, a backend never writes them. CN_GEMM_TRI_K:
+   * the K loop below the M loop (P V: row m sums the steps k < m + offset); CN_GEMM_TRI_M: the M
+   * loop below the K loop (the gradients of V and K: row m sums the steps k > m - offset).
+   * Either way a cell sums its own steps in ascending order, the others' never. */
+  cn_gemm_tri tri;
   int64_t tri_offset;
   /* c is all +0 before the nest (the fill pass took the clear that preceded it, sched/fill.c):
    * the first reduction step starts from +0 instead of reading c, the same bits; a backend that

@@ -321,8 +321,10 @@ static void print_gemm(printer *p, const cn_ll_stmt *s, int depth) {
     }
     if (n) cn_sbuf_putc(sb, ')');
   }
+  static const char *const triangles[] = {"", "N < M", "K < M", "M < K"};
   if (plan->tri)
-    cn_sbuf_printf(sb, " triangle N < M %c %" PRId64, plan->tri_offset < 0 ? '-' : '+',
+    cn_sbuf_printf(sb, " triangle %s %c %" PRId64, triangles[plan->tri],
+                   plan->tri_offset < 0 ? '-' : '+',
                    plan->tri_offset < 0 ? -plan->tri_offset : plan->tri_offset);
   if (plan->c_zero) cn_sbuf_puts(sb, " from zero");
   cn_sbuf_printf(sb, " tile %dx%d blocks %" PRId64 "/%" PRId64 "/%" PRId64 " %s:\n", plan->mr,

@@ -125,25 +125,41 @@ static void block_sizes(cn_prec prec, int64_t l1, int64_t llc, cn_ll_gemm *plan)
   if (plan->nc < 64) plan->nc = 64;
 }
 
-/* Whether loop k's bounds make the nest a triangle a plan can take (loops.h, cn_ll_gemm.tri):
- * k is the only N loop, with the one upper bound m + offset (div 1), m the only M loop, both from
- * 0. Causal attention's scores and their gradient (`k <= q`: k < q + 1) are such. Then
- * *offset. The plan keeps the nest, bound included: what a cell gets is unchanged. */
-static bool triangle(const cn_sched_nest *nest, const cn_sched_gemm *g, int k, int64_t *offset) {
+/* The loop of the one-loop group role, or -1 when the group has another count of loops. */
+static int only_loop(const cn_sched_gemm *g, cn_gemm_role role) {
+  if (g->count[role] != 1) return -1;
+  int k = 0;
+  while (g->role[k] != role) k++;
+  return k;
+}
+
+/* The triangle loop k's bounds make (loops.h, cn_ll_gemm.tri), with its offset, or
+ * CN_GEMM_TRI_NONE when a plan cannot take them: k has the one upper bound `other + offset`
+ * (div 1), other a loop of the nest, both from 0, and the pair is (N, M), (K, M) or (M, K) with
+ * those groups one loop each. Causal attention's six products are such: the scores and their
+ * gradient (N < M + 1), P V and the queries' gradient (K < M + 1), the values' and the keys'
+ * gradients (M < K + 1). The plan keeps the nest, bound included: what a cell gets is unchanged. */
+static cn_gemm_tri triangle(const cn_sched_nest *nest, const cn_sched_gemm *g, int k,
+                            int64_t *offset) {
   const cn_ll_stmt *loop = nest->loops[k];
-  if (g->role[k] != CN_GEMM_N || g->count[CN_GEMM_N] != 1 || g->count[CN_GEMM_M] != 1 ||
-      loop->u.loop.n_lower || loop->u.loop.n_upper != 1 || loop->u.loop.from != 0 ||
+  if (loop->u.loop.n_lower || loop->u.loop.n_upper != 1 || loop->u.loop.from != 0 ||
       loop->u.loop.upper[0].div != 1)
-    return false;
-  int m = 0;
-  while (g->role[m] != CN_GEMM_M) m++;
+    return CN_GEMM_TRI_NONE;
   const cn_index *bound = &loop->u.loop.upper[0].expr;
   bool unit = bound->kind == CN_IDX_ITER ||
               (bound->kind == CN_IDX_AFFINE && bound->n_terms == 1 && bound->coeffs[0] == 1);
-  if (nest->loops[m]->u.loop.from != 0 || !unit || bound->syms[0] != nest->loops[m]->u.loop.sym)
-    return false;
+  if (!unit) return CN_GEMM_TRI_NONE;
+  int m = only_loop(g, CN_GEMM_M), kk = only_loop(g, CN_GEMM_K), n = only_loop(g, CN_GEMM_N);
+  cn_gemm_tri tri = CN_GEMM_TRI_NONE;
+  int other = -1;
+  if (k == n && m >= 0) tri = CN_GEMM_TRI_N, other = m;
+  if (k == kk && m >= 0) tri = CN_GEMM_TRI_K, other = m;
+  if (k == m && kk >= 0) tri = CN_GEMM_TRI_M, other = kk;
+  if (tri == CN_GEMM_TRI_NONE || nest->loops[other]->u.loop.from != 0 ||
+      bound->syms[0] != nest->loops[other]->u.loop.sym)
+    return CN_GEMM_TRI_NONE;
   *offset = bound->kind == CN_IDX_ITER ? 0 : bound->offset;
-  return true;
+  return tri;
 }
 
 typedef struct {
@@ -211,13 +227,12 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   cn_prec prec = proc->params[g.c].node->prec;
   if (cn_prec_table[prec].kind != CN_PKIND_FLOAT) return CN_OK;
   int64_t work = 1, tri_offset = 0;
-  bool tri = false;
+  cn_gemm_tri tri = CN_GEMM_TRI_NONE;
   for (int k = 0; k < nest->depth; k++) {
     const cn_ll_stmt *loop = nest->loops[k];
     if (loop->u.loop.from >= loop->u.loop.to) return CN_OK;
     if (loop->u.loop.n_lower || loop->u.loop.n_upper) {
-      if (tri || !triangle(nest, &g, k, &tri_offset)) return CN_OK;
-      tri = true;
+      if (tri || !(tri = triangle(nest, &g, k, &tri_offset))) return CN_OK;
     }
     int64_t extent = loop->u.loop.to - loop->u.loop.from;
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
