@@ -306,6 +306,43 @@ static const char fill_b_by_column[] =
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
     "            cn_panel[cn_k * cn_nr + cn_q] =\n"
     "                cn_q < cn_cols ? @LOAD(cn_yb[@BK@ + @BCOL@])@ : 0;\n";
+/* The same transposition in blocks of 8 columns by 8 steps for single precision: on AVX, 8
+ * vector loads along the steps, an 8 x 8 transpose in registers and 8 vector stores (a panel of a
+ * weight stored [out][in], as nn.Linear's, is this transpose: element by element it was a third
+ * of a batch-of-one product); the steps past the last block of 8, and the last columns, element
+ * by element. The values are copied, so the bits are those of fill_b_by_column. */
+static const char fill_b_transposed[] =
+    "        for (int cn_q0 = 0; cn_q0 < cn_nr; cn_q0 += 8) {\n"
+    "          int64_t cn_k = 0;\n"
+    "#if defined(__AVX__)\n"
+    "          for (; cn_q0 + 8 <= cn_cols && cn_k + 8 <= cn_kc; cn_k += 8) {\n"
+    "            __m256 cn_r[8], cn_t[8], cn_u[8];\n"
+    "            for (int cn_i = 0; cn_i < 8; cn_i++) {\n"
+    "              const int cn_q = cn_q0 + cn_i;\n"
+    "              cn_r[cn_i] = _mm256_loadu_ps(&cn_yb[@BK@ + @BCOL@]);\n"
+    "            }\n"
+    "            for (int cn_i = 0; cn_i < 8; cn_i += 2) {\n"
+    "              cn_t[cn_i] = _mm256_unpacklo_ps(cn_r[cn_i], cn_r[cn_i + 1]);\n"
+    "              cn_t[cn_i + 1] = _mm256_unpackhi_ps(cn_r[cn_i], cn_r[cn_i + 1]);\n"
+    "            }\n"
+    "            for (int cn_i = 0; cn_i < 8; cn_i += 4) {\n"
+    "              cn_u[cn_i] = _mm256_shuffle_ps(cn_t[cn_i], cn_t[cn_i + 2], 0x44);\n"
+    "              cn_u[cn_i + 1] = _mm256_shuffle_ps(cn_t[cn_i], cn_t[cn_i + 2], 0xEE);\n"
+    "              cn_u[cn_i + 2] = _mm256_shuffle_ps(cn_t[cn_i + 1], cn_t[cn_i + 3], 0x44);\n"
+    "              cn_u[cn_i + 3] = _mm256_shuffle_ps(cn_t[cn_i + 1], cn_t[cn_i + 3], 0xEE);\n"
+    "            }\n"
+    "            for (int cn_j = 0; cn_j < 4; cn_j++) {\n"
+    "              _mm256_storeu_ps(cn_panel + (cn_k + cn_j) * cn_nr + cn_q0,\n"
+    "                               _mm256_permute2f128_ps(cn_u[cn_j], cn_u[cn_j + 4], 0x20));\n"
+    "              _mm256_storeu_ps(cn_panel + (cn_k + cn_j + 4) * cn_nr + cn_q0,\n"
+    "                               _mm256_permute2f128_ps(cn_u[cn_j], cn_u[cn_j + 4], 0x31));\n"
+    "            }\n"
+    "          }\n"
+    "#endif\n"
+    "          for (int cn_q = cn_q0; cn_q < cn_q0 + 8; cn_q++)\n"
+    "            for (int64_t cn_kr = cn_k; cn_kr < cn_kc; cn_kr++)\n"
+    "              cn_panel[cn_kr * cn_nr + cn_q] = cn_q < cn_cols ? @RESTLOAD@ : 0;\n"
+    "        }\n";
 static const char fill_a_by_step[] =
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
@@ -442,12 +479,12 @@ static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, in
 
 typedef struct {
   const geometry *geo;
-  const char *keys[48], *values[48];
+  const char *keys[64], *values[64];
   int n;
 } expansion;
 
 static void define(expansion *e, const char *key, const char *value) {
-  CN_ASSERT(e->n < 48);
+  CN_ASSERT(e->n < 64);
   e->keys[e->n] = key;
   e->values[e->n++] = value;
 }
@@ -673,10 +710,12 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   }
   define(&e, "UPDATE", update);
   /* x in place when its reduction steps are adjacent and a packed value would serve few columns
-   * (packing costs about what 32 multiply-adds do: a convolution's input gradient has 32) */
+   * (packing costs about what 32 multiply-adds do: a convolution's input gradient has 32; two
+   * register tiles of 64 columns still gain: sampling the GPT, whose 64-row products pack x
+   * again for every block of rows, took 0.99 ms a token instead of 1.38) */
   int64_t x_step;
   bool x_in_place = !narrow && group_linear(geo, CN_GEMM_K, ACC_X, &x_step) && x_step == 1 &&
-                    geo->total[CN_GEMM_N] <= 64;
+                    geo->total[CN_GEMM_N] <= 128;
   define(&e, "ATYPE", expanded(ctx, &e, x_in_place ? "const @T@ *const *" : "const @T@ *restrict"));
   define(&e, "AREAD", x_in_place ? "cn_a[cn_r][cn_k]" : "cn_a[cn_k * cn_mr + cn_r]");
   define(&e, "M", number_text(ctx, geo->total[CN_GEMM_M]));
@@ -702,7 +741,17 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
          columns_linear ? expanded(ctx, &e, "@NY(cn_n0 + cn_j0 + cn_q)@") : "cn_col[cn_q]");
   define(&e, "COLS", columns_linear ? "" : expanded(ctx, &e, column_table));
   define(&e, "FILLA", expanded(ctx, &e, x_along_k ? fill_a_by_row : fill_a_by_step));
-  define(&e, "FILLB", expanded(ctx, &e, y_along_k ? fill_b_by_column : fill_b_by_step));
+  /* the rest of a transposed block: step cn_kr of column cn_q */
+  define(&e, "BKR",
+         group_linear(geo, CN_GEMM_K, ACC_Y, &step) ? expanded(ctx, &e, "@KY(cn_p0 + cn_kr)@")
+                                                    : "cn_ky[cn_kr]");
+  define(&e, "RESTLOAD", expanded(ctx, &e, "@LOAD(cn_yb[@BKR@ + @BCOL@])@"));
+  bool transposed = y_along_k && geo->prec == CN_PREC_SINGLE;
+  define(&e, "FILLB",
+         expanded(ctx, &e,
+                  transposed  ? fill_b_transposed
+                  : y_along_k ? fill_b_by_column
+                              : fill_b_by_step));
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
