@@ -125,6 +125,59 @@ cn_status cn_sched_each_nest(cn_ctx *ctx, cn_ll_proc *proc, cn_sched_nest_fn fn,
   return each_nest(ctx, proc, &proc->body, fn, user, false);
 }
 
+bool cn_sched_expr_reads(const cn_ll_expr *e, int param) {
+  if (e->kind == CN_LE_GET) return e->u.get.param == param;
+  if (e->kind != CN_LE_OP) return false;
+  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
+    if (cn_sched_expr_reads(e->u.op.args[a], param)) return true;
+  return false;
+}
+
+bool cn_sched_same_indices(const cn_index *a, const cn_index *b, int rank) {
+  for (int d = 0; d < rank; d++)
+    if (!cn_index_equal(&a[d], &b[d])) return false;
+  return true;
+}
+
+bool cn_sched_reads_only_at(const cn_ll_expr *e, int param, const cn_index *idx, int rank) {
+  if (e->kind == CN_LE_GET)
+    return e->u.get.param != param || cn_sched_same_indices(e->u.get.idx, idx, rank);
+  if (e->kind != CN_LE_OP) return true;
+  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
+    if (!cn_sched_reads_only_at(e->u.op.args[a], param, idx, rank)) return false;
+  return true;
+}
+
+int cn_sched_box_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops, const cn_ll_stmt **body) {
+  int depth = 0;
+  while (s->kind == CN_LL_FOR || (s->kind == CN_LL_SEQ && s->u.seq.count == 1)) {
+    if (s->kind == CN_LL_SEQ) {
+      s = s->u.seq.items[0];
+      continue;
+    }
+    if (depth == CN_SCHED_MAX_DEPTH || s->u.loop.from != 0 || s->u.loop.n_lower ||
+        s->u.loop.n_upper)
+      return -1;
+    loops[depth++] = s;
+    s = s->u.loop.body;
+  }
+  *body = s;
+  return depth;
+}
+
+bool cn_sched_covers(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
+                     int depth) {
+  bool used[CN_SCHED_MAX_DEPTH] = {false};
+  for (int a = 0; a < node->rank; a++) {
+    if (idx[a].kind != CN_IDX_ITER) return false;
+    int k = 0;
+    while (k < depth && loops[k]->u.loop.sym != idx[a].syms[0]) k++;
+    if (k == depth || used[k] || loops[k]->u.loop.to != node->dims[a]) return false;
+    used[k] = true;
+  }
+  return true;
+}
+
 bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s) {
   if (!cn_arena_grow(ctx, (void **)&list->items, &list->cap, list->n + 1, sizeof *list->items))
     return false;

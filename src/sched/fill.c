@@ -85,39 +85,11 @@ static bool stmt_params(mentions *m, const cn_ll_stmt *s) {
 
 /* ---- Fills and first updates ---- */
 
-/* The loops of a nest from its outermost loop down to its body (sequences of one item entered),
- * when each runs from 0 without affine bounds: their count, or -1. */
-static int plain_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops, const cn_ll_stmt **body) {
-  int depth = 0;
-  while (s->kind == CN_LL_FOR || (s->kind == CN_LL_SEQ && s->u.seq.count == 1)) {
-    if (s->kind == CN_LL_SEQ) {
-      s = s->u.seq.items[0];
-      continue;
-    }
-    if (depth == CN_SCHED_MAX_DEPTH || s->u.loop.from != 0 || s->u.loop.n_lower ||
-        s->u.loop.n_upper)
-      return -1;
-    loops[depth++] = s;
-    s = s->u.loop.body;
-  }
-  *body = s;
-  return depth;
-}
-
 /* Whether idx writes every cell of node exactly once over the loops: one distinct loop per axis,
  * running over exactly the axis' dim, and no loop left over. */
 static bool one_per_cell(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
                          int depth) {
-  if (depth != node->rank) return false;
-  bool used[CN_SCHED_MAX_DEPTH] = {false};
-  for (int a = 0; a < node->rank; a++) {
-    if (idx[a].kind != CN_IDX_ITER) return false;
-    int k = 0;
-    while (k < depth && loops[k]->u.loop.sym != idx[a].syms[0]) k++;
-    if (k == depth || used[k] || loops[k]->u.loop.to != node->dims[a]) return false;
-    used[k] = true;
-  }
-  return true;
+  return depth == node->rank && cn_sched_covers(node, idx, loops, depth);
 }
 
 static bool plain_buffer(const cn_ll_proc *proc, int param) {
@@ -131,36 +103,13 @@ static bool plain_buffer(const cn_ll_proc *proc, int param) {
 /* The param a statement fills with a constant (the store into *store), or -1. */
 static int fill_of(const cn_ll_proc *proc, const cn_ll_stmt *s, const cn_ll_stmt **store) {
   const cn_ll_stmt *loops[CN_SCHED_MAX_DEPTH], *body;
-  int depth = plain_loops(s, loops, &body);
+  int depth = cn_sched_box_loops(s, loops, &body);
   if (depth < 0 || body->kind != CN_LL_SET || body->u.set.value->kind != CN_LE_CONST) return -1;
   int p = body->u.set.param;
   if (!plain_buffer(proc, p) || !one_per_cell(proc->params[p].node, body->u.set.idx, loops, depth))
     return -1;
   *store = body;
   return p;
-}
-
-static bool same_indices(const cn_index *a, const cn_index *b, int rank) {
-  for (int d = 0; d < rank; d++)
-    if (!cn_index_equal(&a[d], &b[d])) return false;
-  return true;
-}
-
-static bool expr_mentions(const cn_ll_expr *e, int param) {
-  if (e->kind == CN_LE_GET) return e->u.get.param == param;
-  if (e->kind != CN_LE_OP) return false;
-  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-    if (expr_mentions(e->u.op.args[a], param)) return true;
-  return false;
-}
-
-/* Whether every read of param in e is at idx. */
-static bool reads_at(const cn_ll_expr *e, int param, const cn_index *idx, int rank) {
-  if (e->kind == CN_LE_GET) return e->u.get.param != param || same_indices(e->u.get.idx, idx, rank);
-  if (e->kind != CN_LE_OP) return true;
-  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-    if (!reads_at(e->u.op.args[a], param, idx, rank)) return false;
-  return true;
 }
 
 /* Whether a body holds only stores and comments (sequences entered). */
@@ -217,7 +166,7 @@ static cn_status first_update(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s
                               const cn_ll_stmt *fill, cn_ll_stmt **out) {
   *out = NULL;
   const cn_ll_stmt *loops[CN_SCHED_MAX_DEPTH], *body;
-  int depth = plain_loops(s, loops, &body);
+  int depth = cn_sched_box_loops(s, loops, &body);
   if (depth <= 0 || !only_stores(body)) return CN_OK;
   cn_sched_stmts stores = {0};
   if (!body_stores(ctx, (cn_ll_stmt *)body, &stores)) return CN_ERR_NOMEM;
@@ -225,18 +174,18 @@ static cn_status first_update(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s
   int first = -1;
   for (int i = 0; i < stores.n; i++) {
     const cn_ll_stmt *st = stores.items[i];
-    bool writes = st->u.set.param == param, reads = expr_mentions(st->u.set.value, param);
+    bool writes = st->u.set.param == param, reads = cn_sched_expr_reads(st->u.set.value, param);
     if (first < 0) {
       if (!writes && !reads) continue;
       if (!writes || !one_per_cell(node, st->u.set.idx, loops, depth) ||
-          !reads_at(st->u.set.value, param, st->u.set.idx, node->rank))
+          !cn_sched_reads_only_at(st->u.set.value, param, st->u.set.idx, node->rank))
         return CN_OK;
       first = i;
       continue;
     }
     const cn_index *w = stores.items[first]->u.set.idx;
-    if ((writes && !same_indices(st->u.set.idx, w, node->rank)) ||
-        !reads_at(st->u.set.value, param, w, node->rank))
+    if ((writes && !cn_sched_same_indices(st->u.set.idx, w, node->rank)) ||
+        !cn_sched_reads_only_at(st->u.set.value, param, w, node->rank))
       return CN_OK;
   }
   if (first < 0) return CN_OK;

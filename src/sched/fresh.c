@@ -11,14 +11,6 @@
  * bits without it. False whenever unsure. */
 #include "sched/sched.h"
 
-static bool expr_mentions(const cn_ll_expr *e, int param) {
-  if (e->kind == CN_LE_GET) return e->u.get.param == param;
-  if (e->kind != CN_LE_OP) return false;
-  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-    if (expr_mentions(e->u.op.args[a], param)) return true;
-  return false;
-}
-
 static bool stmt_mentions(const cn_ll_stmt *s, int param) {
   switch (s->kind) {
   case CN_LL_SEQ:
@@ -28,40 +20,10 @@ static bool stmt_mentions(const cn_ll_stmt *s, int param) {
   case CN_LL_COMMENT: return false;
   case CN_LL_FOR: return stmt_mentions(s->u.loop.body, param);
   case CN_LL_IF: return stmt_mentions(s->u.guard.body, param);
-  case CN_LL_SET: return s->u.set.param == param || expr_mentions(s->u.set.value, param);
-  case CN_LL_SET_VEC: return s->u.vec.param == param || expr_mentions(s->u.vec.arg, param);
+  case CN_LL_SET: return s->u.set.param == param || cn_sched_expr_reads(s->u.set.value, param);
+  case CN_LL_SET_VEC: return s->u.vec.param == param || cn_sched_expr_reads(s->u.vec.arg, param);
   case CN_LL_GEMM: return stmt_mentions(s->u.gemm.nest, param);
   case CN_LL_LET: return s->u.let.param == param || stmt_mentions(s->u.let.body, param);
-  }
-  return true;
-}
-
-static bool same_indices(const cn_index *a, const cn_index *b, int rank) {
-  for (int d = 0; d < rank; d++)
-    if (!cn_index_equal(&a[d], &b[d])) return false;
-  return true;
-}
-
-/* Whether every read of param in e is at idx. */
-static bool reads_at(const cn_ll_expr *e, int param, const cn_index *idx, int rank) {
-  if (e->kind == CN_LE_GET) return e->u.get.param != param || same_indices(e->u.get.idx, idx, rank);
-  if (e->kind != CN_LE_OP) return true;
-  for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-    if (!reads_at(e->u.op.args[a], param, idx, rank)) return false;
-  return true;
-}
-
-/* Whether the write idx of a node of `rank` axes covers every cell: each axis a distinct loop of
- * loops[0..depth) running over exactly the axis' dim. */
-static bool covers(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
-                   int depth) {
-  bool used[CN_SCHED_MAX_DEPTH] = {false};
-  for (int a = 0; a < node->rank; a++) {
-    if (idx[a].kind != CN_IDX_ITER) return false;
-    int k = 0;
-    while (k < depth && loops[k]->u.loop.sym != idx[a].syms[0]) k++;
-    if (k == depth || used[k] || loops[k]->u.loop.to != node->dims[a]) return false;
-    used[k] = true;
   }
   return true;
 }
@@ -78,15 +40,16 @@ static bool body_ok(const cn_ll_stmt *s, int param, const cn_node *node,
   case CN_LL_COMMENT: return true;
   case CN_LL_SET:
     if (!*write) {
-      if (s->u.set.param != param) return !expr_mentions(s->u.set.value, param);
-      if (expr_mentions(s->u.set.value, param) || !covers(node, s->u.set.idx, loops, depth))
+      if (s->u.set.param != param) return !cn_sched_expr_reads(s->u.set.value, param);
+      if (cn_sched_expr_reads(s->u.set.value, param) ||
+          !cn_sched_covers(node, s->u.set.idx, loops, depth))
         return false;
       *write = s;
       return true;
     }
     return (s->u.set.param != param ||
-            same_indices(s->u.set.idx, (*write)->u.set.idx, node->rank)) &&
-           reads_at(s->u.set.value, param, (*write)->u.set.idx, node->rank);
+            cn_sched_same_indices(s->u.set.idx, (*write)->u.set.idx, node->rank)) &&
+           cn_sched_reads_only_at(s->u.set.value, param, (*write)->u.set.idx, node->rank);
   case CN_LL_FOR:
   case CN_LL_IF:
   case CN_LL_SET_VEC:
@@ -97,21 +60,10 @@ static bool body_ok(const cn_ll_stmt *s, int param, const cn_node *node,
 }
 
 static bool writes_whole(const cn_ll_stmt *s, int param, const cn_node *node) {
-  const cn_ll_stmt *loops[CN_SCHED_MAX_DEPTH];
-  int depth = 0;
-  while (s->kind == CN_LL_FOR || (s->kind == CN_LL_SEQ && s->u.seq.count == 1)) {
-    if (s->kind == CN_LL_SEQ) {
-      s = s->u.seq.items[0];
-      continue;
-    }
-    if (depth == CN_SCHED_MAX_DEPTH || s->u.loop.from != 0 || s->u.loop.n_lower ||
-        s->u.loop.n_upper)
-      return false;
-    loops[depth++] = s;
-    s = s->u.loop.body;
-  }
+  const cn_ll_stmt *loops[CN_SCHED_MAX_DEPTH], *body;
+  int depth = cn_sched_box_loops(s, loops, &body);
   const cn_ll_stmt *write = NULL;
-  return body_ok(s, param, node, loops, depth, &write) && write;
+  return depth >= 0 && body_ok(body, param, node, loops, depth, &write) && write;
 }
 
 /* The first statement of a flattened sequence that mentions param, or NULL. */

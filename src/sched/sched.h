@@ -114,6 +114,19 @@ typedef struct {
 bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s);
 /* Appends the statements of body, its sequences flattened; false on allocation failure. */
 bool cn_sched_stmts_flatten(cn_ctx *ctx, cn_ll_stmt *body, cn_sched_stmts *list);
+/* Whether e reads param; whether two accesses of `rank` axes are at the same indices; whether
+ * every read of param in e is at idx (the helpers of fresh.c and fill.c). */
+bool cn_sched_expr_reads(const cn_ll_expr *e, int param);
+bool cn_sched_same_indices(const cn_index *a, const cn_index *b, int rank);
+bool cn_sched_reads_only_at(const cn_ll_expr *e, int param, const cn_index *idx, int rank);
+/* The loops of a nest from s (its outermost loop, sequences of one item entered) down to its
+ * body (*body), when each runs from 0 without affine bounds (at most CN_SCHED_MAX_DEPTH): their
+ * count, or -1. */
+int cn_sched_box_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops, const cn_ll_stmt **body);
+/* Whether a write at idx to a node reaches every cell under loops[0..depth) (each from 0): each
+ * axis a distinct one of the loops, running over exactly the axis' dim. */
+bool cn_sched_covers(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
+                     int depth);
 /* A new loop with old's variable, box, bounds and marks over body (NULL on allocation failure):
  * how the passes rebuild a nest in another shape. */
 cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *body);
