@@ -7,11 +7,12 @@
  * steps / 20), cosine to 1e-4, betas (0.9, 0.99), weight decay 0.1 on matrices, clipping at 1.0),
  * then compute the mean validation loss over 200 batches (--quick: 10) of the validation split's
  * windows of steps 0 .. 199 and time 100 steps of sampling one token (the forward over one window
- * [1; 64], compiled once, the pick of the last position's logits at temperature 1, the window
- * shifted). cannl's thread count is the option "threads", set after gpt_build; PyTorch's is
- * torch.set_num_threads (and OpenBLAS's, bench_common.py), with OMP_WAIT_POLICY=PASSIVE and
- * subnormals flushed (torch.set_flush_denormal: PyTorch's fastest setting on this model; see
- * bench_gpt.py).
+ * [1; 64], compiled once, its last block and head for the last position only: gpt.c's sampling
+ * model; PyTorch's head on the last position as nanoGPT's generate; the pick of the logits at
+ * temperature 1, the window shifted). cannl's thread count is the option "threads", set after
+ * gpt_build; PyTorch's is torch.set_num_threads (and OpenBLAS's, bench_common.py), with
+ * OMP_WAIT_POLICY=PASSIVE and subnormals flushed (torch.set_flush_denormal: PyTorch's fastest
+ * setting on this model; see bench_gpt.py).
  *
  * Per side: the build (cannl only: loading the corpus, compiling the routines or loading them
  * from the compile cache, the init), training tokens/s (steps * 12 * 64 over the training loop's
@@ -59,9 +60,10 @@ static cn_status time_sampling(gpt *m, double *median_ms) {
   cn_asgn *fwd = st == CN_OK ? cn_graph_forward(m->sg, m->window_logits) : NULL;
   cn_routine *r = fwd ? cn_routine_compile(m->ctx, fwd, m->cfg.backend, "gpt_sample_step") : NULL;
   if (!r) return st == CN_OK ? (cn_ctx_status(m->ctx) ? cn_ctx_status(m->ctx) : CN_ERR_NOMEM) : st;
-  int64_t t = m->cfg.context, v = m->text.vocab;
-  double *window = malloc((size_t)t * sizeof *window),
-         *logits = malloc((size_t)(t * v) * sizeof *logits);
+  /* the logits are the last position's (gpt.c's sampling model), [1, 1 | -> V] */
+  int64_t t = m->cfg.context, v = m->text.vocab,
+          n = cn_node_numel(cn_tensor_value(m->window_logits));
+  double *window = malloc((size_t)t * sizeof *window), *logits = malloc((size_t)n * sizeof *logits);
   double times[SAMPLE_STEPS];
   st = window && logits ? CN_OK : CN_ERR_NOMEM;
   for (int64_t i = 0; i < t && st == CN_OK; i++) window[i] = m->text.ids['\n'];
@@ -70,8 +72,8 @@ static cn_status time_sampling(gpt *m, double *median_ms) {
     st = cn_node_set_values(cn_tensor_value(m->window), false, window, (size_t)t);
     if (st == CN_OK) st = cn_routine_run(r);
     if (st == CN_OK)
-      st = cn_node_get_values(cn_tensor_value(m->window_logits), false, logits, (size_t)(t * v));
-    int next = cn_text_sample_pick(logits + (t - 1) * v, (int)v, 1.0,
+      st = cn_node_get_values(cn_tensor_value(m->window_logits), false, logits, (size_t)n);
+    int next = cn_text_sample_pick(logits + n - v, (int)v, 1.0,
                                    cn_text_sample_uniform(m->cfg.seed, (uint64_t)i));
     memmove(window, window + 1, (size_t)(t - 1) * sizeof *window);
     window[t - 1] = next;

@@ -35,7 +35,8 @@ and prints one JSON line: {"bench": "gpt", "side": "torchT", "threads": T, "step
 estimate_mfu count: 6 N + 12 L H Q T flops per token, N the parameters without the position
 embedding), "train_loss" (the last step's), "valid_loss", "bigram_valid_loss",
 "sample_step_ms" (the median over 100 steps of one token's sampling: the forward of a [1, 64]
-window without gradients, the last position's softmax at temperature 1 and a multinomial draw)}.
+window without gradients, the head on the last position only as nanoGPT's generate does, the
+softmax at temperature 1 and a multinomial draw)}.
 Without torch it prints the missing-package and versions lines of bench_common and stops.
 
 Usage: bench_gpt.py [--data DIR] [--steps N] [--eval-batches E] [--seed S] [--warmup W]
@@ -202,11 +203,13 @@ def build_model(vocab):
                 if name.endswith("c_proj.weight"):
                     nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * N_LAYER))
 
-        def forward(self, idx):
+        def forward(self, idx, last=False):
             pos = torch.arange(idx.size(1))
             x = self.wte(idx) + self.wpe(pos)
             for block in self.h:
                 x = block(x)
+            if last:  # nanoGPT's inference: the head on the last position only
+                x = x[:, [-1], :]
             return self.lm_head(self.ln_f(x))
 
     return GPT()
@@ -270,7 +273,7 @@ def run(threads, args, corpus):
         times = []
         for _ in range(100):
             begin = time.perf_counter()
-            probs = torch.softmax(model(window)[0, -1], dim=-1)
+            probs = torch.softmax(model(window, last=True)[0, -1], dim=-1)
             token = torch.multinomial(probs, 1, generator=generator)
             window = torch.cat((window[:, 1:], token.view(1, 1)), dim=1)
             times.append(time.perf_counter() - begin)

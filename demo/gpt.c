@@ -64,15 +64,17 @@ static cn_tensor *embedding(cn_graph *g, const char *label, int64_t rows, int64_
 }
 
 /* The logits [B, T | -> V] of token ids [B; T] (a buffer): wte[ids] + wpe, the blocks, ln_f, and
- * the head tied to wte. The parameters are new tensors of g, labeled as nanoGPT names them. */
-static cn_tensor *model(cn_graph *g, const gpt_config *cfg, int vocab, cn_tensor *ids) {
+ * the head tied to wte. The parameters are new tensors of g, labeled as nanoGPT names them.
+ * last: the last block (and so ln_f and the head) for the last position only, [B, 1 | -> V]: the
+ * next token's logits, what sampling reads. */
+static cn_tensor *model(cn_graph *g, const gpt_config *cfg, int vocab, cn_tensor *ids, bool last) {
   cn_tensor *wte = embedding(g, "wte", vocab, cfg->n_embd);
   cn_tensor *wpe = embedding(g, "wpe", cfg->context, cfg->n_embd);
   cn_tensor *x = wte && ids ? cn_tensor_gather(g, wte, ids) : NULL;
   /* the position embedding's rows are the window's positions 0 .. T - 1 in order: wpe itself */
   x = x && wpe ? cn_tensor_outer_sum(g, "b,t|->d; t,d => b,t|->d", x, wpe) : NULL;
-  const cn_attention att = {cfg->n_head, cfg->n_layer, NULL, NULL};
   for (int l = 0; l < cfg->n_layer && x; l++) {
+    const cn_attention att = {cfg->n_head, cfg->n_layer, NULL, NULL, last && l == cfg->n_layer - 1};
     char prefix[16];
     snprintf(prefix, sizeof prefix, "h%d", l);
     x = cn_tensor_transformer_block(g, x, prefix, &att);
@@ -97,7 +99,7 @@ static cn_status build_graph(gpt *m) {
   m->x = ids_buffer(g, "x", c->batch, c->context);
   m->y = ids_buffer(g, "y", c->batch, c->context);
   m->lr = cn_tensor_buffer(g, "lr", &(cn_dims){CN_AXES_NONE, CN_AXES_NONE, {1, &one, NULL}});
-  m->logits = m->x && m->y && m->lr ? model(g, c, m->text.vocab, m->x) : NULL;
+  m->logits = m->x && m->y && m->lr ? model(g, c, m->text.vocab, m->x, false) : NULL;
   m->loss = m->logits ? cn_tensor_cross_entropy(g, m->logits, m->y) : NULL;
   if (!m->loss) return fail(m->ctx);
   cn_tensor *params[STATE_MAX];
@@ -318,7 +320,7 @@ cn_status gpt_sampler_sync(gpt *m) {
   if (!m->sg) {
     if (!(m->sg = cn_graph_create(m->ctx))) return fail(m->ctx);
     m->window = ids_buffer(m->sg, "window", 1, m->cfg.context);
-    m->window_logits = m->window ? model(m->sg, &m->cfg, m->text.vocab, m->window) : NULL;
+    m->window_logits = m->window ? model(m->sg, &m->cfg, m->text.vocab, m->window, true) : NULL;
     if (!m->window_logits) return fail(m->ctx);
   }
   static cn_tensor *from[STATE_MAX], *to[STATE_MAX];

@@ -60,7 +60,8 @@ typedef struct {
   int n_evals;
   int64_t evals_step[GPT_MAX_EVALS];
   double evals_train[GPT_MAX_EVALS], evals_valid[GPT_MAX_EVALS];
-  /* the sampling model (gpt_sampler_build): a graph of one window [1; context] */
+  /* the sampling model (gpt_sampler_build): a graph of one window [1; context] whose last block
+   * computes the last position only (cn_attention.last_position): logits [1, 1 | -> V] */
   cn_graph *sg;
   cn_tensor *window, *window_logits;
   char message[1280]; /* why a call failed when the context has no message */

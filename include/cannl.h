@@ -726,10 +726,17 @@ cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tens
  * applying a block again with the same prefix (the model on a validation batch, on a sampling
  * window) reads the same weights; one of that label with other dims is an error. dropout_rate NULL:
  * no dropout (nanoGPT's dropout 0); with a rate, a step counter is required (see
- * cn_tensor_dropout). */
+ * cn_tensor_dropout). last_position (causal_attention and transformer_block): the result is the
+ * last position's only, B,1|->C, computed from every position's keys and values and the last
+ * one's query (which every key precedes: no mask) — the forward that sampling the next token
+ * needs, a fifth of a 4-layer model's products less when the last block is applied so; its
+ * values are the full block's last row (the same operations, except that products below the
+ * matrix-product threshold round each update in the fused mode as the nest says, see "exact");
+ * no dropout with it. */
 typedef struct {
   int n_heads, n_layer;
   cn_tensor *dropout_rate, *dropout_step;
+  bool last_position;
 } cn_attention;
 cn_tensor *cn_tensor_causal_softmax(cn_graph *g, cn_tensor *scores);
 cn_tensor *cn_tensor_causal_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_tensor *v,

@@ -17,6 +17,8 @@
  *   - scheduled and unscheduled causal_sdpa (forward and backward, single precision) give the same
  *     bits on 1, 2 and 3 threads, the triangular products unrolled and jammed;
  *   - dropout inside attention: rate 0 gives the result without dropout exactly, rate 0.5 another;
+ *   - last_position: the attention and the block for the last position only equal the full ones'
+ *     last row, bit for bit in exact mode (single precision), within 2e-6 in the fused mode;
  *   - the notation builtins against the C functions, and refusals with their messages. */
 #include "check.h"
 #include "graph_check.h"
@@ -232,7 +234,7 @@ static void test_sdpa(cn_backend_kind b, cn_prec prec) {
 
 /* ---- causal_attention and transformer_block ------------------------------------------------- */
 
-static const cn_attention cfg2 = {2, 3, NULL, NULL};
+static const cn_attention cfg2 = {2, 3, NULL, NULL, false};
 
 static void test_block_values(cn_backend_kind b, bool block) {
   cn_graph *g = new_graph(CN_PREC_DOUBLE);
@@ -261,9 +263,43 @@ static void test_block_values(cn_backend_kind b, bool block) {
   free_graph(g);
 }
 
+/* last_position: the block (and the attention alone) for the last position only is the full
+ * one's last row, bit for bit in exact mode (the same operations on the same values; single
+ * precision, so a rounding difference would show), within 2e-6 in the fused mode (products below
+ * the matrix-product threshold round each update as the nest says); shape B,1|->C. */
+static void test_last_position(cn_backend_kind b, bool block, bool exact) {
+  cn_graph *g = new_graph(CN_PREC_SINGLE);
+  CHECK_INT(cn_ctx_set_option(cn_graph_ctx(g), "exact", exact ? "on" : "off"), CN_OK);
+  double x[64], full[64], last[16];
+  seq_values(x, 64, 0.45, 0.3, 1.2);
+  cn_tensor *tx = data(g, "x", d_x, x);
+  cn_attention only_last = cfg2;
+  only_last.last_position = true;
+  cn_tensor *y = block ? cn_tensor_transformer_block(g, tx, "h0", &cfg2)
+                       : cn_tensor_causal_attention(g, tx, "h0", &cfg2);
+  cn_tensor *yl = y ? (block ? cn_tensor_transformer_block(g, tx, "h0", &only_last)
+                             : cn_tensor_causal_attention(g, tx, "h0", &only_last))
+                    : NULL;
+  CHECK_MSG(yl != NULL, "%s", cn_ctx_error(cn_graph_ctx(g)));
+  if (!yl || !forward_values(g, y, b, full, 64) || !forward_values(g, yl, b, last, 16)) {
+    free_graph(g);
+    return;
+  }
+  CHECK_STR(cn_tensor_shape(yl), "2,1|->8");
+  int differ = 0;
+  for (int batch = 0; batch < 2; batch++)
+    for (int c = 0; c < 8; c++) {
+      double want = full[batch * 32 + 3 * 8 + c], got = last[batch * 8 + c];
+      differ += exact ? memcmp(&want, &got, sizeof got) != 0 : fabs(got - want) > 2e-6;
+    }
+  CHECK_MSG(differ == 0, "last_position %s, %s: %d of 16 cells differ from the last row",
+            block ? "block" : "attention", exact ? "exact" : "fused", differ);
+  free_graph(g);
+}
+
 /* nanoGPT's init: labels, shapes, weights' standard deviations, zero biases, unit ln scales. */
 static void test_init(void) {
-  const cn_attention cfg = {2, 4, NULL, NULL};
+  const cn_attention cfg = {2, 4, NULL, NULL, false};
   cn_graph *g2 = new_graph(CN_PREC_DOUBLE);
   double xs[2 * 4 * 64];
   seq_values(xs, 512, 0.45, 0.3, 1.2);
@@ -546,7 +582,7 @@ static void test_dropout(cn_backend_kind b) {
   cn_tensor *tx = data(g, "x", d_x, x);
   cn_tensor *rate = cn_tensor_buffer(g, "rate", &(cn_dims){NONE, NONE, AXES(1)});
   cn_tensor *step = cn_tensor_buffer(g, "step", &(cn_dims){NONE, NONE, AXES(1)});
-  const cn_attention cfg = {2, 1, rate, step};
+  const cn_attention cfg = {2, 1, rate, step, false};
   cn_tensor *y = cn_tensor_causal_attention(g, tx, "d", &cfg);
   cn_tensor *y0 = cn_tensor_causal_attention(g, tx, "p", &cfg2);
   if (!forward_values(g, y0, b, plain, 64) || !forward_values(g, y, b, with0, 64)) {
@@ -602,7 +638,7 @@ static void test_refusals(void) {
   double x[64];
   seq_values(x, 64, 0.45, 0.3, 1.2);
   cn_tensor *tx = data(g, "x", d_x, x);
-  const cn_attention three = {3, 1, NULL, NULL}, zero = {0, 1, NULL, NULL};
+  const cn_attention three = {3, 1, NULL, NULL, false}, zero = {0, 1, NULL, NULL, false};
   CHECK(cn_tensor_causal_attention(g, tx, "a", &three) == NULL);
   CHECK_STR(cn_ctx_error(ctx),
             "causal_attention: x \"x\" (#1) has shape 2,4|->8: it must be batch, "
@@ -610,9 +646,13 @@ static void test_refusals(void) {
   CHECK(cn_tensor_transformer_block(g, tx, "a", &zero) == NULL);
   CHECK_STR(cn_ctx_error(ctx), "transformer_block: n_heads 0 and n_layer 1 must be at least 1");
   CHECK(cn_tensor_causal_attention(g, tx, "a", NULL) == NULL);
-  const cn_attention no_step = {2, 1, tx, NULL};
+  const cn_attention no_step = {2, 1, tx, NULL, false};
   CHECK(cn_tensor_causal_attention(g, tx, "a", &no_step) == NULL);
   CHECK_STR(cn_ctx_error(ctx), "causal_attention: a dropout rate needs a step counter");
+  const cn_attention last_dropout = {2, 1, tx, tx, true};
+  CHECK(cn_tensor_transformer_block(g, tx, "a", &last_dropout) == NULL);
+  CHECK_STR(cn_ctx_error(ctx), "transformer_block: last_position computes a forward for sampling: "
+                               "no dropout rate with it");
   cn_tensor *t3 = data(g, "t3", (cn_dims){AXES(2, 2, 2), NONE, AXES(8)}, x);
   CHECK(cn_tensor_causal_attention(g, t3, "a", &cfg2) == NULL);
   CHECK(strstr(cn_ctx_error(ctx), "has shape 2,2,2|->8: it must be batch, time") != NULL);
@@ -704,6 +744,10 @@ int main(void) {
     test_sdpa(backends[k], CN_PREC_SINGLE);
     test_block_values(backends[k], false);
     test_block_values(backends[k], true);
+    for (int exact = 0; exact < 2; exact++) {
+      test_last_position(backends[k], false, exact);
+      test_last_position(backends[k], true, exact);
+    }
     test_gradients(backends[k]);
     test_loops(backends[k]);
     test_dropout(backends[k]);

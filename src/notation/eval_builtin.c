@@ -355,7 +355,7 @@ static nt_value *attention_block(nt_interp *I, const nt_call *c, bool block) {
     return nt_fail(I, at, "~label expects a string, found %s", nt_kind_name(p->kind));
   if (heads < 1 || heads > INT32_MAX || layers < 1 || layers > INT32_MAX)
     return nt_fail(I, c->at, "%s: ~heads and ~layers must be positive integers", c->name);
-  cn_attention cfg = {(int)heads, (int)layers, NULL, NULL};
+  cn_attention cfg = {(int)heads, (int)layers, NULL, NULL, false};
   if (!attention_dropout(I, c, &cfg.dropout_rate, &cfg.dropout_step)) return NULL;
   const char *prefix = p ? p->str : "";
   return tensor_result(I, c, true,

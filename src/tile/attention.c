@@ -75,6 +75,41 @@ static const char mix_body[] = "P.bind_dims(B, H, T, T)\n"
                                "O.add_constraint(q - k < T)\n"
                                "return O\n";
 
+/* The last position's query against every key (last_position): Q [B, 1, H, D], K [B, T, H, D];
+ * every key precedes the last query, so no constraint; the same sums as the causal scores' last
+ * row, then softmax_body's steps over the whole row, then the mix. */
+static const char last_scores_body[] = "Q.bind_dims(B, I, H, D)\n"
+                                       "K.bind_dims(B, T, H, D)\n"
+                                       "Qs = Q / sqrt(D)\n"
+                                       "S = TensorOutput(B, H, I, T)\n"
+                                       "S[b, h, i, k] += Qs[b, i, h, d] * K[b, k, h, d]\n"
+                                       "return S\n";
+static const char last_softmax_body[] = "S.bind_dims(B, H, I, T)\n"
+                                        "M = TensorOutput(B, H, I)\n"
+                                        "M[b, h, i] >= S[b, h, i, k]\n"
+                                        "N = -M\n"
+                                        "X = TensorOutput(B, H, I, T)\n"
+                                        "X[b, h, i, k] += S[b, h, i, k] + N[b, h, i]\n"
+                                        "E = exp(X)\n"
+                                        "Z = TensorOutput(B, H, I)\n"
+                                        "Z[b, h, i] += E[b, h, i, k]\n"
+                                        "R = 1 / Z\n"
+                                        "P = TensorOutput(B, H, I, T)\n"
+                                        "P[b, h, i, k] += E[b, h, i, k] * R[b, h, i]\n"
+                                        "return P\n";
+static const char last_mix_body[] = "P.bind_dims(B, H, I, T)\n"
+                                    "V.bind_dims(B, T, H, D)\n"
+                                    "O = TensorOutput(B, I, H, D)\n"
+                                    "O[b, i, h, d] += P[b, h, i, k] * V[b, k, h, d]\n"
+                                    "return O\n";
+
+/* x [B, T | -> C]'s last position, copied (Tile's `=`, then an assignment einsum: no arithmetic,
+ * so every bit, a zero's sign too): [B, 1 | -> C]. */
+static const char last_position_body[] = "X.bind_dims(B, T, C)\n"
+                                         "L = TensorOutput(B, 1, C)\n"
+                                         "L[b, i, c] = X[b, i + T - 1, c]\n"
+                                         "return L\n";
+
 /* Settles t's shape when it is still open (materializing the graph so far); false with the
  * context's message if it cannot be. */
 static bool settle(cn_graph *g, cn_tensor *t) {
@@ -205,6 +240,11 @@ static bool check_block(cn_graph *g, const char *what, cn_tensor *x, const cn_at
     cn_fail(g->ctx, CN_ERR_INVALID, "%s: a dropout rate needs a step counter", what);
     return false;
   }
+  if (cfg->dropout_rate && cfg->last_position) {
+    cn_fail(g->ctx, CN_ERR_INVALID,
+            "%s: last_position computes a forward for sampling: no dropout rate with it", what);
+    return false;
+  }
   if (!settle(g, x)) return false;
   int64_t batch[2], out[1];
   int nb = cn_shape_row_dims(g->shapes, x->shape, CN_ROW_BATCH, batch, 2);
@@ -237,16 +277,38 @@ static cn_tensor *head_proj(cn_graph *g, cn_tensor *x, const char *prefix, const
   return linear(g, x, "b,t|->c; c->h,d => b,t|->h,d", "b,t|->h,d; h,d => b,t|->h,d", w, b);
 }
 
+/* x's last position, [B, 1 | -> C] (last_position_body). */
+static cn_tensor *last_position(cn_graph *g, cn_tensor *x) {
+  cn_tensor *l =
+      apply_body(g, "last_position", 1, (const char *const[]){"X"}, last_position_body, &x);
+  return l ? cn_tensor_einsum(g, "b,t,c => b,t|->c", CN_OP_ARG2, CN_OP_ID, 1, &l) : NULL;
+}
+
+/* The attention of the last position's query q [B, 1 | -> H, D] over every k and v. */
+static cn_tensor *last_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_tensor *v) {
+  cn_tensor *s = apply_body(g, "last_scores", 2, (const char *const[]){"Q", "K"}, last_scores_body,
+                            (cn_tensor *[]){q, k});
+  cn_tensor *p =
+      s ? apply_body(g, "last_softmax", 1, (const char *const[]){"S"}, last_softmax_body, &s)
+        : NULL;
+  return p ? apply_body(g, "last_sdpa", 2, (const char *const[]){"P", "V"}, last_mix_body,
+                        (cn_tensor *[]){p, v})
+           : NULL;
+}
+
 cn_tensor *cn_tensor_causal_attention(cn_graph *g, cn_tensor *x, const char *prefix,
                                       const cn_attention *cfg) {
   int64_t c;
   if (!check_block(g, "causal_attention", x, cfg, &c)) return NULL;
   if (!prefix) prefix = "";
   int64_t h = cfg->n_heads;
-  cn_tensor *q = head_proj(g, x, prefix, "q", c, h);
+  cn_tensor *q = head_proj(g, cfg->last_position ? last_position(g, x) : x, prefix, "q", c, h);
   cn_tensor *k = q ? head_proj(g, x, prefix, "k", c, h) : NULL;
   cn_tensor *v = k ? head_proj(g, x, prefix, "v", c, h) : NULL;
-  cn_tensor *o = v ? cn_tensor_causal_sdpa(g, q, k, v, cfg->dropout_rate, cfg->dropout_step) : NULL;
+  cn_tensor *o = !v ? NULL
+                 : cfg->last_position
+                     ? last_sdpa(g, q, k, v)
+                     : cn_tensor_causal_sdpa(g, q, k, v, cfg->dropout_rate, cfg->dropout_step);
   double resid_std = 0.02 / sqrt(2.0 * cfg->n_layer);
   cn_tensor *wo = o ? param(g, prefix, "attn.c_proj.weight",
                             (cn_dims){CN_AXES_NONE, AX(h, c / h), AX(c)}, resid_std, 0)
@@ -276,7 +338,8 @@ cn_tensor *cn_tensor_transformer_block(cn_graph *g, cn_tensor *x, const char *pr
   if (!prefix) prefix = "";
   cn_tensor *a = ln(g, x, prefix, "ln_1", c);
   a = a ? cn_tensor_causal_attention(g, a, prefix, cfg) : NULL;
-  cn_tensor *x1 = a ? cn_tensor_apply2(g, CN_OP_ADD, x, a) : NULL;
+  cn_tensor *rest = a && cfg->last_position ? last_position(g, x) : x;
+  cn_tensor *x1 = a && rest ? cn_tensor_apply2(g, CN_OP_ADD, rest, a) : NULL;
   cn_tensor *m = x1 ? ln(g, x1, prefix, "ln_2", c) : NULL;
   cn_tensor *wfc =
       m ? param(g, prefix, "mlp.c_fc.weight", (cn_dims){CN_AXES_NONE, AX(c), AX(4 * c)}, 0.02, 0)
