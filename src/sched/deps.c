@@ -167,15 +167,23 @@ int cn_sched_box_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops, const cn_l
 
 bool cn_sched_covers(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
                      int depth) {
+  CN_ASSERT(depth <= CN_SCHED_MAX_DEPTH);
   bool used[CN_SCHED_MAX_DEPTH] = {false};
   for (int a = 0; a < node->rank; a++) {
     if (idx[a].kind != CN_IDX_ITER) return false;
     int k = 0;
     while (k < depth && loops[k]->u.loop.sym != idx[a].syms[0]) k++;
-    if (k == depth || used[k] || loops[k]->u.loop.to != node->dims[a]) return false;
+    if (k == depth || used[k] || loops[k]->u.loop.from != 0 || loops[k]->u.loop.to != node->dims[a])
+      return false;
     used[k] = true;
   }
   return true;
+}
+
+cn_ll_expr *cn_sched_const_as_stored(cn_ctx *ctx, cn_prec prec, const cn_ll_expr *k) {
+  unsigned char cell[sizeof(cn_value)];
+  cn_value_store(prec, cn_value_convert(k->prec, prec, k->u.constant), cell);
+  return cn_lb_const(ctx, prec, cn_value_load(prec, cell));
 }
 
 bool cn_sched_stmts_push(cn_ctx *ctx, cn_sched_stmts *list, cn_ll_stmt *s) {

@@ -152,14 +152,6 @@ static cn_ll_expr *forward_reads(cn_ctx *ctx, const cn_ll_expr *e, int param,
   return NULL;
 }
 
-/* The constant a read of a cell of param gives after the fill's store. */
-static cn_ll_expr *as_stored(cn_ctx *ctx, const cn_ll_proc *proc, int param, const cn_ll_expr *k) {
-  cn_prec prec = proc->params[param].node->prec;
-  unsigned char cell[sizeof(cn_value)];
-  cn_value_store(prec, cn_value_convert(k->prec, prec, k->u.constant), cell);
-  return cn_lb_const(ctx, prec, cn_value_load(prec, cell));
-}
-
 /* S rebuilt with the first update of param reading the fill's constant, into *out; *out NULL
  * (and CN_OK) when S is not such a nest. */
 static cn_status first_update(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s, int param,
@@ -190,7 +182,7 @@ static cn_status first_update(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt *s
   }
   if (first < 0) return CN_OK;
   const cn_ll_stmt *update = stores.items[first];
-  cn_ll_expr *k = as_stored(ctx, proc, param, fill->u.set.value);
+  cn_ll_expr *k = cn_sched_const_as_stored(ctx, node->prec, fill->u.set.value);
   cn_ll_expr *value = k ? forward_reads(ctx, update->u.set.value, param, k) : NULL;
   cn_index *idx = value ? cn_lb_index_array(ctx, node->rank, update->u.set.idx) : NULL;
   cn_ll_stmt *store = idx ? cn_lb_set(ctx, param, idx, value) : NULL;
@@ -226,19 +218,8 @@ static cn_status gemm_from_zero(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_stmt 
     return CN_OK;
   cn_ll_gemm_parts parts;
   cn_ll_gemm_parts_of(s, &parts);
-  const cn_node *node = proc->params[param].node;
-  bool used[CN_GEMM_MAX_LOOPS] = {false};
-  for (int a = 0; a < node->rank; a++) {
-    const cn_index *ix = &parts.idx[0][a];
-    int k = 0;
-    while (k < plan->depth &&
-           (ix->kind != CN_IDX_ITER || parts.loops[k]->u.loop.sym != ix->syms[0]))
-      k++;
-    if (k == plan->depth || used[k] || parts.loops[k]->u.loop.from != 0 ||
-        parts.loops[k]->u.loop.to != node->dims[a])
-      return CN_OK;
-    used[k] = true;
-  }
+  if (!cn_sched_covers(proc->params[param].node, parts.idx[0], parts.loops, plan->depth))
+    return CN_OK;
   cn_ll_gemm from_zero = *plan;
   from_zero.c_zero = true;
   *out = cn_lb_gemm(ctx, s->u.gemm.nest, &from_zero);
@@ -251,9 +232,11 @@ static cn_status forward_fills(cn_ctx *ctx, cn_ll_proc *proc, bool gemms) {
   cn_sched_stmts list = {0};
   if (!cn_sched_stmts_flatten(ctx, proc->body, &list)) return CN_ERR_NOMEM;
   mentions m = {.mark = malloc((size_t)(proc->n_params ? proc->n_params : 1) * sizeof(int))};
+  /* per param: the statement index of its pending fill (-1: none) and that fill's store */
   int *pending = malloc((size_t)(proc->n_params ? proc->n_params : 1) * sizeof(int));
+  const cn_ll_stmt **fills = malloc((size_t)(proc->n_params ? proc->n_params : 1) * sizeof *fills);
   cn_ll_stmt **items = malloc((size_t)(list.n ? list.n : 1) * sizeof *items);
-  cn_status status = m.mark && pending && items ? CN_OK : CN_ERR_NOMEM;
+  cn_status status = m.mark && pending && fills && items ? CN_OK : CN_ERR_NOMEM;
   for (int p = 0; p < proc->n_params && status == CN_OK; p++) m.mark[p] = -1, pending[p] = -1;
   int changed = 0;
   for (int i = 0; i < list.n && status == CN_OK; i++) {
@@ -269,11 +252,9 @@ static cn_status forward_fills(cn_ctx *ctx, cn_ll_proc *proc, bool gemms) {
       int p = m.params[j], f = pending[p];
       if (f < 0) continue;
       pending[p] = -1;
-      const cn_ll_stmt *store;
-      CN_ASSERT(fill_of(proc, list.items[f], &store) == p);
       cn_ll_stmt *rebuilt;
-      status = gemms ? gemm_from_zero(ctx, proc, items[i], p, store, &rebuilt)
-                     : first_update(ctx, proc, items[i], p, store, &rebuilt);
+      status = gemms ? gemm_from_zero(ctx, proc, items[i], p, fills[p], &rebuilt)
+                     : first_update(ctx, proc, items[i], p, fills[p], &rebuilt);
       if (status != CN_OK || !rebuilt) continue;
       items[i] = rebuilt;
       items[f] = NULL;
@@ -283,11 +264,12 @@ static cn_status forward_fills(cn_ctx *ctx, cn_ll_proc *proc, bool gemms) {
     }
     const cn_ll_stmt *store;
     int filled = fill_of(proc, list.items[i], &store);
-    if (filled >= 0) pending[filled] = i;
+    if (filled >= 0) pending[filled] = i, fills[filled] = store;
   }
   free(m.params);
   free(m.mark);
   free(pending);
+  free(fills);
   int n = 0;
   for (int i = 0; status == CN_OK && changed > 0 && i < list.n; i++)
     if (items[i]) items[n++] = items[i];

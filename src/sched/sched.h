@@ -123,10 +123,14 @@ bool cn_sched_reads_only_at(const cn_ll_expr *e, int param, const cn_index *idx,
  * body (*body), when each runs from 0 without affine bounds (at most CN_SCHED_MAX_DEPTH): their
  * count, or -1. */
 int cn_sched_box_loops(const cn_ll_stmt *s, const cn_ll_stmt **loops, const cn_ll_stmt **body);
-/* Whether a write at idx to a node reaches every cell under loops[0..depth) (each from 0): each
- * axis a distinct one of the loops, running over exactly the axis' dim. */
+/* Whether a write at idx to a node reaches every cell under loops[0..depth) (depth at most
+ * CN_SCHED_MAX_DEPTH): each axis a distinct one of the loops, running over exactly [0, dim). */
 bool cn_sched_covers(const cn_node *node, const cn_index *idx, const cn_ll_stmt *const *loops,
                      int depth);
+/* The constant k as a read of a cell of prec gives it after `cell := k` (converted, rounded as
+ * the store rounds): what a producer's or a fill's constant is where it is read (virtual.c,
+ * fill.c). NULL on allocation failure. */
+cn_ll_expr *cn_sched_const_as_stored(cn_ctx *ctx, cn_prec prec, const cn_ll_expr *k);
 /* A new loop with old's variable, box, bounds and marks over body (NULL on allocation failure):
  * how the passes rebuild a nest in another shape. */
 cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *body);

@@ -225,11 +225,7 @@ static bool rounds_by_conversion(cn_prec prec) {
 /* e as the value a read of a cell of prec would give after `cell := e`. */
 static cn_ll_expr *as_stored(cn_ctx *ctx, cn_prec prec, cn_ll_expr *e) {
   if (!e) return NULL;
-  if (e->kind == CN_LE_CONST) {
-    unsigned char cell[sizeof(cn_value)];
-    cn_value_store(prec, cn_value_convert(e->prec, prec, e->u.constant), cell);
-    return cn_lb_const(ctx, prec, cn_value_load(prec, cell));
-  }
+  if (e->kind == CN_LE_CONST) return cn_sched_const_as_stored(ctx, prec, e);
   if (e->prec != prec) return cn_lb_op(ctx, CN_OP_ID, prec, e, NULL, NULL);
   cn_prec wide = widest(prec);
   if (wide == prec) return e;
