@@ -285,6 +285,9 @@ static cn_ll_proc *columns_apart(cn_ctx *ctx, cn_node *const *n) {
  * the triangle k < q + causal_offset (a plan's `tri`: the other cells keep their values). */
 enum { NO_MASK = 1000000 };
 static int64_t causal_offset = NO_MASK;
+/* s stored [b, h, k, q]: c contiguous along M (q), which a plan without a triangle would turn
+ * into N by exchanging the operands */
+static bool scores_transposed = false;
 
 static cn_ll_proc *attention(cn_ctx *ctx, cn_node *const *n) {
   const char *names[5] = {"b", "h", "q", "k", "d"};
@@ -299,10 +302,13 @@ static cn_ll_proc *attention(cn_ctx *ctx, cn_node *const *n) {
                                      cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
                                                    cn_index_iter(v[3]), cn_index_iter(v[4]))),
                            NULL);
-  cn_ll_stmt *body = cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
-                                 cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                               cn_index_iter(v[2]), cn_index_iter(v[3])),
-                                 CN_OP_ADD, p);
+  cn_ll_stmt *body = cn_lb_accum(
+      ctx, 2, CN_PREC_SINGLE,
+      scores_transposed ? cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                        cn_index_iter(v[3]), cn_index_iter(v[2]))
+                        : cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                        cn_index_iter(v[2]), cn_index_iter(v[3])),
+      CN_OP_ADD, p);
   for (int a = 4; a >= 0; a--) {
     body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
     if (a == 3 && causal_offset != NO_MASK) { /* k < q + causal_offset */
@@ -497,6 +503,14 @@ static void test_shapes(void) {
   }
   check_shape("causal attention, no scratch", attention, att, 3,
               "-O1 -std=c11 -DCN_GEMM_NO_MEMORY -shared -fPIC");
+  /* the scores stored transposed: the triangle keeps its groups (no exchange of operands) */
+  causal_offset = 1;
+  scores_transposed = true;
+  cn_node *att_t[3] = {
+      att[0], att[1],
+      node(ctx, "st", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)3, (int64_t)70, (int64_t)17)};
+  check_shape("causal attention, scores transposed", attention, att_t, 3, NULL);
+  scores_transposed = false;
   causal_offset = NO_MASK;
   /* triangles of steps: 270 rows by 280 steps (P V) and 280 rows by 270 steps (the gradient of
    * V): two blocks of kc = 256, rows whose steps end or start in either, tiles with no step in a

@@ -171,19 +171,14 @@ static cn_status plan_hoisted(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest
                               const gemm_pass *pass);
 
 /* The cells of c between consecutive values of the last loop (in nest order) of a group: how the
- * group's flat index walks c where it moves fastest (0 when the group is empty). */
-static int64_t c_step(const cn_ll_proc *proc, const cn_sched_nest *nest, const cn_sched_gemm *g,
-                      const cn_index *w, cn_gemm_role role) {
-  int64_t strides[CN_MAX_RANK], step = 0;
-  const cn_node *node = proc->params[g->c].node;
-  cn_node_strides(node, strides);
-  for (int k = nest->depth - 1; k >= 0; k--) {
-    if (g->role[k] != role) continue;
-    for (int d = 0; d < node->rank; d++)
-      step += cn_index_coeff(&w[d], nest->loops[k]->u.loop.sym) * strides[d];
-    break;
-  }
-  return step;
+ * group's flat index walks c where it moves fastest (0 when the group is empty). The nest's one
+ * store is c's write, its first access. */
+static double c_step(const cn_ll_proc *proc, const cn_sched_nest *nest, const cn_sched_gemm *g,
+                     cn_gemm_role role) {
+  for (int k = nest->depth - 1; k >= 0; k--)
+    if (g->role[k] == role)
+      return cn_sched_stride(proc, &nest->access[0], nest->loops[k]->u.loop.sym);
+  return 0;
 }
 
 /* The micro-kernel stores rows of c's tile as vectors along N. A product whose c is contiguous
@@ -191,13 +186,13 @@ static int64_t c_step(const cn_ll_proc *proc, const cn_sched_nest *nest, const c
  * with i) would go through a scratch tile with scattered stores; written g * x its columns are
  * contiguous. So the nest is rebuilt with the product's operands exchanged, which is the same
  * value: IEEE multiplication (fused or not) is commutative, NaN payloads aside (of two NaN
- * operands, x86 returns the first's). The nest is re-read into *nest and *g reclassified. */
+ * operands, x86 returns the first's). The nest is re-read into *nest and *g reclassified. Not
+ * for a triangle, whose kind (N < M, K < M, M < K) the exchange would turn into another. */
 static cn_status orient_columns(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest,
                                 cn_sched_gemm *g) {
+  if (c_step(proc, nest, g, CN_GEMM_N) == 1 || c_step(proc, nest, g, CN_GEMM_M) != 1) return CN_OK;
   const cn_ll_stmt *store = product_store(proc, nest);
   const cn_index *w = store->u.set.idx;
-  if (c_step(proc, nest, g, w, CN_GEMM_N) == 1 || c_step(proc, nest, g, w, CN_GEMM_M) != 1)
-    return CN_OK;
   const cn_ll_expr *sum = store->u.set.value, *product = sum->u.op.args[1];
   cn_prec prec = sum->prec;
   cn_ll_expr *swapped =
@@ -238,7 +233,8 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
     work = work > INT64_MAX / extent ? INT64_MAX : work * extent;
   }
   if (work < (pass->opts->gemm_work > 0 ? pass->opts->gemm_work : CN_SCHED_GEMM_WORK)) return CN_OK;
-  cn_status status = orient_columns(ctx, proc, nest, &g);
+  /* a triangle's kind names its loops' groups: exchanging M and N would misname it */
+  cn_status status = tri ? CN_OK : orient_columns(ctx, proc, nest, &g);
   if (status != CN_OK) return status;
   /* a point of a tiled GEMM costs a small fraction of a loop nest's cell update (16 lanes, two
    * FMA pipes): 64 of them weigh one update against the pool's start-up (a 64^3 product on two
