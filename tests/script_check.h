@@ -1,7 +1,7 @@
 /* Helpers of the tests that run an example script as a user does and then its exported C
  * (test_names, test_gpt_names): a whole file read with room to append statements, the output of
- * a shell command, and the samples a script printed. Header-only, static inline; include check.h
- * first. */
+ * a shell command, the samples a script printed, and the exported sampler built and run.
+ * Header-only, static inline; include check.h first. */
 #ifndef CANNL_SCRIPT_CHECK_H
 #define CANNL_SCRIPT_CHECK_H
 
@@ -53,6 +53,26 @@ static inline void read_samples(const char *printed, int n, int count, const cha
                 (unsigned)(unsigned char)s[i]);
     printf("sample %d: \"%s\"\n", k, s);
   }
+}
+
+/* Builds the exported DIR/NAME.c and DIR/NAME_sample.c as the program DIR/NAME_sample (cc
+ * -std=c11 opt -Wall -Wextra -Werror, its main enabled by -DNAME_SAMPLE_MAIN): it must build. */
+static inline void build_sampler(const char *dir, const char *name, const char *opt) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "cd %s && cc -std=c11 %s -Wall -Wextra -Werror -D%s_SAMPLE_MAIN %s.c %s_sample.c -lm -o "
+           "%s_sample",
+           dir, opt, name, name, name, name);
+  CHECK_INT(system(cmd), 0);
+}
+
+/* DIR/NAME_sample run with args (count, temperature, seed) prints exactly want, count bytes. */
+static inline void sampler_prints(const char *dir, const char *name, const char *args, int count,
+                                  const char *want) {
+  char cmd[1024], text[4096];
+  snprintf(cmd, sizeof cmd, "%s/%s_sample %s", dir, name, args);
+  CHECK_INT(run_command(cmd, text, sizeof text), count);
+  CHECK_STR(text, want);
 }
 
 #endif

@@ -113,20 +113,12 @@ int main(void) {
   CHECK(strcmp(s[1], s[2]) != 0);
 
   /* the exported sampler, built as a program, prints the same characters */
-  char cmd[512], text[4 * COUNT];
-  snprintf(cmd, sizeof cmd,
-           "cd %s && cc -std=c11 -O1 -Wall -Wextra -Werror -Dgpt_SAMPLE_MAIN gpt.c gpt_sample.c "
-           "-lm -o gpt_sample",
-           dir);
-  CHECK_INT(system(cmd), 0);
-  snprintf(cmd, sizeof cmd, "%s/gpt_sample 50 0.8 0", dir);
-  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
-  CHECK_STR(text, s[0]);
-  snprintf(cmd, sizeof cmd, "%s/gpt_sample 50 0 7", dir);
-  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
-  CHECK_STR(text, s[2]);
+  build_sampler(dir, "gpt", "-O1");
+  sampler_prints(dir, "gpt", "50 0.8 0", COUNT, s[0]);
+  sampler_prints(dir, "gpt", "50 0 7", COUNT, s[2]);
 
   free(got);
+  char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK_INT(system(cmd), 0);
   CHECK_DONE();

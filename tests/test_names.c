@@ -86,19 +86,11 @@ int main(void) {
   CHECK(strcmp(s[1], s[2]) != 0);
 
   /* the exported sampler, built as a program, prints the same characters */
-  char cmd[512], text[4 * COUNT];
-  snprintf(cmd, sizeof cmd,
-           "cd %s && cc -std=c11 -Wall -Wextra -Werror -O2 -Dnames_SAMPLE_MAIN names.c "
-           "names_sample.c -lm -o names_sample",
-           dir);
-  CHECK_INT(system(cmd), 0);
-  snprintf(cmd, sizeof cmd, "%s/names_sample 50 1 1", dir);
-  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
-  CHECK_STR(text, s[1]);
-  snprintf(cmd, sizeof cmd, "%s/names_sample 50 0 7", dir);
-  CHECK_INT(run_command(cmd, text, sizeof text), COUNT);
-  CHECK_STR(text, s[3]);
+  build_sampler(dir, "names", "-O2");
+  sampler_prints(dir, "names", "50 1 1", COUNT, s[1]);
+  sampler_prints(dir, "names", "50 0 7", COUNT, s[3]);
   /* a prompt byte outside the vocabulary: no text, exit 1 */
+  char cmd[512], text[4 * COUNT];
   snprintf(cmd, sizeof cmd, "%s/names_sample 5 1 1 '~' 2>/dev/null", dir);
   CHECK_INT(run_command(cmd, text, sizeof text), -1);
 
