@@ -1,9 +1,12 @@
 /* Helpers of the tests that run an example script as a user does and then its exported C
  * (test_names, test_gpt_names): a whole file read with room to append statements, the output of
- * a shell command, the samples a script printed, and the exported sampler built and run.
+ * a shell command, the samples a script printed, a script run with its export, and the exported
+ * sampler built and run.
  * Header-only, static inline; include check.h first. */
 #ifndef CANNL_SCRIPT_CHECK_H
 #define CANNL_SCRIPT_CHECK_H
+
+#include "cannl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +56,33 @@ static inline void read_samples(const char *printed, int n, int count, const cha
                 (unsigned)(unsigned char)s[i]);
     printf("sample %d: \"%s\"\n", k, s);
   }
+}
+
+/* Runs a script (named file in messages) on the C backend with the --set values sets[0..n_sets)
+ * and the export of its "window" to "logits" with a sampler, as NAME into dir: what it printed
+ * into *got (malloc'd, *len bytes; the caller frees it) and the run's status, checked to be
+ * CN_OK. */
+static inline cn_status run_exporting(const char *file, const char *script, const char *const *sets,
+                                      int n_sets, const char *name, const char *dir, char **got,
+                                      size_t *len) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  *got = NULL;
+  *len = 0;
+  FILE *out = open_memstream(got, len);
+  cn_notation_options opts = {.backend = CN_BACKEND_C, .out = out};
+  opts.n_sets = n_sets;
+  opts.sets = sets;
+  opts.export_input = "window";
+  opts.export_output = "logits";
+  opts.export_name = name;
+  opts.export_dir = dir;
+  opts.export_sampler = true;
+  cn_status st = cn_notation_run(g, file, script, &opts);
+  fclose(out);
+  CHECK_MSG(st == CN_OK, "%s: %s", file, cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  return st;
 }
 
 /* Builds the exported DIR/NAME.c and DIR/NAME_sample.c as the program DIR/NAME_sample (cc

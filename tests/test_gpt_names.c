@@ -66,23 +66,10 @@ int main(void) {
                         ckpt,
                         svg};
 
-  cn_ctx *ctx = cn_ctx_create();
-  cn_graph *g = cn_graph_create(ctx);
-  char *got = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&got, &len);
-  cn_notation_options opts = {.backend = CN_BACKEND_C, .out = out};
-  opts.n_sets = (int)(sizeof sets / sizeof *sets);
-  opts.sets = sets;
-  opts.export_input = "window";
-  opts.export_output = "logits";
-  opts.export_name = "gpt";
-  opts.export_dir = dir;
-  opts.export_sampler = true;
-  cn_status st = cn_notation_run(g, "gpt.cnl", script, &opts);
-  fclose(out);
-  CHECK_MSG(st == CN_OK, "gpt.cnl: %s", cn_ctx_error(ctx));
-  cn_ctx_destroy(ctx);
+  char *got;
+  size_t len;
+  cn_status st = run_exporting("gpt.cnl", script, sets, (int)(sizeof sets / sizeof *sets), "gpt",
+                               dir, &got, &len);
   free(script);
   if (st != CN_OK) CHECK_DONE();
 

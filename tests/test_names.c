@@ -47,21 +47,9 @@ int main(void) {
     return 1;
   }
 
-  cn_ctx *ctx = cn_ctx_create();
-  cn_graph *g = cn_graph_create(ctx);
-  char *got = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&got, &len);
-  cn_notation_options opts = {.backend = CN_BACKEND_C, .out = out};
-  opts.export_input = "window";
-  opts.export_output = "logits";
-  opts.export_name = "names";
-  opts.export_dir = dir;
-  opts.export_sampler = true;
-  cn_status st = cn_notation_run(g, "names.cnl", script, &opts);
-  fclose(out);
-  CHECK_MSG(st == CN_OK, "names.cnl: %s", cn_ctx_error(ctx));
-  cn_ctx_destroy(ctx);
+  char *got;
+  size_t len;
+  cn_status st = run_exporting("names.cnl", script, NULL, 0, "names", dir, &got, &len);
   free(script);
   if (st != CN_OK) CHECK_DONE();
 
