@@ -32,6 +32,17 @@ static inline char *slurp(const char *path, size_t *len) {
   return text;
 }
 
+/* examples/FILE of the source tree ($CANNL_SOURCE_DIR, else the current directory) as slurp
+ * reads it, checked to be readable (NULL when not). */
+static inline char *read_example(const char *file) {
+  const char *root = getenv("CANNL_SOURCE_DIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/examples/%s", root ? root : ".", file);
+  char *script = slurp(path, NULL);
+  CHECK_MSG(script != NULL, "cannot read %s", path);
+  return script;
+}
+
 /* The output of `cmd` (at most cap - 1 bytes), NUL-terminated; its length, -1 on failure. */
 static inline long run_command(const char *cmd, char *out, size_t cap) {
   FILE *p = popen(cmd, "r");

@@ -33,11 +33,7 @@ int main(void) {
     printf("skipped: %s is absent (install wamerican: make deps)\n", WORDS);
     return 77;
   }
-  const char *root = getenv("CANNL_SOURCE_DIR");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/examples/gpt.cnl", root ? root : ".");
-  char *script = slurp(path, NULL);
-  CHECK_MSG(script != NULL, "cannot read %s", path);
+  char *script = read_example("gpt.cnl");
   if (!script) CHECK_DONE();
   strcat(script, "print (sample logits ~input:window ~text:x ~count:50 ~temperature:0.8 ~seed:0)\n"
                  "print (sample logits ~input:window ~text:x ~count:50 ~temperature:0)\n");

@@ -32,11 +32,7 @@ int main(void) {
     printf("skipped: %s is absent (install wamerican: make deps)\n", WORDS);
     return 77;
   }
-  const char *root = getenv("CANNL_SOURCE_DIR");
-  char path[4096];
-  snprintf(path, sizeof path, "%s/examples/names.cnl", root ? root : ".");
-  char *script = slurp(path, NULL);
-  CHECK_MSG(script != NULL, "cannot read %s", path);
+  char *script = read_example("names.cnl");
   if (!script) CHECK_DONE();
   strcat(script, "print (sample logits ~input:window ~text:x ~count:50 ~temperature:1 ~seed:1)\n"
                  "print (sample logits ~input:window ~text:x ~count:50 ~temperature:1 ~seed:2)\n"
