@@ -113,6 +113,14 @@ typedef enum {
   CN_STAT_ROUTINE_RUNS,
   CN_STAT_TUNE_RUNS, /* GEMM nests tuned: candidate plans compiled and timed (option "tune") */
   CN_STAT_TUNE_HITS, /* GEMM plans taken from a tune record of an earlier tuning */
+  /* Where the time to a first result goes, in microseconds of wall time (bench/bench_startup,
+   * `cannl run --timings`); the phases never overlap, so they add up: */
+  CN_STAT_US_SCHEDULE,  /* lowering, simplifying and scheduling routines */
+  CN_STAT_US_TUNE,      /* tuning GEMM plans: generating, compiling and timing candidates */
+  CN_STAT_US_CGEN,      /* generating routines' C and looking them up in the cache */
+  CN_STAT_US_COMPILE,   /* waiting for the C compiler and loading compiled objects */
+  CN_STAT_US_RUN,       /* running routines */
+  CN_STAT_US_FIRST_RUN, /* the first run of each routine (part of CN_STAT_US_RUN) */
   CN_STAT_COUNT
 } cn_stat;
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);

@@ -8,6 +8,7 @@
  * (message on stderr): cn_notation_run tells a syntax error from a runtime error
  * (cn_notation_options.syntax_error), so a script is parsed once. Only the public API (cannl.h) is
  * used. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "cannl.h"
 
 #include "../demo/demo.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #ifndef CANNL_VERSION
 #error "CANNL_VERSION is defined by CMakeLists.txt from the project version"
@@ -33,14 +35,16 @@ static const char usage_text[] =
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
-    "      [--check-nan] [--set NAME=VALUE]...\n"
+    "      [--check-nan] [--timings] [--set NAME=VALUE]...\n"
     "                run a script in the cannl notation (docs/notation.md); --set replaces\n"
     "                the literal of the script's top-level `let NAME = LITERAL` (a number,\n"
     "                boolean or string; repeatable); --json prints each\n"
     "                printed tensor as one JSON line; --emit prints the code of every routine\n"
     "                run (repeatable); the default backend is c; --check-nan (or\n"
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
-    "                naming the tensor, its operation and its line (exit 1)\n"
+    "                naming the tensor, its operation and its line (exit 1); --timings\n"
+    "                prints where the time went (scheduling, tuning, C generation, the\n"
+    "                compiler, runs) on stderr when the script ends\n"
     "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR] [--sampler]\n"
     "      [--backend interp|c] [--set NAME=VALUE]...\n"
     "                run a script as run does, then write the forward code of the tensor\n"
@@ -247,10 +251,56 @@ static int export_option(int argc, char **argv, int *i, cn_notation_options *opt
 }
 
 /* cmd_run's work, --set's values gathered into sets (room for one per argument). */
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* --timings: where the run's time went (the CN_STAT_US_* phases, which do not overlap; "other"
+ * is the rest: parsing, shape inference, building the graph, data and the host's work), on
+ * stderr, as one JSON line with --json. */
+static void print_timings(const cn_ctx *ctx, uint64_t total_us, bool json) {
+  static const struct {
+    cn_stat stat;
+    const char *key, *text;
+  } phases[] = {{CN_STAT_US_SCHEDULE, "schedule_s", "lowering and scheduling"},
+                {CN_STAT_US_TUNE, "tune_s", "tuning"},
+                {CN_STAT_US_CGEN, "cgen_s", "C generation"},
+                {CN_STAT_US_COMPILE, "compiler_s", "compiler"},
+                {CN_STAT_US_RUN, "run_s", "runs"},
+                {CN_STAT_US_FIRST_RUN, "first_runs_s", "of which first runs"}};
+  uint64_t counted = 0;
+  fputs(json ? "{\"timings\": {" : "timings:", stderr);
+  for (size_t k = 0; k < sizeof phases / sizeof *phases; k++) {
+    uint64_t us = cn_ctx_stat(ctx, phases[k].stat);
+    if (phases[k].stat != CN_STAT_US_FIRST_RUN) counted += us;
+    if (json)
+      fprintf(stderr, "%s\"%s\": %.6f", k ? ", " : "", phases[k].key, (double)us * 1e-6);
+    else
+      fprintf(stderr, "%s %s %.3f s", k ? "," : "", phases[k].text, (double)us * 1e-6);
+  }
+  double other = total_us > counted ? (double)(total_us - counted) * 1e-6 : 0;
+  uint64_t compiled = cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS);
+  uint64_t hits = cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), tuned = cn_ctx_stat(ctx, CN_STAT_TUNE_RUNS);
+  if (json)
+    fprintf(stderr,
+            ", \"other_s\": %.6f, \"total_s\": %.6f, \"compiler_runs\": %llu, "
+            "\"cache_hits\": %llu, \"tuned\": %llu}}\n",
+            other, (double)total_us * 1e-6, (unsigned long long)compiled, (unsigned long long)hits,
+            (unsigned long long)tuned);
+  else
+    fprintf(stderr,
+            ", other (parsing, shapes, data, host) %.3f s, total %.3f s; %llu compiler runs, "
+            "%llu cache hits, %llu GEMM nests tuned\n",
+            other, (double)total_us * 1e-6, (unsigned long long)compiled, (unsigned long long)hits,
+            (unsigned long long)tuned);
+}
+
 static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
   cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets};
   const char *file = NULL, *inline_text = NULL;
-  bool check_nan = false;
+  bool check_nan = false, timings = false;
   for (int i = 2; i < argc; i++) {
     bool missing = false;
     const char *set = option_value(argc, argv, &i, "--set", &missing);
@@ -275,6 +325,8 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
       opts.json = true;
     } else if (strcmp(argv[i], "--check-nan") == 0) {
       check_nan = true;
+    } else if (strcmp(argv[i], "--timings") == 0) {
+      timings = true;
     } else if (strcmp(argv[i], "-e") == 0) {
       if (i + 1 >= argc) return usage_error("option '-e' needs a value");
       inline_text = argv[++i];
@@ -295,6 +347,7 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     fprintf(stderr, "cannl: cannot read '%s': %s\n", file, why);
     return EXIT_USAGE;
   }
+  uint64_t start = now_us();
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
   const char *name = file ? file : "<-e>", *source = file ? text : inline_text;
@@ -310,6 +363,10 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     fflush(stdout);
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
     status = parse_failed ? EXIT_USAGE : EXIT_RUNTIME;
+  }
+  if (timings && ctx) {
+    fflush(stdout); /* the script's output first, where both streams go to one place */
+    print_timings(ctx, now_us() - start, opts.json);
   }
   cn_ctx_destroy(ctx);
   free(text);

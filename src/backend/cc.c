@@ -974,7 +974,7 @@ static void cc_job_free(cc_job *job) {
   cc_command_free(&job->cmd);
 }
 
-static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
+static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
   *job = (cc_job){.name = proc->name, .c = c, .fd = -1};
   cn_sbuf sb = {0};
   cn_status status = cn_cgen_source(ctx, proc, &sb);
@@ -1028,10 +1028,17 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
   return status;
 }
 
+static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
+  uint64_t start = cn_now_us();
+  cn_status status = cc_start_job(ctx, proc, c, job);
+  ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
+  return status;
+}
+
 /* Finishes a started job: waits for its compiler, loads the object from its temporary name and,
  * in a shared cache, publishes the object and its record (head + the object's size and
  * checksum). With `report` false (another job failed) only reaps the compiler. */
-static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
+static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job, bool report) {
   if (job->hit) return CN_OK;
   if (job->fd < 0) return CN_ERR_COMPILE; /* never started: its failure is already reported */
   const cc_paths *paths = &job->paths;
@@ -1072,6 +1079,13 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
     discard(paths->tmp_so);
     unload(c);
   }
+  return status;
+}
+
+static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
+  uint64_t start = cn_now_us();
+  cn_status status = cc_finish_job(ctx, job, report);
+  ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
   return status;
 }
 

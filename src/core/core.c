@@ -8,12 +8,14 @@
  * the cleanups they register; a failing call leaves its message in ctx->error (truncated to fit,
  * never overflowing); the allocation test hook (fail_alloc_countdown) affects cn_alloc, cn_malloc,
  * cn_calloc and cn_realloc alike, so every caller's failure path can be exercised. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "core/core.h"
 
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 _Noreturn void cn_assert_fail(const char *file, int line, const char *expr) {
   fprintf(stderr, "cannl internal error: %s:%d: assertion failed: %s\n", file, line, expr);
@@ -321,6 +323,12 @@ void cn_log(cn_ctx *ctx, cn_log_level level, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   ctx->log_fn(ctx->log_user, level, msg);
+}
+
+uint64_t cn_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which) {

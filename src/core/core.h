@@ -186,6 +186,9 @@ struct cn_ctx {
   long fail_alloc_countdown;
 };
 
+/* Microseconds of a monotonic clock, for the CN_STAT_US_* counters. */
+uint64_t cn_now_us(void);
+
 /* Records a failure: status plus printf-style message. Returns status for `return cn_fail(...)`. */
 cn_status cn_fail(cn_ctx *ctx, cn_status status, const char *fmt, ...) CN_PRINTF(3, 4);
 void cn_log(cn_ctx *ctx, cn_log_level level, const char *fmt, ...) CN_PRINTF(3, 4);

@@ -61,6 +61,7 @@ struct cn_routine {
   int *written; /* params the body writes, in the order of their first write (arena) */
   int n_written;
   bool parallel;       /* the procedure has a CN_LL_PARALLEL loop */
+  bool ran;            /* run at least once (CN_STAT_US_FIRST_RUN) */
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
@@ -283,6 +284,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   const char *name_copy = cn_strdup(ctx, name);
   if (!name_copy) return NULL;
   cn_ll_proc *proc;
+  uint64_t start = cn_now_us();
   if (cn_ll_lower(ctx, asgn, name_copy, &proc) != CN_OK) return NULL;
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
   cn_sched_options sched;
@@ -294,8 +296,11 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
   sched.exact = switch_on(cn_ctx_option(ctx, "exact"));
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
+  uint64_t scheduled = cn_now_us();
+  ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
   if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, cn_ctx_option(ctx, "tune")) != CN_OK)
     return NULL;
+  ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
 
@@ -481,10 +486,15 @@ cn_status cn_routine_run(cn_routine *routine) {
     routine->buffers[i] = cn_node_buffer(proc->params[i].node, proc->params[i].merge);
     if (!routine->buffers[i]) return ctx->status;
   }
+  uint64_t start = cn_now_us();
   cn_status status =
       routine->parallel && routine->backend->run_parallel
           ? run_parallel(routine)
           : routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
+  uint64_t took = cn_now_us() - start;
+  ctx->stats[CN_STAT_US_RUN] += took;
+  if (!routine->ran) ctx->stats[CN_STAT_US_FIRST_RUN] += took;
+  routine->ran = true;
   if (status != CN_OK) return status;
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
   if ((status = check_guards(routine)) != CN_OK) return status;

@@ -177,7 +177,11 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
                     : NULL;
     if (!procs[k]) return ctx->status;
   }
+  /* the candidates' C generation and compilation count as tuning (CN_STAT_US_TUNE) */
+  uint64_t cgen_us = ctx->stats[CN_STAT_US_CGEN], compile_us = ctx->stats[CN_STAT_US_COMPILE];
   cn_status status = cn_backend_c.compile_many(ctx, n, procs, states, sources);
+  ctx->stats[CN_STAT_US_CGEN] = cgen_us;
+  ctx->stats[CN_STAT_US_COMPILE] = compile_us;
   if (status != CN_OK) return status;
   void **bufs = calloc((size_t)proc->n_params + 1, sizeof *bufs);
   int64_t *syms = calloc((size_t)proc->n_free_syms + 1, sizeof *syms); /* static indices at 0 */
