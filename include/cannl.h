@@ -93,13 +93,16 @@ void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_leve
  *               BLAS); "on" (or "1"): a multiply and an add, each rounded, as the unscheduled
  *               nest does, bit for bit. Either way a cell's value depends on its operands only,
  *               never on tiles, blocks or the thread count.
- *   "tune"      "quick" (default: $CANNL_TUNE, else "quick"): a matrix-product nest of at least
- *               2^24 points is tuned when a routine for the generated-C backend is compiled: 4
- *               candidate register tiles and reduction blocks are compiled and timed once on
- *               private buffers, the fastest kept in a record of the cache directory (keyed by
- *               the nest's geometry, the CPU model, compiler and flags) that later compiles
- *               reuse without timing (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22
- *               candidates; "off": the heuristic plan. Never changes a result.
+ *   "tune"      "cached" (default: $CANNL_TUNE, else "cached"): how the plan of a matrix-product
+ *               nest of at least 2^24 points is chosen when a routine for the generated-C backend
+ *               is compiled. "cached": from a record of an earlier "quick" or "full" tuning of
+ *               the same class of nest (geometry, strides, precision; the CPU model, compiler
+ *               and flags) in the cache directory, else the heuristic plan; nothing is timed, so
+ *               a first run starts at once. "quick": a record, else 4 candidate register tiles
+ *               and reduction blocks compiled and timed once on private buffers, the fastest
+ *               kept in a record that later compiles (any model, any process) reuse
+ *               (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22 candidates; "off": the
+ *               heuristic plan, records ignored. Never changes a result.
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
  *               one core; smaller nests stay on the caller's thread). */

@@ -2,9 +2,12 @@
  * cache directory: a 256^3 matmul (2^24 points, the least that is tuned) compiled with tuning on
  * times its candidates once (CN_STAT_TUNE_RUNS) and writes a record; a second compile, in a new
  * context, takes the record (CN_STAT_TUNE_HITS) without timing anything; a corrupted record is
- * ignored with a warning on the log and the nest is tuned again; tuning off keeps the heuristic
- * plan (tile 0x0); and every plan gives the same bits (tuning never changes a result). The
- * option's values are checked. */
+ * ignored with a warning on the log and the nest is tuned again; tuning off, and the default
+ * "cached" before any tuning, keep the heuristic plan (tile 0x0), "cached" takes a record once
+ * there is one; another model with two nests of the same class takes the record for both, and in
+ * an empty cache tunes the first and reuses it for the second (issue 29: the same class tunes
+ * once); and every plan gives the same bits (tuning never changes a result). The option's values
+ * are checked. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "check.h"
 #include "ir/ir.h"
@@ -98,8 +101,9 @@ typedef struct {
 } outcome;
 
 /* Compiles and runs c = a b (values from a fixed sequence) with the tune mode; c's cells into out.
- */
-static outcome compile_and_run(const char *mode, float *out) {
+ * With `model` true the product is part of another model: c = a b + a b, two nests of the same
+ * class computed apart and added. */
+static outcome compile_model(const char *mode, bool model, float *out) {
   outcome o = {0};
   cn_ctx *ctx = cn_ctx_create();
   cn_ctx_set_log(ctx, count_warnings, NULL, CN_LOG_WARN);
@@ -120,6 +124,11 @@ static outcome compile_and_run(const char *mode, float *out) {
   cn_tensor *b = cn_tensor_data(g, "b", &d, values, N * N);
   free(values);
   cn_tensor *c = cn_tensor_einsum2(g, "ij;jk=>ik", a, b);
+  if (model && c) { /* c + (a b): one more nest of c's class, into its own tensor */
+    cn_tensor *again = cn_tensor_einsum2(g, "ij;jk=>ik", a, b);
+    cn_tensor *terms[2] = {c, again};
+    c = again ? cn_tensor_apply(g, CN_OP_ADD, 2, terms) : NULL;
+  }
   const cn_asgn *code = c ? cn_graph_forward(g, c) : NULL;
   cn_routine *r = code ? cn_routine_compile(ctx, code, CN_BACKEND_C, "tuned") : NULL;
   CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
@@ -132,6 +141,10 @@ static outcome compile_and_run(const char *mode, float *out) {
   o.tune_hits = cn_ctx_stat(ctx, CN_STAT_TUNE_HITS);
   cn_ctx_destroy(ctx);
   return o;
+}
+
+static outcome compile_and_run(const char *mode, float *out) {
+  return compile_model(mode, false, out);
 }
 
 int main(void) {
@@ -148,6 +161,14 @@ int main(void) {
   CHECK_INT(o.tune_hits, 0);
   CHECK_HAS(o.loops, "gemm M=(i) N=(k) K=(j) from zero tile 0x0 blocks");
   char record[512];
+  record_path(record, sizeof record);
+  CHECK_STR(record, "");
+  /* cached (the default), before any tuning: the heuristic plan too, nothing timed */
+  o = compile_and_run("cached", got);
+  CHECK_INT(o.tune_runs, 0);
+  CHECK_INT(o.tune_hits, 0);
+  CHECK_HAS(o.loops, "gemm M=(i) N=(k) K=(j) from zero tile 0x0 blocks");
+  CHECK(memcmp(got, off, bytes) == 0);
   record_path(record, sizeof record);
   CHECK_STR(record, "");
 
@@ -169,6 +190,38 @@ int main(void) {
   CHECK_INT(o.tune_hits, 1);
   CHECK(memcmp(got, off, bytes) == 0);
   CHECK_HAS(o.loops, tuned_line);
+  /* and so does the default mode, which times nothing itself */
+  o = compile_and_run("cached", got);
+  CHECK_INT(o.tune_runs, 0);
+  CHECK_INT(o.tune_hits, 1);
+  CHECK_HAS(o.loops, tuned_line);
+
+  /* Another model with two products of the class: both take the record (keyed by the class, not
+   * by the nest's text or model), nothing is timed; its result is computed independently here
+   * from the heuristic plan's product (exact doubling). */
+  float *twice = malloc(bytes);
+  CHECK(twice != NULL);
+  if (twice) {
+    o = compile_model("quick", true, twice);
+    CHECK_INT(o.tune_runs, 0);
+    CHECK_INT(o.tune_hits, 2);
+    bool doubled = true;
+    for (int i = 0; i < N * N; i++) doubled = doubled && twice[i] == 2 * off[i];
+    CHECK(doubled);
+    /* In a fresh cache the first of the two tunes and the second takes its record. */
+    char fresh_dir[64];
+    snprintf(fresh_dir, sizeof fresh_dir, "%s", cache_dir);
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/cannl-test-tune2-XXXXXX");
+    CHECK(mkdtemp(cache_dir) != NULL);
+    o = compile_model("quick", true, twice);
+    CHECK_INT(o.tune_runs, 1);
+    CHECK_INT(o.tune_hits, 1);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cache_dir, sizeof cache_dir, "%s", fresh_dir);
+    free(twice);
+  }
 
   /* a corrupted record: a warning, tuned again, recorded again */
   FILE *f = fopen(record, "r+b");
@@ -228,7 +281,8 @@ int main(void) {
   /* the option */
   cn_ctx *ctx = cn_ctx_create();
   CHECK_INT(cn_ctx_set_option(ctx, "tune", "fast"), CN_ERR_INVALID);
-  CHECK_STR(cn_ctx_error(ctx), "option tune: unknown value 'fast' (known: off, quick, full)");
+  CHECK_STR(cn_ctx_error(ctx),
+            "option tune: unknown value 'fast' (known: off, cached, quick, full)");
   CHECK_INT(cn_ctx_set_option(ctx, "tune", "full"), CN_OK);
   CHECK_STR(cn_ctx_option(ctx, "tune"), "full");
   cn_ctx_destroy(ctx);

@@ -576,7 +576,7 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   }
   if (tune) {
     const char *env = getenv("CANNL_TUNE");
-    return env && cn_tune_mode_valid(env) ? env : "quick";
+    return env && cn_tune_mode_valid(env) ? env : "cached";
   }
   const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
   return env && *env ? env : check ? "off" : "all";

@@ -11,12 +11,13 @@
 /* The fewest points of a GEMM nest that is tuned (smaller ones keep the heuristic plan). */
 #define CN_TUNE_WORK ((int64_t)1 << 24)
 /* The names of the option "tune" / CANNL_TUNE. */
-#define CN_TUNE_MODES "off, quick, full"
+#define CN_TUNE_MODES "off, cached, quick, full"
 
 /* Whether text names a mode. */
 bool cn_tune_mode_valid(const char *text);
-/* Tunes the plans of proc's GEMM statements in place for the mode ("off": nothing; "quick": 4
- * candidates; "full": 22), each plan taken from its record when there is one. Plans only change
+/* Tunes the plans of proc's GEMM statements in place for the mode ("off": nothing; "cached":
+ * records only, nothing timed; "quick": 4 candidates; "full": 22), each plan taken from its
+ * record when there is one (tune.c). Plans only change
  * how fast a statement runs, never its results (loops.h). Fails on allocation failure or when a
  * candidate does not compile (the compiler's message). */
 cn_status cn_tune_proc(cn_ctx *ctx, cn_ll_proc *proc, const char *mode);
