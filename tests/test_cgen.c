@@ -521,18 +521,18 @@ static void test_kernels(void) {
   cn_ll_proc *proc = chain_proc(ctx, params);
 
   const char *text = routine_text(ctx, proc);
-  CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_kernel_"), 3);
+  CHECK_INT(count_occurrences(text, "CN_KERNEL void cn_kernel_"), 3);
   CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_step_"), 2);
   CHECK_INT(count_occurrences(text, "  cn_kernel_0("), 36);
-  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_0(double *restrict x1_2, const double "
+  CHECK_HAS(text, "CN_KERNEL void cn_kernel_0(double *restrict x1_2, const double "
                   "*restrict x0_1, int64_t t) {\n"
                   "  for (int64_t i = 0; i < 4; ++i) {\n"
                   "    x1_2[i] = (x0_1[i] + x0_1[t]);\n"
                   "  }\n"
                   "}\n");
-  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_1(double *restrict y_6, const double "
+  CHECK_HAS(text, "CN_KERNEL void cn_kernel_1(double *restrict y_6, const double "
                   "*restrict x0_1) {\n");
-  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_2(double *restrict x4_5) {\n");
+  CHECK_HAS(text, "CN_KERNEL void cn_kernel_2(double *restrict x4_5) {\n");
   CHECK_HAS(text, "CN_NOINLINE static void cn_step_0(void *const *cn_buffers, const int64_t "
                   "*cn_syms) {\n"
                   "  double *x1_2 = cn_buffers[1];\n"

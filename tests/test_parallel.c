@@ -352,14 +352,14 @@ static void test_kernels(void) {
   CHECK_INT(cn_cgen_source(ctx, marked, &sb), CN_OK);
   const char *text = sb.data ? sb.data : "";
   /* y := x, the three updates, the reduction, the static-index update */
-  CHECK_INT(count_occurrences(text, "CN_NOINLINE static void cn_kernel_"), 6);
+  CHECK_INT(count_occurrences(text, "CN_KERNEL void cn_kernel_"), 6);
   CHECK_INT(count_occurrences(text, "const cn_par_t *cn_par) {\n"), 7); /* 5 kernels, 2 steps */
   CHECK_INT(count_occurrences(text, "static void cn_body_"), 5);
   const char *body = strstr(text, "static void cn_body_0(");
-  const char *kernel = strstr(text, "CN_NOINLINE static void cn_kernel_0(");
+  const char *kernel = strstr(text, "CN_KERNEL void cn_kernel_0(");
   const char *pool = strstr(text, "cn_par->pool_for(cn_par->pool, cn_to - cn_from, cn_body_0, ");
   CHECK(body && kernel && pool && body < kernel && kernel < pool);
-  CHECK_HAS(text, "CN_NOINLINE static void cn_kernel_0(float *restrict y_");
+  CHECK_HAS(text, "CN_KERNEL void cn_kernel_0(float *restrict y_");
   /* the loop runs in a function whose buffers are restrict parameters (what gcc vectorizes) */
   CHECK_HAS(text, "static void cn_range_0(float *restrict y_");
   CHECK_HAS(text, "  int64_t i;\n  int64_t cn_from;\n};\n"); /* the j-parallel update's i */
@@ -373,7 +373,7 @@ static void test_kernels(void) {
   /* The unmarked routine: every update shares one kernel, no pool anywhere. */
   CHECK_INT(cn_cgen_source(ctx, plain, &sb), CN_OK);
   CHECK(sb.data && !strstr(sb.data, "cn_par"));
-  CHECK_INT(count_occurrences(sb.data ? sb.data : "", "CN_NOINLINE static void cn_kernel_"), 4);
+  CHECK_INT(count_occurrences(sb.data ? sb.data : "", "CN_KERNEL void cn_kernel_"), 4);
   cn_sbuf_free(&sb);
 
   /* The interpreter runs the marked routine sequentially: the same bits. */

@@ -58,6 +58,10 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
 
+/* Test hook (process-wide, tests only): with true, the pieces of a source (cgen.c "Routines in
+ * pieces") compile one after the other instead of at the same time. */
+void cn_cc_set_serial_pieces(bool serial);
+
 /* Test hook (process-wide, tests only): fn(path) runs between the verification of a cached object
  * at path and its dlopen, where a writer of the cache directory could swap the file; NULL: none. */
 void cn_cc_set_load_hook(void (*fn)(const char *so_path));

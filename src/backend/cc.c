@@ -40,6 +40,7 @@
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
  * (per call: one cached object may serve several contexts); without it run_parallel is run. */
 #include "backend/backend.h"
+#include "backend/cgen.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -82,7 +83,7 @@ typedef struct {
   char *c_path, *so_path, *sum_path, *tmp_c, *tmp_so, *tmp_sum;
 } cc_paths;
 
-/* The compiler's argv: words of cc, then of cflags, then "-o" <object> <source>, NULL. */
+/* The compiler command: the words of cc, then of cflags (run_argv adds what a run needs). */
 typedef struct {
   char **argv;
   char *chars; /* the words' characters, each NUL-terminated */
@@ -278,10 +279,10 @@ static void cc_command_free(cc_command *cmd) {
   *cmd = (cc_command){0};
 }
 
-/* Splits cc and flags into cmd, leaving 4 free argv slots for "-o", object, source and NULL. */
+/* Splits cc and flags into cmd's words (a run's argv is made of them by run_argv). */
 static cn_status cc_command_make(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd) {
   size_t cc_len = strlen(cc), flags_len = strlen(flags);
-  cmd->argv = cn_malloc(ctx, (cc_len + flags_len + 6) * sizeof *cmd->argv);
+  cmd->argv = cn_malloc(ctx, (cc_len + flags_len + 2) * sizeof *cmd->argv);
   cmd->chars = cmd->argv ? cn_malloc(ctx, cc_len + flags_len + 2) : NULL;
   if (!cmd->chars) return ctx->status;
   char *out = cmd->chars;
@@ -627,26 +628,42 @@ static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
   return err;
 }
 
-/* Starts <cc words> <flags words> -o <tmp_so> <c_path>, its output readable from *fd. */
-static cn_status compiler_start(cn_ctx *ctx, const char *cc, const char *flags, cc_command *cmd,
-                                const cc_paths *paths, pid_t *pid, int *fd) {
-  cmd->argv[cmd->argc] = "-o";
-  cmd->argv[cmd->argc + 1] = paths->tmp_so;
-  cmd->argv[cmd->argc + 2] = paths->c_path;
-  cmd->argv[cmd->argc + 3] = NULL;
-  cn_log(ctx, CN_LOG_DEBUG, "compiling: %s %s -o %s %s", cc, flags, paths->tmp_so, paths->c_path);
+/* The argv of one compiler run (malloc'd, pointing into cmd and extra): the words of cc and
+ * cflags, without "-shared" for a piece's object (-c: clang warns of an unused flag, an error
+ * with -Werror), then the NULL-terminated extra words; NULL when out of memory. */
+static char **run_argv(const cc_command *cmd, bool object_only, char *const *extra) {
+  int n_extra = 0;
+  while (extra[n_extra]) n_extra++;
+  char **argv = malloc(sizeof *argv * (size_t)(cmd->argc + n_extra + 1));
+  if (!argv) return NULL;
+  int n = 0;
+  for (int k = 0; k < cmd->argc; k++)
+    if (!(object_only && k > 0 && strcmp(cmd->argv[k], "-shared") == 0)) argv[n++] = cmd->argv[k];
+  for (int k = 0; k <= n_extra; k++) argv[n++] = extra[k];
+  return argv;
+}
+
+/* Starts the compiler with argv (run_argv), its output readable from *fd; `c_path` is the
+ * source compiled, for messages. */
+static cn_status compiler_start(cn_ctx *ctx, const char *cc, char **argv, const char *c_path,
+                                pid_t *pid, int *fd) {
+  cn_sbuf line = {0};
+  for (int k = 0; argv[k]; k++) cn_sbuf_printf(&line, "%s%s", k ? " " : "", argv[k]);
+  cn_log(ctx, CN_LOG_DEBUG, "compiling: %s", line.data ? line.data : "(out of memory)");
+  cn_sbuf_free(&line);
   ctx->stats[CN_STAT_COMPILER_RUNS]++;
-  int err = spawn_compiler(cmd->argv, pid, fd);
+  int err = spawn_compiler(argv, pid, fd);
   if (err)
-    return cn_fail(ctx, CN_ERR_COMPILE, "cannot run the C compiler '%s' on '%s': %s", cc,
-                   paths->c_path, strerror(err));
+    return cn_fail(ctx, CN_ERR_COMPILE, "cannot run the C compiler '%s' on '%s': %s", cc, c_path,
+                   strerror(err));
   return CN_OK;
 }
 
-/* Reads the output of the compiler compiler_start started, waits for it and checks that it left
- * the object at tmp_so; with `report` false (another compilation failed first) only reaps it. */
-static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *cmd,
-                                 const cc_paths *paths, pid_t pid, int fd, bool report) {
+/* Reads the output of the compiler compiler_start started (argv[0]), waits for it and checks
+ * that it left `written`; with `report` false (another compilation failed first) only reaps it. */
+static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const char *program,
+                                 const char *c_path, const char *written, pid_t pid, int fd,
+                                 bool report) {
   cn_sbuf output = {0};
   read_compiler_output(fd, &output);
   close(fd);
@@ -658,7 +675,7 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *
     status = CN_ERR_COMPILE;
   } else if (waited < 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler on generated file %s: cannot wait: %s",
-                     paths->c_path, strerror(errno));
+                     c_path, strerror(errno));
   } else if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
     char how[64];
     if (WIFEXITED(wait_status))
@@ -674,17 +691,17 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const cc_command *
     if (not_run)
       status = cn_fail(ctx, CN_ERR_COMPILE,
                        "C compiler failed on generated file %s (%s):\n(no output: cannot run '%s')",
-                       paths->c_path, how, cmd->argv[0]);
+                       c_path, how, program);
     else
       status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler failed on generated file %s (%s):\n%s",
-                       paths->c_path, how, silent ? "(no output)" : output.data);
-  } else if (access(paths->tmp_so, F_OK) != 0) {
+                       c_path, how, silent ? "(no output)" : output.data);
+  } else if (access(written, F_OK) != 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE,
-                     "C compiler '%s' succeeded on generated file %s but wrote no '%s'", cc,
-                     paths->c_path, paths->tmp_so);
+                     "C compiler '%s' succeeded on generated file %s but wrote no '%s'", cc, c_path,
+                     written);
   }
   cn_sbuf_free(&output);
-  if (status != CN_OK) discard(paths->tmp_so);
+  if (status != CN_OK) discard(written);
   return status;
 }
 
@@ -963,19 +980,100 @@ typedef struct {
   cc_paths paths;
   cn_sbuf head; /* the cache record's head (key text), in a shared cache */
   bool hit;     /* loaded from the cache: nothing to compile */
-  pid_t pid;    /* the compiler, when fd >= 0 */
-  int fd;       /* its output; -1: not running */
+  /* The compilers: one per piece of the source (cn_cgen_pieces), each writing object[k] (the
+   * temporary object of the piece, malloc'd; with one piece the temporary shared object), then,
+   * with pieces, the link into the temporary shared object. */
+  int pieces;
+  pid_t pid[CN_CGEN_MAX_PIECES];     /* running when fd >= 0 */
+  int fd[CN_CGEN_MAX_PIECES];        /* their outputs; -1: not running */
+  bool finished[CN_CGEN_MAX_PIECES]; /* compiled already (cn_cc_set_serial_pieces) */
+  char *object[CN_CGEN_MAX_PIECES];
 } cc_job;
 
+static void cc_job_init(cc_job *job, const char *name, cc_compiled *c) {
+  *job = (cc_job){.name = name, .c = c, .pieces = 1};
+  for (int k = 0; k < CN_CGEN_MAX_PIECES; k++) job->fd[k] = -1;
+}
+
 static void cc_job_free(cc_job *job) {
+  for (int k = 0; k < CN_CGEN_MAX_PIECES; k++) {
+    if (job->object[k] && job->pieces > 1) discard(job->object[k]);
+    free(job->object[k]);
+  }
   place_release(&job->place, &job->paths);
   cn_sbuf_free(&job->head);
   cc_paths_free(&job->paths);
   cc_command_free(&job->cmd);
 }
 
+static atomic_bool serial_pieces;
+
+void cn_cc_set_serial_pieces(bool serial) {
+  atomic_store(&serial_pieces, serial);
+}
+
+/* Starts the job's compilers: the source as one shared object, or each piece as an object (all
+ * at once; one after the other, each finished before the next starts, with the test hook). */
+static cn_status start_pieces(cn_ctx *ctx, cc_job *job) {
+  const cc_paths *paths = &job->paths;
+  job->pieces = cn_cgen_pieces(job->c->source);
+  for (int k = 0; k < job->pieces; k++) {
+    char define[32];
+    snprintf(define, sizeof define, "-DCN_PIECE=%d", k);
+    job->object[k] = job->pieces > 1 ? format_path(ctx, "%s.p%d.o", paths->tmp_so, k)
+                                     : format_path(ctx, "%s", paths->tmp_so);
+    if (!job->object[k]) return ctx->status;
+    char *piece[] = {define, "-c", "-o", job->object[k], paths->c_path, NULL};
+    char *whole[] = {"-o", job->object[k], paths->c_path, NULL};
+    char **argv = run_argv(&job->cmd, job->pieces > 1, job->pieces > 1 ? piece : whole);
+    if (!argv) return cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a compiler command");
+    cn_status status = compiler_start(ctx, job->cc, argv, paths->c_path, &job->pid[k], &job->fd[k]);
+    free(argv);
+    if (status == CN_OK && job->pieces > 1 && atomic_load(&serial_pieces)) {
+      status = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, job->object[k],
+                               job->pid[k], job->fd[k], true);
+      job->fd[k] = -1;
+      job->finished[k] = status == CN_OK;
+    }
+    if (status != CN_OK) return status;
+  }
+  return CN_OK;
+}
+
+/* Waits for the job's compilers; with pieces, links their objects into the temporary shared
+ * object. With `report` false only reaps them. */
+static cn_status finish_pieces(cn_ctx *ctx, cc_job *job, bool report) {
+  const cc_paths *paths = &job->paths;
+  cn_status status = CN_OK;
+  for (int k = 0; k < job->pieces; k++) {
+    if (job->finished[k]) continue;
+    if (job->fd[k] < 0) {
+      status = CN_ERR_COMPILE; /* never started: its failure is already reported */
+      continue;
+    }
+    cn_status st = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, job->object[k],
+                                   job->pid[k], job->fd[k], report && status == CN_OK);
+    job->fd[k] = -1;
+    if (status == CN_OK) status = st;
+  }
+  if (status != CN_OK || job->pieces == 1) return status;
+  char *link[CN_CGEN_MAX_PIECES + 3] = {"-o", paths->tmp_so};
+  for (int k = 0; k < job->pieces; k++) link[2 + k] = job->object[k];
+  link[2 + job->pieces] = NULL;
+  char **argv = run_argv(&job->cmd, false, link);
+  if (!argv) return cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a compiler command");
+  pid_t pid;
+  int fd;
+  status = compiler_start(ctx, job->cc, argv, paths->c_path, &pid, &fd);
+  free(argv);
+  if (status == CN_OK)
+    status = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, paths->tmp_so, pid, fd,
+                             true);
+  return status;
+}
+
 static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
-  *job = (cc_job){.name = proc->name, .c = c, .fd = -1};
+  cc_job_init(job, proc->name, c);
   cn_sbuf sb = {0};
   cn_status status = cn_cgen_source(ctx, proc, &sb);
   if (status != CN_OK) {
@@ -1015,7 +1113,9 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   }
   if (status == CN_OK && !job->place.private_dir && !job->hit) {
     /* The temporaries that compilations of this entry killed midway left go now. */
-    static const char *const exts[] = {".c", ".so", ".sum", NULL};
+    static const char *const exts[] = {".c",       ".so",      ".sum",     ".so.p0.o",
+                                       ".so.p1.o", ".so.p2.o", ".so.p3.o", ".so.p4.o",
+                                       ".so.p5.o", ".so.p6.o", ".so.p7.o", NULL};
     char base[PATH_MAX];
     int n = snprintf(base, sizeof base, "%s-%016" PRIx64, proc->name, key);
     if (n > 0 && (size_t)n < sizeof base) remove_stale(job->place.dir, base, exts);
@@ -1023,8 +1123,7 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   if (status == CN_OK && !job->hit)
     status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
                                    strlen(c->source), "", 0);
-  if (status == CN_OK && !job->hit)
-    status = compiler_start(ctx, job->cc, job->flags, &job->cmd, &job->paths, &job->pid, &job->fd);
+  if (status == CN_OK && !job->hit) status = start_pieces(ctx, job);
   return status;
 }
 
@@ -1040,10 +1139,8 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
  * checksum). With `report` false (another job failed) only reaps the compiler. */
 static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job, bool report) {
   if (job->hit) return CN_OK;
-  if (job->fd < 0) return CN_ERR_COMPILE; /* never started: its failure is already reported */
   const cc_paths *paths = &job->paths;
-  cn_status status = compiler_finish(ctx, job->cc, &job->cmd, paths, job->pid, job->fd, report);
-  job->fd = -1;
+  cn_status status = finish_pieces(ctx, job, report);
   if (status != CN_OK) return status;
   cc_compiled *c = job->c;
   /* The record's checksum and the loaded object are of one file: the one opened here. */
@@ -1119,7 +1216,7 @@ static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *pr
     for (; started < count && status == CN_OK; started++) {
       cc_compiled *c = cs[first + started] = cn_calloc(ctx, 1, sizeof *c);
       status = c ? cc_start(ctx, procs[first + started], c, &jobs[started]) : ctx->status;
-      if (!c) jobs[started] = (cc_job){.fd = -1};
+      if (!c) cc_job_init(&jobs[started], procs[first + started]->name, NULL);
     }
     for (int k = 0; k < started; k++) {
       cn_status st = cc_finish(ctx, &jobs[k], status == CN_OK);

@@ -23,6 +23,7 @@
 #include "backend/cgen.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The generator's own block-local names: the "cn_" prefix is never given to user names. */
@@ -1125,8 +1126,12 @@ typedef struct {
   int cap_positional[3];
   cn_sbuf kernel_text, step_text, calls; /* kernels, finished steps, the current step's calls */
   cn_sbuf entry_calls;                   /* the entry point's calls of the finished steps */
-  bool step_par;                         /* a call of the current step passes the pool */
-  cgen_par par;                          /* the outlining of the kernels' parallel loops */
+  cn_sbuf decls;                         /* each kernel's declaration */
+  cn_sbuf gemm_preamble;                 /* the GEMM preamble the kernels need (par) */
+  size_t *kernel_end; /* per kernel: where its text (outlined functions, then it) ends */
+  int cap_kernel_end;
+  bool step_par; /* a call of the current step passes the pool */
+  cgen_par par;  /* the outlining of the kernels' parallel loops */
   uses stmt, step;
 } splitter;
 
@@ -1196,9 +1201,12 @@ static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, boo
     sp->par.n_statics = u->n_statics;
     named.par = &sp->par;
   }
-  cn_sbuf_printf(&kernel, "CN_NOINLINE static void cn_kernel_%d(", *number);
+  cn_sbuf_printf(&kernel, "CN_KERNEL void cn_kernel_%d(", *number);
   print_kernel_params(&named, &kernel, u, parallel);
-  cn_sbuf_puts(&kernel, ") {\n");
+  cn_sbuf_puts(&kernel, ")");
+  cn_sbuf_puts(&sp->decls, text_of(&kernel));
+  cn_sbuf_puts(&sp->decls, ";\n");
+  cn_sbuf_puts(&kernel, " {\n");
   emit_stmt(&named, 1, s);
   cn_sbuf_puts(&kernel, "}\n");
   if (kernel.failed || sp->par.outlined.failed) sp->kernel_text.failed = true;
@@ -1206,6 +1214,10 @@ static cn_status kernel_of(const cgen *g, splitter *sp, const cn_ll_stmt *s, boo
   cn_sbuf_puts(&sp->kernel_text, text_of(&kernel));
   sbuf_clear(&sp->par.outlined);
   cn_sbuf_free(&kernel);
+  if (!cn_arena_grow(ctx, (void **)&sp->kernel_end, &sp->cap_kernel_end, sp->n_kernels,
+                     sizeof *sp->kernel_end))
+    return ctx->status;
+  sp->kernel_end[*number] = sp->kernel_text.len;
   return CN_OK;
 }
 
@@ -1291,6 +1303,66 @@ static int count_statements(const cn_ll_stmt *s) {
   return n;
 }
 
+/* ---- Routines in pieces ----
+ * gcc -O3's time stays linear in a routine of kernels, but one compiler process uses one core: a
+ * convnet's training step (170 KB of kernels) took 3 s. So a routine of kernels with more than
+ * 2 * CGEN_PIECE_BYTES of text is also laid out in CN_PIECES pieces of about equal text (at
+ * most CN_CGEN_MAX_PIECES), which the backend compiles at the same time, one process each (the file
+ * with -DCN_PIECE=k: the shared head, the kernels of piece k and, in piece 0, the steps and entry
+ * points), then links; without CN_PIECE the file is one translation unit as any other. Kernels
+ * are CN_KERNEL: static in one unit, extern with hidden visibility in pieces, declared in the
+ * shared head; what a kernel outlines stays static beside it, and the GEMM preamble goes into
+ * the shared head. The split depends on the text only (the count on its size; each kernel, the
+ * largest first, to the piece with the least text, ties to the lowest; piece 0 starts with the
+ * steps' text), never on the machine, so text and cache key are the same everywhere. */
+#define CGEN_PIECE_BYTES 32768
+
+int cn_cgen_pieces(const char *source) {
+  const char *at = strstr(source, "\n#define CN_PIECES ");
+  int n = at ? atoi(at + strlen("\n#define CN_PIECES ")) : 1;
+  return n >= 2 && n <= CN_CGEN_MAX_PIECES ? n : 1;
+}
+
+/* piece[k]: the piece of kernel k (0 .. the count returned - 1; NULL when one piece). */
+static int assign_pieces(cn_ctx *ctx, const splitter *sp, int **piece) {
+  size_t total = sp->kernel_text.len + sp->step_text.len;
+  int n = (int)(total / CGEN_PIECE_BYTES);
+  *piece = NULL;
+  if (n > CN_CGEN_MAX_PIECES) n = CN_CGEN_MAX_PIECES;
+  if (n < 2 || sp->n_kernels < 2) return 1;
+  if (n > sp->n_kernels) n = sp->n_kernels;
+  int *at = cn_alloc(ctx, sizeof *at * (size_t)sp->n_kernels);
+  bool *placed = cn_alloc(ctx, sizeof *placed * (size_t)sp->n_kernels);
+  if (!at || !placed) return -1;
+  memset(placed, 0, sizeof *placed * (size_t)sp->n_kernels);
+  size_t load[CN_CGEN_MAX_PIECES] = {sp->step_text.len};
+  for (int done = 0; done < sp->n_kernels; done++) {
+    int largest = -1;
+    size_t largest_size = 0;
+    for (int k = 0; k < sp->n_kernels; k++) {
+      size_t size = sp->kernel_end[k] - (k ? sp->kernel_end[k - 1] : 0);
+      if (!placed[k] && (largest < 0 || size > largest_size)) largest = k, largest_size = size;
+    }
+    int least = 0;
+    for (int p = 1; p < n; p++)
+      if (load[p] < load[least]) least = p;
+    at[largest] = least;
+    load[least] += largest_size;
+    placed[largest] = true;
+  }
+  *piece = at;
+  return n;
+}
+
+/* The text of the kernels of one piece, in their order. */
+static void emit_piece(cn_sbuf *sb, const splitter *sp, const int *piece, int p) {
+  const char *text = text_of(&sp->kernel_text);
+  for (int k = 0; k < sp->n_kernels; k++) {
+    size_t from = k ? sp->kernel_end[k - 1] : 0;
+    if (piece[k] == p) cn_sbuf_printf(sb, "%.*s", (int)(sp->kernel_end[k] - from), text + from);
+  }
+}
+
 /* The routine as kernels, steps and an entry point. With a parallel mark the entry point is
  * <name>_entry_par, passing the pool down to the steps that need it, and <name>_entry calls it
  * with NULL (every loop on the caller's thread), as a short routine's entries do. */
@@ -1301,6 +1373,7 @@ static cn_status emit_kernels(const cgen *g) {
   size_t n_syms = (size_t)(g->symbols.n > 0 ? g->symbols.n : 1);
   splitter sp = {.keyed = *g, .kernels = {.strings = true}};
   sp.keyed.out = &sp.key;
+  sp.par.gemm_preamble = &sp.gemm_preamble;
   sp.keyed.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
   sp.keyed.sym_names = cn_alloc(ctx, sizeof(char *) * n_syms);
   sp.par.scope = cn_alloc(ctx, sizeof(cn_symbol) * n_syms);
@@ -1310,15 +1383,40 @@ static cn_status emit_kernels(const cgen *g) {
     status = ctx->status;
   if (status == CN_OK) status = split_stmt(g, &sp, proc->body);
   if (status == CN_OK && (sp.in_step > 0 || sp.calls.len > 0)) end_step(g, &sp);
+  int *piece = NULL, pieces = status == CN_OK ? assign_pieces(ctx, &sp, &piece) : 1;
+  if (pieces < 0) status = ctx->status;
   cn_sbuf *sb = g->out;
   if (status == CN_OK) {
     cn_sbuf_printf(sb, "/* ---- routine %s ---- */\n", proc->name);
     cn_sbuf_puts(sb, "#if defined(__GNUC__)\n#define CN_NOINLINE __attribute__((noinline))\n"
                      "#else\n#define CN_NOINLINE\n#endif\n");
+    if (pieces > 1)
+      cn_sbuf_printf(sb,
+                     "/* compiled in pieces (-DCN_PIECE=0 .. CN_PIECES - 1, linked together) or "
+                     "as one unit */\n#define CN_PIECES %d\n#ifdef CN_PIECE\n"
+                     "#define CN_KERNEL CN_NOINLINE __attribute__((visibility(\"hidden\")))\n"
+                     "#else\n#define CN_KERNEL CN_NOINLINE static\n#endif\n",
+                     pieces);
+    else
+      cn_sbuf_puts(sb, "#define CN_KERNEL CN_NOINLINE static\n");
     bool parallel = sp.par.count > 0;
     if (parallel) emit_par_type(sb);
-    if (sp.kernel_text.failed || sp.step_text.failed || sp.entry_calls.failed) sb->failed = true;
-    cn_sbuf_puts(sb, text_of(&sp.kernel_text));
+    if (sp.kernel_text.failed || sp.step_text.failed || sp.entry_calls.failed || sp.decls.failed ||
+        sp.gemm_preamble.failed)
+      sb->failed = true;
+    cn_sbuf_puts(sb, text_of(&sp.gemm_preamble));
+    if (pieces > 1) {
+      cn_sbuf_puts(sb, text_of(&sp.decls));
+      for (int p = 1; p < pieces; p++) {
+        cn_sbuf_printf(sb, "#if !defined(CN_PIECE) || CN_PIECE == %d\n", p);
+        emit_piece(sb, &sp, piece, p);
+        cn_sbuf_puts(sb, "#endif\n");
+      }
+      cn_sbuf_puts(sb, "#if !defined(CN_PIECE) || CN_PIECE == 0\n");
+      emit_piece(sb, &sp, piece, 0);
+    } else {
+      cn_sbuf_puts(sb, text_of(&sp.kernel_text));
+    }
     cn_sbuf_puts(sb, text_of(&sp.step_text));
     const char *entry_params = "(void *const *buffers, const int64_t *syms)";
     const char *par_params = "(void *const *buffers, const int64_t *syms, const cn_par_t *par)";
@@ -1332,12 +1430,15 @@ static cn_status emit_kernels(const cgen *g) {
       cn_sbuf_printf(sb, "void %s_entry%s {\n", proc->name, entry_params);
       cn_sbuf_printf(sb, "  %s_entry_par(buffers, syms, NULL);\n}\n", proc->name);
     }
+    if (pieces > 1) cn_sbuf_puts(sb, "#endif\n");
   }
   cn_sbuf_free(&sp.key);
   cn_sbuf_free(&sp.kernel_text);
   cn_sbuf_free(&sp.step_text);
   cn_sbuf_free(&sp.calls);
   cn_sbuf_free(&sp.entry_calls);
+  cn_sbuf_free(&sp.decls);
+  cn_sbuf_free(&sp.gemm_preamble);
   cn_sbuf_free(&sp.par.outlined);
   return status;
 }

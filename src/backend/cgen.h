@@ -25,6 +25,9 @@ typedef struct {
   int n_statics;
   /* The parts of the GEMM preamble (cgen_gemm.c) already in the text: GEMM_* bits. */
   unsigned gemm_emitted;
+  /* Where the GEMM preamble goes: NULL, into `outlined` before its first user; a routine of
+   * kernels compiled in pieces keeps it apart, ahead of every piece (cgen.c). */
+  cn_sbuf *gemm_preamble;
 } cgen_par;
 
 typedef struct {
@@ -50,6 +53,12 @@ typedef struct {
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
  * rounding of each narrow precision p (GEMM_ROUND << p). */
 enum { GEMM_COMMON = 1u << 0, GEMM_F32 = 1u << 1, GEMM_F64 = 1u << 2, GEMM_ROUND = 1u << 3 };
+
+/* The number of pieces a generated source is compiled in: N > 1 when the text defines
+ * CN_PIECES N (a routine of kernels large enough, cgen.c "Routines in pieces"), each piece k the
+ * file compiled with -DCN_PIECE=k and the objects linked together; 1 otherwise. */
+int cn_cgen_pieces(const char *source);
+#define CN_CGEN_MAX_PIECES 8
 
 /* The name a symbol of the procedure has in the generated text. */
 const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);

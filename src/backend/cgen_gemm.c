@@ -623,7 +623,7 @@ static int64_t row_block(const geometry *geo) {
 static void emit_functions(const cgen *g, const geometry *geo, int number) {
   cn_ctx *ctx = g->ctx;
   cgen_par *par = g->par;
-  cn_sbuf *sb = &par->outlined;
+  cn_sbuf *sb = &par->outlined, *pre = par->gemm_preamble ? par->gemm_preamble : sb;
   const cn_ll_gemm *plan = geo->plan;
   /* computed in float (single and the narrow ones) or double; stored in the node's type */
   bool single = cn_prec_table[geo->prec].kind == CN_PKIND_FLOAT && geo->prec != CN_PREC_DOUBLE;
@@ -633,7 +633,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "P", single ? "f32" : "f64");
   define(&e, "S", cn_prec_table[geo->prec].store_c);
   if (!(par->gemm_emitted & GEMM_COMMON)) {
-    cn_sbuf_puts(sb, preamble_common);
+    cn_sbuf_puts(pre, preamble_common);
     par->gemm_emitted |= GEMM_COMMON;
   }
   unsigned vectors = single ? GEMM_F32 : GEMM_F64;
@@ -643,7 +643,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     define(&p, "X86S", single ? "" : "d");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
-    expand(sb, &p, preamble_prec);
+    expand(pre, &p, preamble_prec);
     par->gemm_emitted |= vectors;
   }
   unsigned rounding = GEMM_ROUND << geo->prec;
@@ -653,7 +653,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     define(&p, "LC", cn_prec_table[geo->prec].name);
     define(&p, "HW", half ? round_half_hw : "");
     define(&p, "HWEND", half ? "#endif\n" : "");
-    expand(sb, &p, preamble_round);
+    expand(pre, &p, preamble_round);
     par->gemm_emitted |= rounding;
   }
   int64_t direct_step; /* the tile's rows straight in c: adjacent columns of the compute type */
