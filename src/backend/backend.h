@@ -32,6 +32,10 @@ typedef struct {
    * time); on failure no state is left. NULL: the caller calls compile n times. */
   cn_status (*compile_many)(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **compiled,
                             const char **sources);
+  /* compile, only where that costs nothing: an object of the backend's cache (*found true);
+   * otherwise *found is false and nothing is left or started. NULL: no such cache. */
+  cn_status (*compile_cached)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                              const char **source, bool *found);
   cn_status (*run)(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms);
   void (*release)(void *compiled);
   /* run with a thread pool for the parallel-marked loops (NULL: the backend runs them

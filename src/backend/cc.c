@@ -1072,7 +1072,8 @@ static cn_status finish_pieces(cn_ctx *ctx, cc_job *job, bool report) {
   return status;
 }
 
-static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
+static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job,
+                              bool only_cached) {
   cc_job_init(job, proc->name, c);
   cn_sbuf sb = {0};
   cn_status status = cn_cgen_source(ctx, proc, &sb);
@@ -1104,6 +1105,7 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
       cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached %s", proc->name, job->paths.so_path);
     }
   }
+  if (only_cached && !job->hit) return status;
   if (status == CN_OK && shared && !job->hit && !publish_ready(ctx, &job->place, &job->paths)) {
     /* The same compilation in a private directory: no record to write. */
     place_release(&job->place, NULL);
@@ -1127,9 +1129,10 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   return status;
 }
 
-static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job) {
+static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job,
+                          bool only_cached) {
   uint64_t start = cn_now_us();
-  cn_status status = cc_start_job(ctx, proc, c, job);
+  cn_status status = cc_start_job(ctx, proc, c, job, only_cached);
   ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
   return status;
 }
@@ -1186,21 +1189,35 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   return status;
 }
 
-static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                            const char **source) {
+/* cc_compile, or with `found` (cn_backend.compile_cached) only a cache hit: *found false and
+ * nothing compiled on a miss. */
+static cn_status compile_one(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                             const char **source, bool *found) {
   cc_compiled *c = cn_calloc(ctx, 1, sizeof *c);
   if (!c) return ctx->status;
   cc_job job;
-  cn_status status = cc_start(ctx, proc, c, &job);
-  if (status == CN_OK) status = cc_finish(ctx, &job, true);
+  cn_status status = cc_start(ctx, proc, c, &job, found != NULL);
+  if (found) *found = job.hit;
+  bool missed = status == CN_OK && found && !job.hit;
+  if (status == CN_OK && !missed) status = cc_finish(ctx, &job, true);
   cc_job_free(&job);
-  if (status != CN_OK) {
+  if (status != CN_OK || missed) {
     cc_release(c);
     return status;
   }
   *compiled = c;
   if (source) *source = c->source;
   return CN_OK;
+}
+
+static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                            const char **source) {
+  return compile_one(ctx, proc, compiled, source, NULL);
+}
+
+static cn_status cc_compile_cached(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                                   const char **source, bool *found) {
+  return compile_one(ctx, proc, compiled, source, found);
 }
 
 static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
@@ -1215,7 +1232,7 @@ static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *pr
     int count = n - first < width ? n - first : width, started = 0;
     for (; started < count && status == CN_OK; started++) {
       cc_compiled *c = cs[first + started] = cn_calloc(ctx, 1, sizeof *c);
-      status = c ? cc_start(ctx, procs[first + started], c, &jobs[started]) : ctx->status;
+      status = c ? cc_start(ctx, procs[first + started], c, &jobs[started], false) : ctx->status;
       if (!c) cc_job_init(&jobs[started], procs[first + started]->name, NULL);
     }
     for (int k = 0; k < started; k++) {
@@ -1399,6 +1416,7 @@ const cn_backend cn_backend_c = {
     .name = "c",
     .compile = cc_compile,
     .compile_many = cc_compile_many,
+    .compile_cached = cc_compile_cached,
     .run = cc_run,
     .release = cc_release,
     .run_parallel = cc_run_parallel,

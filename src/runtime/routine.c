@@ -60,8 +60,12 @@ struct cn_routine {
   const char *env_threads;
   int *written; /* params the body writes, in the order of their first write (arena) */
   int n_written;
-  bool parallel;       /* the procedure has a CN_LL_PARALLEL loop */
-  bool ran;            /* run at least once (CN_STAT_US_FIRST_RUN) */
+  bool parallel; /* the procedure has a CN_LL_PARALLEL loop */
+  bool ran;      /* run at least once (CN_STAT_US_FIRST_RUN) */
+  /* Interpreted in place of the generated C (cn_routine_compile_tiered) until its runs have taken
+   * TIER_UP_US: then compiled, and every later run is the generated code's. */
+  bool tiered;
+  uint64_t interpreted_us;
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
@@ -244,24 +248,57 @@ static bool switch_on(const char *value) {
   return strcmp(value, "on") == 0 || strcmp(value, "1") == 0;
 }
 
-/* The "parallel_work" option: a decimal count of cell updates in [1, 2^62]; false with a message
- * naming the value otherwise (a bad $CANNL_PARALLEL_WORK reaches here unchecked). */
-static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
+/* The options "parallel_work" and "interpret_below": a decimal count of cell updates in
+ * [least, 2^62]; false with a message naming the value otherwise (a bad $CANNL_PARALLEL_WORK or
+ * $CANNL_INTERPRET_BELOW reaches here unchecked). */
+static bool parse_count(cn_ctx *ctx, const char *key, const char *text, int least, int64_t *work) {
   char *end;
   errno = 0;
   long long v = strtoll(text, &end, 10);
-  if (end == text || *end || errno || v < 1 || v > ((long long)1 << 62)) {
-    cn_fail(ctx, CN_ERR_INVALID, "option parallel_work: '%s' is not a count in [1, 2^62]", text);
+  if (end == text || *end || errno || v < least || v > ((long long)1 << 62)) {
+    cn_fail(ctx, CN_ERR_INVALID, "option %s: '%s' is not a count in [%d, 2^62]", key, text, least);
     return false;
   }
   *work = (int64_t)v;
   return true;
 }
 
+static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
+  return parse_count(ctx, "parallel_work", text, 1, work);
+}
+
+/* The cell updates of a statement (saturating), and whether it holds a GEMM plan with fused
+ * multiply-adds. */
+static int64_t work_of(const cn_ll_stmt *s, bool *fused) {
+  int64_t work = 0, body;
+  switch (s->kind) {
+  case CN_LL_SEQ:
+    for (int i = 0; i < s->u.seq.count; i++) {
+      body = work_of(s->u.seq.items[i], fused);
+      work = body > INT64_MAX - work ? INT64_MAX : work + body;
+    }
+    return work;
+  case CN_LL_FOR: {
+    int64_t extent = s->u.loop.to > s->u.loop.from ? s->u.loop.to - s->u.loop.from : 0;
+    body = work_of(s->u.loop.body, fused);
+    return extent > 0 && body > INT64_MAX / extent ? INT64_MAX : extent * body;
+  }
+  case CN_LL_IF: return work_of(s->u.guard.body, fused);
+  case CN_LL_LET: return work_of(s->u.let.body, fused);
+  case CN_LL_GEMM:
+    if (s->u.gemm.plan->fma) *fused = true;
+    return work_of(s->u.gemm.nest, fused);
+  case CN_LL_COMMENT: return 0;
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return 1;
+  }
+  return 0;
+}
+
 /* A routine of asgn up to its backend compilation: lowered, simplified, scheduled, with its tables;
  * NULL with a message on failure. Owned by the caller until routine_adopt. */
 static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name) {
+                                   const char *name, bool tiered) {
   if (!name) name = "routine";
   if (!cn_is_c_name(name)) {
     cn_fail(ctx, CN_ERR_INVALID,
@@ -298,6 +335,18 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
+  bool interpreted = false; /* for now, in place of the generated C */
+  if (tiered && backend == CN_BACKEND_C) {
+    int64_t below;
+    bool fused = false;
+    if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
+      return NULL;
+    interpreted = work_of(proc->body, &fused) < below && !fused;
+    if (interpreted) {
+      impl = &cn_backend_interp;
+      backend = CN_BACKEND_INTERP;
+    }
+  }
   if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, cn_ctx_option(ctx, "tune")) != CN_OK)
     return NULL;
   ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
@@ -311,6 +360,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   r->backend = impl;
   r->proc = proc;
   r->loops = loops;
+  r->tiered = interpreted;
   r->env_check = cn_strdup(ctx, cn_ctx_option(ctx, "check"));
   r->env_threads = cn_strdup(ctx, cn_ctx_option(ctx, "threads"));
   bool *seen = cn_alloc(ctx, sizeof *seen * (size_t)(proc->n_params + 1));
@@ -337,16 +387,42 @@ static bool routine_adopt(cn_routine *r) {
   return true;
 }
 
-cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                               const char *name) {
+static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                   const char *name, bool tiered) {
   if (!ctx) return NULL;
-  cn_routine *r = routine_prepare(ctx, asgn, backend, name);
+  cn_routine *r = routine_prepare(ctx, asgn, backend, name, tiered);
   if (!r) return NULL;
+  if (r->tiered) { /* compiled before: no reason to interpret */
+    bool found = false;
+    if (cn_backend_c.compile_cached(ctx, r->proc, &r->compiled, &r->source, &found) != CN_OK) {
+      routine_release(r);
+      return NULL;
+    }
+    if (found) {
+      r->backend = &cn_backend_c;
+      r->tiered = false;
+      if (!routine_adopt(r)) {
+        routine_release(r);
+        return NULL;
+      }
+      return r;
+    }
+  }
   if (r->backend->compile(ctx, r->proc, &r->compiled, &r->source) != CN_OK || !routine_adopt(r)) {
     routine_release(r);
     return NULL;
   }
   return r;
+}
+
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name) {
+  return routine_compile(ctx, asgn, backend, name, false);
+}
+
+cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                      const char *name) {
+  return routine_compile(ctx, asgn, backend, name, true);
 }
 
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
@@ -362,7 +438,7 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   const char **sources = cn_alloc(ctx, sizeof *sources * (size_t)(n > 0 ? n : 1));
   cn_status status = rs && procs && compiled && sources ? CN_OK : ctx->status;
   for (int k = 0; k < n && status == CN_OK; k++) {
-    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k]))) status = ctx->status;
+    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], false))) status = ctx->status;
     if (rs[k]) procs[k] = rs[k]->proc;
   }
   const cn_backend *impl = status == CN_OK && n > 0 ? rs[0]->backend : NULL;
@@ -470,6 +546,28 @@ cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value) {
   return CN_OK;
 }
 
+/* A tiered routine's interpreted runs may take this long (about what compiling it costs) before
+ * it is compiled: a routine run a few times (a print, a scalar update per epoch) never is, one in
+ * a training loop soon is. */
+#define TIER_UP_US 30000
+
+/* Compiles a tiered routine for the generated-C backend; its runs are the interpreter's bit for
+ * bit, so a result never depends on when this happens. */
+static cn_status tier_up(cn_routine *r) {
+  void *compiled = NULL;
+  const char *source = NULL;
+  cn_status status = cn_backend_c.compile(r->ctx, r->proc, &compiled, &source);
+  if (status != CN_OK) return status;
+  r->backend->release(r->compiled);
+  r->backend = &cn_backend_c;
+  r->compiled = compiled;
+  r->source = source;
+  r->tiered = false;
+  cn_log(r->ctx, CN_LOG_DEBUG, "routine '%s': compiled after %.3f s of interpreted runs", r->name,
+         (double)r->interpreted_us * 1e-6);
+  return CN_OK;
+}
+
 cn_status cn_routine_run(cn_routine *routine) {
   cn_ctx *ctx = routine->ctx;
   const cn_ll_proc *proc = routine->proc;
@@ -498,7 +596,9 @@ cn_status cn_routine_run(cn_routine *routine) {
   if (status != CN_OK) return status;
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
   if ((status = check_guards(routine)) != CN_OK) return status;
-  return check_nonfinite(routine);
+  if ((status = check_nonfinite(routine)) != CN_OK) return status;
+  if (routine->tiered && (routine->interpreted_us += took) > TIER_UP_US) return tier_up(routine);
+  return CN_OK;
 }
 
 const char *cn_routine_loops(const cn_routine *routine) {
@@ -532,12 +632,16 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool threads = key && strcmp(key, "threads") == 0;
   bool work = key && strcmp(key, "parallel_work") == 0, exact = key && strcmp(key, "exact") == 0;
   bool tune = key && strcmp(key, "tune") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune &&
+  bool below = key && strcmp(key, "interpret_below") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below &&
       !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "unknown option '%s' (known: " CN_CC_OPTION_KEYS
-                   ", check, schedule, threads, parallel_work, exact, tune)",
+                   ", check, schedule, threads, parallel_work, exact, tune, interpret_below)",
                    key ? key : "(null)");
+  int64_t unused_count;
+  if (below && value && !parse_count(ctx, "interpret_below", value, 0, &unused_count))
+    return cn_ctx_status(ctx);
   if (tune && value && !cn_tune_mode_valid(value))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "option tune: unknown value '%s' (known: " CN_TUNE_MODES ")", value);
@@ -565,9 +669,15 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune) return cn_cc_option(ctx, key);
+  bool below = strcmp(key, "interpret_below") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below)
+    return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
+  if (below) {
+    const char *env = getenv("CANNL_INTERPRET_BELOW");
+    return env && *env ? env : "4096";
+  }
   if (threads) return threads_default();
   if (work) return work_default();
   if (exact) {
