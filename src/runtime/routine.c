@@ -17,6 +17,8 @@
  *
  * A procedure is scheduled (src/sched) after simplification, with the passes the "schedule"
  * option names when the routine is compiled; the loop-IR text is the scheduled one.
+ * A routine counts as compiling (CN_PROGRESS_COMPILE, the context's progress hook) from its
+ * lowering to its loaded object, on every path out, failures included.
  *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
@@ -337,15 +339,23 @@ static bool routine_adopt(cn_routine *r) {
   return true;
 }
 
-cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                               const char *name) {
-  if (!ctx) return NULL;
+static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                   const char *name) {
   cn_routine *r = routine_prepare(ctx, asgn, backend, name);
   if (!r) return NULL;
   if (r->backend->compile(ctx, r->proc, &r->compiled, &r->source) != CN_OK || !routine_adopt(r)) {
     routine_release(r);
     return NULL;
   }
+  return r;
+}
+
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name) {
+  if (!ctx) return NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
+  cn_routine *r = routine_compile(ctx, asgn, backend, name);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
   return r;
 }
 
@@ -356,6 +366,7 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
     return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
   for (int k = 0; k < n; k++) out[k] = NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, n);
   cn_routine **rs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *rs);
   const cn_ll_proc **procs = cn_alloc(ctx, sizeof *procs * (size_t)(n > 0 ? n : 1));
   void **compiled = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *compiled);
@@ -388,6 +399,7 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   }
   free(rs);
   free(compiled);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -n);
   return status;
 }
 
