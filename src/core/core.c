@@ -336,7 +336,7 @@ uint64_t cn_now_us(void) {
 /* ---- Progress ---- */
 
 #define CN_PROGRESS_GAP_US    500000u /* an activity starting sooner after one continues it */
-#define CN_PROGRESS_REDRAW_US 200000u /* the least time between two lines */
+#define CN_PROGRESS_REDRAW_US 200000u /* the least time between two lines of the same counts */
 #define CN_PROGRESS_AFTER_MS  1000u   /* the default delay before the first line */
 
 void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user) {
@@ -376,10 +376,11 @@ static void progress_line(const cn_progress *p, uint64_t now, char *line, size_t
 static void progress_draw(cn_ctx *ctx, uint64_t now) {
   cn_progress *p = &ctx->progress;
   if (now - p->start_us < p->after_us) return;
-  if (p->shown && now - p->drawn_us < CN_PROGRESS_REDRAW_US) return;
+  if (p->shown && !p->changed && now - p->drawn_us < CN_PROGRESS_REDRAW_US) return;
   char line[160];
   progress_line(p, now, line, sizeof line);
   p->shown = true;
+  p->changed = false;
   p->drawn_us = now;
   ctx->progress_fn(ctx->progress_user, line);
 }
@@ -399,6 +400,7 @@ void cn_progress_add(cn_ctx *ctx, cn_progress_kind kind, int delta) {
   }
   p->active[kind] += delta;
   if (delta < 0) p->done[kind] -= delta;
+  p->changed = true;
   if (progress_busy(p)) {
     progress_draw(ctx, now);
     return;

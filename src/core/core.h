@@ -169,6 +169,7 @@ typedef struct {
   uint64_t drawn_us;             /* when the hook last received a line */
   uint64_t after_us;             /* the activity's age before its first line */
   bool shown;                    /* the hook holds a line that NULL has not erased */
+  bool changed;                  /* a count changed since the hook's last line */
 } cn_progress;
 
 /* An option's value as set on the context (both texts malloc'd; value NULL: back to default). */
@@ -214,10 +215,11 @@ uint64_t cn_now_us(void);
  * last line is old enough (as cn_progress_tick), or NULL when the activity ends after a line was
  * given. Every +n must be matched by a -n on every path, failures included. */
 void cn_progress_add(cn_ctx *ctx, cn_progress_kind kind, int delta);
-/* Gives the hook the activity's line if one is due (the activity older than its delay, the last
- * line older than a fifth of a second): for long waits inside an activity (the C compiler, timing
- * runs), so the line's clock moves. Cheap: nothing but a clock read when a hook is set and the
- * context is busy, nothing at all otherwise; calling it every few milliseconds is fine. */
+/* Gives the hook the activity's line if one is due (the activity older than its delay, and a
+ * count changed since the last line or that line older than a fifth of a second): for long waits
+ * inside an activity (the C compiler, timing runs), so the line's clock moves. Cheap: nothing but a
+ * clock read when a hook is set and the context is busy, nothing at all otherwise; calling it every
+ * few milliseconds is fine. */
 void cn_progress_tick(cn_ctx *ctx);
 
 /* Records a failure: status plus printf-style message. Returns status for `return cn_fail(...)`. */
