@@ -257,19 +257,29 @@ static int terminal_lines(const char *text) {
   return lines;
 }
 
-static void test_terminal(const char *dir) {
-  char path[600], args[1400];
-  snprintf(path, sizeof path, "%s/small.cnl", dir);
+/* Writes DIR/NAME holding text and makes DIR/CACHE the cache directory of the commands run next;
+ * false when the file cannot be written. */
+static bool prepare(const char *dir, const char *name, const char *text, const char *cache) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "w");
   CHECK(f != NULL);
-  if (!f) return;
-  fputs("let x = [1; 2; 3]\nlet y = (x *. 2) ++ \"...|... => 0\"\nprint \"first\"\nprint y\n"
-        "printf \"%g\\n\" (y + 1)\n",
-        f);
-  fclose(f);
-  static char out[65536], err[65536];
-  snprintf(path, sizeof path, "%s/cache_tty", dir);
+  if (!f) return false;
+  fputs(text, f);
+  CHECK(fclose(f) == 0);
+  snprintf(path, sizeof path, "%s/%s", dir, cache);
   setenv("CANNL_CACHE_DIR", path, 1);
+  return true;
+}
+
+static void test_terminal(const char *dir) {
+  char path[600], args[1400];
+  if (!prepare(dir, "small.cnl",
+               "let x = [1; 2; 3]\nlet y = (x *. 2) ++ \"...|... => 0\"\nprint \"first\"\n"
+               "print y\nprintf \"%g\\n\" (y + 1)\n",
+               "cache_tty"))
+    return;
+  static char out[65536], err[65536];
   setenv("CANNL_PROGRESS_AFTER_MS", "0", 1);
   snprintf(args, sizeof args, "run '%s/small.cnl'", dir);
   CHECK_INT(run_pty(args, true, 0, out, sizeof out, err, sizeof err), 0);
@@ -314,17 +324,12 @@ static bool progress_of(const char *text, int step, double *rate, double *second
  * rate and the time left at it; the last, the rate of steps 2 .. 5 over the time since step 1
  * ended (the old rate, 5 steps over the whole time, is a few times less) and the whole time. */
 static void test_rate(const char *dir) {
-  char path[600], args[1400];
-  snprintf(path, sizeof path, "%s/loop.cnl", dir);
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("let x = [1; 2; 3]\nlet y = (x *. 2) ++ \"...|... => 0\"\nlet%cd step = {acc} =+ y\n"
-        "for i = 0 to 4 progress ~loss:acc do\n  run step\ndone\n",
-        f);
-  fclose(f);
-  snprintf(path, sizeof path, "%s/cache_rate", dir);
-  setenv("CANNL_CACHE_DIR", path, 1);
+  char args[1400];
+  if (!prepare(dir, "loop.cnl",
+               "let x = [1; 2; 3]\nlet y = (x *. 2) ++ \"...|... => 0\"\n"
+               "let%cd step = {acc} =+ y\nfor i = 0 to 4 progress ~loss:acc do\n  run step\ndone\n",
+               "cache_rate"))
+    return;
   static char out[65536], err[65536];
   snprintf(args, sizeof args, "run '%s/loop.cnl' --json", dir);
   CHECK_INT(run_pty(args, false, 0, out, sizeof out, err, sizeof err), 0);
