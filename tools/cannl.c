@@ -304,9 +304,9 @@ static void print_timings(const cn_ctx *ctx, uint64_t total_us, bool json) {
 /* The progress hook of run and export (stderr a terminal, no --json): the line redrawn in place
  * on stderr, cut to the terminal's width (a wrapped line would not be redrawn in place), erased
  * when the work ends. The library erases it before the script writes anything more (the work
- * ends inside the statement that started it). stdout is not flushed here; but the compiler's start
- * flushes it, so the end of a line a script began without ending it (printf without "\n") is
- * overwritten while the line shows. */
+ * ends inside the statement that started it). stdout is not flushed here, but the compiler's start
+ * flushes it: a line the script began without ending it (printf without "\n") is on the terminal
+ * then, and the progress line, drawn from the line's start, erases it from the screen. */
 static void draw_progress(void *user, const char *line) {
   (void)user;
   struct winsize ws;
