@@ -55,6 +55,19 @@ const char *cn_ctx_error(const cn_ctx *ctx);
 cn_status cn_ctx_status(const cn_ctx *ctx);
 void cn_ctx_clear_error(cn_ctx *ctx);
 void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_level);
+/* A progress hook: while the context compiles routines or tunes GEMM plans for more than about a
+ * second, it receives a one-line description of that work, such as "compiling 1 routine (6
+ * done), tuning 1 GEMM nest (2 done) ... 4.2 s", again when the counts change and, while the
+ * work goes on, up to five times a second; when the work ends after a line was given, it receives
+ * NULL (erase the line), so a caller that draws the line on a terminal can clear it before anything
+ * else is written. The work's clock runs across compilations separated by less than half a second
+ * (a script compiles its statements one by one, running each in between). Called on the thread that
+ * compiles; the line is valid during the call only. */
+typedef void (*cn_progress_fn)(void *user, const char *line);
+/* Installs the progress hook (fn NULL: none, the default). The delay before the first line is one
+ * second, or CANNL_PROGRESS_AFTER_MS milliseconds when that variable holds a number when the hook
+ * is installed (a knob for tests). */
+void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
 
 /* Options of the generated-C backend (copied):
  *   "cc"        compiler command (default: $CC, else "cc")

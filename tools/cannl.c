@@ -17,8 +17,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef CANNL_VERSION
 #error "CANNL_VERSION is defined by CMakeLists.txt from the project version"
@@ -44,7 +46,9 @@ static const char usage_text[] =
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
     "                naming the tensor, its operation and its line (exit 1); --timings\n"
     "                prints where the time went (scheduling, tuning, C generation, the\n"
-    "                compiler, runs) on stderr when the script ends\n"
+    "                compiler, runs) on stderr when the script ends; when stderr is a\n"
+    "                terminal and not --json, compiling or tuning that lasts over a\n"
+    "                second shows a line there saying what, erased when it ends\n"
     "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR] [--sampler]\n"
     "      [--backend interp|c] [--set NAME=VALUE]...\n"
     "                run a script as run does, then write the forward code of the tensor\n"
@@ -297,6 +301,23 @@ static void print_timings(const cn_ctx *ctx, uint64_t total_us, bool json) {
             (unsigned long long)tuned);
 }
 
+/* The progress hook of run and export (stderr a terminal, no --json): the line redrawn in place
+ * on stderr, cut to the terminal's width (a wrapped line would not be redrawn in place), erased
+ * when the work ends. The library erases it before the script writes anything more (the work
+ * ends inside the statement that started it). stdout is not flushed here, but the compiler's start
+ * flushes it: a line the script began without ending it (printf without "\n") is on the terminal
+ * then, and the progress line, drawn from the line's start, erases it from the screen. */
+static void draw_progress(void *user, const char *line) {
+  (void)user;
+  struct winsize ws;
+  int width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 1000;
+  if (line)
+    fprintf(stderr, "\r%.*s\033[K", width, line);
+  else
+    fputs("\r\033[K", stderr);
+  fflush(stderr);
+}
+
 static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
   cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets};
   const char *file = NULL, *inline_text = NULL;
@@ -354,6 +375,7 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   int status = 0;
   bool parse_failed = false;
   opts.syntax_error = &parse_failed;
+  if (ctx && !opts.json && isatty(STDERR_FILENO)) cn_ctx_set_progress(ctx, draw_progress, NULL);
   if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
     fputs("cannl: out of memory\n", stderr);
     status = EXIT_RUNTIME;

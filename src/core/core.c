@@ -1,13 +1,15 @@
-/* The context: arena (with marks), error state, logging, option storage, counters, symbols and
- * cleanups; plus the string builder and checked allocation used by every module. Options are
- * stored as key/value texts only: their keys, checks and defaults belong to the layers that use
- * them (src/runtime/routine.c, src/backend/cc.c), so the core depends on nothing above it.
+/* The context: arena (with marks), error state, logging, option storage, counters, symbols,
+ * cleanups and the progress hook's activity; plus the string builder and checked allocation used by
+ * every module. Options are stored as key/value texts only: their keys, checks and defaults belong
+ * to the layers that use them (src/runtime/routine.c, src/backend/cc.c), so the core depends on
+ * nothing above it.
  *
  * Invariants: the arena and every malloc'd table of the context are released by cn_ctx_destroy
  * and nowhere else (arena blocks also by cn_arena_reset); higher layers' resources only through
  * the cleanups they register; a failing call leaves its message in ctx->error (truncated to fit,
  * never overflowing); the allocation test hook (fail_alloc_countdown) affects cn_alloc, cn_malloc,
- * cn_calloc and cn_realloc alike, so every caller's failure path can be exercised. */
+ * cn_calloc and cn_realloc alike, so every caller's failure path can be exercised; the progress
+ * hook receives NULL exactly once after each activity it was given a line of. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "core/core.h"
 
@@ -329,6 +331,89 @@ uint64_t cn_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- Progress ---- */
+
+#define CN_PROGRESS_GAP_US    500000u /* an activity starting sooner after one continues it */
+#define CN_PROGRESS_REDRAW_US 200000u /* the least time between two lines of the same counts */
+#define CN_PROGRESS_AFTER_MS  1000u   /* the default delay before the first line */
+
+void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user) {
+  ctx->progress_fn = fn;
+  ctx->progress_user = user;
+  const char *env = getenv("CANNL_PROGRESS_AFTER_MS");
+  uint64_t ms;
+  if (!env || !cn_parse_natural(env, strlen(env), UINT64_MAX / 1000u, &ms))
+    ms = CN_PROGRESS_AFTER_MS;
+  ctx->progress.after_us = ms * 1000u;
+  ctx->progress.start_us = cn_now_us(); /* counts taken without a hook have no clock */
+}
+
+static bool progress_busy(const cn_progress *p) {
+  for (int k = 0; k < CN_PROGRESS_KINDS; k++)
+    if (p->active[k] > 0) return true;
+  return false;
+}
+
+/* "compiling 1 routine (6 done), tuning 1 GEMM nest (2 done) ... 4.2 s": the kinds in progress. */
+static void progress_line(const cn_progress *p, uint64_t now, char *line, size_t cap) {
+  static const char *const verbs[CN_PROGRESS_KINDS] = {"compiling", "tuning"};
+  static const char *const things[CN_PROGRESS_KINDS] = {"routine", "GEMM nest"};
+  size_t len = 0;
+  line[0] = '\0';
+  for (int k = 0; k < CN_PROGRESS_KINDS; k++) {
+    if (p->active[k] == 0) continue;
+    len += (size_t)snprintf(line + len, cap - len, "%s%s %d %s%s", len ? ", " : "", verbs[k],
+                            p->active[k], things[k], p->active[k] > 1 ? "s" : "");
+    if (len < cap && p->done[k] > 0)
+      len += (size_t)snprintf(line + len, cap - len, " (%d done)", p->done[k]);
+    if (len >= cap) return; /* truncated: cap is made to hold the longest line */
+  }
+  snprintf(line + len, cap - len, " ... %.1f s", (double)(now - p->start_us) * 1e-6);
+}
+
+static void progress_draw(cn_ctx *ctx, uint64_t now) {
+  cn_progress *p = &ctx->progress;
+  if (now - p->start_us < p->after_us) return;
+  if (p->shown && !p->changed && now - p->drawn_us < CN_PROGRESS_REDRAW_US) return;
+  char line[160];
+  progress_line(p, now, line, sizeof line);
+  p->shown = true;
+  p->changed = false;
+  p->drawn_us = now;
+  ctx->progress_fn(ctx->progress_user, line);
+}
+
+void cn_progress_add(cn_ctx *ctx, cn_progress_kind kind, int delta) {
+  cn_progress *p = &ctx->progress;
+  CN_ASSERT((int)kind >= 0 && kind < CN_PROGRESS_KINDS && p->active[kind] + delta >= 0);
+  if (delta == 0) return;
+  if (!ctx->progress_fn) {
+    p->active[kind] += delta;
+    return;
+  }
+  uint64_t now = cn_now_us();
+  if (delta > 0 && !progress_busy(p) && !(p->end_us && now - p->end_us < CN_PROGRESS_GAP_US)) {
+    p->start_us = now;
+    memset(p->done, 0, sizeof p->done);
+  }
+  p->active[kind] += delta;
+  if (delta < 0) p->done[kind] -= delta;
+  p->changed = true;
+  if (progress_busy(p)) {
+    progress_draw(ctx, now);
+    return;
+  }
+  p->end_us = now;
+  if (p->shown) {
+    p->shown = false;
+    ctx->progress_fn(ctx->progress_user, NULL);
+  }
+}
+
+void cn_progress_tick(cn_ctx *ctx) {
+  if (ctx->progress_fn && progress_busy(&ctx->progress)) progress_draw(ctx, cn_now_us());
 }
 
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which) {

@@ -154,6 +154,24 @@ typedef struct cn_cleanup {
   struct cn_cleanup *prev, *next;
 } cn_cleanup;
 
+/* ---- Progress of long work (the hook of cn_ctx_set_progress) ----
+ * What the context is busy with: the routines being compiled (from lowering to the loaded object,
+ * tuning included) and the GEMM nests being tuned, counted by the layers that do the work. An
+ * activity runs while any count is positive; one that starts less than CN_PROGRESS_GAP_US after
+ * the previous one ended continues it (its clock and its done counts), since a script compiles its
+ * statements one at a time and runs each in between. */
+typedef enum { CN_PROGRESS_COMPILE, CN_PROGRESS_TUNE, CN_PROGRESS_KINDS } cn_progress_kind;
+typedef struct {
+  int active[CN_PROGRESS_KINDS]; /* being compiled, being tuned */
+  int done[CN_PROGRESS_KINDS];   /* finished (or failed) since the activity began */
+  uint64_t start_us;             /* when the activity began */
+  uint64_t end_us;               /* when the last activity ended; 0: none yet */
+  uint64_t drawn_us;             /* when the hook last received a line */
+  uint64_t after_us;             /* the activity's age before its first line */
+  bool shown;                    /* the hook holds a line that NULL has not erased */
+  bool changed;                  /* a count changed since the hook's last line */
+} cn_progress;
+
 /* An option's value as set on the context (both texts malloc'd; value NULL: back to default). */
 typedef struct {
   char *key, *value;
@@ -181,6 +199,9 @@ struct cn_ctx {
    * the first parallel run: every run finds it at once, where the list of cleanups holds one
    * entry per node buffer. The core neither creates nor reads the pool. */
   cn_cleanup *worker_pool;
+  cn_progress_fn progress_fn; /* NULL: nobody is told, and the counts cost no clock reads */
+  void *progress_user;
+  cn_progress progress;
   /* Test hook: when > 0, counts down on every allocation through cn_alloc / cn_malloc and the
    * allocation that reaches 0 fails, so error paths can be exercised. */
   long fail_alloc_countdown;
@@ -188,6 +209,18 @@ struct cn_ctx {
 
 /* Microseconds of a monotonic clock, for the CN_STAT_US_* counters. */
 uint64_t cn_now_us(void);
+
+/* Counts delta (positive: begun, negative: finished or failed) things of a kind, keeping
+ * the activity's clock; when a hook is set, gives it the line if the activity is old enough and the
+ * last line is old enough (as cn_progress_tick), or NULL when the activity ends after a line was
+ * given. Every +n must be matched by a -n on every path, failures included. */
+void cn_progress_add(cn_ctx *ctx, cn_progress_kind kind, int delta);
+/* Gives the hook the activity's line if one is due (the activity older than its delay, and a
+ * count changed since the last line or that line older than a fifth of a second): for long waits
+ * inside an activity (the C compiler, timing runs), so the line's clock moves. Cheap: nothing but a
+ * clock read when a hook is set and the context is busy, nothing at all otherwise; calling it every
+ * few milliseconds is fine. */
+void cn_progress_tick(cn_ctx *ctx);
 
 /* Records a failure: status plus printf-style message. Returns status for `return cn_fail(...)`. */
 cn_status cn_fail(cn_ctx *ctx, cn_status status, const char *fmt, ...) CN_PRINTF(3, 4);

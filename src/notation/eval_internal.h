@@ -126,6 +126,7 @@ typedef struct {
   cn_tensor *loss; /* NULL: no loss shown */
   bool tty;        /* a bar redrawn in place; else plain lines */
   double start, last_draw;
+  double first_end;  /* when the first step ended (the rate counts the steps after it) */
   int tenth;         /* plain lines: the next line ends this tenth of the steps (1 .. 10) */
   int64_t next_line; /* at this step count */
 } nt_progress;

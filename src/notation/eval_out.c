@@ -2,7 +2,9 @@
  * printf's formatting (the parser checked the format: one argument per conversion), strings,
  * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
  * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with
- * --json), and the message for a routine that reads a static index no enclosing loop binds.
+ * --json; the rate and the time left count from the end of the first step, whose time holds the
+ * compilation of the body, the total time from the loop's start), and the message for a routine
+ * that reads a static index no enclosing loop binds.
  *
  * Invariants: a drawn bar is cleared (nt_out) before anything else is written to the stream, so
  * lines never interleave with it; the plain and JSON forms depend only on the steps and the loss,
@@ -159,12 +161,16 @@ static void clock_text(char *buf, size_t cap, double seconds) {
 bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   bool last = done == pr->total;
   double t = now();
+  if (done == 1) pr->first_end = t;
   if (pr->tty ? !last && t - pr->last_draw < 0.1 : !last && done < pr->next_line) return true;
   double loss = 0;
   if (pr->loss && !read_loss(I, pr, &loss)) return false;
-  double elapsed = t - pr->start, per_step = elapsed / (double)done;
-  double rate =
-      elapsed > 0 ? (double)done * (double)(pr->batch_size ? pr->batch_size : 1) / elapsed : 0;
+  /* the rate and the time left: of the steps after the first, whose time includes the
+   * compilation of the body; at the first step, of that step */
+  double elapsed = t - pr->start, span = done > 1 ? t - pr->first_end : elapsed;
+  int64_t steps = done > 1 ? done - 1 : 1;
+  double per_step = span / (double)steps;
+  double rate = span > 0 ? (double)steps * (double)(pr->batch_size ? pr->batch_size : 1) / span : 0;
   const char *name = pr->loop->u.for_.name, *unit = pr->batch_size ? "samples/s" : "steps/s";
   int pct = (int)(100 * done / pr->total);
   /* the time shown: the time left, or at the last step the time taken */

@@ -17,6 +17,8 @@
  *
  * A procedure is scheduled (src/sched) after simplification, with the passes the "schedule"
  * option names when the routine is compiled; the loop-IR text is the scheduled one.
+ * A routine counts as compiling (CN_PROGRESS_COMPILE, the context's progress hook) from its
+ * lowering to its loaded object, on every path out, failures included.
  *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
@@ -389,7 +391,6 @@ static bool routine_adopt(cn_routine *r) {
 
 static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                    const char *name, bool tiered) {
-  if (!ctx) return NULL;
   cn_routine *r = routine_prepare(ctx, asgn, backend, name, tiered);
   if (!r) return NULL;
   if (r->tiered) { /* compiled before: no reason to interpret */
@@ -417,12 +418,20 @@ static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
 
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name) {
-  return routine_compile(ctx, asgn, backend, name, false);
+  if (!ctx) return NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
+  cn_routine *r = routine_compile(ctx, asgn, backend, name, false);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
+  return r;
 }
 
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                       const char *name) {
-  return routine_compile(ctx, asgn, backend, name, true);
+  if (!ctx) return NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
+  cn_routine *r = routine_compile(ctx, asgn, backend, name, true);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
+  return r;
 }
 
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
@@ -432,6 +441,7 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
     return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
   for (int k = 0; k < n; k++) out[k] = NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, n);
   cn_routine **rs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *rs);
   const cn_ll_proc **procs = cn_alloc(ctx, sizeof *procs * (size_t)(n > 0 ? n : 1));
   void **compiled = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *compiled);
@@ -464,6 +474,7 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   }
   free(rs);
   free(compiled);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -n);
   return status;
 }
 
@@ -556,7 +567,9 @@ cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value) {
 static cn_status tier_up(cn_routine *r) {
   void *compiled = NULL;
   const char *source = NULL;
+  cn_progress_add(r->ctx, CN_PROGRESS_COMPILE, 1);
   cn_status status = cn_backend_c.compile(r->ctx, r->proc, &compiled, &source);
+  cn_progress_add(r->ctx, CN_PROGRESS_COMPILE, -1);
   if (status != CN_OK) return status;
   r->backend->release(r->compiled);
   r->backend = &cn_backend_c;

@@ -18,7 +18,8 @@
  * Invariants: a candidate differs from the plan only in mr, nv and kc, which change how a cell's
  * updates are grouped into tiles and blocks, never their order or rounding (loops.h), so tuning
  * never changes a result; a statement's plan is replaced by an arena copy, never written through.
- * Counters: CN_STAT_TUNE_RUNS per statement tuned, CN_STAT_TUNE_HITS per record used. */
+ * Counters: CN_STAT_TUNE_RUNS per statement tuned, CN_STAT_TUNE_HITS per record used; the context's
+ * progress counts a statement as tuning (CN_PROGRESS_TUNE) while its candidates compile and run. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "runtime/tune.h"
 
@@ -214,6 +215,7 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
       status = cn_backend_c.run(ctx, states[k], bufs, syms);
       double took = seconds() - start;
       if (r > 0 && (r == 1 || took < fastest)) fastest = took; /* run 0 warms up */
+      cn_progress_tick(ctx);
     }
     if (status != CN_OK) break;
     if (k == 0 || fastest < best_time) {
@@ -298,7 +300,11 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing
   }
   if (strcmp(mode, "cached") == 0) return CN_OK; /* the heuristic plan */
   const char *key = key_of(ctx, proc, s, mode);
-  return key ? tune_stmt(ctx, proc, s, around, mode, key) : ctx->status;
+  if (!key) return ctx->status;
+  cn_progress_add(ctx, CN_PROGRESS_TUNE, 1);
+  cn_status status = tune_stmt(ctx, proc, s, around, mode, key);
+  cn_progress_add(ctx, CN_PROGRESS_TUNE, -1);
+  return status;
 }
 
 cn_status cn_tune_proc(cn_ctx *ctx, cn_ll_proc *proc, const char *mode) {
