@@ -47,6 +47,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -552,12 +553,17 @@ static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum)
 
 /* ---- Running the compiler ---- */
 
-/* Reads the whole pipe, keeping the first lines of it in out. */
-static void read_compiler_output(int fd, cn_sbuf *out) {
+/* Reads the whole pipe, keeping the first lines of it in out; the progress line ticks while the
+ * compiler is silent (cn_progress_tick, every 100 ms). */
+static void read_compiler_output(cn_ctx *ctx, int fd, cn_sbuf *out) {
   char chunk[4096];
   int lines = 0;
   bool truncated = false;
   for (;;) {
+    struct pollfd wait = {.fd = fd, .events = POLLIN};
+    int ready = poll(&wait, 1, 100);
+    cn_progress_tick(ctx);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
     ssize_t got = read(fd, chunk, sizeof chunk);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
@@ -665,7 +671,7 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const char *progra
                                  const char *c_path, const char *written, pid_t pid, int fd,
                                  bool report) {
   cn_sbuf output = {0};
-  read_compiler_output(fd, &output);
+  read_compiler_output(ctx, fd, &output);
   close(fd);
   int wait_status;
   pid_t waited;
