@@ -7,9 +7,10 @@
  * into parsing, shapes, data and host work ("other"), lowering and scheduling, C generation, the
  * compiler, tuning, the first run of each routine and the later runs. The time to the end of the
  * first epoch is when the first `progress` line of a finished loop comes out (a script without
- * progress, moons, has none). The same run times PyTorch (bench_startup.py next to this file, by
- * /usr/bin/python3, one thread) from its process's start to the end of its first training step
- * and of its first epoch of the same model (the other benchmarks' models, imported).
+ * progress, moons, has none; stdbuf makes them come out on time, see STDBUF). The same run times
+ * PyTorch (bench_startup.py next to this file, by /usr/bin/python3, one thread) from its process's
+ * start to the end of its first training step and of its first epoch of the same model (the other
+ * benchmarks' models, imported).
  *
  * Workloads: moons (examples/moons.cnl, the whole script), mlp and convnet
  * (examples/fashion_mnist.cnl, one epoch; skipped with a message without the Fashion-MNIST files)
@@ -88,6 +89,13 @@ enum { N_ROWS = sizeof rows / sizeof rows[0] };
 
 /* ---- Running a script ------------------------------------------------------------------------ */
 
+/* `cannl run --json` does not flush its progress lines (the text ones it does): on a pipe they
+ * come out when the buffer fills or the script ends, so the script runs under stdbuf -oL, its
+ * stdout line-buffered, for their arrival to time the steps; without stdbuf the first epoch's end
+ * is not measured. */
+#define STDBUF "/usr/bin/stdbuf"
+static bool line_buffered;
+
 /* The number after `"key": ` in a JSON line, NAN when the key is not there. */
 static double json_value(const char *line, const char *key) {
   char quoted[64];
@@ -121,9 +129,10 @@ static bool run_script(const char *cannl, const char *examples, const row *r, co
   char cmd[3 * PATH_MAX + 512], err[PATH_MAX + 16];
   snprintf(err, sizeof err, "%s/stderr", work);
   snprintf(cmd, sizeof cmd,
-           "cd '%s' && CANNL_THREADS=1 CANNL_CACHE_DIR='%s/cache' '%s' run '%s%s' --timings --json "
-           "%s 2>'%s'",
-           work, work, cannl, examples, r->script, r->sets, err);
+           "cd '%s' && CANNL_THREADS=1 CANNL_CACHE_DIR='%s/cache' %s'%s' run '%s%s' --timings "
+           "--json %s 2>'%s'",
+           work, work, line_buffered ? STDBUF " -oL " : "", cannl, examples, r->script, r->sets,
+           err);
   *out = (script_run){.epoch_s = NAN};
   for (int k = 0; k < N_TIMINGS; k++) out->timing[k] = NAN;
   for (int k = 0; k < N_COUNTS; k++) out->count[k] = NAN;
@@ -134,8 +143,9 @@ static bool run_script(const char *cannl, const char *examples, const row *r, co
   static char line[65536]; /* the script's output: a JSON line may hold a whole ASCII chart */
   bool at_start = true;
   while (fgets(line, sizeof line, p)) {
-    /* the progress lines are flushed as they are printed: one's arrival is its step's end */
-    if (at_start && isnan(out->epoch_s) && strncmp(line, "{\"progress\": ", 13) == 0 &&
+    /* the progress lines come out line by line (stdbuf): one's arrival is its step's end */
+    if (line_buffered && at_start && isnan(out->epoch_s) &&
+        strncmp(line, "{\"progress\": ", 13) == 0 &&
         json_value(line, "step") == json_value(line, "total"))
       out->epoch_s = now_seconds() - start;
     at_start = strchr(line, '\n') != NULL;
@@ -321,11 +331,14 @@ int main(int argc, char **argv) {
   snprintf(examples, sizeof examples, "%.*s../examples/", slash ? (int)(slash - b.script + 1) : 0,
            b.script);
   int n_rows = b.quick ? 1 : N_ROWS;
+  line_buffered = access(STDBUF, X_OK) == 0;
   printf(
       "bench_startup%s: the example scripts by cannl run --timings, one thread (CANNL_THREADS=1), "
       "cold (a fresh empty CANNL_CACHE_DIR) then warm (the same cache), and PyTorch's first "
       "step and epoch of the same models (one thread)\n",
       b.quick ? " --quick" : "");
+  if (!line_buffered)
+    printf("%s (coreutils) is not installed: cannl's first epoch end is not measured\n", STDBUF);
   bool ok = true;
   for (int i = 0; i < n_rows; i++) {
     row *r = &rows[i];
