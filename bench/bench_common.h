@@ -1,15 +1,18 @@
-/* What the benchmarks bench_perf.c and bench_gemm.c share (bench_moons.c takes the clock only):
- * the monotonic clock, the timing of repetitions (median and best), the random data and the
- * models both time (matmul, the MLP step, the conv step), the child that compiles one model and
- * times it, and the parent (bench_main): its command line, the children and the python side run
- * and read row by row, the JSON file, and the ratio of two medians; each program brings its rows,
- * its tables and targets as the hooks of a `bench`.
+/* What the benchmarks share (bench_perf.c and bench_gemm.c all of it; bench_fashion.c and
+ * bench_startup.c the command line, the python side's lines and the report's helpers;
+ * bench_moons.c the clock only): the monotonic clock, the timing of repetitions (median and best),
+ * the random data and the models both time (matmul, the MLP step, the conv step), the child that
+ * compiles one model and times it, and the parent (bench_main): its command line, the children and
+ * the python side run and read row by row, the JSON file, the ratio of two medians and the report's
+ * helpers; each program brings its rows, its tables and targets as the hooks of a `bench`.
  *
  * Invariants: every timed side warms up once and then times as many repetitions as fit in the
  * budget (3 to MAX_REPS); a child prints `NAME median_ms=M best_ms=B reps=R` lines, the format the
- * parent (and the python side, bench_common.py) writes and reads; everything here is static
- * inline, so a program that includes it and uses only a part stays free of unused warnings. The
- * python scripts are named next to this header (the same directory as the programs' sources). */
+ * parent (and the python side, bench_common.py) writes and reads; the report's helpers (numbers or
+ * "-", JSON members, PASS / MISS lines) print a missing value (NAN) as such; everything here is
+ * static inline, so a program that includes it and uses only a part stays free of unused warnings.
+ * The python scripts are named next to this header (the same directory as the programs' sources).
+ */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -231,6 +234,36 @@ static inline double ratio(const cell *a, const cell *b) {
 static inline bool parse_timing(const char *line, char name[32], timing *t) {
   return sscanf(line, "%31s median_ms=%lf best_ms=%lf reps=%d", name, &t->median_ms, &t->best_ms,
                 &t->reps) == 4;
+}
+
+/* ---- Report helpers ------------------------------------------------------------------------- */
+
+/* v by format into buf, "-" when missing (NAN); returns buf. */
+static inline const char *fmt_number(char *buf, size_t size, const char *format, double v) {
+  if (isnan(v))
+    snprintf(buf, size, "-");
+  else
+    snprintf(buf, size, format, v);
+  return buf;
+}
+
+/* Appends `,"key":value` (null when missing) to the JSON text. */
+static inline void json_num(char *buf, size_t size, const char *key, double v) {
+  size_t len = strlen(buf);
+  if (isnan(v))
+    snprintf(buf + len, size - len, ",\"%s\":null", key);
+  else
+    snprintf(buf + len, size - len, ",\"%s\":%.6g", key, v);
+}
+
+/* A PASS / MISS line of a target: value >= goal (value <= goal when at_most). */
+static inline void print_target(const char *what, double value, double goal, bool at_most) {
+  const char *sign = at_most ? "<=" : ">=";
+  if (isnan(value))
+    printf("MISS  %-40s       n/a  target %s %g (a side is missing)\n", what, sign, goal);
+  else
+    printf("%s  %-40s %9.3g  target %s %g\n",
+           (at_most ? value <= goal : value >= goal) ? "PASS" : "MISS", what, value, sign, goal);
 }
 
 /* The cell of a python side's name (torch1, torch2, numpy) among torch[2] and numpy, else NULL. */

@@ -157,14 +157,6 @@ static void train_torch(bench *b, row *r, int epochs) {
 
 /* ---- Report -------------------------------------------------------------------------------- */
 
-/* v by format, "-" when missing. */
-static void fmt(char *buf, size_t size, const char *format, double v) {
-  if (isnan(v))
-    snprintf(buf, size, "-");
-  else
-    snprintf(buf, size, format, v);
-}
-
 /* The table of every side, then the ratios (when PyTorch ran). */
 static void report(const bench *b) {
   printf("\nFashion-MNIST training, mini-batch 100, Adam 2e-3 -> 1e-4; seconds (medians over the "
@@ -175,15 +167,15 @@ static void report(const bench *b) {
     for (int s = 0; s < SIDES; s++) {
       const run *r = &rows[i].runs[s];
       char c[5][24];
-      fmt(c[0], sizeof c[0], "%.2f", s < 2 && r->epochs ? r->build_s : NAN);
-      fmt(c[1], sizeof c[1], "%.3f", median_of(r->train_s, r->epochs));
-      fmt(c[2], sizeof c[2], "%.3f", median_of(r->eval_s, r->epochs));
+      fmt_number(c[0], sizeof c[0], "%.2f", s < 2 && r->epochs ? r->build_s : NAN);
+      fmt_number(c[1], sizeof c[1], "%.3f", median_of(r->train_s, r->epochs));
+      fmt_number(c[2], sizeof c[2], "%.3f", median_of(r->eval_s, r->epochs));
       int reached = epoch_to_target(r);
       if (reached)
         snprintf(c[3], sizeof c[3], "%.2f (%d)", time_to_target(r), reached);
       else
         snprintf(c[3], sizeof c[3], "-");
-      fmt(c[4], sizeof c[4], "%.2f%%", 100 * final_accuracy(r));
+      fmt_number(c[4], sizeof c[4], "%.2f%%", 100 * final_accuracy(r));
       printf("%-8s %-11s %6d %9s %8s %8s %14s %9s\n", rows[i].name, side_names[s], r->epochs, c[0],
              c[1], c[2], c[3], c[4]);
     }
@@ -194,22 +186,14 @@ static void report(const bench *b) {
     const run *r = rows[i].runs;
     char c[4][24];
     for (int t = 0; t < 2; t++) {
-      fmt(c[t], sizeof c[t], "%.2fx",
+      fmt_number(
+          c[t], sizeof c[t], "%.2fx",
           over(median_of(r[2 + t].train_s, r[2 + t].epochs), median_of(r[t].train_s, r[t].epochs)));
-      fmt(c[2 + t], sizeof c[2 + t], "%.2fx",
-          over(time_to_target(&r[2 + t]), time_to_target(&r[t])));
+      fmt_number(c[2 + t], sizeof c[2 + t], "%.2fx",
+                 over(time_to_target(&r[2 + t]), time_to_target(&r[t])));
     }
     printf("%-8s %8s %8s %10s %10s\n", rows[i].name, c[0], c[1], c[2], c[3]);
   }
-}
-
-/* Appends `,"key":value` (null when missing) to the JSON text. */
-static void json_num(char *buf, size_t size, const char *key, double v) {
-  size_t len = strlen(buf);
-  if (isnan(v))
-    snprintf(buf + len, size - len, ",\"%s\":null", key);
-  else
-    snprintf(buf + len, size - len, ",\"%s\":%.6g", key, v);
 }
 
 /* One workload: the row's model at `threads`, both sides. */

@@ -15,7 +15,7 @@ not change).
 Usage: bench_fashion.py DATA_DIR MODEL EPOCHS TRAIN_EXAMPLES TEST_EXAMPLES (0: all). Prints the
 missing-package and `versions` lines of bench_common, then for each thread count T and epoch E
 (from 1) `torchT epoch=E train_s=S eval_s=S accuracy=A` (flushed); the training time includes the
-epoch's shuffle, not the evaluation.
+epoch's shuffle, not the evaluation. bench_startup.py imports its data, models and training.
 """
 import gzip
 import os
@@ -54,7 +54,9 @@ def standardized(images):
     return ((images.float() / 255 - MEAN) / STD).unsqueeze(1)
 
 
-def train(name, model_name, epochs, data):
+def train(name, model_name, epochs, data, on_step=None):
+    """Trains and evaluates; on_step(epoch, batch), when given, is called after every step (the
+    loss read)."""
     x, y, test_x, test_y = data
     torch.manual_seed(1)
     model = build(model_name)
@@ -77,6 +79,8 @@ def train(name, model_name, epochs, data):
             loss.backward()
             opt.step()
             total += loss.item()
+            if on_step:
+                on_step(epoch, b)
         trained = time.perf_counter()
         correct = 0
         with torch.no_grad():
@@ -89,20 +93,27 @@ def train(name, model_name, epochs, data):
               f"loss={total / batches:.6f}", flush=True)
 
 
+def load_data(data_dir, train_examples, test_examples):
+    """(train images, train labels, test images, test labels), the first train_examples and
+    test_examples of each set (0: all)."""
+    files = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+    paths = [os.path.join(data_dir, f) for f in files]
+    return (load_idx(paths[0], 16, train_examples), load_idx(paths[1], 8, train_examples),
+            load_idx(paths[2], 16, test_examples), load_idx(paths[3], 8, test_examples))
+
+
 def main():
     data_dir, model, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     train_examples, test_examples = int(sys.argv[4]), int(sys.argv[5])
     print_versions()
     if torch is None or np is None:
         return
-    files = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-    paths = [os.path.join(data_dir, f) for f in files]
-    data = (load_idx(paths[0], 16, train_examples), load_idx(paths[1], 8, train_examples),
-            load_idx(paths[2], 16, test_examples), load_idx(paths[3], 8, test_examples))
+    data = load_data(data_dir, train_examples, test_examples)
     for threads in (1, 2):
         set_threads(threads)
         train(f"torch{threads}", model, epochs, data)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -127,14 +127,6 @@ static double gflops(const row *r, const cell *c) {
   return c->have && c->t.median_ms > 0 ? flops(r->w.kind, r->w.size) / c->t.median_ms * 1e-6 : NAN;
 }
 
-static const char *fmt(char *buf, size_t size, double v) {
-  if (isnan(v))
-    snprintf(buf, size, "-");
-  else
-    snprintf(buf, size, "%.4g", v);
-  return buf;
-}
-
 /* The cells of a row in column order: fma 1t, fma 2t, exact 1t, exact 2t, torch 1t, torch 2t,
  * numpy. */
 static void row_cells(const row *r, const cell *cells[7]) {
@@ -157,11 +149,13 @@ static void report(const bench *gb) {
     const row *r = &rows[i];
     const cell *c[7];
     row_cells(r, c);
-    for (int k = 0; k < 7; k++) fmt(b[k], 24, c[k]->have ? c[k]->t.median_ms : NAN);
+    for (int k = 0; k < 7; k++) fmt_number(b[k], 24, "%.4g", c[k]->have ? c[k]->t.median_ms : NAN);
     printf("%-11s %9s %9s %9s %9s %9s %9s %9s %8s %7s %7s %7s %7s\n", r->w.name, b[0], b[1], b[2],
-           b[3], b[4], b[5], b[6], fmt(b[7], 24, gflops(r, c[0])),
-           fmt(b[8], 24, ratio(&r->torch[0], c[0])), fmt(b[9], 24, ratio(&r->torch[1], c[1])),
-           fmt(b[10], 24, ratio(&r->numpy, c[0])), fmt(b[11], 24, ratio(c[0], c[1])));
+           b[3], b[4], b[5], b[6], fmt_number(b[7], 24, "%.4g", gflops(r, c[0])),
+           fmt_number(b[8], 24, "%.4g", ratio(&r->torch[0], c[0])),
+           fmt_number(b[9], 24, "%.4g", ratio(&r->torch[1], c[1])),
+           fmt_number(b[10], 24, "%.4g", ratio(&r->numpy, c[0])),
+           fmt_number(b[11], 24, "%.4g", ratio(c[0], c[1])));
   }
   printf("(ms, medians; cannl fma = CANNL_EXACT=0, exact = CANNL_EXACT=1; GFLOP/s of cannl fma 1t;"
          "\n pt/c = PyTorch / cannl fma, np/c = numpy 1t / cannl fma 1t: how many times faster "
@@ -172,19 +166,10 @@ static void report(const bench *gb) {
     const row *r = &rows[i];
     const cell *c[7];
     row_cells(r, c);
-    for (int k = 0; k < 7; k++) fmt(b[k], 24, gflops(r, c[k]));
+    for (int k = 0; k < 7; k++) fmt_number(b[k], 24, "%.4g", gflops(r, c[k]));
     printf("%-11s %12.4g %9s %9s %9s %9s %9s %9s %9s\n", r->w.name,
            flops(r->w.kind, r->w.size) * 1e-9, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
   }
-}
-
-/* Appends `,"key":value` (null when missing) to the JSON text. */
-static void json_num(char *buf, size_t size, const char *key, double v) {
-  size_t len = strlen(buf);
-  if (isnan(v))
-    snprintf(buf + len, size - len, ",\"%s\":null", key);
-  else
-    snprintf(buf + len, size - len, ",\"%s\":%.6g", key, v);
 }
 
 static void json_line(const void *row_, FILE *file) {
@@ -223,14 +208,6 @@ static void json_line(const void *row_, FILE *file) {
   if (file) fprintf(file, "%s\n", buf);
 }
 
-/* A PASS / MISS line: value >= goal. */
-static void target(const char *what, double value, double goal) {
-  if (isnan(value))
-    printf("MISS  %-40s       n/a  target >= %g (a side is missing)\n", what, goal);
-  else
-    printf("%s  %-40s %9.3g  target >= %g\n", value >= goal ? "PASS" : "MISS", what, value, goal);
-}
-
 /* The targets of issue 17 (ratios of medians in this run, cannl in fma mode). */
 static void print_targets(void) {
   char what[64];
@@ -239,17 +216,19 @@ static void print_targets(void) {
     snprintf(what, sizeof what, "matmul%d", n);
     row *r = bench_find(&gemm, what);
     snprintf(what, sizeof what, "matmul%d: numpy 1t / cannl 1t", n);
-    target(what, ratio(&r->numpy, &r->cannl[0][0]), 1.0);
+    print_target(what, ratio(&r->numpy, &r->cannl[0][0]), 1.0, false);
     snprintf(what, sizeof what, "matmul%d: PyTorch 1t / cannl 1t", n);
-    target(what, ratio(&r->torch[0], &r->cannl[0][0]), 0.8);
+    print_target(what, ratio(&r->torch[0], &r->cannl[0][0]), 0.8, false);
     snprintf(what, sizeof what, "matmul%d: cannl 1t / cannl 2t", n);
-    target(what, ratio(&r->cannl[0][0], &r->cannl[0][1]), 1.8);
+    print_target(what, ratio(&r->cannl[0][0], &r->cannl[0][1]), 1.8, false);
   }
   row *mlp = bench_find(&gemm, "mlp"), *conv = bench_find(&gemm, "conv");
-  target("mlp: PyTorch 1t / cannl 1t", ratio(&mlp->torch[0], &mlp->cannl[0][0]), 1.5);
-  target("mlp: PyTorch 2t / cannl 2t", ratio(&mlp->torch[1], &mlp->cannl[0][1]), 1.5);
-  target("conv: PyTorch 1t / cannl 1t", ratio(&conv->torch[0], &conv->cannl[0][0]), 1.0);
-  target("conv: PyTorch 2t / cannl 2t", ratio(&conv->torch[1], &conv->cannl[0][1]), 1.0);
+  print_target("mlp: PyTorch 1t / cannl 1t", ratio(&mlp->torch[0], &mlp->cannl[0][0]), 1.5, false);
+  print_target("mlp: PyTorch 2t / cannl 2t", ratio(&mlp->torch[1], &mlp->cannl[0][1]), 1.5, false);
+  print_target("conv: PyTorch 1t / cannl 1t", ratio(&conv->torch[0], &conv->cannl[0][0]), 1.0,
+               false);
+  print_target("conv: PyTorch 2t / cannl 2t", ratio(&conv->torch[1], &conv->cannl[0][1]), 1.0,
+               false);
   printf("\nfraction of peak (%g GFLOP/s per core), cannl fma 1t:\n", PEAK_GFLOPS);
   for (int i = 0; i < N_ROWS; i++)
     if (strcmp(rows[i].w.name, "matmul1024") == 0 || strcmp(rows[i].w.name, "matmul2048") == 0) {

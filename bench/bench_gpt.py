@@ -38,6 +38,7 @@ embedding), "train_loss" (the last step's), "valid_loss", "bigram_valid_loss",
 window without gradients, the head on the last position only as nanoGPT's generate does, the
 softmax at temperature 1 and a multinomial draw)}.
 Without torch it prints the missing-package and versions lines of bench_common and stops.
+bench_startup.py imports its corpus, windows, model and training step.
 
 Usage: bench_gpt.py [--data DIR] [--steps N] [--eval-batches E] [--seed S] [--warmup W]
                     [--threads 1,2]
@@ -224,6 +225,28 @@ def learning_rate(step, steps, warmup):
         LEARNING_RATE - MIN_LEARNING_RATE)
 
 
+def optimizer(model):
+    """nanoGPT's AdamW: weight decay on the parameters of 2 or more axes only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=LEARNING_RATE, betas=BETAS)
+
+
+def train_step(model, opt, x, y, lr):
+    """One step on the windows x, y (tensors) at the learning rate lr; returns the loss tensor."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+    opt.step()
+    return loss
+
+
 def as_tensor(rows):
     return torch.tensor([list(r) for r in rows], dtype=torch.long)
 
@@ -238,11 +261,7 @@ def run(threads, args, corpus):
     torch.set_flush_denormal(True)
     torch.manual_seed(1)
     model = build_model(len(vocab))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LEARNING_RATE, betas=BETAS)
+    opt = optimizer(model)
     loss_fn = torch.nn.functional.cross_entropy
     # the batches are drawn before the clock starts: the data pipeline is not the benchmark
     batches = [windows(tokens, 0, train, args.seed, s, BATCH, CONTEXT) for s in range(args.steps)]
@@ -250,14 +269,7 @@ def run(threads, args, corpus):
     model.train()
     start = time.perf_counter()
     for step, (x, y) in enumerate(batches):
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.warmup)
-        logits = model(x)
-        loss = loss_fn(logits.view(-1, logits.size(-1)), y.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
+        loss = train_step(model, opt, x, y, learning_rate(step, args.steps, args.warmup))
     train_s = time.perf_counter() - start
     train_loss = loss.item()
 

@@ -4,7 +4,8 @@ Same model and step as examples/moons.c: 800 points in batches of 10, an MLP 2 -
 with relu (no bias on the last layer, as cannl's w3), the hinge loss relu(1 - y f(x)) averaged
 over the batch, SGD with weight decay 1e-4 and a learning rate decaying linearly 0.2 -> 0.1.
 One thread, as cannl's generated code. Run by bench_moons (usage: bench_moons.py STEPS); prints
-`key=value` lines, or `torch=missing` (exit 3) when python3-torch is not installed.
+`key=value` lines, or `torch=missing` (exit 3) when python3-torch is not installed. bench_startup.py
+imports its data, model and step.
 """
 import math
 import sys
@@ -30,11 +31,8 @@ def moons(generator):
     return xy.float().reshape(BATCHES, BATCH, 2), labels.reshape(BATCHES, BATCH)
 
 
-def main():
-    steps = int(sys.argv[1])
-    torch.set_num_threads(1)
-    generator = torch.Generator().manual_seed(1)
-    x, y = moons(generator)
+def build(generator):
+    """The MLP 2 -> 16 -> 16 -> 1 (uniform init in [-0.25, 0.25) from the generator) and its SGD."""
     model = torch.nn.Sequential(
         torch.nn.Linear(2, HIDDEN), torch.nn.ReLU(),
         torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
@@ -42,8 +40,12 @@ def main():
     with torch.no_grad():
         for p in model.parameters():
             p.uniform_(-0.25, 0.25, generator=generator)
-    opt = torch.optim.SGD(model.parameters(), lr=0.2, weight_decay=1e-4)
+    return model, torch.optim.SGD(model.parameters(), lr=0.2, weight_decay=1e-4)
 
+
+def trainer(model, opt, x, y, steps):
+    """The training step n (of `steps`, for the learning rate) on batch n % BATCHES; returns the
+    loss."""
     def step(n):
         for group in opt.param_groups:
             group["lr"] = 0.2 - 0.1 * n / steps
@@ -53,6 +55,15 @@ def main():
         loss.backward()
         opt.step()
         return loss.item()
+    return step
+
+
+def main():
+    steps = int(sys.argv[1])
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(1)
+    x, y = moons(generator)
+    step = trainer(*build(generator), x, y, steps)
 
     for n in range(BATCHES):  # warm-up: the first epoch, not timed
         step(n)
@@ -68,4 +79,5 @@ def main():
     print(f"final_epoch_loss={epoch_loss / BATCHES:.6f}")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -346,16 +346,6 @@ static void json_line(const void *row_, FILE *file) {
   if (file) fprintf(file, "%s\n", buf);
 }
 
-/* A PASS / MISS line: value >= goal (value <= goal when at_most). */
-static void target(const char *what, double value, double goal, bool at_most) {
-  const char *sign = at_most ? "<=" : ">=";
-  if (isnan(value))
-    printf("MISS  %-36s       n/a  target %s %g (a side is missing)\n", what, sign, goal);
-  else
-    printf("%s  %-36s %9.3g  target %s %g\n",
-           (at_most ? value <= goal : value >= goal) ? "PASS" : "MISS", what, value, sign, goal);
-}
-
 /* The targets of issue 16 (ratios of medians in this run). */
 static void print_targets(void) {
   row *mlp = bench_find(&perf, "mlp"), *conv = bench_find(&perf, "conv"),
@@ -363,19 +353,21 @@ static void print_targets(void) {
   row *moons = bench_find(&perf, "moons"), *mm = bench_find(&perf, "matmul1024"),
       *jit = bench_find(&perf, "jit");
   printf("\ntargets (issue 16; ratios of medians):\n");
-  target("mlp: PyTorch 1t / cannl 1t", ratio(&mlp->torch[0], &mlp->cannl[0]), 1.0, false);
-  target("mlp: PyTorch 2t / cannl 2t", ratio(&mlp->torch[1], &mlp->cannl[1]), 1.0, false);
-  target("conv: PyTorch 1t / cannl 1t", ratio(&conv->torch[0], &conv->cannl[0]), 1.0, false);
-  target("conv: PyTorch 2t / cannl 2t", ratio(&conv->torch[1], &conv->cannl[1]), 1.0, false);
-  target("stream: plain C -O3 / cannl 1t", ratio(&stream->plainc[0], &stream->cannl[0]), 0.8,
-         false);
-  target("moons: PyTorch 1t / cannl 1t", ratio(&moons->torch[0], &moons->cannl[0]), 100, false);
-  target("mlp: cannl 1t / cannl 2t", ratio(&mlp->cannl[0], &mlp->cannl[1]), 1.7, false);
-  target("conv: cannl 1t / cannl 2t", ratio(&conv->cannl[0], &conv->cannl[1]), 1.7, false);
-  target("matmul1024: cannl 1t / cannl 2t", ratio(&mm->cannl[0], &mm->cannl[1]), 1.7, false);
-  target("matmul1024: PyTorch 1t / cannl 1t", ratio(&mm->torch[0], &mm->cannl[0]), 0.3, false);
-  target("jit cold: moons model, ms (1t)", jit->cannl[0].have ? jit->cannl[0].t.median_ms : NAN,
-         1000, true);
+  print_target("mlp: PyTorch 1t / cannl 1t", ratio(&mlp->torch[0], &mlp->cannl[0]), 1.0, false);
+  print_target("mlp: PyTorch 2t / cannl 2t", ratio(&mlp->torch[1], &mlp->cannl[1]), 1.0, false);
+  print_target("conv: PyTorch 1t / cannl 1t", ratio(&conv->torch[0], &conv->cannl[0]), 1.0, false);
+  print_target("conv: PyTorch 2t / cannl 2t", ratio(&conv->torch[1], &conv->cannl[1]), 1.0, false);
+  print_target("stream: plain C -O3 / cannl 1t", ratio(&stream->plainc[0], &stream->cannl[0]), 0.8,
+               false);
+  print_target("moons: PyTorch 1t / cannl 1t", ratio(&moons->torch[0], &moons->cannl[0]), 100,
+               false);
+  print_target("mlp: cannl 1t / cannl 2t", ratio(&mlp->cannl[0], &mlp->cannl[1]), 1.7, false);
+  print_target("conv: cannl 1t / cannl 2t", ratio(&conv->cannl[0], &conv->cannl[1]), 1.7, false);
+  print_target("matmul1024: cannl 1t / cannl 2t", ratio(&mm->cannl[0], &mm->cannl[1]), 1.7, false);
+  print_target("matmul1024: PyTorch 1t / cannl 1t", ratio(&mm->torch[0], &mm->cannl[0]), 0.3,
+               false);
+  print_target("jit cold: moons model, ms (1t)",
+               jit->cannl[0].have ? jit->cannl[0].t.median_ms : NAN, 1000, true);
 }
 
 static void intro(bool quick) {
