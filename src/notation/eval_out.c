@@ -190,6 +190,7 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
     else if (pr->loss) /* as --json prints tensors: NaN and infinities are strings */
       fprintf(f, ", \"loss\": \"%s\"", isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
     fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s", shown);
+    fflush(f); /* a reader of a pipe sees each step when it happens, as on a terminal */
     return true;
   }
   if (pr->tty) {
