@@ -198,14 +198,6 @@ static void report(const bench *b) {
   }
 }
 
-static void json_num(char *buf, size_t size, const char *key, double v) {
-  size_t len = strlen(buf);
-  if (isnan(v))
-    snprintf(buf + len, size - len, ",\"%s\":null", key);
-  else
-    snprintf(buf + len, size - len, ",\"%s\":%.6g", key, v);
-}
-
 static void json_line(int threads, FILE *file) {
   char buf[1024];
   const side *c = &sides[threads - 1], *p = &sides[threads + 1];
