@@ -112,7 +112,7 @@ bool cn_sched_gemm_of(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_sche
  * 64-value-wide panel of y over them in half of L1, but 256 to 512): mc x step of x in a quarter
  * of a 1 MiB L2, step x nc of y in half of the last level (at most 4096 columns); then kc = 512
  * reduction steps per block, twice the sizing step where L1 is 48 KiB or less. Issue 29 measured
- * it: full tuning on Zen 5 (1024^2, 2048^2) and Sapphire Rapids (1024^2) picked exactly these
+ * it: full tuning on Zen 5 (1024^2, 2048^2) and an AVX-512 Intel Xeon (1024^2) picked exactly these
  * blocks with the default tile, 10-15% faster at 2048^2 than kc = 256 (fewer passes over the
  * tile of c); a longer block reads y's panel from L2, which the micro-kernel's two loads per
  * step over 24 accumulators leave room for. */
