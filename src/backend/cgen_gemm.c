@@ -23,17 +23,19 @@
 #include <string.h>
 
 /* The part of the preamble every GEMM needs: vector width, register count and default tile of
- * the instruction set compiled for. */
+ * the instruction set compiled for. No intrinsics header on x86: <immintrin.h> alone took half of
+ * a GEMM file's compile time (0.27 of 0.55 s with gcc 12), so vectors are the compilers' vector
+ * extensions, their shuffles and the builtins that gcc's and clang's intrinsics call (the same
+ * names and operands in both). aarch64 keeps <arm_neon.h>: its FMA builtins differ between the
+ * compilers, and a lane-by-lane fma is not one fmla per update in clang's micro-kernels. */
 static const char preamble_common[] =
     "/* ---- GEMM micro-kernels: vector width and register tile of the target ---- */\n"
     "#include <stdlib.h>\n"
     "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n"
     "#if defined(__AVX512F__)\n"
-    "#include <immintrin.h>\n"
     "#define CN_VBYTES 64\n"
     "#define CN_VREGS 32\n"
     "#elif defined(__AVX__)\n"
-    "#include <immintrin.h>\n"
     "#define CN_VBYTES 32\n"
     "#define CN_VREGS 16\n"
     "#elif defined(__aarch64__) && defined(__ARM_NEON)\n"
@@ -43,6 +45,21 @@ static const char preamble_common[] =
     "#else\n"
     "#define CN_VBYTES 16 /* generic vectors: the compiler lowers them to what the target has */\n"
     "#define CN_VREGS 16\n"
+    "#endif\n"
+    "#if defined(__AVX__) /* 8 x 8 transposes of single precision (fill_b_transposed) */\n"
+    "typedef float cn_v8f32u __attribute__((vector_size(32), aligned(4), __may_alias__));\n"
+    "typedef int cn_v8i32 __attribute__((vector_size(32)));\n"
+    "#if defined(__clang__)\n"
+    "#define cn_shuffle8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)\n"
+    "#else\n"
+    "#define cn_shuffle8(a, b, ...) __builtin_shuffle(a, b, (cn_v8i32){__VA_ARGS__})\n"
+    "#endif\n"
+    "#define cn_unpacklo8(a, b) cn_shuffle8(a, b, 0, 8, 1, 9, 4, 12, 5, 13)\n"
+    "#define cn_unpackhi8(a, b) cn_shuffle8(a, b, 2, 10, 3, 11, 6, 14, 7, 15)\n"
+    "#define cn_shuffle8_44(a, b) cn_shuffle8(a, b, 0, 1, 8, 9, 4, 5, 12, 13)\n"
+    "#define cn_shuffle8_ee(a, b) cn_shuffle8(a, b, 2, 3, 10, 11, 6, 7, 14, 15)\n"
+    "#define cn_lows8(a, b) cn_shuffle8(a, b, 0, 1, 2, 3, 8, 9, 10, 11)\n"
+    "#define cn_highs8(a, b) cn_shuffle8(a, b, 4, 5, 6, 7, 12, 13, 14, 15)\n"
     "#endif\n"
     "/* rows x vectors of columns: accumulators, a row of y's panel and a broadcast in registers "
     "*/\n"
@@ -64,7 +81,9 @@ static const char preamble_common[] =
     "#define cn_gemm_free(par, data) ((void)(par), (void)(data))\n"
     "#endif\n";
 
-/* The part of one precision: its vector types and fused multiply-add on vectors. */
+/* The part of one precision: its vector types and fused multiply-add on vectors (on x86 the
+ * builtins of _mm512_fmadd_ps / _mm256_fmadd_ps and their double forms: a lane-by-lane fma, which
+ * gcc also makes one vfmadd, loses the broadcast operand of the 16 x 1 tile to a vpermd). */
 static const char preamble_prec[] =
     "#pragma GCC diagnostic push /* exact mode has no fused multiply-add to call */\n"
     "#pragma GCC diagnostic ignored \"-Wunused-function\"\n"
@@ -72,10 +91,10 @@ static const char preamble_prec[] =
     "typedef @T@ cn_v@P@u __attribute__((vector_size(CN_VBYTES), aligned(sizeof(@T@)), "
     "__may_alias__));\n"
     "static inline cn_v@P@ cn_vfma_@P@(cn_v@P@ a, cn_v@P@ b, cn_v@P@ c) {\n"
-    "#if defined(__AVX512F__)\n"
-    "  return (cn_v@P@)_mm512_fmadd_@X86@((__m512@X86S@)a, (__m512@X86S@)b, (__m512@X86S@)c);\n"
+    "#if defined(__AVX512F__) /* -1: every lane; 4: the current rounding */\n"
+    "  return __builtin_ia32_vfmadd@X86@512_mask(a, b, c, -1, 4);\n"
     "#elif defined(__AVX__) && defined(__FMA__)\n"
-    "  return (cn_v@P@)_mm256_fmadd_@X86@((__m256@X86S@)a, (__m256@X86S@)b, (__m256@X86S@)c);\n"
+    "  return __builtin_ia32_vfmadd@X86@256(a, b, c);\n"
     "#elif defined(__aarch64__) && defined(__ARM_NEON)\n"
     "  return (cn_v@P@)vfmaq_@NEON@((@NEONT@)c, (@NEONT@)a, (@NEONT@)b);\n"
     "#else\n"
@@ -88,7 +107,8 @@ static const char preamble_prec[] =
 /* Rounding of a vector of float values to a narrow precision and back, as a store and a load
  * round (builtins.h): per update in a tile of such a precision, exactly as the nest stores each
  * update. Half has the instruction set's conversions (round to nearest even, like
- * cn_store_half); the others go lane by lane through the prelude's. */
+ * cn_store_half; the builtins behind _mm512_cvtps_ph and _mm256_cvtps_ph, with the same
+ * operands, in gcc and clang alike); the others go lane by lane through the prelude's. */
 static const char preamble_round[] = "static inline cn_vf32 cn_vround_@LC@(cn_vf32 v) {\n"
                                      "@HW@"
                                      "  for (int l = 0; l < (int)(sizeof v / sizeof v[0]); l++) "
@@ -98,12 +118,12 @@ static const char preamble_round[] = "static inline cn_vf32 cn_vround_@LC@(cn_vf
                                      "}\n";
 
 static const char round_half_hw[] =
-    "#if defined(__AVX512F__)\n"
-    "  return (cn_vf32)_mm512_cvtph_ps(\n"
-    "      _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));\n"
+    "#if defined(__AVX512F__) /* 8: to nearest, no exceptions; 4: the current rounding */\n"
+    "  typedef short cn_v16i16 __attribute__((vector_size(32)));\n"
+    "  return __builtin_ia32_vcvtph2ps512_mask(\n"
+    "      __builtin_ia32_vcvtps2ph512_mask(v, 8, (cn_v16i16){0}, -1), (cn_vf32){0}, -1, 4);\n"
     "#elif defined(__AVX__) && defined(__F16C__)\n"
-    "  return (cn_vf32)_mm256_cvtph_ps(\n"
-    "      _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));\n"
+    "  return __builtin_ia32_vcvtph2ps256(__builtin_ia32_vcvtps2ph256(v, 8));\n"
     "#else\n";
 
 /* The micro-kernel: the tile's rows start at rows[r] (NR adjacent cells each), a is a panel of
@@ -307,7 +327,9 @@ static const char fill_b_by_column[] =
     "            cn_panel[cn_k * cn_nr + cn_q] =\n"
     "                cn_q < cn_cols ? @LOAD(cn_yb[@BK@ + @BCOL@])@ : 0;\n";
 /* The same transposition in blocks of 8 columns by 8 steps for single precision: on AVX, 8
- * vector loads along the steps, an 8 x 8 transpose in registers and 8 vector stores (a panel of a
+ * vector loads along the steps, an 8 x 8 transpose in registers (the preamble's cn_unpacklo8...:
+ * the shuffles of _mm256_unpacklo/hi_ps, _mm256_shuffle_ps 0x44/0xEE, _mm256_permute2f128_ps
+ * 0x20/0x31, which gcc and clang compile to those instructions) and 8 vector stores (a panel of a
  * weight stored [out][in], as nn.Linear's, is this transpose: element by element it was a third
  * of a batch-of-one product); the steps past the last block of 8, and the last columns, element
  * by element. The values are copied, so the bits are those of fill_b_by_column. */
@@ -316,26 +338,26 @@ static const char fill_b_transposed[] =
     "          int64_t cn_k = 0;\n"
     "#if defined(__AVX__)\n"
     "          for (; cn_q0 + 8 <= cn_cols && cn_k + 8 <= cn_kc; cn_k += 8) {\n"
-    "            __m256 cn_r[8], cn_t[8], cn_u[8];\n"
+    "            cn_v8f32u cn_r[8], cn_t[8], cn_u[8];\n"
     "            for (int cn_i = 0; cn_i < 8; cn_i++) {\n"
     "              const int cn_q = cn_q0 + cn_i;\n"
-    "              cn_r[cn_i] = _mm256_loadu_ps(&cn_yb[@BK@ + @BCOL@]);\n"
+    "              cn_r[cn_i] = *(const cn_v8f32u *)&cn_yb[@BK@ + @BCOL@];\n"
     "            }\n"
     "            for (int cn_i = 0; cn_i < 8; cn_i += 2) {\n"
-    "              cn_t[cn_i] = _mm256_unpacklo_ps(cn_r[cn_i], cn_r[cn_i + 1]);\n"
-    "              cn_t[cn_i + 1] = _mm256_unpackhi_ps(cn_r[cn_i], cn_r[cn_i + 1]);\n"
+    "              cn_t[cn_i] = cn_unpacklo8(cn_r[cn_i], cn_r[cn_i + 1]);\n"
+    "              cn_t[cn_i + 1] = cn_unpackhi8(cn_r[cn_i], cn_r[cn_i + 1]);\n"
     "            }\n"
     "            for (int cn_i = 0; cn_i < 8; cn_i += 4) {\n"
-    "              cn_u[cn_i] = _mm256_shuffle_ps(cn_t[cn_i], cn_t[cn_i + 2], 0x44);\n"
-    "              cn_u[cn_i + 1] = _mm256_shuffle_ps(cn_t[cn_i], cn_t[cn_i + 2], 0xEE);\n"
-    "              cn_u[cn_i + 2] = _mm256_shuffle_ps(cn_t[cn_i + 1], cn_t[cn_i + 3], 0x44);\n"
-    "              cn_u[cn_i + 3] = _mm256_shuffle_ps(cn_t[cn_i + 1], cn_t[cn_i + 3], 0xEE);\n"
+    "              cn_u[cn_i] = cn_shuffle8_44(cn_t[cn_i], cn_t[cn_i + 2]);\n"
+    "              cn_u[cn_i + 1] = cn_shuffle8_ee(cn_t[cn_i], cn_t[cn_i + 2]);\n"
+    "              cn_u[cn_i + 2] = cn_shuffle8_44(cn_t[cn_i + 1], cn_t[cn_i + 3]);\n"
+    "              cn_u[cn_i + 3] = cn_shuffle8_ee(cn_t[cn_i + 1], cn_t[cn_i + 3]);\n"
     "            }\n"
     "            for (int cn_j = 0; cn_j < 4; cn_j++) {\n"
-    "              _mm256_storeu_ps(cn_panel + (cn_k + cn_j) * cn_nr + cn_q0,\n"
-    "                               _mm256_permute2f128_ps(cn_u[cn_j], cn_u[cn_j + 4], 0x20));\n"
-    "              _mm256_storeu_ps(cn_panel + (cn_k + cn_j + 4) * cn_nr + cn_q0,\n"
-    "                               _mm256_permute2f128_ps(cn_u[cn_j], cn_u[cn_j + 4], 0x31));\n"
+    "              *(cn_v8f32u *)(cn_panel + (cn_k + cn_j) * cn_nr + cn_q0) =\n"
+    "                  cn_lows8(cn_u[cn_j], cn_u[cn_j + 4]);\n"
+    "              *(cn_v8f32u *)(cn_panel + (cn_k + cn_j + 4) * cn_nr + cn_q0) =\n"
+    "                  cn_highs8(cn_u[cn_j], cn_u[cn_j + 4]);\n"
     "            }\n"
     "          }\n"
     "#endif\n"
@@ -640,7 +662,6 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   if (!(par->gemm_emitted & vectors)) {
     expansion p = e;
     define(&p, "X86", single ? "ps" : "pd");
-    define(&p, "X86S", single ? "" : "d");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
     expand(pre, &p, preamble_prec);
