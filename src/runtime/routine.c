@@ -389,8 +389,8 @@ static bool routine_adopt(cn_routine *r) {
   return true;
 }
 
-static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name, bool tiered) {
+static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                 const char *name, bool tiered) {
   cn_routine *r = routine_prepare(ctx, asgn, backend, name, tiered);
   if (!r) return NULL;
   if (r->tiered) { /* compiled before: no reason to interpret */
@@ -416,22 +416,25 @@ static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   return r;
 }
 
-cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                               const char *name) {
+/* A compiled routine (see cn_routine_compile_tiered for `tiered`); counted on the progress line
+ * from lowering to the loaded object. */
+static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                   const char *name, bool tiered) {
   if (!ctx) return NULL;
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
-  cn_routine *r = routine_compile(ctx, asgn, backend, name, false);
+  cn_routine *r = routine_build(ctx, asgn, backend, name, tiered);
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
   return r;
 }
 
+cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                               const char *name) {
+  return routine_compile(ctx, asgn, backend, name, false);
+}
+
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                       const char *name) {
-  if (!ctx) return NULL;
-  cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
-  cn_routine *r = routine_compile(ctx, asgn, backend, name, true);
-  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
-  return r;
+  return routine_compile(ctx, asgn, backend, name, true);
 }
 
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
