@@ -13,14 +13,16 @@
  * Sharing does not always pay: a worker that claimed a chunk and then lost its core makes the
  * caller wait (with another process busy on one of two cores, the MLP step ran 2.5 times slower
  * on two threads than on one), and a small loop gains less than waking a worker costs. So the
- * caller times each loop (a record per function and size), shared and alone (every chunk in turn
- * on the caller), and runs it the preferred way: shared only when that saves an eighth of alone's
- * time. Alone is first tried after a shared run with friction (the caller ran more than its chunk
- * or waited over an eighth of its own time), so a loop that shares smoothly never runs alone; the
- * other way is tried again after TRY_MIN runs, twice as many each time the preference holds, up
- * to TRY_MAX. A loop moves to the caller alone within a few runs of a core being taken and back
- * at its next trial once it is free. Which thread runs a chunk changes, never the chunk's range,
- * and the scratch follows the chunk (chunk k's buffer), so the results are the same bits.
+ * caller times each loop (a record per function and size), shared and alone (one call over
+ * [0, n) on the caller, as a pool of one thread runs it), and runs it the preferred way: shared
+ * only when that saves an eighth of alone's time. Alone is first tried after a shared run with
+ * friction (the caller ran more than its chunk or waited over an eighth of its own time), so a loop
+ * that shares smoothly never runs alone; the other way is tried again after TRY_MIN runs, twice as
+ * many each time the preference holds, up to TRY_MAX (sharing over two runs, the first waking the
+ * workers, untimed). A loop moves to the caller alone within a few runs of a core being taken and
+ * back at its next trial once it is free. Which thread runs a chunk changes, never the chunk's
+ * range, and the scratch follows the chunk (chunk k's buffer); alone, the loop is one chunk 0 over
+ * [0, n). Parallel marks promise independent iterations, so the bits are the same either way.
  *
  * Waiting spins (SPIN_ROUNDS, some tens of microseconds) before sleeping on a condition variable:
  * a training step runs dozens of parallel loops a few hundred microseconds apart, and waking a
@@ -83,6 +85,7 @@ typedef struct {
   int runs_left;  /* runs of the preferred way before the other may be tried */
   int interval;   /* what runs_left restarts from */
   bool warm;      /* run before: the first run (cold caches, first allocations) is not timed */
+  bool woken;     /* a trial of sharing has run once, untimed, to wake the workers */
   bool friction;  /* in the last shared run (run_shared) */
 } loop_record;
 
@@ -120,17 +123,21 @@ static _Thread_local bool in_chunk;
 static _Thread_local const cn_pool *chunk_pool;
 static _Thread_local int chunk_index;
 
-/* Runs chunk k of the current job. */
-static void run_chunk(const cn_pool *pool, int k) {
-  int64_t q = pool->n / pool->chunks, r = pool->n % pool->chunks;
-  int64_t lo = k * q + (k < r ? k : r);
-  int64_t hi = lo + q + (k < r ? 1 : 0);
+/* Runs [lo, hi) of the current job as chunk k (for the scratch). */
+static void run_range(const cn_pool *pool, int k, int64_t lo, int64_t hi) {
   in_chunk = true;
   chunk_pool = pool;
   chunk_index = k;
   pool->fn(pool->env, lo, hi);
   in_chunk = false;
   chunk_pool = NULL;
+}
+
+/* Runs chunk k of the current job. */
+static void run_chunk(const cn_pool *pool, int k) {
+  int64_t q = pool->n / pool->chunks, r = pool->n % pool->chunks;
+  int64_t lo = k * q + (k < r ? k : r);
+  run_range(pool, k, lo, lo + q + (k < r ? 1 : 0));
 }
 
 /* Claims and runs every chunk of job g nobody has claimed, trying chunk `first` first; returns
@@ -310,14 +317,21 @@ static run_way choose_way(loop_record *r) {
 /* Records a run of the loop that took `ns`. The preferred way's times are smoothed: a quarter of
  * the new one, taken as at most twice the old (a run whose thread lost its core once moves the
  * time by a quarter, a lasting slowdown by a quarter each run); a trial's replaces the other
- * way's (it was tried to see whether things changed). The next trial comes after `interval`
- * runs, doubled while trials confirm the preference. */
+ * way's (it was tried to see whether things changed). A trial of sharing takes two runs, the
+ * first not timed: the workers have slept through the runs alone, and waking them would count
+ * against sharing. The next trial comes after `interval` runs, doubled while trials confirm the
+ * preference. */
 static void record_run(loop_record *r, run_way way, uint64_t ns, bool friction) {
   if (!r->warm) {
     r->warm = true;
     return;
   }
   run_way preferred = preferred_way(r);
+  if (way == SHARED && preferred == ALONE && !r->woken) {
+    r->woken = true; /* the next run shares again, timed, the workers awake */
+    return;
+  }
+  r->woken = false;
   bool trial = way != preferred || !r->ns[way];
   ns = ns ? ns : 1;
   uint64_t most = 2 * r->ns[way];
@@ -367,7 +381,7 @@ void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
     friction =
         run_shared(pool, atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1, start);
   else
-    for (int k = 0; k < pool->chunks; k++) run_chunk(pool, k);
+    run_range(pool, 0, 0, n);
   record_run(r, way, now_ns() - start, friction);
   pthread_mutex_unlock(&pool->submit);
 }

@@ -3,9 +3,10 @@
  * cn_pool_for(pool, n, fn, env) splits [0, n) into min(threads, n) contiguous chunks, chunk k being
  * [k*n/c, (k+1)*n/c) in exact 128-bit-free arithmetic (q = n/c, r = n%c: the first r chunks hold
  * q + 1), calls fn once per chunk, and returns when all are done: every index runs exactly once,
- * and the chunks depend only on n and the thread count. Chunk 0 runs on the caller and chunk k on
+ * and the chunks depend only on n and the thread count (the results on neither: the loops are
+ * marked parallel, their iterations independent). Chunk 0 runs on the caller and chunk k on
  * worker k unless that worker is late (its core taken): the caller then runs it; and a loop that
- * runs no faster shared (timed) runs all its chunks on the caller, one after the other. Calls on
+ * runs no faster shared (timed) runs whole on the caller, fn(env, 0, n), as on one thread. Calls on
  * one pool are serialized (a mutex), and a call made from inside a chunk (a worker or the caller
  * running fn) runs its whole range on that thread, so nested loops never deadlock. A pool is
  * created lazily per context (cn_pool_of) and released by the context's cleanups. */
