@@ -1,7 +1,8 @@
 /* Tests of parallel and vector loops: the worker pool (src/runtime/pool.c: chunks cover [0, n)
  * exactly once, for n below, at and above the thread count, n = 0, nested calls; each chunk's
  * scratch kept across jobs and held by no other thread; a job whose workers are kept from running
- * (held in a signal handler) still done, by the caller, each chunk whole and once), and the C
+ * (held in a signal handler) still done, by the caller, each chunk whole and once, and the loop
+ * then tried alone, one call over [0, n)), and the C
  * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
  * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
  * to a vector under an outer unmarked loop, a routine of kernels (more than 32 statements), each
@@ -257,11 +258,22 @@ static void test_held_workers(void) {
     check_chunks(&log, threads, bounds, free_scratch, false);
     alarm(60); /* a pool that waits for its held workers never returns */
     CHECK_INT(hold_new_threads(before, n_before, after, n_after), threads - 1);
+    /* twice shared (the first run of a loop is not timed), the caller taking every chunk */
+    for (int run = 0; run < 2; run++) {
+      log = (call_log){.pool = pool};
+      cn_pool_for(pool, n, log_held_call, &log);
+      check_chunks(&log, threads, bounds, held_scratch, true);
+      for (int k = 0; k < threads; k++) CHECK(held_scratch[k] == free_scratch[k]);
+    }
+    /* sharing had friction (the caller ran more than its chunk): the next run is tried alone,
+     * one call over [0, n) on the caller with chunk 0's scratch, as on one thread */
     log = (call_log){.pool = pool};
     cn_pool_for(pool, n, log_held_call, &log);
     alarm(0);
-    check_chunks(&log, threads, bounds, held_scratch, true);
-    for (int k = 0; k < threads; k++) CHECK(held_scratch[k] == free_scratch[k]);
+    int64_t whole[] = {0, n};
+    void *alone_scratch;
+    check_chunks(&log, 1, whole, &alone_scratch, true);
+    CHECK(alone_scratch == free_scratch[0]);
     /* released, the workers find the job they slept through done and take the next ones */
     atomic_store(&release_held, 1);
     while (atomic_load(&held) > 0) nanosleep(&(struct timespec){0, 100000}, NULL);
