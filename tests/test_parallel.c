@@ -1,6 +1,8 @@
 /* Tests of parallel and vector loops: the worker pool (src/runtime/pool.c: chunks cover [0, n)
- * exactly once, for n below, at and above the thread count, n = 0, nested calls; each thread's
- * scratch kept across jobs and held by no other thread), and the C
+ * exactly once, for n below, at and above the thread count, n = 0, nested calls; each chunk's
+ * scratch kept across jobs and held by no other thread; a job whose workers are kept from running
+ * (held in a signal handler) still done, by the caller, each chunk whole and once, and the loop
+ * then tried alone, one call over [0, n)), and the C
  * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
  * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
  * to a vector under an outer unmarked loop, a routine of kernels (more than 32 statements), each
@@ -8,13 +10,19 @@
  * routine of kernels with the interpreter); a small parallel routine run 10 000 times; the
  * assembly of a vector-marked kernel holding ymm/zmm instructions (on a CPU with AVX2); the
  * "threads" option. Generated code is compiled in a mkdtemp cache directory, removed at the end. */
+#define _GNU_SOURCE /* syscall(SYS_tgkill): a signal to one worker thread */
 #include "backend/backend.h"
 #include "loops_check.h"
 #include "runtime/pool.h"
 
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static char cache_dir[] = "/tmp/cannl-test-parallel-XXXXXX";
@@ -111,6 +119,206 @@ static void test_pool(void) {
   cn_pool *b = cn_pool_of(ctx, 3);
   CHECK(b != NULL && cn_pool_threads(b) == 3);
   check_cover(b, 10);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Workers kept from running ---- */
+
+/* A worker held in the SIGUSR1 handler stands for one descheduled while another process holds
+ * its core: the job must complete without it (the caller runs its chunks), each chunk whole and
+ * once, with the same ranges and the same per-chunk scratch as when the workers run. */
+static atomic_int held, release_held;
+
+static void hold(int sig) {
+  (void)sig;
+  atomic_fetch_add(&held, 1);
+  while (!atomic_load(&release_held)) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  atomic_fetch_sub(&held, 1);
+}
+
+static void stalled(int sig) {
+  (void)sig;
+  static const char msg[] =
+      "test_parallel: timed out holding the workers or running without them\n";
+  if (write(2, msg, sizeof msg - 1) < 0) _exit(2);
+  _exit(1);
+}
+
+/* The state letter of thread tid of this process ('S' sleeping, 'R' running), '?' if unknown. */
+static char thread_state(long tid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  FILE *f = fopen(path, "r");
+  size_t got = f ? fread(line, 1, sizeof line - 1, f) : 0;
+  if (f) fclose(f);
+  line[got] = 0;
+  const char *close = strrchr(line, ')'); /* the name may hold spaces and parentheses */
+  return close && close[1] == ' ' && close[2] ? close[2] : '?';
+}
+
+enum { MAX_THREADS = 64 };
+
+/* The ids of this process's threads into tids (at most MAX_THREADS); -1 without /proc. */
+static int list_threads(long *tids) {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir) return -1;
+  int count = 0;
+  for (struct dirent *e; (e = readdir(dir)) && count < MAX_THREADS;)
+    if (atol(e->d_name) > 0) tids[count++] = atol(e->d_name);
+  closedir(dir);
+  return count;
+}
+
+/* Holds the threads of `after` not in `before` (a pool's workers; not the sanitizer's threads)
+ * once each sleeps waiting for a job (so it should hold no lock of the pool), and waits until all
+ * are held; returns how many. */
+static int hold_new_threads(const long *before, int n_before, const long *after, int n_after) {
+  int count = 0;
+  for (int i = 0; i < n_after; i++) {
+    bool old = false;
+    for (int j = 0; j < n_before; j++) old |= after[i] == before[j];
+    if (old) continue;
+    for (int tries = 0; tries < 10000 && thread_state(after[i]) != 'S'; tries++)
+      nanosleep(&(struct timespec){0, 100000}, NULL);
+    count += syscall(SYS_tgkill, (long)getpid(), after[i], SIGUSR1) == 0;
+  }
+  while (atomic_load(&held) < count) nanosleep(&(struct timespec){0, 100000}, NULL);
+  return count;
+}
+
+static void release_workers(void) {
+  atomic_store(&release_held, 1);
+  while (atomic_load(&held) > 0) nanosleep(&(struct timespec){0, 100000}, NULL);
+  atomic_store(&release_held, 0);
+}
+
+/* A job of no work, from another thread: it completes unless a held worker holds the pool's lock
+ * (ThreadSanitizer delivers a signal at its next interceptor, which may be the lock's). */
+static atomic_bool probed;
+
+static void no_work(void *env, int64_t lo, int64_t hi) {
+  (void)env, (void)lo, (void)hi;
+}
+
+static void *probe_pool(void *pool) {
+  cn_pool_for(pool, 2, no_work, NULL);
+  atomic_store(&probed, true);
+  return NULL;
+}
+
+/* Holds the pool's workers (hold_new_threads) where they hold no lock of it: a held worker found
+ * holding one (a job from another thread does not complete within a second) is released and the
+ * workers held again. Returns how many are held, -1 if it never succeeds. */
+static int hold_workers(cn_pool *pool, const long *before, int n_before, const long *after,
+                        int n_after) {
+  for (int attempt = 0; attempt < 10; attempt++) {
+    int count = hold_new_threads(before, n_before, after, n_after);
+    pthread_t probe;
+    atomic_store(&probed, false);
+    if (pthread_create(&probe, NULL, probe_pool, pool) != 0) return -1;
+    for (int ms = 0; ms < 1000 && !atomic_load(&probed); ms++)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    bool free_lock = atomic_load(&probed);
+    if (!free_lock) release_workers();
+    pthread_join(probe, NULL);
+    if (free_lock) return count;
+  }
+  return -1;
+}
+
+enum { MAX_CALLS = 8 };
+typedef struct {
+  cn_pool *pool;
+  atomic_int calls;
+  struct {
+    int64_t lo, hi;
+    pthread_t thread;
+    void *scratch;
+  } call[MAX_CALLS];
+} call_log;
+
+static void log_call(void *env, int64_t lo, int64_t hi) {
+  call_log *log = env;
+  int c = atomic_fetch_add(&log->calls, 1);
+  if (c >= MAX_CALLS) return;
+  log->call[c].lo = lo;
+  log->call[c].hi = hi;
+  log->call[c].thread = pthread_self();
+  log->call[c].scratch = cn_pool_scratch(log->pool, 64);
+}
+
+/* The same, a loop of its own for the pool's records: its first run is shared, not alone. */
+static void log_held_call(void *env, int64_t lo, int64_t hi) {
+  log_call(env, lo, hi);
+}
+
+/* The calls of log, one per chunk of `bounds` (chunk k [bounds[k], bounds[k + 1])), in any order;
+ * each chunk's scratch into scratch[k]. */
+static void check_chunks(const call_log *log, int chunks, const int64_t *bounds, void **scratch,
+                         bool on_caller) {
+  CHECK_INT(atomic_load(&log->calls), chunks);
+  for (int k = 0; k < chunks; k++) {
+    int found = 0;
+    for (int c = 0; c < atomic_load(&log->calls) && c < MAX_CALLS; c++)
+      if (log->call[c].lo == bounds[k] && log->call[c].hi == bounds[k + 1]) {
+        found++;
+        scratch[k] = log->call[c].scratch;
+        if (on_caller) CHECK(pthread_equal(log->call[c].thread, pthread_self()));
+      }
+    CHECK_MSG(found == 1, "chunk [%lld, %lld) ran %d times", (long long)bounds[k],
+              (long long)bounds[k + 1], found);
+  }
+}
+
+static void test_held_workers(void) {
+  struct sigaction act = {.sa_handler = hold};
+  sigemptyset(&act.sa_mask);
+  CHECK_INT(sigaction(SIGUSR1, &act, NULL), 0);
+  signal(SIGALRM, stalled);
+  cn_ctx *ctx = cn_ctx_create();
+  /* n = 7 on 2 threads: [0, 4) [4, 7); n = 5 on 3 threads: [0, 2) [2, 4) [4, 5) */
+  static const int64_t bounds2[] = {0, 4, 7}, bounds3[] = {0, 2, 4, 5};
+  for (int threads = 2; threads <= 3; threads++) {
+    const int64_t *bounds = threads == 2 ? bounds2 : bounds3;
+    int64_t n = bounds[threads];
+    long before[MAX_THREADS], after[MAX_THREADS];
+    int n_before = list_threads(before);
+    cn_pool *pool = cn_pool_create(ctx, threads);
+    CHECK(pool != NULL);
+    if (!pool) continue;
+    int n_after = list_threads(after);
+    if (n_before < 0 || n_after < 0) {
+      fprintf(stderr, "test_parallel: no /proc/self/task, workers not held\n");
+      cn_pool_destroy(pool);
+      break;
+    }
+    call_log log = {.pool = pool};
+    void *free_scratch[3], *held_scratch[3];
+    cn_pool_for(pool, n, log_call, &log);
+    check_chunks(&log, threads, bounds, free_scratch, false);
+    alarm(60); /* a pool that waits for its held workers never returns */
+    CHECK_INT(hold_workers(pool, before, n_before, after, n_after), threads - 1);
+    /* twice shared (the first run of a loop is not timed), the caller taking every chunk */
+    for (int run = 0; run < 2; run++) {
+      log = (call_log){.pool = pool};
+      cn_pool_for(pool, n, log_held_call, &log);
+      check_chunks(&log, threads, bounds, held_scratch, true);
+      for (int k = 0; k < threads; k++) CHECK(held_scratch[k] == free_scratch[k]);
+    }
+    /* sharing had friction (the caller ran more than its chunk): the next run is tried alone,
+     * one call over [0, n) on the caller with chunk 0's scratch, as on one thread */
+    log = (call_log){.pool = pool};
+    cn_pool_for(pool, n, log_held_call, &log);
+    alarm(0);
+    int64_t whole[] = {0, n};
+    void *alone_scratch;
+    check_chunks(&log, 1, whole, &alone_scratch, true);
+    CHECK(alone_scratch == free_scratch[0]);
+    /* released, the workers find the jobs they slept through done and take the next ones */
+    release_workers();
+    for (int64_t size = 0; size <= 64; size++) check_cover(pool, size);
+    cn_pool_destroy(pool);
+  }
   cn_ctx_destroy(ctx);
 }
 
@@ -469,6 +677,7 @@ int main(void) {
   CHECK(mkdtemp(cache_dir) != NULL);
   test_pool();
   test_scratch();
+  test_held_workers();
   test_matmul();
   test_elementwise();
   test_reduction();

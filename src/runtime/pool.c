@@ -1,29 +1,66 @@
 /* The worker pool of parallel loops (pool.h).
  *
- * Workers wait until `generation` moves; each then runs its own chunk of the current job (if the
- * job has one for it), and the last to finish signals `done`. Only the submitting thread, holding
- * `submit`, changes the job, and it publishes the job's fields before it moves `generation`
- * (release), which a worker reads (acquire) before the fields, so a worker always reads a complete
- * job. Waiting spins for a while (SPIN_ROUNDS, some tens of microseconds) before sleeping on a
- * condition variable: a training step runs dozens of parallel loops a few hundred microseconds
- * apart, and waking a sleeping thread costs about as much as a small loop (a model's step on two
- * threads was slower than on one). Generation moves and `pending` reaching 0 happen under `lock`
- * too, with a broadcast / signal, so a thread that stopped spinning and sleeps is always woken.
- * Each thread of the pool (the caller at 0, worker k at k) owns one scratch buffer, grown on
- * demand and freed with the pool; a thread knows its index while it runs a chunk (thread-local),
- * and outside any chunk only the caller can ask, a context being used by one thread at a time.
- * Invariants: `pending` counts the workers that have not finished the current job; a job is
- * published only when it is 0; `stop` is set once, by cn_pool_destroy, which then joins every
- * worker it started. A worker counts generations from 0, not from what it first reads: a job may be
- * published before a fresh worker first looks, and it must still run its chunk. */
+ * A job is published by moving `generation` (to g) after its fields and its chunks' claim slots:
+ * slot k holds 2g while chunk k of job g is unclaimed and 2g + 1 once a thread has claimed it
+ * (a compare-and-swap), so each chunk runs exactly once, and a thread still holding an older
+ * generation (descheduled through a whole job) never claims a chunk of a later one: no slot holds
+ * 2g again. The caller claims chunk 0 as it publishes, worker k tries chunk k first, and a thread
+ * done with its own takes the chunks nobody has claimed: a worker that does not get to run (its
+ * core taken by another process) has its chunk run by the caller instead of being waited for.
+ * The job is done when `unfinished` (its chunks not yet run) reaches 0; the caller waits for that,
+ * not for the workers, so a worker that wakes late finds nothing to claim and waits again.
+ *
+ * Sharing does not always pay: a worker that claimed a chunk and then lost its core makes the
+ * caller wait (with another process busy on one of two cores, the MLP step ran 2.5 times slower
+ * on two threads than on one), and a small loop gains less than waking a worker costs. So the
+ * caller times each loop (a record per function and size), shared and alone (one call over
+ * [0, n) on the caller, as a pool of one thread runs it), and runs it the preferred way: shared
+ * only when that saves an eighth of alone's time. Alone is first tried after a shared run with
+ * friction (the caller ran more than its chunk or waited over an eighth of its own time), so a loop
+ * that shares smoothly never runs alone; the other way is tried again after TRY_MIN runs, twice as
+ * many each time the preference holds, up to TRY_MAX (sharing over two runs, the first waking the
+ * workers, untimed). A loop moves to the caller alone within a few runs of a core being taken and
+ * back at its next trial once it is free. Which thread runs a chunk changes, never the chunk's
+ * range, and the scratch follows the chunk (chunk k's buffer); alone, the loop is one chunk 0 over
+ * [0, n). Parallel marks promise independent iterations, so the bits are the same either way.
+ *
+ * Waiting spins (SPIN_ROUNDS, some tens of microseconds) before sleeping on a condition variable:
+ * a training step runs dozens of parallel loops a few hundred microseconds apart, and waking a
+ * sleeping thread costs about as much as a small loop. Every YIELD_ROUNDS the spinner yields its
+ * core to any thread waiting for it and reads the clock: if more than PREEMPTED_NS passed, it was
+ * descheduled, its core is wanted elsewhere, and it sleeps at once instead of spinning on.
+ * Generation moves and `unfinished` reaching 0 happen under `lock` too, with a broadcast /
+ * signal, so a thread that stopped spinning and sleeps is always woken. A thread knows its chunk
+ * while it runs one (thread-local), for the scratch; outside any chunk only the caller can ask
+ * (chunk 0's buffer), a context being used by one thread at a time.
+ * Invariants: only the submitting thread, holding `submit`, writes a job and the loop records,
+ * and it writes a job only once the previous job's chunks have all finished; a thread reads a
+ * job's fields only after claiming one of its chunks (the claim acquires the slot the caller
+ * released after writing them), so a job's fields never change under a running chunk. `stop` is
+ * set once, by cn_pool_destroy, which then joins every worker it started. A worker counts
+ * generations from 0, not from what it first reads: a job may be published before it first looks.
+ */
 #include "runtime/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* Rounds of checking before a waiting thread sleeps; each round is a CPU pause (tens of cycles). */
 #define SPIN_ROUNDS 4096
+/* Rounds between the yields and clock reads of a spinning thread (a few microseconds), and the
+ * time between two reads that means it was descheduled (an order of magnitude more). */
+#define YIELD_ROUNDS 256
+#define PREEMPTED_NS 50000
+/* The loops timed (2^RECORD_BITS, a loop in one of RECORD_WAYS slots from the hash of its function
+ * and size), and the runs of a loop's preferred way before the other is tried again: TRY_MIN
+ * after a change of way, doubling while it holds. */
+#define RECORD_BITS 8
+#define RECORD_WAYS 4
+#define TRY_MIN     16
+#define TRY_MAX     256
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -33,20 +70,42 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One loop's times, and when the way it does not prefer is tried again. */
+typedef enum { SHARED, ALONE } run_way;
+typedef struct {
+  cn_pool_fn fn;
+  int64_t n;
+  uint64_t ns[2]; /* per way: a run's wall time, smoothed (0: not timed yet) */
+  int runs_left;  /* runs of the preferred way before the other may be tried */
+  int interval;   /* what runs_left restarts from */
+  bool warm;      /* run before: the first run (cold caches, first allocations) is not timed */
+  bool woken;     /* a trial of sharing has run once, untimed, to wake the workers */
+  bool friction;  /* in the last shared run (run_shared) */
+} loop_record;
+
 struct cn_pool {
   pthread_mutex_t lock, submit;
   pthread_cond_t wake, done;
   pthread_t *workers;
   int n_workers;
   atomic_uint_fast64_t generation;
-  atomic_int pending;
+  atomic_int unfinished;
   atomic_bool stop;
+  /* per chunk (at most one per thread): 2g unclaimed in job g, 2g + 1 claimed */
+  atomic_uint_fast64_t *slots;
   /* the current job */
   cn_pool_fn fn;
   void *env;
   int64_t n;
   int chunks;
-  /* per thread (the caller 0, worker k at k): a buffer kept across jobs (cn_pool_scratch) */
+  loop_record records[1 << RECORD_BITS];
+  /* per chunk index: a buffer kept across jobs (cn_pool_scratch) */
   struct {
     void *data;
     size_t size;
@@ -59,30 +118,69 @@ typedef struct {
 } worker_arg;
 
 /* Set on a thread while it runs a chunk, so that nested calls run inline instead of waiting on
- * the pool they are part of; with the pool and the chunk's thread index, for the scratch. */
+ * the pool they are part of; with the pool and the chunk's index, for the scratch. */
 static _Thread_local bool in_chunk;
 static _Thread_local const cn_pool *chunk_pool;
-static _Thread_local int chunk_thread;
+static _Thread_local int chunk_index;
 
-static void run_chunk(const cn_pool *pool, int64_t n, int chunks, int k) {
-  int64_t q = n / chunks, r = n % chunks;
-  int64_t lo = k * q + (k < r ? k : r);
-  int64_t hi = lo + q + (k < r ? 1 : 0);
+/* Runs [lo, hi) of the current job as chunk k (for the scratch). */
+static void run_range(const cn_pool *pool, int k, int64_t lo, int64_t hi) {
   in_chunk = true;
   chunk_pool = pool;
-  chunk_thread = k;
+  chunk_index = k;
   pool->fn(pool->env, lo, hi);
   in_chunk = false;
   chunk_pool = NULL;
 }
 
+/* Runs chunk k of the current job. */
+static void run_chunk(const cn_pool *pool, int k) {
+  int64_t q = pool->n / pool->chunks, r = pool->n % pool->chunks;
+  int64_t lo = k * q + (k < r ? k : r);
+  run_range(pool, k, lo, lo + q + (k < r ? 1 : 0));
+}
+
+/* Claims and runs every chunk of job g nobody has claimed, trying chunk `first` first; returns
+ * how many it ran, and whether one was the job's last in *last (when not NULL). */
+static int run_unclaimed(cn_pool *pool, uint_fast64_t g, int first, bool *last) {
+  int slots = pool->n_workers + 1, ran = 0;
+  for (int i = 0; i < slots; i++) {
+    int k = (first + i) % slots;
+    uint_fast64_t open = 2 * g;
+    if (atomic_load_explicit(&pool->slots[k], memory_order_relaxed) == open &&
+        atomic_compare_exchange_strong_explicit(&pool->slots[k], &open, open + 1,
+                                                memory_order_acquire, memory_order_relaxed)) {
+      run_chunk(pool, k);
+      ran++;
+      /* release: the chunk's writes before the caller's return; acquire: the last sees all */
+      if (atomic_fetch_sub_explicit(&pool->unfinished, 1, memory_order_acq_rel) == 1 && last)
+        *last = true;
+    }
+  }
+  return ran;
+}
+
+/* One round of a waiting thread's spin (`mark`: the clock at its last yield); false when it
+ * should sleep instead: its rounds are spent, or it was descheduled since the last yield. */
+static bool spin(int round, uint64_t *mark) {
+  if (round >= SPIN_ROUNDS) return false;
+  if (round % YIELD_ROUNDS != YIELD_ROUNDS - 1) {
+    cpu_relax();
+    return true;
+  }
+  sched_yield();
+  uint64_t t = now_ns(), last = *mark;
+  *mark = t;
+  return t - last <= PREEMPTED_NS;
+}
+
 /* Waits until the generation differs from `seen` or the pool stops: spinning first, then asleep.
- * Returns the generation (acquire: the job's fields written before it are visible). */
+ * Returns the generation. */
 static uint_fast64_t await_job(cn_pool *pool, uint_fast64_t seen) {
-  for (int round = 0; round < SPIN_ROUNDS; round++) {
+  uint64_t mark = now_ns();
+  for (int round = 0; spin(round, &mark); round++) {
     uint_fast64_t g = atomic_load_explicit(&pool->generation, memory_order_acquire);
     if (g != seen || atomic_load_explicit(&pool->stop, memory_order_acquire)) return g;
-    cpu_relax();
   }
   pthread_mutex_lock(&pool->lock);
   while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
@@ -99,9 +197,10 @@ static void *worker_main(void *arg) {
   for (;;) {
     seen = await_job(pool, seen);
     if (atomic_load(&pool->stop)) break;
-    if (index < pool->chunks) run_chunk(pool, pool->n, pool->chunks, index);
-    /* The last worker done wakes the submitter, under the lock it sleeps with. */
-    if (atomic_fetch_sub(&pool->pending, 1) == 1) {
+    /* The thread that ran the last chunk wakes the submitter, under the lock it sleeps with. */
+    bool last = false;
+    run_unclaimed(pool, seen, index, &last);
+    if (last) {
       pthread_mutex_lock(&pool->lock);
       pthread_cond_signal(&pool->done);
       pthread_mutex_unlock(&pool->lock);
@@ -131,8 +230,10 @@ cn_pool *cn_pool_create(cn_ctx *ctx, int threads) {
   cn_pool *pool = cn_calloc(ctx, 1, sizeof *pool);
   if (!pool) return NULL;
   pool->workers = cn_calloc(ctx, (size_t)threads, sizeof *pool->workers);
-  pool->scratch = pool->workers ? cn_calloc(ctx, (size_t)threads, sizeof *pool->scratch) : NULL;
+  pool->slots = pool->workers ? cn_calloc(ctx, (size_t)threads, sizeof *pool->slots) : NULL;
+  pool->scratch = pool->slots ? cn_calloc(ctx, (size_t)threads, sizeof *pool->scratch) : NULL;
   if (!pool->scratch) {
+    free(pool->slots);
     free(pool->workers);
     free(pool);
     return NULL;
@@ -158,12 +259,106 @@ void cn_pool_destroy(cn_pool *pool) {
   pthread_mutex_destroy(&pool->lock);
   for (int k = 0; k <= pool->n_workers; k++) free(pool->scratch[k].data);
   free(pool->scratch);
+  free(pool->slots);
   free(pool->workers);
   free(pool);
 }
 
 int cn_pool_threads(const cn_pool *pool) {
   return pool->n_workers + 1;
+}
+
+/* Publishes the current job (generation g) to the workers, runs chunk 0 and whatever chunks
+ * nobody has claimed, and waits until every chunk has finished. True when sharing had friction:
+ * the caller ran more than its chunk, or waited for the others more than an eighth of its own
+ * time (a worker late or slowed, or chunks of unequal work). */
+static bool run_shared(cn_pool *pool, uint_fast64_t g, uint64_t start) {
+  atomic_store_explicit(&pool->unfinished, pool->chunks, memory_order_relaxed);
+  atomic_store_explicit(&pool->slots[0], 2 * g + 1, memory_order_relaxed); /* the caller's */
+  for (int k = 1; k < pool->chunks; k++)
+    atomic_store_explicit(&pool->slots[k], 2 * g, memory_order_release);
+  pthread_mutex_lock(&pool->lock);
+  atomic_store_explicit(&pool->generation, g, memory_order_release);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->lock);
+  run_chunk(pool, 0);
+  atomic_fetch_sub_explicit(&pool->unfinished, 1, memory_order_acq_rel);
+  int ran = 1 + run_unclaimed(pool, g, 1, NULL);
+  uint64_t mark = now_ns(), own = mark - start;
+  for (int round = 0; atomic_load(&pool->unfinished) > 0 && spin(round, &mark); round++) {
+  }
+  if (atomic_load(&pool->unfinished) > 0) {
+    pthread_mutex_lock(&pool->lock);
+    while (atomic_load(&pool->unfinished) > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+  }
+  return ran > 1 || (now_ns() - start - own) * 8 > own;
+}
+
+/* The way to prefer for a loop as timed so far: shared unless alone was timed and sharing saves
+ * less than an eighth of alone's time. A loop about as fast either way runs alone: waking a
+ * worker for it costs another core's time, and, with that core taken, the caller's. */
+static run_way preferred_way(const loop_record *r) {
+  return r->ns[ALONE] && r->ns[ALONE] * 7 < r->ns[SHARED] * 8 ? ALONE : SHARED;
+}
+
+/* The way to run the loop of record r this time: the preferred, unless the other's trial is due
+ * (after `interval` runs; alone only once the last shared run had friction). */
+static run_way choose_way(loop_record *r) {
+  run_way preferred = preferred_way(r);
+  if (r->runs_left > 0) {
+    r->runs_left--;
+    return preferred;
+  }
+  if (preferred == ALONE) return SHARED;
+  return r->friction && r->ns[SHARED] ? ALONE : SHARED;
+}
+
+/* Records a run of the loop that took `ns`. The preferred way's times are smoothed: a quarter of
+ * the new one, taken as at most twice the old (a run whose thread lost its core once moves the
+ * time by a quarter, a lasting slowdown by a quarter each run); a trial's replaces the other
+ * way's (it was tried to see whether things changed). A trial of sharing takes two runs, the
+ * first not timed: the workers have slept through the runs alone, and waking them would count
+ * against sharing. The next trial comes after `interval` runs, doubled while trials confirm the
+ * preference. */
+static void record_run(loop_record *r, run_way way, uint64_t ns, bool friction) {
+  if (!r->warm) {
+    r->warm = true;
+    return;
+  }
+  run_way preferred = preferred_way(r);
+  if (way == SHARED && preferred == ALONE && !r->woken) {
+    r->woken = true; /* the next run shares again, timed, the workers awake */
+    return;
+  }
+  r->woken = false;
+  bool trial = way != preferred || !r->ns[way];
+  ns = ns ? ns : 1;
+  uint64_t most = 2 * r->ns[way];
+  r->ns[way] = trial ? ns : (3 * r->ns[way] + (ns < most ? ns : most)) / 4;
+  if (way == SHARED) r->friction = friction;
+  if (trial && r->ns[SHARED] && r->ns[ALONE]) {
+    bool held = preferred_way(r) == preferred && r->interval;
+    r->interval = !held ? TRY_MIN : r->interval < TRY_MAX ? 2 * r->interval : TRY_MAX;
+    r->runs_left = r->interval;
+  }
+}
+
+/* The record of the loop (fn, n): found among RECORD_WAYS slots from its hash, else a fresh one
+ * in the first free of them, else in place of the first. */
+static loop_record *find_record(cn_pool *pool, cn_pool_fn fn, int64_t n) {
+  /* Fibonacci hashing: the product's top bits depend on all of the function's and size's */
+  uint64_t key =
+      ((uint64_t)(uintptr_t)fn ^ (uint64_t)n * 0xff51afd7ed558ccdu) * 0x9e3779b97f4a7c15u;
+  size_t first = key >> (64 - RECORD_BITS), mask = ((size_t)1 << RECORD_BITS) - 1;
+  loop_record *slot = &pool->records[first];
+  for (size_t i = 0; i < RECORD_WAYS; i++) {
+    loop_record *r = &pool->records[(first + i) & mask];
+    if (r->fn == fn && r->n == n) return r;
+    if (!r->fn && slot->fn) slot = r;
+  }
+  *slot = (loop_record){.fn = fn, .n = n};
+  return slot;
 }
 
 void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
@@ -173,30 +368,28 @@ void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
     fn(env, 0, n);
     return;
   }
-  int chunks = n < threads ? (int)n : threads;
   pthread_mutex_lock(&pool->submit);
-  pthread_mutex_lock(&pool->lock);
   pool->fn = fn;
   pool->env = env;
   pool->n = n;
-  pool->chunks = chunks;
-  atomic_store(&pool->pending, pool->n_workers);
-  atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
-  pthread_cond_broadcast(&pool->wake);
-  pthread_mutex_unlock(&pool->lock);
-  run_chunk(pool, n, chunks, 0);
-  for (int round = 0; round < SPIN_ROUNDS && atomic_load(&pool->pending) > 0; round++) cpu_relax();
-  if (atomic_load(&pool->pending) > 0) {
-    pthread_mutex_lock(&pool->lock);
-    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
-    pthread_mutex_unlock(&pool->lock);
-  }
+  pool->chunks = n < threads ? (int)n : threads;
+  loop_record *r = find_record(pool, fn, n);
+  run_way way = choose_way(r);
+  uint64_t start = now_ns();
+  bool friction = false;
+  if (way == SHARED)
+    friction =
+        run_shared(pool, atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1, start);
+  else
+    run_range(pool, 0, 0, n);
+  record_run(r, way, now_ns() - start, friction);
   pthread_mutex_unlock(&pool->submit);
 }
 
 void *cn_pool_scratch(cn_pool *pool, size_t bytes) {
-  /* outside a chunk of this pool: the caller's (a context runs on one thread at a time) */
-  int k = chunk_pool == pool ? chunk_thread : 0;
+  /* outside a chunk of this pool: chunk 0's, the caller's (a context runs on one thread at a
+   * time, and no chunk runs between jobs) */
+  int k = chunk_pool == pool ? chunk_index : 0;
   bytes = (bytes + 63) / 64 * 64;
   if (pool->scratch[k].size < bytes) {
     free(pool->scratch[k].data);
@@ -205,7 +398,6 @@ void *cn_pool_scratch(cn_pool *pool, size_t bytes) {
   }
   return pool->scratch[k].data;
 }
-
 static void pool_cleanup(void *pool) {
   cn_pool_destroy(pool);
 }

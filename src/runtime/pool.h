@@ -2,11 +2,14 @@
  *
  * cn_pool_for(pool, n, fn, env) splits [0, n) into min(threads, n) contiguous chunks, chunk k being
  * [k*n/c, (k+1)*n/c) in exact 128-bit-free arithmetic (q = n/c, r = n%c: the first r chunks hold
- * q + 1), runs chunk 0 on the caller and chunk k on worker k, and returns when all are done: every
- * index runs exactly once, and which thread runs an index depends only on n and the thread count.
- * Calls on one pool are serialized (a mutex), and a call made from inside a chunk (a worker or the
- * caller running fn) runs its whole range on that thread, so nested loops never deadlock. A pool
- * is created lazily per context (cn_pool_of) and released by the context's cleanups. */
+ * q + 1), calls fn once per chunk, and returns when all are done: every index runs exactly once,
+ * and the chunks depend only on n and the thread count (the results on neither: the loops are
+ * marked parallel, their iterations independent). Chunk 0 runs on the caller and chunk k on
+ * worker k unless that worker is late (its core taken): the caller then runs it; and a loop that
+ * runs no faster shared (timed) runs whole on the caller, fn(env, 0, n), as on one thread. Calls on
+ * one pool are serialized (a mutex), and a call made from inside a chunk (a worker or the caller
+ * running fn) runs its whole range on that thread, so nested loops never deadlock. A pool is
+ * created lazily per context (cn_pool_of) and released by the context's cleanups. */
 #ifndef CN_POOL_H
 #define CN_POOL_H
 
@@ -24,9 +27,10 @@ void cn_pool_destroy(cn_pool *pool);
 /* The threads a call uses: the caller plus the workers. */
 int cn_pool_threads(const cn_pool *pool);
 void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env);
-/* A 64-byte aligned buffer of at least `bytes` for the calling thread (inside a chunk of this
- * pool, its thread's; outside, the caller's), kept until that thread asks again for more or the
- * pool ends: what a kernel's packing reuses across runs. NULL when memory runs out. */
+/* A 64-byte aligned buffer of at least `bytes` for the calling chunk (inside chunk k of this pool,
+ * chunk k's, whichever thread runs it; outside, chunk 0's, the caller's), kept until a chunk of
+ * that index asks again for more or the pool ends: what a kernel's packing reuses across runs.
+ * NULL when memory runs out. */
 void *cn_pool_scratch(cn_pool *pool, size_t bytes);
 
 /* The context's pool with `threads` threads: created on first use and registered as a cleanup;
