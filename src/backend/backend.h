@@ -12,7 +12,8 @@
 /* How a run splits a CN_LL_PARALLEL loop across threads: pool_for(pool, n, fn, env) runs fn on
  * contiguous chunks of [0, n) covering it exactly once and returns when all are done (the
  * runtime's cn_pool_for); scratch(pool, bytes) is a 64-byte aligned buffer of at least `bytes`
- * for the calling thread, owned by the pool and kept across runs (cn_pool_scratch: GEMM packing
+ * for the chunk being run (no two running chunks share one, whichever threads run them), owned
+ * by the pool and kept across runs (cn_pool_scratch: GEMM packing
  * reuses it instead of allocating per call), NULL when memory runs out. Generated C declares the
  * same layout as cn_par_t, so the two must agree. A NULL cn_parallel runs every loop on the
  * caller's thread (and GEMM packing allocates per call). */
