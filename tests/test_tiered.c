@@ -1,8 +1,10 @@
 /* Tiered routines of scripts (issue 29, cn_routine_compile_tiered): with the C backend, a routine
  * of less work than the option interpret_below runs on the interpreter, and is compiled once its
- * interpreted runs have taken about what compiling costs. A script with a 4000-cell update run
- * 3000 times, a scalar counter run as often and a one-off sum: by default only the update is
- * ever compiled (one compiler run, in a fresh cache), with interpret_below 0 every routine is,
+ * interpreted runs have taken about what compiling costs, unless the interpreter could compute
+ * another value (it computes single precision in double: a multiply-add rounds once there). A
+ * script with a 4000-cell update run 3000 times, a scalar counter run as often, a one-off
+ * multiply-add and a one-off sum: by default only the update (once it ran long enough) and the
+ * multiply-add (at once) are compiled, in a fresh cache; with interpret_below 0 every routine is,
  * on the interpreter backend none is, and all three print the same text, digit for digit (the
  * interpreter's results are the generated code's). A second default run finds the update's
  * object in the cache and takes it from the first run (no compile, no interpretation). The
@@ -17,14 +19,17 @@
 #include <string.h>
 
 static const char *const script = "let%op v = range 4000\n"
-                                  "let%cd grow = {acc} =+ exp (v *. 0.0001) *. 0.5\n"
+                                  "let%cd grow = {acc} =+ v\n"
                                   "let%cd count = {steps} =+ 1\n"
+                                  "let%cd scale = {half} =: v *. 0.5 + 0.25\n"
                                   "for i = 0 to 2999 do\n"
                                   "  run grow\n"
                                   "  run count\n"
                                   "done\n"
+                                  "run scale\n"
                                   "print (acc ++ \"...|... => 0\")\n"
-                                  "print steps\n";
+                                  "print steps\n"
+                                  "print (half ++ \"...|... => 0\")\n";
 
 static char cache_dir[64];
 
@@ -70,6 +75,8 @@ int main(void) {
   outcome interp = run_script(CN_BACKEND_INTERP, NULL);
   CHECK_INT(interp.compiler_runs, 0);
   CHECK_HAS(interp.text, "\"values\": [3000]");
+  /* the sum of i / 2 + 1/4 over i < 4000, by hand */
+  CHECK_HAS(interp.text, "\"values\": [4000000]");
 
   outcome compiled = run_script(CN_BACKEND_C, "0"); /* every routine compiled */
   CHECK(compiled.compiler_runs >= 3);
@@ -77,12 +84,14 @@ int main(void) {
 
   empty_cache();
   outcome tiered = run_script(CN_BACKEND_C, NULL);
-  CHECK_INT(tiered.compiler_runs, 1); /* the update, once its runs took long enough */
+  /* the update, once its runs took long enough, and at once `scale`: its multiply-add rounds
+   * twice in generated C and once in the interpreter (which computes single in double) */
+  CHECK_INT(tiered.compiler_runs, 2);
   CHECK_STR(tiered.text, interp.text);
   /* the next run takes the update's object from the cache at once */
   outcome again = run_script(CN_BACKEND_C, NULL);
   CHECK_INT(again.compiler_runs, 0);
-  CHECK_INT(again.cache_hits, 1);
+  CHECK_INT(again.cache_hits, 2);
   CHECK_STR(again.text, interp.text);
 
   cn_ctx *ctx = cn_ctx_create();

@@ -84,7 +84,7 @@ unsigned cn_prec_kind_bit(cn_prec prec) {
 
 /* True if generated C computes the precision in float (single, half, bfloat16, fp8): the
  * interpreter rounds values converted into it to float, as the C cast does. */
-static bool computes_in_float(cn_prec prec) {
+bool cn_prec_computes_in_float(cn_prec prec) {
   switch (prec) {
 #define CN_PREC(ID, lc, bytes, store_t, compute_t, kind, rank)                                     \
   case CN_PREC_##ID: {                                                                             \
@@ -188,7 +188,7 @@ void cn_value_store(cn_prec prec, cn_value v, void *cell) {
 
 /* A double as the compute value of a FLOAT precision: rounded to float if it computes in float. */
 static double round_to_compute(cn_prec prec, double x) {
-  return computes_in_float(prec) ? (double)(float)x : x;
+  return cn_prec_computes_in_float(prec) ? (double)(float)x : x;
 }
 
 cn_value cn_value_of_double(cn_prec prec, double x) {
@@ -286,7 +286,7 @@ cn_value cn_value_convert(cn_prec from, cn_prec to, cn_value v) {
     return r;
   }
   if (tk == CN_PKIND_FLOAT) {
-    bool to_float = computes_in_float(to);
+    bool to_float = cn_prec_computes_in_float(to);
     if (fk == CN_PKIND_FLOAT)
       r.f = round_to_compute(to, v.f);
     else if (fk == CN_PKIND_INT)
@@ -413,7 +413,7 @@ cn_value cn_eval_op(cn_op op, cn_prec prec, const cn_value *args) {
   cn_value a = args[0], b = info->arity > 1 ? args[1] : zero, c = info->arity > 2 ? args[2] : zero;
   switch (cn_prec_table[prec].kind) {
   case CN_PKIND_FLOAT:
-    if ((info->flags & CN_OPF_IN_FLOAT) && computes_in_float(prec))
+    if ((info->flags & CN_OPF_IN_FLOAT) && cn_prec_computes_in_float(prec))
       r.f = eval_float32(op, (float)a.f, (float)b.f, (float)c.f);
     else
       r.f = eval_float(op, a.f, b.f, c.f);

@@ -28,6 +28,7 @@ typedef enum {
 #define CN_OPF_VEC      2u
 #define CN_OPF_COND     4u
 #define CN_OPF_IN_FLOAT 8u
+#define CN_OPF_ROUNDED  16u
 
 typedef struct {
   const char *name;
@@ -60,6 +61,9 @@ bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
 /* True if a stored cell of prec is its compute value (the `exact` column of precisions.def):
  * loads and stores are plain accesses, with no wrap or rounding on store. */
 bool cn_prec_stores_as_computed(cn_prec prec);
+/* True if generated C computes the precision in float (single, half, bfloat16, fp8): the
+ * interpreter computes its ops in double and rounds where a value is converted or stored. */
+bool cn_prec_computes_in_float(cn_prec prec);
 
 /* The kind bit (CN_KF/CN_KI/CN_KB) of a precision. */
 unsigned cn_prec_kind_bit(cn_prec prec);

@@ -269,30 +269,58 @@ static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
   return parse_count(ctx, "parallel_work", text, 1, work);
 }
 
-/* The cell updates of a statement (saturating), and whether it holds a GEMM plan with fused
- * multiply-adds. */
-static int64_t work_of(const cn_ll_stmt *s, bool *fused) {
+/* Whether the interpreter's value of e is the generated code's, bit for bit, and (*rounded)
+ * whether the interpreter holds it rounded to e's precision. The interpreter computes a precision
+ * that computes in float in double and rounds only where a value is converted or stored
+ * (numeric.c), so an op of such a precision agrees when it rounds like float arithmetic
+ * (CN_OPF_ROUNDED: exact ops, + - * / sqrt) on rounded operands, or is evaluated on float by
+ * both (CN_OPF_IN_FLOAT, its operands cast to float); ops of other precisions are the same
+ * functions of the same operands, and a stored value is rounded on the way. */
+static bool interpreter_agrees(const cn_ll_expr *e, bool *rounded) {
+  *rounded = true;
+  if (e->kind != CN_LE_OP) return true;
+  unsigned flags = cn_op_table[e->u.op.op].flags;
+  bool in_float =
+      cn_prec_table[e->prec].kind == CN_PKIND_FLOAT && cn_prec_computes_in_float(e->prec);
+  bool casts = in_float && (flags & CN_OPF_IN_FLOAT);
+  if (in_float && !casts && !(flags & CN_OPF_ROUNDED)) return false;
+  for (int a = 0; a < cn_op_table[e->u.op.op].arity; a++) {
+    bool arg_rounded;
+    if (!interpreter_agrees(e->u.op.args[a], &arg_rounded) || !(arg_rounded || casts)) return false;
+  }
+  *rounded = !in_float || casts;
+  return true;
+}
+
+/* The cell updates of a statement (saturating), whether it holds a GEMM plan with fused
+ * multiply-adds, and (*differs) whether the interpreter could store another value than the
+ * generated code somewhere (interpreter_agrees). */
+static int64_t work_of(const cn_ll_stmt *s, bool *fused, bool *differs) {
   int64_t work = 0, body;
   switch (s->kind) {
   case CN_LL_SEQ:
     for (int i = 0; i < s->u.seq.count; i++) {
-      body = work_of(s->u.seq.items[i], fused);
+      body = work_of(s->u.seq.items[i], fused, differs);
       work = body > INT64_MAX - work ? INT64_MAX : work + body;
     }
     return work;
   case CN_LL_FOR: {
     int64_t extent = s->u.loop.to > s->u.loop.from ? s->u.loop.to - s->u.loop.from : 0;
-    body = work_of(s->u.loop.body, fused);
+    body = work_of(s->u.loop.body, fused, differs);
     return extent > 0 && body > INT64_MAX / extent ? INT64_MAX : extent * body;
   }
-  case CN_LL_IF: return work_of(s->u.guard.body, fused);
-  case CN_LL_LET: return work_of(s->u.let.body, fused);
+  case CN_LL_IF: return work_of(s->u.guard.body, fused, differs);
+  case CN_LL_LET: return work_of(s->u.let.body, fused, differs);
   case CN_LL_GEMM:
     if (s->u.gemm.plan->fma) *fused = true;
-    return work_of(s->u.gemm.nest, fused);
+    return work_of(s->u.gemm.nest, fused, differs);
   case CN_LL_COMMENT: return 0;
-  case CN_LL_SET:
-  case CN_LL_SET_VEC: return 1;
+  case CN_LL_SET: {
+    bool rounded;
+    if (!interpreter_agrees(s->u.set.value, &rounded)) *differs = true;
+    return 1;
+  }
+  case CN_LL_SET_VEC: return 1; /* a vectorized op of uint4x32 words: the same function */
   }
   return 0;
 }
@@ -340,10 +368,10 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   bool interpreted = false; /* for now, in place of the generated C */
   if (tiered && backend == CN_BACKEND_C) {
     int64_t below;
-    bool fused = false;
+    bool fused = false, differs = false;
     if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
       return NULL;
-    interpreted = work_of(proc->body, &fused) < below && !fused;
+    interpreted = work_of(proc->body, &fused, &differs) < below && !fused && !differs;
     if (interpreted) {
       impl = &cn_backend_interp;
       backend = CN_BACKEND_INTERP;
