@@ -470,6 +470,13 @@ static void test_shapes(void) {
                     node(ctx, "bt", CN_PREC_SINGLE, 2, (int64_t)131, (int64_t)67),
                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)29, (int64_t)131)};
   check_shape("transposed", transposed, tr, 3, NULL);
+  /* 3 columns: a panel of one vector, 4 columns on generic vectors, narrower than the blocks of
+   * 8 the transposed packing walks (it wrote 8 per step, over the next step's cells) */
+  cn_node *tr3[3] = {node(ctx, "at", CN_PREC_SINGLE, 2, (int64_t)67, (int64_t)29),
+                     node(ctx, "bt", CN_PREC_SINGLE, 2, (int64_t)3, (int64_t)67),
+                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)29, (int64_t)3)};
+  check_shape("transposed, 3 columns, generic vectors", transposed, tr3, 3,
+              "-O2 -std=c11 -Wall -Wextra -Werror -shared -fPIC");
   cn_node *ca[3] = {node(ctx, "a", CN_PREC_DOUBLE, 2, (int64_t)23, (int64_t)41),
                     node(ctx, "b", CN_PREC_DOUBLE, 2, (int64_t)41, (int64_t)37),
                     node(ctx, "ct", CN_PREC_DOUBLE, 2, (int64_t)37, (int64_t)23)};

@@ -333,7 +333,8 @@ static const char fill_b_by_column[] =
  * 0x20/0x31, which gcc and clang compile to those instructions) and 8 vector stores (a panel of a
  * weight stored [out][in], as nn.Linear's, is this transpose: element by element it was a third
  * of a batch-of-one product); the steps past the last block of 8, and the last columns, element
- * by element. The values are copied, so the bits are those of fill_b_by_column. */
+ * by element, up to cn_nr (4 columns, one 16-byte vector, on generic vectors and NEON). The values
+ * are copied, so the bits are those of fill_b_by_column. */
 static const char fill_b_transposed[] =
     "        for (int cn_q0 = 0; cn_q0 < cn_nr; cn_q0 += 8) {\n"
     "          int64_t cn_k = 0;\n"
@@ -362,7 +363,7 @@ static const char fill_b_transposed[] =
     "            }\n"
     "          }\n"
     "#endif\n"
-    "          for (int cn_q = cn_q0; cn_q < cn_q0 + 8; cn_q++)\n"
+    "          for (int cn_q = cn_q0; cn_q < cn_q0 + 8 && cn_q < cn_nr; cn_q++)\n"
     "            for (int64_t cn_kr = cn_k; cn_kr < cn_kc; cn_kr++)\n"
     "              cn_panel[cn_kr * cn_nr + cn_q] = cn_q < cn_cols ? @RESTLOAD@ : 0;\n"
     "        }\n";
