@@ -4,7 +4,8 @@
  * compared with plain C loops; names that would break C (keywords, math functions, clashing symbols
  * and buffers) made safe, compiled with -Wall -Wextra -Werror and run against the reference
  * interpreter; the on-disk cache (a second compile of the same procedure in a fresh context loads
- * the cached object, other flags compile again); a long routine emitted as shared kernels called by
+ * the cached object, other flags compile again); <tgmath.h> or <math.h> included only when the
+ * routine or its prelude helpers call math; a long routine emitted as shared kernels called by
  * steps; compiler failures (CN_ERR_COMPILE naming the generated file, no temporaries left) and an
  * unusable cache directory (CN_ERR_IO). Everything happens in a mkdtemp directory, removed at the
  * end. */
@@ -12,6 +13,7 @@
 #include "loops_check.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -462,6 +464,65 @@ static void test_empty(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- The math headers ---- */
+
+static const double unary_x[4] = {0.25, 1.5, 3.0, 0.75};
+
+/* y[i] = op(x[i]) in single precision (with the constant 0.5 as the second operand of a binary
+ * op) over x = unary_x. */
+static cn_ll_proc *unary_proc(cn_ctx *ctx, const char *name, cn_op op) {
+  int64_t dims[1] = {4};
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 1, dims);
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_SINGLE, 1, dims);
+  CHECK(x && y);
+  CHECK_INT(cn_node_set_values(x, false, unary_x, 4), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 4);
+  cn_ll_expr *a = cn_lb_get(ctx, 0, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(i)));
+  cn_ll_expr *b = cn_op_arity(op) == 2 ? cn_lb_num(ctx, CN_PREC_SINGLE, 0.5) : NULL;
+  cn_ll_stmt *set = cn_lb_set(ctx, 1, cn_lb_indices(ctx, 1, cn_index_iter(i)),
+                              cn_lb_op(ctx, op, CN_PREC_SINGLE, a, b, NULL));
+  cn_ll_param params[2] = {{x, false}, {y, false}};
+  return cn_lb_proc(ctx, name, cn_lb_loop(ctx, i, 0, 4, set), 2, params, 0, NULL);
+}
+
+/* A file includes <tgmath.h> when the routine calls type-generic math (log on a float must be
+ * logf), only <math.h> when only the prelude's helpers do (cn_max_f32's isnan), neither when
+ * nothing does (issue 29: 12 ms of every compile). Each file compiles under -Werror, where a
+ * missing declaration fails, and computes what libm's float functions give. */
+static void test_math_headers(void) {
+  static const struct {
+    const char *name;
+    cn_op op;
+    bool tgmath, math;
+  } cases[3] = {{"no_math", CN_OP_RELU, false, false},
+                {"type_generic", CN_OP_LOG, true, false},
+                {"helper_math", CN_OP_MAX, false, true}};
+  for (int c = 0; c < 3; c++) {
+    cn_ctx *ctx = test_ctx();
+    cn_ll_proc *proc = unary_proc(ctx, cases[c].name, cases[c].op);
+    cn_sbuf sb = {0};
+    CHECK_INT(cn_cgen_source(ctx, proc, &sb), CN_OK);
+    const char *text = cn_sbuf_finish(ctx, &sb);
+    CHECK(text != NULL);
+    if (!text) continue;
+    CHECK_MSG((strstr(text, "#include <tgmath.h>\n") != NULL) == cases[c].tgmath, "%s",
+              cases[c].name);
+    CHECK_MSG((strstr(text, "#include <math.h>\n") != NULL) == cases[c].math, "%s", cases[c].name);
+    CHECK_HAS(text, "#include <stdint.h>\n");
+    CHECK_INT(run_c(ctx, proc, NULL), CN_OK);
+    double y[4];
+    CHECK_INT(cn_node_get_values(proc->params[1].node, false, y, 4), CN_OK);
+    for (int k = 0; k < 4; k++) {
+      float x = (float)unary_x[k];
+      float want = cases[c].op == CN_OP_RELU  ? x
+                   : cases[c].op == CN_OP_LOG ? logf(x)
+                                              : fmaxf(x, 0.5f);
+      CHECK_NEAR(y[k], want, 0);
+    }
+    cn_ctx_destroy(ctx);
+  }
+}
+
 /* ---- Long routines: kernels and steps ---- */
 
 /* Occurrences of needle in text. */
@@ -624,11 +685,12 @@ static void test_compiler_failures(void) {
 
   /* No temporary and no object survives the failures; the generated files stay for inspection:
    * matmul has its 2 objects of test_cache_hit with their records and 2 + 2 sources; conv,
-   * bounded, names, empty and chain 3 files each (source, object, record). */
+   * bounded, names, empty, chain and the three of test_math_headers 3 files each (source,
+   * object, record). */
   CHECK_INT(count_files("matmul-", ".so"), 2);
   CHECK_INT(count_files("matmul-", ".sum"), 2);
   CHECK_INT(count_files("matmul-", ".c"), 4);
-  CHECK_INT(count_files("", ""), 2 + 8 + 5 * 3);
+  CHECK_INT(count_files("", ""), 2 + 8 + 8 * 3);
 }
 
 static void test_cache_dir_errors(void) {
@@ -664,6 +726,7 @@ int main(void) {
   test_affine_bounds();
   test_names_and_features();
   test_empty();
+  test_math_headers();
   test_kernels();
   test_compiler_failures();
   test_cache_dir_errors();

@@ -76,7 +76,9 @@ void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
 bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
 void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
 /* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
- * needs, in order, appended to out (cgen_prelude.c). */
+ * needs, in order, appended to out (cgen_prelude.c), with <tgmath.h> or <math.h> only when a
+ * name of cn_cgen_is_math_name (cgen.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */
+bool cn_cgen_is_math_name(const char *name);
 cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
 /* A statement at depth, as cgen.c emits it. */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);

@@ -98,7 +98,8 @@ static const char preamble_prec[] =
     "#elif defined(__aarch64__) && defined(__ARM_NEON)\n"
     "  return (cn_v@P@)vfmaq_@NEON@((@NEONT@)c, (@NEONT@)a, (@NEONT@)b);\n"
     "#else\n"
-    "  for (int l = 0; l < (int)(sizeof a / sizeof a[0]); l++) c[l] = fma(a[l], b[l], c[l]);\n"
+    "  for (int l = 0; l < (int)(sizeof a / sizeof a[0]); l++)\n"
+    "    c[l] = __builtin_fma@F@(a[l], b[l], c[l]);\n"
     "  return c;\n"
     "#endif\n"
     "}\n"
@@ -332,7 +333,8 @@ static const char fill_b_by_column[] =
  * 0x20/0x31, which gcc and clang compile to those instructions) and 8 vector stores (a panel of a
  * weight stored [out][in], as nn.Linear's, is this transpose: element by element it was a third
  * of a batch-of-one product); the steps past the last block of 8, and the last columns, element
- * by element. The values are copied, so the bits are those of fill_b_by_column. */
+ * by element, up to cn_nr (4 columns, one 16-byte vector, on generic vectors and NEON). The values
+ * are copied, so the bits are those of fill_b_by_column. */
 static const char fill_b_transposed[] =
     "        for (int cn_q0 = 0; cn_q0 < cn_nr; cn_q0 += 8) {\n"
     "          int64_t cn_k = 0;\n"
@@ -361,7 +363,7 @@ static const char fill_b_transposed[] =
     "            }\n"
     "          }\n"
     "#endif\n"
-    "          for (int cn_q = cn_q0; cn_q < cn_q0 + 8; cn_q++)\n"
+    "          for (int cn_q = cn_q0; cn_q < cn_q0 + 8 && cn_q < cn_nr; cn_q++)\n"
     "            for (int64_t cn_kr = cn_k; cn_kr < cn_kc; cn_kr++)\n"
     "              cn_panel[cn_kr * cn_nr + cn_q] = cn_q < cn_cols ? @RESTLOAD@ : 0;\n"
     "        }\n";
@@ -499,6 +501,11 @@ static void print_offset(cn_sbuf *sb, const geometry *geo, cn_gemm_role role, in
 
 /* ---- Templates ---- */
 
+/* Whether a GEMM of prec computes in float (single and the narrow ones), else in double. */
+static bool in_float(cn_prec prec) {
+  return cn_prec_table[prec].kind == CN_PKIND_FLOAT && prec != CN_PREC_DOUBLE;
+}
+
 typedef struct {
   const geometry *geo;
   const char *keys[64], *values[64];
@@ -575,7 +582,8 @@ static void expand(cn_sbuf *sb, const expansion *e, const char *text) {
           cn_sbuf_printf(sb, "cn_load_%s(cn_store_%s(", cn_prec_table[prec].name,
                          cn_prec_table[prec].name);
         if (e->geo->plan->fma)
-          cn_sbuf_printf(sb, "fma(%s, %s, %s)", x.data, y.data, args[0]);
+          cn_sbuf_printf(sb, "__builtin_fma%s(%s, %s, %s)", in_float(prec) ? "f" : "", x.data,
+                         y.data, args[0]);
         else
           cn_sbuf_printf(sb, "%s + %s * %s", args[0], x.data, y.data);
         if (narrow) cn_sbuf_puts(sb, "))");
@@ -648,7 +656,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   cn_sbuf *sb = &par->outlined, *pre = par->gemm_preamble ? par->gemm_preamble : sb;
   const cn_ll_gemm *plan = geo->plan;
   /* computed in float (single and the narrow ones) or double; stored in the node's type */
-  bool single = cn_prec_table[geo->prec].kind == CN_PKIND_FLOAT && geo->prec != CN_PREC_DOUBLE;
+  bool single = in_float(geo->prec);
   bool narrow = !cn_prec_stores_as_computed(geo->prec);
   expansion e = {.geo = geo};
   define(&e, "T", single ? "float" : "double");
@@ -662,6 +670,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   if (!(par->gemm_emitted & vectors)) {
     expansion p = e;
     define(&p, "X86", single ? "ps" : "pd");
+    define(&p, "F", single ? "f" : "");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
     expand(pre, &p, preamble_prec);

@@ -2,7 +2,8 @@
  * the library and by generated C.
  *
  * This file is compiled into the library (src/numeric/numeric.h includes it) and its whole text
- * is prepended to every generated C file after `#include <stdint.h>` and `#include <tgmath.h>`.
+ * is prepended to every generated C file after `#include <stdint.h>` (its `#include <math.h>`
+ * becomes `<tgmath.h>` where the routine calls type-generic math: src/backend/cgen_prelude.c).
  * Invariants that follow from that double life:
  *   - self-contained C11: only <stdint.h>, <string.h> and <math.h>; no cannl header;
  *   - every function is `static inline` and every name starts with `cn_`;
