@@ -1195,8 +1195,8 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
   return status;
 }
 
-/* cc_compile, or with `found` (cn_backend.compile_cached) only a cache hit: *found false and
- * nothing compiled on a miss. */
+/* cc_compile, or with `found` (cn_backend.compile_cached, this function) only a cache hit: *found
+ * false and nothing compiled on a miss. */
 static cn_status compile_one(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                              const char **source, bool *found) {
   cc_compiled *c = cn_calloc(ctx, 1, sizeof *c);
@@ -1219,11 +1219,6 @@ static cn_status compile_one(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
 static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                             const char **source) {
   return compile_one(ctx, proc, compiled, source, NULL);
-}
-
-static cn_status cc_compile_cached(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                                   const char **source, bool *found) {
-  return compile_one(ctx, proc, compiled, source, found);
 }
 
 static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
@@ -1422,7 +1417,7 @@ const cn_backend cn_backend_c = {
     .name = "c",
     .compile = cc_compile,
     .compile_many = cc_compile_many,
-    .compile_cached = cc_compile_cached,
+    .compile_cached = compile_one,
     .run = cc_run,
     .release = cc_release,
     .run_parallel = cc_run_parallel,
