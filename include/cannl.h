@@ -121,11 +121,11 @@ void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               at once: a count in [0, 2^62] (default: $CANNL_INTERPRET_BELOW, else 4096; 0:
  *               every routine). A smaller one runs on the interpreter until its interpreted
  *               runs have taken about 30 ms, and is compiled then (a print or a scalar update
- *               never is): a cold start compiles only what pays. Only where the interpreter
- *               computes the generated code's bits: not when the cache already holds the object,
- *               nor with a matrix product with fused multiply-adds, nor where a value of a
- *               precision computed in float goes through two ops before it is stored (the
- *               interpreter computes those in double, rounding once). `--emit=c` compiles all.
+ *               never is); a statement outside loops (run once: an initialization, a final
+ *               evaluation) is interpreted below 512 times the count. A cold start compiles only
+ *               what pays, and a result never depends on it: the interpreter computes the
+ *               generated code's bits. Not when the cache already holds the object (it is taken
+ *               then); `--emit=c` compiles all.
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
  *               one core; smaller nests stay on the caller's thread). */

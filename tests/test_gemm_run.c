@@ -221,9 +221,8 @@ static void check_shape(const char *what, builder *build, cn_node *const *nodes,
     int out = n_nodes - 1; /* the output is the last param */
     snapshot start, want;
     snapshot_save(plain, &start);
-    /* exact: the unplanned nest's generated C (the interpreter computes a single-precision
-     * expression in double and rounds at the store: its c + a * b rounds the product once less);
-     * fused: the interpreter running the plan, its store one fmaf */
+    /* exact: the unplanned nest's generated C (a second backend besides the interpreter, which
+     * computes the same bits); fused: the interpreter running the plan, its store one fmaf */
     snapshot_run(ctx, mode == 0 ? &cn_backend_c : &cn_backend_interp, plain,
                  mode == 0 ? plain : planned, &start, &want);
     char text[160];

@@ -1,14 +1,16 @@
 /* Tiered routines of scripts (issue 29, cn_routine_compile_tiered): with the C backend, a routine
  * of less work than the option interpret_below runs on the interpreter, and is compiled once its
- * interpreted runs have taken about what compiling costs, unless the interpreter could compute
- * another value (it computes single precision in double: a multiply-add rounds once there). A
- * script with a 4000-cell update run 3000 times, a scalar counter run as often, a one-off
- * multiply-add and a one-off sum: by default only the update (once it ran long enough) and the
- * multiply-add (at once) are compiled, in a fresh cache; with interpret_below 0 every routine is,
- * on the interpreter backend none is, and all three print the same text, digit for digit (the
- * interpreter's results are the generated code's). A second default run finds the update's
- * object in the cache and takes it from the first run (no compile, no interpretation). The
- * option's values are checked. */
+ * interpreted runs have taken about what compiling costs; a statement outside loops (run once)
+ * is interpreted up to 512 times that work. The interpreter computes the generated code's bits
+ * (it evaluates single precision in float, rounding after each op as C does), so a dot product
+ * in single precision prints the same 17 digits on both (it computed the product and sum in
+ * double once: -675.3765869140625 instead of C's -675.37646484375 on 3000 cells). A script with a
+ * 4000-cell update run 3000 times, a scalar counter run as often, a `%cd` scaling run once, and a
+ * one-off print of a dot product of 3000 cells (6000 cell updates with its range): by default only
+ * the update and the scaling (8000 cell updates each: the range is computed in them) are compiled,
+ * in a fresh cache; with interpret_below 0 every routine is, on the interpreter backend none is,
+ * and all three print the same text, digit for digit. A second default run finds the two objects in
+ * the cache and takes them (no compile). The option's values are checked. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "check.h"
 
@@ -18,18 +20,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const script = "let%op v = range 4000\n"
-                                  "let%cd grow = {acc} =+ v\n"
-                                  "let%cd count = {steps} =+ 1\n"
-                                  "let%cd scale = {half} =: v *. 0.5 + 0.25\n"
-                                  "for i = 0 to 2999 do\n"
-                                  "  run grow\n"
-                                  "  run count\n"
-                                  "done\n"
-                                  "run scale\n"
-                                  "print (acc ++ \"...|... => 0\")\n"
-                                  "print steps\n"
-                                  "print (half ++ \"...|... => 0\")\n";
+static const char *const script =
+    "let%op v = range 4000\n"
+    "let%cd grow = {acc} =+ v\n"
+    "let%cd count = {steps} =+ 1\n"
+    "let%cd scale = {half} =: v *. 0.5 + 0.25\n"
+    "for i = 0 to 2999 do\n"
+    "  run grow\n"
+    "  run count\n"
+    "done\n"
+    "run scale\n"
+    "print (acc ++ \"...|... => 0\")\n"
+    "print steps\n"
+    "print (half ++ \"...|... => 0\")\n"
+    "let%op u = range 3000\n"
+    "print ((u *. 0.001 - 1.5) +* \"i; i => 0\" (0.7 - u *. 0.0003))\n";
 
 static char cache_dir[64];
 
@@ -77,15 +82,17 @@ int main(void) {
   CHECK_HAS(interp.text, "\"values\": [3000]");
   /* the sum of i / 2 + 1/4 over i < 4000, by hand */
   CHECK_HAS(interp.text, "\"values\": [4000000]");
+  /* the dot product rounded in float after every multiply and add, as generated C computes it */
+  CHECK_HAS(interp.text, "\"values\": [-675.37646484375]");
 
   outcome compiled = run_script(CN_BACKEND_C, "0"); /* every routine compiled */
-  CHECK(compiled.compiler_runs >= 3);
+  CHECK(compiled.compiler_runs >= 4);
   CHECK_STR(compiled.text, interp.text);
 
   empty_cache();
   outcome tiered = run_script(CN_BACKEND_C, NULL);
-  /* the update, once its runs took long enough, and at once `scale`: its multiply-add rounds
-   * twice in generated C and once in the interpreter (which computes single in double) */
+  /* the update and the scaling; not the counter (its runs take far less than 30 ms), nor the
+   * print (run once: interpreted up to 512 times interpret_below) */
   CHECK_INT(tiered.compiler_runs, 2);
   CHECK_STR(tiered.text, interp.text);
   /* the next run takes the update's object from the cache at once */

@@ -30,9 +30,9 @@ bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) 
   if (!r) {
     char name[32];
     snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-    if (!asgn ||
-        !(r = I->opts.emit_c ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
-                             : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend, name)))
+    if (!asgn || !(r = I->opts.emit_c ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
+                                      : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend,
+                                                                  name, !cache)))
       return nt_fail_here(I, at), false;
     if (I->opts.emit_asgn)
       fprintf(nt_out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));

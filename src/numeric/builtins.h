@@ -328,7 +328,7 @@ static inline double cn_pow_f64(double a, double b) {
 /* clang-format on */
 
 /* ---- exp: on float a branch-free polynomial, the op `exp` of every precision computed in float
- * on both backends (the interpreter evaluates it in float too: CN_OPF_IN_FLOAT in ops.def), so it
+ * on both backends (the interpreter evaluates every op of those in float: eval_float.c), so it
  * is the same bits on every backend, run and thread count, and gcc / clang vectorize a loop of it
  * (no call of expf). exp(x) = 2^n exp(r), n = rint(x / ln2), r = x - n ln2 by Cody-Waite with
  * two constants (ln2 = C1 + C2, C1 with 16 significant bits, so n * C1 is exact for |n| < 256),
@@ -394,7 +394,7 @@ static inline double cn_exp_f64(double x) {
 /* clang-format on */
 
 /* ---- tanh: on float a branch-free function built on cn_exp_f32, the op `tanh` of every
- * precision computed in float on both backends (CN_OPF_IN_FLOAT, as exp), vectorized by gcc and
+ * precision computed in float on both backends (as exp), vectorized by gcc and
  * clang (no call of tanhf). For |x| < 0x1.193ea8p-1 (where tanh reaches 0.5) Cephes tanhf's odd
  * minimax polynomial x + x^3 P(x^2) (S. L. Moshier); above it 1 - 2 / (exp(2|x|) + 1), whose
  * subtraction loses nothing (the quotient is at most 0.5 and the result at least 0.5), with the

@@ -33,11 +33,11 @@
  *     nearest even, integers wrap to their width. The interpreter first casts its double to the
  *     compute type (float for single/half/bfloat16/fp8), as a value of generated C would be.
  *   - Load (stored cell -> compute value): cn_load_<prec>, exact.
- * In the interpreter every FLOAT kind computes in double, except the CN_OPF_IN_FLOAT ops (exp,
- * tanh), which it evaluates in float for the precisions computed in float; generated C computes
- * single / half / bfloat16 / fp8 in float and double in double, so float results may differ by the
- * rounding of intermediate values, never by a conversion rule, and never for exp or tanh of a
- * float. */
+ * Computation: the interpreter holds every FLOAT value in a double, but evaluates the ops of the
+ * precisions that compute in float (single / half / bfloat16 / fp8) on float (cn_eval_op_float,
+ * with <tgmath.h> as generated C), rounding after each op as generated C does, and double in
+ * double; so the two backends give the same bits for every expression, not only for every
+ * conversion. */
 #include "numeric/numeric.h"
 
 #include <math.h>
@@ -338,21 +338,6 @@ static double eval_float(cn_op op, double a, double b, double c) {
   return a;
 }
 
-/* The same templates on float, for the CN_OPF_IN_FLOAT ops of a precision computed in float. */
-static float eval_float32(cn_op op, float a, float b, float c) {
-  (void)b, (void)c;
-  switch (op) {
-#define CN_OP(ID, name, infix, arity, accum, logic, neutral, kinds, flags, fexpr, iexpr, bexpr)    \
-  case CN_OP_##ID: {                                                                               \
-    return (float)(fexpr);                                                                         \
-  }
-#include "cannl/ops.def"
-  default: break;
-  }
-  CN_ASSERT(!"invalid op");
-  return a;
-}
-
 static int64_t eval_int(cn_op op, int64_t a, int64_t b, int64_t c) {
   (void)b, (void)c;
   switch (op) {
@@ -413,8 +398,8 @@ cn_value cn_eval_op(cn_op op, cn_prec prec, const cn_value *args) {
   cn_value a = args[0], b = info->arity > 1 ? args[1] : zero, c = info->arity > 2 ? args[2] : zero;
   switch (cn_prec_table[prec].kind) {
   case CN_PKIND_FLOAT:
-    if ((info->flags & CN_OPF_IN_FLOAT) && cn_prec_computes_in_float(prec))
-      r.f = eval_float32(op, (float)a.f, (float)b.f, (float)c.f);
+    if (cn_prec_computes_in_float(prec))
+      r.f = cn_eval_op_float(op, (float)a.f, (float)b.f, (float)c.f);
     else
       r.f = eval_float(op, a.f, b.f, c.f);
     return r;

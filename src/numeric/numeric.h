@@ -24,11 +24,9 @@ typedef enum {
 #define CN_KI 2u
 #define CN_KB 4u
 /* Op flags (ops.def "flags"). */
-#define CN_OPF_TO_PREC  1u
-#define CN_OPF_VEC      2u
-#define CN_OPF_COND     4u
-#define CN_OPF_IN_FLOAT 8u
-#define CN_OPF_ROUNDED  16u
+#define CN_OPF_TO_PREC 1u
+#define CN_OPF_VEC     2u
+#define CN_OPF_COND    4u
 
 typedef struct {
   const char *name;
@@ -62,7 +60,7 @@ bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
  * loads and stores are plain accesses, with no wrap or rounding on store. */
 bool cn_prec_stores_as_computed(cn_prec prec);
 /* True if generated C computes the precision in float (single, half, bfloat16, fp8): the
- * interpreter computes its ops in double and rounds where a value is converted or stored. */
+ * interpreter evaluates its ops on float too (cn_eval_op_float), holding the results in doubles. */
 bool cn_prec_computes_in_float(cn_prec prec);
 
 /* The kind bit (CN_KF/CN_KI/CN_KB) of a precision. */
@@ -102,6 +100,9 @@ cn_prec cn_op_operand_prec(cn_op op, cn_prec result, int arg, cn_prec arg_prec);
  * uint4x32 operand and the result has precision prec; for CN_OPF_COND ops args[0] is the condition
  * converted to prec as 1 or 0). The op must support prec (CN_ASSERT). Not for CN_OPF_VEC ops. */
 cn_value cn_eval_op(cn_op op, cn_prec prec, const cn_value *args);
+/* Op on float operands as generated C evaluates it (eval_float.c): cn_eval_op's rule for the
+ * precisions that compute in float. */
+float cn_eval_op_float(cn_op op, float a, float b, float c);
 /* The vectorized uint4x32_to_prec_uniform: writes 16/bytes(prec) values of precision prec. */
 int cn_eval_vec_op(cn_op op, cn_prec prec, cn_u4x32 arg, cn_value *out);
 int cn_vec_length(cn_prec prec); /* 16 / bytes(prec) */

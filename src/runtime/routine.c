@@ -65,8 +65,9 @@ struct cn_routine {
   bool parallel; /* the procedure has a CN_LL_PARALLEL loop */
   bool ran;      /* run at least once (CN_STAT_US_FIRST_RUN) */
   /* Interpreted in place of the generated C (cn_routine_compile_tiered) until its runs have taken
-   * TIER_UP_US: then compiled, and every later run is the generated code's. */
-  bool tiered;
+   * TIER_UP_US: then compiled, and every later run is the generated code's; a routine run once
+   * (`once`) stays interpreted. */
+  bool tiered, once;
   uint64_t interpreted_us;
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
@@ -269,66 +270,45 @@ static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
   return parse_count(ctx, "parallel_work", text, 1, work);
 }
 
-/* Whether the interpreter's value of e is the generated code's, bit for bit, and (*rounded)
- * whether the interpreter holds it rounded to e's precision. The interpreter computes a precision
- * that computes in float in double and rounds only where a value is converted or stored
- * (numeric.c), so an op of such a precision agrees when it rounds like float arithmetic
- * (CN_OPF_ROUNDED: exact ops, + - * / sqrt) on rounded operands, or is evaluated on float by
- * both (CN_OPF_IN_FLOAT, its operands cast to float); ops of other precisions are the same
- * functions of the same operands, and a stored value is rounded on the way. */
-static bool interpreter_agrees(const cn_ll_expr *e, bool *rounded) {
-  *rounded = true;
-  if (e->kind != CN_LE_OP) return true;
-  unsigned flags = cn_op_table[e->u.op.op].flags;
-  bool in_float =
-      cn_prec_table[e->prec].kind == CN_PKIND_FLOAT && cn_prec_computes_in_float(e->prec);
-  bool casts = in_float && (flags & CN_OPF_IN_FLOAT);
-  if (in_float && !casts && !(flags & CN_OPF_ROUNDED)) return false;
-  for (int a = 0; a < cn_op_table[e->u.op.op].arity; a++) {
-    bool arg_rounded;
-    if (!interpreter_agrees(e->u.op.args[a], &arg_rounded) || !(arg_rounded || casts)) return false;
-  }
-  *rounded = !in_float || casts;
-  return true;
-}
+/* Whether a routine may run on the interpreter in place of the generated C
+ * (cn_routine_compile_tiered): never, or as a routine that may run many times, or once. */
+typedef enum { TIER_NONE, TIER_REPEATED, TIER_ONCE } tier_kind;
 
-/* The cell updates of a statement (saturating), whether it holds a GEMM plan with fused
- * multiply-adds, and (*differs) whether the interpreter could store another value than the
- * generated code somewhere (interpreter_agrees). */
-static int64_t work_of(const cn_ll_stmt *s, bool *fused, bool *differs) {
+/* The cell updates of a statement over all its loops (saturating). */
+static int64_t work_of(const cn_ll_stmt *s) {
   int64_t work = 0, body;
   switch (s->kind) {
   case CN_LL_SEQ:
     for (int i = 0; i < s->u.seq.count; i++) {
-      body = work_of(s->u.seq.items[i], fused, differs);
+      body = work_of(s->u.seq.items[i]);
       work = body > INT64_MAX - work ? INT64_MAX : work + body;
     }
     return work;
   case CN_LL_FOR: {
     int64_t extent = s->u.loop.to > s->u.loop.from ? s->u.loop.to - s->u.loop.from : 0;
-    body = work_of(s->u.loop.body, fused, differs);
+    body = work_of(s->u.loop.body);
     return extent > 0 && body > INT64_MAX / extent ? INT64_MAX : extent * body;
   }
-  case CN_LL_IF: return work_of(s->u.guard.body, fused, differs);
-  case CN_LL_LET: return work_of(s->u.let.body, fused, differs);
-  case CN_LL_GEMM:
-    if (s->u.gemm.plan->fma) *fused = true;
-    return work_of(s->u.gemm.nest, fused, differs);
+  case CN_LL_IF: return work_of(s->u.guard.body);
+  case CN_LL_LET: return work_of(s->u.let.body);
+  case CN_LL_GEMM: return work_of(s->u.gemm.nest);
   case CN_LL_COMMENT: return 0;
-  case CN_LL_SET: {
-    bool rounded;
-    if (!interpreter_agrees(s->u.set.value, &rounded)) *differs = true;
-    return 1;
-  }
-  case CN_LL_SET_VEC: return 1; /* a vectorized op of uint4x32 words: the same function */
+  case CN_LL_SET:
+  case CN_LL_SET_VEC: return 1;
   }
   return 0;
 }
 
+/* A routine run once (cn_routine_compile_tiered's `once`) is interpreted below this many times
+ * the option "interpret_below": 2^21 cell updates at the default, some 20-60 ms on the
+ * interpreter, less than one compiler run (0.1-0.4 s): a model's initialization, a final
+ * evaluation or a print of a computed tensor. */
+#define ONCE_FACTOR 512
+
 /* A routine of asgn up to its backend compilation: lowered, simplified, scheduled, with its tables;
  * NULL with a message on failure. Owned by the caller until routine_adopt. */
 static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name, bool tiered) {
+                                   const char *name, tier_kind tier) {
   if (!name) name = "routine";
   if (!cn_is_c_name(name)) {
     cn_fail(ctx, CN_ERR_INVALID,
@@ -366,12 +346,13 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
   bool interpreted = false; /* for now, in place of the generated C */
-  if (tiered && backend == CN_BACKEND_C) {
+  if (tier != TIER_NONE && backend == CN_BACKEND_C) {
     int64_t below;
-    bool fused = false, differs = false;
     if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
       return NULL;
-    interpreted = work_of(proc->body, &fused, &differs) < below && !fused && !differs;
+    if (tier == TIER_ONCE)
+      below = below > INT64_MAX / ONCE_FACTOR ? INT64_MAX : below * ONCE_FACTOR;
+    interpreted = work_of(proc->body) < below;
     if (interpreted) {
       impl = &cn_backend_interp;
       backend = CN_BACKEND_INTERP;
@@ -391,6 +372,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   r->proc = proc;
   r->loops = loops;
   r->tiered = interpreted;
+  r->once = tier == TIER_ONCE;
   r->env_check = cn_strdup(ctx, cn_ctx_option(ctx, "check"));
   r->env_threads = cn_strdup(ctx, cn_ctx_option(ctx, "threads"));
   bool *seen = cn_alloc(ctx, sizeof *seen * (size_t)(proc->n_params + 1));
@@ -418,8 +400,8 @@ static bool routine_adopt(cn_routine *r) {
 }
 
 static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                 const char *name, bool tiered) {
-  cn_routine *r = routine_prepare(ctx, asgn, backend, name, tiered);
+                                 const char *name, tier_kind tier) {
+  cn_routine *r = routine_prepare(ctx, asgn, backend, name, tier);
   if (!r) return NULL;
   if (r->tiered) { /* compiled before: no reason to interpret */
     bool found = false;
@@ -444,25 +426,25 @@ static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_ki
   return r;
 }
 
-/* A compiled routine (see cn_routine_compile_tiered for `tiered`); counted on the progress line
+/* A compiled routine (see cn_routine_compile_tiered for `tier`); counted on the progress line
  * from lowering to the loaded object. */
 static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name, bool tiered) {
+                                   const char *name, tier_kind tier) {
   if (!ctx) return NULL;
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
-  cn_routine *r = routine_build(ctx, asgn, backend, name, tiered);
+  cn_routine *r = routine_build(ctx, asgn, backend, name, tier);
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
   return r;
 }
 
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name) {
-  return routine_compile(ctx, asgn, backend, name, false);
+  return routine_compile(ctx, asgn, backend, name, TIER_NONE);
 }
 
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                      const char *name) {
-  return routine_compile(ctx, asgn, backend, name, true);
+                                      const char *name, bool once) {
+  return routine_compile(ctx, asgn, backend, name, once ? TIER_ONCE : TIER_REPEATED);
 }
 
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
@@ -641,7 +623,8 @@ cn_status cn_routine_run(cn_routine *routine) {
   ctx->stats[CN_STAT_ROUTINE_RUNS]++;
   if ((status = check_guards(routine)) != CN_OK) return status;
   if ((status = check_nonfinite(routine)) != CN_OK) return status;
-  if (routine->tiered && (routine->interpreted_us += took) > TIER_UP_US) return tier_up(routine);
+  if (routine->tiered && !routine->once && (routine->interpreted_us += took) > TIER_UP_US)
+    return tier_up(routine);
   return CN_OK;
 }
 

@@ -27,17 +27,17 @@
  * all). The read becomes e substituted and rounded exactly as the store would round it: a constant
  * is stored into and loaded from a cell now; otherwise e is converted to v's precision by an `id`
  * op, through the widest precision of its kind (double, int64, uint64) when e already has v's
- * precision, since the interpreter computes single and narrow integers wider than they are stored
- * and a conversion is where both backends round or wrap (cn_value_convert, cn_conv_c). half,
- * bfloat16 and fp8 round only on store, so a non-constant producer of those precisions is kept; (6)
- * no statement that receives a copy ends up with an expression deeper than
- * CN_SCHED_VIRTUAL_MAX_DEPTH. Candidates are taken once each, the last producer first, against an
- * index of the statements that write and read each param (a copy moves the reads of the producer's
- * inputs into its readers, whose lists follow): a chain inlines whole in one pass and each
- * candidate costs the statements that touch it, so the pass stays near-linear in the routine (a
- * 1600-layer script: 1.1 s with it, 1.0 s without); a comment at the top of the body names the
- * nodes inlined and, for each kept virtual node, why, and the procedure is rebuilt with its
- * remaining params renumbered (still ordered by node id). Fails only on allocation failure
+ * precision, since the interpreter computes narrow integers wider than they are stored (and
+ * single, rounded after each op, in doubles) and a conversion is where both backends round or wrap
+ * (cn_value_convert, cn_conv_c). half, bfloat16 and fp8 round only on store, so a non-constant
+ * producer of those precisions is kept; (6) no statement that receives a copy ends up with an
+ * expression deeper than CN_SCHED_VIRTUAL_MAX_DEPTH. Candidates are taken once each, the last
+ * producer first, against an index of the statements that write and read each param (a copy moves
+ * the reads of the producer's inputs into its readers, whose lists follow): a chain inlines whole
+ * in one pass and each candidate costs the statements that touch it, so the pass stays near-linear
+ * in the routine (a 1600-layer script: 1.1 s with it, 1.0 s without); a comment at the top of the
+ * body names the nodes inlined and, for each kept virtual node, why, and the procedure is rebuilt
+ * with its remaining params renumbered (still ordered by node id). Fails only on allocation failure
  * (CN_ERR_NOMEM), the procedure then unchanged. */
 #include "sched/sched.h"
 
