@@ -146,6 +146,9 @@ typedef struct {
 typedef struct nt_item_state {
   const cn_nt_item *item;
   cn_routine *routine;         /* the statement's code (without parameter init), compiled once */
+  cn_asgn *init;               /* backprop, sgd, adam, run compiled ahead (compile_ahead): the
+                                  parameter init still to run, before the first run, as init_name */
+  const char *init_name;
   cn_tensor *tensor;           /* print, backprop, sgd, adam, shuffle, checkpoint, save_npy: the
                                   statement's tensor; for: progress's loss */
   bool grad;                   /* print: of the tensor's gradient */

@@ -5,7 +5,9 @@
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
- * execution only binds the enclosing loops' indices and runs the compiled routine again.
+ * execution only binds the enclosing loops' indices and runs the compiled routine again; the
+ * backprop / sgd / adam / run statements a loop body starts with are elaborated together at the
+ * loop's first iteration and their routines compiled at once (compile_ahead).
  * Statements materialize the graph before building code, so that a shape conflict found only
  * when shapes are closed is reported at the expression that introduced it (nt_materialize).
  *
@@ -25,11 +27,15 @@
 
 /* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
  * are written (nt_begin_datasets). */
-bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
+static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at,
+                     const char *reserved) {
   cn_routine *r = cache ? *cache : NULL;
   if (!r) {
     char name[32];
-    snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+    if (reserved)
+      snprintf(name, sizeof name, "%s", reserved);
+    else
+      snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
     if (!asgn || !(r = I->opts.emit_c ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
                                       : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend,
                                                                   name, !cache)))
@@ -56,6 +62,10 @@ bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) 
   return true;
 }
 
+bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
+  return run_asgn(I, asgn, cache, at, NULL);
+}
+
 bool nt_asgn_empty(const cn_asgn *a) {
   switch (a->kind) {
   case CN_ASGN_NOOP: return true;
@@ -78,6 +88,27 @@ static bool run_statement(nt_interp *I, nt_item_state *st, cn_asgn *init, cn_asg
     return nt_run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
   if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
   return nt_run_asgn(I, main, &st->routine, at);
+}
+
+/* Runs a statement's compiled routine, after its parameter init when that is still to run (a
+ * statement compiled ahead: compile_ahead). */
+static bool run_compiled(nt_interp *I, nt_item_state *st, cn_routine **routine, cn_nt_pos at) {
+  if (st->init) {
+    cn_asgn *init = st->init;
+    st->init = NULL;
+    if (!run_asgn(I, init, NULL, at, st->init_name)) return false;
+  }
+  return nt_run_asgn(I, NULL, routine, at);
+}
+
+/* The code of a statement as its first execution elaborates it: the parameter init (empty when
+ * every parameter is initialized already) and the main code; false with a message. */
+static bool statement_code(nt_interp *I, cn_asgn *init, cn_asgn *main, cn_asgn **init_out,
+                           cn_asgn **main_out, cn_nt_pos at) {
+  if (!init || !main) return nt_fail_here(I, at), false;
+  *init_out = init;
+  *main_out = main;
+  return true;
 }
 
 /* The state of a statement in a loop body (created on its first execution); outside loops a
@@ -128,6 +159,7 @@ static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, n
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope);
+static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body);
 
 /* A value bound by a let: a literal becomes its tensor; a tensor or static index this let
  * created takes the name. */
@@ -253,6 +285,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
     cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
     int states = I->n_states;
     I->bound[slot].value = i;
+    if (i == lo) ok = compile_ahead(I, it, body);
     for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
     if (ok && it->u.for_.progress) ok = nt_progress_step(I, &progress, i - lo + 1);
     if (ok && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
@@ -296,8 +329,8 @@ static cn_asgn *clipped(nt_interp *I, cn_tensor *loss, const nt_value *clip, cn_
   return c ? cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){c, update}) : NULL;
 }
 
-static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
+static bool sgd_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                     cn_asgn **init, cn_asgn **main) {
   if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.sgd.learning_rate);
   nt_value *m, *w, *nv, *clip;
@@ -307,15 +340,15 @@ static bool sgd_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
       !option_value(I, scope, it->u.sgd.nesterov, NT_V_BOOL, &nv) || !nt_materialize(I, it->pos))
     return false;
   cn_sgd sgd = {lrt, m ? m->num : 0, w ? w->num : 0, nv && nv->b};
-  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  cn_asgn *update = init ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL;
-  return run_statement(I, st, init, clipped(I, st->tensor, clip, update), it->pos);
+  cn_asgn *params = cn_graph_init_params(I->g, st->tensor);
+  cn_asgn *update = params ? cn_graph_sgd_update(I->g, st->tensor, &sgd) : NULL;
+  return statement_code(I, params, clipped(I, st->tensor, clip, update), init, main, it->pos);
 }
 
 /* adam e ~learning_rate ...: one Adam (AdamW with ~decoupled:true) update of e's parameters;
  * an option not given takes the library's default. */
-static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, it->pos);
+static bool adam_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                      cn_asgn **init, cn_asgn **main) {
   if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.adam.learning_rate);
   nt_value *b1, *b2, *eps, *wd, *dec, *clip, *dmo;
@@ -334,9 +367,28 @@ static bool adam_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
   if (wd) adam.weight_decay = wd->num;
   adam.decoupled = dec && dec->b;
   adam.decay_matrices_only = dmo && dmo->b;
-  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  cn_asgn *update = init ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL;
-  return run_statement(I, st, init, clipped(I, st->tensor, clip, update), it->pos);
+  cn_asgn *params = cn_graph_init_params(I->g, st->tensor);
+  cn_asgn *update = params ? cn_graph_adam_update(I->g, st->tensor, &adam) : NULL;
+  return statement_code(I, params, clipped(I, st->tensor, clip, update), init, main, it->pos);
+}
+
+static bool backprop_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                          cn_asgn **init, cn_asgn **main) {
+  if (!statement_tensor(I, scope, it->u.expr, st)) return false;
+  nt_consume(I, st->tensor);
+  cn_asgn *params = cn_graph_init_params(I->g, st->tensor);
+  return statement_code(I, params, params ? cn_graph_grad_update(I->g, st->tensor) : NULL, init,
+                        main, it->u.expr->pos);
+}
+
+/* backprop, sgd, adam: the statement's code elaborated on its first execution, compiled, run. */
+static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                           bool (*code)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *,
+                                        cn_asgn **, cn_asgn **),
+                           cn_nt_pos at) {
+  if (st->routine) return run_compiled(I, st, &st->routine, at);
+  cn_asgn *init, *main;
+  return code(I, it, scope, st, &init, &main) && run_statement(I, st, init, main, at);
 }
 
 /* Runs the forward code of the statement's tensor (its parameters initialized first, once);
@@ -502,9 +554,10 @@ static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   return true;
 }
 
-/* run r, or run f args (a let%cd function applied): the routine's parameter init runs once,
- * before its first run; in a loop the application is elaborated once. */
-static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+/* The routine of `run r` or `run f args` (a let%cd function applied), elaborated once; *main NULL
+ * when it is compiled already, else its code and parameter init. */
+static bool run_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                     nt_code **code, cn_asgn **init, cn_asgn **main) {
   cn_nt_pos at = it->u.expr->pos;
   nt_value *v = st->run ? st->run : elab_eval(I, scope, it->u.expr);
   if (!v) return false;
@@ -513,13 +566,85 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
                    v->kind == NT_V_FUNC ? " (a let%cd function needs all its arguments)" : ""),
            false;
   st->run = v;
-  nt_code *c = v->routine;
-  if (c->compiled) return nt_run_asgn(I, NULL, &c->compiled, at);
+  *code = v->routine;
+  *init = *main = NULL;
+  if ((*code)->compiled) return true;
   if (!nt_materialize(I, at)) return false;
-  cn_asgn *init = NULL, *main = nt_code_asgn(I, c, &init);
-  if (!main) return nt_fail_here(I, at), false;
+  if (!(*main = nt_code_asgn(I, *code, init))) return nt_fail_here(I, at), false;
+  return true;
+}
+
+/* run r, or run f args: the routine's parameter init runs once, before its first run; in a loop
+ * the application is elaborated once. */
+static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  cn_nt_pos at = it->u.expr->pos;
+  nt_code *c;
+  cn_asgn *init, *main;
+  if (!run_code(I, it, scope, st, &c, &init, &main)) return false;
+  if (!main) return run_compiled(I, st, &c->compiled, at);
   if (init && !nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
   return nt_run_asgn(I, main, &c->compiled, at);
+}
+
+/* Compile-ahead (issue 29): the statements a loop body starts with that compile a routine
+ * (backprop, sgd, adam, run) are elaborated together at the loop's first iteration, in their
+ * order and as their first executions would elaborate them, and their routines compiled at once
+ * (cn_routine_compile_tiered_many: the compilers run at the same time, not one after the other
+ * as the statements come). Each statement's parameter init still runs at its first execution,
+ * before its first run (run_compiled), and every routine keeps the name the statement would have
+ * given it. The prefix ends at the first other statement (whatever that elaborates comes after
+ * them either way) and at a routine run a second time; --emit prints each routine where it is
+ * compiled, so it elaborates one statement at a time as before. */
+static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
+  if (I->opts.backend != CN_BACKEND_C || I->opts.emit_asgn || I->opts.emit_loops || I->opts.emit_c)
+    return true;
+  int n = loop->u.for_.n_items, m = 0;
+  const cn_asgn **mains = cn_alloc(I->ctx, sizeof *mains * (size_t)(n + 1));
+  const char **names = cn_alloc(I->ctx, sizeof *names * (size_t)(n + 1));
+  cn_routine ***slots = cn_alloc(I->ctx, sizeof *slots * (size_t)(n + 1));
+  cn_routine **out = cn_alloc(I->ctx, sizeof *out * (size_t)(n + 1));
+  if (!mains || !names || !slots || !out) return false;
+  for (int k = 0; k < n; k++) {
+    const cn_nt_item *it = &loop->u.for_.items[k];
+    bool (*code)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *, cn_asgn **,
+                 cn_asgn **) = it->kind == CN_NT_ITEM_BACKPROP ? backprop_code
+                               : it->kind == CN_NT_ITEM_SGD    ? sgd_code
+                               : it->kind == CN_NT_ITEM_ADAM   ? adam_code
+                                                               : NULL;
+    if (!code && it->kind != CN_NT_ITEM_RUN) break;
+    nt_item_state *st = state_of(I, it, NULL);
+    if (!st) return false;
+    I->item = it;
+    cn_asgn *init = NULL, *main = NULL;
+    cn_routine **slot = &st->routine;
+    if (code) {
+      if (st->routine) continue;
+      if (!code(I, it, body, st, &init, &main)) return false;
+    } else {
+      nt_code *c;
+      if (!run_code(I, it, body, st, &c, &init, &main)) return false;
+      if (!main) continue;
+      slot = &c->compiled;
+      bool again = false;
+      for (int j = 0; j < m; j++) again = again || slots[j] == slot;
+      if (again) break; /* its first execution will compile it: its init ran by then */
+    }
+    char name[32];
+    if (init && !nt_asgn_empty(init)) {
+      snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+      if (!(st->init_name = cn_strdup(I->ctx, name))) return false;
+      st->init = init;
+    }
+    snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+    if (!(names[m] = cn_strdup(I->ctx, name))) return false;
+    mains[m] = main;
+    slots[m++] = slot;
+  }
+  if (m == 0) return true;
+  if (cn_routine_compile_tiered_many(I->ctx, m, mains, names, I->opts.backend, out) != CN_OK)
+    return nt_fail_here(I, loop->u.for_.items[0].pos), false;
+  for (int k = 0; k < m; k++) *slots[k] = out[k];
+  return true;
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
@@ -533,17 +658,10 @@ static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   case CN_NT_ITEM_IF: return false; /* handled above: they keep no state */
   case CN_NT_ITEM_PRINT: return print_item(I, it, scope, st);
   case CN_NT_ITEM_PRINTF: return printf_item(I, it, scope, st);
-  case CN_NT_ITEM_ADAM: return adam_item(I, it, scope, st);
-  case CN_NT_ITEM_BACKPROP: {
-    cn_nt_pos at = it->u.expr->pos;
-    if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
-    if (!statement_tensor(I, scope, it->u.expr, st)) return false;
-    nt_consume(I, st->tensor);
-    cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-    return run_statement(I, st, init, init ? cn_graph_grad_update(I->g, st->tensor) : NULL, at);
-  }
+  case CN_NT_ITEM_ADAM: return optimizer_item(I, it, scope, st, adam_code, it->pos);
+  case CN_NT_ITEM_BACKPROP: return optimizer_item(I, it, scope, st, backprop_code, it->u.expr->pos);
   case CN_NT_ITEM_RUN: return run_item(I, it, scope, st);
-  case CN_NT_ITEM_SGD: return sgd_item(I, it, scope, st);
+  case CN_NT_ITEM_SGD: return optimizer_item(I, it, scope, st, sgd_code, it->pos);
   case CN_NT_ITEM_SET_SEED:
     if (cn_graph_set_seed(I->g, (uint32_t)it->u.seed) != CN_OK)
       return nt_fail_here(I, it->pos), false;

@@ -399,27 +399,29 @@ static bool routine_adopt(cn_routine *r) {
   return true;
 }
 
+/* A tiered routine prepared to run on the interpreter takes the cache's object instead when there
+ * is one (compiled before: no reason to interpret); *done false when it is still to compile. */
+static cn_status take_cached(cn_routine *r, bool *done) {
+  bool found = false;
+  *done = false;
+  if (!r->tiered) return CN_OK;
+  cn_status status = cn_backend_c.compile_cached(r->ctx, r->proc, &r->compiled, &r->source, &found);
+  if (status == CN_OK && found) {
+    r->backend = &cn_backend_c;
+    r->tiered = false;
+    *done = true;
+  }
+  return status;
+}
+
 static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                  const char *name, tier_kind tier) {
   cn_routine *r = routine_prepare(ctx, asgn, backend, name, tier);
   if (!r) return NULL;
-  if (r->tiered) { /* compiled before: no reason to interpret */
-    bool found = false;
-    if (cn_backend_c.compile_cached(ctx, r->proc, &r->compiled, &r->source, &found) != CN_OK) {
-      routine_release(r);
-      return NULL;
-    }
-    if (found) {
-      r->backend = &cn_backend_c;
-      r->tiered = false;
-      if (!routine_adopt(r)) {
-        routine_release(r);
-        return NULL;
-      }
-      return r;
-    }
-  }
-  if (r->backend->compile(ctx, r->proc, &r->compiled, &r->source) != CN_OK || !routine_adopt(r)) {
+  bool done;
+  if (take_cached(r, &done) != CN_OK ||
+      (!done && r->backend->compile(ctx, r->proc, &r->compiled, &r->source) != CN_OK) ||
+      !routine_adopt(r)) {
     routine_release(r);
     return NULL;
   }
@@ -447,36 +449,50 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
   return routine_compile(ctx, asgn, backend, name, once ? TIER_ONCE : TIER_REPEATED);
 }
 
-cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
-                                  const char *const *names, cn_backend_kind backend,
-                                  cn_routine **out) {
+/* cn_routine_compile_many, each routine prepared for `tier`: the routines to compile go to the
+ * backend's compile_many together, the interpreted ones (and those taken from the cache) one by
+ * one. */
+static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                              const char *const *names, cn_backend_kind backend, tier_kind tier,
+                              cn_routine **out) {
   if (!ctx) return CN_ERR_INVALID;
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
     return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
   for (int k = 0; k < n; k++) out[k] = NULL;
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, n);
-  cn_routine **rs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *rs);
-  const cn_ll_proc **procs = cn_alloc(ctx, sizeof *procs * (size_t)(n > 0 ? n : 1));
-  void **compiled = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *compiled);
-  const char **sources = cn_alloc(ctx, sizeof *sources * (size_t)(n > 0 ? n : 1));
-  cn_status status = rs && procs && compiled && sources ? CN_OK : ctx->status;
+  size_t slots = n > 0 ? (size_t)n : 1;
+  cn_routine **rs = cn_calloc(ctx, slots, sizeof *rs),
+             **batch = cn_alloc(ctx, sizeof *batch * slots);
+  const cn_ll_proc **procs = cn_alloc(ctx, sizeof *procs * slots);
+  void **compiled = cn_calloc(ctx, slots, sizeof *compiled);
+  const char **sources = cn_alloc(ctx, sizeof *sources * slots);
+  cn_status status = rs && batch && procs && compiled && sources ? CN_OK : ctx->status;
+  int m = 0; /* the routines compiled together: batch[0 .. m) */
   for (int k = 0; k < n && status == CN_OK; k++) {
-    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], false))) status = ctx->status;
-    if (rs[k]) procs[k] = rs[k]->proc;
+    bool done = false;
+    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], tier)))
+      status = ctx->status;
+    else if ((status = take_cached(rs[k], &done)) == CN_OK && !done && rs[k]->tiered)
+      status = rs[k]->backend->compile(ctx, rs[k]->proc, &rs[k]->compiled, &rs[k]->source);
+    else if (status == CN_OK && !done) {
+      batch[m] = rs[k];
+      procs[m++] = rs[k]->proc;
+    }
   }
-  const cn_backend *impl = status == CN_OK && n > 0 ? rs[0]->backend : NULL;
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -(n - m)); /* the line counts what compiles */
+  const cn_backend *impl = status == CN_OK && m > 0 ? batch[0]->backend : NULL;
   if (impl && impl->compile_many) {
-    status = impl->compile_many(ctx, n, procs, compiled, sources);
+    status = impl->compile_many(ctx, m, procs, compiled, sources);
   } else if (impl) {
-    for (int k = 0; k < n && status == CN_OK; k++)
+    for (int k = 0; k < m && status == CN_OK; k++)
       status = impl->compile(ctx, procs[k], &compiled[k], &sources[k]);
   }
-  for (int k = 0; k < n && rs; k++) {
-    if (!rs[k]) continue;
-    rs[k]->compiled = compiled[k];
-    rs[k]->source = compiled[k] ? sources[k] : NULL;
-    if (status == CN_OK && !routine_adopt(rs[k])) status = ctx->status;
+  for (int k = 0; k < m && status == CN_OK; k++) {
+    batch[k]->compiled = compiled[k];
+    batch[k]->source = compiled[k] ? sources[k] : NULL;
   }
+  for (int k = 0; k < n && rs; k++)
+    if (rs[k] && status == CN_OK && !routine_adopt(rs[k])) status = ctx->status;
   for (int k = 0; k < n && rs; k++) {
     if (status == CN_OK) {
       out[k] = rs[k];
@@ -487,8 +503,20 @@ cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgn
   }
   free(rs);
   free(compiled);
-  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -n);
+  cn_progress_add(ctx, CN_PROGRESS_COMPILE, -m);
   return status;
+}
+
+cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                                  const char *const *names, cn_backend_kind backend,
+                                  cn_routine **out) {
+  return compile_many(ctx, n, asgns, names, backend, TIER_NONE, out);
+}
+
+cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                                         const char *const *names, cn_backend_kind backend,
+                                         cn_routine **out) {
+  return compile_many(ctx, n, asgns, names, backend, TIER_REPEATED, out);
 }
 
 /* ---- Threads ---- */

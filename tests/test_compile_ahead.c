@@ -1,0 +1,134 @@
+/* Compile-ahead of loop bodies (issue 29, eval_stmt.c compile_ahead): the statements a loop body
+ * starts with that compile a routine (backprop, sgd, adam, run) are elaborated at the loop's
+ * first iteration and compiled together, their compilers side by side. A training loop of an MLP
+ * 2 -> 96 -> 96 -> 1 (backprop and sgd both above interpret_below; a counter below it) on a fresh
+ * cache: the progress hook (delay 0) sees "compiling 2 routines" while the compilers run, and two
+ * compilers ran. With --emit (statement by statement, as before compile-ahead) it never sees two
+ * at once, the cache holds the same routines (the same names: the statements number their
+ * routines as before; the loop symbols' numbers in the code differ, as the parameter inits are
+ * lowered after the mains), and both print what the interpreter backend prints, digit for
+ * digit. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, setenv */
+#include "check.h"
+
+#include "cannl.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const script =
+    "let (moons, moons_classes) = half_moons ~n:200 ~noise:0.1 ~seed:1 ~batch_size:10\n"
+    "let batch_n = static_index 20\n"
+    "let x = moons @| batch_n\n"
+    "let y = moons_classes @| batch_n\n"
+    "let%op mlp x =\n"
+    "  let h1 = relu ({w1} * x + {b1; o = [96]}) in\n"
+    "  let h2 = relu ({w2} * h1 + {b2; o = [96]}) in\n"
+    "  {w3} * h2\n"
+    "let loss = (relu (1 - y *. mlp x) ++ \"...|... => 0\") /. 10\n"
+    "let%cd count = {steps} =+ 1\n"
+    "for batch_n = 0 to 19 do\n"
+    "  backprop loss\n"
+    "  sgd loss ~learning_rate:0.1\n"
+    "  run count\n"
+    "done\n"
+    "print (((0 < mlp moons) = (0 < moons_classes)) ++ \"...|... => 0\")\n"
+    "print steps\n";
+
+typedef struct {
+  char text[8192];  /* the JSON lines of the values printed */
+  char files[1024]; /* the routines of the cache's .c files, sorted, one per line */
+  uint64_t compiler_runs;
+  bool two_at_once, lines; /* a progress line said "compiling 2 routines"; any line came */
+} outcome;
+
+static void record(void *user, const char *line) {
+  outcome *o = user;
+  if (!line) return;
+  o->lines = true;
+  if (strncmp(line, "compiling 2 routines", 20) == 0) o->two_at_once = true;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The routines of the .c files of dir (cnl_2 of cnl_2-<hash>.c), sorted, one per line. */
+static void list_sources(const char *dir, char *out, size_t size) {
+  char *names[64];
+  int n = 0;
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+    size_t len = strlen(e->d_name);
+    if (len > 2 && strcmp(e->d_name + len - 2, ".c") == 0 && n < 64)
+      names[n++] = strndup(e->d_name, strcspn(e->d_name, "-"));
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], by_name);
+  out[0] = '\0';
+  for (int k = 0; k < n; k++) {
+    snprintf(out + strlen(out), size - strlen(out), "%s\n", names[k]);
+    free(names[k]);
+  }
+}
+
+static outcome run_script(cn_backend_kind backend, bool emit) {
+  outcome o = {.compiler_runs = 0};
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/cannl-test-ahead-XXXXXX");
+  CHECK(mkdtemp(dir) != NULL);
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
+  CHECK(g != NULL);
+  if (!g) return o;
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dir), CN_OK);
+  CHECK_INT(cn_ctx_set_option(ctx, "interpret_below", "4096"), CN_OK);
+  cn_ctx_set_progress(ctx, record, &o);
+  FILE *out = tmpfile(), *emitted = tmpfile();
+  CHECK(out != NULL && emitted != NULL);
+  if (!out || !emitted) return o;
+  cn_notation_options opts = {.backend = backend, .json = true, .out = out, .emit_loops = emit};
+  CHECK_MSG(cn_notation_run(g, "ahead.cnl", script, &opts) == CN_OK, "%s", cn_ctx_error(ctx));
+  /* the values' lines only (--emit writes the loops between them) */
+  rewind(out);
+  char line[4096];
+  o.text[0] = '\0';
+  while (fgets(line, sizeof line, out))
+    if (strncmp(line, "{\"label\"", 8) == 0)
+      snprintf(o.text + strlen(o.text), sizeof o.text - strlen(o.text), "%s", line);
+  fclose(out);
+  fclose(emitted);
+  o.compiler_runs = cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS);
+  cn_ctx_destroy(ctx);
+  list_sources(dir, o.files, sizeof o.files);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+  return o;
+}
+
+int main(void) {
+  setenv("CANNL_PROGRESS_AFTER_MS", "0", 1);
+  outcome interp = run_script(CN_BACKEND_INTERP, false);
+  CHECK_INT(interp.compiler_runs, 0);
+  CHECK_HAS(interp.text, "\"values\": [20]"); /* the counter ran once per step */
+
+  outcome ahead = run_script(CN_BACKEND_C, false);
+  CHECK_INT(ahead.compiler_runs, 2); /* backprop and sgd; the counter, inits, prints interpreted */
+  CHECK(ahead.lines);
+  CHECK(ahead.two_at_once);
+  CHECK_STR(ahead.text, interp.text);
+
+  outcome one_by_one = run_script(CN_BACKEND_C, true);
+  CHECK_INT(one_by_one.compiler_runs, 2);
+  CHECK(one_by_one.lines);
+  CHECK(!one_by_one.two_at_once);
+  CHECK_STR(one_by_one.text, interp.text);
+  CHECK_STR(one_by_one.files, ahead.files);
+  CHECK_MSG(strchr(ahead.files, '\n') != strrchr(ahead.files, '\n'), "two sources: %s",
+            ahead.files);
+  CHECK_DONE();
+}
