@@ -122,7 +122,9 @@ void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               every routine). A smaller one runs on the interpreter until its interpreted
  *               runs have taken about 30 ms, and is compiled then (a print or a scalar update
  *               never is); a statement outside loops (run once: an initialization, a final
- *               evaluation) is interpreted below 512 times the count. A cold start compiles only
+ *               evaluation) is interpreted below 512 times the count, and a statement a loop
+ *               body starts with (compiled ahead with the others) where its work times the
+ *               loops' trip counts is. A cold start compiles only
  *               what pays, and a result never depends on it: the interpreter computes the
  *               generated code's bits. Not when the cache already holds the object (it is taken
  *               then); `--emit=c` compiles all.

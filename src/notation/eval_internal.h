@@ -145,9 +145,9 @@ typedef struct {
 
 typedef struct nt_item_state {
   const cn_nt_item *item;
-  cn_routine *routine;         /* the statement's code (without parameter init), compiled once */
-  cn_asgn *init;               /* backprop, sgd, adam, run compiled ahead (compile_ahead): the
-                                  parameter init still to run, before the first run, as init_name */
+  cn_routine *routine; /* the statement's code (without parameter init), compiled once */
+  cn_asgn *init;       /* backprop, sgd, adam, run compiled ahead (compile_ahead): the
+                          parameter init still to run, before the first run, as init_name */
   const char *init_name;
   cn_tensor *tensor;           /* print, backprop, sgd, adam, shuffle, checkpoint, save_npy: the
                                   statement's tensor; for: progress's loss */
@@ -171,7 +171,7 @@ typedef struct {
   int n_bound; /* the enclosing loops' indices, outermost first (an inner binding wins) */
   struct {
     cn_symbol sym;
-    int64_t value;
+    int64_t value, trips; /* trips: the values the loop takes */
   } bound[CN_NT_MAX_LOOP_DEPTH];
   cn_map states; /* const cn_nt_item * -> nt_item_state *: the statements in loop bodies */
   int n_states;  /* states created so far: an iteration that creates none elaborated nothing,

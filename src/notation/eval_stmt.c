@@ -280,6 +280,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
   CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
   int slot = I->n_bound++;
   I->bound[slot].sym = sym;
+  I->bound[slot].trips = hi >= lo ? hi - lo + 1 : 0;
   bool ok = true;
   for (int64_t i = lo; ok && i <= hi; i++) {
     cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
@@ -592,9 +593,12 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
  * (cn_routine_compile_tiered_many: the compilers run at the same time, not one after the other
  * as the statements come). Each statement's parameter init still runs at its first execution,
  * before its first run (run_compiled), and every routine keeps the name the statement would have
- * given it. The prefix ends at the first other statement (whatever that elaborates comes after
- * them either way) and at a routine run a second time; --emit prints each routine where it is
- * compiled, so it elaborates one statement at a time as before. */
+ * given it. The loops' trip counts say how often each will run: a routine whose work over all
+ * those runs costs the interpreter less than a compile is interpreted, one that would be
+ * compiled after its first 30 ms of interpreted runs is compiled with the others at once. The
+ * prefix ends at the first other statement (whatever that elaborates comes after them either way)
+ * and at a routine run a second time; --emit prints each routine where it is compiled, so it
+ * elaborates one statement at a time as before. */
 static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
   if (I->opts.backend != CN_BACKEND_C || I->opts.emit_asgn || I->opts.emit_loops || I->opts.emit_c)
     return true;
@@ -641,7 +645,10 @@ static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
     slots[m++] = slot;
   }
   if (m == 0) return true;
-  if (cn_routine_compile_tiered_many(I->ctx, m, mains, names, I->opts.backend, out) != CN_OK)
+  int64_t runs = 1; /* the body's executions, all loops around it counted in full */
+  for (int j = 0; j < I->n_bound; j++)
+    runs = runs > INT64_MAX / (I->bound[j].trips + 1) ? INT64_MAX : runs * I->bound[j].trips;
+  if (cn_routine_compile_tiered_many(I->ctx, m, mains, names, I->opts.backend, runs, out) != CN_OK)
     return nt_fail_here(I, loop->u.for_.items[0].pos), false;
   for (int k = 0; k < m; k++) *slots[k] = out[k];
   return true;

@@ -270,9 +270,11 @@ static bool parse_work(cn_ctx *ctx, const char *text, int64_t *work) {
   return parse_count(ctx, "parallel_work", text, 1, work);
 }
 
-/* Whether a routine may run on the interpreter in place of the generated C
- * (cn_routine_compile_tiered): never, or as a routine that may run many times, or once. */
-typedef enum { TIER_NONE, TIER_REPEATED, TIER_ONCE } tier_kind;
+/* How a routine may run on the interpreter in place of the generated C (cn_routine_compile_tiered):
+ * the number of runs expected (1: once), RUNS_UNKNOWN (a routine that may run many times) or
+ * NEVER_INTERPRETED. */
+#define NEVER_INTERPRETED (-1)
+#define RUNS_UNKNOWN      0
 
 /* The cell updates of a statement over all its loops (saturating). */
 static int64_t work_of(const cn_ll_stmt *s) {
@@ -299,16 +301,17 @@ static int64_t work_of(const cn_ll_stmt *s) {
   return 0;
 }
 
-/* A routine run once (cn_routine_compile_tiered's `once`) is interpreted below this many times
+/* A routine of known runs is interpreted while its work over all of them is below this many times
  * the option "interpret_below": 2^21 cell updates at the default, some 20-60 ms on the
  * interpreter, less than one compiler run (0.1-0.4 s): a model's initialization, a final
- * evaluation or a print of a computed tensor. */
+ * evaluation or a print of a computed tensor run once, an update of a few hundred cells in a loop
+ * of a few thousand steps. */
 #define ONCE_FACTOR 512
 
 /* A routine of asgn up to its backend compilation: lowered, simplified, scheduled, with its tables;
  * NULL with a message on failure. Owned by the caller until routine_adopt. */
 static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name, tier_kind tier) {
+                                   const char *name, int64_t runs) {
   if (!name) name = "routine";
   if (!cn_is_c_name(name)) {
     cn_fail(ctx, CN_ERR_INVALID,
@@ -346,13 +349,14 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
   bool interpreted = false; /* for now, in place of the generated C */
-  if (tier != TIER_NONE && backend == CN_BACKEND_C) {
+  if (runs != NEVER_INTERPRETED && backend == CN_BACKEND_C) {
     int64_t below;
     if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
       return NULL;
-    if (tier == TIER_ONCE)
-      below = below > INT64_MAX / ONCE_FACTOR ? INT64_MAX : below * ONCE_FACTOR;
-    interpreted = work_of(proc->body) < below;
+    int64_t work = work_of(proc->body),
+            budget = below > INT64_MAX / ONCE_FACTOR ? INT64_MAX : below * ONCE_FACTOR;
+    /* work * runs < budget, without overflow */
+    interpreted = runs == RUNS_UNKNOWN ? work < below : budget > 0 && work <= (budget - 1) / runs;
     if (interpreted) {
       impl = &cn_backend_interp;
       backend = CN_BACKEND_INTERP;
@@ -372,7 +376,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   r->proc = proc;
   r->loops = loops;
   r->tiered = interpreted;
-  r->once = tier == TIER_ONCE;
+  r->once = runs == 1;
   r->env_check = cn_strdup(ctx, cn_ctx_option(ctx, "check"));
   r->env_threads = cn_strdup(ctx, cn_ctx_option(ctx, "threads"));
   bool *seen = cn_alloc(ctx, sizeof *seen * (size_t)(proc->n_params + 1));
@@ -415,8 +419,8 @@ static cn_status take_cached(cn_routine *r, bool *done) {
 }
 
 static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                 const char *name, tier_kind tier) {
-  cn_routine *r = routine_prepare(ctx, asgn, backend, name, tier);
+                                 const char *name, int64_t runs) {
+  cn_routine *r = routine_prepare(ctx, asgn, backend, name, runs);
   if (!r) return NULL;
   bool done;
   if (take_cached(r, &done) != CN_OK ||
@@ -428,32 +432,32 @@ static cn_routine *routine_build(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_ki
   return r;
 }
 
-/* A compiled routine (see cn_routine_compile_tiered for `tier`); counted on the progress line
+/* A compiled routine (see cn_routine_compile_tiered for `runs`); counted on the progress line
  * from lowering to the loaded object. */
 static cn_routine *routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                                   const char *name, tier_kind tier) {
+                                   const char *name, int64_t runs) {
   if (!ctx) return NULL;
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
-  cn_routine *r = routine_build(ctx, asgn, backend, name, tier);
+  cn_routine *r = routine_build(ctx, asgn, backend, name, runs);
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
   return r;
 }
 
 cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                const char *name) {
-  return routine_compile(ctx, asgn, backend, name, TIER_NONE);
+  return routine_compile(ctx, asgn, backend, name, NEVER_INTERPRETED);
 }
 
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                       const char *name, bool once) {
-  return routine_compile(ctx, asgn, backend, name, once ? TIER_ONCE : TIER_REPEATED);
+  return routine_compile(ctx, asgn, backend, name, once ? 1 : RUNS_UNKNOWN);
 }
 
-/* cn_routine_compile_many, each routine prepared for `tier`: the routines to compile go to the
+/* cn_routine_compile_many, each routine prepared for `runs`: the routines to compile go to the
  * backend's compile_many together, the interpreted ones (and those taken from the cache) one by
  * one. */
 static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
-                              const char *const *names, cn_backend_kind backend, tier_kind tier,
+                              const char *const *names, cn_backend_kind backend, int64_t runs,
                               cn_routine **out) {
   if (!ctx) return CN_ERR_INVALID;
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
@@ -470,7 +474,7 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
   int m = 0; /* the routines compiled together: batch[0 .. m) */
   for (int k = 0; k < n && status == CN_OK; k++) {
     bool done = false;
-    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], tier)))
+    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], runs)))
       status = ctx->status;
     else if ((status = take_cached(rs[k], &done)) == CN_OK && !done && rs[k]->tiered)
       status = rs[k]->backend->compile(ctx, rs[k]->proc, &rs[k]->compiled, &rs[k]->source);
@@ -510,13 +514,13 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                   const char *const *names, cn_backend_kind backend,
                                   cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, TIER_NONE, out);
+  return compile_many(ctx, n, asgns, names, backend, NEVER_INTERPRETED, out);
 }
 
 cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                          const char *const *names, cn_backend_kind backend,
-                                         cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, TIER_REPEATED, out);
+                                         int64_t runs, cn_routine **out) {
+  return compile_many(ctx, n, asgns, names, backend, runs > 0 ? runs : RUNS_UNKNOWN, out);
 }
 
 /* ---- Threads ---- */
