@@ -153,6 +153,7 @@ typedef struct nt_item_state {
                                   statement's tensor; for: progress's loss */
   bool grad;                   /* print: of the tensor's gradient */
   nt_value *index;             /* for: the loop's static index */
+  bool looped;                 /* for: executed once (its first iteration's memory is kept) */
   nt_value *run;               /* run: the routine, elaborated once */
   const char *text;            /* print: the string printed (the statement printed a string) */
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL

@@ -244,36 +244,45 @@ static bool progress_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, 
 
 /* One execution of a for loop (for_item): the bounds, the index, the iterations. An iteration
  * that elaborates nothing (creates no statement state) gives its temporaries back. */
-static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+/* A loop's range and index: its bounds evaluated, its static index (created on its first
+ * execution), the index's symbol and the body's scope binding it. */
+static bool loop_setup(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                       int64_t *lo, int64_t *hi, cn_symbol *sym, nt_env **body) {
   nt_value *from = nt_eval(I, scope, &I->top, it->u.for_.from);
   nt_value *to = from ? nt_eval(I, scope, &I->top, it->u.for_.to) : NULL;
-  int64_t lo, hi, batch_size = 0;
-  if (!to || !nt_as_int(I, from, it->u.for_.from->pos, &lo) ||
-      !nt_as_int(I, to, it->u.for_.to->pos, &hi))
+  if (!to || !nt_as_int(I, from, it->u.for_.from->pos, lo) ||
+      !nt_as_int(I, to, it->u.for_.to->pos, hi))
     return false;
-  if (lo < 0 && hi >= lo)
+  if (*lo < 0 && *hi >= *lo)
     return nt_fail(I, it->u.for_.from->pos, "%s", "a static index starts at 0 or more");
   if (!st->index) {
     nt_value *v = nt_lookup(I, scope, it->u.for_.name);
     if (!v || v->kind != NT_V_INDEX) {
       if (!(v = nt_mk(I, NT_V_INDEX))) return false;
-      v->index.range = hi >= lo ? hi + 1 : 1;
+      v->index.range = *hi >= *lo ? *hi + 1 : 1;
       v->index.name = it->u.for_.name;
       v->index.decl_at = it->u.for_.name_pos;
     }
     st->index = v;
   }
-  if (hi >= lo && hi >= st->index->index.range)
+  if (*hi >= *lo && *hi >= st->index->index.range)
     return nt_fail(I, it->u.for_.to->pos,
-                   "the loop reaches %lld, outside the values 0 .. %lld of '%s'", (long long)hi,
+                   "the loop reaches %lld, outside the values 0 .. %lld of '%s'", (long long)*hi,
                    (long long)st->index->index.range - 1, it->u.for_.name);
-  if (it->u.for_.progress && !progress_options(I, it, scope, st, &batch_size)) return false;
-  cn_symbol sym;
-  nt_env *body = scope;
-  if (!nt_index_symbol(I, st->index, it->u.for_.name_pos, &sym) ||
-      !nt_bind(I, &body, it->u.for_.name, st->index))
+  *body = scope;
+  if (!nt_index_symbol(I, st->index, it->u.for_.name_pos, sym) ||
+      !nt_bind(I, body, it->u.for_.name, st->index))
     return false;
   if (!st->index->index.loop) st->index->index.loop = it;
+  return true;
+}
+
+static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  int64_t lo, hi, batch_size = 0;
+  cn_symbol sym;
+  nt_env *body;
+  if (!loop_setup(I, it, scope, st, &lo, &hi, &sym, &body)) return false;
+  if (it->u.for_.progress && !progress_options(I, it, scope, st, &batch_size)) return false;
   nt_progress progress;
   if (it->u.for_.progress)
     nt_progress_start(I, &progress, it, hi >= lo ? hi - lo + 1 : 0, st->tensor, batch_size);
@@ -286,12 +295,14 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
     cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
     int states = I->n_states;
     I->bound[slot].value = i;
-    if (i == lo) ok = compile_ahead(I, it, body);
+    bool first = !st->looped && i == lo; /* its first iteration ever: its memory is kept */
+    if (first) ok = compile_ahead(I, it, body);
     for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
     if (ok && it->u.for_.progress) ok = nt_progress_step(I, &progress, i - lo + 1);
-    if (ok && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
+    if (ok && !first && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
   }
   I->n_bound--;
+  st->looped = true;
   return ok;
 }
 
@@ -303,7 +314,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
  * failure keeps them: the message may live there. */
 static bool for_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
-  bool again = st->index != NULL;
+  bool again = st->looped; /* not st->index: compile-ahead sets that before the loop runs */
   int states = I->n_states;
   if (!run_loop(I, it, scope, st)) return false;
   if (again && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
@@ -588,69 +599,128 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
 }
 
 /* Compile-ahead (issue 29): the statements a loop body starts with that compile a routine
- * (backprop, sgd, adam, run) are elaborated together at the loop's first iteration, in their
- * order and as their first executions would elaborate them, and their routines compiled at once
- * (cn_routine_compile_tiered_many: the compilers run at the same time, not one after the other
- * as the statements come). Each statement's parameter init still runs at its first execution,
- * before its first run (run_compiled), and every routine keeps the name the statement would have
- * given it. The loops' trip counts say how often each will run: a routine whose work over all
- * those runs costs the interpreter less than a compile is interpreted, one that would be
- * compiled after its first 30 ms of interpreted runs is compiled with the others at once. The
- * prefix ends at the first other statement (whatever that elaborates comes after them either way)
- * and at a routine run a second time; --emit prints each routine where it is compiled, so it
- * elaborates one statement at a time as before. */
-static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
-  if (I->opts.backend != CN_BACKEND_C || I->opts.emit_asgn || I->opts.emit_loops || I->opts.emit_c)
-    return true;
-  int n = loop->u.for_.n_items, m = 0;
-  const cn_asgn **mains = cn_alloc(I->ctx, sizeof *mains * (size_t)(n + 1));
-  const char **names = cn_alloc(I->ctx, sizeof *names * (size_t)(n + 1));
-  cn_routine ***slots = cn_alloc(I->ctx, sizeof *slots * (size_t)(n + 1));
-  cn_routine **out = cn_alloc(I->ctx, sizeof *out * (size_t)(n + 1));
-  if (!mains || !names || !slots || !out) return false;
+ * (backprop, sgd, adam, run), with those of the loops it starts with in turn, are elaborated
+ * together at the loop's first iteration, in their order and as their first executions would
+ * elaborate them, and their routines compiled at once (cn_routine_compile_tiered_many: the
+ * compilers run at the same time, not one after the other as the statements come). Each
+ * statement's parameter init still runs at its first execution, before its first run
+ * (run_compiled), and every routine keeps the name the statement would have given it. The loops'
+ * trip counts say how often each will run: a routine whose work over all those runs costs the
+ * interpreter less than a compile is interpreted, one that would be compiled after its first 30
+ * ms of interpreted runs is compiled with the others at once. The prefix ends at the first other
+ * statement (a shuffle, which compiles nothing, is elaborated in its turn and passed; whatever
+ * the others elaborate comes after the prefix either way), at a loop whose body it does not take
+ * whole and at a routine run a second time; --emit prints each routine where it is compiled, so
+ * it elaborates one statement at a time as before. */
+typedef struct {
+  const cn_asgn **mains;
+  const char **names;
+  cn_routine ***slots;
+  int64_t *runs;
+  int n, cap;
+} ahead_list;
+
+static bool ahead_add(nt_interp *I, ahead_list *list, nt_item_state *st, cn_asgn *init,
+                      cn_asgn *main, cn_routine **slot) {
+  int cap = list->cap;
+  if (list->n == cap &&
+      (!cn_arena_grow(I->ctx, (void **)&list->mains, &cap, list->n + 1, sizeof *list->mains) ||
+       (cap = list->cap,
+        !cn_arena_grow(I->ctx, (void **)&list->names, &cap, list->n + 1, sizeof *list->names)) ||
+       (cap = list->cap,
+        !cn_arena_grow(I->ctx, (void **)&list->slots, &cap, list->n + 1, sizeof *list->slots)) ||
+       (cap = list->cap,
+        !cn_arena_grow(I->ctx, (void **)&list->runs, &cap, list->n + 1, sizeof *list->runs))))
+    return false;
+  list->cap = cap;
+  char name[32];
+  if (init && !nt_asgn_empty(init)) {
+    snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+    if (!(st->init_name = cn_strdup(I->ctx, name))) return false;
+    st->init = init;
+  }
+  snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+  if (!(list->names[list->n] = cn_strdup(I->ctx, name))) return false;
+  int64_t runs = 1; /* the statement's executions, the loops around it counted in full */
+  for (int j = 0; j < I->n_bound; j++)
+    runs = runs > INT64_MAX / (I->bound[j].trips + 1) ? INT64_MAX : runs * I->bound[j].trips;
+  list->mains[list->n] = main;
+  list->slots[list->n] = slot;
+  list->runs[list->n++] = runs;
+  return true;
+}
+
+/* Elaborates the prefix of items (see compile_ahead) into list; *whole: every item taken. */
+static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *scope,
+                          ahead_list *list, bool *whole) {
+  *whole = false;
   for (int k = 0; k < n; k++) {
-    const cn_nt_item *it = &loop->u.for_.items[k];
+    const cn_nt_item *it = &items[k];
     bool (*code)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *, cn_asgn **,
                  cn_asgn **) = it->kind == CN_NT_ITEM_BACKPROP ? backprop_code
                                : it->kind == CN_NT_ITEM_SGD    ? sgd_code
                                : it->kind == CN_NT_ITEM_ADAM   ? adam_code
                                                                : NULL;
-    if (!code && it->kind != CN_NT_ITEM_RUN) break;
+    if (!code && it->kind != CN_NT_ITEM_RUN && it->kind != CN_NT_ITEM_SHUFFLE &&
+        it->kind != CN_NT_ITEM_FOR)
+      return true;
     nt_item_state *st = state_of(I, it, NULL);
     if (!st) return false;
     I->item = it;
+    if (it->kind == CN_NT_ITEM_SHUFFLE) {
+      if (!st->tensor && !(st->tensor = elab_tensor(I, scope, it->u.data.expr))) return false;
+      continue;
+    }
+    if (it->kind == CN_NT_ITEM_FOR) {
+      int64_t lo, hi;
+      cn_symbol sym;
+      nt_env *body;
+      bool inner_whole;
+      if (!loop_setup(I, it, scope, st, &lo, &hi, &sym, &body)) return false;
+      if (hi < lo) return true;                     /* its body runs later or never: stop here */
+      CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
+      int slot = I->n_bound++;
+      I->bound[slot].sym = sym;
+      I->bound[slot].value = lo;
+      I->bound[slot].trips = hi - lo + 1;
+      bool ok = collect_ahead(I, it->u.for_.items, it->u.for_.n_items, body, list, &inner_whole);
+      I->n_bound--;
+      if (!ok || !inner_whole) return ok;
+      continue;
+    }
     cn_asgn *init = NULL, *main = NULL;
     cn_routine **slot = &st->routine;
     if (code) {
       if (st->routine) continue;
-      if (!code(I, it, body, st, &init, &main)) return false;
+      if (!code(I, it, scope, st, &init, &main)) return false;
     } else {
       nt_code *c;
-      if (!run_code(I, it, body, st, &c, &init, &main)) return false;
+      if (!run_code(I, it, scope, st, &c, &init, &main)) return false;
       if (!main) continue;
       slot = &c->compiled;
-      bool again = false;
-      for (int j = 0; j < m; j++) again = again || slots[j] == slot;
-      if (again) break; /* its first execution will compile it: its init ran by then */
+      for (int j = 0; j < list->n; j++)
+        if (list->slots[j] == slot) return true; /* its first execution compiles it */
     }
-    char name[32];
-    if (init && !nt_asgn_empty(init)) {
-      snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-      if (!(st->init_name = cn_strdup(I->ctx, name))) return false;
-      st->init = init;
-    }
-    snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-    if (!(names[m] = cn_strdup(I->ctx, name))) return false;
-    mains[m] = main;
-    slots[m++] = slot;
+    if (!ahead_add(I, list, st, init, main, slot)) return false;
   }
-  if (m == 0) return true;
-  int64_t runs = 1; /* the body's executions, all loops around it counted in full */
-  for (int j = 0; j < I->n_bound; j++)
-    runs = runs > INT64_MAX / (I->bound[j].trips + 1) ? INT64_MAX : runs * I->bound[j].trips;
-  if (cn_routine_compile_tiered_many(I->ctx, m, mains, names, I->opts.backend, runs, out) != CN_OK)
+  *whole = true;
+  return true;
+}
+
+static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
+  if (I->opts.backend != CN_BACKEND_C || I->opts.emit_asgn || I->opts.emit_loops || I->opts.emit_c)
+    return true;
+  ahead_list list = {0};
+  bool whole;
+  if (!collect_ahead(I, loop->u.for_.items, loop->u.for_.n_items, body, &list, &whole))
+    return false;
+  if (list.n == 0) return true;
+  cn_routine **out = cn_alloc(I->ctx, sizeof *out * (size_t)list.n);
+  if (!out) return false;
+  if (cn_routine_compile_tiered_many(I->ctx, list.n, list.mains, list.names, I->opts.backend,
+                                     list.runs, out) != CN_OK)
     return nt_fail_here(I, loop->u.for_.items[0].pos), false;
-  for (int k = 0; k < m; k++) *slots[k] = out[k];
+  for (int k = 0; k < list.n; k++) *list.slots[k] = out[k];
   return true;
 }
 

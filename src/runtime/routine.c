@@ -453,12 +453,13 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
   return routine_compile(ctx, asgn, backend, name, once ? 1 : RUNS_UNKNOWN);
 }
 
-/* cn_routine_compile_many, each routine prepared for `runs`: the routines to compile go to the
+/* cn_routine_compile_many, routine k prepared for runs[k] (0: unknown; runs NULL: never
+ * interpreted): the routines to compile go to the
  * backend's compile_many together, the interpreted ones (and those taken from the cache) one by
  * one. */
 static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
-                              const char *const *names, cn_backend_kind backend, int64_t runs,
-                              cn_routine **out) {
+                              const char *const *names, cn_backend_kind backend,
+                              const int64_t *runs, cn_routine **out) {
   if (!ctx) return CN_ERR_INVALID;
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
     return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
@@ -474,7 +475,9 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
   int m = 0; /* the routines compiled together: batch[0 .. m) */
   for (int k = 0; k < n && status == CN_OK; k++) {
     bool done = false;
-    if (!(rs[k] = routine_prepare(ctx, asgns[k], backend, names[k], runs)))
+    if (!(rs[k] =
+              routine_prepare(ctx, asgns[k], backend, names[k],
+                              runs ? (runs[k] > 0 ? runs[k] : RUNS_UNKNOWN) : NEVER_INTERPRETED)))
       status = ctx->status;
     else if ((status = take_cached(rs[k], &done)) == CN_OK && !done && rs[k]->tiered)
       status = rs[k]->backend->compile(ctx, rs[k]->proc, &rs[k]->compiled, &rs[k]->source);
@@ -514,13 +517,13 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                   const char *const *names, cn_backend_kind backend,
                                   cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, NEVER_INTERPRETED, out);
+  return compile_many(ctx, n, asgns, names, backend, NULL, out);
 }
 
 cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                          const char *const *names, cn_backend_kind backend,
-                                         int64_t runs, cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, runs > 0 ? runs : RUNS_UNKNOWN, out);
+                                         const int64_t *runs, cn_routine **out) {
+  return compile_many(ctx, n, asgns, names, backend, runs, out);
 }
 
 /* ---- Threads ---- */

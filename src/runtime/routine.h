@@ -18,14 +18,14 @@ const cn_ll_proc *cn_routine_proc(const cn_routine *routine);
  * loops, freed after its run), one of less work than 512 times that option. */
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                       const char *name, bool once);
-/* cn_routine_compile_many for statements of a script expected to run `runs` times each (0: not
- * known): a routine is interpreted where its work over those runs is below 512 times the option
+/* cn_routine_compile_many for statements of a script, routine k expected to run runs[k] times (0:
+ * not known): a routine is interpreted where its work over those runs is below 512 times the option
  * "interpret_below" (with runs unknown, where cn_routine_compile_tiered would interpret it), and
  * compiled once its runs have taken about what a compile costs; the others are compiled together
  * (their compilers at the same time). */
 cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                          const char *const *names, cn_backend_kind backend,
-                                         int64_t runs, cn_routine **out);
+                                         const int64_t *runs, cn_routine **out);
 
 /* Whether the routine's body writes the buffer of params[param]. */
 bool cn_routine_writes(const cn_routine *routine, int param);
