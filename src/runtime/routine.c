@@ -454,9 +454,8 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
 }
 
 /* cn_routine_compile_many, routine k prepared for runs[k] (0: unknown; runs NULL: never
- * interpreted): the routines to compile go to the
- * backend's compile_many together, the interpreted ones (and those taken from the cache) one by
- * one. */
+ * interpreted): the routines to compile go to the backend's compile_many together, the
+ * interpreted ones (and those taken from the cache) one by one. */
 static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                               const char *const *names, cn_backend_kind backend,
                               const int64_t *runs, cn_routine **out) {
