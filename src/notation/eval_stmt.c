@@ -277,6 +277,16 @@ static bool loop_setup(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
   return true;
 }
 
+/* Binds a loop's index symbol for its body, at lo, with its trip count; the slot in I->bound. */
+static int bind_loop(nt_interp *I, cn_symbol sym, int64_t lo, int64_t hi) {
+  CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
+  int slot = I->n_bound++;
+  I->bound[slot].sym = sym;
+  I->bound[slot].value = lo;
+  I->bound[slot].trips = hi >= lo ? hi - lo + 1 : 0;
+  return slot;
+}
+
 static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   int64_t lo, hi, batch_size = 0;
   cn_symbol sym;
@@ -286,10 +296,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
   nt_progress progress;
   if (it->u.for_.progress)
     nt_progress_start(I, &progress, it, hi >= lo ? hi - lo + 1 : 0, st->tensor, batch_size);
-  CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
-  int slot = I->n_bound++;
-  I->bound[slot].sym = sym;
-  I->bound[slot].trips = hi >= lo ? hi - lo + 1 : 0;
+  int slot = bind_loop(I, sym, lo, hi);
   bool ok = true;
   for (int64_t i = lo; ok && i <= hi; i++) {
     cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
@@ -393,14 +400,22 @@ static bool backprop_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_
                         main, it->u.expr->pos);
 }
 
+/* What elaborates the code of a backprop, sgd or adam statement (NULL for another statement). */
+typedef bool (*statement_code_fn)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *,
+                                  cn_asgn **, cn_asgn **);
+static statement_code_fn optimizer_code(const cn_nt_item *it) {
+  return it->kind == CN_NT_ITEM_BACKPROP ? backprop_code
+         : it->kind == CN_NT_ITEM_SGD    ? sgd_code
+         : it->kind == CN_NT_ITEM_ADAM   ? adam_code
+                                         : NULL;
+}
+
 /* backprop, sgd, adam: the statement's code elaborated on its first execution, compiled, run. */
-static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
-                           bool (*code)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *,
-                                        cn_asgn **, cn_asgn **),
-                           cn_nt_pos at) {
+static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  cn_nt_pos at = it->kind == CN_NT_ITEM_BACKPROP ? it->u.expr->pos : it->pos;
   if (st->routine) return run_compiled(I, st, &st->routine, at);
   cn_asgn *init, *main;
-  return code(I, it, scope, st, &init, &main) && run_statement(I, st, init, main, at);
+  return optimizer_code(it)(I, it, scope, st, &init, &main) && run_statement(I, st, init, main, at);
 }
 
 /* Runs the forward code of the statement's tensor (its parameters initialized first, once);
@@ -613,40 +628,36 @@ static bool run_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
  * whole and at a routine run a second time; --emit prints each routine where it is compiled, so
  * it elaborates one statement at a time as before. */
 typedef struct {
-  const cn_asgn **mains;
-  const char **names;
-  cn_routine ***slots;
-  int64_t *runs;
+  const cn_asgn *main;
+  const char *name;
+  cn_routine **slot; /* where the compiled routine goes */
+  int64_t runs;      /* the statement's executions, the loops around it counted in full */
+} ahead_entry;
+
+typedef struct {
+  ahead_entry *v;
   int n, cap;
 } ahead_list;
 
 static bool ahead_add(nt_interp *I, ahead_list *list, nt_item_state *st, cn_asgn *init,
                       cn_asgn *main, cn_routine **slot) {
-  int cap = list->cap;
-  if (list->n == cap &&
-      (!cn_arena_grow(I->ctx, (void **)&list->mains, &cap, list->n + 1, sizeof *list->mains) ||
-       (cap = list->cap,
-        !cn_arena_grow(I->ctx, (void **)&list->names, &cap, list->n + 1, sizeof *list->names)) ||
-       (cap = list->cap,
-        !cn_arena_grow(I->ctx, (void **)&list->slots, &cap, list->n + 1, sizeof *list->slots)) ||
-       (cap = list->cap,
-        !cn_arena_grow(I->ctx, (void **)&list->runs, &cap, list->n + 1, sizeof *list->runs))))
+  if (!cn_arena_grow(I->ctx, (void **)&list->v, &list->cap, list->n + 1, sizeof *list->v))
     return false;
-  list->cap = cap;
   char name[32];
   if (init && !nt_asgn_empty(init)) {
     snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
     if (!(st->init_name = cn_strdup(I->ctx, name))) return false;
     st->init = init;
   }
+  ahead_entry *e = &list->v[list->n++];
   snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-  if (!(list->names[list->n] = cn_strdup(I->ctx, name))) return false;
-  int64_t runs = 1; /* the statement's executions, the loops around it counted in full */
+  if (!(e->name = cn_strdup(I->ctx, name))) return false;
+  e->runs = 1;
   for (int j = 0; j < I->n_bound; j++)
-    runs = runs > INT64_MAX / (I->bound[j].trips + 1) ? INT64_MAX : runs * I->bound[j].trips;
-  list->mains[list->n] = main;
-  list->slots[list->n] = slot;
-  list->runs[list->n++] = runs;
+    e->runs =
+        e->runs > INT64_MAX / (I->bound[j].trips + 1) ? INT64_MAX : e->runs * I->bound[j].trips;
+  e->main = main;
+  e->slot = slot;
   return true;
 }
 
@@ -656,11 +667,7 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
   *whole = false;
   for (int k = 0; k < n; k++) {
     const cn_nt_item *it = &items[k];
-    bool (*code)(nt_interp *, const cn_nt_item *, nt_env *, nt_item_state *, cn_asgn **,
-                 cn_asgn **) = it->kind == CN_NT_ITEM_BACKPROP ? backprop_code
-                               : it->kind == CN_NT_ITEM_SGD    ? sgd_code
-                               : it->kind == CN_NT_ITEM_ADAM   ? adam_code
-                                                               : NULL;
+    statement_code_fn code = optimizer_code(it);
     if (!code && it->kind != CN_NT_ITEM_RUN && it->kind != CN_NT_ITEM_SHUFFLE &&
         it->kind != CN_NT_ITEM_FOR)
       return true;
@@ -677,12 +684,8 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
       nt_env *body;
       bool inner_whole;
       if (!loop_setup(I, it, scope, st, &lo, &hi, &sym, &body)) return false;
-      if (hi < lo) return true;                     /* its body runs later or never: stop here */
-      CN_ASSERT(I->n_bound < CN_NT_MAX_LOOP_DEPTH); /* the parser's nesting limit */
-      int slot = I->n_bound++;
-      I->bound[slot].sym = sym;
-      I->bound[slot].value = lo;
-      I->bound[slot].trips = hi - lo + 1;
+      if (hi < lo) return true; /* its body runs later or never: stop here */
+      bind_loop(I, sym, lo, hi);
       bool ok = collect_ahead(I, it->u.for_.items, it->u.for_.n_items, body, list, &inner_whole);
       I->n_bound--;
       if (!ok || !inner_whole) return ok;
@@ -699,7 +702,7 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
       if (!main) continue;
       slot = &c->compiled;
       for (int j = 0; j < list->n; j++)
-        if (list->slots[j] == slot) return true; /* its first execution compiles it */
+        if (list->v[j].slot == slot) return true; /* its first execution compiles it */
     }
     if (!ahead_add(I, list, st, init, main, slot)) return false;
   }
@@ -715,12 +718,20 @@ static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
   if (!collect_ahead(I, loop->u.for_.items, loop->u.for_.n_items, body, &list, &whole))
     return false;
   if (list.n == 0) return true;
-  cn_routine **out = cn_alloc(I->ctx, sizeof *out * (size_t)list.n);
-  if (!out) return false;
-  if (cn_routine_compile_tiered_many(I->ctx, list.n, list.mains, list.names, I->opts.backend,
-                                     list.runs, out) != CN_OK)
+  int n = list.n;
+  const cn_asgn **mains = cn_alloc(I->ctx, sizeof *mains * (size_t)n);
+  const char **names = cn_alloc(I->ctx, sizeof *names * (size_t)n);
+  int64_t *runs = cn_alloc(I->ctx, sizeof *runs * (size_t)n);
+  cn_routine **out = cn_alloc(I->ctx, sizeof *out * (size_t)n);
+  if (!mains || !names || !runs || !out) return false;
+  for (int k = 0; k < n; k++) {
+    mains[k] = list.v[k].main;
+    names[k] = list.v[k].name;
+    runs[k] = list.v[k].runs;
+  }
+  if (cn_routine_compile_tiered_many(I->ctx, n, mains, names, I->opts.backend, runs, out) != CN_OK)
     return nt_fail_here(I, loop->u.for_.items[0].pos), false;
-  for (int k = 0; k < list.n; k++) *list.slots[k] = out[k];
+  for (int k = 0; k < n; k++) *list.v[k].slot = out[k];
   return true;
 }
 
@@ -735,10 +746,10 @@ static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
   case CN_NT_ITEM_IF: return false; /* handled above: they keep no state */
   case CN_NT_ITEM_PRINT: return print_item(I, it, scope, st);
   case CN_NT_ITEM_PRINTF: return printf_item(I, it, scope, st);
-  case CN_NT_ITEM_ADAM: return optimizer_item(I, it, scope, st, adam_code, it->pos);
-  case CN_NT_ITEM_BACKPROP: return optimizer_item(I, it, scope, st, backprop_code, it->u.expr->pos);
+  case CN_NT_ITEM_ADAM:
+  case CN_NT_ITEM_BACKPROP:
+  case CN_NT_ITEM_SGD: return optimizer_item(I, it, scope, st);
   case CN_NT_ITEM_RUN: return run_item(I, it, scope, st);
-  case CN_NT_ITEM_SGD: return optimizer_item(I, it, scope, st, sgd_code, it->pos);
   case CN_NT_ITEM_SET_SEED:
     if (cn_graph_set_seed(I->g, (uint32_t)it->u.seed) != CN_OK)
       return nt_fail_here(I, it->pos), false;
