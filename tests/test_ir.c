@@ -445,6 +445,21 @@ static void test_nodes(void) {
   CHECK_INT(cn_node_set_cells(x, true, (float[]){-1, -2, -3, -4, -5, -6}, 6), CN_OK);
   const float *merge = x->merge;
   CHECK(merge && merge[7] == -1 && merge[15] == -6 && merge[0] == 0 && raw[7] == 1);
+  /* Unpadded trailing axes move as one row with the axis before them: [2, 3, 2, 2] padded 1+1 on
+   * axis 1 only moves rows of 4 cells; (a, b, c, d) lands at a * 20 + (b + 1) * 4 + 2c + d. */
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_SINGLE, 4, (int64_t[]){2, 3, 2, 2});
+  CHECK_INT(cn_node_set_padding(y, 1, 1, 1), CN_OK);
+  float ys[24], yback[24];
+  for (int c = 0; c < 24; c++) ys[c] = (float)(c + 1);
+  CHECK_INT(cn_node_set_cells(y, false, ys, 24), CN_OK);
+  const float *yraw = y->value;
+  for (int c = 0; c < 40 && yraw; c++) {
+    int a = c / 20, b = c % 20 / 4 - 1, rest = c % 4;
+    float want = b >= 0 && b < 3 ? (float)(a * 12 + b * 4 + rest + 1) : 0;
+    CHECK_MSG(yraw[c] == want, "raw cell %d of y = %g, not %g", c, yraw[c], want);
+  }
+  CHECK_INT(cn_node_get_cells(y, false, yback, 24), CN_OK);
+  for (int c = 0; c < 24; c++) CHECK_NEAR(yback[c], c + 1, 0);
   /* Padding is frozen once a buffer exists; restating the same margins is not a change. */
   CHECK_INT(cn_node_set_padding(x, 0, 2, 0), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "cannot change from 1+0 to 2+0");

@@ -272,8 +272,10 @@ static void move_row(transfer_kind kind, cn_prec prec, unsigned char *cells, hos
   }
 }
 
-/* Walks the unpadded cells row by row (rows along the last axis are contiguous in the padded
- * buffer too), an odometer over the leading axes giving each row's padded offset. */
+/* Walks the unpadded cells row by row, an odometer over the leading axes giving each row's padded
+ * offset. A row is the last axis together with the axes before it whose followers have no
+ * padding: those cells are contiguous in the padded buffer too (a data set's images of one
+ * channel, [.., 28, 28, 1], move as one row per batch, not one per pixel). */
 static cn_status transfer(cn_node *node, bool merge, host_array host, size_t count,
                           transfer_kind kind) {
   if (!node) return CN_ERR_INVALID;
@@ -305,13 +307,17 @@ static cn_status transfer(cn_node *node, bool merge, host_array host, size_t cou
   int last = node->rank - 1;
   int64_t strides[CN_MAX_RANK], idx[CN_MAX_RANK] = {0};
   cn_node_strides(node, strides);
+  int first = last; /* the row's first axis */
+  int64_t row = node->dims[last];
+  while (first > 0 && node->pad[first][0] == 0 && node->pad[first][1] == 0)
+    row *= node->dims[--first];
   size_t host_cell = 0;
   for (;;) {
-    int64_t offset = node->pad[last][0];
-    for (int a = 0; a < last; a++) offset += (idx[a] + node->pad[a][0]) * strides[a];
-    move_row(kind, node->prec, buffer + (size_t)offset * bytes, host, host_cell, node->dims[last]);
-    host_cell += (size_t)node->dims[last];
-    int a = last - 1;
+    int64_t offset = node->pad[first][0] * strides[first];
+    for (int a = 0; a < first; a++) offset += (idx[a] + node->pad[a][0]) * strides[a];
+    move_row(kind, node->prec, buffer + (size_t)offset * bytes, host, host_cell, row);
+    host_cell += (size_t)row;
+    int a = first - 1;
     while (a >= 0 && ++idx[a] == node->dims[a]) idx[a--] = 0;
     if (a < 0) return CN_OK;
   }
