@@ -391,9 +391,10 @@ cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind
                                const char *name);
 /* Compiles n routines (asgns[k] named names[k]) as n calls of cn_routine_compile would, except
  * that the generated-C backend runs the C compilers of the routines missing from the cache at the
- * same time (up to one per online processor): a model's routines compile in about the time of the
- * longest. CN_OK with out[k] set for every k; otherwise the status of the first failure, its
- * message, and every out[k] NULL (no routine kept). */
+ * same time (one compiler process per online processor at a time, the largest first): a model's
+ * routines compile in about the time of the longest, or of their total over the processors. CN_OK
+ * with out[k] set for every k; otherwise the status of the first failure, its message, and every
+ * out[k] NULL (no routine kept). */
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                   const char *const *names, cn_backend_kind backend,
                                   cn_routine **out);

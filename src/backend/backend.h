@@ -63,8 +63,9 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
 
-/* Test hook (process-wide, tests only): with true, the pieces of a source (cgen.c "Routines in
- * pieces") compile one after the other instead of at the same time. */
+/* Test hook (process-wide, tests only): with true, the compiler processes of a batch (the pieces
+ * of each source, cgen.c "Routines in pieces", and their links) run one after the other instead
+ * of one per online processor at a time. */
 void cn_cc_set_serial_pieces(bool serial);
 
 /* Test hook (process-wide, tests only): fn(path) runs between the verification of a cached object

@@ -553,31 +553,29 @@ static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum)
 
 /* ---- Running the compiler ---- */
 
-/* Reads the whole pipe, keeping the first lines of it in out; the progress line ticks while the
- * compiler is silent (cn_progress_tick, every 100 ms). */
-static void read_compiler_output(cn_ctx *ctx, int fd, cn_sbuf *out) {
-  char chunk[4096];
-  int lines = 0;
-  bool truncated = false;
-  for (;;) {
-    struct pollfd wait = {.fd = fd, .events = POLLIN};
-    int ready = poll(&wait, 1, 100);
-    cn_progress_tick(ctx);
-    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
-    ssize_t got = read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    for (ssize_t i = 0; i < got; i++) {
-      if (lines >= CC_MAX_OUTPUT_LINES || out->len >= CC_MAX_OUTPUT_BYTES) {
-        truncated = truncated || !(chunk[i] == '\n' && lines < CC_MAX_OUTPUT_LINES);
-        continue;
-      }
-      cn_sbuf_putc(out, chunk[i]);
-      if (chunk[i] == '\n') lines++;
+/* A compiler's output (stdout and stderr), the first lines of it kept for a message. */
+typedef struct {
+  cn_sbuf text;
+  int lines;
+  bool truncated;
+} cc_output;
+
+static void output_add(cc_output *out, const char *chunk, size_t got) {
+  for (size_t i = 0; i < got; i++) {
+    if (out->lines >= CC_MAX_OUTPUT_LINES || out->text.len >= CC_MAX_OUTPUT_BYTES) {
+      out->truncated = out->truncated || !(chunk[i] == '\n' && out->lines < CC_MAX_OUTPUT_LINES);
+      continue;
     }
+    cn_sbuf_putc(&out->text, chunk[i]);
+    if (chunk[i] == '\n') out->lines++;
   }
-  while (out->len > 0 && out->data[out->len - 1] == '\n') out->data[--out->len] = '\0';
-  if (truncated) cn_sbuf_puts(out, "\n...");
+}
+
+/* The kept text without its trailing newlines, "..." after it when lines were left out. */
+static void output_end(cc_output *out) {
+  cn_sbuf *t = &out->text;
+  while (t->len > 0 && t->data[t->len - 1] == '\n') t->data[--t->len] = '\0';
+  if (out->truncated) cn_sbuf_puts(t, "\n...");
 }
 
 /* The compiler's environment: ours, except that a TMPDIR temp_base() passed over (missing, not
@@ -665,21 +663,15 @@ static cn_status compiler_start(cn_ctx *ctx, const char *cc, char **argv, const 
   return CN_OK;
 }
 
-/* Reads the output of the compiler compiler_start started (argv[0]), waits for it and checks
- * that it left `written`; with `report` false (another compilation failed first) only reaps it. */
-static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const char *program,
-                                 const char *c_path, const char *written, pid_t pid, int fd,
-                                 bool report) {
-  cn_sbuf output = {0};
-  read_compiler_output(ctx, fd, &output);
-  close(fd);
+/* Waits for the compiler compiler_start started (argv[0]), whose whole output is `out`, and checks
+ * that it left `written`. */
+static cn_status compiler_reap(cn_ctx *ctx, const char *cc, const char *program, const char *c_path,
+                               const char *written, pid_t pid, cc_output *out) {
   int wait_status;
   pid_t waited;
   while ((waited = waitpid(pid, &wait_status, 0)) < 0 && errno == EINTR) continue;
   cn_status status = CN_OK;
-  if (!report) {
-    status = CN_ERR_COMPILE;
-  } else if (waited < 0) {
+  if (waited < 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler on generated file %s: cannot wait: %s",
                      c_path, strerror(errno));
   } else if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
@@ -692,7 +684,8 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const char *progra
       snprintf(how, sizeof how, "wait status %d", wait_status);
     /* posix_spawnp reports a program it cannot execute as its own error, except where the
      * child cannot share memory with the parent (valgrind): there the child exits with 127. */
-    bool silent = output.failed || output.len == 0;
+    output_end(out);
+    bool silent = out->text.failed || out->text.len == 0;
     bool not_run = silent && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 127;
     if (not_run)
       status = cn_fail(ctx, CN_ERR_COMPILE,
@@ -700,13 +693,12 @@ static cn_status compiler_finish(cn_ctx *ctx, const char *cc, const char *progra
                        c_path, how, program);
     else
       status = cn_fail(ctx, CN_ERR_COMPILE, "C compiler failed on generated file %s (%s):\n%s",
-                       c_path, how, silent ? "(no output)" : output.data);
+                       c_path, how, silent ? "(no output)" : out->text.data);
   } else if (access(written, F_OK) != 0) {
     status = cn_fail(ctx, CN_ERR_COMPILE,
                      "C compiler '%s' succeeded on generated file %s but wrote no '%s'", cc, c_path,
                      written);
   }
-  cn_sbuf_free(&output);
   if (status != CN_OK) discard(written);
   return status;
 }
@@ -972,11 +964,13 @@ static void cc_release(void *compiled) {
 }
 
 /* ---- Compilations as jobs ----
- * A compilation is started (cc_start: generate the source, look the object up in the cache, and
- * on a miss write the source and start the compiler) and finished (cc_finish: wait for the
- * compiler, load the object, publish it with its record). cc_compile does both in a row;
- * cc_compile_many starts up to one compiler per online processor before finishing them in order,
- * so the routines of a model compile at the same time, each exactly as cc_compile would. */
+ * A compilation is started (cc_start: generate the source, look the object up in the cache and,
+ * on a miss, write the source), compiled (run_compilers, with the other jobs of its batch) and
+ * finished (cc_finish: load the object, publish it with its record). The compiler processes of a
+ * batch (a process per piece of each source, cn_cgen_pieces, then one link per source in pieces)
+ * are scheduled together, one per online processor at a time: a batch ends when its last process
+ * does, so the largest pieces start first and a free processor takes the next waiting one at
+ * once. Each compiles exactly what it would alone, so the objects do not depend on the order. */
 typedef struct {
   const char *name; /* the routine's */
   cc_compiled *c;
@@ -986,19 +980,15 @@ typedef struct {
   cc_paths paths;
   cn_sbuf head; /* the cache record's head (key text), in a shared cache */
   bool hit;     /* loaded from the cache: nothing to compile */
-  /* The compilers: one per piece of the source (cn_cgen_pieces), each writing object[k] (the
-   * temporary object of the piece, malloc'd; with one piece the temporary shared object), then,
-   * with pieces, the link into the temporary shared object. */
-  int pieces;
-  pid_t pid[CN_CGEN_MAX_PIECES];     /* running when fd >= 0 */
-  int fd[CN_CGEN_MAX_PIECES];        /* their outputs; -1: not running */
-  bool finished[CN_CGEN_MAX_PIECES]; /* compiled already (cn_cc_set_serial_pieces) */
+  /* The source's pieces, each compiled into object[k] (malloc'd: the temporary object of the
+   * piece or, with one piece, the temporary shared object itself); with pieces, their link
+   * writes the temporary shared object once all `compiled`. */
+  int pieces, compiled;
   char *object[CN_CGEN_MAX_PIECES];
 } cc_job;
 
 static void cc_job_init(cc_job *job, const char *name, cc_compiled *c) {
   *job = (cc_job){.name = name, .c = c, .pieces = 1};
-  for (int k = 0; k < CN_CGEN_MAX_PIECES; k++) job->fd[k] = -1;
 }
 
 static void cc_job_free(cc_job *job) {
@@ -1018,63 +1008,158 @@ void cn_cc_set_serial_pieces(bool serial) {
   atomic_store(&serial_pieces, serial);
 }
 
-/* Starts the job's compilers: the source as one shared object, or each piece as an object (all
- * at once; one after the other, each finished before the next starts, with the test hook). */
-static cn_status start_pieces(cn_ctx *ctx, cc_job *job) {
-  const cc_paths *paths = &job->paths;
+/* The job's pieces and the object each writes. */
+static cn_status plan_pieces(cn_ctx *ctx, cc_job *job) {
   job->pieces = cn_cgen_pieces(job->c->source);
   for (int k = 0; k < job->pieces; k++) {
-    char define[32];
-    snprintf(define, sizeof define, "-DCN_PIECE=%d", k);
-    job->object[k] = job->pieces > 1 ? format_path(ctx, "%s.p%d.o", paths->tmp_so, k)
-                                     : format_path(ctx, "%s", paths->tmp_so);
+    job->object[k] = job->pieces > 1 ? format_path(ctx, "%s.p%d.o", job->paths.tmp_so, k)
+                                     : format_path(ctx, "%s", job->paths.tmp_so);
     if (!job->object[k]) return ctx->status;
-    char *piece[] = {define, "-c", "-o", job->object[k], paths->c_path, NULL};
-    char *whole[] = {"-o", job->object[k], paths->c_path, NULL};
-    char **argv = run_argv(&job->cmd, job->pieces > 1, job->pieces > 1 ? piece : whole);
-    if (!argv) return cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a compiler command");
-    cn_status status = compiler_start(ctx, job->cc, argv, paths->c_path, &job->pid[k], &job->fd[k]);
-    free(argv);
-    if (status == CN_OK && job->pieces > 1 && atomic_load(&serial_pieces)) {
-      status = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, job->object[k],
-                               job->pid[k], job->fd[k], true);
-      job->fd[k] = -1;
-      job->finished[k] = status == CN_OK;
-    }
-    if (status != CN_OK) return status;
   }
   return CN_OK;
 }
 
-/* Waits for the job's compilers; with pieces, links their objects into the temporary shared
- * object. With `report` false only reaps them. */
-static cn_status finish_pieces(cn_ctx *ctx, cc_job *job, bool report) {
+/* One compiler process of a batch: piece `piece` of the job's source, or (-1) the link of its
+ * pieces; `cost` (the bytes it compiles) orders the waiting ones. */
+typedef struct {
+  cc_job *job;
+  int piece;
+  size_t cost;
+  int order; /* among equal costs, the order of the jobs and pieces */
+} cc_task;
+
+typedef struct {
+  cc_task task;
+  pid_t pid;
+  int fd; /* its output */
+  cc_output out;
+} cc_process;
+
+static int by_cost(const void *a, const void *b) {
+  const cc_task *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+  return x->order - y->order;
+}
+
+static cn_status task_start(cn_ctx *ctx, const cc_task *task, cc_process *p) {
+  cc_job *job = task->job;
   const cc_paths *paths = &job->paths;
-  cn_status status = CN_OK;
-  for (int k = 0; k < job->pieces; k++) {
-    if (job->finished[k]) continue;
-    if (job->fd[k] < 0) {
-      status = CN_ERR_COMPILE; /* never started: its failure is already reported */
-      continue;
-    }
-    cn_status st = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, job->object[k],
-                                   job->pid[k], job->fd[k], report && status == CN_OK);
-    job->fd[k] = -1;
-    if (status == CN_OK) status = st;
-  }
-  if (status != CN_OK || job->pieces == 1) return status;
+  char define[32];
+  snprintf(define, sizeof define, "-DCN_PIECE=%d", task->piece);
+  char *piece[] = {define,        "-c", "-o", job->object[task->piece < 0 ? 0 : task->piece],
+                   paths->c_path, NULL};
+  char *whole[] = {"-o", job->object[0], paths->c_path, NULL};
   char *link[CN_CGEN_MAX_PIECES + 3] = {"-o", paths->tmp_so};
   for (int k = 0; k < job->pieces; k++) link[2 + k] = job->object[k];
   link[2 + job->pieces] = NULL;
-  char **argv = run_argv(&job->cmd, false, link);
+  bool object_only = task->piece >= 0 && job->pieces > 1;
+  char **argv = run_argv(&job->cmd, object_only,
+                         task->piece < 0 ? link
+                         : object_only   ? piece
+                                         : whole);
   if (!argv) return cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a compiler command");
-  pid_t pid;
-  int fd;
-  status = compiler_start(ctx, job->cc, argv, paths->c_path, &pid, &fd);
+  *p = (cc_process){.task = *task};
+  cn_status status = compiler_start(ctx, job->cc, argv, paths->c_path, &p->pid, &p->fd);
   free(argv);
-  if (status == CN_OK)
-    status = compiler_finish(ctx, job->cc, job->cmd.argv[0], paths->c_path, paths->tmp_so, pid, fd,
-                             true);
+  return status;
+}
+
+/* Reaps a process whose output ended; on success, a job whose last piece it was links next
+ * (*link set) or has its object. */
+static cn_status task_finish(cn_ctx *ctx, cc_process *p, cc_job **link) {
+  cc_job *job = p->task.job;
+  close(p->fd);
+  const char *written = p->task.piece < 0 ? job->paths.tmp_so : job->object[p->task.piece];
+  cn_status status =
+      compiler_reap(ctx, job->cc, job->cmd.argv[0], job->paths.c_path, written, p->pid, &p->out);
+  cn_sbuf_free(&p->out.text);
+  *link = NULL;
+  if (status == CN_OK && p->task.piece >= 0 && ++job->compiled == job->pieces && job->pieces > 1)
+    *link = job;
+  return status;
+}
+
+/* Compiles the jobs that missed the cache, at most `width` processes at a time, the costliest
+ * waiting one next (costs in KB, so that sources of about one size go in their jobs' order; a link
+ * before any piece: it is short and finishes its job). After the first failure nothing more
+ * starts, the running ones are reaped, and the error is the failure of the earliest job (the
+ * first to fail could be any). */
+static cn_status run_compilers(cn_ctx *ctx, cc_job *jobs, int n, int width) {
+  enum { MAX_WIDTH = 64 };
+  if (width > MAX_WIDTH) width = MAX_WIDTH;
+  int n_tasks = 0;
+  for (int j = 0; j < n; j++) n_tasks += jobs[j].hit ? 0 : jobs[j].pieces;
+  if (n_tasks == 0) return CN_OK;
+  cc_task *tasks = cn_calloc(ctx, (size_t)n_tasks, sizeof *tasks);
+  cc_job **links = cn_calloc(ctx, (size_t)n, sizeof *links);
+  if (!tasks || !links) {
+    free(tasks);
+    free(links);
+    return ctx->status;
+  }
+  int t = 0;
+  for (int j = 0; j < n; j++) {
+    if (jobs[j].hit) continue;
+    size_t cost = strlen(jobs[j].c->source) / (size_t)jobs[j].pieces / 1024;
+    for (int k = 0; k < jobs[j].pieces; k++, t++)
+      tasks[t] = (cc_task){.job = &jobs[j], .piece = k, .cost = cost, .order = t};
+  }
+  qsort(tasks, (size_t)n_tasks, sizeof *tasks, by_cost);
+  cc_process running[MAX_WIDTH];
+  struct pollfd polled[MAX_WIDTH];
+  int n_running = 0, next = 0, n_links = 0, next_link = 0, failed_job = n;
+  cn_status status = CN_OK;
+  char *failure = NULL; /* the message of failed_job's failure */
+  for (;;) {
+    while (status == CN_OK && n_running < width && (next_link < n_links || next < n_tasks)) {
+      cc_task task =
+          next_link < n_links ? (cc_task){.job = links[next_link++], .piece = -1} : tasks[next++];
+      status = task_start(ctx, &task, &running[n_running]);
+      if (status == CN_OK) n_running++;
+    }
+    if (n_running == 0) break;
+    nfds_t n_polled = 0;
+    for (int i = 0; i < n_running; i++)
+      polled[n_polled++] = (struct pollfd){running[i].fd, POLLIN, 0};
+    int ready = poll(polled, n_polled, 100);
+    cn_progress_tick(ctx); /* the progress line ticks while the compilers are silent */
+    if (ready <= 0) continue;
+    /* From the last: a finished process is replaced by the last one, already looked at. */
+    for (int i = n_running - 1; i >= 0; i--) {
+      if (!polled[i].revents) continue;
+      char chunk[4096];
+      ssize_t got = read(running[i].fd, chunk, sizeof chunk);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got > 0) {
+        output_add(&running[i].out, chunk, (size_t)got);
+        continue;
+      }
+      cc_job *link;
+      int job = (int)(running[i].task.job - jobs);
+      cn_status st = task_finish(ctx, &running[i], &link);
+      if (status == CN_OK) status = st;
+      if (st != CN_OK && job < failed_job) {
+        free(failure);
+        failure = strdup(cn_ctx_error(ctx));
+        failed_job = job;
+      }
+      if (link) links[n_links++] = link;
+      running[i] = running[--n_running];
+    }
+  }
+  if (failure && strcmp(failure, cn_ctx_error(ctx)) != 0) cn_fail(ctx, status, "%s", failure);
+  free(failure);
+  free(tasks);
+  free(links);
+  return status;
+}
+
+static cn_status compile_jobs(cn_ctx *ctx, cc_job *jobs, int n) {
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int width = atomic_load(&serial_pieces) || online < 1 ? 1 : online > 64 ? 64 : (int)online;
+  uint64_t start = cn_now_us();
+  cn_status status = run_compilers(ctx, jobs, n, width);
+  ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
   return status;
 }
 
@@ -1131,7 +1216,7 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   if (status == CN_OK && !job->hit)
     status = write_file_atomically(ctx, job->paths.tmp_c, job->paths.c_path, c->source,
                                    strlen(c->source), "", 0);
-  if (status == CN_OK && !job->hit) status = start_pieces(ctx, job);
+  if (status == CN_OK && !job->hit) status = plan_pieces(ctx, job);
   return status;
 }
 
@@ -1143,14 +1228,12 @@ static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, c
   return status;
 }
 
-/* Finishes a started job: waits for its compiler, loads the object from its temporary name and,
- * in a shared cache, publishes the object and its record (head + the object's size and
- * checksum). With `report` false (another job failed) only reaps the compiler. */
-static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job, bool report) {
+/* Finishes a compiled job: loads the object from its temporary name and, in a shared cache,
+ * publishes the object and its record (head + the object's size and checksum). */
+static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job) {
   if (job->hit) return CN_OK;
   const cc_paths *paths = &job->paths;
-  cn_status status = finish_pieces(ctx, job, report);
-  if (status != CN_OK) return status;
+  cn_status status = CN_OK;
   cc_compiled *c = job->c;
   /* The record's checksum and the loaded object are of one file: the one opened here. */
   uint64_t size = 0, sum = 0;
@@ -1188,10 +1271,52 @@ static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job, bool report) {
   return status;
 }
 
-static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
+static cn_status cc_finish(cn_ctx *ctx, cc_job *job) {
   uint64_t start = cn_now_us();
-  cn_status status = cc_finish_job(ctx, job, report);
+  cn_status status = cc_finish_job(ctx, job);
   ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
+  return status;
+}
+
+/* Compiles the n procedures as one batch (or with `found`, n = 1, only looks the object up:
+ * *found false and nothing compiled on a miss). */
+static cn_status compile_batch(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **compiled,
+                               const char **sources, bool *found) {
+  cc_job *jobs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *jobs);
+  cc_compiled **cs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *cs);
+  if (!jobs || !cs) {
+    free(jobs);
+    free(cs);
+    return ctx->status;
+  }
+  cn_status status = CN_OK;
+  int started = 0;
+  for (; started < n && status == CN_OK; started++) {
+    cc_compiled *c = cs[started] = cn_calloc(ctx, 1, sizeof *c);
+    if (c)
+      status = cc_start(ctx, procs[started], c, &jobs[started], found != NULL);
+    else {
+      status = ctx->status;
+      cc_job_init(&jobs[started], procs[started]->name, NULL);
+    }
+  }
+  bool missed = status == CN_OK && found && !jobs[0].hit;
+  if (found) *found = status == CN_OK && jobs[0].hit;
+  if (status == CN_OK && !missed) status = compile_jobs(ctx, jobs, n);
+  for (int k = 0; k < started; k++) {
+    if (status == CN_OK && !missed) status = cc_finish(ctx, &jobs[k]);
+    cc_job_free(&jobs[k]);
+  }
+  for (int k = 0; k < n; k++) {
+    if (status != CN_OK || missed) {
+      cc_release(cs[k]);
+      continue;
+    }
+    compiled[k] = cs[k];
+    if (sources) sources[k] = cs[k]->source;
+  }
+  free(jobs);
+  free(cs);
   return status;
 }
 
@@ -1199,21 +1324,7 @@ static cn_status cc_finish(cn_ctx *ctx, cc_job *job, bool report) {
  * false and nothing compiled on a miss. */
 static cn_status compile_one(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                              const char **source, bool *found) {
-  cc_compiled *c = cn_calloc(ctx, 1, sizeof *c);
-  if (!c) return ctx->status;
-  cc_job job;
-  cn_status status = cc_start(ctx, proc, c, &job, found != NULL);
-  if (found) *found = job.hit;
-  bool missed = status == CN_OK && found && !job.hit;
-  if (status == CN_OK && !missed) status = cc_finish(ctx, &job, true);
-  cc_job_free(&job);
-  if (status != CN_OK || missed) {
-    cc_release(c);
-    return status;
-  }
-  *compiled = c;
-  if (source) *source = c->source;
-  return CN_OK;
+  return compile_batch(ctx, 1, &proc, compiled, source, found);
 }
 
 static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
@@ -1223,35 +1334,7 @@ static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled
 
 static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
                                  void **compiled, const char **sources) {
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  int width = online < 1 ? 1 : online > 64 ? 64 : (int)online;
-  cc_job jobs[64];
-  cc_compiled **cs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *cs);
-  if (!cs) return ctx->status;
-  cn_status status = CN_OK;
-  for (int first = 0; first < n && status == CN_OK; first += width) {
-    int count = n - first < width ? n - first : width, started = 0;
-    for (; started < count && status == CN_OK; started++) {
-      cc_compiled *c = cs[first + started] = cn_calloc(ctx, 1, sizeof *c);
-      status = c ? cc_start(ctx, procs[first + started], c, &jobs[started], false) : ctx->status;
-      if (!c) cc_job_init(&jobs[started], procs[first + started]->name, NULL);
-    }
-    for (int k = 0; k < started; k++) {
-      cn_status st = cc_finish(ctx, &jobs[k], status == CN_OK);
-      if (status == CN_OK) status = st;
-      cc_job_free(&jobs[k]);
-    }
-  }
-  for (int k = 0; k < n; k++) {
-    if (status != CN_OK) {
-      cc_release(cs[k]);
-      continue;
-    }
-    compiled[k] = cs[k];
-    if (sources) sources[k] = cs[k]->source;
-  }
-  free(cs);
-  return status;
+  return compile_batch(ctx, n, procs, compiled, sources, NULL);
 }
 
 /* ---- Tune records ----
