@@ -17,6 +17,7 @@
  * Generated C is compiled with -O1 and without -march=native: fast, and valgrind-friendly. */
 #include "backend/backend.h"
 #include "cannl.h"
+#include "runtime/routine.h"
 
 #include "check.h"
 
@@ -942,6 +943,83 @@ static void test_many(void) {
   if (d) closedir(d);
 }
 
+/* No temporary (<name>-<key>.tmp.<host>.<pid>.<serial>.*) in dir, and no compiler process left. */
+static void check_clean(const char *dir) {
+  DIR *d = opendir(dir);
+  CHECK(d != NULL);
+  for (struct dirent *e; d && (e = readdir(d));)
+    CHECK_MSG(!strstr(e->d_name, ".tmp."), "%s", e->d_name);
+  if (d) closedir(d);
+  errno = 0;
+  CHECK(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD);
+}
+
+/* Three fills compiling behind (cn_routine_compile_tiered_many, compile-ahead's call: runs far
+ * above the interpreter's budget), into the context's cache dir. */
+static void start_three(cn_ctx *ctx, cn_node **x, const double *const *values, cn_routine **r) {
+  const char *names[3] = {"fill_a", "fill_b", "fill_c"};
+  const cn_asgn *code[3];
+  const int64_t runs[3] = {1000000, 1000000, 1000000};
+  for (int k = 0; k < 3; k++) code[k] = cn_asgn_fetch_constant_fill(ctx, x[k], values[k], 3);
+  CHECK_INT(cn_routine_compile_tiered_many(ctx, 3, code, names, CN_BACKEND_C, runs, r), CN_OK);
+}
+
+/* Compiling behind: the call returns with the sources known and the compilers running; a
+ * routine's first run waits for its own object, in any order; one freed before its first run gives
+ * its compilation up (no object published); a compile failure comes at each routine's first run
+ * with the compiler's message on that routine's file (a later run says the compilation failed); a
+ * context destroyed while its routines compile leaves neither process nor temporary. */
+static void test_behind(void) {
+  char dir[PATH_MAX];
+  path_in(dir, sizeof dir, root, "behind");
+  CHECK(mkdir(dir, 0700) == 0);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(ctx != NULL);
+  if (!ctx) return;
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dir), CN_OK);
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", CFLAGS), CN_OK);
+  cn_node *x[3];
+  int64_t n = 3;
+  for (int k = 0; k < 3; k++) x[k] = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, &n);
+  const double *values[3] = {values_a, values_b, values_other};
+  cn_routine *r[3] = {NULL, NULL, NULL};
+  start_three(ctx, x, values, r);
+  CHECK(r[2] && strstr(cn_routine_source(r[2]), "void fill_c_entry("));
+  cn_routine_free(r[1]);
+  for (int k = 2; k >= 0 && r[0] && r[2]; k -= 2) {
+    CHECK_INT(cn_routine_run(r[k]), CN_OK);
+    double got[3] = {0, 0, 0};
+    CHECK_INT(cn_node_get_values(x[k], false, got, 3), CN_OK);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(got[i], values[k][i], 0);
+  }
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), 3);
+  CHECK_INT(count_files(dir, ".so"), 2); /* fill_b's compilation was given up */
+  CHECK_INT(count_files(dir, ".sum"), 2);
+
+  /* A flag the compiler refuses: each routine's first run fails on its own file. */
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", CFLAGS " -fno-such-flag-anywhere"), CN_OK);
+  const double *changed[3] = {values_b, values_other, values_a};
+  start_three(ctx, x, changed, r);
+  for (int k = 1; k < 3 && r[0] && r[1] && r[2]; k++) {
+    CHECK_INT(cn_routine_run(r[k]), CN_ERR_COMPILE);
+    CHECK_HAS(cn_ctx_error(ctx), "C compiler failed on generated file");
+    CHECK_HAS(cn_ctx_error(ctx), k == 1 ? "/fill_b-" : "/fill_c-");
+    CHECK_HAS(cn_ctx_error(ctx), "-fno-such-flag-anywhere");
+  }
+  CHECK_INT(cn_routine_run(r[1]), CN_ERR_COMPILE);
+  CHECK_HAS(cn_ctx_error(ctx), "routine 'fill_b': its compilation failed (at its first run)");
+  for (int k = 0; k < 3; k++) cn_routine_free(r[k]);
+  check_clean(dir);
+
+  /* Destroyed while compiling: the compilers are waited for, their files go. */
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", CFLAGS), CN_OK);
+  const double *again[3] = {values_other, values_a, values_b};
+  start_three(ctx, x, again, r);
+  cn_ctx_destroy(ctx);
+  check_clean(dir);
+  CHECK_INT(count_files(dir, ".so"), 2);
+}
+
 /* A relative cache directory whose name starts with '-' is the directory, never an option of the
  * compiler: the paths of its files on the compiler's command line start with "./". */
 static void test_dash_dir(void) {
@@ -974,6 +1052,7 @@ int main(void) {
   test_missing_tmpdir();
   test_command();
   test_many();
+  test_behind();
   test_dash_dir();
   remove_tree(root);
   CHECK_DONE();

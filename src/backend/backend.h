@@ -33,6 +33,14 @@ typedef struct {
    * time); on failure no state is left. NULL: the caller calls compile n times. */
   cn_status (*compile_many)(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **compiled,
                             const char **sources);
+  /* compile_many that returns once the compilers have started: the procedures compile "behind"
+   * the caller, the earlier ones first. sources[k] is set at once; take(k) waits for procedure k
+   * and hands out its state (or its compile failure, with the message); drop(k) gives it up.
+   * Every k is taken or dropped once (the last frees *batch). NULL: only compile_many. */
+  cn_status (*start_many)(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **batch,
+                          const char **sources);
+  cn_status (*take)(cn_ctx *ctx, void *batch, int k, void **compiled);
+  void (*drop)(void *batch, int k);
   /* compile, only where that costs nothing: an object of the backend's cache (*found true);
    * otherwise *found is false and nothing is left or started. NULL: no such cache. */
   cn_status (*compile_cached)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
@@ -62,6 +70,10 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
  * a corrupted record (deleted, with a warning on the log or stderr). */
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
+
+/* Lets the generated-C backend's compilations running behind (start_many) on ctx start their next
+ * compiler processes, without waiting: a routine run calls it while ctx->compiling is set. */
+void cn_cc_drive(cn_ctx *ctx);
 
 /* Test hook (process-wide, tests only): with true, the compiler processes of a batch (the pieces
  * of each source, cgen.c "Routines in pieces", and their links) run one after the other instead

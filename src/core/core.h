@@ -199,6 +199,10 @@ struct cn_ctx {
    * the first parallel run: every run finds it at once, where the list of cleanups holds one
    * entry per node buffer. The core neither creates nor reads the pool. */
   cn_cleanup *worker_pool;
+  /* The generated-C backend's batches compiling behind their routines (src/backend/cc.c, its
+   * start_many), NULL when none: a routine run lets them start their next compilers
+   * (cn_cc_drive). The core neither creates nor reads them. */
+  void *compiling;
   cn_progress_fn progress_fn; /* NULL: nobody is told, and the counts cost no clock reads */
   void *progress_user;
   cn_progress progress;

@@ -69,11 +69,17 @@ struct cn_routine {
    * (`once`) stays interpreted. */
   bool tiered, once;
   uint64_t interpreted_us;
+  /* Compiling behind (cn_routine_compile_tiered_many): the backend's batch and this routine's
+   * place in it until its first run takes the compiled state (NULL: not, or no longer). */
+  void *batch;
+  int batch_index;
+  bool failed;         /* its compilation behind failed: it never runs */
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
 /* Releases everything the routine owns except its cleanup registration. */
 static void routine_release(cn_routine *r) {
+  if (r->batch) r->backend->drop(r->batch, r->batch_index);
   if (r->compiled) r->backend->release(r->compiled);
   if (r->scratch)
     for (int i = 0; i < r->proc->n_params; i++) free(r->scratch[i]);
@@ -454,11 +460,12 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
 }
 
 /* cn_routine_compile_many, routine k prepared for runs[k] (0: unknown; runs NULL: never
- * interpreted): the routines to compile go to the backend's compile_many together, the
- * interpreted ones (and those taken from the cache) one by one. */
+ * interpreted): the routines to compile go to the backend's compile_many together (or, `behind`,
+ * to its start_many: each run's first run waits for its own), the interpreted ones (and those
+ * taken from the cache) one by one. */
 static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                               const char *const *names, cn_backend_kind backend,
-                              const int64_t *runs, cn_routine **out) {
+                              const int64_t *runs, bool behind, cn_routine **out) {
   if (!ctx) return CN_ERR_INVALID;
   if (n < 0 || (n > 0 && (!asgns || !names || !out)))
     return cn_fail(ctx, CN_ERR_INVALID, "cn_routine_compile_many: %d routines, arrays missing", n);
@@ -487,15 +494,25 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
   }
   cn_progress_add(ctx, CN_PROGRESS_COMPILE, -(n - m)); /* the line counts what compiles */
   const cn_backend *impl = status == CN_OK && m > 0 ? batch[0]->backend : NULL;
-  if (impl && impl->compile_many) {
-    status = impl->compile_many(ctx, m, procs, compiled, sources);
-  } else if (impl) {
-    for (int k = 0; k < m && status == CN_OK; k++)
-      status = impl->compile(ctx, procs[k], &compiled[k], &sources[k]);
-  }
-  for (int k = 0; k < m && status == CN_OK; k++) {
-    batch[k]->compiled = compiled[k];
-    batch[k]->source = compiled[k] ? sources[k] : NULL;
+  if (impl && behind && impl->start_many) {
+    void *started = NULL;
+    status = impl->start_many(ctx, m, procs, &started, sources);
+    for (int k = 0; k < m && status == CN_OK; k++) {
+      batch[k]->batch = started;
+      batch[k]->batch_index = k;
+      batch[k]->source = sources[k];
+    }
+  } else {
+    if (impl && impl->compile_many) {
+      status = impl->compile_many(ctx, m, procs, compiled, sources);
+    } else if (impl) {
+      for (int k = 0; k < m && status == CN_OK; k++)
+        status = impl->compile(ctx, procs[k], &compiled[k], &sources[k]);
+    }
+    for (int k = 0; k < m && status == CN_OK; k++) {
+      batch[k]->compiled = compiled[k];
+      batch[k]->source = compiled[k] ? sources[k] : NULL;
+    }
   }
   for (int k = 0; k < n && rs; k++)
     if (rs[k] && status == CN_OK && !routine_adopt(rs[k])) status = ctx->status;
@@ -516,13 +533,13 @@ static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
 cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                   const char *const *names, cn_backend_kind backend,
                                   cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, NULL, out);
+  return compile_many(ctx, n, asgns, names, backend, NULL, false, out);
 }
 
 cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                          const char *const *names, cn_backend_kind backend,
                                          const int64_t *runs, cn_routine **out) {
-  return compile_many(ctx, n, asgns, names, backend, runs, out);
+  return compile_many(ctx, n, asgns, names, backend, runs, true, out);
 }
 
 /* ---- Threads ---- */
@@ -628,9 +645,23 @@ static cn_status tier_up(cn_routine *r) {
   return CN_OK;
 }
 
+/* The first run of a routine compiling behind takes its compiled state (waiting for it). */
+static cn_status take_compiled(cn_routine *r) {
+  void *batch = r->batch;
+  r->batch = NULL;
+  cn_status status = r->backend->take(r->ctx, batch, r->batch_index, &r->compiled);
+  if (status != CN_OK) r->failed = true;
+  return status;
+}
+
 cn_status cn_routine_run(cn_routine *routine) {
   cn_ctx *ctx = routine->ctx;
   const cn_ll_proc *proc = routine->proc;
+  if (ctx->compiling) cn_cc_drive(ctx);
+  if (routine->batch && take_compiled(routine) != CN_OK) return ctx->status;
+  if (routine->failed)
+    return cn_fail(ctx, CN_ERR_COMPILE, "routine '%s': its compilation failed (at its first run)",
+                   routine->name);
   for (int i = 0; i < proc->n_free_syms; i++)
     if (!routine->sym_bound[i])
       return cn_fail(ctx, CN_ERR_RUNTIME, "routine '%s': symbol '%s' is not bound", routine->name,

@@ -22,7 +22,9 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
  * not known): a routine is interpreted where its work over those runs is below 512 times the option
  * "interpret_below" (with runs unknown, where cn_routine_compile_tiered would interpret it), and
  * compiled once its runs have taken about what a compile costs; the others are compiled together
- * (their compilers at the same time). */
+ * (their compilers at the same time) behind the caller: this returns once the compilers run (the
+ * earlier routines first), and each routine's first run waits for its own, returning its compile
+ * failure if it failed. */
 cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                                          const char *const *names, cn_backend_kind backend,
                                          const int64_t *runs, cn_routine **out);
