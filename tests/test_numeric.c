@@ -471,8 +471,14 @@ static void test_binary_ops(void) {
   CHECK_NEAR(evf(CN_OP_OR, 0, -0.0, 0), 0, 0);
   CHECK_NEAR(evf(CN_OP_AND, 2, 0, 0), 0, 0);
   CHECK_NEAR(evf(CN_OP_AND, 2, -3, 0), 1, 0);
-  CHECK_NEAR(evf(CN_OP_MOD, -7, 2, 0), -1, 0);
-  CHECK_NEAR(evf(CN_OP_MOD, 7, -2, 0), 1, 0);
+  /* the seed's float %: floored, the sign of the divisor ([0, b) for b > 0), not C's fmod */
+  CHECK_NEAR(evf(CN_OP_MOD, -7, 2, 0), 1, 0);
+  CHECK_NEAR(evf(CN_OP_MOD, 7, -2, 0), -1, 0);
+  CHECK_NEAR(evf(CN_OP_MOD, -7, -2, 0), -1, 0);
+  CHECK_NEAR(evf(CN_OP_MOD, -6, 2, 0), 0, 0);
+  const double mod_x[5] = {-7, 7, -7.5, 5.5, -0.5}, mod_y[5] = {3, 3, 2, 2, 4};
+  const double mod_want[5] = {2, 1, 0.5, 1.5, 3.5};
+  for (int i = 0; i < 5; i++) CHECK_NEAR(evf(CN_OP_MOD, mod_x[i], mod_y[i], 0), mod_want[i], 0);
   CHECK_NEAR(evf(CN_OP_MOD, 5.5, 2, 0), 1.5, 0);
   CHECK_NEAR(evf(CN_OP_MOD, 1, 0, 0), NAN, 0);
   CHECK_NEAR(evf(CN_OP_MAX, NAN, 1, 0), NAN, 0);

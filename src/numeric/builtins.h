@@ -515,6 +515,22 @@ static inline int64_t cn_min_i64(int64_t a, int64_t b) {
 static inline uint64_t cn_min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
+/* The float modulo of the seed (syntax-extensions-cd-op, interpret_binop's `v1 % v2`: Base's
+ * float %, in [0, b) for b > 0): floored, the sign of the divisor, as Python's % and numpy's mod.
+ * fmod is exact, so adding b to a remainder of the other sign is the only rounding (a tiny
+ * negative remainder can round up to b itself, as in the seed). By zero it is NaN, as fmod. */
+static inline float cn_mod_f32(float a, float b) {
+  float r = fmodf(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+static inline double cn_mod_f64(double a, double b) {
+  double r = fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+/* clang-format off */
+#define cn_mod(a, b) _Generic((a), float: cn_mod_f32, double: cn_mod_f64)((a), (b))
+/* clang-format on */
+
 /* clang-format off */
 #define cn_max(a, b)                                                                               \
   _Generic((a), float: cn_max_f32, double: cn_max_f64, int64_t: cn_max_i64, uint64_t: cn_max_u64)  \
