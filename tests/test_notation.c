@@ -404,6 +404,16 @@ static void test_error_format(void) {
       {"let x = [1.0]\nlet%cd r = {y} =+ x ~logic\n", "test.cnl:2:21: ~logic needs a value"},
       {"let x = [1.0]\nlet%cd r = {y} =+ \"z\"\n",
        "test.cnl:2:19: a %cd declaration \"name\" is only allowed on the left of an assignment"},
+      /* syntax-extensions-cd-op: a %cd declaration only in the assigned-to position, also inside
+       * an embedded expression on the right (which would otherwise declare as %op does) */
+      {"let a = [1.0; 2.0]\nlet%cd r = {u} =: a + {v}\n",
+       "test.cnl:2:23: a %cd declaration {v} is only allowed on the left of an assignment"},
+      {"let a = [1.0; 2.0]\nlet%cd r = {u} =: a *. {w}\n",
+       "test.cnl:2:24: a %cd declaration {w} is only allowed on the left of an assignment"},
+      {"let a = [1.0; 2.0]\nlet%cd r = {u} =: a *. (relu \"w\" + 1.0)\n",
+       "test.cnl:2:30: a %cd declaration \"name\" is only allowed on the left of an assignment"},
+      {"let a = [1.0; 2.0]\nlet%cd r = {u} =: a; {t} =+ sum ~spec:\"i => 0\" (u *. {w = 2.0})\n",
+       "test.cnl:2:54: a %cd declaration {w} is only allowed on the left of an assignment"},
       {"let%cd f p = p =+ p\nrun f\n",
        "test.cnl:2:5: a function is not a routine (a let%cd function needs all its arguments)"},
       {"let x = [1.0]\nlet%cd r = if x then {y} =: x\n",
@@ -422,6 +432,13 @@ static void test_error_format(void) {
   free(run_script("let x = [1.0; 2.0]\nlet y = [1.0; 2.0; 3.0]\nprint (x + y)\n", CN_BACKEND_INTERP,
                   err, sizeof err));
   CHECK_HAS(err, "\nprint (x + y)\n         ^");
+  /* a function's own (%op) declarations are not the %cd code's: w = 2 scales a, plus 1 */
+  char *json = run_script("let%op scale x = x *. {w = 2.0}\nlet a = [1.0; 2.0]\n"
+                          "let%cd r = {u} =: scale a + 1.0\nrun r\nprint u\n",
+                          CN_BACKEND_INTERP, err, sizeof err);
+  CHECK_MSG(json != NULL, "%s", err);
+  CHECK_HAS(json, "\"values\": [3, 5]");
+  free(json);
 }
 
 /* Whether msg is a positioned message of file: "FILE:LINE:COL: text", the source line, a caret. */

@@ -125,6 +125,57 @@ static bool cd_ref(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr 
   return true;
 }
 
+/* The first inline declaration written in x, NULL when none: a {name} (or "name" ARG) anywhere,
+ * or a string where an operand is read (as in %op, where it declares: the operand of a
+ * binary operator other than ^ beside no other string, of a negation, of an einsum, or a
+ * positional argument that is no spec), in the order of the source. */
+static const cn_nt_expr *declaration_in(const cn_nt_expr *x, bool operand) {
+  if (!x) return NULL;
+  const cn_nt_expr *d = NULL;
+  switch (x->kind) {
+  case CN_NT_DECL: return x;
+  case CN_NT_STRING: return operand ? x : NULL;
+  case CN_NT_FIELD: return declaration_in(x->u.field.subject, false);
+  case CN_NT_PREFIX: return declaration_in(x->u.prefix.operand, x->u.prefix.op[0] == '-');
+  case CN_NT_BINOP: {
+    const cn_nt_expr *l = x->u.binop.lhs, *r = x->u.binop.rhs;
+    bool strings =
+        strcmp(x->u.binop.op, "^") == 0 || l->kind == CN_NT_STRING || r->kind == CN_NT_STRING;
+    if (strings && l->kind == CN_NT_STRING && r->kind == CN_NT_STRING) return NULL;
+    if (!(d = declaration_in(l, !strings || l->kind != CN_NT_STRING)))
+      d = declaration_in(r, !strings);
+    return d;
+  }
+  case CN_NT_EINSUM:
+    if (!(d = declaration_in(x->u.einsum.lhs, true))) d = declaration_in(x->u.einsum.rhs, true);
+    return d;
+  case CN_NT_APPLY: {
+    const cn_nt_expr *fn = x->u.apply.fn;
+    const char *name = fn->kind == CN_NT_IDENT ? fn->u.ident.name : "";
+    if ((d = declaration_in(fn, false))) return d;
+    for (int i = 0, k = 0; i < x->u.apply.n_args && !d; i++) {
+      const cn_nt_arg *a = &x->u.apply.args[i];
+      d = declaration_in(a->value, !a->label && !nt_spec_argument(name, k));
+      if (!a->label) k++;
+    }
+    return d;
+  }
+  case CN_NT_LET:
+    if (!(d = declaration_in(x->u.let.value, false))) d = declaration_in(x->u.let.body, false);
+    return d;
+  case CN_NT_ANNOT: return declaration_in(x->u.annot.expr, operand);
+  case CN_NT_LIST:
+  case CN_NT_TUPLE:
+  case CN_NT_ARRAY:
+    for (int i = 0; i < x->u.items.n && !d; i++) d = declaration_in(x->u.items.items[i], false);
+    return d;
+  case CN_NT_IF:
+    if (!(d = declaration_in(x->u.if_.then_, operand))) d = declaration_in(x->u.if_.else_, operand);
+    return d;
+  default: return NULL;
+  }
+}
+
 static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_cd *cd) {
   const cn_nt_arg *pa = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "projections");
   if (pa)
@@ -138,6 +189,20 @@ static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
   bool merge[3] = {false, false, false};
   const cn_nt_expr *target = cd->u.assign.lhs;
   bool declares = target->kind == CN_NT_DECL || target->kind == CN_NT_STRING;
+  /* syntax-extensions-cd-op "Inline declarations": in %cd only in the assigned-to position */
+  for (int i = 0; i < cd->u.assign.n_rhs; i++) {
+    const cn_nt_expr *d = declaration_in(cd->u.assign.rhs[i], false);
+    if (d && d->kind == CN_NT_DECL)
+      return nt_fail(I, d->pos,
+                     "a %%cd declaration {%s} is only allowed on the left of an assignment: "
+                     "declare it there first, or create it outside the %%cd code",
+                     d->u.decl.name),
+             NULL;
+    if (d)
+      return nt_fail(I, d->pos, "%s",
+                     "a %cd declaration \"name\" is only allowed on the left of an assignment"),
+             NULL;
+  }
   cn_tensor *enricher = declares ? enricher_of(I, e, cd) : NULL;
   if (!cd_ref(I, e, ds, target, &lhs, NULL, items, &n, enricher)) return NULL;
   for (int i = 0; i < cd->u.assign.n_rhs; i++)
