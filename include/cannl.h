@@ -130,7 +130,12 @@ void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               then); `--emit=c` compiles all.
  *   "parallel_work"  the least work, in cell updates, of a loop nest split across threads: a
  *               count in [1, 2^62] (default: $CANNL_PARALLEL_WORK, else 32768, some 20-50 us on
- *               one core; smaller nests stay on the caller's thread). */
+ *               one core; smaller nests stay on the caller's thread).
+ * And of every graph of the context:
+ *   "random_seed"  the global random seed (OCANNL's fixed_state_for_init): an integer in
+ *               [0, 2^32) (default: $CANNL_RANDOM_SEED, else 42), read when a graph first builds
+ *               random code (the seed tensor), unless cn_graph_set_seed (a script's `set_seed`)
+ *               set that graph's. */
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
@@ -421,7 +426,8 @@ cn_graph *cn_graph_create(cn_ctx *ctx);
 cn_ctx *cn_graph_ctx(const cn_graph *g);
 /* The value precision of tensors built from now on (default single). */
 void cn_graph_set_prec(cn_graph *g, cn_prec prec);
-/* The global random seed (default 42); fails once random init code has been built. */
+/* The global random seed (default: the context's option "random_seed", else 42); fails once random
+ * init code has been built. */
 cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed);
 
 /* The axes of one row: n < 0 leaves the row to inference; a size 0 leaves that axis's size to
@@ -458,6 +464,12 @@ cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, 
 cn_tensor *cn_tensor_range_over_offsets(cn_graph *g);
 cn_tensor *cn_tensor_embed_self_id(cn_graph *g);
 cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym);
+/* The graph's global seed as a uint4x32 scalar {seed, 0, 0, 0}, one tensor shared by every use
+ * (convolution-is-a-contraction's `random_seed ()`); building it fixes the seed. */
+cn_tensor *cn_tensor_random_seed(cn_graph *g);
+/* threefry4x32 of the configured variant, the one the initializers use: the 2-round ("light",
+ * OCANNL's default_prng_variant) CN_OP_THREEFRY_LIGHT of key and counter, pointwise. */
+cn_tensor *cn_tensor_threefry4x32(cn_graph *g, cn_tensor *key, cn_tensor *counter);
 /* Counter-based random values in [0, 1) at the graph's precision, shape inferred
  * (convolution-is-a-contraction): uniform1 =
  * uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed), range_over_offsets)), one value

@@ -663,6 +663,83 @@ static void test_pointpow(void) {
             "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
 }
 
+/* ---- convolution-is-a-contraction "Random initialization" ------------------------------------ */
+
+/* The first line of a script's JSON output with the context option random_seed set (NULL: none):
+ * the values of w (8 of them) into out; false with a message. */
+static bool seeded_values(const char *option, const char *script, double *out) {
+  cn_ctx *ctx = cn_ctx_create();
+  if (option) CHECK_INT(cn_ctx_set_option(ctx, "random_seed", option), CN_OK);
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .json = true, .out = f};
+  cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
+  fclose(f);
+  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+  jtensor t;
+  bool ok = st == CN_OK && parse_line(buf, &t) && t.nv == 8;
+  for (int i = 0; ok && i < 8; i++) out[i] = t.v[i];
+  free(buf);
+  cn_ctx_destroy(ctx);
+  return ok;
+}
+
+/* The seed's skeleton of the uniform generator, uint4x32_to_prec_uniform (threefry4x32
+ * (threefry4x32 (embed_self_id ()) (random_seed ())) range_over_offsets), runs as written (the
+ * fetch-op named bare, threefry4x32 the initializers' light variant) and is the library's
+ * `uniform ()` bit for bit: the same leaves and hashes built in the same order. The global seed
+ * is settable from a script (`set_seed 7`), the context's option random_seed (OCANNL's
+ * fixed_state_for_init) and $CANNL_RANDOM_SEED, all three alike; `set_seed` wins over the
+ * option; a bad value is refused with its source named. */
+static void test_random_skeleton(void) {
+  static const char uniform[] = "let%op w = {w = uniform (); o = [8]; i = []}\nprint w\n";
+  static const char skeleton[] =
+      "let%op w = {w = uint4x32_to_prec_uniform (threefry4x32 (threefry4x32 (embed_self_id ()) "
+      "(random_seed ())) range_over_offsets); o = [8]; i = []}\nprint w\n";
+  BOTH {
+    outcome u, s;
+    if (!run(&u, b, uniform) || !run(&s, b, skeleton)) continue;
+    CHECK_INT(u.t[0].nv, 8);
+    CHECK_MSG(s.t[0].nv == 8 && memcmp(u.t[0].v, s.t[0].v, sizeof(double) * 8) == 0,
+              "%s: the skeleton differs from uniform ()", backend_name[b]);
+    bool spread = false;
+    for (int i = 0; i < 8; i++) {
+      CHECK(u.t[0].v[i] >= 0 && u.t[0].v[i] < 1);
+      spread = spread || u.t[0].v[i] != u.t[0].v[0];
+    }
+    CHECK(spread);
+  }
+  double plain[8], by_script[8], by_option[8], by_env[8], both[8];
+  char with_seed[256];
+  snprintf(with_seed, sizeof with_seed, "set_seed 7\n%s", uniform);
+  CHECK(seeded_values(NULL, uniform, plain));
+  CHECK(seeded_values(NULL, with_seed, by_script));
+  CHECK(seeded_values("7", uniform, by_option));
+  CHECK(seeded_values("42", with_seed, both)); /* set_seed wins */
+  CHECK(setenv("CANNL_RANDOM_SEED", "7", 1) == 0);
+  CHECK(seeded_values(NULL, uniform, by_env));
+  CHECK(setenv("CANNL_RANDOM_SEED", "seven", 1) == 0);
+  CHECK_HAS(run_error(uniform),
+            "seed.cnl:1:17: CANNL_RANDOM_SEED: 'seven' is not a seed (an integer in [0, 2^32))");
+  CHECK(unsetenv("CANNL_RANDOM_SEED") == 0);
+  CHECK(memcmp(plain, by_script, sizeof plain) != 0);
+  CHECK(memcmp(by_script, by_option, sizeof plain) == 0);
+  CHECK(memcmp(by_script, by_env, sizeof plain) == 0);
+  CHECK(memcmp(by_script, both, sizeof plain) == 0);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_INT(cn_ctx_set_option(ctx, "random_seed", "4294967296"), CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "option random_seed: '4294967296' is not a seed (an integer in [0, 2^32))");
+  cn_graph *g = cn_graph_create(ctx);
+  cn_tensor *seed = cn_tensor_random_seed(g);
+  CHECK(seed != NULL && cn_tensor_random_seed(g) == seed);
+  CHECK_INT(cn_graph_set_seed(g, 3), CN_ERR_INVALID);
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- convolution-is-a-contraction "Surface: literals, inline declarations, and the unit boundary"
  * ---- */
 
@@ -839,6 +916,7 @@ int main(void) {
   test_block_comment();
   test_embedded_forward();
   test_pointpow();
+  test_random_skeleton();
   test_seed000_literals();
   test_seed000_declarations();
   test_unit_boundary();

@@ -966,6 +966,10 @@ static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_
   case CN_NT_UNIT: return nt_mk(I, NT_V_UNIT);
   case CN_NT_IDENT: {
     nt_value *v = nt_lookup(I, e, x->u.ident.name);
+    /* the seed's initializer skeleton names this fetch-op bare, as a value: a new leaf each time
+     * (convolution-is-a-contraction "Random initialization"), as `range_over_offsets ()` */
+    if (!v && strcmp(x->u.ident.name, "range_over_offsets") == 0)
+      return nt_tensor_value(I, cn_tensor_range_over_offsets(I->g));
     return v ? v : nt_fail(I, x->pos, "unbound name '%s'", x->u.ident.name);
   }
   case CN_NT_FIELD: return eval_field(I, e, ds, x);

@@ -725,15 +725,21 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool work = key && strcmp(key, "parallel_work") == 0, exact = key && strcmp(key, "exact") == 0;
   bool tune = key && strcmp(key, "tune") == 0;
   bool below = key && strcmp(key, "interpret_below") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune && !below &&
+  bool seed = key && strcmp(key, "random_seed") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed &&
       !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "unknown option '%s' (known: " CN_CC_OPTION_KEYS
-                   ", check, schedule, threads, parallel_work, exact, tune, interpret_below)",
+                   ", check, schedule, threads, parallel_work, exact, tune, interpret_below, "
+                   "random_seed)",
                    key ? key : "(null)");
   int64_t unused_count;
   if (below && value && !parse_count(ctx, "interpret_below", value, 0, &unused_count))
     return cn_ctx_status(ctx);
+  uint64_t unused_seed;
+  if (seed && value && !cn_parse_natural(value, strlen(value), UINT32_MAX, &unused_seed))
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "option random_seed: '%s' is not a seed (an integer in [0, 2^32))", value);
   if (tune && value && !cn_tune_mode_valid(value))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "option tune: unknown value '%s' (known: " CN_TUNE_MODES ")", value);
@@ -761,11 +767,15 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
-  bool below = strcmp(key, "interpret_below") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune && !below)
+  bool below = strcmp(key, "interpret_below") == 0, seed = strcmp(key, "random_seed") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed)
     return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
+  if (seed) { /* src/tensor/ops.c reads it, and refuses a bad variable */
+    const char *env = getenv("CANNL_RANDOM_SEED");
+    return env && *env ? env : "42";
+  }
   if (below) {
     const char *env = getenv("CANNL_INTERPRET_BELOW");
     return env && *env ? env : "4096";

@@ -32,6 +32,7 @@ cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed) {
                    "the random seed is already part of built tensors; set it before building "
                    "random initializers");
   g->seed = seed;
+  g->seed_set = true;
   return CN_OK;
 }
 

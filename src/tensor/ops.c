@@ -163,8 +163,27 @@ cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym) {
   return t;
 }
 
+/* The context's option "random_seed" (else $CANNL_RANDOM_SEED) into g->seed unless the graph's was
+ * set; false with a message for a value of the variable that is no seed (the option's is checked
+ * when set). */
+static bool configured_seed(cn_graph *g) {
+  if (g->seed_set) return true;
+  const char *text = cn_ctx_stored_option(g->ctx, "random_seed");
+  const char *from = "option random_seed";
+  if (!text && (text = getenv("CANNL_RANDOM_SEED"))) from = "CANNL_RANDOM_SEED";
+  if (!text) return true;
+  uint64_t seed;
+  if (!cn_parse_natural(text, strlen(text), UINT32_MAX, &seed))
+    return cn_fail(g->ctx, CN_ERR_INVALID, "%s: '%s' is not a seed (an integer in [0, 2^32))", from,
+                   text),
+           false;
+  g->seed = (uint32_t)seed;
+  return true;
+}
+
 static cn_tensor *seed_tensor(cn_graph *g) {
   if (g->seed_tensor) return g->seed_tensor;
+  if (!configured_seed(g)) return NULL;
   cn_tensor *t = cn_tensor_new(g, "random_seed", CN_TK_NUMBER, CN_PREC_UINT4X32, scalar_rows,
                                CN_SL_TERMINAL, NULL, 0, NULL);
   if (t) {
@@ -178,14 +197,22 @@ static cn_tensor *binop(cn_graph *g, cn_op op, cn_tensor *a, cn_tensor *b) {
   return cn_tensor_apply(g, op, 2, (cn_tensor *[]){a, b});
 }
 
+cn_tensor *cn_tensor_random_seed(cn_graph *g) {
+  return seed_tensor(g);
+}
+
+cn_tensor *cn_tensor_threefry4x32(cn_graph *g, cn_tensor *key, cn_tensor *counter) {
+  return binop(g, CN_OP_THREEFRY_LIGHT, key, counter);
+}
+
 /* threefry(threefry(embed_self_id, seed)[, counter], range_over_offsets): one word per cell. */
 static cn_tensor *random_bits(cn_graph *g, cn_tensor *counter) {
   cn_tensor *id = cn_tensor_embed_self_id(g), *seed = seed_tensor(g);
   if (!id || !seed) return NULL;
-  cn_tensor *key = binop(g, CN_OP_THREEFRY_LIGHT, id, seed);
-  if (key && counter) key = binop(g, CN_OP_THREEFRY_LIGHT, key, counter);
+  cn_tensor *key = cn_tensor_threefry4x32(g, id, seed);
+  if (key && counter) key = cn_tensor_threefry4x32(g, key, counter);
   cn_tensor *range = key ? cn_tensor_range_over_offsets(g) : NULL;
-  return range ? binop(g, CN_OP_THREEFRY_LIGHT, key, range) : NULL;
+  return range ? cn_tensor_threefry4x32(g, key, range) : NULL;
 }
 
 cn_tensor *cn_tensor_uniform1(cn_graph *g) {
@@ -202,16 +229,21 @@ cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter) {
   return bits ? cn_tensor_apply(g, CN_OP_UNIFORM1, 1, &bits) : NULL;
 }
 
-cn_tensor *cn_tensor_uniform(cn_graph *g) {
-  cn_tensor *bits = random_bits(g, NULL);
-  if (!bits) return NULL;
+/* A vectorized op (CN_OPF_VEC) of bits: 16 / bytes(prec) values of the graph's precision per
+ * cell of bits, along the last output axis. */
+static cn_tensor *vec_apply(cn_graph *g, const char *label, cn_op op, cn_tensor *bits) {
   cn_shape_args args;
   memset(&args, 0, sizeof args);
   args.coeff = (int64_t)(16 / cn_prec_bytes(g->prec));
   cn_tensor *t =
-      cn_tensor_new(g, "uniform", CN_TK_VEC, g->prec, NULL, CN_SL_VEC_CONVERT, &args, 1, &bits);
-  if (t) t->prim = CN_OP_UNIFORM;
+      cn_tensor_new(g, label, CN_TK_VEC, g->prec, NULL, CN_SL_VEC_CONVERT, &args, 1, &bits);
+  if (t) t->prim = op;
   return t;
+}
+
+cn_tensor *cn_tensor_uniform(cn_graph *g) {
+  cn_tensor *bits = random_bits(g, NULL);
+  return bits ? vec_apply(g, "uniform", CN_OP_UNIFORM, bits) : NULL;
 }
 
 /* ---- Parameters ------------------------------------------------------------------------------ */
@@ -301,6 +333,11 @@ cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *
     cn_fail(g->ctx, CN_ERR_INVALID, "apply %s: %d operands", cn_op_name(op), n_args);
     return NULL;
   }
+  if (cn_op_table[op].flags & CN_OPF_VEC)
+    return n_args == 1 ? vec_apply(g, cn_op_name(op), op, args[0])
+                       : (cn_fail(g->ctx, CN_ERR_INVALID, "apply %s: %d operands, not 1",
+                                  cn_op_name(op), n_args),
+                          NULL);
   return accum_op(g, cn_op_name(op), CN_SL_POINTWISE, NULL, CN_OP_ADD, op, n_args, args);
 }
 

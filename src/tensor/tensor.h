@@ -120,6 +120,7 @@ struct cn_graph {
   int n_updates, cap_updates, n_updates_materialized;
   unsigned epoch;
   uint32_t seed;
+  bool seed_set;          /* by cn_graph_set_seed: the option "random_seed" is not read */
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
   /* on while a script is evaluated (cn_notation_run): tensors created then are `scripted`, and
    * the value nodes of those computed and never named are fusable (cn_node.fusable) */
