@@ -429,6 +429,12 @@ void cn_graph_set_prec(cn_graph *g, cn_prec prec);
 /* The global random seed (default: the context's option "random_seed", else 42); fails once random
  * init code has been built. */
 cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed);
+/* How a kernel term written without a padding marker ("o+k", where "o=+k" is padded and "o<+k"
+ * valid) reads in the einsum specs (and %cd ~logic specs) of tensors built from now on: OCANNL's
+ * use_padding in scope (convolution-is-a-contraction: the marker is "omitted where use_padding is
+ * in scope"). CN_USE_PADDING_UNSET (default): such a term is an error naming its column. */
+typedef enum { CN_USE_PADDING_UNSET, CN_USE_PADDING_FALSE, CN_USE_PADDING_TRUE } cn_use_padding;
+void cn_graph_set_use_padding(cn_graph *g, cn_use_padding use_padding);
 
 /* The axes of one row: n < 0 leaves the row to inference; a size 0 leaves that axis's size to
  * inference. labels may be NULL. */

@@ -663,6 +663,42 @@ static void test_pointpow(void) {
             "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
 }
 
+/* ---- convolution-is-a-contraction "Affine indices": the padding marker -------------------------
+ */
+
+/* "The < after the output label marks valid mode; written =, or omitted where use_padding is in
+ * scope, it marks padded mode": x = 1..5 with the kernel [1, 10] gives 10, 21, ..., 54 padded
+ * (5 outputs, a left margin of one) and 21, ..., 54 valid (4 outputs); an unmarked term follows
+ * the use_padding in scope (top level, a `let ... in`, an einsum builtin, a %cd ~logic), and
+ * without one it is refused at its column. */
+static void test_use_padding(void) {
+  BOTH {
+    outcome o;
+    if (!run(&o, b,
+             "let x = [1.0; 2.0; 3.0; 4.0; 5.0]\n"
+             "let use_padding = true\n"
+             "print (x +* \"o+k; k => o\" [1.0; 10.0])\n"
+             "let%op valid x = let use_padding = false in x +* \"o+k; k => o\" [1.0; 10.0]\n"
+             "print (valid x)\n"
+             "print (einsum \"o+k; k => o\" x [1.0; 10.0])\n"
+             "let kern = [1.0; 10.0]\n"
+             "let%cd r = {y} =:+ x * kern ~logic:\"o+k; k => o\"\n"
+             "run r\nprint y\n"))
+      continue;
+    expect(&o, b, 0, NULL, "|->5", VALUES(10, 21, 32, 43, 54), 0);
+    expect(&o, b, 1, NULL, "|->4", VALUES(21, 32, 43, 54), 0);
+    expect(&o, b, 2, NULL, "|->5", VALUES(10, 21, 32, 43, 54), 0);
+    expect(&o, b, 3, "y_x", "|->5", VALUES(10, 21, 32, 43, 54), 0);
+  }
+  CHECK_HAS(run_error("let x = [1.0; 2.0; 3.0]\nprint (x +* \"o+k; k => o\" [1.0; 10.0])\n"),
+            "seed.cnl:2:13: einsum \"o+k; k => o\": the kernel term at column 1 has no padding "
+            "marker: write o=+k (padded: the output as long as the input) or o<+k (valid), or set "
+            "use_padding (`let use_padding = true` in a script, cn_graph_set_use_padding in C)");
+  CHECK_HAS(
+      run_error("let use_padding = 1\nlet x = [1.0; 2.0]\nprint (x +* \"o<+k; k => o\" [1.0])\n"),
+      "seed.cnl:3:13: use_padding is a number: it must be a boolean");
+}
+
 /* ---- convolution-is-a-contraction "Random initialization" ------------------------------------ */
 
 /* The first line of a script's JSON output with the context option random_seed set (NULL: none):
@@ -917,6 +953,7 @@ int main(void) {
   test_embedded_forward();
   test_pointpow();
   test_random_skeleton();
+  test_use_padding();
   test_seed000_literals();
   test_seed000_declarations();
   test_unit_boundary();

@@ -590,18 +590,27 @@ static void test_more_specs(void) {
   CHECK_STR(str(env, b), "|->4");
   CHECK_STR(str(env, c), "|->4");
   CHECK_STR(str(env, r), "|->4");
-  /* a kernel term without '<' or '=' reads as the caller says: valid, 10 and 3 give 8; padded
-   * (stride 1), the output is the input's 10 */
-  for (int padded = 0; padded < 2; padded++) {
+  /* a kernel term without '<' or '=' reads as the caller's use_padding says: valid, 10 and 3
+   * give 8; padded (stride 1), the output is the input's 10; with none it is refused */
+  for (int padded = 0; padded < 3; padded++) {
     env = cn_shape_env_new(ctx);
     x = mk(env, "x", false, "|->10");
     cn_shape *k = mk(env, "k", false, "|->3");
     y = open_shape(env, "y");
     args.spec = cn_einsum_parse(ctx, "o+k; k => o");
     CHECK(args.spec != NULL);
-    args.use_padding = padded;
+    args.unmarked = padded == 2 ? CN_ES_CONV_UNSPECIFIED
+                    : padded    ? CN_ES_CONV_PADDED
+                                : CN_ES_CONV_VALID;
     cn_shape *rhs[2] = {x, k};
-    CHECK(args.spec && cn_shape_add_op(env, CN_SL_EINSUM, &args, y, rhs, 2) != NULL);
+    cn_shape_op *op = args.spec ? cn_shape_add_op(env, CN_SL_EINSUM, &args, y, rhs, 2) : NULL;
+    if (padded == 2) {
+      CHECK(op == NULL || !finalize(env));
+      CHECK_HAS(cn_ctx_error(ctx), "einsum \"o+k; k => o\": the kernel term at column 1 has no "
+                                   "padding marker: write o=+k");
+      continue;
+    }
+    CHECK(op != NULL);
     CHECK(finalize(env));
     CHECK_STR(str(env, y), padded ? "|->10" : "|->8");
   }

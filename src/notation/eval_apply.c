@@ -273,7 +273,7 @@ nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr 
   }
   if (fx->kind == CN_NT_IDENT) {
     nt_value *f = nt_lookup(I, e, name);
-    if (!f) return nt_builtin(I, name, &a, fx->pos);
+    if (!f) return nt_use_padding(I, e, fx->pos) ? nt_builtin(I, name, &a, fx->pos) : NULL;
     if (f->kind == NT_V_FUNC) return call(I, f, &a);
     return nt_fail(I, fx->pos, "'%s' is not a function", name);
   }
@@ -299,6 +299,24 @@ const char *nt_spec_text(nt_interp *I, const char *spec) {
   return copy;
 }
 
+/* The graph's use_padding for the specs about to be read in e (convolution-is-a-contraction: a
+ * kernel term's padding marker is "omitted where use_padding is in scope"): the script's
+ * binding of use_padding there, a boolean, else none (such a term is refused). False with a
+ * message at pos for a binding that is not a boolean. */
+bool nt_use_padding(nt_interp *I, nt_env *e, cn_nt_pos pos) {
+  nt_value *v = nt_lookup(I, e, "use_padding");
+  if (v && v->kind != NT_V_BOOL)
+    return nt_fail(I, pos,
+                   "use_padding is %s: it must be a boolean (true: a kernel term without a "
+                   "padding marker is padded, false: valid)",
+                   nt_kind_name(v->kind)),
+           false;
+  cn_graph_set_use_padding(I->g, !v     ? CN_USE_PADDING_UNSET
+                                 : v->b ? CN_USE_PADDING_TRUE
+                                        : CN_USE_PADDING_FALSE);
+  return true;
+}
+
 /* nt_spec_text, then every name written as a stride or dilation (`stride*o`) that the script
  * binds to an integer is replaced by that integer, so that `let stride = 2` then
  * "stride*o<+k; k => o" reads as "2*o<+k; k => o". A name the script does not bind is left for the
@@ -306,7 +324,7 @@ const char *nt_spec_text(nt_interp *I, const char *spec) {
  * the column in the spec. NULL on an error. */
 const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos) {
   spec = nt_spec_text(I, spec);
-  if (!spec) return NULL;
+  if (!spec || !nt_use_padding(I, e, pos)) return NULL;
   cn_sbuf sb = {0};
   bool spliced = false;
   for (size_t i = 0; spec[i];) {

@@ -273,8 +273,12 @@ const char *nt_join_label(nt_interp *I, const char *a, const char *b);
 /* An einsum spec with "…" spelled "..." (the same length: positions stay those of the text). */
 const char *nt_spec_text(nt_interp *I, const char *spec);
 /* nt_spec_text, with the strides and dilations (`stride*o`) the script binds to integers
- * replaced by their values; NULL after a message at pos. */
+ * replaced by their values, and the graph's use_padding set from e (nt_use_padding); NULL after a
+ * message at pos. */
 const char *nt_spec_splice(nt_interp *I, nt_env *e, const char *spec, cn_nt_pos pos);
+/* The graph's use_padding from the script's binding of use_padding in e (a boolean; unbound:
+ * unset, a kernel term without a padding marker is refused); false after a message at pos. */
+bool nt_use_padding(nt_interp *I, nt_env *e, cn_nt_pos pos);
 nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr *x);
 /* Tile builds a statement from its tensors' dims: settles the shapes of the graph when one of
  * t[0..n) is still open (false: a positioned message). */

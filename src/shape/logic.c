@@ -163,8 +163,16 @@ static cn_dim *axis_dim(einsum_ctx *e, const cn_es_axis *ax, int slot, cn_row_ki
     cn_dim *over = label_dim(e, ax->label);
     cn_dim *kernel = conv ? label_dim(e, ax->kernel) : NULL;
     if (!over || (conv && !kernel)) return NULL;
-    bool padded = ax->conv == CN_ES_CONV_PADDED ||
-                  (ax->conv == CN_ES_CONV_UNSPECIFIED && e->args->use_padding);
+    cn_es_conv mode = ax->conv == CN_ES_CONV_UNSPECIFIED ? e->args->unmarked : ax->conv;
+    if (conv && mode != CN_ES_CONV_PADDED && mode != CN_ES_CONV_VALID) {
+      cn_fail(cn_shape_env_ctx(env), CN_ERR_INVALID,
+              "einsum \"%s\": the kernel term at column %d has no padding marker: write "
+              "%s=+%s (padded: the output as long as the input) or %s<+%s (valid), or set "
+              "use_padding (`let use_padding = true` in a script, cn_graph_set_use_padding in C)",
+              e->args->spec->text, ax->column, ax->label, ax->kernel, ax->label, ax->kernel);
+      return NULL;
+    }
+    bool padded = mode == CN_ES_CONV_PADDED;
     cn_dim *d = cn_dim_affine(env, stride, over, conv, dilation, kernel, padded, ax->stride_offset);
     if (d && d->kind == CN_DIM_AFFINE) {
       d->affine.spec = e->args->spec->text;

@@ -156,7 +156,9 @@ typedef struct {
   const cn_einsum *spec; /* EINSUM */
   const cn_shape_binding *bindings;
   int n_bindings;
-  bool use_padding; /* EINSUM: how an affine axis without '<' or '=' reads */
+  /* EINSUM: how a kernel term without '<' or '=' reads (the caller's use_padding):
+   * CN_ES_CONV_PADDED or CN_ES_CONV_VALID; anything else (none in scope) refuses it */
+  cn_es_conv unmarked;
   /* DATA: the dims of each row (labels optional, may be NULL) */
   int n_dims[CN_N_ROWS];
   const int64_t *dims[CN_N_ROWS];

@@ -26,6 +26,16 @@ void cn_graph_set_prec(cn_graph *g, cn_prec prec) {
   g->prec = prec;
 }
 
+void cn_graph_set_use_padding(cn_graph *g, cn_use_padding use_padding) {
+  g->use_padding = use_padding;
+}
+
+cn_es_conv cn_graph_unmarked_conv(const cn_graph *g) {
+  return g->use_padding == CN_USE_PADDING_TRUE    ? CN_ES_CONV_PADDED
+         : g->use_padding == CN_USE_PADDING_FALSE ? CN_ES_CONV_VALID
+                                                  : CN_ES_CONV_UNSPECIFIED;
+}
+
 cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed) {
   if (g->seed_tensor)
     return cn_fail(g->ctx, CN_ERR_INVALID,

@@ -346,6 +346,7 @@ cn_tensor *cn_tensor_einsum(cn_graph *g, const char *spec, cn_op accum, cn_op pr
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
   if (!(sargs.spec = cn_einsum_parse(g->ctx, spec))) return NULL;
+  sargs.unmarked = cn_graph_unmarked_conv(g);
   return accum_op(g, spec, CN_SL_EINSUM, &sargs, accum, prim, n_args, args);
 }
 

@@ -119,6 +119,7 @@ struct cn_graph {
   cn_update **updates;
   int n_updates, cap_updates, n_updates_materialized;
   unsigned epoch;
+  cn_use_padding use_padding; /* how a kernel term without a padding marker reads */
   uint32_t seed;
   bool seed_set;          /* by cn_graph_set_seed: the option "random_seed" is not read */
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
@@ -231,5 +232,9 @@ bool cn_tensor_op_diff(const cn_tensor *t);
 /* The pointwise record of `target` against refs (each right-aligned, size-1 or missing axes
  * broadcast): for updates written outside an operation (SGD). */
 cn_proj *cn_pointwise_proj(cn_ctx *ctx, cn_node *target, int n_refs, cn_node *const *refs);
+
+/* The reading of a kernel term without a padding marker in specs built now
+ * (cn_shape_args.unmarked): the graph's use_padding. */
+cn_es_conv cn_graph_unmarked_conv(const cn_graph *g);
 
 #endif

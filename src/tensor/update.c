@@ -80,6 +80,7 @@ cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_
   } else if (logic && strcmp(logic, ".") != 0) {
     kind = CN_SL_EINSUM;
     if (!(sargs.spec = cn_einsum_parse(ctx, logic))) return NULL;
+    sargs.unmarked = cn_graph_unmarked_conv(g);
   }
   cn_update *u = cn_alloc(ctx, sizeof *u);
   if (!u || !cn_arena_grow(ctx, (void **)&g->updates, &g->cap_updates, g->n_updates + 1,
