@@ -663,8 +663,70 @@ static void test_pointpow(void) {
             "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
 }
 
-/* ---- convolution-is-a-contraction "Affine indices": the padding marker -------------------------
- */
+/* ---- syntax-extensions-cd-op "Embedded nodes": forward roots ------------------------------- */
+
+/* The loops a script's routines print (--emit=loops), interpreter backend (static buffer). */
+static const char *emitted_loops(const char *script) {
+  static char text[16384];
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .emit_loops = true, .out = out};
+  cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
+  fclose(out);
+  snprintf(text, sizeof text, "%s", st == CN_OK ? buf : cn_ctx_error(ctx));
+  free(buf);
+  cn_ctx_destroy(ctx);
+  return text;
+}
+
+/* A tensor's forward code is embedded in its first consumer, and an assignment includes the
+ * forward code of forward roots only: after `print ((a + b) ++ ...)` computed a and b, the
+ * routine of `{c} =: a + 3.0 *. b` reads b (and a) and writes neither; `3.0 *. a + b` reads a.
+ * A tensor no code computed yet is computed where it is read (d), and the values are those of a
+ * full recomputation: c = a + 3b = 3, 8, 13, 18 with a = 0, 2, 4, 6 and b = 1, 2, 3, 4. */
+static void test_forward_roots(void) {
+  static const char script[] = "let a = range 4 *. 2.0\n"
+                               "let b = range 4 + 1.0\n"
+                               "let d = range 4 *. 5.0\n"
+                               "let e = d + 1.0\n"
+                               "print ((a + b) ++ \"i => 0\")\n"
+                               "let%cd t = {c} =: a + 3.0 *. b\n"
+                               "run t\n"
+                               "print c\n"
+                               "let%cd u = {f} =: 3.0 *. a + b\n"
+                               "run u\n"
+                               "print f\n"
+                               "let%cd v = {h} =: 2.0 *. d\n"
+                               "run v\n"
+                               "print h\n";
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    expect(&o, b, 0, NULL, "|->1", VALUES(22), 0);
+    expect(&o, b, 1, "c_a", "|->4", VALUES(3, 8, 13, 18), 0);
+    expect(&o, b, 2, "f_b", "|->4", VALUES(1, 8, 15, 22), 0);
+    expect(&o, b, 3, "h", "|->4", VALUES(0, 10, 20, 30), 0);
+  }
+  const char *loops = emitted_loops(script);
+  const char *t = strstr(loops, "routine cnl_2\n"), *u = strstr(loops, "routine cnl_4\n");
+  const char *v = strstr(loops, "routine cnl_6\n");
+  CHECK_MSG(t && u && v, "%s", loops);
+  if (!t || !u || !v) return;
+  char tcode[1024], ucode[1024], vcode[1024];
+  snprintf(tcode, sizeof tcode, "%.*s", (int)(u - t), t);
+  snprintf(ucode, sizeof ucode, "%.*s", (int)(v - u), u);
+  snprintf(vcode, sizeof vcode, "%s", v);
+  CHECK_HAS(tcode, "c_a[i0] := a[i0] + id(id(3 * b[i0]))");
+  CHECK_MSG(!strstr(tcode, " b[i0] :=") && !strstr(tcode, " a[i0] :="), "%s", tcode);
+  CHECK_HAS(ucode, "f_b[i0] := id(id(3 * a[i0])) + b[i0]");
+  CHECK_MSG(!strstr(ucode, " a[i0] :=") && !strstr(ucode, " b[i0] :="), "%s", ucode);
+  CHECK_HAS(vcode, " d[i0] :="); /* never computed before: computed here */
+}
+
+/* ---- convolution-is-a-contraction "Affine indices": the padding marker ---------------------- */
 
 /* "The < after the output label marks valid mode; written =, or omitted where use_padding is in
  * scope, it marks padded mode": x = 1..5 with the kernel [1, 10] gives 10, 21, ..., 54 padded
@@ -954,6 +1016,7 @@ int main(void) {
   test_pointpow();
   test_random_skeleton();
   test_use_padding();
+  test_forward_roots();
   test_seed000_literals();
   test_seed000_declarations();
   test_unit_boundary();

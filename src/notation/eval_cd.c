@@ -339,7 +339,7 @@ cn_asgn *nt_code_asgn(nt_interp *I, const nt_code *c, cn_asgn **init) {
       return cn_asgn_noop(ctx);
     nt_consume(I, c->tensor);
     cn_asgn *params = cn_graph_init_params(I->g, c->tensor);
-    cn_asgn *forward = params ? cn_graph_forward(I->g, c->tensor) : NULL;
+    cn_asgn *forward = params ? cn_graph_forward_embedded(I->g, c->tensor) : NULL;
     if (!forward) return NULL;
     if (!init) return cn_asgn_seq(ctx, 2, (cn_asgn *[]){params, forward});
     *init = *init ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){*init, params}) : params;

@@ -425,7 +425,7 @@ static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
   nt_consume(I, st->tensor);
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  return run_statement(I, st, init, init ? cn_graph_forward(I->g, st->tensor) : NULL, at);
+  return run_statement(I, st, init, init ? cn_graph_forward_embedded(I->g, st->tensor) : NULL, at);
 }
 
 /* print e: a tensor (computed first), or a string written with a newline. */

@@ -108,12 +108,53 @@ static cn_status own_code(cn_tensor *t, cn_asgn_list *out) {
   return CN_OK;
 }
 
+/* The code of u, which then counts as computed (cn_graph_forward_embedded reads it). */
+static cn_status computed_code(cn_tensor *u, cn_asgn_list *out) {
+  cn_status st = own_code(u, out);
+  u->computed = st == CN_OK;
+  return st;
+}
+
 cn_status cn_forward_into(cn_graph *g, cn_tensor *t, cn_asgn_list *out) {
   cn_tensor_list order = {0};
   cn_status st = order_from(g, t, &order);
   for (int i = 0; i < order.n && st == CN_OK; i++)
-    if (!order.v[i]->is_param) st = own_code(order.v[i], out);
+    if (!order.v[i]->is_param) st = computed_code(order.v[i], out);
   return st;
+}
+
+/* Each tensor's first consumer, for the tensors built since the last scan: operands are fixed
+ * when a tensor is built, so one pass over the new ones keeps every `consumer` current. */
+static void scan_consumers(cn_graph *g) {
+  for (; g->n_consumers_scanned < g->n_tensors; g->n_consumers_scanned++) {
+    cn_tensor *c = g->tensors[g->n_consumers_scanned];
+    for (int k = 0; k < c->n_args; k++)
+      if (!c->args[k]->consumer) c->args[k]->consumer = c;
+  }
+}
+
+cn_asgn *cn_graph_forward_embedded(cn_graph *g, cn_tensor *t) {
+  cn_asgn_list out = {g->ctx, NULL, 0, 0};
+  cn_tensor_list order = {0};
+  cn_status st = cn_code_begin(g, t);
+  if (st == CN_OK) {
+    scan_consumers(g);
+    st = order_from(g, t, &order);
+  }
+  if (st != CN_OK) return NULL;
+  /* Consumers before operands (the reverse of the post-order): an operand is needed by a needed
+   * consumer that embeds it, or by any needed consumer while no code computed it yet. */
+  t->needed = g->epoch;
+  for (int i = order.n - 1; i >= 0; i--) {
+    cn_tensor *c = order.v[i];
+    if (c->needed != g->epoch || c->is_param) continue;
+    for (int k = 0; k < c->n_args; k++)
+      if (!c->args[k]->computed || c->args[k]->consumer == c) c->args[k]->needed = g->epoch;
+  }
+  for (int i = 0; i < order.n && st == CN_OK; i++)
+    if (order.v[i]->needed == g->epoch && !order.v[i]->is_param)
+      st = computed_code(order.v[i], &out);
+  return cn_asgn_list_finish(&out, st);
 }
 
 cn_status cn_code_begin(cn_graph *g, cn_tensor *t) {

@@ -83,6 +83,13 @@ struct cn_tensor {
   cn_node *sgd_momentum, *adam_m, *adam_v, *adam_step;
   cn_proj *proj;
   unsigned visit; /* traversal mark (graph epoch) */
+  /* Forward roots (syntax-extensions-cd-op "Embedded nodes"): the first tensor built with this
+   * one as an operand, which embeds its forward code (NULL: none yet, a root; scan_consumers);
+   * whether its forward code went into code gathered before (`computed`); and a mark of
+   * cn_graph_forward_embedded (graph epoch). */
+  cn_tensor *consumer;
+  bool computed;
+  unsigned needed;
   /* a validity test of class labels (train.c), armed on the value node when its code is
    * gathered: NULL for every other tensor */
   const cn_label_check *label_check;
@@ -120,6 +127,7 @@ struct cn_graph {
   int n_updates, cap_updates, n_updates_materialized;
   unsigned epoch;
   cn_use_padding use_padding; /* how a kernel term without a padding marker reads */
+  int n_consumers_scanned;    /* the tensors whose operands have their `consumer` set */
   uint32_t seed;
   bool seed_set;          /* by cn_graph_set_seed: the option "random_seed" is not read */
   cn_tensor *seed_tensor; /* the global seed as a uint4x32-typed tensor, built on first use */
@@ -194,6 +202,14 @@ typedef struct {
 cn_status cn_code_begin(cn_graph *g, cn_tensor *t);
 /* Appends the forward code of t not yet gathered in the current epoch. */
 cn_status cn_forward_into(cn_graph *g, cn_tensor *t, cn_asgn_list *out);
+/* The forward code of t for a routine that reads what earlier code computed (a script's %cd and
+ * print statements, syntax-extensions-cd-op "Embedded nodes": a tensor's forward code is embedded
+ * in its first consumer, the translator includes the forward code of forward roots): t's own
+ * code, and that of every operand of included code unless the operand is computed (code gathered
+ * before holds its forward code) and embedded in another consumer, where its value is read. An
+ * operand never computed yet is included whoever embeds it, so nothing is read before it was
+ * written. NULL with a message on failure. */
+cn_asgn *cn_graph_forward_embedded(cn_graph *g, cn_tensor *t);
 /* The parameters t depends on (through_inits: also those their init expressions read), in
  * creation order. Marks tensors with the current epoch. */
 cn_status cn_collect_params(cn_graph *g, cn_tensor *t, bool through_inits, cn_tensor_list *out);
