@@ -36,18 +36,18 @@
  * it cannot be (a full directory), the compilation goes private with a warning: a planted file
  * never hangs or fails a run. The compiler
  * runs without a shell, from an argv split out of the cc and cflags options (split_words). The
- * compiled state owns the loaded object and the malloc'd source until release. A procedure with
+ * compiled state owns the loaded object and the malloc'd source until release. The compiler
+ * processes of a compilation, and of a batch of them, are scheduled by cc_jobs.c (the types and
+ * functions the two files share: cc_internal.h). A procedure with
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
  * (per call: one cached object may serve several contexts); without it run_parallel is run. */
-#include "backend/backend.h"
-#include "backend/cgen.h"
+#include "backend/cc_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -56,47 +56,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
 
-/* Compiler output kept in an error message: enough to see the first diagnostics. */
-#define CC_MAX_OUTPUT_LINES 20
-#define CC_MAX_OUTPUT_BYTES 2500
-
 #define FNV_OFFSET 14695981039346656037ull
 #define FNV_PRIME  1099511628211ull
-
-typedef void (*cc_entry_fn)(void *const *buffers, const int64_t *syms);
-typedef void (*cc_entry_par_fn)(void *const *buffers, const int64_t *syms, const cn_parallel *par);
-
-typedef struct {
-  void *handle;
-  bool fd_open; /* fd: the verified file the object was loaded from, open while it is loaded */
-  int fd;
-  cc_entry_fn entry;
-  cc_entry_par_fn entry_par; /* NULL: the procedure has no parallel loop */
-  char *source;              /* malloc'd generated C */
-} cc_compiled;
-
-/* Paths of one compilation (malloc'd). */
-typedef struct {
-  char *c_path, *so_path, *sum_path, *tmp_c, *tmp_so, *tmp_sum;
-} cc_paths;
-
-/* The compiler command: the words of cc, then of cflags (run_argv adds what a run needs). */
-typedef struct {
-  char **argv;
-  char *chars; /* the words' characters, each NUL-terminated */
-  int argc;
-} cc_command;
-
-/* Where this compilation's files go: a shared cache directory, or a private one. */
-typedef struct {
-  char *dir;        /* malloc'd */
-  bool private_dir; /* created for this compilation; emptied and removed at its end */
-} cc_place;
 
 /* ---- Small helpers ---- */
 
@@ -153,7 +118,7 @@ static uint64_t cache_key(const char *source, size_t source_len, const char *cc,
  * fine). unlink removes any kind of file but a directory, and a link itself, never its target;
  * a directory planted at the name is removed when empty (a full one is left alone). 0, or the
  * errno of the failed removal. */
-static int discard(const char *path) {
+int cn_cc_discard(const char *path) {
   if (!path || unlink(path) == 0 || errno == ENOENT) return 0;
   if ((errno == EISDIR || errno == EPERM) && rmdir(path) == 0) return 0;
   return errno;
@@ -491,9 +456,9 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key) {
 /* Empties and removes a private directory (its files are all named in paths). */
 static void place_release(cc_place *place, const cc_paths *paths) {
   if (place->private_dir && paths) {
-    discard(paths->c_path);
-    discard(paths->tmp_c);
-    discard(paths->tmp_so);
+    cn_cc_discard(paths->c_path);
+    cn_cc_discard(paths->tmp_c);
+    cn_cc_discard(paths->tmp_so);
     rmdir(place->dir);
   }
   free(place->dir);
@@ -517,12 +482,12 @@ static cn_status write_file_atomically(cn_ctx *ctx, const char *tmp, const char 
     saved = errno;
   }
   if (!ok) {
-    discard(tmp);
+    cn_cc_discard(tmp);
     return cn_fail(ctx, CN_ERR_IO, "cannot write '%s': %s", tmp, strerror(saved));
   }
   if (rename(tmp, path) != 0) {
     saved = errno;
-    discard(tmp);
+    cn_cc_discard(tmp);
     return cn_fail(ctx, CN_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(saved));
   }
   return CN_OK;
@@ -554,31 +519,6 @@ static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum)
 
 /* ---- Running the compiler ---- */
 
-/* A compiler's output (stdout and stderr), the first lines of it kept for a message. */
-typedef struct {
-  cn_sbuf text;
-  int lines;
-  bool truncated;
-} cc_output;
-
-static void output_add(cc_output *out, const char *chunk, size_t got) {
-  for (size_t i = 0; i < got; i++) {
-    if (out->lines >= CC_MAX_OUTPUT_LINES || out->text.len >= CC_MAX_OUTPUT_BYTES) {
-      out->truncated = out->truncated || !(chunk[i] == '\n' && out->lines < CC_MAX_OUTPUT_LINES);
-      continue;
-    }
-    cn_sbuf_putc(&out->text, chunk[i]);
-    if (chunk[i] == '\n') out->lines++;
-  }
-}
-
-/* The kept text without its trailing newlines, "..." after it when lines were left out. */
-static void output_end(cc_output *out) {
-  cn_sbuf *t = &out->text;
-  while (t->len > 0 && t->data[t->len - 1] == '\n') t->data[--t->len] = '\0';
-  if (out->truncated) cn_sbuf_puts(t, "\n...");
-}
-
 /* The compiler's environment: ours, except that a TMPDIR temp_base() passed over (missing, not
  * a writable directory) becomes the /tmp it uses instead, for the compiler's own temporary files
  * (clang fails without them). *owned: the malloc'd array to free (NULL: environ itself); NULL
@@ -598,7 +538,7 @@ static char **compiler_environment(char ***owned) {
 }
 
 /* Starts argv with stdin from /dev/null and stdout and stderr into a new pipe; 0 or an errno. */
-static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
+int cn_cc_spawn(char **argv, pid_t *pid, int *read_fd) {
   char **owned, **env = compiler_environment(&owned);
   if (!env) return ENOMEM;
   int fds[2];
@@ -636,7 +576,7 @@ static int spawn_compiler(char **argv, pid_t *pid, int *read_fd) {
 /* The argv of one compiler run (malloc'd, pointing into cmd and extra): the words of cc and
  * cflags, without "-shared" for a piece's object (-c: clang warns of an unused flag, an error
  * with -Werror), then the NULL-terminated extra words; NULL when out of memory. */
-static char **run_argv(const cc_command *cmd, bool object_only, char *const *extra) {
+char **cn_cc_run_argv(const cc_command *cmd, bool object_only, char *const *extra) {
   int n_extra = 0;
   while (extra[n_extra]) n_extra++;
   char **argv = malloc(sizeof *argv * (size_t)(cmd->argc + n_extra + 1));
@@ -683,7 +623,7 @@ static bool fd_name(int fd, char *name, size_t size) {
  * opened and verified by the caller, and is taken over: the object is loaded through
  * /proc/self/fd/N (fd_name), so that what dlopen maps is the file whose bytes were checked, not
  * whatever a writer of the cache directory renamed to so_path since; the fd then stays open while
- * the object is loaded (cc_release closes it), so that its number, and with it the loader's name
+ * the object is loaded (cn_cc_release closes it), so that its number, and with it the loader's name
  * of the object, is not reused meanwhile. Without /proc (or fd -1) the object is loaded by path
  * and fd closed. */
 static bool load_object(const char *so_path, int fd, const char *name, cc_compiled *c, char *why,
@@ -810,8 +750,8 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
     problem = reason;
   }
   cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
-  discard(paths->sum_path);
-  discard(paths->so_path);
+  cn_cc_discard(paths->sum_path);
+  cn_cc_discard(paths->so_path);
   return false;
 }
 
@@ -831,7 +771,7 @@ static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *pa
     struct stat st;
     if (lstat(slots[k], &st) != 0 || S_ISREG(st.st_mode)) continue;
     const char *kind = cn_file_kind(st.st_mode);
-    int err = discard(slots[k]);
+    int err = cn_cc_discard(slots[k]);
     if (err) {
       cc_warn(ctx, NULL,
               "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
@@ -900,7 +840,7 @@ static void cc_paths_free(cc_paths *p) {
 
 /* ---- The backend ---- */
 
-static void cc_release(void *compiled) {
+void cn_cc_release(void *compiled) {
   cc_compiled *c = compiled;
   if (!c) return;
   unload(c);
@@ -908,77 +848,21 @@ static void cc_release(void *compiled) {
   free(c);
 }
 
-/* ---- Compilations as jobs ----
- * A compilation is started (cc_start: generate the source, look the object up in the cache and,
- * on a miss, write the source), compiled (its compiler processes, scheduled with the other jobs
- * of its batch) and finished (cc_finish: load the object, publish it with its record).
- *
- * The compiler processes of a batch (one per piece of each source, cn_cgen_pieces, and one link
- * per source in pieces) run one per online processor at a time; when one ends, a free processor
- * takes the next waiting one at once. The next is a link when one is due (it is short and ends
- * its job), else the first waiting piece in order of the jobs' priority, then of size (in KB, so
- * that sources of about one size go in their jobs' order). compile_many gives every job one
- * priority: its batch ends when its longest process does, so the largest start first.
- * start_many ("behind") returns once the first processes run and gives each job the priority of
- * its order, the order in which its routines will first run: take(k) waits for job k alone (the
- * scheduler going on meanwhile), the later jobs compiling behind the caller's work, which lets
- * the batch start new processes whenever it runs a routine (cn_cc_drive). A job's failure (its
- * first failing process) stops that job's processes from starting; the other jobs go on. Every
- * process compiles exactly what it would alone, so the objects do not depend on the order. */
-typedef struct {
-  const char *name; /* the routine's */
-  cc_compiled *c;   /* until handed out */
-  const char *cc, *flags;
-  cc_command cmd;
-  cc_place place;
-  cc_paths paths;
-  cn_sbuf head; /* the cache record's head (key text), in a shared cache */
-  bool hit;     /* loaded from the cache: nothing to compile */
-  /* The source's pieces, each compiled into object[k] (malloc'd: the temporary object of the
-   * piece or, with one piece, the temporary shared object itself); with pieces, their link
-   * writes the temporary shared object once all are `compiled`. */
-  int pieces, compiled;
-  bool linked;
-  char *object[CN_CGEN_MAX_PIECES];
-  cn_status status;   /* of its first failure, with its message */
-  char failure[4096]; /* as long as the context's message */
-  bool settled;       /* handed out or dropped (behind) */
-} cc_job;
+/* ---- Starting and finishing a compilation (the jobs, scheduled by cc_jobs.c) ---- */
 
-static void cc_job_init(cc_job *job, const char *name, cc_compiled *c) {
+void cn_cc_job_init(cc_job *job, const char *name, cc_compiled *c) {
   *job = (cc_job){.name = name, .c = c, .pieces = 1};
 }
 
-static void cc_job_free(cc_job *job) {
+void cn_cc_job_free(cc_job *job) {
   for (int k = 0; k < CN_CGEN_MAX_PIECES; k++) {
-    if (job->object[k] && job->pieces > 1) discard(job->object[k]);
+    if (job->object[k] && job->pieces > 1) cn_cc_discard(job->object[k]);
     free(job->object[k]);
   }
   place_release(&job->place, &job->paths);
   cn_sbuf_free(&job->head);
   cc_paths_free(&job->paths);
   cc_command_free(&job->cmd);
-}
-
-static bool job_done(const cc_job *job) {
-  return job->hit || job->status != CN_OK ||
-         (job->pieces > 1 ? job->linked : job->compiled == job->pieces);
-}
-
-static void job_fail(cc_job *job, cn_status status, const char *fmt, ...) CN_PRINTF(3, 4);
-static void job_fail(cc_job *job, cn_status status, const char *fmt, ...) {
-  if (job->status != CN_OK) return; /* its first failure is the one to tell */
-  job->status = status;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(job->failure, sizeof job->failure, fmt, ap);
-  va_end(ap);
-}
-
-static atomic_bool serial_pieces;
-
-void cn_cc_set_serial_pieces(bool serial) {
-  atomic_store(&serial_pieces, serial);
 }
 
 /* The job's pieces and the object each writes. */
@@ -992,219 +876,9 @@ static cn_status plan_pieces(cn_ctx *ctx, cc_job *job) {
   return CN_OK;
 }
 
-/* One compiler process of a batch: piece `piece` of the job's source, or (-1) the link of its
- * pieces; `rank` and `cost` order the waiting ones, `order` among equals. */
-typedef struct {
-  cc_job *job;
-  int piece, rank, order;
-  size_t cost;
-} cc_task;
-
-typedef struct {
-  cc_task task;
-  pid_t pid;
-  int fd; /* its output */
-  cc_output out;
-} cc_process;
-
-static int by_priority(const void *a, const void *b) {
-  const cc_task *x = a, *y = b;
-  if (x->rank != y->rank) return x->rank - y->rank;
-  if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-  return x->order - y->order;
-}
-
-/* Starts the task's compiler, its output readable from p->fd; false (the job failed) when it
- * cannot start. */
-static bool task_start(cn_ctx *ctx, const cc_task *task, cc_process *p) {
-  cc_job *job = task->job;
-  const cc_paths *paths = &job->paths;
-  char define[32];
-  snprintf(define, sizeof define, "-DCN_PIECE=%d", task->piece);
-  char *piece[] = {define,        "-c", "-o", job->object[task->piece < 0 ? 0 : task->piece],
-                   paths->c_path, NULL};
-  char *whole[] = {"-o", job->object[0], paths->c_path, NULL};
-  char *link[CN_CGEN_MAX_PIECES + 3] = {"-o", paths->tmp_so};
-  for (int k = 0; k < job->pieces; k++) link[2 + k] = job->object[k];
-  link[2 + job->pieces] = NULL;
-  bool object_only = task->piece >= 0 && job->pieces > 1;
-  char **argv = run_argv(&job->cmd, object_only,
-                         task->piece < 0 ? link
-                         : object_only   ? piece
-                                         : whole);
-  if (!argv) {
-    job_fail(job, CN_ERR_NOMEM, "out of memory for a compiler command");
-    return false;
-  }
-  cn_sbuf line = {0};
-  for (int k = 0; argv[k]; k++) cn_sbuf_printf(&line, "%s%s", k ? " " : "", argv[k]);
-  cn_log(ctx, CN_LOG_DEBUG, "compiling: %s", line.data ? line.data : "(out of memory)");
-  cn_sbuf_free(&line);
-  ctx->stats[CN_STAT_COMPILER_RUNS]++;
-  *p = (cc_process){.task = *task};
-  int err = spawn_compiler(argv, &p->pid, &p->fd);
-  free(argv);
-  if (err)
-    job_fail(job, CN_ERR_COMPILE, "cannot run the C compiler '%s' on '%s': %s", job->cc,
-             paths->c_path, strerror(err));
-  return !err;
-}
-
-/* Waits for a process whose output ended and checks that it left what it writes: on success the
- * job has one more piece, or its link; a job whose last piece it was links next (*link). */
-static void task_finish(cc_process *p, cc_job **link) {
-  cc_job *job = p->task.job;
-  const char *c_path = job->paths.c_path, *program = job->cmd.argv[0];
-  const char *written = p->task.piece < 0 ? job->paths.tmp_so : job->object[p->task.piece];
-  close(p->fd);
-  int wait_status;
-  pid_t waited;
-  while ((waited = waitpid(p->pid, &wait_status, 0)) < 0 && errno == EINTR) continue;
-  *link = NULL;
-  output_end(&p->out);
-  bool silent = p->out.text.failed || p->out.text.len == 0;
-  if (waited < 0) {
-    job_fail(job, CN_ERR_COMPILE, "C compiler on generated file %s: cannot wait: %s", c_path,
-             strerror(errno));
-  } else if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-    char how[64];
-    if (WIFEXITED(wait_status))
-      snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(wait_status));
-    else if (WIFSIGNALED(wait_status))
-      snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(wait_status));
-    else
-      snprintf(how, sizeof how, "wait status %d", wait_status);
-    /* posix_spawnp reports a program it cannot execute as its own error, except where the
-     * child cannot share memory with the parent (valgrind): there the child exits with 127. */
-    if (silent && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 127)
-      job_fail(job, CN_ERR_COMPILE,
-               "C compiler failed on generated file %s (%s):\n(no output: cannot run '%s')", c_path,
-               how, program);
-    else
-      job_fail(job, CN_ERR_COMPILE, "C compiler failed on generated file %s (%s):\n%s", c_path, how,
-               silent ? "(no output)" : p->out.text.data);
-  } else if (access(written, F_OK) != 0) {
-    job_fail(job, CN_ERR_COMPILE,
-             "C compiler '%s' succeeded on generated file %s but wrote no '%s'", job->cc, c_path,
-             written);
-  } else if (p->task.piece < 0) {
-    job->linked = true;
-  } else if (++job->compiled == job->pieces && job->pieces > 1 && job->status == CN_OK) {
-    *link = job;
-  }
-  if (job->status != CN_OK) discard(written);
-  cn_sbuf_free(&p->out.text);
-}
-
-enum { CC_MAX_WIDTH = 64 };
-
-/* A batch of jobs and the scheduler of their processes. */
-typedef struct cc_batch {
-  cn_ctx *ctx;
-  int n, width;
-  cc_job *jobs;
-  cc_task *tasks; /* in the order they start */
-  int n_tasks, next;
-  cc_job **links; /* due, in the order they fell due */
-  int n_links, next_link;
-  cc_process running[CC_MAX_WIDTH];
-  int n_running;
-  int unsettled;                /* behind: jobs not yet handed out nor dropped */
-  struct cc_batch *next_behind; /* the context's list of batches compiling behind */
-} cc_batch;
-
-/* One step of the scheduler: starts waiting processes while a processor is free, then waits up to
- * timeout_ms for output or an end and takes them in. */
-static void batch_step(cc_batch *b, int timeout_ms) {
-  while (b->n_running < b->width && (b->next_link < b->n_links || b->next < b->n_tasks)) {
-    cc_task task = b->next_link < b->n_links
-                       ? (cc_task){.job = b->links[b->next_link++], .piece = -1}
-                       : b->tasks[b->next++];
-    if (task.job->status == CN_OK && task_start(b->ctx, &task, &b->running[b->n_running]))
-      b->n_running++;
-  }
-  if (b->n_running == 0) return;
-  struct pollfd polled[CC_MAX_WIDTH];
-  nfds_t n_polled = 0;
-  for (int i = 0; i < b->n_running; i++)
-    polled[n_polled++] = (struct pollfd){b->running[i].fd, POLLIN, 0};
-  if (poll(polled, n_polled, timeout_ms) <= 0) return;
-  /* From the last: an ended process is replaced by the last one, already looked at. */
-  for (int i = b->n_running - 1; i >= 0; i--) {
-    if (!polled[i].revents) continue;
-    char chunk[4096];
-    ssize_t got = read(b->running[i].fd, chunk, sizeof chunk);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got > 0) {
-      output_add(&b->running[i].out, chunk, (size_t)got);
-      continue;
-    }
-    cc_job *link;
-    task_finish(&b->running[i], &link);
-    if (link) b->links[b->n_links++] = link;
-    b->running[i] = b->running[--b->n_running];
-  }
-}
-
-/* Runs the scheduler until the job is done, the progress line ticking (its clock moves while the
- * compilers are silent); the wait counts as compiler time. */
-static void batch_wait(cc_batch *b, const cc_job *job) {
-  uint64_t start = cn_now_us();
-  while (!job_done(job)) {
-    batch_step(b, 100);
-    cn_progress_tick(b->ctx);
-  }
-  b->ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
-}
-
-/* A batch of the n started jobs (moved into it), ordered by size alone or (by_order) by the
- * jobs' order first; NULL when out of memory (the jobs are then still the caller's). */
-static cc_batch *batch_new(cn_ctx *ctx, cc_job *jobs, int n, bool by_order) {
-  cc_batch *b = cn_calloc(ctx, 1, sizeof *b);
-  int n_tasks = 0;
-  for (int j = 0; j < n; j++) n_tasks += jobs[j].hit ? 0 : jobs[j].pieces;
-  if (b) b->tasks = cn_calloc(ctx, n_tasks > 0 ? (size_t)n_tasks : 1, sizeof *b->tasks);
-  if (b) b->links = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *b->links);
-  if (!b || !b->tasks || !b->links) {
-    if (b) free(b->tasks);
-    free(b);
-    return NULL;
-  }
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  b->ctx = ctx;
-  b->n = n;
-  b->jobs = jobs;
-  b->width = atomic_load(&serial_pieces) || online < 1 ? 1
-             : online > CC_MAX_WIDTH                   ? CC_MAX_WIDTH
-                                                       : (int)online;
-  for (int j = 0; j < n; j++) {
-    if (jobs[j].hit) continue;
-    size_t cost = strlen(jobs[j].c->source) / (size_t)jobs[j].pieces / 1024;
-    for (int k = 0; k < jobs[j].pieces; k++, b->n_tasks++)
-      b->tasks[b->n_tasks] = (cc_task){
-          .job = &jobs[j], .piece = k, .rank = by_order ? j : 0, .order = b->n_tasks, .cost = cost};
-  }
-  qsort(b->tasks, (size_t)b->n_tasks, sizeof *b->tasks, by_priority);
-  return b;
-}
-
-/* Waits for the processes still running (a dropped job's temporary object goes) and frees the
- * batch with its jobs (their compiled states are handed out or released before). */
-static void batch_free(cc_batch *b) {
-  while (b->n_running > 0) batch_step(b, 100);
-  for (int j = 0; j < b->n; j++) {
-    if (!b->jobs[j].hit && !b->jobs[j].place.private_dir) discard(b->jobs[j].paths.tmp_so);
-    cc_job_free(&b->jobs[j]);
-  }
-  free(b->tasks);
-  free(b->links);
-  free(b->jobs);
-  free(b);
-}
-
 static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job,
                               bool only_cached) {
-  cc_job_init(job, proc->name, c);
+  cn_cc_job_init(job, proc->name, c);
   cn_sbuf sb = {0};
   cn_status status = cn_cgen_source(ctx, proc, &sb);
   if (status != CN_OK) {
@@ -1259,8 +933,8 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   return status;
 }
 
-static cn_status cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job,
-                          bool only_cached) {
+cn_status cn_cc_start(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *c, cc_job *job,
+                      bool only_cached) {
   uint64_t start = cn_now_us();
   cn_status status = cc_start_job(ctx, proc, c, job, only_cached);
   ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
@@ -1281,13 +955,13 @@ static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job) {
   int err = fd < 0 ? errno : job->place.private_dir ? 0 : fd_checksum(fd, &size, &sum);
   if (err) {
     if (fd >= 0) close(fd);
-    discard(paths->tmp_so);
+    cn_cc_discard(paths->tmp_so);
     return cn_fail(ctx, CN_ERR_IO, "cannot read compiled object '%s': %s", paths->tmp_so,
                    strerror(err == EINVAL ? ENOEXEC : err));
   }
   char why[1024];
   if (!load_object(paths->tmp_so, fd, job->name, c, why, sizeof why)) {
-    discard(paths->tmp_so);
+    cn_cc_discard(paths->tmp_so);
     return cn_fail(ctx, CN_ERR_COMPILE, "cannot load compiled routine '%s' from %s: %s", job->name,
                    paths->tmp_so, why);
   }
@@ -1301,183 +975,20 @@ static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job) {
     status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, job->head.data,
                                    job->head.len, tail, strlen(tail));
     /* An object without its record would only be evicted by the next reader. */
-    if (status != CN_OK) discard(paths->so_path);
+    if (status != CN_OK) cn_cc_discard(paths->so_path);
   }
   if (status != CN_OK) {
-    discard(paths->tmp_so);
+    cn_cc_discard(paths->tmp_so);
     unload(c);
   }
   return status;
 }
 
-static cn_status cc_finish(cn_ctx *ctx, cc_job *job) {
+cn_status cn_cc_finish(cn_ctx *ctx, cc_job *job) {
   uint64_t start = cn_now_us();
   cn_status status = cc_finish_job(ctx, job);
   ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
   return status;
-}
-
-/* Starts the n jobs (cc_start) into a new array; on failure nothing is left. */
-static cn_status start_jobs(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, bool only_cached,
-                            cc_job **out) {
-  cc_job *jobs = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *jobs);
-  if (!jobs) return ctx->status;
-  cn_status status = CN_OK;
-  int started = 0;
-  for (; started < n && status == CN_OK; started++) {
-    cc_compiled *c = cn_calloc(ctx, 1, sizeof *c);
-    if (c)
-      status = cc_start(ctx, procs[started], c, &jobs[started], only_cached);
-    else {
-      status = ctx->status;
-      cc_job_init(&jobs[started], procs[started]->name, NULL);
-    }
-  }
-  if (status != CN_OK) {
-    for (int k = 0; k < started; k++) {
-      cc_release(jobs[k].c);
-      cc_job_free(&jobs[k]);
-    }
-    free(jobs);
-    return status;
-  }
-  *out = jobs;
-  return CN_OK;
-}
-
-/* Compiles the n procedures as one batch and waits for all (or with `found`, n = 1, only looks
- * the object up: *found false and nothing compiled on a miss). A failure is the earliest failed
- * job's, whichever compiler ended first, and keeps no state. */
-static cn_status compile_batch(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **compiled,
-                               const char **sources, bool *found) {
-  cc_job *jobs;
-  cn_status status = start_jobs(ctx, n, procs, found != NULL, &jobs);
-  if (status != CN_OK) return status;
-  if (found && !(*found = jobs[0].hit)) {
-    cc_release(jobs[0].c);
-    cc_job_free(&jobs[0]);
-    free(jobs);
-    return CN_OK;
-  }
-  cc_batch *b = batch_new(ctx, jobs, n, false);
-  if (!b) {
-    for (int k = 0; k < n; k++) {
-      cc_release(jobs[k].c);
-      cc_job_free(&jobs[k]);
-    }
-    free(jobs);
-    return ctx->status;
-  }
-  for (int k = 0; k < n; k++) batch_wait(b, &jobs[k]);
-  for (int k = 0; k < n && status == CN_OK; k++)
-    if (jobs[k].status != CN_OK) status = cn_fail(ctx, jobs[k].status, "%s", jobs[k].failure);
-  for (int k = 0; k < n && status == CN_OK; k++) status = cc_finish(ctx, &jobs[k]);
-  for (int k = 0; k < n; k++) {
-    if (status != CN_OK) {
-      cc_release(jobs[k].c);
-      continue;
-    }
-    compiled[k] = jobs[k].c;
-    if (sources) sources[k] = jobs[k].c->source;
-  }
-  batch_free(b);
-  return status;
-}
-
-/* cc_compile, or with `found` (cn_backend.compile_cached, this function) only a cache hit: *found
- * false and nothing compiled on a miss. */
-static cn_status compile_one(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                             const char **source, bool *found) {
-  return compile_batch(ctx, 1, &proc, compiled, source, found);
-}
-
-static cn_status cc_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                            const char **source) {
-  return compile_one(ctx, proc, compiled, source, NULL);
-}
-
-static cn_status cc_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
-                                 void **compiled, const char **sources) {
-  return compile_batch(ctx, n, procs, compiled, sources, NULL);
-}
-
-/* ---- Compiling behind ----
- * A batch started by cc_start_many is on its context's list (ctx->compiling) until every job is
- * settled, handed out by cc_take or given up by cc_drop; the last settlement frees it. */
-
-static void behind_unlink(cc_batch *b) {
-  if (b->ctx->compiling == b) {
-    b->ctx->compiling = b->next_behind;
-    return;
-  }
-  for (cc_batch *at = b->ctx->compiling; at; at = at->next_behind)
-    if (at->next_behind == b) {
-      at->next_behind = b->next_behind;
-      return;
-    }
-}
-
-static void settle(cc_batch *b, cc_job *job) {
-  job->settled = true;
-  if (--b->unsettled > 0) return;
-  behind_unlink(b);
-  batch_free(b);
-}
-
-static cn_status cc_start_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, void **batch,
-                               const char **sources) {
-  cc_job *jobs;
-  cn_status status = start_jobs(ctx, n, procs, false, &jobs);
-  if (status != CN_OK) return status;
-  cc_batch *b = batch_new(ctx, jobs, n, true);
-  if (!b) {
-    for (int k = 0; k < n; k++) {
-      cc_release(jobs[k].c);
-      cc_job_free(&jobs[k]);
-    }
-    free(jobs);
-    return ctx->status;
-  }
-  for (int k = 0; k < n; k++) sources[k] = jobs[k].c->source;
-  b->unsettled = n;
-  b->next_behind = ctx->compiling;
-  ctx->compiling = b;
-  batch_step(b, 0); /* the first processes start now */
-  *batch = b;
-  return CN_OK;
-}
-
-static cn_status cc_take(cn_ctx *ctx, void *batch, int k, void **compiled) {
-  cc_batch *b = batch;
-  cc_job *job = &b->jobs[k];
-  CN_ASSERT(k >= 0 && k < b->n && !job->settled && ctx == b->ctx);
-  if (!job_done(job)) {
-    cn_progress_add(ctx, CN_PROGRESS_COMPILE, 1);
-    batch_wait(b, job);
-    cn_progress_add(ctx, CN_PROGRESS_COMPILE, -1);
-  }
-  cn_status status =
-      job->status != CN_OK ? cn_fail(ctx, job->status, "%s", job->failure) : cc_finish(ctx, job);
-  if (status == CN_OK)
-    *compiled = job->c;
-  else
-    cc_release(job->c);
-  job->c = NULL;
-  settle(b, job);
-  return status;
-}
-
-static void cc_drop(void *batch, int k) {
-  cc_batch *b = batch;
-  cc_job *job = &b->jobs[k];
-  CN_ASSERT(k >= 0 && k < b->n && !job->settled);
-  cc_release(job->c);
-  job->c = NULL;
-  settle(b, job);
-}
-
-void cn_cc_drive(cn_ctx *ctx) {
-  for (cc_batch *b = ctx->compiling; b; b = b->next_behind) batch_step(b, 0);
 }
 
 /* ---- Tune records ----
@@ -1571,7 +1082,7 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
     if (err != ENOENT) { /* no record yet; otherwise one we cannot use (a planted FIFO...) */
       cc_warn(ctx, NULL, "ignoring tune record %s (%s)", path,
               read_failure(reason, sizeof reason, "it", err, &st));
-      if (err == EINVAL) discard(path);
+      if (err == EINVAL) cn_cc_discard(path);
     }
     free(path);
     return CN_OK;
@@ -1588,7 +1099,7 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
   const char *problem = got < 0 ? "cannot read it" : tune_parse(text, len, key, value, size);
   if (problem && *problem) {
     cc_warn(ctx, NULL, "ignoring corrupted tune record %s (%s)", path, problem);
-    discard(path);
+    cn_cc_discard(path);
   }
   *found = problem == NULL;
   free(text);
@@ -1641,13 +1152,13 @@ static cn_status cc_run_parallel(cn_ctx *ctx, void *compiled, void *const *buffe
 
 const cn_backend cn_backend_c = {
     .name = "c",
-    .compile = cc_compile,
-    .compile_many = cc_compile_many,
-    .start_many = cc_start_many,
-    .take = cc_take,
-    .drop = cc_drop,
-    .compile_cached = compile_one,
+    .compile = cn_cc_compile,
+    .compile_many = cn_cc_compile_many,
+    .start_many = cn_cc_start_many,
+    .take = cn_cc_take,
+    .drop = cn_cc_drop,
+    .compile_cached = cn_cc_compile_cached,
     .run = cc_run,
-    .release = cc_release,
+    .release = cn_cc_release,
     .run_parallel = cc_run_parallel,
 };
