@@ -613,6 +613,31 @@ int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
 
 /* `*`: compose with (ADD, MUL), rhs2's output axes feeding rhs1's input axes. */
 cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
+/* An operation defined by its code (syntax-extensions-cd-op "Tensor.binop ~op_asn ~grad_asn";
+ * contraction-is-emergent's consumer regime). The operands' axes relate by `logic`: NULL or "."
+ * pointwise with broadcasting, "@" compose (two operands), or an einsum spec (a kernel term
+ * without padding marker reads as cn_graph_set_use_padding says). At each point of that one
+ * inferred record the result accumulates `forward`, an expression over the operands a, b, c:
+ * `accum` CN_OP_ARG2 (=:, one point per result cell), CN_OP_ADD (=:+), CN_OP_MAX (=:@^) or
+ * CN_OP_MIN (=:^^); operand k's gradient accumulates grad[k] (=+), an expression over a, b, c,
+ * the result v (where one point writes each cell) and the incoming gradient g (NULL or "":
+ * nothing flows into operand k), each leaf read through its slot of the record: every
+ * assignment is a slot-permuted view of it. The expressions are the derivative table's language
+ * (src/tensor/derivs.def): decimal numbers, + - * /, unary -, parentheses and the primitive ops
+ * by name, `name(x, ...)`; a compound part becomes an intermediate over the record's points.
+ * Under max or min a gradient counts where the point attains the result (the argmax rule).
+ * no_grad: the result has no gradient (grad_spec Prohibit_grad). NULL with a message (the
+ * formula and the column of its first error, the operand count, the logic). */
+typedef struct {
+  const char *label;
+  int arity; /* 1 to 3 */
+  const char *logic;
+  cn_op accum;
+  const char *forward;
+  const char *grad[3];
+  bool no_grad;
+} cn_op_code;
+cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args);
 /* `**.`: a to the power p, pointwise (p is a number: no gradient flows into it). */
 cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p);
 /* Einsum forms: einsum1 `++` (ADD, ID), einsum2 `+*` (ADD, MUL), einsum3 (ADD, MUL3: the sum of

@@ -980,8 +980,123 @@ static void test_bad_input(cn_backend_kind be) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Operations defined by their code (cn_tensor_operation) -------------------------------- */
+
+static cn_tensor *operation(fd_case *c, const char *label, int arity, const char *logic,
+                            cn_op accum, const char *forward, const char *ga, const char *gb,
+                            const char *gc, cn_tensor *const *args) {
+  const cn_op_code code = {label, arity, logic, accum, forward, {ga, gb, gc}, false};
+  cn_tensor *t = cn_tensor_operation(c->g, &code, args);
+  CHECK_MSG(t != NULL, "%s: %s", c->name, cn_ctx_error(c->ctx));
+  return t;
+}
+
+/* The seed's pointpow (an exponent that is a number, here 3), a swish x * sigmoid(x), a bilinear
+ * form x; A; y => one number, a max-accumulating product max_j a_ij * b_j (the gradient at the
+ * argmax only), and a gradient reading the result (exp: g * v), each against finite
+ * differences; forward values by hand; no_grad; the errors of a bad definition. */
+static void test_operations_fd(cn_backend_kind be) {
+  fd_case c;
+  fd_begin(&c, be, 40, "operation pointpow 3");
+  shp s3 = mkshp(0, NULL, 0, NULL, 2, D(2, 3));
+  cn_tensor *a = fd_param_in(&c, "a", &s3, 0.5, 1.5);
+  fd_finish(&c,
+            operation(&c, "pointpow", 1, NULL, CN_OP_ARG2, "pow(a, 3)", "g * 3 * pow(a, 2)", NULL,
+                      NULL, &a),
+            s3);
+
+  fd_begin(&c, be, 41, "operation swish");
+  a = fd_param_in(&c, "a", &s3, -2, 2);
+  fd_finish(&c,
+            operation(&c, "swish", 1, ".", CN_OP_ARG2, "a * recip(1 + exp(-a))",
+                      "g * recip(1 + exp(-a)) * (1 + a * (1 - recip(1 + exp(-a))))", NULL, NULL,
+                      &a),
+            s3);
+
+  fd_begin(&c, be, 42, "operation bilinear i;ij;j=>");
+  shp sx = mkshp(0, NULL, 0, NULL, 1, D(3)), sa = mkshp(0, NULL, 0, NULL, 2, D(3, 2));
+  shp sy = mkshp(0, NULL, 0, NULL, 1, D(2));
+  cn_tensor *x = fd_param_in(&c, "x", &sx, -1, 1), *m = fd_param_in(&c, "A", &sa, -1, 1);
+  cn_tensor *y = fd_param_in(&c, "y", &sy, -1, 1);
+  fd_finish(&c,
+            operation(&c, "bilinear", 3, "i;ij;j=>", CN_OP_ADD, "a * b * c", "g * b * c",
+                      "a * g * c", "a * b * g", (cn_tensor *[]){x, m, y}),
+            mkshp(0, NULL, 0, NULL, 0, NULL));
+
+  fd_begin(&c, be, 43, "operation max_j a_ij * b_j");
+  shp sb = mkshp(0, NULL, 0, NULL, 1, D(3));
+  {
+    double va[6], vb[3];
+    distinct_values(&c.r, va, 6, 0.5);
+    for (int i = 0; i < 3; i++) vb[i] = 1 + 0.01 * i; /* positive: the products keep a's order */
+    a = fd_param(&c, "a", &s3, va, true);
+    cn_tensor *b = fd_param(&c, "b", &sb, vb, true);
+    fd_finish(&c,
+              operation(&c, "max_product", 2, "ij;j=>i", CN_OP_MAX, "a * b", "g * b", "a * g", NULL,
+                        (cn_tensor *[]){a, b}),
+              mkshp(0, NULL, 0, NULL, 1, D(2)));
+  }
+
+  fd_begin(&c, be, 44, "operation exp reading v");
+  a = fd_param_in(&c, "a", &s3, -1, 1);
+  fd_finish(&c, operation(&c, "my_exp", 1, NULL, CN_OP_ARG2, "exp(a)", "g * v", NULL, NULL, &a),
+            s3);
+
+  /* forward values by hand: a * a + 1 on [1, 2, 3] is [2, 5, 10]; no_grad has no gradient */
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims d3 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *p = cn_tensor_param(g, "p", &d3, cn_tensor_data(g, "p0", &d3, (double[]){1, 2, 3}, 3));
+  cn_op_code square = {"square_plus_one", 1, NULL, CN_OP_ARG2, "a * a + 1", {"g * 2 * a"}, false};
+  cn_tensor *sq = cn_tensor_operation(g, &square, &p);
+  square.no_grad = true;
+  cn_tensor *frozen = cn_tensor_operation(g, &square, &p);
+  CHECK(sq && cn_tensor_is_diff(sq) && frozen && !cn_tensor_is_diff(frozen));
+  cn_asgn *init = sq ? cn_graph_init_params(g, sq) : NULL;
+  cn_asgn *fwd = init ? cn_graph_forward(g, sq) : NULL;
+  cn_routine *r =
+      fwd ? cn_routine_compile(ctx, cn_asgn_seq(ctx, 2, (cn_asgn *[]){init, fwd}), be, "sq") : NULL;
+  double got[3] = {0, 0, 0};
+  CHECK_MSG(r && cn_routine_run(r) == CN_OK &&
+                cn_node_get_values(cn_tensor_value(sq), false, got, 3) == CN_OK,
+            "%s", cn_ctx_error(ctx));
+  CHECK(got[0] == 2 && got[1] == 5 && got[2] == 10);
+  if (r) cn_routine_free(r);
+
+  /* a bad definition names the operation, the formula and the column of its first error */
+  const struct {
+    cn_op_code code;
+    const char *message;
+  } bad[] = {
+      {{"bad", 2, NULL, CN_OP_ARG2, "a * (b", {NULL}, false},
+       "operation \"bad\": forward \"a * (b\": column 7: expected ')'"},
+      {{"bad", 1, NULL, CN_OP_ARG2, "a * b", {NULL}, false},
+       "operation \"bad\": forward \"a * b\": column 5: no such operand"},
+      {{"bad", 1, NULL, CN_OP_ARG2, "a * v", {NULL}, false},
+       "column 5: the forward code reads the operands only (v and g are the gradient's)"},
+      {{"bad", 1, NULL, CN_OP_ARG2, "sigmoid(a)", {NULL}, false},
+       "column 1: unknown op (a primitive op of `cannl ops` on numbers)"},
+      {{"bad", 1, NULL, CN_OP_ARG2, "a", {"g *"}, false},
+       "operation \"bad\": gradient of operand a \"g *\": column 4: expected an operand"},
+      {{"bad", 1, NULL, CN_OP_ARG2, "a a", {NULL}, false},
+       "column 3: unexpected text (an operator missing?)"},
+      {{"bad", 1, "@", CN_OP_ARG2, "a", {NULL}, false},
+       "operation \"bad\": compose (\"@\") takes 2 operands, not 1"},
+      {{"bad", 1, NULL, CN_OP_MUL, "a", {NULL}, false}, "operation \"bad\": accumulation mul"},
+      {{"bad", 4, NULL, CN_OP_ARG2, "a", {NULL}, false}, "operation \"bad\": 1 to 3 operands"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    CHECK_MSG(cn_tensor_operation(g, &bad[i].code, (cn_tensor *[]){p, p, p}) == NULL, "case %zu",
+              i);
+    CHECK_HAS(cn_ctx_error(ctx), bad[i].message);
+  }
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   for (int b = 0; b < 2; b++) {
+    test_operations_fd(backends[b]);
     test_ops_fd(backends[b]);
     test_einsum_fd(backends[b]);
     test_used_twice(backends[b]);

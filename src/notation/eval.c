@@ -114,8 +114,8 @@ static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
     bool pointwise =
         (t->sop && t->sop->kind == CN_SL_POINTWISE) || (t->proj && cn_proj_lhs_injective(t->proj));
     snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
-             cn_op_name(t->prim), pointwise ? "" : ", accumulated by ",
-             pointwise ? "" : cn_op_name(t->accum));
+             t->formulas ? "its operation's code" : cn_op_name(t->prim),
+             pointwise ? "" : ", accumulated by ", pointwise ? "" : cn_op_name(t->accum));
   } else if (grad) {
     snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
   }

@@ -46,7 +46,27 @@ typedef struct {
   const char *s;
   size_t pos;
   bool uses_result;
+  /* a user's formula (cn_tensor_operation): the first error, at column fail_at (1-based) of s;
+   * the leaves it may name (a..c up to arity, v and g) */
+  const char *fail;
+  size_t fail_at;
+  int arity;
+  bool allow_vg;
 } reader;
+
+/* Records the first error of a formula at the reader's position; NULL for the caller to return. */
+static expr *bad(reader *r, const char *why) {
+  if (!r->fail) {
+    r->fail = why;
+    r->fail_at = r->pos + 1;
+  }
+  return NULL;
+}
+
+static bool at(reader *r, char c) {
+  while (r->s[r->pos] == ' ') r->pos++;
+  return r->s[r->pos] == c;
+}
 
 static expr *make(reader *r, expr_kind kind) {
   expr *e = cn_alloc(r->ctx, sizeof *e);
@@ -72,15 +92,15 @@ static void skip(reader *r) {
 
 static expr *sum(reader *r);
 
-/* The table is ours: a malformed formula is a bug in derivs.def, caught by the tests. */
+/* The derivative table's formulas are ours (a malformed one is a bug, caught by the tests); a
+ * user's are checked, the first error kept in the reader. */
 static expr *primary(reader *r) {
   skip(r);
   char c = r->s[r->pos];
   if (c == '(') {
     r->pos++;
     expr *e = sum(r);
-    skip(r);
-    CN_ASSERT(r->s[r->pos] == ')');
+    if (!at(r, ')')) return bad(r, "expected ')'");
     r->pos++;
     return e;
   }
@@ -88,10 +108,11 @@ static expr *primary(reader *r) {
     r->pos++;
     return apply(r->ctx, CN_OP_NEG, 1, primary(r), NULL, NULL);
   }
-  if (isdigit((unsigned char)c)) {
+  if (isdigit((unsigned char)c) || c == '.') {
     char *end;
     expr *e = make(r, E_NUMBER);
     double v = strtod(r->s + r->pos, &end);
+    if (end == r->s + r->pos) return bad(r, "expected a number");
     r->pos = (size_t)(end - r->s);
     if (e) e->number = v;
     return e;
@@ -99,34 +120,44 @@ static expr *primary(reader *r) {
   size_t start = r->pos;
   while (isalnum((unsigned char)r->s[r->pos]) || r->s[r->pos] == '_') r->pos++;
   size_t n = r->pos - start;
-  CN_ASSERT(n > 0);
+  if (n == 0) return bad(r, "expected an operand (a, b, c, v, g), a number or an op");
   if (n == 1 && strchr("abcvg", c)) {
+    if ((c == 'v' || c == 'g') && !r->allow_vg) {
+      r->pos = start;
+      return bad(r, "the forward code reads the operands only (v and g are the gradient's)");
+    }
+    if (c != 'v' && c != 'g' && c - 'a' >= r->arity) {
+      r->pos = start;
+      return bad(r, "no such operand");
+    }
     expr *e = make(r, c == 'v' ? E_RESULT : c == 'g' ? E_GRAD : E_OPERAND);
     if (e) e->operand = c - 'a';
     r->uses_result |= c == 'v';
     return e;
   }
   char name[32];
-  CN_ASSERT(n < sizeof name);
+  cn_op op;
+  if (n >= sizeof name) {
+    r->pos = start;
+    return bad(r, "unknown op");
+  }
   memcpy(name, r->s + start, n);
   name[n] = '\0';
-  cn_op op;
-  CN_ASSERT(cn_op_from_name(name, &op));
-  skip(r);
-  CN_ASSERT(r->s[r->pos] == '(');
+  if (!cn_op_from_name(name, &op) || (cn_op_table[op].flags & CN_OPF_VEC) ||
+      !cn_op_supports(op, CN_PREC_DOUBLE)) {
+    r->pos = start;
+    return bad(r, "unknown op (a primitive op of `cannl ops` on numbers)");
+  }
+  if (!at(r, '(')) return bad(r, "expected '(' after the op's name");
   r->pos++;
   expr *args[3] = {NULL, NULL, NULL};
   int arity = cn_op_arity(op);
   for (int i = 0; i < arity; i++) {
-    if (i) {
-      skip(r);
-      CN_ASSERT(r->s[r->pos] == ',');
-      r->pos++;
-    }
+    if (i && !at(r, ',')) return bad(r, "expected ',': the op takes more operands");
+    if (i) r->pos++;
     args[i] = sum(r);
   }
-  skip(r);
-  CN_ASSERT(r->s[r->pos] == ')');
+  if (!at(r, ')')) return bad(r, "expected ')' after the op's operands");
   r->pos++;
   return apply(r->ctx, op, arity, args[0], args[1], args[2]);
 }
@@ -164,14 +195,67 @@ static expr *derivative(cn_ctx *ctx, cn_op op, int k, bool *none, bool *uses_res
   for (size_t i = 0; i < N_DERIVS; i++) {
     if (derivs[i].op != op || derivs[i].d[k][0] == '\0') continue;
     *none = false;
-    reader r = {ctx, derivs[i].d[k], 0, false};
+    reader r = {ctx, derivs[i].d[k], 0, false, NULL, 0, 3, true};
     expr *e = sum(&r);
     skip(&r);
-    CN_ASSERT(!e || r.s[r.pos] == '\0');
+    CN_ASSERT(!r.fail && (!e || r.s[r.pos] == '\0'));
     *uses_result = r.uses_result;
     return e;
   }
   return NULL;
+}
+
+/* ---- Operations defined by their code (cn_tensor_operation) ------------------------------- */
+
+struct cn_op_formulas {
+  expr *forward;
+  expr *grad[3]; /* NULL: nothing flows into that operand */
+  bool grad_reads_result[3];
+};
+
+/* One formula of an operation's code, checked: NULL with a message naming the operation, the
+ * formula and the column of the first error. */
+static expr *formula(cn_ctx *ctx, const char *label, const char *what, const char *text, int arity,
+                     bool grad, bool *reads_result) {
+  reader r = {ctx, text, 0, false, NULL, 0, arity, grad};
+  expr *e = sum(&r);
+  skip(&r);
+  if (!r.fail && r.s[r.pos] != '\0') bad(&r, "unexpected text (an operator missing?)");
+  if (r.fail) {
+    cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": %s \"%s\": column %zu: %s", label, what, text,
+            r.fail_at, r.fail);
+    return NULL;
+  }
+  if (!e && ctx->status == CN_OK) cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a formula");
+  *reads_result = r.uses_result;
+  return e;
+}
+
+cn_op_formulas *cn_op_formulas_parse(cn_ctx *ctx, const cn_op_code *code) {
+  cn_op_formulas *f = cn_alloc(ctx, sizeof *f);
+  if (!f) return NULL;
+  memset(f, 0, sizeof *f);
+  bool unused;
+  const char *label = code->label ? code->label : "operation";
+  if (!code->forward || !code->forward[0]) {
+    cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": no forward code", label);
+    return NULL;
+  }
+  if (!(f->forward = formula(ctx, label, "forward", code->forward, code->arity, false, &unused)))
+    return NULL;
+  for (int k = 0; k < code->arity; k++) {
+    const char *d = code->grad[k];
+    if (!d || !d[0]) continue;
+    char what[32];
+    snprintf(what, sizeof what, "gradient of operand %c", 'a' + k);
+    if (!(f->grad[k] = formula(ctx, label, what, d, code->arity, true, &f->grad_reads_result[k])))
+      return NULL;
+  }
+  return f;
+}
+
+bool cn_op_formulas_differentiable(const cn_op_formulas *f, int operand) {
+  return operand >= 0 && operand < 3 && f->grad[operand] != NULL;
 }
 
 bool cn_op_differentiable(cn_op op, int operand) {
@@ -219,7 +303,7 @@ static bool product_ref(builder *b, ref *out) {
   const cn_proj *p = b->p;
   if (p->n_product > CN_MAX_RANK) {
     cn_fail(b->ctx, CN_ERR_UNSUPPORTED,
-            "the gradient of \"%s\" (#%d) needs an intermediate over %d loops (at most %d)",
+            "the code of \"%s\" (#%d) needs an intermediate over %d loops (at most %d)",
             b->t->label, b->t->id, p->n_product, CN_MAX_RANK);
     return false;
   }
@@ -297,9 +381,18 @@ static cn_status emit(builder *b, const expr *e, const ref *target, bool init, c
 /* ---- Forward and backprop ------------------------------------------------------------------- */
 
 cn_asgn *cn_tensor_forward_asgn(cn_tensor *t) {
+  cn_ctx *ctx = t->g->ctx;
+  if (t->formulas) { /* its forward formula at every point, compound parts in intermediates */
+    cn_asgn **items = NULL;
+    int n = 0, cap = 0;
+    builder b = {t, ctx, t->proj, &items, &n, &cap};
+    ref target = slot_ref(&b, t->value, 0);
+    if (emit(&b, t->formulas->forward, &target, true, t->accum) != CN_OK) return NULL;
+    return n == 1 ? items[0] : cn_asgn_seq(ctx, n, items);
+  }
   cn_buffer buf[3];
   for (int i = 0; i < cn_tensor_n_operands(t); i++) buf[i] = (cn_buffer){t->args[i]->value, false};
-  return cn_asgn_accum(t->g->ctx, true, t->accum, t->value, t->prim, buf, t->proj);
+  return cn_asgn_accum(ctx, true, t->accum, t->value, t->prim, buf, t->proj);
 }
 
 static cn_status no_rule(cn_tensor *t, const char *why) {
@@ -327,7 +420,14 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
     cn_tensor *arg = t->args[k];
     if (!arg->diff) continue;
     bool none, uses_result = false;
-    expr *d = derivative(ctx, t->prim, k, &none, &uses_result);
+    expr *d = NULL;
+    if (t->formulas) {
+      d = t->formulas->grad[k];
+      none = !d;
+      uses_result = t->formulas->grad_reads_result[k];
+    } else {
+      d = derivative(ctx, t->prim, k, &none, &uses_result);
+    }
     if (none) continue;
     if (!d) return ctx->status;
     if (uses_result && !single)
@@ -343,7 +443,8 @@ cn_status cn_tensor_backprop_asgn(cn_tensor *t, cn_asgn ***out, int *n, int *cap
         ops[i]->kind = E_OPERAND;
         ops[i]->operand = i;
       }
-      expr *f = t->prim == CN_OP_ID
+      expr *f = t->formulas ? t->formulas->forward
+                : t->prim == CN_OP_ID
                     ? ops[0]
                     : apply(ctx, t->prim, n_operands, ops[0], n_operands > 1 ? ops[1] : NULL,
                             n_operands > 2 ? ops[2] : NULL);

@@ -33,7 +33,9 @@ static const cn_shape_row_spec scalar_rows[CN_N_ROWS] = {
 bool cn_tensor_op_diff(const cn_tensor *t) {
   if (t->stops_gradient || (t->kind != CN_TK_ACCUM && t->kind != CN_TK_TILE)) return false;
   for (int i = 0; i < cn_tensor_n_operands(t); i++)
-    if (t->args[i]->diff && cn_op_differentiable(t->prim, i)) return true;
+    if (t->args[i]->diff && (t->formulas ? cn_op_formulas_differentiable(t->formulas, i)
+                                         : cn_op_differentiable(t->prim, i)))
+      return true;
   return false;
 }
 
@@ -308,6 +310,57 @@ static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
   t->accum = accum;
   t->prim = prim;
   t->diff = cn_tensor_op_diff(t);
+  return t;
+}
+
+cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args) {
+  cn_ctx *ctx = g->ctx;
+  const char *label = code && code->label ? code->label : "operation";
+  if (!code || code->arity < 1 || code->arity > 3 || !args) {
+    cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": %s", label,
+            !code   ? "no code"
+            : !args ? "no operands"
+                    : "1 to 3 operands");
+    return NULL;
+  }
+  for (int i = 0; i < code->arity; i++)
+    if (!args[i]) {
+      cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": operand %d is NULL", label, i + 1);
+      return NULL;
+    }
+  if (code->accum != CN_OP_ARG2 && code->accum != CN_OP_ADD && code->accum != CN_OP_MAX &&
+      code->accum != CN_OP_MIN) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "operation \"%s\": accumulation %s (=: is arg2, =:+ add, =:@^ max, =:^^ min)", label,
+            cn_op_name(code->accum));
+    return NULL;
+  }
+  const char *logic = code->logic && code->logic[0] ? code->logic : ".";
+  cn_shape_kind kind = CN_SL_POINTWISE;
+  cn_shape_args sargs;
+  memset(&sargs, 0, sizeof sargs);
+  if (strcmp(logic, "@") == 0) {
+    if (code->arity != 2) {
+      cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": compose (\"@\") takes 2 operands, not %d",
+              label, code->arity);
+      return NULL;
+    }
+    kind = CN_SL_COMPOSE;
+  } else if (strcmp(logic, ".") != 0) {
+    if (!(sargs.spec = cn_einsum_parse(ctx, logic))) return NULL;
+    sargs.unmarked = cn_graph_unmarked_conv(g);
+    kind = CN_SL_EINSUM;
+  }
+  cn_op_formulas *f = cn_op_formulas_parse(ctx, code);
+  if (!f) return NULL;
+  cn_tensor *t =
+      cn_tensor_new(g, label, CN_TK_ACCUM, g->prec, NULL, kind, &sargs, code->arity, args);
+  if (!t) return NULL;
+  t->accum = code->accum;
+  t->prim = CN_OP_ID; /* unused: the formulas stand for it */
+  t->formulas = f;
+  t->diff = !code->no_grad && cn_tensor_op_diff(t);
+  t->stops_gradient = code->no_grad;
   return t;
 }
 

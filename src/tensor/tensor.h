@@ -46,6 +46,9 @@ typedef struct {
   cn_tensor *labels, *logits, *classes;
 } cn_label_check;
 
+/* An operation's forward and gradient formulas, parsed and checked (deriv.c). */
+typedef struct cn_op_formulas cn_op_formulas;
+
 struct cn_tensor {
   cn_graph *g;
   int id; /* its shape's id: 1-based, increasing in creation order */
@@ -57,8 +60,11 @@ struct cn_tensor {
   int n_args;
   cn_tensor *args[3];
   cn_op accum, prim; /* ACCUM, VEC (prim) */
-  double number;     /* NUMBER */
-  bool number_bits;  /* NUMBER: the raw bits `bits` (Fetch Constant_bits) instead */
+  /* ACCUM defined by its code (cn_tensor_operation): the forward and gradient formulas in place
+   * of prim's (deriv.c); NULL for every other tensor */
+  const cn_op_formulas *formulas;
+  double number;    /* NUMBER */
+  bool number_bits; /* NUMBER: the raw bits `bits` (Fetch Constant_bits) instead */
   uint64_t bits;
   double *values; /* DATA: row-major values (count = numel, or repeated when shorter) */
   size_t n_values;
@@ -233,6 +239,11 @@ cn_status cn_tensor_gather_proj(cn_tensor *t);
 int cn_tensor_n_operands(const cn_tensor *t);
 
 /* ---- Assignments from projections (deriv.c) ---- */
+/* The formulas of code (its forward, its operands' gradients) parsed and checked; NULL with a
+ * message naming the formula and the column of its first error. */
+cn_op_formulas *cn_op_formulas_parse(cn_ctx *ctx, const cn_op_code *code);
+/* Whether a gradient formula of operand `operand` was given. */
+bool cn_op_formulas_differentiable(const cn_op_formulas *f, int operand);
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */
 cn_asgn *cn_tensor_forward_asgn(cn_tensor *t);
 /* Appends to *out the backprop of t into the gradients of its differentiable operands. */
