@@ -398,8 +398,8 @@ static void test_error_format(void) {
        "test.cnl:1:19: shape inference: dimension 0 of the output row of parameter \"v\" (#11) "
        "is not determined"},
       {"let x = [1.0]\nlet%cd r = {y} =+ x ~projections\n",
-       "test.cnl:2:21: no projections are in scope in a script: ~projections belongs to an "
-       "operation's op_asn / grad_asn, defined in OCaml; give ~logic instead\n"
+       "test.cnl:2:21: no projections are in scope here: ~projections belongs to an operation's "
+       "code (operation ~op_asn ~grad_asn); give ~logic instead\n"
        "let%cd r = {y} =+ x ~projections\n                    ^"},
       {"let x = [1.0]\nlet%cd r = {y} =+ x ~logic\n", "test.cnl:2:21: ~logic needs a value"},
       {"let x = [1.0]\nlet%cd r = {y} =+ \"z\"\n",

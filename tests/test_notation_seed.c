@@ -663,6 +663,84 @@ static void test_pointpow(void) {
             "seed.cnl:2:14: **. takes a number as its exponent, found a tensor");
 }
 
+/* ---- syntax-extensions-cd-op "The hard-coded to-the-power-of operator": operations defined by
+ * their code ---- */
+
+/* `operation ~op_asn:F ~grad_asn:G t1 ...` with F and G let%cd functions over slot names (the
+ * seed's Tensor.binop): pointpow 3 as the seed writes it (the exponent a number, operand 2,
+ * without gradient): z.grad = 3 z^2 = 3, 12, 27; swish x * sigmoid x at -1, 0, 2 (values
+ * -0.268941, 0, 1.761594; gradient 0.072329, 0.5, 1.090784); the bilinear form a; M; b => one
+ * number over "i;ij;j=>" (95 = 1 * 17 + 2 * 39; a.grad = M b = 17, 39); a max accumulation
+ * max_j a_ij w_j (7.5 and 8; the gradients at the argmax only). The errors name the position in
+ * the code. (Finite-difference checks of the same operations: tests/test_autodiff.c.) */
+static void test_operations(void) {
+  static const char script[] =
+      "let%cd pow_fwd ~v ~t1 ~t2 ~projections = v =: v1 ** v2 ~projections\n"
+      "let%cd pow_bwd ~v ~g ~t1 ~t2 ~projections = g1 =+ v2 * (v1 ** (v2 - 1.0)) * g ~projections\n"
+      "let%op pointpow p x = operation ~op_asn:pow_fwd ~grad_asn:pow_bwd ~label:\"pointpow\" x "
+      "!.p\n"
+      "let z = {z = [1.0; 2.0; 3.0]}\n"
+      "backprop (pointpow 3.0 z ++ \"i => 0\")\n"
+      "print z.grad\n"
+      "let%cd swish_fwd ~v ~t1 = v =: v1 * recip (1.0 + exp (-v1))\n"
+      "let%cd swish_bwd ~v ~g ~t1 =\n"
+      "  g1 =+ g * recip (1.0 + exp (-v1)) * (1.0 + v1 * (1.0 - recip (1.0 + exp (-v1))))\n"
+      "let%op swish x = operation ~op_asn:swish_fwd ~grad_asn:swish_bwd ~label:\"swish\" x\n"
+      "let x = {x = [-1.0; 0.0; 2.0]}\n"
+      "let y = swish x\n"
+      "backprop (y ++ \"i => 0\")\n"
+      "print y\n"
+      "print x.grad\n"
+      "let%cd bil ~v ~t1 ~t2 ~t3 = v =:+ mul3 v1 v2 v3\n"
+      "let%cd bil_g ~g ~t1 ~t2 ~t3 = g1 =+ g * v2 * v3; g2 =+ v1 * g * v3; g3 =+ v1 * v2 * g\n"
+      "let a = {a = [1.0; 2.0]}\n"
+      "let m = {m = [[1.0; 2.0]; [3.0; 4.0]]}\n"
+      "let b = {b = [5.0; 6.0]}\n"
+      "let f = operation ~op_asn:bil ~grad_asn:bil_g ~logic:\"i;ij;j=>\" a m b\n"
+      "backprop f\n"
+      "print f\n"
+      "print a.grad\n"
+      "let%cd mx ~v ~t1 ~t2 = v =:@^ v1 * v2\n"
+      "let%cd mx_g ~g ~t1 ~t2 = g1 =+ g * v2; g2 =+ v1 * g\n"
+      "let c = {c = [[1.0; 5.0; 2.0]; [7.0; 3.0; 4.0]]}\n"
+      "let w = {w = [1.0; 1.5; 2.0]}\n"
+      "let r = operation ~op_asn:mx ~grad_asn:mx_g ~logic:\"ij;j=>i\" c w\n"
+      "backprop (r ++ \"i => 0\")\n"
+      "print r\n"
+      "print c.grad\n"
+      "print w.grad\n";
+  BOTH {
+    outcome o;
+    if (!run(&o, b, script)) continue;
+    expect(&o, b, 0, "z.grad", "|->3", VALUES(3, 12, 27), 1e-12);
+    expect(&o, b, 1, "y", "|->3", VALUES(-0.2689414213699951, 0, 1.7615941559557646), 1e-12);
+    expect(&o, b, 2, "x.grad", "|->3", VALUES(0.07232948812851325, 0.5, 1.0907842487848955), 1e-12);
+    expect(&o, b, 3, "f", "|->", VALUES(95), 0);
+    expect(&o, b, 4, "a.grad", "|->2", VALUES(17, 39), 0);
+    expect(&o, b, 5, "r", "|->2", VALUES(7.5, 8), 0);
+    expect(&o, b, 6, "c.grad", "|->2,3", VALUES(0, 1.5, 0, 0, 0, 2), 0);
+    expect(&o, b, 7, "w.grad", "|->3", VALUES(0, 5, 4), 0);
+  }
+  static const struct {
+    const char *script, *message;
+  } bad[] = {
+      {"let%cd f ~v ~t1 = w =: v1\nlet x = [1.0]\nprint (operation ~op_asn:f x)\n",
+       "seed.cnl:1:19: ~op_asn's code is one assignment to v with =:, =:+, =:@^ or =:^^"},
+      {"let%cd f ~v ~t1 = v =: v1 * q\nlet x = [1.0]\nprint (operation ~op_asn:f x)\n",
+       "seed.cnl:1:29: 'q' in an operation's code: the slot names are v1 v2 v3 (t1 t2 t3), and "
+       "other names must be bound to numbers"},
+      {"let%cd f ~v ~t1 = v =: v1\nlet%cd gf ~g ~t1 = g2 =+ g\nlet x = [1.0]\n"
+       "print (operation ~op_asn:f ~grad_asn:gf x)\n",
+       "seed.cnl:2:20: g2: the operation has 1 operand"},
+      {"let%cd f ~v ~t1 = v =: sigmoid v1\nlet x = [1.0]\nprint (operation ~op_asn:f x)\n",
+       "seed.cnl:1:24: an operation's code reads slot names, numbers and primitive ops only"},
+      {"let x = [1.0]\nprint (operation ~op_asn:3 x)\n",
+       "seed.cnl:2:18: ~op_asn expects a let%cd function, found a number"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    CHECK_HAS(run_error(bad[i].script), bad[i].message);
+}
+
 /* ---- syntax-extensions-cd-op "Embedded nodes": forward roots ------------------------------- */
 
 /* The loops a script's routines print (--emit=loops), interpreter backend (static buffer). */
@@ -1017,6 +1095,7 @@ int main(void) {
   test_random_skeleton();
   test_use_padding();
   test_forward_roots();
+  test_operations();
   test_seed000_literals();
   test_seed000_declarations();
   test_unit_boundary();

@@ -9,9 +9,8 @@
  * tensor's value or gradient, or an inline declaration ("name" or {name}): a non-differentiable
  * buffer whose label is the name, then the label of the first right-hand operand written as an
  * identifier or a field of one (syntax-extensions-cd-op "Intricacies": a declaration read on the
- * right passes on the tensor that enriched its own label). There is no projections record in scope
- * in a script, so `~projections` (the consumer regime of an operation's op_asn / grad_asn, defined
- * in OCaml) is refused.
+ * right passes on the tensor that enriched its own label). `~projections` belongs to the consumer
+ * regime of an operation's code (eval_operation.c), which translates it; a routine refuses it.
  *
  * Invariants: code trees are built at evaluation and turned into assignments only after the
  * graph is materialized (nt_code_asgn); an update's operands are read through its record's slot
@@ -180,8 +179,8 @@ static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
   const cn_nt_arg *pa = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "projections");
   if (pa)
     return nt_fail(I, pa->pos, "%s",
-                   "no projections are in scope in a script: ~projections belongs to an "
-                   "operation's op_asn / grad_asn, defined in OCaml; give ~logic instead"),
+                   "no projections are in scope here: ~projections belongs to an operation's "
+                   "code (operation ~op_asn ~grad_asn); give ~logic instead"),
            NULL;
   nt_code *items[5];
   int n = 0;

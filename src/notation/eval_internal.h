@@ -336,6 +336,9 @@ void nt_plots_free(nt_interp *I);
 
 /* ---- eval_data.c ---- */
 nt_value *nt_builtin_dataset(nt_interp *I, const nt_call *c);
+/* operation ~op_asn:F [~grad_asn:G ...] t1 [t2 [t3]]: an operation defined by its %cd code
+ * (eval_operation.c). */
+nt_value *nt_builtin_operation(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_text_windows(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_bigram_loss(nt_interp *I, const nt_call *c);
 nt_value *nt_builtin_vocab_size(nt_interp *I, const nt_call *c);
