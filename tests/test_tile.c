@@ -449,13 +449,18 @@ static void test_assign_and_errors(void) {
               3);
   check_error(g, "O[i : n] += V[i]", 2, b,
               "index variable 'n' in a size or bound (only dims and integers)", 7);
-  check_error(g, "O[i] += V[i], k < 2", 2, b,
-              "index 'k' appears only in constraints: every index must index a tensor", 15);
+  check_error(g, "O[i] += V[i], k - m < 2", 2, b,
+              "index 'k' is not bounded: it appears only in constraints, and they do not bound it, "
+              "alone or with the other indices (add a constraint such as 'k < N', or use it in a "
+              "tensor's index)",
+              15);
   check_error(g, "O[i] += I[i * j, j]", 2, b, "a product of index variables is not affine", 13);
   check_error(g, "O[i] += I[i]", 2, b, "'I' has 2 axes (|->2,3) but 1 indices", 9);
   check_error(g, "O[i] += V[i + Q]", 2, b, "unknown dim 'Q'", 15);
   check_error(g, "O[] += V[i + j]", 2, b,
-              "index 'i' is not bounded: no tensor axis or constraint limits it alone", 10);
+              "index 'i' is not bounded: no tensor axis or constraint bounds it, alone or with the "
+              "other indices (add a constraint such as 'i < N')",
+              10);
   check_error(g, "O[i + j] += V[i]", 2, b,
               "cannot derive the size of output axis 0: give it as ': SIZE'", 3);
   check_error(g, "O[i] -= V[i]", 2, b,
