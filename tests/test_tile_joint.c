@@ -132,6 +132,10 @@ static void test_refusals(void) {
               "alone or with the other indices (add a constraint such as 'k < N', or use it in a "
               "tensor's index)",
               15);
+  /* j's terms cancel: nothing can bound it */
+  check_error(g, "O[] += V[i + j - j]", 1, b,
+              "index 'j' is not bounded: it cancels out of every index expression and constraint",
+              14);
   /* 14 constraints of 4 of 8 indices each, of rank 8 (so they bound every index), none alone:
    * eliminating 7 indices grows past the cap; the statement's text is cut in the message */
   cn_ctx *c = cn_graph_ctx(g);

@@ -384,6 +384,13 @@ static bool eval_statement(compilation *k, int out_rank, const int64_t *out_dims
   return true;
 }
 
+/* Whether a polynomial of s has a term in variable v (`i + j - j` has none in j). */
+static bool mentioned(const cn_tile_poly_set *s, int v) {
+  for (int k = 0; k < s->n; k++)
+    if (s->p[k].c[v]) return true;
+  return false;
+}
+
 /* Phase 2, exact division and ranges: the loop variables are the change's y (k->ch); every
  * polynomial over them (w->ys) is an integer one, every output axis is sized and each y has a
  * range [lo, hi], empty (hi < lo) when no value of it is valid. */
@@ -423,6 +430,11 @@ static bool range_variables(compilation *k) {
                         "grows past %d inequalities or %d combinations (add a constraint that "
                         "bounds it alone, such as '%.*s < N')",
                         len, name, CN_TILE_MAX_ROWS, CN_TILE_MAX_COMBINED, len, name);
+      else if (!mentioned(&k->w->xs, x))
+        cn_tile_fail_at(k->src, vars->first[x],
+                        "index '%.*s' is not bounded: it cancels out of every index expression and "
+                        "constraint",
+                        len, name);
       else
         cn_tile_fail_at(k->src, vars->first[x],
                         "index '%.*s' is not bounded: %s, alone or with the other indices (add a "

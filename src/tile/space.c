@@ -176,8 +176,9 @@ static bool bound_one(int nv, int t, const condition *cs, int n, int64_t *lo, in
     int best = -1;
     int64_t fewest = 0;
     for (int v = 0; v < nv; v++) {
+      if (v == t) continue;
       int64_t up = 0, down = 0;
-      for (int i = 0; i < a->n && v != t; i++) up += a->r[i].c[v] > 0, down += a->r[i].c[v] < 0;
+      for (int i = 0; i < a->n; i++) up += a->r[i].c[v] > 0, down += a->r[i].c[v] < 0;
       if ((up || down) && (best < 0 || up * down < fewest)) best = v, fewest = up * down;
     }
     left = best >= 0;
