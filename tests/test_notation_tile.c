@@ -2,7 +2,8 @@
  * .cnl script, applied to tensors and integer dims, their results used by the rest of the
  * notation, on both backends with values worked out by hand: the seed's round-up max pool, a pool
  * whose stride is an argument, an average with an elementwise division by dims, skipping (cells
- * never written are 0), a cumulative sum differentiated by backprop, the Tile library as
+ * never written are 0), a cumulative sum differentiated by backprop, indices bounded only by a
+ * constraint or jointly (differentiated too), the Tile library as
  * builtins, examples/tile.cnl, the loop nest shown by --emit=loops, and positioned errors inside
  * the body. */
 #include "notation_check.h"
@@ -95,6 +96,35 @@ static void test_cumsum_backprop(void) {
     expect(&o, b, 0, "c", "|->4", VALUES(1, 3, 6, 10), 0);
     expect(&o, b, 1, "loss", "|->", VALUES(20), 0);
     expect(&o, b, 2, NULL, "|->4", VALUES(4, 3, 2, 1), 0);
+  }
+}
+
+/* Indices only the conditions bound (tile-edsl "Valid Indices": every valid set counts): k
+ * appears only in a constraint, so each cell counts twice (k = 0, 1) and so does its gradient;
+ * i and j are bounded only by i + j and i - j together, which reach the cells (a, b) with a + b
+ * even, once each: 1 + 3 + 5 + 7 + 9, the gradient 1 on those cells and 0 elsewhere. */
+static void test_joint_indices(void) {
+  const char *script = "let%tile twice I =\n"
+                       "  I.bind_dims(N)\n"
+                       "  O = TensorOutput(N)\n"
+                       "  O[i] += I[i]\n"
+                       "  O.add_constraint(k < 2)\n"
+                       "  return O\n"
+                       "let%tile parity I = O = TensorOutput(); O[] += I[i + j, i - j]; return O\n"
+                       "let r = twice {w = [1.0; 2.0; 3.0]}\n"
+                       "backprop (r ++ \"i => \")\n"
+                       "print r\n"
+                       "print w.grad\n"
+                       "let p = parity {m = [(1.0, 2.0, 3.0); (4.0, 5.0, 6.0); (7.0, 8.0, 9.0)]}\n"
+                       "backprop p\n"
+                       "print p\n"
+                       "print m.grad\n";
+  outcome o;
+  BOTH if (run(&o, b, script)) {
+    expect(&o, b, 0, "r", "|->3", VALUES(2, 4, 6), 0);
+    expect(&o, b, 1, "w.grad", "|->3", VALUES(2, 2, 2), 0);
+    expect(&o, b, 2, "p", "|->", VALUES(25), 0);
+    expect(&o, b, 3, "m.grad", "|3->3", VALUES(1, 0, 1, 0, 1, 0, 1, 0, 1), 0);
   }
 }
 
@@ -203,6 +233,7 @@ int main(void) {
   test_average_in_expressions();
   test_skipping();
   test_cumsum_backprop();
+  test_joint_indices();
   test_library_builtins();
   test_example_script();
   test_emit_loops();

@@ -337,16 +337,17 @@ static void test_errors(void) {
   check_fn_error(g, 1, pv, av, "O = V +* 2\nreturn O",
                  "f.cnl:10:12: unexpected '*', expected an integer, a name or '('\n    O = V +* "
                  "2\n           ^");
-  /* an index used only in a constraint (from add_constraint) */
+  /* an index used only in a constraint (from add_constraint) that it does not bound */
   check_fn_error(g, 1, pv, av,
                  "V.bind_dims(N)\n"
                  "O = TensorOutput(N)\n"
                  "O[i] += V[i]\n"
-                 "O.add_constraint(k < 2)\n"
+                 "O.add_constraint(k - m < 2)\n"
                  "return O",
-                 "f.cnl:13:18: index 'k' appears only in constraints: every index must index a "
-                 "tensor\n"
-                 "O.add_constraint(k < 2)\n"
+                 "f.cnl:13:18: index 'k' is not bounded: it appears only in constraints, and they "
+                 "do not bound it, alone or with the other indices (add a constraint such as 'k < "
+                 "N', or use it in a tensor's index)\n"
+                 "O.add_constraint(k - m < 2)\n"
                  "                 ^");
   /* assign conflict: O[i] = A[i, j] may write O[i] once per j */
   check_fn_error(g, 1, (const char *const[]){"A"}, (cn_tile_arg[]){{A, 0}},

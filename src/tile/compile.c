@@ -6,8 +6,10 @@
  * tensor, the output included, is within its bounds and every constraint holds; the record says so
  * with valid_only and the constraints, and zero_unreached gives Tile's initialization (unreached
  * output cells 0, reached ones start from the aggregation's identity). Each variable's range [lo,
- * hi) is derived by interval propagation over those conditions (space.c); the lowering tightens it
- * again and keeps what stays undecided as guards.
+ * hi) is derived by interval propagation over those conditions, or by eliminating the other
+ * variables from them when only they together bound it (space.c); the lowering tightens it again
+ * and keeps what stays undecided as guards. An index may appear only in constraints (`O[i] +=
+ * I[i], k < 2` counts each I[i] twice); one that nothing bounds is refused.
  *
  * Index polynomials are affine combinations of index variables (lower-case names not bound to
  * anything, or names declared as indices) with dims as constants, over a positive denominator:
@@ -332,7 +334,7 @@ typedef struct {
 
 /* Phase 1, the statement's polynomials: w->xs holds the output's indices (bounded by their sizes,
  * the TensorOutput's dims, or -1 when unsized), each operand's (bounded by its dims) and the
- * constraints; index variables are numbered in this order and every one indexes a tensor. */
+ * constraints; index variables are numbered in this order (in_tensor: it indexes a tensor). */
 static bool eval_statement(compilation *k, int out_rank, const int64_t *out_dims, int n_extra,
                            const cn_tile_constraint *extra) {
   const cn_tile_contraction *c = k->c;
@@ -379,15 +381,14 @@ static bool eval_statement(compilation *k, int out_rank, const int64_t *out_dims
       return false;
     }
   }
-  const cn_tile_vars *vars = &k->w->vars;
-  for (int v = 0; v < vars->n; v++)
-    if (!vars->in_tensor[v]) {
-      cn_tile_fail_at(k->src, vars->first[v],
-                      "index '%.*s' appears only in constraints: every index must index a tensor",
-                      (int)vars->len[v], vars->name[v]);
-      return false;
-    }
   return true;
+}
+
+/* Whether a polynomial of s has a term in variable v (`i + j - j` has none in j). */
+static bool mentioned(const cn_tile_poly_set *s, int v) {
+  for (int k = 0; k < s->n; k++)
+    if (s->p[k].c[v]) return true;
+  return false;
 }
 
 /* Phase 2, exact division and ranges: the loop variables are the change's y (k->ch); every
@@ -420,10 +421,29 @@ static bool range_variables(compilation *k) {
   }
   for (int v = 0; v < nv; v++) {
     if (!known[v]) {
-      int x = k->ch.src[v];
-      cn_tile_fail_at(k->src, vars->first[x],
-                      "index '%.*s' is not bounded: no tensor axis or constraint limits it alone",
-                      (int)vars->len[x], vars->name[x]);
+      int x = k->ch.src[v], len = (int)vars->len[x];
+      const char *name = vars->name[x];
+      if (k->w->capped[v])
+        cn_tile_fail_at(k->src, vars->first[x],
+                        "index '%.*s' is not bounded by any tensor axis or constraint alone, and "
+                        "bounding it with the other indices was given up: their elimination "
+                        "grows past %d inequalities or %d combinations (add a constraint that "
+                        "bounds it alone, such as '%.*s < N')",
+                        len, name, CN_TILE_MAX_ROWS, CN_TILE_MAX_COMBINED, len, name);
+      else if (!mentioned(&k->w->xs, x))
+        cn_tile_fail_at(k->src, vars->first[x],
+                        "index '%.*s' is not bounded: it cancels out of every index expression and "
+                        "constraint",
+                        len, name);
+      else
+        cn_tile_fail_at(k->src, vars->first[x],
+                        "index '%.*s' is not bounded: %s, alone or with the other indices (add a "
+                        "constraint such as '%.*s < N'%s)",
+                        len, name,
+                        vars->in_tensor[x] ? "no tensor axis or constraint bounds it"
+                                           : "it appears only in constraints, and they do not "
+                                             "bound it",
+                        len, name, vars->in_tensor[x] ? "" : ", or use it in a tensor's index");
       return false;
     }
     if (k->hi[v] < k->lo[v]) k->hi[v] = k->lo[v] - 1; /* no valid value: an empty range */
