@@ -138,22 +138,28 @@ static inline const char *run_error(const char *script) {
   return msg;
 }
 
-/* The readable printout of a script (interpreter), or its error message (static buffer). */
-static inline const char *run_text(const char *script) {
-  static char text[4096];
+/* The readable printout of a script (interpreter), with the loops of each routine it compiles
+ * when emit_loops (--emit=loops), or its error message (static buffer). */
+static inline const char *script_text(const char *script, bool emit_loops) {
+  static char text[16384];
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
   cn_graph_set_prec(g, CN_PREC_DOUBLE);
   char *buf = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&buf, &len);
-  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out};
+  cn_notation_options opts = {.backend = CN_BACKEND_INTERP, .out = out, .emit_loops = emit_loops};
   cn_status st = cn_notation_run(g, "seed.cnl", script, &opts);
   fclose(out);
   snprintf(text, sizeof text, "%s", st == CN_OK ? buf : cn_ctx_error(ctx));
   free(buf);
   cn_ctx_destroy(ctx);
   return text;
+}
+
+/* The readable printout of a script (interpreter), or its error message (static buffer). */
+static inline const char *run_text(const char *script) {
+  return script_text(script, false);
 }
 
 /* "batch|input->output" of a parsed tensor, as "2|3->4,5". */

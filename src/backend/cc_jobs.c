@@ -290,6 +290,15 @@ static void batch_free(cc_batch *b) {
   free(b);
 }
 
+/* Releases the compiled states of the first n jobs and the jobs themselves. */
+static void jobs_free(cc_job *jobs, int n) {
+  for (int k = 0; k < n; k++) {
+    cn_cc_release(jobs[k].c);
+    cn_cc_job_free(&jobs[k]);
+  }
+  free(jobs);
+}
+
 /* Starts the n jobs (cc_start) into a new array; on failure nothing is left. */
 static cn_status start_jobs(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, bool only_cached,
                             cc_job **out) {
@@ -307,11 +316,7 @@ static cn_status start_jobs(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, 
     }
   }
   if (status != CN_OK) {
-    for (int k = 0; k < started; k++) {
-      cn_cc_release(jobs[k].c);
-      cn_cc_job_free(&jobs[k]);
-    }
-    free(jobs);
+    jobs_free(jobs, started);
     return status;
   }
   *out = jobs;
@@ -327,18 +332,12 @@ static cn_status compile_batch(cn_ctx *ctx, int n, const cn_ll_proc *const *proc
   cn_status status = start_jobs(ctx, n, procs, found != NULL, &jobs);
   if (status != CN_OK) return status;
   if (found && !(*found = jobs[0].hit)) {
-    cn_cc_release(jobs[0].c);
-    cn_cc_job_free(&jobs[0]);
-    free(jobs);
+    jobs_free(jobs, 1);
     return CN_OK;
   }
   cc_batch *b = batch_new(ctx, jobs, n, false);
   if (!b) {
-    for (int k = 0; k < n; k++) {
-      cn_cc_release(jobs[k].c);
-      cn_cc_job_free(&jobs[k]);
-    }
-    free(jobs);
+    jobs_free(jobs, n);
     return ctx->status;
   }
   for (int k = 0; k < n; k++) batch_wait(b, &jobs[k]);
@@ -403,11 +402,7 @@ cn_status cn_cc_start_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs, v
   if (status != CN_OK) return status;
   cc_batch *b = batch_new(ctx, jobs, n, true);
   if (!b) {
-    for (int k = 0; k < n; k++) {
-      cn_cc_release(jobs[k].c);
-      cn_cc_job_free(&jobs[k]);
-    }
-    free(jobs);
+    jobs_free(jobs, n);
     return ctx->status;
   }
   for (int k = 0; k < n; k++) sources[k] = jobs[k].c->source;
