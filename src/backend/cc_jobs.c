@@ -254,7 +254,10 @@ static cc_batch *batch_new(cn_ctx *ctx, cc_job *jobs, int n, bool by_order) {
   if (b) b->tasks = cn_calloc(ctx, n_tasks > 0 ? (size_t)n_tasks : 1, sizeof *b->tasks);
   if (b) b->links = cn_calloc(ctx, n > 0 ? (size_t)n : 1, sizeof *b->links);
   if (!b || !b->tasks || !b->links) {
-    if (b) free(b->tasks);
+    if (b) {
+      free(b->tasks);
+      free(b->links);
+    }
     free(b);
     return NULL;
   }
