@@ -383,6 +383,8 @@ static const example examples[] = {
      "  return O\nprint pool x\n"},
     {"let%tile s I J = O[i] += I[i] * J[i]; return O\nlet x = 1",
      "let%tile s I J = O[i] += I[i] * J[i]; return O\nlet x = 1\n"},
+    /* a %cd target cannot start with '(': `!.x.grad` (read as (!.x).grad) prints as written */
+    {"let%cd r = !.x.grad =: y", "let%cd r = !.x.grad =: y\n"},
 };
 
 static void test_examples(void) {

@@ -184,18 +184,22 @@ static bool grad_code(nt_interp *I, const cn_nt_cd *cd, cn_sbuf *texts, cn_op_co
   return rhs_formula(I, cd, true, &texts[k]);
 }
 
-/* The body of a let%cd function given as ~name, or NULL after a message. */
-static const cn_nt_cd *cd_function(nt_interp *I, const nt_call *c, const char *name, bool needed) {
+/* The body of the let%cd function given as ~name into *out (NULL when not given and not needed);
+ * false after a message. */
+static bool cd_function(nt_interp *I, const nt_call *c, const char *name, bool needed,
+                        const cn_nt_cd **out) {
   cn_nt_pos at;
   nt_value *v = nt_labeled_at(c->a, name, &at);
+  *out = NULL;
   if (!v) {
     if (needed) nt_fail(I, c->at, "operation needs ~%s, a let%%cd function", name);
-    return NULL;
+    return !needed;
   }
   if (v->kind != NT_V_FUNC || v->fn.def->u.let.ext != CN_NT_LET_CD)
     return nt_fail(I, at, "~%s expects a let%%cd function, found %s", name, nt_kind_name(v->kind)),
-           NULL;
-  return v->fn.def->u.let.cd;
+           false;
+  *out = v->fn.def->u.let.cd;
+  return true;
 }
 
 static bool string_option(nt_interp *I, const nt_call *c, const char *name, const char **out) {
@@ -224,10 +228,9 @@ nt_value *nt_builtin_operation(nt_interp *I, const nt_call *c) {
   if (no_grad && no_grad->kind != NT_V_BOOL)
     return nt_fail(I, at, "~no_grad expects true or false, found %s", nt_kind_name(no_grad->kind));
   code.no_grad = no_grad && no_grad->b;
-  const cn_nt_cd *fwd = cd_function(I, c, "op_asn", true);
-  if (!fwd) return NULL;
-  const cn_nt_cd *grad = cd_function(I, c, "grad_asn", false);
-  if (!grad && I->ctx->status != CN_OK && nt_labeled(c->a, "grad_asn")) return NULL;
+  const cn_nt_cd *fwd, *grad;
+  if (!cd_function(I, c, "op_asn", true, &fwd) || !cd_function(I, c, "grad_asn", false, &grad))
+    return NULL;
   cn_sbuf texts[4] = {{0}};
   bool ok = forward_code(I, fwd, &texts[3], &code) && (!grad || grad_code(I, grad, texts, &code));
   for (int k = 0; k < 4 && ok; k++) ok = !texts[k].failed;

@@ -303,7 +303,15 @@ static void print_cd_parens(printer *pr, const cn_nt_cd *c) {
 
 static void print_assign(printer *pr, const cn_nt_cd *c) {
   cn_sbuf *sb = pr->sb;
-  print_expr(pr, c->u.assign.lhs, LV_ARG);
+  const cn_nt_expr *lhs = c->u.assign.lhs;
+  if (lhs->kind == CN_NT_FIELD && lhs->u.field.subject->kind == CN_NT_PREFIX &&
+      !is_negation(lhs->u.field.subject)) {
+    /* the target `!.x.f` parsed as (!.x).f, and a target cannot start with '(' */
+    print_expr(pr, lhs->u.field.subject, LV_OPERAND);
+    cn_sbuf_printf(sb, ".%s", lhs->u.field.name);
+  } else {
+    print_expr(pr, lhs, LV_ARG);
+  }
   cn_sbuf_printf(sb, " %s ", c->u.assign.asgn_op);
   pr->stop = assign_labels;
   switch (c->u.assign.form) {

@@ -461,7 +461,7 @@ cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backe
 
 /* cn_routine_compile_many, routine k prepared for runs[k] (0: unknown; runs NULL: never
  * interpreted): the routines to compile go to the backend's compile_many together (or, `behind`,
- * to its start_many: each run's first run waits for its own), the interpreted ones (and those
+ * to its start_many: each routine's first run waits for its own), the interpreted ones (and those
  * taken from the cache) one by one. */
 static cn_status compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
                               const char *const *names, cn_backend_kind backend,
@@ -650,7 +650,10 @@ static cn_status take_compiled(cn_routine *r) {
   void *batch = r->batch;
   r->batch = NULL;
   cn_status status = r->backend->take(r->ctx, batch, r->batch_index, &r->compiled);
-  if (status != CN_OK) r->failed = true;
+  if (status != CN_OK) { /* the source went with the failed compilation's state */
+    r->failed = true;
+    r->source = NULL;
+  }
   return status;
 }
 
