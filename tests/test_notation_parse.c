@@ -385,6 +385,7 @@ static const example examples[] = {
      "let%tile s I J = O[i] += I[i] * J[i]; return O\nlet x = 1\n"},
     /* a %cd target cannot start with '(': `!.x.grad` (read as (!.x).grad) prints as written */
     {"let%cd r = !.x.grad =: y", "let%cd r = !.x.grad =: y\n"},
+    {"let%cd r = !.x.a.b =: y", "let%cd r = !.x.a.b =: y\n"},
 };
 
 static void test_examples(void) {

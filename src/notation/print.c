@@ -301,17 +301,25 @@ static void print_cd_parens(printer *pr, const cn_nt_cd *c) {
   cn_sbuf_putc(pr->sb, ')');
 }
 
+/* The fields of a %cd target whose chain starts at `!.x`, as written: `!.x.a.b` parsed as
+ * ((!.x).a).b, and a target cannot start with '(' (print_expr would parenthesize `!.x`). */
+static void print_field_chain(printer *pr, const cn_nt_expr *e) {
+  if (e->kind != CN_NT_FIELD) {
+    print_expr(pr, e, LV_OPERAND);
+    return;
+  }
+  print_field_chain(pr, e->u.field.subject);
+  cn_sbuf_printf(pr->sb, ".%s", e->u.field.name);
+}
+
 static void print_assign(printer *pr, const cn_nt_cd *c) {
   cn_sbuf *sb = pr->sb;
-  const cn_nt_expr *lhs = c->u.assign.lhs;
-  if (lhs->kind == CN_NT_FIELD && lhs->u.field.subject->kind == CN_NT_PREFIX &&
-      !is_negation(lhs->u.field.subject)) {
-    /* the target `!.x.f` parsed as (!.x).f, and a target cannot start with '(' */
-    print_expr(pr, lhs->u.field.subject, LV_OPERAND);
-    cn_sbuf_printf(sb, ".%s", lhs->u.field.name);
-  } else {
+  const cn_nt_expr *lhs = c->u.assign.lhs, *base = lhs;
+  while (base->kind == CN_NT_FIELD) base = base->u.field.subject;
+  if (base != lhs && base->kind == CN_NT_PREFIX && !is_negation(base))
+    print_field_chain(pr, lhs);
+  else
     print_expr(pr, lhs, LV_ARG);
-  }
   cn_sbuf_printf(sb, " %s ", c->u.assign.asgn_op);
   pr->stop = assign_labels;
   switch (c->u.assign.form) {
