@@ -24,18 +24,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The binary primitive written as infix op (`cannl ops`), false when none. */
-static bool infix_primitive(const char *op, cn_op *out) {
-  for (int k = 0; k < CN_OP_COUNT; k++) {
-    const char *infix = cn_op_infix((cn_op)k);
-    if (infix && strcmp(infix, op) == 0 && cn_op_arity((cn_op)k) == 2) {
-      *out = (cn_op)k;
-      return true;
-    }
-  }
-  return false;
-}
-
 /* The formula letter of a slot name: a b c for the operands, v, g; 0 for another name. */
 static char slot_letter(const char *name, bool grad) {
   if ((name[0] == 'v' || name[0] == 't') && name[1] >= '1' && name[1] <= '3' && !name[2])
@@ -82,7 +70,7 @@ static bool formula_of(nt_interp *I, const cn_nt_expr *x, bool grad, cn_sbuf *ou
     if (n > 1 && base[n - 1] == '.') base[n - 1] = '\0'; /* *. /. **. +. ... */
     bool arith = strlen(base) == 1 && strchr("+-*/", base[0]);
     cn_op prim;
-    bool named = !arith && strcmp(base, "**") != 0 && infix_primitive(op, &prim);
+    bool named = !arith && strcmp(base, "**") != 0 && cn_op_binary_from_infix(op, &prim);
     if (!arith && !named && strcmp(base, "**") != 0) break;
     cn_sbuf_printf(out, "%s(", arith ? "" : named ? cn_op_name(prim) : "pow");
     if (!formula_of(I, x->u.binop.lhs, grad, out)) return false;

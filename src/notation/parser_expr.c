@@ -9,6 +9,7 @@
  * Invariants: recursion goes through ntp_enter (MAX_DEPTH), every node is finished with
  * ntp_finish / ntp_finish_cd (CN_NT_MAX_HEIGHT), every loop consumes a token per iteration. */
 #include "notation/parser_internal.h"
+#include "numeric/numeric.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -617,24 +618,12 @@ cn_nt_expr *ntp_parse_expr(parser *p) {
 
 static cn_nt_cd *parse_cd_item(parser *p);
 
-/* The binary primitive whose infix operator is `op` (ops.def). */
-static bool infix_primitive(const char *op, cn_op *out) {
-  for (int i = 0; i < CN_OP_COUNT; i++) {
-    const char *infix = cn_op_infix((cn_op)i);
-    if (cn_op_arity((cn_op)i) == 2 && infix && strcmp(infix, op) == 0) {
-      *out = (cn_op)i;
-      return true;
-    }
-  }
-  return false;
-}
-
 /* syntax-extensions-cd-op "The syntax for %cd": the RHS is a primitive applied by its infix
  * operator, curried or uncurried by name; anything else is an expression copied with the identity.
  * */
 static bool classify_rhs(parser *p, cn_nt_cd *c, cn_nt_expr *rhs) {
   cn_op op;
-  if (rhs->kind == CN_NT_BINOP && infix_primitive(rhs->u.binop.op, &op)) {
+  if (rhs->kind == CN_NT_BINOP && cn_op_binary_from_infix(rhs->u.binop.op, &op)) {
     c->u.assign.form = CN_NT_RHS_INFIX;
     c->u.assign.op = op;
     c->u.assign.op_text = rhs->u.binop.op;

@@ -532,6 +532,16 @@ bool cn_op_supports(cn_op op, cn_prec prec) {
   return (cn_op_table[op].kinds & cn_prec_kind_bit(prec)) != 0;
 }
 
+bool cn_op_binary_from_infix(const char *infix, cn_op *out) {
+  for (int op = 0; op < CN_OP_COUNT; op++)
+    if (cn_op_table[op].arity == 2 && cn_op_table[op].infix &&
+        strcmp(cn_op_table[op].infix, infix) == 0) {
+      *out = (cn_op)op;
+      return true;
+    }
+  return false;
+}
+
 bool cn_op_from_name(const char *name, cn_op *out) {
   if (!name) return false;
   for (int op = 0; op < CN_OP_COUNT; op++)

@@ -55,6 +55,8 @@ extern const cn_prec_info cn_prec_table[CN_PREC_COUNT];
  * "-?/" gives "=?/"); a clear-only accumulator (Arg2) is the plain "=:". False when accum has no
  * such form. Writes at most cap bytes (NUL included). */
 bool cn_op_assign_spelling(cn_op accum, bool clear, char *out, size_t cap);
+/* The binary primitive whose infix operator is `infix` (ops.def); false when none. */
+bool cn_op_binary_from_infix(const char *infix, cn_op *out);
 
 /* True if a stored cell of prec is its compute value (the `exact` column of precisions.def):
  * loads and stores are plain accesses, with no wrap or rounding on store. */
