@@ -4,10 +4,12 @@
 #
 #   make deps      install the missing Debian packages (apt-get; sudo only when not root)
 #   make build     configure build/ (RelWithDebInfo) and build everything
+#   make test-quick  build/ and the tests labelled quick (ctest -L quick: all but the slowest)
 #   make test      gcc build + ctest; the same suite unscheduled (CANNL_SCHEDULE=none); ASan+UBSan
 #                  build (build-asan/) + ctest; clang build (build-clang/) + ctest; ThreadSanitizer
 #                  build (build-tsan/) of the thread-pool tests; clang-format check; valgrind runs
-#                  of the routine, cache, parallel and Tile tests; make fuzz
+#                  of the routine, cache, parallel and Tile tests; make fuzz; a Release build
+#                  (build-release/, -O3 warns more) of everything, compiled only
 #   make fuzz      build the libFuzzer targets (fuzz/, build-fuzz/) and run each for
 #                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
@@ -37,7 +39,7 @@ DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
 
-.PHONY: deps build test test-gcc test-unscheduled test-asan test-clang test-tsan format-check test-valgrind fuzz demo fashion bench \
+.PHONY: deps build test test-quick test-release test-gcc test-unscheduled test-asan test-clang test-tsan format-check test-valgrind fuzz demo fashion bench \
         install format clean
 
 # Two passes: DEB_PACKAGES, then (on a fresh machine, where clang came with the first pass)
@@ -70,7 +72,17 @@ test: deps
 	$(MAKE) --no-print-directory format-check
 	$(MAKE) --no-print-directory test-valgrind
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory test-release
 	@echo "make test: all checks passed"
+
+test-quick: build
+	cd build && ctest --output-on-failure -j$(JOBS) -L quick
+
+# Every build type a user may pick compiles with -Werror; Release's -O3 finds warnings (format
+# truncation, array bounds) the other types do not. Built, not run: the suite ran above.
+test-release: deps
+	cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release
+	cmake --build build-release -j$(JOBS)
 
 test-gcc: build
 	cd build && ctest --output-on-failure -j$(JOBS)
@@ -178,4 +190,4 @@ format:
 	clang-format -i $(C_FILES)
 
 clean:
-	rm -rf build build-asan build-clang build-tsan build-fuzz
+	rm -rf build build-asan build-clang build-tsan build-fuzz build-release

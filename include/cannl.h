@@ -26,6 +26,17 @@
 extern "C" {
 #endif
 
+/* CN_API marks the functions of the API: libcannl is built with -fvisibility=hidden, so these and
+ * nothing else are in the shared library's dynamic symbol table (as SQLite's SQLITE_API).
+ * tests/test_api_symbols.c checks the two lists are the same. */
+#ifndef CN_API
+#if defined(__GNUC__)
+#define CN_API __attribute__((visibility("default")))
+#else
+#define CN_API
+#endif
+#endif
+
 /* ---- Status codes and the context ---------------------------------------------------------- */
 
 typedef enum {
@@ -46,15 +57,15 @@ typedef enum { CN_LOG_DEBUG = 0, CN_LOG_INFO = 1, CN_LOG_WARN = 2, CN_LOG_ERROR 
 typedef void (*cn_log_fn)(void *user, cn_log_level level, const char *message);
 
 /* Creates a context, or returns NULL when memory is exhausted. */
-cn_ctx *cn_ctx_create(void);
+CN_API cn_ctx *cn_ctx_create(void);
 /* Releases the context and everything it owns (arena, buffers, compiled routines). */
-void cn_ctx_destroy(cn_ctx *ctx);
+CN_API void cn_ctx_destroy(cn_ctx *ctx);
 /* The message of the last failure ("" if none). Valid until the next failing call. */
-const char *cn_ctx_error(const cn_ctx *ctx);
+CN_API const char *cn_ctx_error(const cn_ctx *ctx);
 /* The status of the last failure (CN_OK if none since cn_ctx_clear_error). */
-cn_status cn_ctx_status(const cn_ctx *ctx);
-void cn_ctx_clear_error(cn_ctx *ctx);
-void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_level);
+CN_API cn_status cn_ctx_status(const cn_ctx *ctx);
+CN_API void cn_ctx_clear_error(cn_ctx *ctx);
+CN_API void cn_ctx_set_log(cn_ctx *ctx, cn_log_fn fn, void *user, cn_log_level min_level);
 /* A progress hook: while the context compiles routines or tunes GEMM plans for more than about a
  * second, it receives a one-line description of that work, such as "compiling 1 routine (6
  * done), tuning 1 GEMM nest (2 done) ... 4.2 s", again when the counts change and, while the
@@ -67,7 +78,7 @@ typedef void (*cn_progress_fn)(void *user, const char *line);
 /* Installs the progress hook (fn NULL: none, the default). The delay before the first line is one
  * second, or CANNL_PROGRESS_AFTER_MS milliseconds when that variable holds a number when the hook
  * is installed (a knob for tests). */
-void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
+CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
 
 /* Options of the generated-C backend (copied):
  *   "cc"        compiler command (default: $CC, else "cc")
@@ -136,8 +147,8 @@ void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               [0, 2^32) (default: $CANNL_RANDOM_SEED, else 42), read when a graph first builds
  *               random code (the seed tensor), unless cn_graph_set_seed (a script's `set_seed`)
  *               set that graph's. */
-cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
-const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
+CN_API cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
+CN_API const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
 /* Counters, for tests and tuning. */
 typedef enum {
@@ -156,7 +167,7 @@ typedef enum {
   CN_STAT_US_FIRST_RUN, /* the first run of each routine (part of CN_STAT_US_RUN) */
   CN_STAT_COUNT
 } cn_stat;
-uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
+CN_API uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
 
 /* ---- Precisions (table: include/cannl/precisions.def) -------------------------------------- */
 
@@ -175,25 +186,25 @@ typedef enum {
 
 typedef enum { CN_PKIND_INT, CN_PKIND_UINT, CN_PKIND_FLOAT, CN_PKIND_BITS } cn_prec_kind;
 
-const char *cn_prec_name(cn_prec prec);
-size_t cn_prec_bytes(cn_prec prec);
-cn_prec_kind cn_prec_kind_of(cn_prec prec);
+CN_API const char *cn_prec_name(cn_prec prec);
+CN_API size_t cn_prec_bytes(cn_prec prec);
+CN_API cn_prec_kind cn_prec_kind_of(cn_prec prec);
 /* The dominant of two precisions (promotion order of the table). */
-cn_prec cn_prec_promote(cn_prec a, cn_prec b);
+CN_API cn_prec cn_prec_promote(cn_prec a, cn_prec b);
 /* Looks a precision up by name; false if there is none. */
-bool cn_prec_from_name(const char *name, cn_prec *out);
+CN_API bool cn_prec_from_name(const char *name, cn_prec *out);
 /* Conversions of one stored cell. Float to integer truncates toward zero and saturates to the
  * target's range (NaN gives 0); integer to narrower integer wraps; bfloat16 and half round to
  * nearest even; fp8 is E5M2 (bias 15), rounding to nearest even. uint4x32 cells convert as in
  * ocannl-notes §7.2 (into) and by their first word(s) (out of). */
-double cn_prec_cell_to_double(cn_prec prec, const void *cell);
-void cn_prec_cell_from_double(cn_prec prec, double value, void *cell);
-uint16_t cn_prec_single_to_bfloat16(float x);
-float cn_prec_bfloat16_to_single(uint16_t bits);
-uint16_t cn_prec_single_to_half(float x);
-float cn_prec_half_to_single(uint16_t bits);
-uint8_t cn_prec_single_to_fp8(float x);
-float cn_prec_fp8_to_single(uint8_t bits);
+CN_API double cn_prec_cell_to_double(cn_prec prec, const void *cell);
+CN_API void cn_prec_cell_from_double(cn_prec prec, double value, void *cell);
+CN_API uint16_t cn_prec_single_to_bfloat16(float x);
+CN_API float cn_prec_bfloat16_to_single(uint16_t bits);
+CN_API uint16_t cn_prec_single_to_half(float x);
+CN_API float cn_prec_half_to_single(uint16_t bits);
+CN_API uint8_t cn_prec_single_to_fp8(float x);
+CN_API float cn_prec_fp8_to_single(uint8_t bits);
 
 /* ---- Primitive ops (table: include/cannl/ops.def) ------------------------------------------ */
 
@@ -204,22 +215,23 @@ typedef enum {
   CN_OP_COUNT
 } cn_op;
 
-const char *cn_op_name(cn_op op);
+CN_API const char *cn_op_name(cn_op op);
 /* The infix spelling in the notations, or NULL. */
-const char *cn_op_infix(cn_op op);
-int cn_op_arity(cn_op op);
+CN_API const char *cn_op_infix(cn_op op);
+CN_API int cn_op_arity(cn_op op);
 /* True if the op can be an accumulation operator (=op / =:op); Arg2 only as `=:`. */
-bool cn_op_can_accumulate(cn_op op);
+CN_API bool cn_op_can_accumulate(cn_op op);
 /* The neutral element of the op as an accumulator, as a value of precision prec. */
-double cn_op_neutral(cn_op op, cn_prec prec);
+CN_API double cn_op_neutral(cn_op op, cn_prec prec);
 /* True if the op is defined on the precision. */
-bool cn_op_supports(cn_op op, cn_prec prec);
-bool cn_op_from_name(const char *name, cn_op *out);
+CN_API bool cn_op_supports(cn_op op, cn_prec prec);
+CN_API bool cn_op_from_name(const char *name, cn_op *out);
 /* Evaluates a scalar op with the reference semantics (double for float precisions, exact
  * 64-bit integers, 128-bit words for uint4x32). Cells are stored cells of precision prec (for
  * CN_OPF_TO_PREC ops the operand is uint4x32 and the result is of precision prec; the vectorized
  * uint4x32_to_prec_uniform writes 16/bytes(prec) cells). */
-cn_status cn_op_eval(cn_ctx *ctx, cn_op op, cn_prec prec, const void *const *args, void *result);
+CN_API cn_status cn_op_eval(cn_ctx *ctx, cn_op op, cn_prec prec, const void *const *args,
+                            void *result);
 
 /* ---- Tensor nodes -------------------------------------------------------------------------- */
 
@@ -236,35 +248,35 @@ typedef enum {
 /* A node of the given precision and dims (rank <= CN_MAX_RANK; dims >= 0). Its buffers are
  * allocated, zero-filled, on first use. */
 #define CN_MAX_RANK 16
-cn_node *cn_node_create(cn_ctx *ctx, const char *label, cn_prec prec, int rank,
-                        const int64_t *dims);
-int cn_node_id(const cn_node *node);
-const char *cn_node_label(const cn_node *node);
-cn_prec cn_node_prec(const cn_node *node);
-int cn_node_rank(const cn_node *node);
-int64_t cn_node_dim(const cn_node *node, int axis);
-int64_t cn_node_numel(const cn_node *node); /* product of the (unpadded) dims */
+CN_API cn_node *cn_node_create(cn_ctx *ctx, const char *label, cn_prec prec, int rank,
+                               const int64_t *dims);
+CN_API int cn_node_id(const cn_node *node);
+CN_API const char *cn_node_label(const cn_node *node);
+CN_API cn_prec cn_node_prec(const cn_node *node);
+CN_API int cn_node_rank(const cn_node *node);
+CN_API int64_t cn_node_dim(const cn_node *node, int axis);
+CN_API int64_t cn_node_numel(const cn_node *node); /* product of the (unpadded) dims */
 /* Padding margins of one axis: the buffer holds left + dim + right cells along it while the
  * node's shape stays dim. Must be set before the node's buffer is first used. */
-cn_status cn_node_set_padding(cn_node *node, int axis, int64_t left, int64_t right);
-int64_t cn_node_padding(const cn_node *node, int axis, bool right);
-cn_status cn_node_set_memory(cn_node *node, cn_memory_mode mode);
-cn_memory_mode cn_node_memory(const cn_node *node);
+CN_API cn_status cn_node_set_padding(cn_node *node, int axis, int64_t left, int64_t right);
+CN_API int64_t cn_node_padding(const cn_node *node, int axis, bool right);
+CN_API cn_status cn_node_set_memory(cn_node *node, cn_memory_mode mode);
+CN_API cn_memory_mode cn_node_memory(const cn_node *node);
 /* Host values of the unpadded cells in row-major order, converted from/to double. `merge`
  * selects the node's merge buffer instead of its value buffer. */
-cn_status cn_node_set_values(cn_node *node, bool merge, const double *values, size_t count);
-cn_status cn_node_get_values(cn_node *node, bool merge, double *values, size_t count);
+CN_API cn_status cn_node_set_values(cn_node *node, bool merge, const double *values, size_t count);
+CN_API cn_status cn_node_get_values(cn_node *node, bool merge, double *values, size_t count);
 /* Raw stored cells (count * cn_prec_bytes), unpadded, row-major. */
-cn_status cn_node_set_cells(cn_node *node, bool merge, const void *cells, size_t count);
-cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_t count);
+CN_API cn_status cn_node_set_cells(cn_node *node, bool merge, const void *cells, size_t count);
+CN_API cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_t count);
 
 /* ---- Index maps and projections ------------------------------------------------------------ */
 
 /* A symbol is a loop or index variable: a product-space iterator, or a static index bound by the
  * caller before a routine runs (with range > 0 checked on binding). */
 typedef int cn_symbol;
-cn_symbol cn_symbol_create(cn_ctx *ctx, const char *name, int64_t range);
-const char *cn_symbol_name(const cn_ctx *ctx, cn_symbol sym);
+CN_API cn_symbol cn_symbol_create(cn_ctx *ctx, const char *name, int64_t range);
+CN_API const char *cn_symbol_name(const cn_ctx *ctx, cn_symbol sym);
 
 #define CN_MAX_AFFINE_TERMS 4
 typedef enum { CN_IDX_FIXED, CN_IDX_ITER, CN_IDX_AFFINE } cn_index_kind;
@@ -280,14 +292,15 @@ typedef struct {
   int64_t offset;
 } cn_index;
 
-cn_index cn_index_fixed(int64_t position);
-cn_index cn_index_iter(cn_symbol sym);
+CN_API cn_index cn_index_fixed(int64_t position);
+CN_API cn_index cn_index_iter(cn_symbol sym);
 /* Sums duplicate symbols, drops zero terms, and returns the canonical form. More than
  * CN_MAX_AFFINE_TERMS distinct symbols yields kind CN_IDX_AFFINE with n_terms = -1, which every
  * consumer rejects as invalid. */
-cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coeffs, int64_t offset);
+CN_API cn_index cn_index_affine(int n_terms, const cn_symbol *syms, const int64_t *coeffs,
+                                int64_t offset);
 /* Equality of canonical indices (the order of affine terms does not matter). */
-bool cn_index_equal(const cn_index *a, const cn_index *b);
+CN_API bool cn_index_equal(const cn_index *a, const cn_index *b);
 
 /* The projections record of one assignment (contraction-is-emergent "What we compile to"): a
  * product space of iterators with sizes, and for the LHS and each of up to 3 RHS tensors its dims
@@ -298,9 +311,9 @@ typedef struct {
   const int64_t *dims;
   const cn_index *map;
 } cn_proj_tensor;
-cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
-                        const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
-                        const cn_proj_tensor *rhs);
+CN_API cn_proj *cn_proj_create(cn_ctx *ctx, int n_product, const cn_symbol *iterators,
+                               const int64_t *sizes, cn_proj_tensor lhs, int n_rhs,
+                               const cn_proj_tensor *rhs);
 
 /* Tile's valid index sets (tile-edsl "Valid Indices"), as an extension of the product space:
  *   - each iterator ranges over [lo, hi), which may start below 0 (a plain record is lo = 0,
@@ -331,24 +344,24 @@ typedef struct {
   bool valid_only;
   bool zero_unreached;
 } cn_proj_space;
-cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_tensor lhs,
-                               int n_rhs, const cn_proj_tensor *rhs);
+CN_API cn_proj *cn_proj_create_ranged(cn_ctx *ctx, const cn_proj_space *space, cn_proj_tensor lhs,
+                                      int n_rhs, const cn_proj_tensor *rhs);
 /* Derived properties of the LHS map (contraction-is-emergent): every LHS cell written by some
  * product point / by at most one. Both are decided conservatively for affine maps (a "false" may be
  * a cell that is in fact covered, never the converse). */
-bool cn_proj_lhs_surjective(const cn_proj *proj);
-bool cn_proj_lhs_injective(const cn_proj *proj);
+CN_API bool cn_proj_lhs_surjective(const cn_proj *proj);
+CN_API bool cn_proj_lhs_injective(const cn_proj *proj);
 /* The record of an assignment whose tensors are named by slot (contraction-is-emergent "slot"
  * naming: lhs, t, v, g = slot 0; t1, v1, g1 = slot 1; ...): its LHS is the original's slot lhs_slot
  * and its RHS i the original's slot rhs_slots[i], with the same product space. E.g. the gradient g1
  * =+ g * v2 of a binary operation is cn_proj_permute(ctx, fwd, 1, 2, (int[]){0, 2}). Ranges,
  * constraints and flags are kept, and under valid_only the bounds of a dropped slot become
  * constraints, so the new record visits the same points. */
-cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
-                         const int *rhs_slots);
+CN_API cn_proj *cn_proj_permute(cn_ctx *ctx, const cn_proj *proj, int lhs_slot, int n_rhs,
+                                const int *rhs_slots);
 /* A readable dump: product space (a ranged iterator as `j=-1..2`), constraints and flags when
  * present, then each tensor's dims and map. Arena-owned. */
-const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj);
+CN_API const char *cn_proj_to_string(cn_ctx *ctx, const cn_proj *proj);
 
 /* ---- Assignments IR ------------------------------------------------------------------------ */
 
@@ -361,28 +374,31 @@ typedef struct {
 /* lhs <accum>= op(rhs...), with `=:` clearing to accum's neutral element first when
  * init_neutral (syntax-extensions-cd-op Accum_op). The projections record's LHS / RHS entries
  * correspond to lhs / rhs[i]. */
-cn_asgn *cn_asgn_accum(cn_ctx *ctx, bool init_neutral, cn_op accum, cn_node *lhs, cn_op op,
-                       const cn_buffer *rhs, const cn_proj *proj);
+CN_API cn_asgn *cn_asgn_accum(cn_ctx *ctx, bool init_neutral, cn_op accum, cn_node *lhs, cn_op op,
+                              const cn_buffer *rhs, const cn_proj *proj);
 /* lhs[...] = vec_op(rhs[...]), writing length = 16/bytes(lhs prec) cells per product point: the
  * LHS map addresses the first of them, the rest follow in row-major order (the LHS must be
  * unpadded and the group must stay inside it). */
-cn_asgn *cn_asgn_vec_unop(cn_ctx *ctx, cn_op op, cn_node *lhs, cn_buffer rhs, const cn_proj *proj);
-cn_asgn *cn_asgn_fetch_constant(cn_ctx *ctx, cn_node *lhs, double value);
-cn_asgn *cn_asgn_fetch_constant_bits(cn_ctx *ctx, cn_node *lhs, uint64_t bits);
+CN_API cn_asgn *cn_asgn_vec_unop(cn_ctx *ctx, cn_op op, cn_node *lhs, cn_buffer rhs,
+                                 const cn_proj *proj);
+CN_API cn_asgn *cn_asgn_fetch_constant(cn_ctx *ctx, cn_node *lhs, double value);
+CN_API cn_asgn *cn_asgn_fetch_constant_bits(cn_ctx *ctx, cn_node *lhs, uint64_t bits);
 /* Cell with row-major offset o gets values[o % count]. */
-cn_asgn *cn_asgn_fetch_constant_fill(cn_ctx *ctx, cn_node *lhs, const double *values, size_t count);
-cn_asgn *cn_asgn_fetch_range_over_offsets(cn_ctx *ctx, cn_node *lhs);
+CN_API cn_asgn *cn_asgn_fetch_constant_fill(cn_ctx *ctx, cn_node *lhs, const double *values,
+                                            size_t count);
+CN_API cn_asgn *cn_asgn_fetch_range_over_offsets(cn_ctx *ctx, cn_node *lhs);
 /* lhs[...] = sliced[batch_index, ...]; lhs has the dims of sliced without the leading axis. */
-cn_asgn *cn_asgn_fetch_slice(cn_ctx *ctx, cn_node *lhs, cn_symbol batch_index, cn_node *sliced);
-cn_asgn *cn_asgn_fetch_embed_symbol(cn_ctx *ctx, cn_node *lhs, cn_symbol sym);
-cn_asgn *cn_asgn_fetch_embed_self_id(cn_ctx *ctx, cn_node *lhs);
+CN_API cn_asgn *cn_asgn_fetch_slice(cn_ctx *ctx, cn_node *lhs, cn_symbol batch_index,
+                                    cn_node *sliced);
+CN_API cn_asgn *cn_asgn_fetch_embed_symbol(cn_ctx *ctx, cn_node *lhs, cn_symbol sym);
+CN_API cn_asgn *cn_asgn_fetch_embed_self_id(cn_ctx *ctx, cn_node *lhs);
 /* Fills with *dim, read when the assignment is lowered (a size solved later by inference). */
-cn_asgn *cn_asgn_fetch_embed_dim(cn_ctx *ctx, cn_node *lhs, const int64_t *dim);
-cn_asgn *cn_asgn_seq(cn_ctx *ctx, int count, cn_asgn *const *items);
-cn_asgn *cn_asgn_comment(cn_ctx *ctx, const char *text, cn_asgn *body);
-cn_asgn *cn_asgn_noop(cn_ctx *ctx);
+CN_API cn_asgn *cn_asgn_fetch_embed_dim(cn_ctx *ctx, cn_node *lhs, const int64_t *dim);
+CN_API cn_asgn *cn_asgn_seq(cn_ctx *ctx, int count, cn_asgn *const *items);
+CN_API cn_asgn *cn_asgn_comment(cn_ctx *ctx, const char *text, cn_asgn *body);
+CN_API cn_asgn *cn_asgn_noop(cn_ctx *ctx);
 /* The assignments in %cd syntax (`c =:+ a * b;`), one per line. Arena-owned. */
-const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
+CN_API const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
 
 /* ---- Routines ------------------------------------------------------------------------------ */
 
@@ -392,27 +408,27 @@ typedef struct cn_routine cn_routine;
 /* Lowers, optimizes and compiles an assignments tree for a backend. name: a letter, then ASCII
  * letters, digits and '_', not starting with cn_ or CN_ (generated C spells it with suffixes:
  * NAME_entry). */
-cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
-                               const char *name);
+CN_API cn_routine *cn_routine_compile(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
+                                      const char *name);
 /* Compiles n routines (asgns[k] named names[k]) as n calls of cn_routine_compile would, except
  * that the generated-C backend runs the C compilers of the routines missing from the cache at the
  * same time (one compiler process per online processor at a time, the largest first): a model's
  * routines compile in about the time of the longest, or of their total over the processors. CN_OK
  * with out[k] set for every k; otherwise the status of the first failure, its message, and every
  * out[k] NULL (no routine kept). */
-cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
-                                  const char *const *names, cn_backend_kind backend,
-                                  cn_routine **out);
+CN_API cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *const *asgns,
+                                         const char *const *names, cn_backend_kind backend,
+                                         cn_routine **out);
 /* Whether the routine reads the static index symbol (binding one it does not read fails). */
-bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
+CN_API bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
 /* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */
-cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
-cn_status cn_routine_run(cn_routine *routine);
+CN_API cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
+CN_API cn_status cn_routine_run(cn_routine *routine);
 /* The loop IR (after optimization) and, for the C backend, the generated source. Owned by the
  * routine. */
-const char *cn_routine_loops(const cn_routine *routine);
-const char *cn_routine_source(const cn_routine *routine);
-void cn_routine_free(cn_routine *routine);
+CN_API const char *cn_routine_loops(const cn_routine *routine);
+CN_API const char *cn_routine_source(const cn_routine *routine);
+CN_API void cn_routine_free(cn_routine *routine);
 
 /* ---- Tensors, autodiff, training ------------------------------------------------------------ */
 
@@ -422,19 +438,19 @@ void cn_routine_free(cn_routine *routine);
 typedef struct cn_graph cn_graph;
 typedef struct cn_tensor cn_tensor;
 
-cn_graph *cn_graph_create(cn_ctx *ctx);
-cn_ctx *cn_graph_ctx(const cn_graph *g);
+CN_API cn_graph *cn_graph_create(cn_ctx *ctx);
+CN_API cn_ctx *cn_graph_ctx(const cn_graph *g);
 /* The value precision of tensors built from now on (default single). */
-void cn_graph_set_prec(cn_graph *g, cn_prec prec);
+CN_API void cn_graph_set_prec(cn_graph *g, cn_prec prec);
 /* The global random seed (default: the context's option "random_seed", else 42); fails once random
  * init code has been built. */
-cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed);
+CN_API cn_status cn_graph_set_seed(cn_graph *g, uint32_t seed);
 /* How a kernel term written without a padding marker ("o+k", where "o=+k" is padded and "o<+k"
  * valid) reads in the einsum specs (and %cd ~logic specs) of tensors built from now on: OCANNL's
  * use_padding in scope (convolution-is-a-contraction: the marker is "omitted where use_padding is
  * in scope"). CN_USE_PADDING_UNSET (default): such a term is an error naming its column. */
 typedef enum { CN_USE_PADDING_UNSET, CN_USE_PADDING_FALSE, CN_USE_PADDING_TRUE } cn_use_padding;
-void cn_graph_set_use_padding(cn_graph *g, cn_use_padding use_padding);
+CN_API void cn_graph_set_use_padding(cn_graph *g, cn_use_padding use_padding);
 
 /* The axes of one row: n < 0 leaves the row to inference; a size 0 leaves that axis's size to
  * inference. labels may be NULL. */
@@ -455,83 +471,85 @@ typedef enum { CN_GRAD_IF_NEEDED, CN_GRAD_PROHIBIT, CN_GRAD_REQUIRE } cn_grad_sp
  * the axis broadcasts to any size (pointwise and through compose), and a result of numbers alone
  * keeps it (|->1). Data: a literal with the given rows (dims given: Exact), or, with dims NULL,
  * values laid into whatever axes inference assigns (Total_elems, a reshape). */
-cn_tensor *cn_tensor_number(cn_graph *g, double value);
-cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims, const double *values,
-                          size_t count);
+CN_API cn_tensor *cn_tensor_number(cn_graph *g, double value);
+CN_API cn_tensor *cn_tensor_data(cn_graph *g, const char *label, const cn_dims *dims,
+                                 const double *values, size_t count);
 /* A parameter: differentiable, its value initialized by init's value (NULL: the default
  * 0.5 * (uniform1 - 0.5)); dims NULL or rows with n < 0 are inferred, but a parameter's
  * dimension that nothing determines is an error at materialization. A number init
  * (cn_tensor_number) fills the parameter without fixing its shape; such a parameter, when nothing
  * determines it, gets the fewest axes its uses need instead of an error. */
-cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims, cn_tensor *init);
+CN_API cn_tensor *cn_tensor_param(cn_graph *g, const char *label, const cn_dims *dims,
+                                  cn_tensor *init);
 
 /* Fetch terminals: each cell's row-major offset (uint32; shape inferred), the tensor's own node
  * id as a uint4x32 word {id, 0, 0, 0}, and a static index symbol's value (scalars). */
-cn_tensor *cn_tensor_range_over_offsets(cn_graph *g);
-cn_tensor *cn_tensor_embed_self_id(cn_graph *g);
-cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym);
+CN_API cn_tensor *cn_tensor_range_over_offsets(cn_graph *g);
+CN_API cn_tensor *cn_tensor_embed_self_id(cn_graph *g);
+CN_API cn_tensor *cn_tensor_embed_symbol(cn_graph *g, cn_symbol sym);
 /* The graph's global seed as a uint4x32 scalar {seed, 0, 0, 0}, one tensor shared by every use
  * (convolution-is-a-contraction's `random_seed ()`); building it fixes the seed. */
-cn_tensor *cn_tensor_random_seed(cn_graph *g);
+CN_API cn_tensor *cn_tensor_random_seed(cn_graph *g);
 /* threefry4x32 of the configured variant, the one the initializers use: the 2-round ("light",
  * OCANNL's default_prng_variant) CN_OP_THREEFRY_LIGHT of key and counter, pointwise. */
-cn_tensor *cn_tensor_threefry4x32(cn_graph *g, cn_tensor *key, cn_tensor *counter);
+CN_API cn_tensor *cn_tensor_threefry4x32(cn_graph *g, cn_tensor *key, cn_tensor *counter);
 /* Counter-based random values in [0, 1) at the graph's precision, shape inferred
  * (convolution-is-a-contraction): uniform1 =
  * uint4x32_to_prec_uniform1(threefry(threefry(embed_self_id, seed), range_over_offsets)), one value
  * per cell; uniform_at hashes an extra counter tensor into the key; uniform is the vectorized
  * conversion (16 / bytes(prec) values per hashed cell). */
-cn_tensor *cn_tensor_uniform1(cn_graph *g);
-cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter);
-cn_tensor *cn_tensor_uniform(cn_graph *g);
+CN_API cn_tensor *cn_tensor_uniform1(cn_graph *g);
+CN_API cn_tensor *cn_tensor_uniform_at(cn_graph *g, cn_tensor *counter);
+CN_API cn_tensor *cn_tensor_uniform(cn_graph *g);
 
 /* Pointwise application of a primitive op with broadcasting (syntax-extensions-cd-op "."): arity 1,
  * 2 or 3. */
-cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args);
+CN_API cn_tensor *cn_tensor_apply(cn_graph *g, cn_op op, int n_args, cn_tensor *const *args);
 /* Generalized einsum with 1, 2 or 3 operands: v =:accum prim(v1, ...) over the spec's
  * projections; e.g. `+*` is (ADD, MUL), `++` (ADD, ID), `@^+` (MAX, ADD), `@^^` (MAX, ID).
  * Strides and dilations are integers in the spec; an affine axis without '<' or '=' is valid. */
-cn_tensor *cn_tensor_einsum(cn_graph *g, const char *spec, cn_op accum, cn_op prim, int n_args,
-                            cn_tensor *const *args);
+CN_API cn_tensor *cn_tensor_einsum(cn_graph *g, const char *spec, cn_op accum, cn_op prim,
+                                   int n_args, cn_tensor *const *args);
 /* The same with the compose logic (`*`: rhs2's output axes feed rhs1's input axes) or the
  * transpose logic (unary, input and output rows swapped). */
-cn_tensor *cn_tensor_compose(cn_graph *g, cn_op accum, cn_op prim, cn_tensor *a, cn_tensor *b);
-cn_tensor *cn_tensor_transpose(cn_graph *g, cn_tensor *a);
+CN_API cn_tensor *cn_tensor_compose(cn_graph *g, cn_op accum, cn_op prim, cn_tensor *a,
+                                    cn_tensor *b);
+CN_API cn_tensor *cn_tensor_transpose(cn_graph *g, cn_tensor *a);
 /* Everything built from t is not differentiated through t. */
-cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t);
+CN_API cn_tensor *cn_tensor_stop_gradient(cn_graph *g, cn_tensor *t);
 /* The leftmost batch axis of t at a static index symbol (`@|`). */
-cn_tensor *cn_tensor_batch_slice(cn_graph *g, cn_tensor *t, cn_symbol index);
+CN_API cn_tensor *cn_tensor_batch_slice(cn_graph *g, cn_tensor *t, cn_symbol index);
 
 /* Whether t has a gradient: PROHIBIT (e.g. a frozen parameter: backprop stops there and SGD
  * leaves it alone), REQUIRE (a gradient node even when nothing below t needs one), IF_NEEDED (the
  * default: parameters always, operations when an operand has one). Only before t is used by
  * another tensor or materialized. */
-cn_status cn_tensor_set_grad_spec(cn_tensor *t, cn_grad_spec spec);
-cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
-const char *cn_tensor_label(const cn_tensor *t);
-int cn_tensor_id(const cn_tensor *t);
-bool cn_tensor_is_diff(const cn_tensor *t);
+CN_API cn_status cn_tensor_set_grad_spec(cn_tensor *t, cn_grad_spec spec);
+CN_API cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
+CN_API const char *cn_tensor_label(const cn_tensor *t);
+CN_API int cn_tensor_id(const cn_tensor *t);
+CN_API bool cn_tensor_is_diff(const cn_tensor *t);
 /* "2|3->4" (batch|input->output); unsolved parts print as variables. Arena-owned. */
-const char *cn_tensor_shape(const cn_tensor *t);
+CN_API const char *cn_tensor_shape(const cn_tensor *t);
 /* The nodes (materializing the graph first): NULL with a message if shapes do not close. The
  * gradient is NULL for a tensor without one. */
-cn_node *cn_tensor_value(cn_tensor *t);
-cn_node *cn_tensor_grad(cn_tensor *t);
+CN_API cn_node *cn_tensor_value(cn_tensor *t);
+CN_API cn_node *cn_tensor_grad(cn_tensor *t);
 /* The tensor's values (or its gradient's) as a readable grid (a block per batch cell, output
  * cells as rows, input cells as columns, long axes elided in the middle), or as one JSON line
  * {"label", "batch", "input", "output", "values" (memory order, full precision)}. Owned by the
  * graph and valid until its next cn_tensor_format (the buffer is reused, so printing every step
  * of a long loop takes no new memory); NULL with a message if the tensor cannot be
  * materialized. */
-const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
+CN_API const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
 
 /* A node of its own, written only by standalone updates (a %cd inline declaration, an optimizer
  * state): zero-filled, not differentiable, rows given or inferred from the updates. */
-cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims);
+CN_API cn_tensor *cn_tensor_buffer(cn_graph *g, const char *label, const cn_dims *dims);
 
 /* t's gradient as a (non-differentiable) tensor of t's shape, to read in expressions (the %cd
  * `p.grad` inside an embedded expression); it is computed by backprop, never by forward code. */
-cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t);
+CN_API cn_tensor *cn_tensor_grad_of(cn_graph *g, cn_tensor *t);
 
 /* Standalone assignments (contraction-is-emergent's producer regime): `lhs <accum>= prim(args...)`,
  * `=:` when init, contributing their own constraint to inference through `logic`: "." pointwise,
@@ -544,9 +562,9 @@ typedef struct {
   bool grad;
 } cn_tref;
 typedef struct cn_update cn_update;
-cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim, int n_args,
-                           const cn_tref *args, const char *logic);
-cn_asgn *cn_graph_update_code(cn_graph *g, cn_update *u);
+CN_API cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim,
+                                  int n_args, const cn_tref *args, const char *logic);
+CN_API cn_asgn *cn_graph_update_code(cn_graph *g, cn_update *u);
 
 /* Code. Each materializes the graph and returns an assignments tree to compile with
  * cn_routine_compile (trees can be joined with cn_asgn_seq into one routine).
@@ -560,16 +578,16 @@ cn_asgn *cn_graph_update_code(cn_graph *g, cn_update *u);
  *     m =: momentum * m + delta and delta = nesterov ? delta + momentum * m : m; then
  *     p =- learning_rate * delta, where learning_rate is a tensor expression (its forward code
  *     comes first), so a schedule over a step symbol works. */
-cn_asgn *cn_graph_forward(cn_graph *g, cn_tensor *t);
-cn_asgn *cn_graph_init_params(cn_graph *g, cn_tensor *t);
-cn_asgn *cn_graph_backprop(cn_graph *g, cn_tensor *loss);
-cn_asgn *cn_graph_grad_update(cn_graph *g, cn_tensor *loss);
+CN_API cn_asgn *cn_graph_forward(cn_graph *g, cn_tensor *t);
+CN_API cn_asgn *cn_graph_init_params(cn_graph *g, cn_tensor *t);
+CN_API cn_asgn *cn_graph_backprop(cn_graph *g, cn_tensor *loss);
+CN_API cn_asgn *cn_graph_grad_update(cn_graph *g, cn_tensor *loss);
 typedef struct {
   cn_tensor *learning_rate;
   double momentum, weight_decay;
   bool nesterov;
 } cn_sgd;
-cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
+CN_API cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
 /* Global-norm gradient clipping (torch.nn.utils.clip_grad_norm_, as nanoGPT clips at 1.0): over
  * every differentiable parameter p of loss, total = sqrt(sum_p sum(p.grad^2)) and
  * scale = min(1, max_norm / (total + 1e-6)) (in double), then p.grad =: scale * p.grad for each.
@@ -577,7 +595,7 @@ cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *sgd);
  * e.g. cn_asgn_seq of grad_update, clip_grad_norm and adam_update, so the scale is computed once
  * per step from all the gradients before any parameter moves, for SGD and Adam alike. max_norm
  * must be positive and finite. */
-cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm);
+CN_API cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm);
 /* Adam (Kingma & Ba, bias-corrected) and AdamW (decoupled weight decay): for each parameter p
  * of loss, with p's Adam step counter t (a state scalar of its own, like its moments, so a second
  * update tree of p continues the first while two updates of different parameters count their
@@ -601,18 +619,18 @@ typedef struct {
   double beta1, beta2, eps, weight_decay;
   bool decoupled, decay_matrices_only;
 } cn_adam;
-cn_adam cn_adam_defaults(cn_tensor *learning_rate);
-cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam);
+CN_API cn_adam cn_adam_defaults(cn_tensor *learning_rate);
+CN_API cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam *adam);
 /* The parameters of t (its params set), in creation order; returns the count, writes at most
  * cap. */
-int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
+CN_API int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
 
 /* ---- The operation library (src/tensor/library.c) ----
  * Structured operations composed from the constructors above, so each has the gradient of its
  * pieces. Primitive ops have no wrappers: use cn_tensor_apply with CN_OP_RELU etc. */
 
 /* `*`: compose with (ADD, MUL), rhs2's output axes feeding rhs1's input axes. */
-cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
+CN_API cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
 /* An operation defined by its code (syntax-extensions-cd-op "Tensor.binop ~op_asn ~grad_asn";
  * contraction-is-emergent's consumer regime). The operands' axes relate by `logic`: NULL or "."
  * pointwise with broadcasting, "@" compose (two operands), or an einsum spec (a kernel term
@@ -637,40 +655,40 @@ typedef struct {
   const char *grad[3];
   bool no_grad;
 } cn_op_code;
-cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args);
+CN_API cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args);
 /* `**.`: a to the power p, pointwise (p is a number: no gradient flows into it). */
-cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p);
+CN_API cn_tensor *cn_tensor_pointpow(cn_graph *g, cn_tensor *a, double p);
 /* Einsum forms: einsum1 `++` (ADD, ID), einsum2 `+*` (ADD, MUL), einsum3 (ADD, MUL3: the sum of
  * triple products), outer_sum `+++` (ADD, ADD), einmax1 `@^^` (MAX, ID), tropical `@^+`
  * (MAX, ADD: max-plus). Under MAX the gradient goes to every operand cell attaining the max. */
-cn_tensor *cn_tensor_einsum1(cn_graph *g, const char *spec, cn_tensor *a);
-cn_tensor *cn_tensor_einsum2(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
-cn_tensor *cn_tensor_einsum3(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b,
-                             cn_tensor *c);
-cn_tensor *cn_tensor_outer_sum(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
-cn_tensor *cn_tensor_einmax1(cn_graph *g, const char *spec, cn_tensor *a);
-cn_tensor *cn_tensor_tropical(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+CN_API cn_tensor *cn_tensor_einsum1(cn_graph *g, const char *spec, cn_tensor *a);
+CN_API cn_tensor *cn_tensor_einsum2(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+CN_API cn_tensor *cn_tensor_einsum3(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b,
+                                    cn_tensor *c);
+CN_API cn_tensor *cn_tensor_outer_sum(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
+CN_API cn_tensor *cn_tensor_einmax1(cn_graph *g, const char *spec, cn_tensor *a);
+CN_API cn_tensor *cn_tensor_tropical(cn_graph *g, const char *spec, cn_tensor *a, cn_tensor *b);
 /* The leftmost batch axis of t at a constant index (the einsum "i...|...->... => ...|...->..."
  * with i the index): the axis has at least index + 1 positions. */
-cn_tensor *cn_tensor_batch_slice_at(cn_graph *g, cn_tensor *t, int64_t index);
+CN_API cn_tensor *cn_tensor_batch_slice_at(cn_graph *g, cn_tensor *t, int64_t index);
 
 /* Index terminals at the graph's precision, never differentiable: range holds 0 .. n-1 along
  * one output axis of size n; range_of_shape has the given rows (all must be given) and each cell
  * its row-major offset in memory order (batch, output, input); offsets is the same with the
  * shape inferred. embed_dim is a scalar holding the size of t's axis `axis` (memory order) once
  * inference has solved it; t is read for its shape only, not computed. */
-cn_tensor *cn_tensor_range(cn_graph *g, int64_t n);
-cn_tensor *cn_tensor_range_of_shape(cn_graph *g, const cn_dims *dims);
-cn_tensor *cn_tensor_offsets(cn_graph *g);
-cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
+CN_API cn_tensor *cn_tensor_range(cn_graph *g, int64_t n);
+CN_API cn_tensor *cn_tensor_range_of_shape(cn_graph *g, const cn_dims *dims);
+CN_API cn_tensor *cn_tensor_offsets(cn_graph *g);
+CN_API cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
 
 /* Along the last output axis (convolution-is-a-contraction "Striding without a kernel"): interleave
  * puts a's cells at the even positions and b's at the odd ones (a and b of equal shape; the
  * result's axis is twice as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must
  * have even size). */
-cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
-cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
-cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
+CN_API cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
+CN_API cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
+CN_API cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
 
 /* 2-D convolution. x: any batch axes and output axes (h, w, ic); kernel: input axes (kh, kw, ic)
  * and output axis oc (memory order [oc, kh, kw, ic]; typically a parameter); bias: NULL or
@@ -686,18 +704,18 @@ typedef struct {
   int64_t stride, dilation;
   bool valid;
 } cn_conv2d;
-cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_tensor *bias,
-                            const cn_conv2d *opts);
+CN_API cn_tensor *cn_tensor_conv2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, cn_tensor *bias,
+                                   const cn_conv2d *opts);
 /* Pooling over windows of window x window cells moved by stride (0: stride = window), valid
  * mode: x has any batch axes and output axes (h, w, channels...) with h = stride*(oh-1) + window
  * (likewise w); the result has output axes (oh, ow, channels...). max_pool2d is tropical with a
  * zero kernel (its gradient goes to the cells attaining each max), avg_pool2d the einsum with a
  * kernel of 1/window^2. */
-cn_tensor *cn_tensor_max_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
-cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
+CN_API cn_tensor *cn_tensor_max_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
+CN_API cn_tensor *cn_tensor_avg_pool2d(cn_graph *g, cn_tensor *x, int64_t window, int64_t stride);
 /* exp(x - max) / sum(exp(x - max)) over all output axes of x, for each batch and input position
  * (the max is reduced with einmax1 and not differentiated: the softmax does not depend on it). */
-cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
 /* Training pieces (src/tensor/train.c). Classes lie along x's output axes (one axis in
  * practice); an example is one batch (and input) position.
  *   log_softmax: x - max - log(sum(exp(x - max))) over the output axes, computed so that no exp
@@ -721,17 +739,17 @@ cn_tensor *cn_tensor_softmax(cn_graph *g, cn_tensor *x);
  * an integer from 0 to 2" (the first bad cell of the labels tensor, row-major), after the routine
  * ran, its example's term NaN.
  * None of argmax, accuracy and confusion is differentiable. */
-cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target);
-cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target);
-cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
-cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
-cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
+CN_API cn_tensor *cn_tensor_log_softmax(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target);
+CN_API cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target);
+CN_API cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
+CN_API cn_tensor *cn_tensor_argmax(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_accuracy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
+CN_API cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels);
 
 /* Embeddings (src/tensor/gather.c; docs/ARCHITECTURE.md "Index-valued projections"):
  *   gather: rows of `table` at the indices `ids` (of an integer precision, or whole numbers of a
@@ -750,8 +768,8 @@ cn_tensor *cn_tensor_confusion(cn_graph *g, cn_tensor *logits, cn_tensor *labels
  * one_hot with another tensor whose only use of the class axis is to sum it against one axis of
  * that tensor (an einsum or compose `table * one_hot ids` with table {V -> D}) is computed as a
  * gather of that axis: the one-hot is never computed nor stored. */
-cn_tensor *cn_tensor_gather(cn_graph *g, cn_tensor *table, cn_tensor *ids);
-cn_tensor *cn_tensor_one_hot(cn_graph *g, cn_tensor *ids, int64_t n_classes);
+CN_API cn_tensor *cn_tensor_gather(cn_graph *g, cn_tensor *table, cn_tensor *ids);
+CN_API cn_tensor *cn_tensor_one_hot(cn_graph *g, cn_tensor *ids, int64_t n_classes);
 
 /* Neural-network blocks (src/tensor/nn.c), composed from primitive ops so their gradients are the
  * core's:
@@ -762,9 +780,9 @@ cn_tensor *cn_tensor_one_hot(cn_graph *g, cn_tensor *ids, int64_t n_classes);
  *     every batch and input position: typically parameters initialized to 1 and 0
  *     (cn_tensor_param with init cn_tensor_number(g, 1) / cn_tensor_number(g, 0), whose shape
  *     inference then gives the output row); eps must be finite and >= 0 (1e-5 is usual). */
-cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_tensor *shift,
-                                double eps);
+CN_API cn_tensor *cn_tensor_gelu(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale,
+                                       cn_tensor *shift, double eps);
 /* Dropout: each cell of x is zeroed with probability rate, the others divided by 1 - rate, by a
  * counter-based mask uniform_at(step) < rate (a threefry hash of the mask's own tensor id, the
  * graph's seed, step's raw bits and the cell's offset: the same for a seed and step, another for
@@ -773,7 +791,7 @@ cn_tensor *cn_tensor_layer_norm(cn_graph *g, cn_tensor *x, cn_tensor *scale, cn_
  * the step number before each run). Evaluation is signalled by the rate: a rate buffer set to 0
  * (cn_node_set_values) makes the result x exactly, without recompiling; a rate of
  * cn_tensor_number(g, 0) is the identity for good. */
-cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tensor *step);
+CN_API cn_tensor *cn_tensor_dropout(cn_graph *g, cn_tensor *x, cn_tensor *rate, cn_tensor *step);
 
 /* Causal attention (src/tile/attention.c). The mask is a Tile constraint k <= q on every product
  * that could read a future key (scores, the softmax's max and sum, the normalization, the mix with
@@ -818,13 +836,13 @@ typedef struct {
   cn_tensor *dropout_rate, *dropout_step;
   bool last_position;
 } cn_attention;
-cn_tensor *cn_tensor_causal_softmax(cn_graph *g, cn_tensor *scores);
-cn_tensor *cn_tensor_causal_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_tensor *v,
-                                 cn_tensor *rate, cn_tensor *step);
-cn_tensor *cn_tensor_causal_attention(cn_graph *g, cn_tensor *x, const char *prefix,
-                                      const cn_attention *cfg);
-cn_tensor *cn_tensor_transformer_block(cn_graph *g, cn_tensor *x, const char *prefix,
-                                       const cn_attention *cfg);
+CN_API cn_tensor *cn_tensor_causal_softmax(cn_graph *g, cn_tensor *scores);
+CN_API cn_tensor *cn_tensor_causal_sdpa(cn_graph *g, cn_tensor *q, cn_tensor *k, cn_tensor *v,
+                                        cn_tensor *rate, cn_tensor *step);
+CN_API cn_tensor *cn_tensor_causal_attention(cn_graph *g, cn_tensor *x, const char *prefix,
+                                             const cn_attention *cfg);
+CN_API cn_tensor *cn_tensor_transformer_block(cn_graph *g, cn_tensor *x, const char *prefix,
+                                              const cn_attention *cfg);
 
 /* Random initializers of inferred shape (use them as a parameter's init), built from uniform1 /
  * uniform_at and arithmetic, so they are deterministic like those:
@@ -833,11 +851,11 @@ cn_tensor *cn_tensor_transformer_block(cn_graph *g, cn_tensor *x, const char *pr
  *   xavier: uniform in [-b, b) with b = sqrt(6 / (fan_in + fan_out));
  *   kaiming_uniform: uniform in [-b, b) with b = sqrt(6 / fan_in) (variance 2 / fan_in);
  *   kaiming_normal: normal with standard deviation sqrt(2 / fan_in). */
-cn_tensor *cn_tensor_normal(cn_graph *g);
-cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter);
-cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
-cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
-cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
+CN_API cn_tensor *cn_tensor_normal(cn_graph *g);
+CN_API cn_tensor *cn_tensor_normal_at(cn_graph *g, cn_tensor *counter);
+CN_API cn_tensor *cn_tensor_xavier(cn_graph *g, double fan_in, double fan_out);
+CN_API cn_tensor *cn_tensor_kaiming_uniform(cn_graph *g, double fan_in);
+CN_API cn_tensor *cn_tensor_kaiming_normal(cn_graph *g, double fan_in);
 
 /* ---- Tile (src/tile, tile-edsl) ------------------------------------------------------------- */
 
@@ -871,7 +889,8 @@ typedef struct {
  * (a pointwise result's shape is only known once the graph is materialized). The result has the
  * statement's output axes as output axes. Errors are positioned ("... at column C" with the text
  * and a caret). */
-cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_binding *bindings);
+CN_API cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings,
+                          const cn_tile_binding *bindings);
 
 /* Tile functions: the body of a tile-edsl function in its Python flavor or its C++ flavor
  * (`Tensor f(const Tensor& I) { TensorDim N; I.bind_dims(N); ...; return O; }`, the header
@@ -896,9 +915,9 @@ cn_tensor *cn_tile(cn_graph *g, const char *text, int n_bindings, const cn_tile_
  * NULL: the function's name). NULL with a message on a syntax error. The function lives in
  * ctx's arena and applies to graphs of ctx. */
 typedef struct cn_tile_fn cn_tile_fn;
-cn_tile_fn *cn_tile_fn_create(cn_ctx *ctx, const char *name, int n_params,
-                              const char *const *params, const char *body, const char *file,
-                              int line, int col);
+CN_API cn_tile_fn *cn_tile_fn_create(cn_ctx *ctx, const char *name, int n_params,
+                                     const char *const *params, const char *body, const char *file,
+                                     int line, int col);
 /* An argument: a tensor, or (tensor NULL) an integer dim (e.g. a stride). */
 typedef struct {
   cn_tensor *tensor;
@@ -908,7 +927,8 @@ typedef struct {
  * contractions and elementwise statements in g and returns the result, an ordinary tensor with
  * output axes (or an argument itself). Tensor arguments must have known shapes where the body
  * uses them. NULL with a positioned message. */
-cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args, const cn_tile_arg *args);
+CN_API cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args,
+                                   const cn_tile_arg *args);
 
 /* The seed's examples as operations (src/tile/library.c), each a Tile function; shapes are the
  * tensors' dims in memory order (I is x, K the kernel):
@@ -925,17 +945,17 @@ cn_tensor *cn_tile_fn_apply(cn_graph *g, const cn_tile_fn *fn, int n_args, const
  *     d0, d1, "same-lower" padding -> [N, Y0, Y1, G, GCO] with Yi = (Xi + si - 1) / si, reading
  *     I[n, si*yi + di*ki - Pi, ...] with Pi = ((Yi - 1) si + di (Ki - 1) + 1 - Xi) / 2
  *     (cells outside I are skipped). */
-cn_tensor *cn_tile_sum_over_axis(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tile_max_over_axis(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tile_global_min(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tile_average(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tile_max_pool_1d(cn_graph *g, cn_tensor *x, bool round_up);
-cn_tensor *cn_tile_cumsum(cn_graph *g, cn_tensor *x);
-cn_tensor *cn_tile_conv_1d(cn_graph *g, cn_tensor *x, cn_tensor *kernel);
-cn_tensor *cn_tile_conv_2d_dilated(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t d0,
-                                   int64_t d1);
-cn_tensor *cn_tile_complex_conv_2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t s0,
-                                   int64_t s1, int64_t d0, int64_t d1);
+CN_API cn_tensor *cn_tile_sum_over_axis(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tile_max_over_axis(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tile_global_min(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tile_average(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tile_max_pool_1d(cn_graph *g, cn_tensor *x, bool round_up);
+CN_API cn_tensor *cn_tile_cumsum(cn_graph *g, cn_tensor *x);
+CN_API cn_tensor *cn_tile_conv_1d(cn_graph *g, cn_tensor *x, cn_tensor *kernel);
+CN_API cn_tensor *cn_tile_conv_2d_dilated(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t d0,
+                                          int64_t d1);
+CN_API cn_tensor *cn_tile_complex_conv_2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel, int64_t s0,
+                                          int64_t s1, int64_t d0, int64_t d1);
 
 /* ---- Datasets (src/tensor/datasets.c) -------------------------------------------------------- */
 
@@ -945,7 +965,8 @@ cn_tensor *cn_tile_complex_conv_2d(cn_graph *g, cn_tensor *x, cn_tensor *kernel,
  * (1 - cos t, 0.5 - sin t), label -1; t is uniform in [0, pi) and each coordinate gets Gaussian
  * noise of standard deviation `noise`. The interleaving gives every batch of an even number of
  * consecutive points as many points of each class. xy holds 2n values, labels n. */
-void cn_dataset_half_moons(uint64_t seed, double noise, size_t n, double *xy, double *labels);
+CN_API void cn_dataset_half_moons(uint64_t seed, double noise, size_t n, double *xy,
+                                  double *labels);
 
 /* ---- Data files and checkpoints (src/data) --------------------------------------------------- */
 
@@ -957,8 +978,8 @@ typedef struct {
   int64_t dims[CN_MAX_RANK];
   void *cells;
 } cn_array;
-int64_t cn_array_numel(const cn_array *a);
-void cn_array_free(cn_array *a);
+CN_API int64_t cn_array_numel(const cn_array *a);
+CN_API void cn_array_free(cn_array *a);
 
 /* IDX files (the MNIST family: magic 0 0 type rank, big-endian u32 dims, big-endian payload),
  * plain or gzip-compressed (recognized by the gzip magic, whatever the name). Types: u8 -> byte,
@@ -966,17 +987,17 @@ void cn_array_free(cn_array *a);
  * file, a truncated header or payload, a wrong magic, a size that overflows, a claim beyond
  * 2^31 cells or trailing bytes fail with a message naming the file, the byte offset and what was
  * expected; nothing is left in *out then. */
-cn_status cn_data_load_idx(cn_ctx *ctx, const char *path, cn_array *out);
+CN_API cn_status cn_data_load_idx(cn_ctx *ctx, const char *path, cn_array *out);
 /* NumPy .npy files, header versions 1.0, 2.0 and 3.0, little- or big-endian, C order: dtypes
  * u1 u2 i4 u4 i8 u8 f2 f4 f8 (byte, uint16, int32, uint32, int64, uint64, half, single,
  * double), and on load also i1, i2 and b1 (widened to int32, int32, byte). Fortran order is
  * refused with a message. Saving writes version 1.0 (2.0 for a header past 65535 bytes),
  * little-endian; bfloat16, fp8 and uint4x32 have no NumPy dtype and are refused. */
-cn_status cn_data_load_npy(cn_ctx *ctx, const char *path, cn_array *out);
-cn_status cn_data_save_npy(cn_ctx *ctx, const char *path, const cn_array *a);
+CN_API cn_status cn_data_load_npy(cn_ctx *ctx, const char *path, cn_array *out);
+CN_API cn_status cn_data_save_npy(cn_ctx *ctx, const char *path, const cn_array *a);
 /* Either of the two, told apart by the file's first bytes: .npy's magic "\x93NUMPY", else IDX
  * (plain or gzip). The file is read once. */
-cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out);
+CN_API cn_status cn_data_load(cn_ctx *ctx, const char *path, cn_array *out);
 
 /* safetensors files (8-byte little-endian header length, a JSON header of
  * {"NAME": {"dtype", "shape", "data_offsets"}} plus "__metadata__", then the payload), with
@@ -999,14 +1020,14 @@ typedef struct {
 typedef struct {
   const char *key, *value;
 } cn_metadata_entry;
-cn_status cn_data_save_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
-                                   const cn_named_node *nodes, int n_meta,
-                                   const cn_metadata_entry *meta);
+CN_API cn_status cn_data_save_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
+                                          const cn_named_node *nodes, int n_meta,
+                                          const cn_metadata_entry *meta);
 /* With n_meta_out and meta_out not NULL, the file's metadata entries (arena-owned, without
  * cannl_crc32) are returned too. */
-cn_status cn_data_load_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
-                                   const cn_named_node *nodes, int *n_meta_out,
-                                   cn_metadata_entry **meta_out);
+CN_API cn_status cn_data_load_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
+                                          const cn_named_node *nodes, int *n_meta_out,
+                                          cn_metadata_entry **meta_out);
 /* A data set: arrays of examples along their axis 0 (images and labels, say), all with the same
  * count, shown to a graph as one tensor each, in the array's precision, with batch axes
  * [batches, batch_size] and the array's other axes as output axes: `t @| batch` (a static index
@@ -1019,21 +1040,21 @@ cn_status cn_data_load_safetensors(cn_ctx *ctx, const char *path, int n_nodes,
  * which materializes the graph (so call it once the model is built) and rewrites them only
  * when the order changes. Arena-owned by the graph's context. */
 typedef struct cn_dataset cn_dataset;
-cn_dataset *cn_dataset_create(cn_graph *g, const char *label, int n_arrays, cn_array *arrays,
-                              int64_t batch_size, bool shuffle, uint64_t seed);
-cn_tensor *cn_dataset_tensor(const cn_dataset *d, int k);
-int64_t cn_dataset_batches(const cn_dataset *d);
-int64_t cn_dataset_examples(const cn_dataset *d);
-cn_status cn_dataset_begin_epoch(cn_dataset *d, uint64_t epoch);
+CN_API cn_dataset *cn_dataset_create(cn_graph *g, const char *label, int n_arrays, cn_array *arrays,
+                                     int64_t batch_size, bool shuffle, uint64_t seed);
+CN_API cn_tensor *cn_dataset_tensor(const cn_dataset *d, int k);
+CN_API int64_t cn_dataset_batches(const cn_dataset *d);
+CN_API int64_t cn_dataset_examples(const cn_dataset *d);
+CN_API cn_status cn_dataset_begin_epoch(cn_dataset *d, uint64_t epoch);
 /* A counter-based permutation of [0, n): the example that slot i of epoch e's order holds (a
  * bijection for each (seed, epoch), computed from no state: a keyed six-round Feistel network
  * over the smallest power of 4 >= n, walked until the value falls in [0, n)). -1 unless
  * 1 <= n < 2^62 and 0 <= i < n. */
-int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i);
+CN_API int64_t cn_dataset_permute(uint64_t seed, uint64_t epoch, int64_t n, int64_t i);
 /* A held-out split: moves n_test examples, chosen by the seeded permutation, out of each of the
  * n arrays into test[k] (in their original order; the rest keep theirs). 0 <= n_test <= count. */
-cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test, uint64_t seed,
-                           cn_array *test);
+CN_API cn_status cn_dataset_split(cn_ctx *ctx, int n, cn_array *arrays, int64_t n_test,
+                                  uint64_t seed, cn_array *test);
 
 /* A text corpus (src/data/text.c), for character-level sequence models: the bytes of text files
  * as one sequence of token ids. cn_data_load_text reads the paths in the order given; a
@@ -1062,12 +1083,13 @@ typedef struct {
   int files;       /* files read */
   uint8_t *tokens; /* count token ids (malloc'd) */
 } cn_text;
-cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths, cn_text *out);
-void cn_text_free(cn_text *t);
+CN_API cn_status cn_data_load_text(cn_ctx *ctx, int n_paths, const char *const *paths,
+                                   cn_text *out);
+CN_API void cn_text_free(cn_text *t);
 /* A corpus of len bytes in memory, as cn_data_load_text would make of a file holding exactly them
  * (no "%" line dropped, no newline added; files 0): the vocabulary and split of a model trained
  * elsewhere, or a test's corpus. CN_ERR_INVALID for no byte, CN_ERR_UNSUPPORTED past the limit. */
-cn_status cn_text_from_bytes(cn_ctx *ctx, const void *bytes, size_t len, cn_text *out);
+CN_API cn_status cn_text_from_bytes(cn_ctx *ctx, const void *bytes, size_t len, cn_text *out);
 /* A batch of random windows of a split: for b in [0, batch) and i in [0, context),
  * x[b * context + i] = tokens[s_b + i] and y[b * context + i] = tokens[s_b + i + 1] (the next
  * token), where s_b is a start in the split such that the window and its targets lie in it. The
@@ -1077,9 +1099,9 @@ cn_status cn_text_from_bytes(cn_ctx *ctx, const void *bytes, size_t len, cn_text
  * 1 <= context < the split's length and 1 <= batch <= starts. x and y hold batch * context
  * cells each. */
 typedef enum { CN_TEXT_TRAIN, CN_TEXT_VALID } cn_text_split;
-cn_status cn_text_draw_windows(cn_ctx *ctx, const cn_text *t, cn_text_split split, uint64_t seed,
-                               uint64_t step, int64_t batch, int64_t context, int32_t *x,
-                               int32_t *y);
+CN_API cn_status cn_text_draw_windows(cn_ctx *ctx, const cn_text *t, cn_text_split split,
+                                      uint64_t seed, uint64_t step, int64_t batch, int64_t context,
+                                      int32_t *x, int32_t *y);
 
 /* Sampling and the bigram baseline (src/data/sample.c), for a model whose input is a window of
  * token ids and whose output is logits over the corpus's vocabulary.
@@ -1120,11 +1142,12 @@ typedef struct {
   const char *prompt; /* prompt_len bytes, NULL: "\n" */
   size_t prompt_len;
 } cn_sample_options;
-cn_status cn_text_sample(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
-                         cn_backend_kind backend, const cn_sample_options *o, char *out);
-double cn_text_sample_uniform(uint64_t seed, uint64_t i);
-int cn_text_sample_pick(const double *logits, int vocab, double temperature, double u);
-cn_status cn_text_bigram_loss(cn_ctx *ctx, const cn_text *t, cn_text_split split, double *loss);
+CN_API cn_status cn_text_sample(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
+                                cn_backend_kind backend, const cn_sample_options *o, char *out);
+CN_API double cn_text_sample_uniform(uint64_t seed, uint64_t i);
+CN_API int cn_text_sample_pick(const double *logits, int vocab, double temperature, double u);
+CN_API cn_status cn_text_bigram_loss(cn_ctx *ctx, const cn_text *t, cn_text_split split,
+                                     double *loss);
 
 /* Ahead-of-time export: the forward code of output, computed from input, as a self-contained C
  * file DIR/NAME.c and a header DIR/NAME.h declaring
@@ -1139,8 +1162,8 @@ cn_status cn_text_bigram_loss(cn_ctx *ctx, const cn_text *t, cn_text_split split
  * NAME_forward keeps its intermediates in static arrays: it is not reentrant. NAME must pass the
  * rule of routine names (cn_routine_compile); labels and shapes appear only in comments, escaped
  * (a label is never code). */
-cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, const char *name,
-                            const char *dir);
+CN_API cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output,
+                                   const char *name, const char *dir);
 /* The sampler of an exported language model (cannl export --sampler): DIR/NAME_sample.c and
  * DIR/NAME_sample.h, standard C that calls NAME_forward (cn_graph_export_c of the same input,
  * logits and NAME) and declares
@@ -1153,15 +1176,15 @@ cn_status cn_graph_export_c(cn_graph *g, cn_tensor *input, cn_tensor *output, co
  * logits holding a NaN. Built with -DNAME_SAMPLE_MAIN it has a main(): `NAME_sample [COUNT
  * [TEMPERATURE [SEED [PROMPT]]]]` (defaults 500, 1, 0, "\n") prints the text. Input and logits
  * are checked as for cn_text_sample (and single precision, as for cn_graph_export_c). */
-cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input, cn_tensor *logits,
-                                 const char *name, const char *dir);
+CN_API cn_status cn_text_export_sampler(cn_graph *g, const cn_text *t, cn_tensor *input,
+                                        cn_tensor *logits, const char *name, const char *dir);
 
 /* The training state of t: each parameter of t by its label, then the optimizer state that
  * updates built for them (SGD momentum "<param>.sgd_momentum", Adam's "<param>.adam_m",
  * "<param>.adam_v" and "<param>.adam_step"), in creation order; the nodes a checkpoint holds.
  * Returns the count (materializing the graph first; -1 with a message on failure, or when two
  * entries share a label), writes at most cap. */
-int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap);
+CN_API int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap);
 
 /* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */
 
@@ -1194,10 +1217,10 @@ typedef struct {
   bool export_sampler;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
-cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
-                          const cn_notation_options *opts);
+CN_API cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
+                                 const cn_notation_options *opts);
 /* Parses a script without running it (a syntax error is reported as by cn_notation_run). */
-cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text);
+CN_API cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text);
 /* Names the text refers to: a tensor, or (tensor NULL) a host number. */
 typedef struct {
   const char *name;
@@ -1206,12 +1229,12 @@ typedef struct {
 } cn_notation_binding;
 /* A %op expression, e.g. cn_notation_op(g, "relu({w} * x + {b; o = [16]})", 1,
  * &(cn_notation_binding){"x", x}). */
-cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
-                          const cn_notation_binding *bindings);
+CN_API cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
+                                 const cn_notation_binding *bindings);
 /* %cd assignments, e.g. cn_notation_cd(g, "c =:+ a * b ~logic:\"@\"", 3, bindings); the tree is
  * ready to compile (the graph is materialized). */
-cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
-                        const cn_notation_binding *bindings);
+CN_API cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
+                               const cn_notation_binding *bindings);
 
 #ifdef __cplusplus
 }
