@@ -1058,6 +1058,14 @@ static void test_deps(void) {
 
 /* ---- Options and the driver ---- */
 
+/* A logging hook appending each message and a newline to the buffer (512 bytes) at user. */
+static void collect_log(void *user, cn_log_level level, const char *message) {
+  (void)level;
+  char *log = user;
+  size_t used = strlen(log);
+  snprintf(log + used, 512 - used, "%s\n", message);
+}
+
 static void test_options(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_sched_options o = {0};
@@ -1108,6 +1116,20 @@ static void test_options(void) {
   CHECK_HAS(cn_ll_to_string(ctx, marks),
             "for i in 0..64 (parallel):\n  for k in 0..40:\n    for j in 0..48:\n      c[i, k]");
   check_same_results(ctx, plain, order);
+
+  /* The driver logs each pass it runs, in passes.def's order, and no other. */
+  char log[512] = "";
+  cn_ctx_set_log(ctx, collect_log, log, CN_LOG_DEBUG);
+  cn_ll_proc *logged = matmul_proc(ctx, abc, iks);
+  CHECK(logged != NULL);
+  o.passes = CN_SCHED_MARKS | CN_SCHED_ORDER | CN_SCHED_FILL;
+  CHECK_INT(cn_sched_proc(ctx, logged, &o), CN_OK);
+  const char *fill = strstr(log, "schedule matmul: fill "),
+             *ord = strstr(log, "schedule matmul: order "),
+             *mark = strstr(log, "schedule matmul: marks ");
+  CHECK_MSG(fill && ord && mark && fill < ord && ord < mark, "log: %s", log);
+  CHECK(!strstr(log, ": jam ") && !strstr(log, ": tile ") && !strstr(log, ": gemm "));
+  CHECK_HAS(log, " ms\n");
   cn_ctx_destroy(ctx);
 }
 

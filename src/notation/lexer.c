@@ -114,30 +114,9 @@ static const struct {
   const char *word;
   nt_tk_kind kind;
 } reserved[] = {
-    {"let", NT_TK_LET},
-    {"in", NT_TK_IN},
-    {"if", NT_TK_IF},
-    {"then", NT_TK_THEN},
-    {"else", NT_TK_ELSE},
-    {"true", NT_TK_TRUE},
-    {"false", NT_TK_FALSE},
-    {"print", NT_TK_PRINT},
-    {"backprop", NT_TK_BACKPROP},
-    {"run", NT_TK_RUN},
-    {"sgd", NT_TK_SGD},
-    {"set_seed", NT_TK_SET_SEED},
-    {"for", NT_TK_FOR},
-    {"to", NT_TK_TO},
-    {"do", NT_TK_DO},
-    {"done", NT_TK_DONE},
-    {"printf", NT_TK_PRINTF},
-    {"adam", NT_TK_ADAM},
-    {"progress", NT_TK_PROGRESS},
-    {"end", NT_TK_END},
-    {"shuffle", NT_TK_SHUFFLE},
-    {"checkpoint", NT_TK_CHECKPOINT},
-    {"save_npy", NT_TK_SAVE_NPY},
-    {"plot", NT_TK_PLOT},
+#define NT_RESERVED(NAME, word) {word, NT_TK_##NAME},
+#include "notation/reserved.def"
+#undef NT_RESERVED
 };
 
 const char *cn_nt_reserved_word(nt_tk_kind kind) {

@@ -35,31 +35,10 @@ typedef enum {
   NT_TK_SEMI,           /* ; */
   NT_TK_SEMISEMI,       /* ;; */
   NT_TK_COMMA,          /* , */
-  /* reserved words */
-  NT_TK_LET,
-  NT_TK_IN,
-  NT_TK_IF,
-  NT_TK_THEN,
-  NT_TK_ELSE,
-  NT_TK_TRUE,
-  NT_TK_FALSE,
-  NT_TK_PRINT,
-  NT_TK_BACKPROP,
-  NT_TK_RUN,
-  NT_TK_SGD,
-  NT_TK_SET_SEED,
-  NT_TK_FOR,
-  NT_TK_TO,
-  NT_TK_DO,
-  NT_TK_DONE,
-  NT_TK_PRINTF,
-  NT_TK_ADAM,
-  NT_TK_PROGRESS,
-  NT_TK_END,
-  NT_TK_SHUFFLE,
-  NT_TK_CHECKPOINT,
-  NT_TK_SAVE_NPY,
-  NT_TK_PLOT
+/* reserved words (reserved.def) */
+#define NT_RESERVED(NAME, word) NT_TK_##NAME,
+#include "notation/reserved.def"
+#undef NT_RESERVED
 } nt_tk_kind;
 
 typedef struct {

@@ -1,11 +1,6 @@
 /* The scheduling stage's driver: the options (which passes run) and their text form, and
- * cn_sched_proc, which runs the selected passes in their order — fill forwarding (fill.c), which
- * leaves a cleared gradient's first update the one statement writing it, virtual nodes (virtual.c),
- * whose inlining changes the nests the others see, GEMM plans (gemm.c) for the GEMM-class nests as
- * the lowering ordered them (their K order is each cell's order of accumulation; the later passes
- * leave planned nests alone), loop order (order.c), fusion (fuse.c) of the ordered
- * nests, tiling (tile.c), the marks (marks.c), then unroll-and-jam (jam.c), which
- * copies the marked loops with their marks.
+ * cn_sched_proc, which runs the selected passes in the order of passes.def (which says why that
+ * order), logging each at the debug level.
  *
  * Contract: cn_sched_proc changes how proc runs, never its results (sched.h); with no pass
  * selected it leaves proc untouched. cn_sched_parse is the one reader of the option text, for the
@@ -14,15 +9,22 @@
 
 #include <string.h>
 
+/* The names of the option text, for the message of an unknown one. */
+static const char option_names[] = "all, none"
+#define CN_SCHED_PASS(NAME, name) ", " #name
+#include "sched/passes.def"
+#undef CN_SCHED_PASS
+    ;
+
 static const struct {
   const char *name;
   unsigned bits;
 } pass_names[] = {
-    {"all", CN_SCHED_ALL},     {"none", 0},
-    {"fill", CN_SCHED_FILL},   {"virtual", CN_SCHED_VIRTUAL},
-    {"order", CN_SCHED_ORDER}, {"fuse", CN_SCHED_FUSE},
-    {"tile", CN_SCHED_TILE},   {"marks", CN_SCHED_MARKS},
-    {"jam", CN_SCHED_JAM},     {"gemm", CN_SCHED_GEMM},
+    {"all", CN_SCHED_ALL},
+    {"none", 0},
+#define CN_SCHED_PASS(NAME, name) {#name, CN_SCHED_##NAME},
+#include "sched/passes.def"
+#undef CN_SCHED_PASS
 };
 
 cn_sched_options cn_sched_default(void) {
@@ -58,9 +60,8 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
     while (stop > start && is_space(stop[-1])) stop--;
     unsigned bits;
     if (!name_bits(start, (size_t)(stop - start), &bits))
-      return cn_fail(ctx, CN_ERR_INVALID,
-                     "schedule '%s': unknown pass '%.*s' (known: " CN_SCHED_OPTION_NAMES ")", text,
-                     (int)(stop - start), start);
+      return cn_fail(ctx, CN_ERR_INVALID, "schedule '%s': unknown pass '%.*s' (known: %s)", text,
+                     (int)(stop - start), start, option_names);
     passes |= bits;
     if (!*end) break;
     item = end + 1;
@@ -70,25 +71,73 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
   return CN_OK;
 }
 
+/* Each pass behind the driver's one signature (passes.def names them run_<name>). */
+static cn_status run_fill(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  (void)o;
+  return cn_sched_fill(ctx, proc);
+}
+
+static cn_status run_virtual(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  return cn_sched_virtual(ctx, proc, o->keep_fusable);
+}
+
+/* With fill forwarding on, a planned GEMM's clear is forwarded into it as well (fill.c). */
+static cn_status run_gemm(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  cn_status st = cn_sched_gemm_plans(ctx, proc, o);
+  if (st == CN_OK && (o->passes & CN_SCHED_FILL)) st = cn_sched_fill_gemm(ctx, proc);
+  return st;
+}
+
+static cn_status run_order(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  (void)o;
+  return cn_sched_order(ctx, proc);
+}
+
+static cn_status run_fuse(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  (void)o;
+  return cn_sched_fuse(ctx, proc);
+}
+
+static cn_status run_tile(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  int64_t l1, llc;
+  cn_sched_cache_sizes(&l1, &llc);
+  return cn_sched_tile(ctx, proc, o->l1_bytes > 0 ? o->l1_bytes : l1,
+                       o->llc_bytes > 0 ? o->llc_bytes : llc);
+}
+
+static cn_status run_marks(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  return cn_sched_marks(ctx, proc,
+                        o->parallel_work > 0 ? o->parallel_work : CN_SCHED_PARALLEL_WORK);
+}
+
+static cn_status run_jam(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  (void)o;
+  return cn_sched_jam(ctx, proc);
+}
+
+static const struct {
+  const char *name;
+  unsigned bit;
+  cn_status (*run)(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o);
+} passes[] = {
+#define CN_SCHED_PASS(NAME, name) {#name, CN_SCHED_##NAME, run_##name},
+#include "sched/passes.def"
+#undef CN_SCHED_PASS
+};
+
+/* After each pass, a debug log line with its time, as Halide's lowering logs each of its passes:
+ * `schedule cnl_3: virtual 0.120 ms`. The clock is read only when such a line is wanted. */
 cn_status cn_sched_proc(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *opts) {
   cn_sched_options o = opts ? *opts : cn_sched_default();
-  cn_status st = CN_OK;
-  if (o.passes & CN_SCHED_FILL) st = cn_sched_fill(ctx, proc);
-  if (st == CN_OK && (o.passes & CN_SCHED_VIRTUAL))
-    st = cn_sched_virtual(ctx, proc, o.keep_fusable);
-  if (st == CN_OK && (o.passes & CN_SCHED_GEMM)) st = cn_sched_gemm_plans(ctx, proc, &o);
-  if (st == CN_OK && (o.passes & CN_SCHED_GEMM) && (o.passes & CN_SCHED_FILL))
-    st = cn_sched_fill_gemm(ctx, proc);
-  if (st == CN_OK && (o.passes & CN_SCHED_ORDER)) st = cn_sched_order(ctx, proc);
-  if (st == CN_OK && (o.passes & CN_SCHED_FUSE)) st = cn_sched_fuse(ctx, proc);
-  if (st == CN_OK && (o.passes & CN_SCHED_TILE)) {
-    int64_t l1, llc;
-    cn_sched_cache_sizes(&l1, &llc);
-    st = cn_sched_tile(ctx, proc, o.l1_bytes > 0 ? o.l1_bytes : l1,
-                       o.llc_bytes > 0 ? o.llc_bytes : llc);
+  bool logged = ctx->log_fn && ctx->log_min <= CN_LOG_DEBUG;
+  for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) {
+    if (!(o.passes & passes[k].bit)) continue;
+    uint64_t start = logged ? cn_now_us() : 0;
+    cn_status st = passes[k].run(ctx, proc, &o);
+    if (st != CN_OK) return st;
+    if (logged)
+      cn_log(ctx, CN_LOG_DEBUG, "schedule %s: %s %.3f ms", proc->name, passes[k].name,
+             (double)(cn_now_us() - start) / 1e3);
   }
-  if (st == CN_OK && (o.passes & CN_SCHED_MARKS))
-    st = cn_sched_marks(ctx, proc, o.parallel_work > 0 ? o.parallel_work : CN_SCHED_PARALLEL_WORK);
-  if (st == CN_OK && (o.passes & CN_SCHED_JAM)) st = cn_sched_jam(ctx, proc);
-  return st;
+  return CN_OK;
 }

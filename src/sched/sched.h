@@ -5,7 +5,8 @@
  * values stored into it (the order of its accumulation) is the one of the unscheduled procedure —
  * and is conservative: when an analysis cannot prove a change legal, the IR is left as it was. A
  * pass builds new IR only through the cn_lb_* constructors of loops.h. The passes run in the order
- * of cn_sched_proc (virtual nodes, loop order, fusion, tiling, marks, then unroll-and-jam), each
+ * of passes.def (fill forwarding, virtual nodes, GEMM plans, loop order, fusion, tiling, marks,
+ * then unroll-and-jam), each
  * can be switched off alone (cn_sched_options) so a failure can be bisected, and each is testable
  * alone through its own entry point below. This stage includes src/loops, src/ir, src/numeric and
  * src/core only; src/runtime calls it. */
@@ -16,22 +17,19 @@
 
 /* ---- The driver (sched.c) ---- */
 
-/* The passes, as bits of cn_sched_options.passes, in the order they run. */
+/* The passes, as bits of cn_sched_options.passes, in the order they run (passes.def). */
 enum {
-  CN_SCHED_FILL = 1u << 7,    /* a clear's constant forwarded into the first update (fill.c) */
-  CN_SCHED_VIRTUAL = 1u << 4, /* virtual nodes inlined at their reads (virtual.c) */
-  CN_SCHED_ORDER = 1u << 0,   /* loop order by a cost model of strides (order.c) */
-  CN_SCHED_TILE = 1u << 1,    /* tiling of nests larger than the cache (tile.c) */
-  CN_SCHED_MARKS = 1u << 2,   /* parallel and vector marks (marks.c) */
-  CN_SCHED_JAM = 1u << 3,     /* unroll-and-jam into the innermost loop (jam.c) */
-  CN_SCHED_FUSE = 1u << 5,    /* fusion of a nest with the next one that reads it (fuse.c) */
-  CN_SCHED_GEMM = 1u << 6,    /* GEMM plans for GEMM-class nests (gemm.c) */
-  CN_SCHED_ALL = CN_SCHED_FILL | CN_SCHED_VIRTUAL | CN_SCHED_GEMM | CN_SCHED_ORDER | CN_SCHED_FUSE |
-                 CN_SCHED_TILE | CN_SCHED_MARKS | CN_SCHED_JAM
+#define CN_SCHED_PASS(NAME, name) CN_SCHED_INDEX_##NAME,
+#include "sched/passes.def"
+#undef CN_SCHED_PASS
+  CN_SCHED_N_PASSES
 };
-
-/* The names cn_sched_parse accepts, for messages and documentation. */
-#define CN_SCHED_OPTION_NAMES "all, none, fill, virtual, gemm, order, fuse, tile, marks, jam"
+enum {
+#define CN_SCHED_PASS(NAME, name) CN_SCHED_##NAME = 1u << CN_SCHED_INDEX_##NAME,
+#include "sched/passes.def"
+#undef CN_SCHED_PASS
+  CN_SCHED_ALL = (1u << CN_SCHED_N_PASSES) - 1
+};
 
 typedef struct {
   unsigned passes; /* CN_SCHED_* bits; 0 runs nothing */
@@ -54,9 +52,9 @@ typedef struct {
 /* Every pass on: the default (what a NULL options pointer means). */
 cn_sched_options cn_sched_default(void);
 /* Reads an option text: "all" (or NULL or ""), "none", or a comma-separated list of pass names
- * ("order,marks"; spaces around names allowed) naming the passes that run, into *out (the other
- * fields the defaults). An unknown or empty name is CN_ERR_INVALID with a message naming it and
- * the known names; *out is then unchanged. */
+ * (passes.def: "order,marks"; spaces around names allowed) naming the passes that run, into *out
+ * (the other fields the defaults). An unknown or empty name is CN_ERR_INVALID with a message naming
+ * it and the known names; *out is then unchanged. */
 cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out);
 /* The L1 data and last-level (the highest level listed) cache sizes of cpu0 in bytes, read once
  * (thread-safe) from the files level,
