@@ -149,6 +149,7 @@ static bool write_svg(const fashion *f, const char *path) {
               fashion_class_names[c], (long long)k);
     }
   }
+  fprintf(out, "</svg>\n");
   return fclose(out) == 0;
 }
 
