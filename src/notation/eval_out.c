@@ -166,7 +166,9 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   double loss = 0;
   if (pr->loss && !read_loss(I, pr, &loss)) return false;
   /* the rate and the time left: of the steps after the first, whose time includes the
-   * compilation of the body; at the first step, of that step */
+   * compilation of the body; at the first step, unknown yet (shown "?", null in JSON, as tqdm
+   * does), unless it is the last */
+  bool known = done > 1 || last;
   double elapsed = t - pr->start, span = done > 1 ? t - pr->first_end : elapsed;
   int64_t steps = done > 1 ? done - 1 : 1;
   double per_step = span / (double)steps;
@@ -189,7 +191,10 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
       fprintf(f, ", \"loss\": %.17g", loss);
     else if (pr->loss) /* as --json prints tensors: NaN and infinities are strings */
       fprintf(f, ", \"loss\": \"%s\"", isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
-    fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s", shown);
+    if (known)
+      fprintf(f, ", \"rate\": %.4g, \"%s\": %.3f}\n", rate, last ? "elapsed_s" : "eta_s", shown);
+    else
+      fprintf(f, ", \"rate\": null, \"eta_s\": null}\n");
     fflush(f); /* a reader of a pipe sees each step when it happens, as on a terminal */
     return true;
   }
@@ -203,7 +208,10 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
     fprintf(f, "%s %lld/%lld (%d%%)", name, (long long)done, (long long)pr->total, pct);
   }
   if (pr->loss) fprintf(f, " loss %.5g", loss);
-  fprintf(f, " | %.4g %s | %s %s", rate, unit, last ? "in" : "ETA", eta);
+  if (known)
+    fprintf(f, " | %.4g %s | %s %s", rate, unit, last ? "in" : "ETA", eta);
+  else
+    fprintf(f, " | ? %s | ETA ?", unit);
   if (pr->tty && !last) {
     fputs("\033[K", f);
     I->bar_shown = true;
