@@ -857,7 +857,7 @@ static void test_loop_fields(void) {
   CHECK_INT(it->u.for_.n_items, 3);
   const cn_nt_item *body = it->u.for_.items;
   CHECK_INT(body[0].kind, CN_NT_ITEM_PRINT);
-  CHECK_STR(body[0].u.expr->u.binop.op, "@|");
+  CHECK_STR(body[0].u.print.expr->u.binop.op, "@|");
   CHECK_INT(body[0].pos.line, 3);
   CHECK_INT(body[1].kind, CN_NT_ITEM_FOR);
   CHECK_INT(body[1].u.for_.n_items, 1);

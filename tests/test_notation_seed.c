@@ -349,10 +349,15 @@ static void test_literals(void) {
   }
   /* the seed's example as written: hey is the 1x1 matrix q=1 -> p=1 (its input axis takes q's
    * label, its output axis p's: a labeled unit does not broadcast), y its value times 2 plus 1:
-   * 2 * -0.086616 + 1 = 0.826768 (hey's default initializer is built first, so hey is #11) */
+   * 2 * -0.08661606 + 1 = 0.82676788 (hey's default initializer is built first, so hey is #11;
+   * the labels head the grid's rows and columns) */
   const char *text = run_text("let%op y = (\"hey\" * 'q' 2.0) + 'p' 1.0\nprint hey\nprint y\n");
-  CHECK_HAS(text, "\"hey\" (#11) |1:q->1:p\n    -0.086616\n");
-  CHECK_HAS(text, "\"y\" (#15) |->1:p\n      0.82677\n");
+  CHECK_HAS(text, "\"hey\" (#11) |1:q->1:p\n"
+                  "p\\q            0\n"
+                  "  0  -0.08661606\n");
+  CHECK_HAS(text, "\"y\" (#15) |->1:p\n"
+                  "p           0\n"
+                  "   0.82676788\n");
 }
 
 /* ---- syntax-extensions-cd-op "Wildcard bindings"

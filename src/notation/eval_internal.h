@@ -156,6 +156,9 @@ typedef struct nt_item_state {
   bool looped;                 /* for: executed once (its first iteration's memory is kept) */
   nt_value *run;               /* run: the routine, elaborated once */
   const char *text;            /* print: the string printed (the statement printed a string) */
+  bool no_code;                /* print, printf, save_npy: the tensor has no forward code */
+  bool print_full;             /* print: ~full:true */
+  int print_precision;         /* print: ~precision, -1 when not given */
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
                                   for a host value, evaluated again at each execution) */
   struct nt_plot *plot;        /* plot: its series */
