@@ -320,8 +320,9 @@ struct cn_nt_item {
     } let;
     cn_nt_expr *expr; /* BACKPROP, RUN: never NULL */
     struct {
-      cn_nt_expr *expr;            /* never NULL */
-      cn_nt_expr *full, *precision; /* ~full (a host boolean), ~precision (a host integer) or NULL */
+      cn_nt_expr *expr; /* never NULL */
+      cn_nt_expr *full,
+          *precision; /* ~full (a host boolean), ~precision (a host integer) or NULL */
     } print;
     struct {
       cn_nt_expr *expr, *learning_rate;                      /* never NULL */

@@ -729,7 +729,8 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool tune = key && strcmp(key, "tune") == 0;
   bool below = key && strcmp(key, "interpret_below") == 0;
   bool seed = key && strcmp(key, "random_seed") == 0;
-  bool printing = key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
+  bool printing =
+      key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
       !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,

@@ -34,12 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EDGE 3         /* an elided axis shows its first and last EDGE positions */
-#define WRAP 80        /* a single axis wraps before this column */
-#define MAX_AXES (CN_N_ROWS * CN_MAX_RANK)
+#define EDGE              3  /* an elided axis shows its first and last EDGE positions */
+#define WRAP              80 /* a single axis wraps before this column */
+#define MAX_AXES          (CN_N_ROWS * CN_MAX_RANK)
 #define DEFAULT_THRESHOLD 1000
 #define DEFAULT_PRECISION 8
-#define MAX_PRECISION 17
+#define MAX_PRECISION     17
 
 typedef struct {
   int n[CN_N_ROWS];
@@ -131,7 +131,7 @@ static void json(cn_sbuf *sb, const char *label, const row_dims *r, const double
 /* ---- The view: axes, what is shown, how cells read ------------------------------------------ */
 
 typedef struct {
-  int n;                       /* axes, in memory order: batch, output, input */
+  int n; /* axes, in memory order: batch, output, input */
   int64_t size[MAX_AXES], stride[MAX_AXES];
   const char *label[MAX_AXES]; /* NULL when unlabeled */
   int row, col;                /* the grid's axes (-1: none; a single axis is col) */
@@ -144,8 +144,9 @@ typedef struct {
   bool sci;     /* scientific notation, with `digits` mantissa digits */
   int digits;   /* sci: digits after the point; fixed: the most fractional digits */
   int precision;
-  int left, right; /* fixed: widths of the integral part (with sign) and of the point and fraction */
-  int width;       /* of every cell */
+  int left,
+      right; /* fixed: widths of the integral part (with sign) and of the point and fraction */
+  int width; /* of every cell */
 } view;
 
 /* The next shown position of an axis after i, size when none: a jump over the middle when
@@ -278,7 +279,8 @@ static void put_cell(cn_sbuf *sb, const view *w, int64_t at) {
   char buf[400];
   cell_text(w, at, buf, sizeof buf);
   int len = (int)strlen(buf), pad_right = 0;
-  if (w->v && !w->integer && !w->sci && isfinite(w->v[at])) pad_right = w->right - (len - integral_len(buf));
+  if (w->v && !w->integer && !w->sci && isfinite(w->v[at]))
+    pad_right = w->right - (len - integral_len(buf));
   cn_sbuf_printf(sb, "%*s%s%*s", w->width - len - pad_right, "", buf, pad_right, "");
 }
 
@@ -504,7 +506,8 @@ const char *cn_tensor_format_with(cn_tensor *t, bool grad, const cn_print_option
         w.size[w.n] = r.dims[order[k]][i];
         w.label[w.n] = r.labels[order[k]][i];
       }
-    for (int a = w.n - 1; a >= 0; a--) w.stride[a] = a == w.n - 1 ? 1 : w.stride[a + 1] * w.size[a + 1];
+    for (int a = w.n - 1; a >= 0; a--)
+      w.stride[a] = a == w.n - 1 ? 1 : w.stride[a + 1] * w.size[a + 1];
     choose_axes(&w, &r);
     if (count > 0) grid(sb, &w);
   }
