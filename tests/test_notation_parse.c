@@ -386,6 +386,10 @@ static const example examples[] = {
     /* a %cd target cannot start with '(': `!.x.grad` (read as (!.x).grad) prints as written */
     {"let%cd r = !.x.grad =: y", "let%cd r = !.x.grad =: y\n"},
     {"let%cd r = !.x.a.b =: y", "let%cd r = !.x.a.b =: y\n"},
+    /* print's options; an application with a label of theirs keeps its parentheses */
+    {"print x ~precision:3 ~full:true", "print x ~full:true ~precision:3\n"},
+    {"print (f ~full:x)", "print (f ~full:x)\n"},
+    {"print f ~p:1 ~full:(g ~full:2)", "print f ~p:1 ~full:(g ~full:2)\n"},
 };
 
 static void test_examples(void) {
