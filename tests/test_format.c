@@ -4,7 +4,8 @@
  * both directions (exactly at it nothing is elided), the precision (option, per call, per
  * statement), `print ~full:true`, decimal points aligned with negative numbers, NaN and
  * infinities, scientific notation, single precision's shortest digits, the options refused out
- * of range; and a print of a tensor without forward code runs no routine. */
+ * of range; a print of a tensor without forward code runs no routine; and a parameter whose
+ * shape a print closed before any use gets a note when a later operation broadcasts it. */
 #include "check.h"
 
 #include "cannl.h"
@@ -204,10 +205,20 @@ static void test_precision(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* A script's printout and the routines it ran. */
+/* The warnings of the context's log, one per line. */
+static char warnings[4096];
+static void on_log(void *user, cn_log_level level, const char *message) {
+  (void)user;
+  if (level >= CN_LOG_WARN && strlen(warnings) + strlen(message) + 2 < sizeof warnings)
+    strcat(strcat(warnings, message), "\n");
+}
+
+/* A script's printout and the routines it ran; its warnings in `warnings`. */
 static const char *script(const char *text, uint64_t *runs) {
   static char printed[4096];
   cn_ctx *ctx = cn_ctx_create();
+  warnings[0] = '\0';
+  cn_ctx_set_log(ctx, on_log, NULL, CN_LOG_WARN);
   cn_graph *g = cn_graph_create(ctx);
   char *buf = NULL;
   size_t len = 0;
@@ -249,6 +260,33 @@ static void test_statement(void) {
   CHECK_INT(runs, 1);
 }
 
+/* The docs' rule: a parameter must be used (or given its dims) before the first statement that
+ * needs values. Broken, the parameter is closed to the fewest axes (here none) and a later
+ * pointwise operation broadcasts it: one note, at that operation, naming the closing line. */
+static void test_broadcast_note(void) {
+  CHECK_STR(script("let y0 = {w = 1.0}\nprint w\nlet y = w + [1.0; 2.0; 3.0]\n"
+                   "let z = w *. [1.0; 2.0]\nprint y\n",
+                   NULL),
+            "\"y0\" (#2) |->\n1\n\"y\" (#4) |->3\n2  3  4\n");
+  CHECK_STR(warnings,
+            "p.cnl:3:11: note: parameter \"y0\" (#2) of shape |-> is broadcast to |->3 here: its "
+            "shape was closed for line 2, before anything used it (a parameter gets the fewest "
+            "axes its uses need); use it or give its dims before that line if it should have "
+            "more cells\n");
+  /* used before the print: its use decides its shape, no note */
+  CHECK_STR(script("let y0 = {w = 1.0}\nlet y = w + [1.0; 2.0; 3.0]\nprint w\n"
+                   "let z = w + [1.0; 2.0; 3.0]\nprint z\n",
+                   NULL),
+            "\"y0\" (#2) |->3\n1  1  1\n\"z\" (#6) |->3\n2  3  4\n");
+  CHECK_STR(warnings, "");
+  /* a bias added over a batch after a print is broadcast as written: its use came first */
+  CHECK_STR(script("let%op f x = x + {b = 0.5; o = [2]}\nlet h = f [1.0; 2.0]\nprint h\n"
+                   "let k = f [| [1.0; 2.0]; [3.0; 4.0] |]\nprint k\n",
+                   NULL),
+            "\"h\" (#4) |->2\n1.5  2.5\n\"k\" (#6) 2|->2\n[0, :]  1.5  2.5\n[1, :]  3.5  4.5\n");
+  CHECK_STR(warnings, "");
+}
+
 int main(void) {
   test_vectors_and_matrices();
   test_blocks();
@@ -256,5 +294,6 @@ int main(void) {
   test_elision();
   test_precision();
   test_statement();
+  test_broadcast_note();
   CHECK_DONE();
 }
