@@ -193,8 +193,17 @@ static void test_precision(void) {
   CHECK(cn_ctx_set_option(ctx, "print_threshold", "-1") == CN_ERR_INVALID);
   CHECK(grid_with(t, 1000, 18) == NULL);
   CHECK_STR(cn_ctx_error(ctx), "print precision 18 is not in [0, 17]");
-  /* JSON ignores the precision */
+  /* JSON ignores the precision, and the options: a bad variable stops only the grid */
   CHECK_HAS(cn_tensor_format(t, false, true), "0.33333333333333331");
+  setenv("CANNL_PRINT_THRESHOLD", "many", 1);
+  CHECK(grid(t) == NULL);
+  CHECK_STR(cn_ctx_error(ctx),
+            "CANNL_PRINT_THRESHOLD: 'many' is not an integer in [0, 9223372036854775807]");
+  CHECK_HAS(cn_tensor_format(t, false, true), "0.33333333333333331");
+  setenv("CANNL_PRINT_THRESHOLD", "2", 1);
+  CHECK_STR(grid(t), "\"t\" (#1) |->3\n0     0.33  0.67\n"); /* an axis of 3 is not elided */
+  CHECK_STR(cn_ctx_option(ctx, "print_threshold"), "2");
+  unsetenv("CANNL_PRINT_THRESHOLD");
   cn_ctx_destroy(ctx);
   /* single precision: the fewest digits that give the float back, 0.1 and not 0.10000000149 */
   ctx = cn_ctx_create();

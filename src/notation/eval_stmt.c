@@ -476,9 +476,9 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
     return true;
   }
   if (!compute_tensor(I, st, at)) return false;
-  cn_print_options o;
-  if (cn_tensor_print_options(I->ctx, &o) != CN_OK) return nt_fail_here(I, at), false;
-  o.json = I->opts.json;
+  cn_print_options o = {.json = true}; /* JSON reads no option */
+  if (!I->opts.json && cn_tensor_print_options(I->ctx, &o) != CN_OK)
+    return nt_fail_here(I, at), false;
   if (st->print_full) o.threshold = -1;
   if (st->print_precision >= 0) o.precision = st->print_precision;
   const char *text = cn_tensor_format_with(st->tensor, st->grad, &o);

@@ -517,9 +517,9 @@ const char *cn_tensor_format_with(cn_tensor *t, bool grad, const cn_print_option
   return NULL;
 }
 
+/* JSON reads no option: a bad $CANNL_PRINT_THRESHOLD does not stop --json. */
 const char *cn_tensor_format(cn_tensor *t, bool grad, bool json) {
-  cn_print_options o;
-  if (cn_tensor_print_options(t->g->ctx, &o) != CN_OK) return NULL;
-  o.json = json;
+  cn_print_options o = {.json = true};
+  if (!json && cn_tensor_print_options(t->g->ctx, &o) != CN_OK) return NULL;
   return cn_tensor_format_with(t, grad, &o);
 }
