@@ -146,7 +146,12 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *   "random_seed"  the global random seed (OCANNL's fixed_state_for_init): an integer in
  *               [0, 2^32) (default: $CANNL_RANDOM_SEED, else 42), read when a graph first builds
  *               random code (the seed tensor), unless cn_graph_set_seed (a script's `set_seed`)
- *               set that graph's. */
+ *               set that graph's.
+ * And of printing (cn_tensor_format, a script's `print`):
+ *   "print_threshold"  a tensor of more cells is printed elided (numpy's threshold): an integer
+ *               in [0, 2^63) (default: $CANNL_PRINT_THRESHOLD, else 1000).
+ *   "print_precision"  the most digits after the point of a printed number: an integer in
+ *               [0, 17] (default: $CANNL_PRINT_PRECISION, else 8). */
 CN_API cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 CN_API const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
@@ -535,12 +540,30 @@ CN_API const char *cn_tensor_shape(const cn_tensor *t);
  * gradient is NULL for a tensor without one. */
 CN_API cn_node *cn_tensor_value(cn_tensor *t);
 CN_API cn_node *cn_tensor_grad(cn_tensor *t);
-/* The tensor's values (or its gradient's) as a readable grid (a block per batch cell, output
- * cells as rows, input cells as columns, long axes elided in the middle), or as one JSON line
- * {"label", "batch", "input", "output", "values" (memory order, full precision)}. Owned by the
- * graph and valid until its next cn_tensor_format (the buffer is reused, so printing every step
- * of a long loop takes no new memory); NULL with a message if the tensor cannot be
- * materialized. */
+/* How a tensor prints (cn_tensor_format_with). */
+typedef struct {
+  bool json;         /* one JSON line (every value at full precision) instead of the grid */
+  int64_t threshold; /* a tensor of more cells is elided: each axis longer than 6 shows its
+                        first and last 3 positions around "..."; negative: never */
+  int precision;     /* the most digits after the point (0 .. 17) */
+} cn_print_options;
+/* The context's options "print_threshold" (default 1000, else $CANNL_PRINT_THRESHOLD) and
+ * "print_precision" (default 8, else $CANNL_PRINT_PRECISION), json false; an error for a
+ * variable that is not an integer in range (the options are checked when set). */
+CN_API cn_status cn_tensor_print_options(cn_ctx *ctx, cn_print_options *out);
+/* The tensor's values (or its gradient's) as text, numpy's layout with OCANNL's axis labels: the
+ * header `"label" (#id) SHAPE`, then the last output axis against the last input axis (without
+ * input axes, the last two output axes) as a grid of aligned columns, the indices of a labeled
+ * axis as row or column headers; the other axes (batch first) as blocks headed `[i, :, :]`; a
+ * single axis on one line (wrapped at 80 columns); elided past the threshold. Numbers as numpy
+ * prints them: the fewest digits (at most the precision) that read back as the stored value,
+ * points aligned, scientific notation when magnitudes reach 1e8, go below 1e-4 or span over 1e3.
+ * Or, json, one JSON line {"label", "batch", "input", "output", "values" (memory order, full
+ * precision)}. Owned by the graph and valid until its next format (the buffer is reused, so
+ * printing every step of a long loop takes no new memory); NULL with a message if the tensor
+ * cannot be materialized or the precision is out of range. cn_tensor_format prints with the
+ * context's options (cn_tensor_print_options). */
+CN_API const char *cn_tensor_format_with(cn_tensor *t, bool grad, const cn_print_options *o);
 CN_API const char *cn_tensor_format(cn_tensor *t, bool grad, bool json);
 
 /* A node of its own, written only by standalone updates (a %cd inline declaration, an optimizer

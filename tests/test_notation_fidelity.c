@@ -85,7 +85,7 @@ static void test_cd_div_needs_logic(void) {
 /* embed_self_id of the script's first tensor (#1) is the word {1, 0, 0, 0}. */
 static void test_uint4x32_words(void) {
   CHECK_HAS(run_text("let a = embed_self_id ()\nprint a\n"),
-            "\"a\" (#1) |->\n  [0x00000001 0x00000000 0x00000000 0x00000000]\n");
+            "\"a\" (#1) |->\n[0x00000001 0x00000000 0x00000000 0x00000000]\n");
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
   char *buf = NULL;

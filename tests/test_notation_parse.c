@@ -386,6 +386,10 @@ static const example examples[] = {
     /* a %cd target cannot start with '(': `!.x.grad` (read as (!.x).grad) prints as written */
     {"let%cd r = !.x.grad =: y", "let%cd r = !.x.grad =: y\n"},
     {"let%cd r = !.x.a.b =: y", "let%cd r = !.x.a.b =: y\n"},
+    /* print's options; an application with a label of theirs keeps its parentheses */
+    {"print x ~precision:3 ~full:true", "print x ~full:true ~precision:3\n"},
+    {"print (f ~full:x)", "print (f ~full:x)\n"},
+    {"print f ~p:1 ~full:(g ~full:2)", "print f ~p:1 ~full:(g ~full:2)\n"},
 };
 
 static void test_examples(void) {
@@ -857,7 +861,7 @@ static void test_loop_fields(void) {
   CHECK_INT(it->u.for_.n_items, 3);
   const cn_nt_item *body = it->u.for_.items;
   CHECK_INT(body[0].kind, CN_NT_ITEM_PRINT);
-  CHECK_STR(body[0].u.expr->u.binop.op, "@|");
+  CHECK_STR(body[0].u.print.expr->u.binop.op, "@|");
   CHECK_INT(body[0].pos.line, 3);
   CHECK_INT(body[1].kind, CN_NT_ITEM_FOR);
   CHECK_INT(body[1].u.for_.n_items, 1);

@@ -127,7 +127,7 @@ static void test_nan_check(void) {
                           "print (x @^+ \"o=+k; k => o\" [0.0; 0.0; 0.0])\n",
                           "nan", b, msg, sizeof msg, printed, sizeof printed),
               CN_OK);
-    CHECK_HAS(printed, "            2\n            3\n            4\n            4\n");
+    CHECK_HAS(printed, "|->4\n2  3  4  4\n");
   }
   /* the environment sets the default; the option overrides it; bad values are refused */
   setenv("CANNL_CHECK", "nan", 1);

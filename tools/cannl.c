@@ -37,7 +37,8 @@ static const char usage_text[] =
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
-    "      [--check-nan] [--timings] [--set NAME=VALUE]...\n"
+    "      [--check-nan] [--timings] [--set NAME=VALUE]... [--print-threshold N]\n"
+    "      [--print-precision N]\n"
     "                run a script in the cannl notation (docs/notation.md); --set replaces\n"
     "                the literal of the script's top-level `let NAME = LITERAL` (a number,\n"
     "                boolean or string; repeatable); --json prints each\n"
@@ -48,7 +49,10 @@ static const char usage_text[] =
     "                prints where the time went (scheduling, tuning, C generation, the\n"
     "                compiler, runs) on stderr when the script ends; when stderr is a\n"
     "                terminal and not --json, compiling or tuning that lasts over a\n"
-    "                second shows a line there saying what, erased when it ends\n"
+    "                second shows a line there saying what, erased when it ends;\n"
+    "                --print-threshold (default 1000) and --print-precision (default 8)\n"
+    "                set the options print_threshold and print_precision: a printed tensor\n"
+    "                of more cells is elided, a number has at most N digits after the point\n"
     "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR] [--sampler]\n"
     "      [--backend interp|c] [--set NAME=VALUE]...\n"
     "                run a script as run does, then write the forward code of the tensor\n"
@@ -322,6 +326,10 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets};
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false, timings = false;
+  /* --print-threshold and --print-precision: the context's options of the same names */
+  static const char *const print_flags[] = {"--print-threshold", "--print-precision"};
+  static const char *const print_keys[] = {"print_threshold", "print_precision"};
+  const char *print_values[2] = {NULL, NULL};
   for (int i = 2; i < argc; i++) {
     bool missing = false;
     const char *set = option_value(argc, argv, &i, "--set", &missing);
@@ -332,6 +340,12 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
       sets[opts.n_sets++] = set;
       continue;
     }
+    const char *print_value = NULL;
+    for (int k = 0; k < 2 && !print_value && !missing; k++)
+      if ((print_value = option_value(argc, argv, &i, print_flags[k], &missing)))
+        print_values[k] = print_value;
+    if (missing) return usage_error("option '%s' needs a value", argv[i]);
+    if (print_value) continue;
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
     if (got == 0 && exporting) got = export_option(argc, argv, &i, &opts);
     if (got < 0) return EXIT_USAGE;
@@ -376,7 +390,13 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   bool parse_failed = false;
   opts.syntax_error = &parse_failed;
   if (ctx && !opts.json && isatty(STDERR_FILENO)) cn_ctx_set_progress(ctx, draw_progress, NULL);
-  if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
+  bool bad_print = false;
+  for (int k = 0; k < 2 && g && !bad_print; k++)
+    bad_print = print_values[k] && cn_ctx_set_option(ctx, print_keys[k], print_values[k]) != CN_OK;
+  if (bad_print) {
+    fprintf(stderr, "cannl: %s\n", cn_ctx_error(ctx));
+    status = EXIT_USAGE;
+  } else if (!g || (check_nan && cn_ctx_set_option(ctx, "check", "nan") != CN_OK)) {
     fputs("cannl: out of memory\n", stderr);
     status = EXIT_RUNTIME;
   } else if (cn_notation_run(g, name, source, &opts) != CN_OK) {

@@ -268,7 +268,7 @@ typedef struct {
 
 typedef enum {
   CN_NT_ITEM_LET,
-  CN_NT_ITEM_PRINT,      /* print e */
+  CN_NT_ITEM_PRINT,      /* print e [~full:b ~precision:n] */
   CN_NT_ITEM_BACKPROP,   /* backprop e */
   CN_NT_ITEM_RUN,        /* run r, or run r args for a routine with parameters */
   CN_NT_ITEM_SGD,        /* sgd e ~learning_rate:x [~momentum:x] [~weight_decay:x] [~nesterov:b]
@@ -318,7 +318,12 @@ struct cn_nt_item {
       cn_nt_pos tile_pos; /* TILE: of the body's first character */
       const cn_tile_fn *tile_fn; /* TILE: the body parsed by src/tile (never NULL) */
     } let;
-    cn_nt_expr *expr; /* PRINT, BACKPROP, RUN: never NULL */
+    cn_nt_expr *expr; /* BACKPROP, RUN: never NULL */
+    struct {
+      cn_nt_expr *expr; /* never NULL */
+      cn_nt_expr *full,
+          *precision; /* ~full (a host boolean), ~precision (a host integer) or NULL */
+    } print;
     struct {
       cn_nt_expr *expr, *learning_rate;                      /* never NULL */
       cn_nt_expr *momentum, *weight_decay, *nesterov, *clip; /* NULL when not given */

@@ -212,7 +212,10 @@ static const char *with_computing_line(nt_interp *I, const char *msg) {
 }
 
 bool nt_materialize(nt_interp *I, cn_nt_pos at) {
+  int first = I->n_computed;
+  nt_guess_shapes(I, first);
   if (cn_graph_materialize(I->g) == CN_OK) {
+    nt_note_broadcasts(I, first);
     for (; I->n_computed < I->g->n_tensors; I->n_computed++) /* a failure only loses a line */
       record_at(I, &I->computed_at, &I->cap_computed_at, I->g->tensors[I->n_computed]->id, at);
     return true;

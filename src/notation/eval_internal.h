@@ -11,8 +11,9 @@
  *   eval_stmt.c  statements (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint,
  *                save_npy, set_seed, for, if) and the public entry points cn_notation_run /
  *                _check / _op / _cd, with run's --set and export of a model (cn_notation_options);
- *   eval_out.c   what statements write: printf's formatting, progress bars and lines, and the
- *                message naming a static index read outside its loops;
+ *   eval_out.c   what statements write: printf's formatting, progress bars and lines, the
+ *                message naming a static index read outside its loops, and the note for a
+ *                parameter closed before any use and broadcast later;
  *   eval_plot.c  the statement plot: series of points drawn as an SVG file and ASCII charts;
  *   eval_data.c  data files: the builtins dataset, load and restore, the data sets a script
  *                made (written before routines run, reordered by shuffle), checkpoints.
@@ -156,6 +157,9 @@ typedef struct nt_item_state {
   bool looped;                 /* for: executed once (its first iteration's memory is kept) */
   nt_value *run;               /* run: the routine, elaborated once */
   const char *text;            /* print: the string printed (the statement printed a string) */
+  bool no_code;                /* print, printf, save_npy: the tensor has no forward code */
+  bool print_full;             /* print: ~full:true */
+  int print_precision;         /* print: ~precision, -1 when not given */
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
                                   for a host value, evaluated again at each execution) */
   struct nt_plot *plot;        /* plot: its series */
@@ -194,6 +198,10 @@ typedef struct {
   int noted_tensors, noted_updates;
   cn_nt_pos *computed_at; /* by tensor id: the statement whose materialization allocated it */
   int cap_computed_at, n_computed;
+  /* Parameters (by tensor id) that a statement's materialization closed to the fewest axes
+   * before anything used them, until a later operation broadcasts one (eval_out.c) */
+  unsigned char *guessed;
+  int cap_guessed;
   /* Tensors whose forward code a statement or routine already included (by tensor id): they are
    * no longer forward roots. */
   unsigned char *consumed;
@@ -364,6 +372,12 @@ void nt_write_text(nt_interp *I, const char *text);
 /* printf's text from its arguments' values (numbers, booleans, strings); false with a message at
  * the argument that does not fit its conversion. */
 bool nt_format(nt_interp *I, const cn_nt_item *it, nt_value *const *values, cn_sbuf *sb);
+/* Around a statement's materialization of the tensors from `first` on: before it, the parameters
+ * among them that nothing uses and whose shapes are still open (the closing gives them the fewest
+ * axes); after it, a note (a warning of the context's log, else a line on stderr) for each such
+ * parameter of an earlier statement that a new pointwise operation broadcasts, once. */
+void nt_guess_shapes(nt_interp *I, int first);
+void nt_note_broadcasts(nt_interp *I, int first);
 /* The progress display of one execution of the loop `it` over `total` steps; loss (a scalar
  * tensor computed by the body) or NULL; batch_size 0 counts steps. */
 void nt_progress_start(nt_interp *I, nt_progress *pr, const cn_nt_item *it, int64_t total,

@@ -419,26 +419,55 @@ static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt
 }
 
 /* Runs the forward code of the statement's tensor (its parameters initialized first, once);
- * a gradient is read as it is. */
+ * a gradient is read as it is. A tensor without forward code (a literal, a parameter, a data
+ * set's tensor, one an earlier statement computed) compiles and runs nothing beyond its
+ * parameters' init, here and at every later execution; the data sets are still written. */
 static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
   if (st->grad) return true;
+  if (st->no_code) return nt_begin_datasets(I, at);
   if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
   nt_consume(I, st->tensor);
   cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  return run_statement(I, st, init, init ? cn_graph_forward_embedded(I->g, st->tensor) : NULL, at);
+  cn_asgn *main = init ? cn_graph_forward_embedded(I->g, st->tensor) : NULL;
+  if (!main || !nt_asgn_empty(main)) return run_statement(I, st, init, main, at);
+  st->no_code = true;
+  return nt_asgn_empty(init) ? nt_begin_datasets(I, at) : nt_run_asgn(I, init, NULL, at);
+}
+
+/* print's ~full and ~precision into st (evaluated once, as sgd's options). */
+static bool print_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
+  nt_value *full, *precision;
+  if (!option_value(I, scope, it->u.print.full, NT_V_BOOL, &full) ||
+      !option_value(I, scope, it->u.print.precision, NT_V_NUM, &precision))
+    return false;
+  st->print_full = full && full->b;
+  st->print_precision = -1;
+  if (!precision) return true;
+  double p = precision->num;
+  if (!(p >= 0 && p <= 17 && p == floor(p)))
+    return nt_fail(I, it->u.print.precision->pos,
+                   "print's ~precision is a count of digits in [0, 17], not %g", p),
+           false;
+  st->print_precision = (int)p;
+  return true;
 }
 
 /* print e: a tensor (computed first), or a string written with a newline. */
 static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  cn_nt_pos at = it->u.expr->pos;
+  cn_nt_pos at = it->u.print.expr->pos;
   if (!st->tensor && !st->text) {
-    nt_value *v = elab_eval(I, scope, it->u.expr);
+    nt_value *v = elab_eval(I, scope, it->u.print.expr);
     if (!v) return false;
     if (v->kind == NT_V_STR) {
+      const cn_nt_expr *option = it->u.print.full ? it->u.print.full : it->u.print.precision;
+      if (option)
+        return nt_fail(I, option->pos, "%s", "print's ~full and ~precision apply to a tensor"),
+               false;
       cn_sbuf line = {0};
       cn_sbuf_printf(&line, "%s\n", v->str);
       if (!(st->text = cn_sbuf_finish(I->ctx, &line))) return false;
-    } else if (!set_statement_tensor(I, v, it->u.expr, st)) {
+    } else if (!print_options(I, it, scope, st) ||
+               !set_statement_tensor(I, v, it->u.print.expr, st)) {
       return false;
     }
   }
@@ -447,7 +476,12 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
     return true;
   }
   if (!compute_tensor(I, st, at)) return false;
-  const char *text = cn_tensor_format(st->tensor, st->grad, I->opts.json);
+  cn_print_options o = {.json = true}; /* JSON reads no option */
+  if (!I->opts.json && cn_tensor_print_options(I->ctx, &o) != CN_OK)
+    return nt_fail_here(I, at), false;
+  if (st->print_full) o.threshold = -1;
+  if (st->print_precision >= 0) o.precision = st->print_precision;
+  const char *text = cn_tensor_format_with(st->tensor, st->grad, &o);
   if (!text) return nt_fail_here(I, at), false;
   fprintf(nt_out(I), "%s%s", text, I->opts.json ? "\n" : "");
   return true;

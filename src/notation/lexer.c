@@ -88,6 +88,7 @@ const char *const cn_nt_adam_labels[] = {
     "learning_rate",       "beta1", "beta2", "eps", "weight_decay", "decoupled", "clip",
     "decay_matrices_only", NULL};
 const char *const cn_nt_epoch_labels[] = {"epoch", NULL};
+const char *const cn_nt_print_labels[] = {"full", "precision", NULL};
 
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
   for (int i = 0; i < n_args; i++)

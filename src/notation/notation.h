@@ -91,6 +91,8 @@ extern const char *const cn_nt_sgd_labels[];
 extern const char *const cn_nt_adam_labels[];
 /* The label of shuffle's and checkpoint's ~epoch (NULL-terminated), likewise. */
 extern const char *const cn_nt_epoch_labels[];
+/* The labels of print's options (NULL-terminated), likewise. */
+extern const char *const cn_nt_print_labels[];
 /* The labeled argument named `label` among args, or NULL. */
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label);
 

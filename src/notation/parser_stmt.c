@@ -316,6 +316,17 @@ static bool parse_data_statement(parser *p, cn_nt_item *it, const char *what) {
   return true;
 }
 
+/* print e [~full:b] [~precision:n]: an application written as e stops before these labels. */
+static bool parse_print(parser *p, cn_nt_item *it) {
+  ntp_next(p);
+  const char *const *saved = p->stop_labels;
+  p->stop_labels = cn_nt_print_labels;
+  it->u.print.expr = ntp_parse_expr(p);
+  p->stop_labels = saved;
+  const option opts[] = {{"full", &it->u.print.full}, {"precision", &it->u.print.precision}};
+  return it->u.print.expr && parse_options(p, "print", 2, opts);
+}
+
 /* plot "file" (~x:e | ~ascii:e | ~matrix:e | ("name", e))*: ~x and one series at least. */
 static bool parse_plot(parser *p, cn_nt_item *it) {
   ntp_next(p);
@@ -657,9 +668,9 @@ static bool parse_item(parser *p, cn_nt_item *it) {
   case NT_TK_FOR: it->kind = CN_NT_ITEM_FOR; return parse_for(p, it);
   case NT_TK_IF: it->kind = CN_NT_ITEM_IF; return parse_if(p, it);
   case NT_TK_LET: it->kind = CN_NT_ITEM_LET; return parse_let_item(p, it);
-  case NT_TK_PRINT:
+  case NT_TK_PRINT: it->kind = CN_NT_ITEM_PRINT; return parse_print(p, it);
   case NT_TK_BACKPROP:
-    it->kind = t->kind == NT_TK_PRINT ? CN_NT_ITEM_PRINT : CN_NT_ITEM_BACKPROP;
+    it->kind = CN_NT_ITEM_BACKPROP;
     ntp_next(p);
     return (it->u.expr = ntp_parse_expr(p)) != NULL;
   case NT_TK_PRINTF: it->kind = CN_NT_ITEM_PRINTF; return parse_printf(p, it);

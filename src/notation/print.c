@@ -510,8 +510,15 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     break;
   }
   case CN_NT_ITEM_PRINT:
+    cn_sbuf_puts(sb, "print ");
+    pr->stop = cn_nt_print_labels;
+    print_expr(pr, it->u.print.expr, LV_EXPR);
+    pr->stop = NULL;
+    print_option(pr, "full", it->u.print.full);
+    print_option(pr, "precision", it->u.print.precision);
+    break;
   case CN_NT_ITEM_BACKPROP:
-    cn_sbuf_puts(sb, it->kind == CN_NT_ITEM_PRINT ? "print " : "backprop ");
+    cn_sbuf_puts(sb, "backprop ");
     print_expr(pr, it->u.expr, LV_EXPR);
     break;
   case CN_NT_ITEM_RUN:

@@ -729,12 +729,14 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool tune = key && strcmp(key, "tune") == 0;
   bool below = key && strcmp(key, "interpret_below") == 0;
   bool seed = key && strcmp(key, "random_seed") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed &&
+  bool printing =
+      key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
       !(key && cn_cc_option(ctx, key)))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "unknown option '%s' (known: " CN_CC_OPTION_KEYS
                    ", check, schedule, threads, parallel_work, exact, tune, interpret_below, "
-                   "random_seed)",
+                   "random_seed, print_threshold, print_precision)",
                    key ? key : "(null)");
   int64_t unused_count;
   if (below && value && !parse_count(ctx, "interpret_below", value, 0, &unused_count))
@@ -743,6 +745,11 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   if (seed && value && !cn_parse_natural(value, strlen(value), UINT32_MAX, &unused_seed))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "option random_seed: '%s' is not a seed (an integer in [0, 2^32))", value);
+  /* src/tensor/format.c reads them by the same rule */
+  uint64_t print_max = printing && strcmp(key, "print_precision") == 0 ? 17 : INT64_MAX;
+  if (printing && value && !cn_parse_natural(value, strlen(value), print_max, &unused_seed))
+    return cn_fail(ctx, CN_ERR_INVALID, "option %s: '%s' is not an integer in [0, %llu]", key,
+                   value, (unsigned long long)print_max);
   if (tune && value && !cn_tune_mode_valid(value))
     return cn_fail(ctx, CN_ERR_INVALID,
                    "option tune: unknown value '%s' (known: " CN_TUNE_MODES ")", value);
@@ -771,13 +778,20 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
   bool below = strcmp(key, "interpret_below") == 0, seed = strcmp(key, "random_seed") == 0;
-  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed)
+  bool threshold = strcmp(key, "print_threshold") == 0;
+  bool precision = strcmp(key, "print_precision") == 0;
+  if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed &&
+      !threshold && !precision)
     return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
   if (seed) { /* src/tensor/ops.c reads it, and refuses a bad variable */
     const char *env = getenv("CANNL_RANDOM_SEED");
     return env && *env ? env : "42";
+  }
+  if (threshold || precision) { /* src/tensor/format.c reads them, and refuses a bad variable */
+    const char *env = getenv(threshold ? "CANNL_PRINT_THRESHOLD" : "CANNL_PRINT_PRECISION");
+    return env && *env ? env : threshold ? "1000" : "8";
   }
   if (below) {
     const char *env = getenv("CANNL_INTERPRET_BELOW");
