@@ -626,7 +626,11 @@ cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
  * (src/tensor/derivs.def): decimal numbers, + - * /, unary -, parentheses and the primitive ops
  * by name, `name(x, ...)`; a compound part becomes an intermediate over the record's points.
  * Under max or min a gradient counts where the point attains the result (the argmax rule).
- * no_grad: the result has no gradient (grad_spec Prohibit_grad). NULL with a message (the
+ * no_grad: the result has no gradient (grad_spec Prohibit_grad). The result's precision is the
+ * promotion of the operands' (as for a primitive op). An operation whose forward is one primitive
+ * over the operands in order ("mul(a, b)", "relu(a)", "a") and whose gradients are the derivative
+ * table's for it is that primitive's operation, the tensor cn_tensor_apply, _compose or _einsum
+ * builds (a pointwise =: being its =:+): the same code and speed. NULL with a message (the
  * formula and the column of its first error, the operand count, the logic). */
 typedef struct {
   const char *label;

@@ -242,6 +242,12 @@ int cn_tensor_n_operands(const cn_tensor *t);
 /* The formulas of code (its forward, its operands' gradients) parsed and checked; NULL with a
  * message naming the formula and the column of its first error. */
 cn_op_formulas *cn_op_formulas_parse(cn_ctx *ctx, const cn_op_code *code);
+/* *is: whether f is one primitive over the operands in order (`prim(a, b)`, or `a`: CN_OP_ID)
+ * with the derivative table's gradient for each operand (none where the table has none); then
+ * *prim is that primitive, and the operation is the primitive's own (cn_tensor_operation builds
+ * that tensor, so a library operation written as code keeps the builtin's code and speed). */
+cn_status cn_op_formulas_primitive(cn_ctx *ctx, const cn_op_formulas *f, int arity, cn_op *prim,
+                                   bool *is);
 /* Whether a gradient formula of operand `operand` was given. */
 bool cn_op_formulas_differentiable(const cn_op_formulas *f, int operand);
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */
