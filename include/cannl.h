@@ -730,6 +730,19 @@ cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x);
 cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x);
+/* The largest (smallest) cell of x: of every cell, a scalar without axes, when spec is NULL;
+ * else over the axes the einsum spec "RHS => LHS" reduces ("b|i => b": per batch position), an
+ * einsum accumulating with max (min). The gradient goes to every cell attaining its result (all
+ * of them on a tie, where PyTorch's amax would share it). Labeled "max" ("min"). */
+cn_tensor *cn_tensor_reduce_max(cn_graph *g, cn_tensor *x, const char *spec);
+cn_tensor *cn_tensor_reduce_min(cn_graph *g, cn_tensor *x, const char *spec);
+/* numpy.clip / torch.clamp: min(max(x, lo), hi) pointwise; lo = -INFINITY (hi = INFINITY) leaves
+ * that side open. The gradient passes where lo <= x <= hi, as torch.clamp's, else 0. Refused
+ * (NULL with a message) unless lo <= hi, neither NaN. Labeled "clip". The pointwise |x| is the
+ * primitive op CN_OP_ABS (cn_tensor_apply; its gradient sign(x) g, 0 at 0), and selection the
+ * primitive CN_OP_WHERE: where(c, a, b) is a where c != 0, else b, with broadcasting, its
+ * gradient flowing to a or b as c selects (none into c). */
+cn_tensor *cn_tensor_clip(cn_graph *g, cn_tensor *x, double lo, double hi);
 cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target);
 cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target);
 cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);

@@ -19,6 +19,7 @@
 
 #include "numeric/numeric.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,37 @@ static nt_value *nt_builtin_sum(nt_interp *I, const nt_call *c) {
   if (!reduction_spec(I, c, &spec)) return NULL;
   cn_tensor *x = c->t[0];
   return reduction_result(I, c, spec ? cn_tensor_einsum1(I->g, spec, x) : cn_tensor_sum(I->g, x));
+}
+
+/* max x, min x: the largest / smallest cell, a scalar; with ~spec:"RHS => LHS" over the axes the
+ * spec reduces. Reached through the binary ops' names applied to one operand (nt_builtin). */
+static nt_value *extremum(nt_interp *I, const nt_call *c, cn_op op) {
+  static const char *const known[1] = {"spec"};
+  const char *spec;
+  if (!nt_known_labels(I, c, 1, known) || !reduction_spec(I, c, &spec)) return NULL;
+  cn_tensor *x = c->t[0];
+  return tensor_result(I, c, false,
+                       op == CN_OP_MAX ? cn_tensor_reduce_max(I->g, x, spec)
+                                       : cn_tensor_reduce_min(I->g, x, spec));
+}
+
+/* clip x ~min:LO ~max:HI: numbers, either side may be left out, not both. */
+static nt_value *nt_builtin_clip(nt_interp *I, const nt_call *c) {
+  static const char *const known[2] = {"min", "max"};
+  if (!nt_known_labels(I, c, 2, known)) return NULL;
+  double bound[2] = {-INFINITY, INFINITY};
+  bool given = false;
+  for (int k = 0; k < 2; k++) {
+    cn_nt_pos at;
+    nt_value *v = nt_labeled_at(c->a, known[k], &at);
+    if (v && v->kind != NT_V_NUM)
+      return nt_fail(I, at, "~%s expects a number, found %s", known[k], nt_kind_name(v->kind));
+    if (v) bound[k] = v->num, given = true;
+  }
+  if (!given) return nt_fail(I, c->at, "%s", "clip needs ~min:LO, ~max:HI or both (numbers)");
+  if (!(bound[0] <= bound[1]))
+    return nt_fail(I, c->at, "clip: ~min:%g is above ~max:%g", bound[0], bound[1]);
+  return tensor_result(I, c, false, cn_tensor_clip(I->g, c->t[0], bound[0], bound[1]));
 }
 
 /* mean x: of every cell; mean ~spec x: the einsum's sum divided by the number of cells summed
@@ -520,8 +552,23 @@ static nt_value *primitive(nt_interp *I, cn_op op, const char *name, const nt_ar
   return nt_tensor_value(I, r);
 }
 
+/* max x [~spec:S], min x [~spec:S]: one operand, not a tuple of two (max (a, b) is the op). */
+static bool reduces(cn_op op, const nt_args *a) {
+  if (op != CN_OP_MAX && op != CN_OP_MIN) return false;
+  if (a->n_lab) return true;
+  const nt_value *x = a->n_pos == 1 ? a->pos[0] : NULL;
+  return x && !(x->kind == NT_V_LIST && x->tuple && !x->literal) && x->kind != NT_V_UNIT;
+}
+
 nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at) {
   cn_op op;
+  if (cn_op_from_name(name, &op) && reduces(op, a)) {
+    nt_call c = {.name = name, .a = a, .at = at, .nt = 1};
+    if (a->n_pos != 1)
+      return nt_fail(I, at, "%s x [~spec:\"RHS => LHS\"] reduces one tensor x", name);
+    if (!(c.t[0] = nt_tensor_of(I, a->pos[0], a->pos_at[0]))) return NULL;
+    return extremum(I, &c, op);
+  }
   if (cn_op_from_name(name, &op)) return primitive(I, op, name, a, at);
   const nt_builtin_entry *b = find_builtin(name);
   if (b) return library_builtin(I, b, a, at);
