@@ -672,6 +672,20 @@ cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
  * puts a's cells at the even positions and b's at the odd ones (a and b of equal shape; the
  * result's axis is twice as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must
  * have even size). */
+/* Moving cells (src/tensor/layout.c). Axes are counted in memory order: the batch axes, then the
+ * output axes, then the input axes. Both need their operands' dims solved when they are built
+ * (give them, or materialize the graph first); NULL with a message otherwise.
+ * concat: a and b side by side along `axis` (numpy.concatenate, torch.cat): the same batch,
+ *   output and input axes, equal dims but along `axis`, where the result has both; the result
+ *   keeps the operands' rows. The gradient is split back: a.grad gets the result's first n_a
+ *   cells along the axis, b.grad the rest. (The seeds defer concatenation; OCANNL has it.)
+ * reshape: the same cells in the given rows, row-major: every cell keeps its offset in memory
+ *   order (batch, output, input), so reshaping a |3->2 tensor (output 2, input 3, memory [2][3])
+ *   to output [6] lists row 0 then row 1, and to batch [2] output [3] makes each output row a
+ *   batch position. The cell counts must agree; every dim at least 1. The gradient is reshaped
+ *   back. */
+cn_tensor *cn_tensor_concat(cn_graph *g, cn_tensor *a, cn_tensor *b, int axis);
+cn_tensor *cn_tensor_reshape(cn_graph *g, cn_tensor *t, const cn_dims *dims);
 cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
 cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
 cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);

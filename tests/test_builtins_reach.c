@@ -1,4 +1,5 @@
-/* The builtins people reach for (issue 31): abs, clip, where, and max / min reducing over axes.
+/* The builtins people reach for (issue 31): abs, clip, where, max / min reducing over axes,
+ * concat and reshape.
  *
  *   - values on both backends (double) against numpy's (np.abs, np.clip, np.where, x.max(),
  *     x.max(axis=0), x.min(axis=1) of one 3x4 matrix, printed by /usr/bin/python3 and copied
@@ -59,6 +60,34 @@ static void test_values(void) {
   CHECK(o[0].n > 2 && signbit(o[0].t[2].v[5]));
 }
 
+/* concat and reshape: numpy's np.concatenate([a, b], axis) and a.reshape, in memory order (batch,
+ * output, input); the gradients split back and reshaped back, by hand. */
+static void test_layout(void) {
+  outcome o[2];
+  const char *script =
+      "let a = {a = [(1.0, 2.0); (3.0, 4.0)]}\nlet b = {b = [(5.0, 6.0)]}\n"
+      "print (concat a b)\n"
+      "print (concat ~axis:1 a [(7.0, 8.0, 9.0); (10.0, 11.0, 12.0)])\n"
+      "print (reshape a ~output_dims:[4])\n"
+      "print (reshape [1.0; 2.0; 3.0; 4.0; 5.0; 6.0] ~batch_dims:[2] ~input_dims:[3])\n"
+      "print (concat [|[1.0]; [2.0]|] [|[3.0]; [4.0]|])\n"
+      "backprop ((concat a b * [1.0; 10.0]) ++ \"...|... => 0\")\nprint a.grad\nprint b.grad\n"
+      "backprop (reshape a ~output_dims:[4] *. [1.0; 2.0; 3.0; 4.0] ++ \"i => 0\")\n"
+      "print a.grad\n";
+  for (int b = 0; b < 2; b++) {
+    if (!run(&o[b], b, script)) return;
+    expect(&o[b], b, 0, "concat", "|2->3", VALUES(1, 2, 3, 4, 5, 6), 0);
+    expect(&o[b], b, 1, "concat", "|5->2", VALUES(1, 2, 7, 8, 9, 3, 4, 10, 11, 12), 0);
+    expect(&o[b], b, 2, "reshape", "|->4", VALUES(1, 2, 3, 4), 0);
+    expect(&o[b], b, 3, "reshape", "2|3->", VALUES(1, 2, 3, 4, 5, 6), 0);
+    /* the default axis is the last output axis; batch axes are kept */
+    expect(&o[b], b, 4, "concat", "2|->2", VALUES(1, 3, 2, 4), 0);
+    expect(&o[b], b, 5, "a.grad", "|2->2", VALUES(1, 10, 1, 10), 0);
+    expect(&o[b], b, 6, "b.grad", "|2->1", VALUES(1, 10), 0);
+    expect(&o[b], b, 7, "a.grad", "|2->2", VALUES(1, 2, 3, 4), 0);
+  }
+}
+
 /* ---- Gradients at the corners, by hand ------------------------------------------------------- */
 
 static void test_corner_gradients(void) {
@@ -87,8 +116,9 @@ static void test_corner_gradients(void) {
 
 /* ---- Gradients against finite differences (C API, double) ------------------------------------ */
 
-typedef enum { F_ABS, F_CLIP, F_WHERE, F_MAX_ROWS, F_MIN_ALL } fn;
-static const char *const fn_names[] = {"abs", "clip", "where", "max over rows", "min of all"};
+typedef enum { F_ABS, F_CLIP, F_WHERE, F_MAX_ROWS, F_MIN_ALL, F_CONCAT, F_RESHAPE } fn;
+static const char *const fn_names[] = {"abs",        "clip",   "where",  "max over rows",
+                                       "min of all", "concat", "reshape"};
 
 /* The function of x (3x4, output axes) and y (the same shape) under test. */
 static cn_tensor *apply_fn(cn_graph *g, fn f, cn_tensor *x, cn_tensor *y, cn_tensor *c) {
@@ -98,6 +128,12 @@ static cn_tensor *apply_fn(cn_graph *g, fn f, cn_tensor *x, cn_tensor *y, cn_ten
   case F_WHERE: return cn_tensor_apply(g, CN_OP_WHERE, 3, (cn_tensor *[]){c, x, y});
   case F_MAX_ROWS: return cn_tensor_reduce_max(g, x, "ij => j");
   case F_MIN_ALL: return cn_tensor_reduce_min(g, x, NULL);
+  case F_CONCAT: return cn_tensor_concat(g, x, y, 1);
+  case F_RESHAPE: {
+    const cn_dims d = {
+        {1, (int64_t[]){2}, NULL}, {1, (int64_t[]){3}, NULL}, {1, (int64_t[]){2}, NULL}};
+    return cn_tensor_reshape(g, x, &d);
+  }
   }
   return NULL;
 }
@@ -153,8 +189,8 @@ static void fd_check(fn f, cn_backend_kind be) {
     }
   }
   /* what flows: abs 12 cells; clip the 5 inside [-1, 2]; where 6 of x and 6 of y; the maxima of
-   * the 4 columns; the one minimum */
-  static const int expect_nonzero[] = {12, 5, 12, 4, 1};
+   * the 4 columns; the one minimum; concat every cell of both; reshape every cell of x */
+  static const int expect_nonzero[] = {12, 5, 12, 4, 1, 24, 12};
   CHECK_MSG(!ok || nonzero == expect_nonzero[f], "%s [%s]: %d cells with a gradient, expected %d",
             fn_names[f], bn, nonzero, expect_nonzero[f]);
   if (fwd) cn_routine_free(fwd);
@@ -191,6 +227,14 @@ static void test_refusals(void) {
         strstr(cn_ctx_error(ctx), "max: operand 1 is NULL"));
   CHECK(cn_tensor_reduce_min(g, x, "i = j") == NULL && strstr(cn_ctx_error(ctx), "i = j"));
   CHECK(cn_tensor_clip(g, x, -INFINITY, INFINITY) != NULL);
+  /* concat and reshape need solved dims */
+  cn_tensor *open = cn_tensor_param(g, "open", NULL, cn_tensor_number(g, 1));
+  CHECK(cn_tensor_concat(g, open, open, 0) == NULL &&
+        strstr(cn_ctx_error(ctx), "concat: the shape of \"open\"") &&
+        strstr(cn_ctx_error(ctx), "is not known yet"));
+  const cn_dims d2 = {CN_AXES_NONE, CN_AXES_NONE, {1, (int64_t[]){2}, NULL}};
+  CHECK(cn_tensor_reshape(g, open, &d2) == NULL &&
+        strstr(cn_ctx_error(ctx), "reshape: the shape of \"open\""));
   cn_ctx_destroy(ctx);
 }
 
@@ -207,6 +251,16 @@ static void test_errors(void) {
       {"print (min ~spec:\"i => 0\" [1.0] [2.0])\n", "seed.cnl:1:8: min x [~spec:"},
       {"print (abs [1.0] [2.0])\n", "seed.cnl:1:8: abs takes its operands as arguments"},
       {"print (where [1.0] [2.0])\n", "seed.cnl:1:8: where takes its operands as arguments"},
+      {"print (concat [1.0; 2.0] [(1.0, 2.0)])\n",
+       "seed.cnl:1:8: concat: \"literal\" (#1) is |->2 and \"literal\" (#2) is |2->1"},
+      {"print (concat ~axis:1 [1.0; 2.0] [3.0])\n", "seed.cnl:1:8: concat: axis 1 of"},
+      {"print (concat ~axis:(-1) [1.0] [3.0])\n", "seed.cnl:1:15: ~axis:-1: an axis counts"},
+      {"print (concat ~axis:1 [(1.0, 2.0)] [(3.0, 4.0); (5.0, 6.0)])\n",
+       "seed.cnl:1:8: concat along axis 1: axis 0 is 1 in"},
+      {"print (reshape [1.0; 2.0; 3.0] ~output_dims:[2])\n",
+       "seed.cnl:1:8: reshape: \"literal\" (#1) is |->3, 3 cells; the new dims hold 2"},
+      {"print (reshape [1.0])\n", "seed.cnl:1:8: reshape takes the new rows"},
+      {"print (reshape [1.0] ~output_dims:[0])\n", "reshape: a dim of 0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const char *msg = run_error(cases[i].script);
@@ -217,7 +271,8 @@ static void test_errors(void) {
 int main(void) {
   test_values();
   test_corner_gradients();
-  for (int f = F_ABS; f <= F_MIN_ALL; f++) {
+  test_layout();
+  for (int f = F_ABS; f <= F_RESHAPE; f++) {
     fd_check((fn)f, CN_BACKEND_INTERP);
     fd_check((fn)f, CN_BACKEND_C);
   }

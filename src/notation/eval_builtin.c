@@ -299,6 +299,49 @@ static nt_value *nt_builtin_clip(nt_interp *I, const nt_call *c) {
   return tensor_result(I, c, false, cn_tensor_clip(I->g, c->t[0], bound[0], bound[1]));
 }
 
+/* concat a b [~axis:K]: along axis K in memory order, by default a's last output axis. */
+static nt_value *nt_builtin_concat(nt_interp *I, const nt_call *c) {
+  static const char *const known[1] = {"axis"};
+  if (!nt_known_labels(I, c, 1, known) || !nt_settle_shapes(I, c->t, 2, c->at)) return NULL;
+  cn_nt_pos at;
+  nt_value *v = nt_labeled_at(c->a, "axis", &at);
+  int64_t axis;
+  if (v) {
+    if (!nt_as_int(I, v, at, &axis)) return NULL;
+    if (axis < 0 || axis >= CN_MAX_RANK)
+      return nt_fail(I, at,
+                     "~axis:%lld: an axis counts from 0, in memory order (batch, output, "
+                     "input)",
+                     (long long)axis);
+  } else {
+    int64_t batch = cn_shape_row_dims(I->g->shapes, c->t[0]->shape, CN_ROW_BATCH, NULL, 0);
+    int64_t out = cn_shape_row_dims(I->g->shapes, c->t[0]->shape, CN_ROW_OUTPUT, NULL, 0);
+    if (batch < 0 || out < 0) return nt_fail_here(I, c->at);
+    if (out == 0)
+      return nt_fail(I, c->at, "concat: %s has no output axis: give ~axis:K (memory order)",
+                     cn_tensor_shape(c->t[0]));
+    axis = batch + out - 1;
+  }
+  return tensor_result(I, c, false, cn_tensor_concat(I->g, c->t[0], c->t[1], (int)axis));
+}
+
+/* reshape t ~output_dims:[..] [~batch_dims:[..] ~input_dims:[..]]: rows not given are empty. */
+static nt_value *nt_builtin_reshape(nt_interp *I, const nt_call *c) {
+  static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
+  int64_t d[3][CN_MAX_RANK];
+  int n[3];
+  if (!nt_known_labels(I, c, 3, labels)) return NULL;
+  if (!nt_labeled(c->a, "output_dims") && !nt_labeled(c->a, "batch_dims") &&
+      !nt_labeled(c->a, "input_dims"))
+    return nt_fail(I, c->at, "%s",
+                   "reshape takes the new rows: ~output_dims:[..] (and ~batch_dims, ~input_dims)");
+  for (int k = 0; k < 3; k++)
+    if (!int_list(I, nt_labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
+  if (!nt_settle_shapes(I, c->t, 1, c->at)) return NULL;
+  cn_dims dims = {{n[0], d[0], NULL}, {n[1], d[1], NULL}, {n[2], d[2], NULL}};
+  return tensor_result(I, c, false, cn_tensor_reshape(I->g, c->t[0], &dims));
+}
+
 /* mean x: of every cell; mean ~spec x: the einsum's sum divided by the number of cells summed
  * into each result cell (the same einsum over ones: snd x 1 reads no value of x and carries no
  * gradient). */

@@ -163,6 +163,11 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
 cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, const int64_t *dims,
                                   cn_op accum, cn_op prim, int n_args, cn_tensor *const *operands,
                                   cn_proj *proj);
+/* The same with the given precision and rows (batch, input and output axes; the record's LHS
+ * map is over their memory order: batch, output, input): concat and reshape (layout.c). */
+cn_tensor *cn_tensor_new_recorded_rows(cn_graph *g, const char *label, cn_prec prec,
+                                       const cn_dims *rows, cn_op accum, cn_op prim, int n_args,
+                                       cn_tensor *const *operands, cn_proj *proj);
 /* The shape rows of a cn_dims (NULL dims: NULL, all rows inferred); rows is the storage. */
 const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]);
 /* A constant filling the given rows (NULL: inferred): Fetch Constant, not differentiable. */
