@@ -1,6 +1,7 @@
 # Turns a text file into a C source defining `const char NAME[]` and `const size_t NAME_len`.
 # Used to prepend src/numeric/builtins.h to generated C, so one file defines the semantics that
-# both the library and generated code compile. Usage: cmake -DIN=.. -DOUT=.. -DNAME=.. -P embed.cmake
+# both the library and generated code compile, and for the notation's prelude
+# (src/notation/prelude.cnl). Usage: cmake -DIN=.. -DOUT=.. -DNAME=.. -P embed.cmake
 file(READ "${IN}" content HEX)
 string(LENGTH "${content}" hexlen)
 math(EXPR len "${hexlen} / 2")

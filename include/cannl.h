@@ -667,7 +667,11 @@ CN_API cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
  * (src/tensor/derivs.def): decimal numbers, + - * /, unary -, parentheses and the primitive ops
  * by name, `name(x, ...)`; a compound part becomes an intermediate over the record's points.
  * Under max or min a gradient counts where the point attains the result (the argmax rule).
- * no_grad: the result has no gradient (grad_spec Prohibit_grad). NULL with a message (the
+ * no_grad: the result has no gradient (grad_spec Prohibit_grad). The result's precision is the
+ * promotion of the operands' (as for a primitive op). An operation whose forward is one primitive
+ * over the operands in order ("mul(a, b)", "relu(a)", "a") and whose gradients are the derivative
+ * table's for it is that primitive's operation, the tensor cn_tensor_apply, _compose or _einsum
+ * builds (a pointwise =: being its =:+): the same code and speed. NULL with a message (the
  * formula and the column of its first error, the operand count, the logic). */
 typedef struct {
   const char *label;
@@ -709,6 +713,20 @@ CN_API cn_tensor *cn_tensor_embed_dim(cn_graph *g, cn_tensor *t, int axis);
  * puts a's cells at the even positions and b's at the odd ones (a and b of equal shape; the
  * result's axis is twice as long); deinterleave_even / _odd read positions 2i / 2i+1 (the axis must
  * have even size). */
+/* Moving cells (src/tensor/layout.c). Axes are counted in memory order: the batch axes, then the
+ * output axes, then the input axes. Both need their operands' dims solved when they are built
+ * (give them, or materialize the graph first); NULL with a message otherwise.
+ * concat: a and b side by side along `axis` (numpy.concatenate, torch.cat): the same batch,
+ *   output and input axes, equal dims but along `axis`, where the result has both; the result
+ *   keeps the operands' rows. The gradient is split back: a.grad gets the result's first n_a
+ *   cells along the axis, b.grad the rest. (The seeds defer concatenation; OCANNL has it.)
+ * reshape: the same cells in the given rows, row-major: every cell keeps its offset in memory
+ *   order (batch, output, input), so reshaping a |3->2 tensor (output 2, input 3, memory [2][3])
+ *   to output [6] lists row 0 then row 1, and to batch [2] output [3] makes each output row a
+ *   batch position. The cell counts must agree; every dim at least 1. The gradient is reshaped
+ *   back. */
+CN_API cn_tensor *cn_tensor_concat(cn_graph *g, cn_tensor *a, cn_tensor *b, int axis);
+CN_API cn_tensor *cn_tensor_reshape(cn_graph *g, cn_tensor *t, const cn_dims *dims);
 CN_API cn_tensor *cn_tensor_interleave(cn_graph *g, cn_tensor *a, cn_tensor *b);
 CN_API cn_tensor *cn_tensor_deinterleave_even(cn_graph *g, cn_tensor *t);
 CN_API cn_tensor *cn_tensor_deinterleave_odd(cn_graph *g, cn_tensor *t);
@@ -767,6 +785,19 @@ CN_API cn_tensor *cn_tensor_sigmoid(cn_graph *g, cn_tensor *x);
 CN_API cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x);
 CN_API cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x);
 CN_API cn_tensor *cn_tensor_mean(cn_graph *g, cn_tensor *x);
+/* The largest (smallest) cell of x: of every cell, a scalar without axes, when spec is NULL;
+ * else over the axes the einsum spec "RHS => LHS" reduces ("b|i => b": per batch position), an
+ * einsum accumulating with max (min). The gradient goes to every cell attaining its result (all
+ * of them on a tie, where PyTorch's amax would share it). Labeled "max" ("min"). */
+CN_API cn_tensor *cn_tensor_reduce_max(cn_graph *g, cn_tensor *x, const char *spec);
+CN_API cn_tensor *cn_tensor_reduce_min(cn_graph *g, cn_tensor *x, const char *spec);
+/* numpy.clip / torch.clamp: min(max(x, lo), hi) pointwise; lo = -INFINITY (hi = INFINITY) leaves
+ * that side open. The gradient passes where lo <= x <= hi, as torch.clamp's, else 0. Refused
+ * (NULL with a message) unless lo <= hi, neither NaN. Labeled "clip". The pointwise |x| is the
+ * primitive op CN_OP_ABS (cn_tensor_apply; its gradient sign(x) g, 0 at 0), and selection the
+ * primitive CN_OP_WHERE: where(c, a, b) is a where c != 0, else b, with broadcasting, its
+ * gradient flowing to a or b as c selects (none into c). */
+CN_API cn_tensor *cn_tensor_clip(cn_graph *g, cn_tensor *x, double lo, double hi);
 CN_API cn_tensor *cn_tensor_mse(cn_graph *g, cn_tensor *pred, cn_tensor *target);
 CN_API cn_tensor *cn_tensor_binary_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *target);
 CN_API cn_tensor *cn_tensor_cross_entropy(cn_graph *g, cn_tensor *logits, cn_tensor *labels);

@@ -266,16 +266,16 @@ static void test_half_moons(void) {
   free(json);
 }
 
-/* Every allocation failure while running a script with loops, a tuple pattern and half_moons
- * fails the run with CN_ERR_NOMEM (never a crash, a leak or another status); past the last
- * allocation the script runs. */
+/* Every allocation failure while running a script with loops, a tuple pattern, half_moons and
+ * the prelude (its relu applied) fails the run with CN_ERR_NOMEM (never a crash, a leak or
+ * another status); past the last allocation the script runs. */
 static void test_allocation_failures(void) {
   const char *script = "let (pts, labels) = half_moons ~n:4 ~batch_size:2\n"
                        "let i = static_index 2\n"
                        "let%cd acc = {total} =+ (pts @| i) *. !@i\n"
                        "let q = {q = 3.0}\n"
                        "for i = 0 to 1 do\n  run acc\n  for j = 0 to 1 do\n"
-                       "    backprop (q *. !@j)\n    print total\n  done\ndone\n";
+                       "    backprop (relu (q *. !@j))\n    print total\n  done\ndone\n";
   int n = 1, failures = 0;
   for (;; n++) {
     cn_ctx *ctx = cn_ctx_create();

@@ -128,6 +128,7 @@ static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
 /* Re-issues the context's last message at pos (library failures point at the expression), except
  * an allocation failure, which has no position worth adding. */
 nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
+  if (I->in_prelude) pos = I->call_at;
   if (I->ctx->failed_node && explain_node_failure(I, pos)) return NULL;
   if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */
   const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
@@ -141,7 +142,7 @@ nt_value *nt_fail(nt_interp *I, cn_nt_pos pos, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  cn_nt_fail_at(I->ctx, pos, "%s", what);
+  cn_nt_fail_at(I->ctx, I->in_prelude ? I->call_at : pos, "%s", what);
   return NULL;
 }
 
@@ -172,6 +173,7 @@ static bool record_at(nt_interp *I, cn_nt_pos **table, int *cap, int id, cn_nt_p
 }
 
 void nt_note(nt_interp *I, cn_nt_pos pos) {
+  if (I->in_prelude) return; /* noted at the script's application when it returns */
   cn_graph *g = I->g;
   for (; I->noted_tensors < g->n_tensors; I->noted_tensors++) {
     cn_tensor *t = g->tensors[I->noted_tensors];
@@ -250,7 +252,7 @@ static void mark_named(nt_value *v) {
 }
 
 bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v) {
-  mark_named(v);
+  if (!I->in_prelude) mark_named(v);
   nt_env *b = cn_alloc(I->ctx, sizeof *b);
   if (!b) return false;
   b->name = name;
@@ -270,7 +272,8 @@ bool nt_bind_global(nt_interp *I, const char *name, nt_value *v) {
 nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name) {
   for (; e; e = e->next)
     if (strcmp(e->name, name) == 0) return e->v;
-  return cn_map_get(&I->globals, name);
+  nt_value *v = I->in_prelude ? NULL : cn_map_get(&I->globals, name);
+  return v ? v : cn_map_get(&I->prelude, name);
 }
 
 /* ---- Conversions ----------------------------------------------------------------------------- */

@@ -124,6 +124,10 @@ static nt_value *call(nt_interp *I, nt_value *fn, const nt_args *a) {
     if (def->u.let.params[next].kind == CN_NT_PARAM_UNIT && a->pos[i]->kind != NT_V_UNIT)
       return nt_fail(I, a->pos_at[i], "%s", "expected ()");
     f->fn.given[next] = a->pos[i];
+    if (def->pos.src == I->prelude_src) { /* operands, refused where the script wrote them */
+      cn_tensor *t = nt_tensor_of(I, a->pos[i], a->pos_at[i]);
+      if (!t || !(f->fn.given[next] = nt_tensor_value(I, t))) return NULL;
+    }
     lifted |= nt_is_lifting(&def->u.let.params[next]);
   }
   if (lifted && def->u.let.ext == CN_NT_LET_OP) { /* a lifting point: its own declarations */
@@ -206,6 +210,10 @@ static nt_value *eval_body(nt_interp *I, nt_value *f) {
   nt_env *scope = NULL;
   nt_value *result = NULL;
   bool ok = true;
+  /* a prelude function's body: its names, its messages at the script's application, and its
+   * arguments not named by binding them (it keeps none, as a builtin keeps none) */
+  bool prelude = def->pos.src == I->prelude_src;
+  I->in_prelude += prelude;
   for (int k = 0; k < def->u.let.n_params && ok; k++) {
     const cn_nt_param *p = &def->u.let.params[k];
     nt_value *v = f->fn.given[k];
@@ -225,8 +233,10 @@ static nt_value *eval_body(nt_interp *I, nt_value *f) {
   } else if (ok) {
     int before = I->g->n_tensors;
     result = nt_eval(I, scope, f->fn.decls, def->u.let.expr);
-    if (!label_result(I, def, f->fn.given, result, before)) result = NULL;
+    /* a prelude operation is labeled by its ~label, as the builtin it replaces */
+    if (!prelude && !label_result(I, def, f->fn.given, result, before)) result = NULL;
   }
+  I->in_prelude -= prelude;
   I->depth--;
   return result;
 }
@@ -265,7 +275,8 @@ nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr 
   const cn_nt_arg *cfg =
       block ? cn_nt_find_arg(x->u.apply.n_args, x->u.apply.args, "config") : NULL;
   if (!eval_args(I, e, ds, x, name, cfg, &a)) return NULL;
-  if (block) { /* the rest of the arguments go to the config block */
+  if (!I->in_prelude) I->call_at = fx->pos; /* where a prelude function's work is reported */
+  if (block) {                              /* the rest of the arguments go to the config block */
     if (a.n_pos == 0 && a.n_lab == 0) return block;
     if (block->kind != NT_V_FUNC)
       return nt_fail(I, fx->pos, "'%s' applied to its ~config is not a function", name);

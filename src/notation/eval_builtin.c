@@ -19,6 +19,7 @@
 
 #include "numeric/numeric.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,80 @@ static nt_value *nt_builtin_sum(nt_interp *I, const nt_call *c) {
   if (!reduction_spec(I, c, &spec)) return NULL;
   cn_tensor *x = c->t[0];
   return reduction_result(I, c, spec ? cn_tensor_einsum1(I->g, spec, x) : cn_tensor_sum(I->g, x));
+}
+
+/* max x, min x: the largest / smallest cell, a scalar; with ~spec:"RHS => LHS" over the axes the
+ * spec reduces. Reached through the binary ops' names applied to one operand (nt_builtin). */
+static nt_value *extremum(nt_interp *I, const nt_call *c, cn_op op) {
+  static const char *const known[1] = {"spec"};
+  const char *spec;
+  if (!nt_known_labels(I, c, 1, known) || !reduction_spec(I, c, &spec)) return NULL;
+  cn_tensor *x = c->t[0];
+  return tensor_result(I, c, false,
+                       op == CN_OP_MAX ? cn_tensor_reduce_max(I->g, x, spec)
+                                       : cn_tensor_reduce_min(I->g, x, spec));
+}
+
+/* clip x ~min:LO ~max:HI: numbers, either side may be left out, not both. */
+static nt_value *nt_builtin_clip(nt_interp *I, const nt_call *c) {
+  static const char *const known[2] = {"min", "max"};
+  if (!nt_known_labels(I, c, 2, known)) return NULL;
+  double bound[2] = {-INFINITY, INFINITY};
+  bool given = false;
+  for (int k = 0; k < 2; k++) {
+    cn_nt_pos at;
+    nt_value *v = nt_labeled_at(c->a, known[k], &at);
+    if (v && v->kind != NT_V_NUM)
+      return nt_fail(I, at, "~%s expects a number, found %s", known[k], nt_kind_name(v->kind));
+    if (v) bound[k] = v->num, given = true;
+  }
+  if (!given) return nt_fail(I, c->at, "%s", "clip needs ~min:LO, ~max:HI or both (numbers)");
+  if (!(bound[0] <= bound[1]))
+    return nt_fail(I, c->at, "clip: ~min:%g is above ~max:%g", bound[0], bound[1]);
+  return tensor_result(I, c, false, cn_tensor_clip(I->g, c->t[0], bound[0], bound[1]));
+}
+
+/* concat a b [~axis:K]: along axis K in memory order, by default a's last output axis. */
+static nt_value *nt_builtin_concat(nt_interp *I, const nt_call *c) {
+  static const char *const known[1] = {"axis"};
+  if (!nt_known_labels(I, c, 1, known) || !nt_settle_shapes(I, c->t, 2, c->at)) return NULL;
+  cn_nt_pos at;
+  nt_value *v = nt_labeled_at(c->a, "axis", &at);
+  int64_t axis;
+  if (v) {
+    if (!nt_as_int(I, v, at, &axis)) return NULL;
+    if (axis < 0 || axis >= CN_MAX_RANK)
+      return nt_fail(I, at,
+                     "~axis:%lld: an axis counts from 0, in memory order (batch, output, "
+                     "input)",
+                     (long long)axis);
+  } else {
+    int64_t batch = cn_shape_row_dims(I->g->shapes, c->t[0]->shape, CN_ROW_BATCH, NULL, 0);
+    int64_t out = cn_shape_row_dims(I->g->shapes, c->t[0]->shape, CN_ROW_OUTPUT, NULL, 0);
+    if (batch < 0 || out < 0) return nt_fail_here(I, c->at);
+    if (out == 0)
+      return nt_fail(I, c->at, "concat: %s has no output axis: give ~axis:K (memory order)",
+                     cn_tensor_shape(c->t[0]));
+    axis = batch + out - 1;
+  }
+  return tensor_result(I, c, false, cn_tensor_concat(I->g, c->t[0], c->t[1], (int)axis));
+}
+
+/* reshape t ~output_dims:[..] [~batch_dims:[..] ~input_dims:[..]]: rows not given are empty. */
+static nt_value *nt_builtin_reshape(nt_interp *I, const nt_call *c) {
+  static const char *const labels[3] = {"batch_dims", "input_dims", "output_dims"};
+  int64_t d[3][CN_MAX_RANK];
+  int n[3];
+  if (!nt_known_labels(I, c, 3, labels)) return NULL;
+  if (!nt_labeled(c->a, "output_dims") && !nt_labeled(c->a, "batch_dims") &&
+      !nt_labeled(c->a, "input_dims"))
+    return nt_fail(I, c->at, "%s",
+                   "reshape takes the new rows: ~output_dims:[..] (and ~batch_dims, ~input_dims)");
+  for (int k = 0; k < 3; k++)
+    if (!int_list(I, nt_labeled(c->a, labels[k]), c->at, d[k], &n[k])) return NULL;
+  if (!nt_settle_shapes(I, c->t, 1, c->at)) return NULL;
+  cn_dims dims = {{n[0], d[0], NULL}, {n[1], d[1], NULL}, {n[2], d[2], NULL}};
+  return tensor_result(I, c, false, cn_tensor_reshape(I->g, c->t[0], &dims));
 }
 
 /* mean x: of every cell; mean ~spec x: the einsum's sum divided by the number of cells summed
@@ -520,8 +595,23 @@ static nt_value *primitive(nt_interp *I, cn_op op, const char *name, const nt_ar
   return nt_tensor_value(I, r);
 }
 
+/* max x [~spec:S], min x [~spec:S]: one operand, not a tuple of two (max (a, b) is the op). */
+static bool reduces(cn_op op, const nt_args *a) {
+  if (op != CN_OP_MAX && op != CN_OP_MIN) return false;
+  if (a->n_lab) return true;
+  const nt_value *x = a->n_pos == 1 ? a->pos[0] : NULL;
+  return x && !(x->kind == NT_V_LIST && x->tuple && !x->literal) && x->kind != NT_V_UNIT;
+}
+
 nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at) {
   cn_op op;
+  if (cn_op_from_name(name, &op) && reduces(op, a)) {
+    nt_call c = {.name = name, .a = a, .at = at, .nt = 1};
+    if (a->n_pos != 1)
+      return nt_fail(I, at, "%s x [~spec:\"RHS => LHS\"] reduces one tensor x", name);
+    if (!(c.t[0] = nt_tensor_of(I, a->pos[0], a->pos_at[0]))) return NULL;
+    return extremum(I, &c, op);
+  }
   if (cn_op_from_name(name, &op)) return primitive(I, op, name, a, at);
   const nt_builtin_entry *b = find_builtin(name);
   if (b) return library_builtin(I, b, a, at);

@@ -169,7 +169,15 @@ typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
   cn_notation_options opts;
-  cn_map globals;    /* name -> nt_value *: the top-level bindings (the latest of a name wins) */
+  cn_map globals; /* name -> nt_value *: the top-level bindings (the latest of a name wins) */
+  /* The prelude's bindings (src/notation/prelude.cnl, read by nt_load_prelude): the script's
+   * names hide them; while a prelude function's body runs (in_prelude > 0) names resolve in the
+   * prelude alone, its tensors take the position of the script's application (call_at), and so
+   * do its messages. */
+  cn_map prelude;
+  const cn_nt_source *prelude_src;
+  int in_prelude;
+  cn_nt_pos call_at;
   nt_decl_scope top; /* declarations of top-level code */
   int depth;
   int n_routines;
@@ -254,6 +262,8 @@ bool nt_materialize(nt_interp *I, cn_nt_pos at);
 /* Records that the tensors and updates built since the last call were introduced at pos. */
 void nt_note(nt_interp *I, cn_nt_pos pos);
 bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v);
+/* The text of src/notation/prelude.cnl (embedded at build time). */
+extern const char cn_nt_prelude_source[];
 /* Binds a top-level name (replacing an earlier binding of it); false on exhaustion. */
 bool nt_bind_global(nt_interp *I, const char *name, nt_value *v);
 /* The innermost binding of name in e, else its global binding; NULL when unbound. */

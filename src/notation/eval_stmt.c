@@ -811,15 +811,32 @@ static bool bind_all(nt_interp *I, int n, const cn_notation_binding *b) {
   return true;
 }
 
-static void open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *opts) {
+/* The prelude's functions bound in I->prelude: definitions only (its items are let%op and let%cd
+ * functions, which build nothing until applied), so it costs a parse, not a routine. */
+static bool load_prelude(nt_interp *I) {
+  cn_nt_program *prog = cn_nt_parse_program(I->ctx, "<prelude>", cn_nt_prelude_source);
+  if (!prog) return false; /* out of memory: the text itself parses (test_prelude) */
+  I->prelude_src = prog->src;
+  for (int i = 0; i < prog->n_items; i++) {
+    const cn_nt_item *it = &prog->items[i];
+    CN_ASSERT(it->kind == CN_NT_ITEM_LET && it->u.let.n_params > 0);
+    nt_value *v = function_value(I, it);
+    if (!v || !cn_map_put(I->ctx, &I->prelude, it->u.let.name, v)) return false;
+  }
+  return true;
+}
+
+static bool open_interp(nt_interp *I, cn_graph *g, const cn_notation_options *opts) {
   memset(I, 0, sizeof *I);
   I->ctx = cn_graph_ctx(g);
   I->g = g;
   I->globals.strings = true;
+  I->prelude.strings = true;
   if (opts) I->opts = *opts;
   /* tensors built before (by C code) have no position in this text */
   I->noted_tensors = g->n_tensors;
   I->noted_updates = g->n_updates;
+  return load_prelude(I);
 }
 
 /* The tensor a top-level name is bound to when the script ends (`option` is the option that
@@ -967,7 +984,10 @@ static cn_status run_program(nt_interp *I, const char *file, const char *text,
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
                           const cn_notation_options *opts) {
   nt_interp I;
-  open_interp(&I, g, opts);
+  if (!open_interp(&I, g, opts)) {
+    if (opts && opts->syntax_error) *opts->syntax_error = false;
+    return cn_ctx_status(I.ctx);
+  }
   bool was = g->fuse_unnamed;
   g->fuse_unnamed = true;
   cn_status st = run_program(&I, file, text, opts);
@@ -984,8 +1004,7 @@ cn_status cn_notation_check(cn_ctx *ctx, const char *file, const char *text) {
 cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
                           const cn_notation_binding *bindings) {
   nt_interp I;
-  open_interp(&I, g, NULL);
-  if (!bind_all(&I, n_bindings, bindings)) return NULL;
+  if (!open_interp(&I, g, NULL) || !bind_all(&I, n_bindings, bindings)) return NULL;
   cn_nt_expr *x = cn_nt_parse_expr(I.ctx, "<cn_op>", text ? text : "");
   nt_value *v = x ? nt_eval(&I, NULL, &I.top, x) : NULL;
   return v ? nt_tensor_of(&I, v, x->pos) : NULL;
@@ -994,8 +1013,7 @@ cn_tensor *cn_notation_op(cn_graph *g, const char *text, int n_bindings,
 cn_asgn *cn_notation_cd(cn_graph *g, const char *text, int n_bindings,
                         const cn_notation_binding *bindings) {
   nt_interp I;
-  open_interp(&I, g, NULL);
-  if (!bind_all(&I, n_bindings, bindings)) return NULL;
+  if (!open_interp(&I, g, NULL) || !bind_all(&I, n_bindings, bindings)) return NULL;
   cn_nt_cd *cd = cn_nt_parse_cd(I.ctx, "<cn_cd>", text ? text : "");
   nt_code *c = cd ? nt_eval_cd(&I, NULL, &I.top, cd) : NULL;
   return c && nt_materialize(&I, cd->pos) ? nt_code_asgn(&I, c, NULL) : NULL;

@@ -254,6 +254,48 @@ cn_op_formulas *cn_op_formulas_parse(cn_ctx *ctx, const cn_op_code *code) {
   return f;
 }
 
+/* Whether two formulas are the same tree (numbers bit for bit). */
+static bool same_expr(const expr *x, const expr *y) {
+  if (!x || !y) return x == y;
+  if (x->kind != y->kind) return false;
+  switch (x->kind) {
+  case E_OPERAND: return x->operand == y->operand;
+  case E_RESULT:
+  case E_GRAD: return true;
+  case E_NUMBER: return memcmp(&x->number, &y->number, sizeof x->number) == 0;
+  case E_APPLY:
+    if (x->op != y->op || x->n_args != y->n_args) return false;
+    for (int i = 0; i < x->n_args; i++)
+      if (!same_expr(x->args[i], y->args[i])) return false;
+    return true;
+  }
+  return false;
+}
+
+cn_status cn_op_formulas_primitive(cn_ctx *ctx, const cn_op_formulas *f, int arity, cn_op *prim,
+                                   bool *is) {
+  const expr *fw = f->forward;
+  cn_op op = CN_OP_ID;
+  *is = false;
+  if (fw->kind == E_APPLY) {
+    if (fw->n_args != arity) return CN_OK;
+    for (int i = 0; i < arity; i++)
+      if (fw->args[i]->kind != E_OPERAND || fw->args[i]->operand != i) return CN_OK;
+    op = fw->op;
+  } else if (arity != 1 || fw->kind != E_OPERAND || fw->operand != 0) {
+    return CN_OK;
+  }
+  for (int k = 0; k < arity; k++) {
+    bool none, uses_result;
+    expr *rule = derivative(ctx, op, k, &none, &uses_result);
+    if (!none && !rule) return CN_ERR_NOMEM;
+    if (!same_expr(rule, f->grad[k])) return CN_OK;
+  }
+  *prim = op;
+  *is = true;
+  return CN_OK;
+}
+
 bool cn_op_formulas_differentiable(const cn_op_formulas *f, int operand) {
   return operand >= 0 && operand < 3 && f->grad[operand] != NULL;
 }

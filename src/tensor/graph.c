@@ -82,13 +82,25 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
 cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, const int64_t *dims,
                                   cn_op accum, cn_op prim, int n_args, cn_tensor *const *operands,
                                   cn_proj *proj) {
+  const cn_dims rows = {CN_AXES_NONE, CN_AXES_NONE, {rank, dims, NULL}};
+  return cn_tensor_new_recorded_rows(g, label, g->prec, &rows, accum, prim, n_args, operands, proj);
+}
+
+cn_tensor *cn_tensor_new_recorded_rows(cn_graph *g, const char *label, cn_prec prec,
+                                       const cn_dims *rows, cn_op accum, cn_op prim, int n_args,
+                                       cn_tensor *const *operands, cn_proj *proj) {
   /* The operands are not given to the shape logic: the record already relates their dims to the
    * output's, so the output's axes are Exact and nothing is left to infer. */
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
-  sargs.n_dims[CN_ROW_OUTPUT] = rank;
-  sargs.dims[CN_ROW_OUTPUT] = dims;
-  cn_tensor *t = cn_tensor_new(g, label, CN_TK_TILE, g->prec, NULL, CN_SL_DATA, &sargs, 0, NULL);
+  const cn_axes *axes[CN_N_ROWS] = {[CN_ROW_BATCH] = &rows->batch,
+                                    [CN_ROW_INPUT] = &rows->input,
+                                    [CN_ROW_OUTPUT] = &rows->output};
+  for (int k = 0; k < CN_N_ROWS; k++) {
+    sargs.n_dims[k] = axes[k]->n;
+    sargs.dims[k] = axes[k]->dims;
+  }
+  cn_tensor *t = cn_tensor_new(g, label, CN_TK_TILE, prec, NULL, CN_SL_DATA, &sargs, 0, NULL);
   if (!t) return NULL;
   t->n_args = n_args;
   for (int a = 0; a < n_args; a++) t->args[a] = operands[a];

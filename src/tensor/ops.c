@@ -352,14 +352,29 @@ cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *c
     kind = CN_SL_EINSUM;
   }
   cn_op_formulas *f = cn_op_formulas_parse(ctx, code);
-  if (!f) return NULL;
-  cn_tensor *t =
-      cn_tensor_new(g, label, CN_TK_ACCUM, g->prec, NULL, kind, &sargs, code->arity, args);
-  if (!t) return NULL;
-  t->accum = code->accum;
-  t->prim = CN_OP_ID; /* unused: the formulas stand for it */
-  t->formulas = f;
-  t->diff = !code->no_grad && cn_tensor_op_diff(t);
+  cn_op prim;
+  bool is_prim;
+  if (!f || cn_op_formulas_primitive(ctx, f, code->arity, &prim, &is_prim) != CN_OK) return NULL;
+  cn_tensor *t;
+  if (is_prim) {
+    /* The primitive's own operation, as cn_tensor_apply / compose / einsum build it: the same
+     * code, rewrites (a one-hot product's gather) and speed, which is what lets the notation's
+     * prelude define library operations this way. A pointwise `=:` is the library's `=:+`: one
+     * point writes each cell, so they agree (accum_op turns it back for 128-bit words). */
+    cn_op accum = kind == CN_SL_POINTWISE && code->accum == CN_OP_ARG2 ? CN_OP_ADD : code->accum;
+    t = accum_op(g, label, kind, kind == CN_SL_EINSUM ? &sargs : NULL, accum, prim, code->arity,
+                 args);
+    if (!t) return NULL;
+  } else {
+    t = cn_tensor_new(g, label, CN_TK_ACCUM, result_prec(g, CN_OP_ID, code->arity, args), NULL,
+                      kind, &sargs, code->arity, args);
+    if (!t) return NULL;
+    t->accum = code->accum;
+    t->prim = CN_OP_ID; /* unused: the formulas stand for it */
+    t->formulas = f;
+    t->diff = cn_tensor_op_diff(t);
+  }
+  if (code->no_grad) t->diff = false;
   t->stops_gradient = code->no_grad;
   return t;
 }

@@ -163,6 +163,11 @@ cn_tensor *cn_tensor_new(cn_graph *g, const char *label, cn_tensor_kind kind, cn
 cn_tensor *cn_tensor_new_recorded(cn_graph *g, const char *label, int rank, const int64_t *dims,
                                   cn_op accum, cn_op prim, int n_args, cn_tensor *const *operands,
                                   cn_proj *proj);
+/* The same with the given precision and rows (batch, input and output axes; the record's LHS
+ * map is over their memory order: batch, output, input): concat and reshape (layout.c). */
+cn_tensor *cn_tensor_new_recorded_rows(cn_graph *g, const char *label, cn_prec prec,
+                                       const cn_dims *rows, cn_op accum, cn_op prim, int n_args,
+                                       cn_tensor *const *operands, cn_proj *proj);
 /* The shape rows of a cn_dims (NULL dims: NULL, all rows inferred); rows is the storage. */
 const cn_shape_row_spec *cn_dims_rows(const cn_dims *dims, cn_shape_row_spec rows[CN_N_ROWS]);
 /* A constant filling the given rows (NULL: inferred): Fetch Constant, not differentiable. */
@@ -242,6 +247,12 @@ int cn_tensor_n_operands(const cn_tensor *t);
 /* The formulas of code (its forward, its operands' gradients) parsed and checked; NULL with a
  * message naming the formula and the column of its first error. */
 cn_op_formulas *cn_op_formulas_parse(cn_ctx *ctx, const cn_op_code *code);
+/* *is: whether f is one primitive over the operands in order (`prim(a, b)`, or `a`: CN_OP_ID)
+ * with the derivative table's gradient for each operand (none where the table has none); then
+ * *prim is that primitive, and the operation is the primitive's own (cn_tensor_operation builds
+ * that tensor, so a library operation written as code keeps the builtin's code and speed). */
+cn_status cn_op_formulas_primitive(cn_ctx *ctx, const cn_op_formulas *f, int arity, cn_op *prim,
+                                   bool *is);
 /* Whether a gradient formula of operand `operand` was given. */
 bool cn_op_formulas_differentiable(const cn_op_formulas *f, int operand);
 /* The forward code of an ACCUM tensor: v =:accum prim(v1, ...). */

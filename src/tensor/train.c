@@ -1,8 +1,8 @@
-/* The training pieces of the operation library: log_softmax, sigmoid, softplus, the reductions
- * sum and mean, the losses mse, binary_cross_entropy and cross_entropy, and the metrics argmax,
- * accuracy and confusion. Like library.c, each is composed from the core constructors (pointwise
- * application, einsum, stop_gradient, constants, an offsets fetch), so its gradient is the one
- * the core derives for those pieces.
+/* The training pieces of the operation library: log_softmax, sigmoid, softplus, clip, the
+ * reductions sum, mean, max and min, the losses mse, binary_cross_entropy and cross_entropy, and
+ * the metrics argmax, accuracy and confusion. Like library.c, each is composed from the core
+ * constructors (pointwise application, einsum, stop_gradient, constants, an offsets fetch), so its
+ * gradient is the one the core derives for those pieces.
  *
  * Layouts: classes lie along x's output axes, an example is one batch and input position (the
  * per-example reductions use softmax's spec, "... | ..i.. -> ..o.. => ... | ..i.. ->"); labels
@@ -68,11 +68,43 @@ cn_tensor *cn_tensor_softplus(cn_graph *g, cn_tensor *x) {
       "softplus");
 }
 
+/* min(max(x, lo), hi): max passes the gradient where x >= lo, min where it is <= hi, so it flows
+ * on the closed interval, as torch.clamp's; an infinite bound is no op at all. */
+cn_tensor *cn_tensor_clip(cn_graph *g, cn_tensor *x, double lo, double hi) {
+  if (!cn_tensor_operands(g, "clip", 1, &x)) return NULL;
+  if (isnan(lo) || isnan(hi) || lo > hi || lo == INFINITY || hi == -INFINITY) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "clip: the bounds %g and %g are not an interval (min <= max)",
+            lo, hi);
+    return NULL;
+  }
+  cn_tensor *r = lo == -INFINITY ? x : cn_tensor_apply2(g, CN_OP_MAX, x, num(g, lo));
+  if (hi != INFINITY) r = cn_tensor_apply2(g, CN_OP_MIN, r, num(g, hi));
+  if (r == x) r = cn_tensor_apply1(g, CN_OP_ID, x); /* a tensor of its own, labeled clip */
+  return cn_tensor_labeled(r, "clip");
+}
+
 /* ---- Reductions ------------------------------------------------------------------------------ */
 
 cn_tensor *cn_tensor_sum(cn_graph *g, cn_tensor *x) {
   if (!cn_tensor_operands(g, "sum", 1, &x)) return NULL;
   return cn_tensor_labeled(cn_tensor_einsum1(g, "...|...->... => ", x), "sum");
+}
+
+/* einmax1 and its min: an einsum accumulating with max or min, which backprop gates to the cells
+ * attaining the result. */
+static cn_tensor *extremum(cn_graph *g, const char *what, cn_op accum, cn_tensor *x,
+                           const char *spec) {
+  if (!cn_tensor_operands(g, what, 1, &x)) return NULL;
+  return cn_tensor_labeled(
+      cn_tensor_einsum(g, spec ? spec : "...|...->... => ", accum, CN_OP_ID, 1, &x), what);
+}
+
+cn_tensor *cn_tensor_reduce_max(cn_graph *g, cn_tensor *x, const char *spec) {
+  return extremum(g, "max", CN_OP_MAX, x, spec);
+}
+
+cn_tensor *cn_tensor_reduce_min(cn_graph *g, cn_tensor *x, const char *spec) {
+  return extremum(g, "min", CN_OP_MIN, x, spec);
 }
 
 /* The number of cells of x, counted at run time (x's shape may be solved only at
