@@ -158,6 +158,15 @@ typedef enum {
 } cn_stat;
 uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
 
+/* A suggestion for a misspelled name, as the library's own messages make them: the (at most
+ * three) names of known[0 .. n_known) closest to word by edit distance (optimal string alignment;
+ * a name farther than a third of its length is not suggested), written into out as
+ * ", did you mean 'a'?" / ", did you mean 'a' or 'b'?" / ", did you mean 'a', 'b' or 'c'?", or ""
+ * when none is close; closest first, ties in byte order. Returns out (truncated to size). For
+ * programs that read names from their users (the `cannl` command's commands and options). */
+const char *cn_suggest_names(const char *word, int n_known, const char *const *known, char *out,
+                             size_t size);
+
 /* ---- Precisions (table: include/cannl/precisions.def) -------------------------------------- */
 
 #ifndef CN_U4X32_DEFINED /* also defined by the generated-C prelude (src/numeric/builtins.h) */

@@ -95,7 +95,7 @@ static void test_export(char *out, size_t cap) {
   CHECK_INT(run(args, out, cap), 1);
   CHECK_HAS(out, "tiny.cnl:4:1: export --sampler: the script reads no text corpus (text_windows)");
   CHECK_INT(run("run -e 'print 1' --sampler", out, cap), 2);
-  CHECK_HAS(out, "unexpected argument '--sampler'");
+  CHECK_HAS(out, "cannl: option '--sampler' belongs to export, not to run (try 'cannl help')");
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }

@@ -250,6 +250,10 @@ bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v);
 bool nt_bind_global(nt_interp *I, const char *name, nt_value *v);
 /* The innermost binding of name in e, else its global binding; NULL when unbound. */
 nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name);
+/* Offers s every name e and the globals bind (for the suggestions of an unknown name). */
+void nt_suggest_bound(nt_interp *I, const nt_env *e, cn_suggest *s);
+/* "unbound name 'NAME'" at pos, with the closest names the script binds suggested; NULL. */
+nt_value *nt_fail_unbound(nt_interp *I, const nt_env *e, cn_nt_pos pos, const char *name);
 cn_tensor *nt_tensor_of(nt_interp *I, nt_value *v, cn_nt_pos pos);
 bool nt_as_int(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out);
 bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out);
@@ -290,9 +294,11 @@ bool nt_config_block(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_exp
                      nt_value **out);
 
 /* ---- eval_builtin.c ---- */
-/* The builtin `name` (not bound by the script) applied to a: a primitive op or an entry of
- * builtins.def; an unknown name is a positioned error at `at`. */
-nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at);
+/* The builtin `name` (not bound by the script in e) applied to a: a primitive op or an entry of
+ * builtins.def; an unknown name is a positioned error at `at` suggesting the closest builtins
+ * and names e binds. */
+nt_value *nt_builtin(nt_interp *I, const nt_env *e, const char *name, const nt_args *a,
+                     cn_nt_pos at);
 /* Whether positional argument k of an application of `name` is an einsum spec, not a tensor. */
 bool nt_spec_argument(const char *name, int k);
 /* The value of the labeled argument ~name, or NULL. */

@@ -901,15 +901,22 @@ static bool apply_sets(nt_interp *I, cn_nt_program *prog) {
     }
     if (found) continue;
     cn_sbuf names = {0};
+    char *name = cn_alloc(I->ctx, len + 1);
+    if (!name) return false;
+    memcpy(name, set, len);
+    cn_suggest s;
+    cn_suggest_init(&s, name);
     for (int i = 0; i < prog->n_items; i++)
-      if (settable(&prog->items[i]))
+      if (settable(&prog->items[i])) {
         cn_sbuf_printf(&names, "%s%s", names.len ? ", " : "", prog->items[i].u.let.name);
+        cn_suggest_consider(&s, prog->items[i].u.let.name);
+      }
     const char *list = cn_sbuf_finish(I->ctx, &names);
     if (!list) return false;
     return cn_fail(I->ctx, CN_ERR_INVALID,
-                   "--set %s: the script has no top-level let %.*s = LITERAL (a number, boolean "
-                   "or string); the names it can set: %s",
-                   set, (int)len, set, *list ? list : "none"),
+                   "--set %s: the script has no top-level let %s = LITERAL (a number, boolean or "
+                   "string)%s; the names it can set: %s",
+                   set, name, cn_suggest_text(&s), *list ? list : "none"),
            false;
   }
   return true;
