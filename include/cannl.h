@@ -520,7 +520,8 @@ cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
 const char *cn_tensor_label(const cn_tensor *t);
 int cn_tensor_id(const cn_tensor *t);
 bool cn_tensor_is_diff(const cn_tensor *t);
-/* "2|3->4" (batch|input->output); unsolved parts print as variables. Arena-owned. */
+/* "2|3->4" (batch|input->output); a size not decided yet prints as ?, axes whose number is not
+ * decided yet as ... ("|...->?"). Arena-owned. */
 const char *cn_tensor_shape(const cn_tensor *t);
 /* The nodes (materializing the graph first): NULL with a message if shapes do not close. The
  * gradient is NULL for a tensor without one. */
