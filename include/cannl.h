@@ -1180,6 +1180,12 @@ typedef struct {
   bool json;                          /* print tensors as JSON lines (cn_tensor_format) */
   bool emit_asgn, emit_loops, emit_c; /* print each compiled routine's code */
   FILE *out;                          /* NULL: stdout */
+  /* The warning at the end of a run that printed a NaN or an infinity (print, printf) or showed
+   * a progress loss that is not finite, without the check "nan" that would have stopped it: one
+   * line per kind ("warning: the script printed a NaN or an infinity 3 times, first nan in
+   * \"y\" (#2) at FILE:LINE:COL ..."), also with json (the JSON lines stay on out). The status
+   * is unchanged. NULL: stderr. */
+  FILE *err;
   /* When not NULL, cn_notation_run sets it to whether a failure happened while parsing (a syntax
    * error, or memory exhausted by the parser: nothing ran); `cannl run` exits 2 then, 1 for a
    * failure while running. */

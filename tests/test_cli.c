@@ -4,23 +4,61 @@
  * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
  * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27);
  * `export --sampler` is refused for a script without a text corpus (tests/test_names.c builds and
- * runs the sampler of one that has it), and `run` does not take it. */
+ * runs the sampler of one that has it), and `run` does not take it; export says what it wrote;
+ * a printed NaN is said once on stderr; unknown commands and options suggest the closest. */
 #include "check.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs the command line (through sh), returning its exit status and its stdout+stderr. */
+/* Runs the command line (through sh), returning its exit status and its stdout+stderr (stdout
+ * alone when args redirect stderr themselves). */
 static int run(const char *args, char *out, size_t cap) {
   const char *cli = getenv("CANNL_CLI");
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", cli ? cli : "cannl", args);
+  snprintf(cmd, sizeof cmd, "'%s' %s%s", cli ? cli : "cannl", args,
+           strstr(args, "2>") ? "" : " 2>&1");
   FILE *p = popen(cmd, "r");
   size_t n = p ? fread(out, 1, cap - 1, p) : 0;
   out[n] = '\0';
   int st = p ? pclose(p) : -1;
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* An unknown command or option suggests the closest known ones: each exact message (exit 2). */
+static void test_suggestions(char *out, size_t cap) {
+  static const struct {
+    const char *args, *message;
+  } cases[] = {
+      {"rnu x.cnl", "cannl: unknown command 'rnu', did you mean 'run'? (try 'cannl help')\n"},
+      {"exprot x.cnl",
+       "cannl: unknown command 'exprot', did you mean 'export'? (try 'cannl help')\n"},
+      {"--verison", "cannl: unknown command '--verison', did you mean '--version'? (try 'cannl "
+                    "help')\n"},
+      {"frobnicate", "cannl: unknown command 'frobnicate' (try 'cannl help')\n"},
+      {"ops x", "cannl: 'ops' takes no argument, not 'x' (try 'cannl help')\n"},
+      {"run x.cnl --chek-nan",
+       "cannl: unknown run option '--chek-nan', did you mean '--check-nan'? (try 'cannl help')\n"},
+      {"run x.cnl --bakend=c",
+       "cannl: unknown run option '--bakend=c', did you mean '--backend'? (try 'cannl help')\n"},
+      {"run x.cnl --backend=interpp",
+       "cannl: unknown backend 'interpp', did you mean 'interp'? (known: interp, c) (try 'cannl "
+       "help')\n"},
+      {"run x.cnl --emit=lops",
+       "cannl: unknown --emit value 'lops', did you mean 'loops'? (known: asgn, loops, c) (try "
+       "'cannl help')\n"},
+      {"run x.cnl y.cnl", "cannl: unexpected argument 'y.cnl' (the script is 'x.cnl') (try 'cannl "
+                          "help')\n"},
+      {"export x.cnl --ouptut y",
+       "cannl: unknown export option '--ouptut', did you mean '--output'? (try 'cannl help')\n"},
+      {"demo --emitt c",
+       "cannl: unknown demo option '--emitt', did you mean '--emit'? (try 'cannl help')\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    CHECK_INT(run(cases[i].args, out, cap), 2);
+    CHECK_STR(out, cases[i].message);
+  }
 }
 
 /* DIR/NAME holding text. */
@@ -78,6 +116,12 @@ static void test_export(char *out, size_t cap) {
            "export '%s/tiny.cnl' --input image --output logits --name tiny -o '%s'", dir, dir);
   CHECK_INT(run(args, out, cap), 0);
   CHECK_HAS(out, "built");
+  /* export says what it wrote where */
+  char said[1024];
+  snprintf(said, sizeof said,
+           "cannl: exported tiny_forward ('logits' from 'image') to %s/tiny.c and %s/tiny.h\n", dir,
+           dir);
+  CHECK_HAS(out, said);
   snprintf(args, sizeof args,
            "grep -q 'void tiny_forward(const float \\*in, float \\*out);' '%s/tiny.h'", dir);
   CHECK_INT(system(args), 0);
@@ -180,6 +224,14 @@ int main(void) {
             1);
   CHECK_HAS(out, "<-e>:1:9: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1]");
   CHECK_INT(run("run --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out, sizeof out), 0);
+  /* without it, the NaN printed is said once at the end, on stderr (not among --json's lines) */
+  CHECK_HAS(out, "\nwarning: the script printed a NaN or an infinity: nan in \"y\" (#2) at "
+                 "<-e>:2:7 (--check-nan");
+  CHECK_INT(run("run --json --backend interp -e 'let y = log [1.0; -1.0]\nprint y' 2>/dev/null",
+                out, sizeof out),
+            0);
+  CHECK_STR(out, "{\"label\": \"y\", \"batch\": [], \"input\": [], \"output\": [2], "
+                 "\"values\": [0, \"nan\"]}\n");
   /* --set NAME=VALUE replaces a top-level literal (repeatable); a bad one is an error */
   CHECK_INT(run("run --backend interp -e 'let n = 2\nlet s = \"a\"\nprintf \"%d %s\\n\" n s' "
                 "--set n=5 --set s=b",
@@ -200,5 +252,6 @@ int main(void) {
   CHECK_HAS(out, "cannl ");
   test_export(out, sizeof out);
   test_export_injection(out, sizeof out);
+  test_suggestions(out, sizeof out);
   CHECK_DONE();
 }

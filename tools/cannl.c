@@ -416,6 +416,17 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
     status = parse_failed ? EXIT_USAGE : EXIT_RUNTIME;
   }
+  if (exporting && status == 0) {
+    /* what export wrote, as cn_notation_run names the files (stdout is the script's) */
+    const char *name = opts.export_name ? opts.export_name : opts.export_output;
+    const char *dir = opts.export_dir ? opts.export_dir : ".";
+    fflush(stdout);
+    fprintf(stderr, "cannl: exported %s_forward ('%s' from '%s') to %s/%s.c and %s/%s.h", name,
+            opts.export_output, opts.export_input, dir, name, dir, name);
+    if (opts.export_sampler)
+      fprintf(stderr, ", its sampler to %s/%s_sample.c and %s/%s_sample.h", dir, name, dir, name);
+    fputc('\n', stderr);
+  }
   if (timings && ctx) {
     fflush(stdout); /* the script's output first, where both streams go to one place */
     print_timings(ctx, now_us() - start, opts.json);

@@ -161,10 +161,20 @@ typedef struct nt_item_state {
   struct nt_plot *plot;        /* plot: its series */
 } nt_item_state;
 
+/* Non-finite values the script showed without --check-nan, for the warning at the end of the run
+ * (eval_out.c): how many times, and the first. */
+typedef enum { NT_SHOWN_PRINTED, NT_SHOWN_LOSS, NT_SHOWN_KINDS } nt_shown_kind;
+typedef struct {
+  int64_t count;
+  cn_nt_pos at;   /* the first: the statement that showed it */
+  char what[200]; /* the first: the value and where it was ("nan in \"y\" (#2)", "inf (step 3)") */
+} nt_nonfinite;
+
 typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
   cn_notation_options opts;
+  nt_nonfinite shown[NT_SHOWN_KINDS];
   cn_map globals;    /* name -> nt_value *: the top-level bindings (the latest of a name wins) */
   nt_decl_scope top; /* declarations of top-level code */
   int depth;
@@ -374,6 +384,13 @@ bool nt_format(nt_interp *I, const cn_nt_item *it, nt_value *const *values, cn_s
  * tensor computed by the body) or NULL; batch_size 0 counts steps. */
 void nt_progress_start(nt_interp *I, nt_progress *pr, const cn_nt_item *it, int64_t total,
                        cn_tensor *loss, int64_t batch_size);
+/* Records that the statement at `at` showed the NaN or infinity `value` (`where`: "in \"y\" (#2)",
+ * "(step 3)"). */
+void nt_note_nonfinite(nt_interp *I, nt_shown_kind kind, cn_nt_pos at, double value,
+                       const char *where);
+/* The warning at the end of a run: one line per kind of non-finite value the script showed, on
+ * opts.err (NULL: stderr); nothing when it showed none. */
+void nt_report_nonfinite(nt_interp *I);
 /* After `done` steps (1 .. hi - lo + 1): redraws or writes a line when due. */
 bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done);
 /* A run failed: when the routine reads a static index no enclosing loop binds, the message
