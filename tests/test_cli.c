@@ -61,6 +61,52 @@ static void test_suggestions(char *out, size_t cap) {
   }
 }
 
+/* example_fashion_mnist (beside the cannl command): --help prints the usage (exit 0), an unknown
+ * option suggests the closest, --resume without a checkpoint yet says so and trains from the
+ * first epoch (when the data set is installed), as a script's `restore ~resume:true` does. */
+static void test_fashion_example(char *out, size_t cap) {
+  const char *cli = getenv("CANNL_CLI");
+  char example[1024], args[2048];
+  snprintf(example, sizeof example, "%.*s/example_fashion_mnist",
+           cli && strrchr(cli, '/') ? (int)(strrchr(cli, '/') - cli) : 1, cli ? cli : ".");
+  snprintf(args, sizeof args, "'%s' --help 2>&1", example);
+  FILE *p = popen(args, "r");
+  size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+  out[n] = '\0';
+  CHECK(p && pclose(p) == 0);
+  CHECK(strncmp(out, "usage: example_fashion_mnist [--model mlp|convnet]", 50) == 0);
+  CHECK_HAS(out, "  --resume          go on from the checkpoint, bit for bit; when there is none");
+  snprintf(args, sizeof args, "'%s' --epoch 3 2>&1", example);
+  p = popen(args, "r");
+  n = p ? fread(out, 1, cap - 1, p) : 0;
+  out[n] = '\0';
+  CHECK(p && WEXITSTATUS(pclose(p)) == 2);
+  CHECK_STR(out, "unknown option '--epoch', did you mean '--epochs'?\n"
+                 "(try example_fashion_mnist --help)\n");
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+    printf("Fashion-MNIST is not installed: --resume without a checkpoint not run\n");
+    return;
+  }
+  char dir[] = "/tmp/cannl_fashion_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(args, sizeof args,
+           "'%s' --train 200 --test 100 --epochs 1 --resume --checkpoint '%s/c.safetensors' "
+           "--svg '%s/c.svg' 2>&1",
+           example, dir, dir);
+  p = popen(args, "r");
+  n = p ? fread(out, 1, cap - 1, p) : 0;
+  out[n] = '\0';
+  CHECK(p && pclose(p) == 0);
+  char note[512];
+  snprintf(note, sizeof note,
+           "note: no checkpoint %s/c.safetensors to resume from: training from the first epoch\n",
+           dir);
+  CHECK_HAS(out, note);
+  CHECK_HAS(out, "epoch 1/1: training loss");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
+}
+
 /* DIR/NAME holding text. */
 static void write_file(const char *dir, const char *name, const char *text) {
   char path[512];
@@ -253,5 +299,6 @@ int main(void) {
   test_export(out, sizeof out);
   test_export_injection(out, sizeof out);
   test_suggestions(out, sizeof out);
+  test_fashion_example(out, sizeof out);
   CHECK_DONE();
 }

@@ -5,8 +5,9 @@
  * environment variable's value, a schedule pass, a Tile dim and function, an unbound stride name
  * of an einsum spec; and the messages that name the axes as the user wrote them: pointwise
  * operands that cannot broadcast, by position and by label, and open shapes printed with ... and
- * ?; and the warning at the end of a run that printed a NaN or an infinity (once, on its own
- * stream, the status unchanged). The command line's suggestions are tests/test_cli.c's. */
+ * ?; the warning at the end of a run that printed a NaN or an infinity (once, on its own
+ * stream, the status unchanged); the note of a restore asked to resume without a checkpoint. The
+ * command line's suggestions are tests/test_cli.c's. */
 #define _POSIX_C_SOURCE 200809L /* setenv, open_memstream */
 #include "check.h"
 
@@ -222,6 +223,17 @@ static void test_warning(void) {
                  "(step 1) at t.cnl:2:31 (--check-nan, or the option check=nan, stops at the first "
                  "non-finite value a routine computes)\n");
   CHECK_INT(count(out, "\"loss\": \"nan\""), 4);
+  free(out);
+  free(err);
+  /* restore ~resume:true without a checkpoint yet: a note, and the run starts at epoch 0 */
+  CHECK_INT(run_streams("let%op loss = {w = 1.0} * {w}\nlet start = restore "
+                        "\"/nonexistent/c.safetensors\" loss ~optimizer:\"adam\" ~resume:true\n"
+                        "printf \"%d\\n\" start\n",
+                        false, &out, &err),
+            CN_OK);
+  CHECK_STR(out, "0\n");
+  CHECK_STR(err, "t.cnl:2:21: note: restore: no checkpoint '/nonexistent/c.safetensors' to resume "
+                 "from: the run starts at epoch 0\n");
   free(out);
   free(err);
   /* finite values: nothing */
