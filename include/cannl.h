@@ -116,6 +116,8 @@ void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               kept in a record that later compiles (any model, any process) reuse
  *               (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22 candidates; "off": the
  *               heuristic plan, records ignored. Never changes a result.
+ *   A value of $CANNL_EXACT or $CANNL_TUNE outside the option's values fails the compile (with
+ *   the closest value suggested) rather than being ignored.
  *   "interpret_below"  the least work, in cell updates over all its loops, of a routine that a
  *               script's statement (cn_notation_run, `cannl run`) compiles with the C backend
  *               at once: a count in [0, 2^62] (default: $CANNL_INTERPRET_BELOW, else 4096; 0:

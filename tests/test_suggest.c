@@ -144,6 +144,12 @@ static void test_environment(void) {
   CHECK_HAS(cn_ctx_error(ctx), "CANNL_TUNE: unknown value 'ful', did you mean 'full'? (known: "
                                "off, cached, quick, full)");
   unsetenv("CANNL_TUNE");
+  setenv("CANNL_EXACT", "onn", 1);
+  CHECK_INT(cn_notation_run(g, "t.cnl", "print ([1.0; 2.0] *. [5.0; 6.0])\n", &opts),
+            CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx),
+            "CANNL_EXACT: unknown value 'onn', did you mean 'on'? (known: on, off, 1, 0)");
+  unsetenv("CANNL_EXACT");
   fclose(devnull);
   cn_ctx_destroy(ctx);
 }

@@ -360,7 +360,9 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   /* The NaN check names the first stored node holding a non-finite value: a script's unnamed
    * intermediates stay stored so that it is the operation that produced it. */
   sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
-  sched.exact = switch_on(cn_ctx_option(ctx, "exact"));
+  const char *exact = cn_ctx_option(ctx, "exact");
+  if (!is_switch(exact)) return unknown_value(ctx, "CANNL_EXACT", exact, "on, off, 1, 0"), NULL;
+  sched.exact = switch_on(exact);
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
@@ -801,7 +803,7 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (work) return work_default();
   if (exact) {
     const char *env = getenv("CANNL_EXACT");
-    return env && is_switch(env) ? env : "off";
+    return env && *env ? env : "off"; /* a value outside the switches fails the compile */
   }
   if (tune) {
     const char *env = getenv("CANNL_TUNE"); /* a value outside the modes fails the compile */
