@@ -12,18 +12,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs the command line (through sh), returning its exit status and its stdout+stderr (stdout
- * alone when args redirect stderr themselves). */
-static int run(const char *args, char *out, size_t cap) {
-  const char *cli = getenv("CANNL_CLI");
+/* Runs `program args` (through sh), returning its exit status and its stdout+stderr (stdout alone
+ * when args redirect stderr themselves). */
+static int run_program(const char *program, const char *args, char *out, size_t cap) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s%s", cli ? cli : "cannl", args,
-           strstr(args, "2>") ? "" : " 2>&1");
+  snprintf(cmd, sizeof cmd, "'%s' %s%s", program, args, strstr(args, "2>") ? "" : " 2>&1");
   FILE *p = popen(cmd, "r");
   size_t n = p ? fread(out, 1, cap - 1, p) : 0;
   out[n] = '\0';
   int st = p ? pclose(p) : -1;
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The cannl command with args. */
+static int run(const char *args, char *out, size_t cap) {
+  const char *cli = getenv("CANNL_CLI");
+  return run_program(cli ? cli : "cannl", args, out, cap);
 }
 
 /* An unknown command or option suggests the closest known ones: each exact message (exit 2). */
@@ -69,18 +73,10 @@ static void test_fashion_example(char *out, size_t cap) {
   char example[1024], args[2048];
   snprintf(example, sizeof example, "%.*s/example_fashion_mnist",
            cli && strrchr(cli, '/') ? (int)(strrchr(cli, '/') - cli) : 1, cli ? cli : ".");
-  snprintf(args, sizeof args, "'%s' --help 2>&1", example);
-  FILE *p = popen(args, "r");
-  size_t n = p ? fread(out, 1, cap - 1, p) : 0;
-  out[n] = '\0';
-  CHECK(p && pclose(p) == 0);
+  CHECK_INT(run_program(example, "--help", out, cap), 0);
   CHECK(strncmp(out, "usage: example_fashion_mnist [--model mlp|convnet]", 50) == 0);
   CHECK_HAS(out, "  --resume          go on from the checkpoint, bit for bit; when there is none");
-  snprintf(args, sizeof args, "'%s' --epoch 3 2>&1", example);
-  p = popen(args, "r");
-  n = p ? fread(out, 1, cap - 1, p) : 0;
-  out[n] = '\0';
-  CHECK(p && WEXITSTATUS(pclose(p)) == 2);
+  CHECK_INT(run_program(example, "--epoch 3", out, cap), 2);
   CHECK_STR(out, "unknown option '--epoch', did you mean '--epochs'?\n"
                  "(try example_fashion_mnist --help)\n");
   if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
@@ -90,13 +86,10 @@ static void test_fashion_example(char *out, size_t cap) {
   char dir[] = "/tmp/cannl_fashion_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   snprintf(args, sizeof args,
-           "'%s' --train 200 --test 100 --epochs 1 --resume --checkpoint '%s/c.safetensors' "
-           "--svg '%s/c.svg' 2>&1",
-           example, dir, dir);
-  p = popen(args, "r");
-  n = p ? fread(out, 1, cap - 1, p) : 0;
-  out[n] = '\0';
-  CHECK(p && pclose(p) == 0);
+           "--train 200 --test 100 --epochs 1 --resume --checkpoint '%s/c.safetensors' --svg "
+           "'%s/c.svg'",
+           dir, dir);
+  CHECK_INT(run_program(example, args, out, cap), 0);
   char note[512];
   snprintf(note, sizeof note,
            "note: no checkpoint %s/c.safetensors to resume from: training from the first epoch\n",
