@@ -43,6 +43,15 @@ static void test_helper(void) {
   const char *const long_names[] = {"learning_rate", "weight_decay"};
   CHECK_STR(suggest("learnin_rat", 2, long_names), ", did you mean 'learning_rate'?");
   CHECK_STR(suggest("rate", 2, long_names), "");
+  /* names past 127 bytes: compared by their first 127 and the difference of their lengths */
+  char long_word[201], long_name[201];
+  memset(long_word, 'a', 200);
+  memset(long_name, 'a', 200);
+  long_word[200] = long_name[200] = '\0';
+  long_word[5] = 'b';
+  const char *const long_known[] = {long_name};
+  const char *hint = suggest(long_word, 1, long_known);
+  CHECK(strncmp(hint, ", did you mean 'aaaaa", 21) == 0 && strlen(hint) == 15 + 102 + 1);
   /* the output is cut to its size, never overflowed */
   char small[8];
   CHECK_STR(cn_suggest_names("sigmiod", 7, fns, small, sizeof small), ", did y");

@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Names longer than this are compared by their first CN_SUGGEST_LONGEST bytes only: nobody
- * misspells a name of that length into a shorter one worth suggesting, and the distance's table
- * stays on the stack. */
-#define CN_SUGGEST_LONGEST 63
+/* Names longer than this are compared by their first CN_SUGGEST_LONGEST bytes, plus the
+ * difference of their lengths past them: the distance's table stays on the stack, and so long a
+ * name is not one a user retypes. */
+#define CN_SUGGEST_LONGEST 127
 
 static size_t min_size(size_t a, size_t b) {
   return a < b ? a : b;
@@ -69,9 +69,11 @@ void cn_suggest_consider_n(cn_suggest *s, const char *name, size_t len) {
   if (len == 0 || word_len == 0) return;
   size_t n = min_size(word_len, CN_SUGGEST_LONGEST), m = min_size(len, CN_SUGGEST_LONGEST);
   if (word_len == len && memcmp(s->word, name, len) == 0) return;
-  int dist = osa_distance(s->word, n, name, m) + (int)(word_len - n) + (int)(len - m);
+  size_t rest_word = word_len - n, rest = len - m;
+  int dist = osa_distance(s->word, n, name, m) +
+             (int)(rest_word > rest ? rest_word - rest : rest - rest_word);
   size_t longer = word_len > len ? word_len : len;
-  int limit = longer >= 6 ? (int)(longer / 3) : 1;
+  int limit = longer / 3 > 1 ? (int)(longer / 3) : 1;
   if (dist > limit || (size_t)dist >= word_len || (size_t)dist >= len) return;
   for (int k = 0; k < s->n; k++)
     if (s->len[k] == len && memcmp(s->name[k], name, len) == 0) return;
