@@ -63,6 +63,11 @@ static void test_suggestions(char *out, size_t cap) {
     CHECK_INT(run(cases[i].args, out, cap), 2);
     CHECK_STR(out, cases[i].message);
   }
+  /* a command's --help is the usage, not an unknown option */
+  CHECK_INT(run("run --help", out, cap), 0);
+  CHECK(strncmp(out, "usage: cannl <command> [options]\n", 33) == 0);
+  CHECK_INT(run("export -h", out, cap), 0);
+  CHECK(strncmp(out, "usage: cannl <command> [options]\n", 33) == 0);
 }
 
 /* example_fashion_mnist (beside the cannl command): --help prints the usage (exit 0), an unknown

@@ -6,8 +6,9 @@
  *
  * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse error
  * (message on stderr): cn_notation_run tells a syntax error from a runtime error
- * (cn_notation_options.syntax_error), so a script is parsed once. Only the public API (cannl.h) is
- * used. */
+ * (cn_notation_options.syntax_error), so a script is parsed once. An unknown command or option
+ * suggests the closest known ones (cn_suggest_names); `export` says on stderr which files it
+ * wrote. Only the public API (cannl.h) is used. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "cannl.h"
 
@@ -218,6 +219,8 @@ static int cmd_demo(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
     if (got < 0) return EXIT_USAGE;
+    if (got == 0 && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0))
+      return fputs(usage_text, stdout), 0;
     if (got == 0) return unknown_word("demo option", argv[i], N_DEMO_OPTIONS, run_options);
     if (backend >= 0) {
       opts.interp = backend == 0;
@@ -378,6 +381,9 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     } else if (strcmp(argv[i], "-e") == 0) {
       if (i + 1 >= argc) return usage_error("option '-e' needs a value");
       inline_text = argv[++i];
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
     } else if (argv[i][0] == '-') {
       return unknown_word(exporting ? "export option" : "run option", argv[i],
                           exporting ? N_EXPORT_OPTIONS : N_RUN_OPTIONS, run_options);
