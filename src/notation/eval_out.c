@@ -3,8 +3,9 @@
  * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
  * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with
  * --json; the rate and the time left count from the end of the first step, whose time holds the
- * compilation of the body, the total time from the loop's start), and the message for a routine
- * that reads a static index no enclosing loop binds.
+ * compilation of the body, the total time from the loop's start), the warning at the end of a
+ * run about the NaNs and infinities the script showed, and the message for a routine that reads a
+ * static index no enclosing loop binds.
  *
  * Invariants: a drawn bar is cleared (nt_out) before anything else is written to the stream, so
  * lines never interleave with it; the plain and JSON forms depend only on the steps and the loss,
