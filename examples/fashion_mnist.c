@@ -155,13 +155,36 @@ static bool write_svg(const fashion *f, const char *path) {
 
 /* ---- Options ------------------------------------------------------------------------------- */
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: example_fashion_mnist [--model mlp|convnet] [--epochs N] [--batch N] [--lr X]\n"
-          "         [--final-lr X] [--train N] [--test N] [--seed N] [--checkpoint FILE] "
-          "[--resume] [--svg FILE]\n"
-          "         [--export NAME] [--export-dir DIR] [--data DIR] [--interp]\n");
-}
+static const char usage_text[] =
+    "usage: example_fashion_mnist [--model mlp|convnet] [--epochs N] [--batch N] [--lr X]\n"
+    "         [--final-lr X] [--train N] [--test N] [--seed N] [--checkpoint FILE] "
+    "[--resume] [--svg FILE]\n"
+    "         [--export NAME] [--export-dir DIR] [--data DIR] [--interp] [--help]\n"
+    "\n"
+    "Trains an MLP 784-128-10 (--model mlp, the default) or a LeNet-style convnet on\n"
+    "Fashion-MNIST with Adam, printing each epoch's training loss and test accuracy.\n"
+    "  --model mlp|convnet  the model (default mlp)\n"
+    "  --epochs N        epochs to train (default 5)\n"
+    "  --batch N         examples per step (default 100)\n"
+    "  --lr X            first learning rate (default 2e-3), decaying linearly to\n"
+    "  --final-lr X      this one (default --lr / 20)\n"
+    "  --train N, --test N  use the first N training / test examples (default all)\n"
+    "  --seed N          the seed of the shuffling (default 1)\n"
+    "  --checkpoint FILE written after every epoch (default fashion_<model>.safetensors)\n"
+    "  --resume          go on from the checkpoint, bit for bit; when there is none yet,\n"
+    "                    say so and train from the first epoch\n"
+    "  --svg FILE        the curves and the confusion matrix (default fashion_<model>.svg)\n"
+    "  --export NAME     write the trained model as C: DIR/NAME.c and DIR/NAME.h\n"
+    "  --export-dir DIR  where --export writes (default .)\n"
+    "  --data DIR        the data set's directory (default " FASHION_DATA_DIR ")\n"
+    "  --interp          run on the interpreter instead of generated C\n";
+
+/* The options: first those that take a value, then the others (for messages and suggestions). */
+static const char *const option_names[] = {"--model",      "--epochs", "--batch",  "--lr",
+                                           "--final-lr",   "--train",  "--test",   "--seed",
+                                           "--checkpoint", "--svg",    "--export", "--export-dir",
+                                           "--data",       "--resume", "--interp", "--help"};
+enum { N_VALUE_OPTIONS = 13, N_OPTIONS = 16 };
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
@@ -178,7 +201,8 @@ typedef struct {
   char checkpoint[512], svg_default[512];
 } options;
 
-static bool parse_options(int argc, char **argv, options *o) {
+/* 1: run with o, 0: --help was printed, -1: a usage error was printed. */
+static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   /* zeros: the build's defaults (a learning rate of 2e-3, decaying to a twentieth of it) */
   o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_C};
@@ -187,6 +211,10 @@ static bool parse_options(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t n;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    }
     if (strcmp(a, "--resume") == 0) {
       o->resume = true;
       continue;
@@ -195,9 +223,17 @@ static bool parse_options(int argc, char **argv, options *o) {
       o->cfg.backend = CN_BACKEND_INTERP;
       continue;
     }
+    int k = 0;
+    while (k < N_VALUE_OPTIONS && strcmp(a, option_names[k]) != 0) k++;
+    if (k == N_VALUE_OPTIONS) {
+      char hint[400];
+      fprintf(stderr, "unknown option '%s'%s\n", a,
+              cn_suggest_names(a, N_OPTIONS, option_names, hint, sizeof hint));
+      return -1;
+    }
     if (!v) {
-      fprintf(stderr, "%s: missing value\n", a);
-      return false;
+      fprintf(stderr, "option '%s' needs a value\n", a);
+      return -1;
     }
     i++;
     if (strcmp(a, "--model") == 0 && (!strcmp(v, "mlp") || !strcmp(v, "convnet")))
@@ -227,8 +263,8 @@ static bool parse_options(int argc, char **argv, options *o) {
     else if (strcmp(a, "--data") == 0)
       o->cfg.data_dir = v;
     else {
-      fprintf(stderr, "bad option or value: %s %s\n", a, v);
-      return false;
+      fprintf(stderr, "bad value for %s: '%s'\n", a, v);
+      return -1;
     }
   }
   const char *model = o->cfg.model == FASHION_MLP ? "mlp" : "convnet";
@@ -236,14 +272,15 @@ static bool parse_options(int argc, char **argv, options *o) {
   snprintf(o->svg_default, sizeof o->svg_default, "fashion_%s.svg", model);
   o->cfg.checkpoint = checkpoint ? checkpoint : o->checkpoint;
   if (!o->svg) o->svg = o->svg_default;
-  return true;
+  return 1;
 }
 
 int main(int argc, char **argv) {
   options o;
-  if (!parse_options(argc, argv, &o)) {
-    usage();
-    return 2;
+  int parsed = parse_options(argc, argv, &o);
+  if (parsed <= 0) {
+    if (parsed < 0) fputs("(try example_fashion_mnist --help)\n", stderr);
+    return parsed < 0 ? 2 : 0;
   }
   if (!fashion_data_available(o.cfg.data_dir)) {
     fprintf(stderr,
@@ -255,7 +292,11 @@ int main(int argc, char **argv) {
   fashion f;
   double t0 = now();
   cn_status st = fashion_build(&f, &o.cfg);
-  if (st == CN_OK && o.resume) {
+  /* --resume without a checkpoint yet is a first run, as a script's restore ~resume:true */
+  if (st == CN_OK && o.resume && access(o.cfg.checkpoint, F_OK) != 0) {
+    fprintf(stderr, "note: no checkpoint %s to resume from: training from the first epoch\n",
+            o.cfg.checkpoint);
+  } else if (st == CN_OK && o.resume) {
     st = fashion_resume(&f);
     if (st == CN_OK) printf("resumed from %s after epoch %d\n", o.cfg.checkpoint, f.epochs_done);
   }

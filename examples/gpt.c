@@ -216,7 +216,11 @@ int main(int argc, char **argv) {
   double t0 = now(), bigram = 0;
   cn_status st = gpt_build(&m, &o.cfg);
   if (st == CN_OK) st = cn_text_bigram_loss(m.ctx, &m.text, CN_TEXT_VALID, &bigram);
-  if (st == CN_OK && o.resume) {
+  /* --resume without a checkpoint yet is a first run, as the script's restore ~resume:true */
+  if (st == CN_OK && o.resume && access(o.cfg.checkpoint, F_OK) != 0) {
+    fprintf(stderr, "note: no checkpoint %s to resume from: training from the first step\n",
+            o.cfg.checkpoint);
+  } else if (st == CN_OK && o.resume) {
     st = gpt_resume(&m);
     if (st == CN_OK)
       printf("resumed from %s after step %lld\n", o.cfg.checkpoint, (long long)m.steps_done);

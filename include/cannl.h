@@ -127,6 +127,8 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               kept in a record that later compiles (any model, any process) reuse
  *               (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22 candidates; "off": the
  *               heuristic plan, records ignored. Never changes a result.
+ *   A value of $CANNL_EXACT or $CANNL_TUNE outside the option's values fails the compile (with
+ *   the closest value suggested) rather than being ignored.
  *   "interpret_below"  the least work, in cell updates over all its loops, of a routine that a
  *               script's statement (cn_notation_run, `cannl run`) compiles with the C backend
  *               at once: a count in [0, 2^62] (default: $CANNL_INTERPRET_BELOW, else 4096; 0:
@@ -173,6 +175,15 @@ typedef enum {
   CN_STAT_COUNT
 } cn_stat;
 CN_API uint64_t cn_ctx_stat(const cn_ctx *ctx, cn_stat which);
+
+/* A suggestion for a misspelled name, as the library's own messages make them: the (at most
+ * three) names of known[0 .. n_known) closest to word by edit distance (optimal string alignment;
+ * a name farther than a third of its length is not suggested), written into out as
+ * ", did you mean 'a'?" / ", did you mean 'a' or 'b'?" / ", did you mean 'a', 'b' or 'c'?", or ""
+ * when none is close; closest first, ties in byte order. Returns out (truncated to size). For
+ * programs that read names from their users (the `cannl` command's commands and options). */
+CN_API const char *cn_suggest_names(const char *word, int n_known, const char *const *known,
+                                    char *out, size_t size);
 
 /* ---- Precisions (table: include/cannl/precisions.def) -------------------------------------- */
 
@@ -534,7 +545,8 @@ CN_API cn_status cn_tensor_set_label(cn_tensor *t, const char *label);
 CN_API const char *cn_tensor_label(const cn_tensor *t);
 CN_API int cn_tensor_id(const cn_tensor *t);
 CN_API bool cn_tensor_is_diff(const cn_tensor *t);
-/* "2|3->4" (batch|input->output); unsolved parts print as variables. Arena-owned. */
+/* "2|3->4" (batch|input->output); a size not decided yet prints as ?, axes whose number is not
+ * decided yet as ... ("|...->?"). Arena-owned. */
 CN_API const char *cn_tensor_shape(const cn_tensor *t);
 /* The nodes (materializing the graph first): NULL with a message if shapes do not close. The
  * gradient is NULL for a tensor without one. */
@@ -1247,6 +1259,12 @@ typedef struct {
   bool json;                          /* print tensors as JSON lines (cn_tensor_format) */
   bool emit_asgn, emit_loops, emit_c; /* print each compiled routine's code */
   FILE *out;                          /* NULL: stdout */
+  /* The warning at the end of a run that printed a NaN or an infinity (print, printf) or showed
+   * a progress loss that is not finite, without the check "nan" that would have stopped it: one
+   * line per kind ("warning: the script printed a NaN or an infinity 3 times, first nan in
+   * \"y\" (#2) at FILE:LINE:COL ..."), also with json (the JSON lines stay on out). The status
+   * is unchanged. NULL: stderr. */
+  FILE *err;
   /* When not NULL, cn_notation_run sets it to whether a failure happened while parsing (a syntax
    * error, or memory exhausted by the parser: nothing ran); `cannl run` exits 2 then, 1 for a
    * failure while running. */

@@ -4,23 +4,105 @@
  * device) are refused with exit 2 and the reason; --set's values and errors; `export` writes C
  * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27);
  * `export --sampler` is refused for a script without a text corpus (tests/test_names.c builds and
- * runs the sampler of one that has it), and `run` does not take it. */
+ * runs the sampler of one that has it), and `run` does not take it; export says what it wrote;
+ * a printed NaN is said once on stderr; unknown commands and options suggest the closest. */
 #include "check.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs the command line (through sh), returning its exit status and its stdout+stderr. */
-static int run(const char *args, char *out, size_t cap) {
-  const char *cli = getenv("CANNL_CLI");
+/* Runs `program args` (through sh), returning its exit status and its stdout+stderr (stdout alone
+ * when args redirect stderr themselves). */
+static int run_program(const char *program, const char *args, char *out, size_t cap) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", cli ? cli : "cannl", args);
+  snprintf(cmd, sizeof cmd, "'%s' %s%s", program, args, strstr(args, "2>") ? "" : " 2>&1");
   FILE *p = popen(cmd, "r");
   size_t n = p ? fread(out, 1, cap - 1, p) : 0;
   out[n] = '\0';
   int st = p ? pclose(p) : -1;
   return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The cannl command with args. */
+static int run(const char *args, char *out, size_t cap) {
+  const char *cli = getenv("CANNL_CLI");
+  return run_program(cli ? cli : "cannl", args, out, cap);
+}
+
+/* An unknown command or option suggests the closest known ones: each exact message (exit 2). */
+static void test_suggestions(char *out, size_t cap) {
+  static const struct {
+    const char *args, *message;
+  } cases[] = {
+      {"rnu x.cnl", "cannl: unknown command 'rnu', did you mean 'run'? (try 'cannl help')\n"},
+      {"exprot x.cnl",
+       "cannl: unknown command 'exprot', did you mean 'export'? (try 'cannl help')\n"},
+      {"--verison", "cannl: unknown command '--verison', did you mean '--version'? (try 'cannl "
+                    "help')\n"},
+      {"frobnicate", "cannl: unknown command 'frobnicate' (try 'cannl help')\n"},
+      {"ops x", "cannl: 'ops' takes no argument, not 'x' (try 'cannl help')\n"},
+      {"run x.cnl --chek-nan",
+       "cannl: unknown run option '--chek-nan', did you mean '--check-nan'? (try 'cannl help')\n"},
+      {"run x.cnl --bakend=c",
+       "cannl: unknown run option '--bakend=c', did you mean '--backend'? (try 'cannl help')\n"},
+      {"run x.cnl --backend=interpp",
+       "cannl: unknown backend 'interpp', did you mean 'interp'? (known: interp, c) (try 'cannl "
+       "help')\n"},
+      {"run x.cnl --emit=lops",
+       "cannl: unknown --emit value 'lops', did you mean 'loops'? (known: asgn, loops, c) (try "
+       "'cannl help')\n"},
+      {"run x.cnl y.cnl", "cannl: unexpected argument 'y.cnl' (the script is 'x.cnl') (try 'cannl "
+                          "help')\n"},
+      {"export x.cnl --ouptut y",
+       "cannl: unknown export option '--ouptut', did you mean '--output'? (try 'cannl help')\n"},
+      {"demo --emitt c",
+       "cannl: unknown demo option '--emitt', did you mean '--emit'? (try 'cannl help')\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    CHECK_INT(run(cases[i].args, out, cap), 2);
+    CHECK_STR(out, cases[i].message);
+  }
+  /* a command's --help is the usage, not an unknown option */
+  CHECK_INT(run("run --help", out, cap), 0);
+  CHECK(strncmp(out, "usage: cannl <command> [options]\n", 33) == 0);
+  CHECK_INT(run("export -h", out, cap), 0);
+  CHECK(strncmp(out, "usage: cannl <command> [options]\n", 33) == 0);
+}
+
+/* example_fashion_mnist (beside the cannl command): --help prints the usage (exit 0), an unknown
+ * option suggests the closest, --resume without a checkpoint yet says so and trains from the
+ * first epoch (when the data set is installed), as a script's `restore ~resume:true` does. */
+static void test_fashion_example(char *out, size_t cap) {
+  const char *cli = getenv("CANNL_CLI");
+  char example[1024], args[2048];
+  snprintf(example, sizeof example, "%.*s/example_fashion_mnist",
+           cli && strrchr(cli, '/') ? (int)(strrchr(cli, '/') - cli) : 1, cli ? cli : ".");
+  CHECK_INT(run_program(example, "--help", out, cap), 0);
+  CHECK(strncmp(out, "usage: example_fashion_mnist [--model mlp|convnet]", 50) == 0);
+  CHECK_HAS(out, "  --resume          go on from the checkpoint, bit for bit; when there is none");
+  CHECK_INT(run_program(example, "--epoch 3", out, cap), 2);
+  CHECK_STR(out, "unknown option '--epoch', did you mean '--epochs'?\n"
+                 "(try example_fashion_mnist --help)\n");
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+    printf("Fashion-MNIST is not installed: --resume without a checkpoint not run\n");
+    return;
+  }
+  char dir[] = "/tmp/cannl_fashion_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(args, sizeof args,
+           "--train 200 --test 100 --epochs 1 --resume --checkpoint '%s/c.safetensors' --svg "
+           "'%s/c.svg'",
+           dir, dir);
+  CHECK_INT(run_program(example, args, out, cap), 0);
+  char note[512];
+  snprintf(note, sizeof note,
+           "note: no checkpoint %s/c.safetensors to resume from: training from the first epoch\n",
+           dir);
+  CHECK_HAS(out, note);
+  CHECK_HAS(out, "epoch 1/1: training loss");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
 }
 
 /* DIR/NAME holding text. */
@@ -78,6 +160,12 @@ static void test_export(char *out, size_t cap) {
            "export '%s/tiny.cnl' --input image --output logits --name tiny -o '%s'", dir, dir);
   CHECK_INT(run(args, out, cap), 0);
   CHECK_HAS(out, "built");
+  /* export says what it wrote where */
+  char said[1024];
+  snprintf(said, sizeof said,
+           "cannl: exported tiny_forward ('logits' from 'image') to %s/tiny.c and %s/tiny.h\n", dir,
+           dir);
+  CHECK_HAS(out, said);
   snprintf(args, sizeof args,
            "grep -q 'void tiny_forward(const float \\*in, float \\*out);' '%s/tiny.h'", dir);
   CHECK_INT(system(args), 0);
@@ -95,7 +183,7 @@ static void test_export(char *out, size_t cap) {
   CHECK_INT(run(args, out, cap), 1);
   CHECK_HAS(out, "tiny.cnl:4:1: export --sampler: the script reads no text corpus (text_windows)");
   CHECK_INT(run("run -e 'print 1' --sampler", out, cap), 2);
-  CHECK_HAS(out, "unexpected argument '--sampler'");
+  CHECK_HAS(out, "cannl: option '--sampler' belongs to export, not to run (try 'cannl help')");
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }
@@ -180,6 +268,14 @@ int main(void) {
             1);
   CHECK_HAS(out, "<-e>:1:9: routine 'cnl_1' wrote NaN into \"y\" (#2) at [1]");
   CHECK_INT(run("run --backend interp -e 'let y = log [1.0; -1.0]\nprint y'", out, sizeof out), 0);
+  /* without it, the NaN printed is said once at the end, on stderr (not among --json's lines) */
+  CHECK_HAS(out, "\nwarning: the script printed a NaN or an infinity: nan in \"y\" (#2) at "
+                 "<-e>:2:7 (--check-nan");
+  CHECK_INT(run("run --json --backend interp -e 'let y = log [1.0; -1.0]\nprint y' 2>/dev/null",
+                out, sizeof out),
+            0);
+  CHECK_STR(out, "{\"label\": \"y\", \"batch\": [], \"input\": [], \"output\": [2], "
+                 "\"values\": [0, \"nan\"]}\n");
   /* --set NAME=VALUE replaces a top-level literal (repeatable); a bad one is an error */
   CHECK_INT(run("run --backend interp -e 'let n = 2\nlet s = \"a\"\nprintf \"%d %s\\n\" n s' "
                 "--set n=5 --set s=b",
@@ -200,5 +296,7 @@ int main(void) {
   CHECK_HAS(out, "cannl ");
   test_export(out, sizeof out);
   test_export_injection(out, sizeof out);
+  test_suggestions(out, sizeof out);
+  test_fashion_example(out, sizeof out);
   CHECK_DONE();
 }

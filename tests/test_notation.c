@@ -390,8 +390,9 @@ static void test_error_format(void) {
       {"let a = ([1.0; 2.0] : rgb)\nlet b = ([3.0; 4.0] : xy)\nlet c = a + b\nprint c\n",
        "test.cnl:3:11: shape conflict in pointwise (operation #3 computing \"c\" (#3)): axis "
        "labels "
-       "differ ('rgb' vs 'xy'): output row of \"c\" (#3) axis 0 (size 2:rgb) vs output row of "
-       "\"b\" (#2) axis 0 (size 2:xy) (found when line 4 needed the shapes)\nlet c = a + b\n"
+       "differ ('rgb' vs 'xy'): output row of \"c\" (#3) axis 'rgb' (size 2:rgb) vs output row "
+       "of \"b\" (#2) axis 'xy' (size 2:xy) (found when line 4 needed the shapes)\nlet c = a + "
+       "b\n"
        "          ^"},
       /* a parameter nothing pins: at its declaration, inside a function body */
       {"let%op f x = x *. {v}\nlet y = f [1.0]\nprint y\n",

@@ -140,9 +140,9 @@ static void test_numbers_and_compose(void) {
   }
   CHECK_HAS(run_error("let z = [1.0; 2.0] + 'p' 1.0\n"),
             "seed.cnl:1:20: shape conflict in pointwise (operation #3 computing \"add\" (#3)): "
-            "operands that cannot broadcast together: axis -1 of the output row has size 2 in "
-            "\"literal\" (#2) and 1:p in \"p\" (#1) (a labeled axis of size 1 does not "
-            "broadcast)");
+            "operands that cannot broadcast together: output axis 0 of \"literal\" (#2) has size "
+            "2 and output axis 'p' of \"p\" (#1) size 1 (axes align from the right; a labeled "
+            "axis of size 1 does not broadcast)");
   CHECK_HAS(run_text("let%op y = (\"hey\" 7.0 * 'q' 2.0) + 'p' 1.0\nprint hey\n"),
             "\"hey\" (#2) |1:q->1:p\n");
 }

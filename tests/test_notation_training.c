@@ -490,7 +490,8 @@ static void test_syntax_errors(void) {
       {"print x end\n",
        "seed.cnl:1:9: unexpected 'end' (a reserved word) after the end of the statement"},
       {"for i = 0 to 1 progress ~los:l do done\n",
-       "seed.cnl:1:25: unknown progress argument '~los' (progress takes ~loss and ~batch_size)"},
+       "seed.cnl:1:25: unknown progress argument '~los', did you mean '~loss'? (progress takes "
+       "~loss and ~batch_size)"},
       {"for i = 0 to 1 progress ~loss do done\n",
        "seed.cnl:1:25: '~loss' needs a value: ~loss:VALUE"},
       {"for i = 0 to 1 progress print x\n",

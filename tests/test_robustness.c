@@ -137,7 +137,7 @@ static void test_nan_check(void) {
   setenv("CANNL_CHECK", "nans", 1);
   CHECK_INT(run_checked(forward, NULL, 0, msg, sizeof msg, printed, sizeof printed),
             CN_ERR_INVALID);
-  CHECK_HAS(msg, "CANNL_CHECK=nans: unknown check (known: nan, off)");
+  CHECK_HAS(msg, "CANNL_CHECK: unknown value 'nans', did you mean 'nan'? (known: nan, off)");
   unsetenv("CANNL_CHECK");
   CHECK_INT(run_checked(forward, "always", 0, msg, sizeof msg, printed, sizeof printed),
             CN_ERR_INVALID);

@@ -6,8 +6,9 @@
  *
  * Exit status: 0 on success, 1 on a runtime error (message on stderr), 2 on a usage or parse error
  * (message on stderr): cn_notation_run tells a syntax error from a runtime error
- * (cn_notation_options.syntax_error), so a script is parsed once. Only the public API (cannl.h) is
- * used. */
+ * (cn_notation_options.syntax_error), so a script is parsed once. An unknown command or option
+ * suggests the closest known ones (cn_suggest_names); `export` says on stderr which files it
+ * wrote. Only the public API (cannl.h) is used. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "cannl.h"
 
@@ -83,6 +84,26 @@ usage_error(const char *fmt, ...) {
   va_end(ap);
   fputs(" (try 'cannl help')\n", stderr);
   return EXIT_USAGE;
+}
+
+/* The commands and the options of each: what an unknown word is compared with, to suggest the
+ * closest (an option's `=VALUE` left out). */
+static const char *const commands[] = {"help", "ops",       "precisions", "run", "export",
+                                       "demo", "--version", "--help",     "-h"};
+static const char *const run_options[] = {"--backend", "--emit", "--json", "--check-nan",
+                                          "--timings", "--set",  "-e",     "--input",
+                                          "--output",  "--name", "-o",     "--sampler"};
+enum { N_DEMO_OPTIONS = 2, N_RUN_OPTIONS = 7, N_EXPORT_OPTIONS = 12 };
+
+/* "unknown WHAT 'WORD'", with the closest of known[0 .. n) suggested; a usage error. */
+static int unknown_word(const char *what, const char *word, int n, const char *const *known) {
+  char name[64], hint[400];
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(word, "="), word);
+  for (int k = N_RUN_OPTIONS; k < N_EXPORT_OPTIONS && n == N_RUN_OPTIONS; k++)
+    if (strcmp(name, run_options[k]) == 0)
+      return usage_error("option '%s' belongs to export, not to run", name);
+  return usage_error("unknown %s '%s'%s", what, word,
+                     cn_suggest_names(name, n, known, hint, sizeof hint));
 }
 
 /* "float int bits": the kinds of precision the op is defined on. */
@@ -184,8 +205,15 @@ static int backend_or_emit(int argc, char **argv, int *i, int *backend, int *emi
     if (strcmp(b, backends[k]) == 0) return *backend = k, 1;
   for (int k = 0; e && k < 3; k++)
     if (strcmp(e, emits[k]) == 0) return *emit = k, 1;
-  if (b) return usage_error("unknown backend '%s' (known: interp, c)", b), -1;
-  if (e) return usage_error("unknown --emit value '%s' (known: asgn, loops, c)", e), -1;
+  char hint[400];
+  if (b)
+    return usage_error("unknown backend '%s'%s (known: interp, c)", b,
+                       cn_suggest_names(b, 2, backends, hint, sizeof hint)),
+           -1;
+  if (e)
+    return usage_error("unknown --emit value '%s'%s (known: asgn, loops, c)", e,
+                       cn_suggest_names(e, 3, emits, hint, sizeof hint)),
+           -1;
   return 0;
 }
 
@@ -195,7 +223,9 @@ static int cmd_demo(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     int backend = -1, emit = -1, got = backend_or_emit(argc, argv, &i, &backend, &emit);
     if (got < 0) return EXIT_USAGE;
-    if (got == 0) return usage_error("unknown demo option '%s'", argv[i]);
+    if (got == 0 && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0))
+      return fputs(usage_text, stdout), 0;
+    if (got == 0) return unknown_word("demo option", argv[i], N_DEMO_OPTIONS, run_options);
     if (backend >= 0) {
       opts.interp = backend == 0;
       opts.c = backend == 1;
@@ -365,8 +395,14 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     } else if (strcmp(argv[i], "-e") == 0) {
       if (i + 1 >= argc) return usage_error("option '-e' needs a value");
       inline_text = argv[++i];
-    } else if (argv[i][0] == '-' || file) {
-      return usage_error("unexpected argument '%s'", argv[i]);
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    } else if (argv[i][0] == '-') {
+      return unknown_word(exporting ? "export option" : "run option", argv[i],
+                          exporting ? N_EXPORT_OPTIONS : N_RUN_OPTIONS, run_options);
+    } else if (file) {
+      return usage_error("unexpected argument '%s' (the script is '%s')", argv[i], file);
     } else {
       file = argv[i];
     }
@@ -406,6 +442,17 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     fprintf(stderr, "%s\n", cn_ctx_error(ctx));
     status = parse_failed ? EXIT_USAGE : EXIT_RUNTIME;
   }
+  if (exporting && status == 0) {
+    /* what export wrote, as cn_notation_run names the files (stdout is the script's) */
+    const char *name = opts.export_name ? opts.export_name : opts.export_output;
+    const char *dir = opts.export_dir ? opts.export_dir : ".";
+    fflush(stdout);
+    fprintf(stderr, "cannl: exported %s_forward ('%s' from '%s') to %s/%s.c and %s/%s.h", name,
+            opts.export_output, opts.export_input, dir, name, dir, name);
+    if (opts.export_sampler)
+      fprintf(stderr, ", its sampler to %s/%s_sample.c and %s/%s_sample.h", dir, name, dir, name);
+    fputc('\n', stderr);
+  }
   if (timings && ctx) {
     fflush(stdout); /* the script's output first, where both streams go to one place */
     print_timings(ctx, now_us() - start, opts.json);
@@ -436,7 +483,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
   if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv, false);
   if (strcmp(cmd, "export") == 0) return cmd_run(argc, argv, true);
-  if (argc > 2) return usage_error("unexpected argument '%s'", argv[2]);
+  size_t n_commands = sizeof commands / sizeof *commands, k = 0;
+  while (k < n_commands && strcmp(cmd, commands[k]) != 0) k++;
+  if (k == n_commands) return unknown_word("command", cmd, (int)n_commands, commands);
+  if (argc > 2) return usage_error("'%s' takes no argument, not '%s'", cmd, argv[2]);
   if (strcmp(cmd, "--version") == 0) {
     printf("cannl %s\n", CANNL_VERSION);
     return 0;
@@ -445,7 +495,5 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return 0;
   }
-  if (strcmp(cmd, "ops") == 0) return cmd_ops();
-  if (strcmp(cmd, "precisions") == 0) return cmd_precisions();
-  return usage_error("unknown command '%s'", cmd);
+  return strcmp(cmd, "ops") == 0 ? cmd_ops() : cmd_precisions(); /* the rest of commands[] */
 }

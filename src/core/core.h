@@ -93,6 +93,28 @@ void cn_sbuf_c_comment_text(cn_sbuf *sb, const char *text, size_t len);
  * so no C keyword or library name can clash with it. */
 bool cn_is_c_name(const char *s);
 #define CN_C_NAME_RULE "a letter, then ASCII letters, digits and '_', not starting with cn_ or CN_"
+/* ---- Suggestions for a misspelled name (src/core/suggest.c) ----
+ * Offer every known name with cn_suggest_consider*, then append cn_suggest_text to the message:
+ * ", did you mean 'a'?", ", did you mean 'a' or 'b'?", ", did you mean 'a', 'b' or 'c'?", or ""
+ * when none is close (the rules are suggest.c's). Candidates are not copied: they must outlive
+ * the cn_suggest_text call. */
+#define CN_SUGGEST_MAX 3
+typedef struct {
+  const char *word;   /* what the user wrote */
+  const char *prefix; /* written before each suggested name ("~" for labels); NULL: none */
+  const char *name[CN_SUGGEST_MAX];
+  size_t len[CN_SUGGEST_MAX];
+  int dist[CN_SUGGEST_MAX];
+  int n;
+  char text[400];
+} cn_suggest;
+void cn_suggest_init(cn_suggest *s, const char *word);
+void cn_suggest_consider(cn_suggest *s, const char *name); /* NULL: ignored */
+void cn_suggest_consider_n(cn_suggest *s, const char *name, size_t len);
+/* Each name of a list written for a message, separated by commas, blanks or '|' ("off, cached"). */
+void cn_suggest_consider_list(cn_suggest *s, const char *list);
+const char *cn_suggest_text(cn_suggest *s);
+
 /* ---- Positioned messages (src/core/source.c) ----
  * A source text a message can point into: a file's text (file set; line and col say where the text
  * starts in it, 1 and 1 for a whole file, elsewhere for a Tile body inside a script), or a one-line

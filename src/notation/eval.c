@@ -276,6 +276,18 @@ nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name) {
   return v ? v : cn_map_get(&I->prelude, name);
 }
 
+void nt_suggest_bound(nt_interp *I, const nt_env *e, cn_suggest *s) {
+  for (; e; e = e->next) cn_suggest_consider(s, e->name);
+  for (int i = 0; i < I->globals.cap; i++) cn_suggest_consider(s, I->globals.slots[i].key);
+}
+
+nt_value *nt_fail_unbound(nt_interp *I, const nt_env *e, cn_nt_pos pos, const char *name) {
+  cn_suggest s;
+  cn_suggest_init(&s, name);
+  nt_suggest_bound(I, e, &s);
+  return nt_fail(I, pos, "unbound name '%s'%s", name, cn_suggest_text(&s));
+}
+
 /* ---- Conversions ----------------------------------------------------------------------------- */
 
 static cn_tensor *literal_tensor(nt_interp *I, const cn_nt_expr *e, const char *label,
@@ -936,7 +948,7 @@ static nt_value *eval_record(nt_interp *I, nt_env *e, nt_decl_scope *ds, const c
     const cn_nt_field *f = &x->u.record.fields[i];
     v->names[i] = f->name;
     v->items[i] = f->value ? nt_eval(I, e, ds, f->value) : nt_lookup(I, e, f->name);
-    if (!v->items[i]) return f->value ? NULL : nt_fail(I, f->pos, "unbound name '%s'", f->name);
+    if (!v->items[i]) return f->value ? NULL : nt_fail_unbound(I, e, f->pos, f->name);
   }
   return v;
 }
@@ -976,7 +988,7 @@ static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_
      * (convolution-is-a-contraction "Random initialization"), as `range_over_offsets ()` */
     if (!v && strcmp(x->u.ident.name, "range_over_offsets") == 0)
       return nt_tensor_value(I, cn_tensor_range_over_offsets(I->g));
-    return v ? v : nt_fail(I, x->pos, "unbound name '%s'", x->u.ident.name);
+    return v ? v : nt_fail_unbound(I, e, x->pos, x->u.ident.name);
   }
   case CN_NT_FIELD: return eval_field(I, e, ds, x);
   case CN_NT_PREFIX: return eval_prefix(I, e, ds, x);

@@ -39,7 +39,7 @@ static bool eval_args(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_ex
       if (!(v = operand ? nt_eval_operand(I, e, ds, arg->value) : nt_eval(I, e, ds, arg->value)))
         return false;
     } else if (!(v = nt_lookup(I, e, arg->label))) {
-      nt_fail(I, arg->pos, "unbound name '%s'", arg->label);
+      nt_fail_unbound(I, e, arg->pos, arg->label);
       return false;
     }
     if (arg->label) {
@@ -111,7 +111,15 @@ static nt_value *call(nt_interp *I, nt_value *fn, const nt_args *a) {
            !(def->u.let.params[k].name && strcmp(def->u.let.params[k].name, a->lab[i]) == 0 &&
              def->u.let.params[k].kind != CN_NT_PARAM_PLAIN))
       k++;
-    if (k == np) return nt_fail(I, a->lab_at[i], "no parameter ~%s", a->lab[i]);
+    if (k == np) {
+      cn_suggest s;
+      cn_suggest_init(&s, a->lab[i]);
+      s.prefix = "~";
+      for (k = 0; k < np; k++)
+        if (def->u.let.params[k].kind != CN_NT_PARAM_PLAIN)
+          cn_suggest_consider(&s, def->u.let.params[k].name);
+      return nt_fail(I, a->lab_at[i], "no parameter ~%s%s", a->lab[i], cn_suggest_text(&s));
+    }
     f->fn.given[k] = a->lab_v[i];
     lifted |= nt_is_lifting(&def->u.let.params[k]);
   }
@@ -284,7 +292,7 @@ nt_value *nt_apply(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_expr 
   }
   if (fx->kind == CN_NT_IDENT) {
     nt_value *f = nt_lookup(I, e, name);
-    if (!f) return nt_use_padding(I, e, fx->pos) ? nt_builtin(I, name, &a, fx->pos) : NULL;
+    if (!f) return nt_use_padding(I, e, fx->pos) ? nt_builtin(I, e, name, &a, fx->pos) : NULL;
     if (f->kind == NT_V_FUNC) return call(I, f, &a);
     return nt_fail(I, fx->pos, "'%s' is not a function", name);
   }

@@ -14,7 +14,8 @@
  *
  * Invariants: builtins.def is the only list of builtin names; every failure is a positioned
  * message returned as NULL; a wrong application of a known builtin reports "unknown function
- * '<name>' (or wrong arguments for it)", as an unknown name does. */
+ * '<name>' (or wrong arguments for it)"; a name that is no builtin, "unknown function '<name>'"
+ * with the closest builtins and bound names suggested. */
 #include "notation/eval_internal.h"
 
 #include "numeric/numeric.h"
@@ -45,9 +46,15 @@ bool nt_known_labels(nt_interp *I, const nt_call *c, int n, const char *const *k
     while (k < n && strcmp(c->a->lab[i], known[k]) != 0) k++;
     if (k < n) continue;
     char list[160] = "";
-    for (int j = 0; j < n; j++)
+    cn_suggest s;
+    cn_suggest_init(&s, c->a->lab[i]);
+    s.prefix = "~";
+    for (int j = 0; j < n; j++) {
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s~%s", j ? " " : "", known[j]);
-    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s (%s)", c->name, c->a->lab[i], list),
+      cn_suggest_consider(&s, known[j]);
+    }
+    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s%s (%s)", c->name, c->a->lab[i],
+                   cn_suggest_text(&s), list),
            false;
   }
   return true;
@@ -603,7 +610,8 @@ static bool reduces(cn_op op, const nt_args *a) {
   return x && !(x->kind == NT_V_LIST && x->tuple && !x->literal) && x->kind != NT_V_UNIT;
 }
 
-nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at) {
+nt_value *nt_builtin(nt_interp *I, const nt_env *e, const char *name, const nt_args *a,
+                     cn_nt_pos at) {
   cn_op op;
   if (cn_op_from_name(name, &op) && reduces(op, a)) {
     nt_call c = {.name = name, .a = a, .at = at, .nt = 1};
@@ -615,5 +623,11 @@ nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos
   if (cn_op_from_name(name, &op)) return primitive(I, op, name, a, at);
   const nt_builtin_entry *b = find_builtin(name);
   if (b) return library_builtin(I, b, a, at);
-  return nt_fail(I, at, "unknown function '%s' (or wrong arguments for it)", name);
+  cn_suggest s;
+  cn_suggest_init(&s, name);
+  for (int k = 0; k < CN_OP_COUNT; k++) cn_suggest_consider(&s, cn_op_name((cn_op)k));
+  for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
+    cn_suggest_consider(&s, builtins[i].name);
+  nt_suggest_bound(I, e, &s);
+  return nt_fail(I, at, "unknown function '%s'%s", name, cn_suggest_text(&s));
 }

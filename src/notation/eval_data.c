@@ -526,7 +526,8 @@ static nt_value *saved_epoch(nt_interp *I, const char *path, int n, const cn_met
 /* restore "file" loss ~optimizer:"adam"|"sgd"|"none" [~resume:b]: initializes loss's parameters
  * now (so no later statement initializes them again), creates the optimizer's state, then, when
  * ~resume is true (the default) and the file exists, reads the training state back from it and
- * returns its epoch; 0 otherwise (the file is not read). */
+ * returns its epoch; 0 otherwise (the file is not read), with a note on the warnings' stream when
+ * ~resume:true was written and there is no file yet (as example_fashion_mnist --resume). */
 nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   const nt_args *a = c->a;
   static const char *const known[] = {"optimizer", "resume"};
@@ -549,6 +550,14 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   if (!init) return nt_fail_here(I, c->at);
   if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, c->at)) return NULL;
   if (!optimizer_state(I, loss, optimizer->str, c->at)) return NULL;
+  if (resume && resume->b && access(path, F_OK) != 0) { /* asked for, not there: a first run */
+    cn_nt_pos at = a->pos_at[0];
+    fflush(nt_out(I));
+    fprintf(I->opts.err ? I->opts.err : stderr,
+            "%s:%d:%d: note: restore: no checkpoint '%s' to resume from: the run starts at epoch "
+            "0\n",
+            at.src && at.src->file ? at.src->file : "<script>", at.line, at.col, path);
+  }
   if ((resume && !resume->b) || access(path, F_OK) != 0) return nt_num(I, 0, true);
   cn_named_node *state;
   int n = training_state(I, loss, &state, c->at), n_meta = 0;

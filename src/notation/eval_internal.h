@@ -165,10 +165,20 @@ typedef struct nt_item_state {
   struct nt_plot *plot;        /* plot: its series */
 } nt_item_state;
 
+/* Non-finite values the script showed without --check-nan, for the warning at the end of the run
+ * (eval_out.c): how many times, and the first. */
+typedef enum { NT_SHOWN_PRINTED, NT_SHOWN_LOSS, NT_SHOWN_KINDS } nt_shown_kind;
+typedef struct {
+  int64_t count;
+  cn_nt_pos at;   /* the first: the statement that showed it */
+  char what[200]; /* the first: the value and where it was ("nan in \"y\" (#2)", "inf (step 3)") */
+} nt_nonfinite;
+
 typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
   cn_notation_options opts;
+  nt_nonfinite shown[NT_SHOWN_KINDS];
   cn_map globals; /* name -> nt_value *: the top-level bindings (the latest of a name wins) */
   /* The prelude's bindings (src/notation/prelude.cnl, read by nt_load_prelude): the script's
    * names hide them; while a prelude function's body runs (in_prelude > 0) names resolve in the
@@ -268,6 +278,10 @@ extern const char cn_nt_prelude_source[];
 bool nt_bind_global(nt_interp *I, const char *name, nt_value *v);
 /* The innermost binding of name in e, else its global binding; NULL when unbound. */
 nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name);
+/* Offers s every name e and the globals bind (for the suggestions of an unknown name). */
+void nt_suggest_bound(nt_interp *I, const nt_env *e, cn_suggest *s);
+/* "unbound name 'NAME'" at pos, with the closest names the script binds suggested; NULL. */
+nt_value *nt_fail_unbound(nt_interp *I, const nt_env *e, cn_nt_pos pos, const char *name);
 cn_tensor *nt_tensor_of(nt_interp *I, nt_value *v, cn_nt_pos pos);
 bool nt_as_int(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out);
 bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out);
@@ -308,9 +322,11 @@ bool nt_config_block(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_exp
                      nt_value **out);
 
 /* ---- eval_builtin.c ---- */
-/* The builtin `name` (not bound by the script) applied to a: a primitive op or an entry of
- * builtins.def; an unknown name is a positioned error at `at`. */
-nt_value *nt_builtin(nt_interp *I, const char *name, const nt_args *a, cn_nt_pos at);
+/* The builtin `name` (not bound by the script in e) applied to a: a primitive op or an entry of
+ * builtins.def; an unknown name is a positioned error at `at` suggesting the closest builtins
+ * and names e binds. */
+nt_value *nt_builtin(nt_interp *I, const nt_env *e, const char *name, const nt_args *a,
+                     cn_nt_pos at);
 /* Whether positional argument k of an application of `name` is an einsum spec, not a tensor. */
 bool nt_spec_argument(const char *name, int k);
 /* The value of the labeled argument ~name, or NULL. */
@@ -392,6 +408,13 @@ void nt_note_broadcasts(nt_interp *I, int first);
  * tensor computed by the body) or NULL; batch_size 0 counts steps. */
 void nt_progress_start(nt_interp *I, nt_progress *pr, const cn_nt_item *it, int64_t total,
                        cn_tensor *loss, int64_t batch_size);
+/* Records that the statement at `at` showed the NaN or infinity `value` (`where`: "in \"y\" (#2)",
+ * "(step 3)"). */
+void nt_note_nonfinite(nt_interp *I, nt_shown_kind kind, cn_nt_pos at, double value,
+                       const char *where);
+/* The warning at the end of a run: one line per kind of non-finite value the script showed, on
+ * opts.err (NULL: stderr); nothing when it showed none. */
+void nt_report_nonfinite(nt_interp *I);
 /* After `done` steps (1 .. hi - lo + 1): redraws or writes a line when due. */
 bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done);
 /* A run failed: when the routine reads a static index no enclosing loop binds, the message

@@ -3,10 +3,11 @@
  * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
  * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with
  * --json; the rate and the time left count from the end of the first step, whose time holds the
- * compilation of the body, the total time from the loop's start), the message for a routine
- * that reads a static index no enclosing loop binds, and the note for a parameter that a
- * statement closed to the fewest axes before any use and a later operation broadcasts (the
- * library's way of warning, as cc.c's: the context's log when it has one, else stderr).
+ * compilation of the body, the total time from the loop's start), the warning at the end of a
+ * run about the NaNs and infinities the script showed, the message for a routine that reads a
+ * static index no enclosing loop binds, and the note for a parameter that a statement closed to
+ * the fewest axes before any use and a later operation broadcasts (the library's way of warning,
+ * as cc.c's: the context's log when it has one, else stderr).
  *
  * Invariants: a drawn bar is cleared (nt_out) before anything else is written to the stream, so
  * lines never interleave with it; the plain and JSON forms depend only on the steps and the loss,
@@ -161,6 +162,38 @@ static void clock_text(char *buf, size_t cap, double seconds) {
     snprintf(buf, cap, "%ld:%02ld", s / 60, s % 60);
 }
 
+void nt_note_nonfinite(nt_interp *I, nt_shown_kind kind, cn_nt_pos at, double value,
+                       const char *where) {
+  nt_nonfinite *n = &I->shown[kind];
+  if (n->count++ == 0) {
+    n->at = at;
+    snprintf(n->what, sizeof n->what, "%s %s",
+             isnan(value) ? "nan"
+             : value > 0  ? "inf"
+                          : "-inf",
+             where);
+  }
+}
+
+void nt_report_nonfinite(nt_interp *I) {
+  static const char *const shown[NT_SHOWN_KINDS] = {"printed a NaN or an infinity",
+                                                    "showed a progress loss that is not finite"};
+  FILE *f = I->opts.err ? I->opts.err : stderr;
+  for (int k = 0; k < NT_SHOWN_KINDS; k++) {
+    const nt_nonfinite *n = &I->shown[k];
+    if (!n->count) continue;
+    const cn_nt_source *src = n->at.src;
+    fflush(nt_out(I)); /* after what the script printed, where both streams go to one place */
+    char times[48] = ":";
+    if (n->count > 1) snprintf(times, sizeof times, " %lld times, first", (long long)n->count);
+    fprintf(f,
+            "warning: the script %s%s %s at %s:%d:%d (--check-nan, or the option check=nan, "
+            "stops at the first non-finite value a routine computes)\n",
+            shown[k], times, n->what, src && src->file ? src->file : "<script>", n->at.line,
+            n->at.col);
+  }
+}
+
 bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   bool last = done == pr->total;
   double t = now();
@@ -168,6 +201,11 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   if (pr->tty ? !last && t - pr->last_draw < 0.1 : !last && done < pr->next_line) return true;
   double loss = 0;
   if (pr->loss && !read_loss(I, pr, &loss)) return false;
+  if (pr->loss && !isfinite(loss)) {
+    char where[48];
+    snprintf(where, sizeof where, "(step %lld)", (long long)done);
+    nt_note_nonfinite(I, NT_SHOWN_LOSS, pr->loop->u.for_.loss->pos, loss, where);
+  }
   /* the rate and the time left: of the steps after the first, whose time includes the
    * compilation of the body; at the first step, unknown yet (shown "?", null in JSON, as tqdm
    * does), unless it is the last */

@@ -452,6 +452,19 @@ static bool print_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_
   return true;
 }
 
+/* A NaN or an infinity among the values print showed, for the warning at the end of the run. */
+static void note_printed(nt_interp *I, const nt_item_state *st, cn_nt_pos at) {
+  cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
+  void *cells = node ? cn_node_buffer(node, false) : NULL;
+  int64_t cell[CN_MAX_RANK];
+  double value;
+  if (!cells || !cn_node_find_cell(node, cells, false, cell, &value)) return;
+  char where[160];
+  snprintf(where, sizeof where, "in %s\"%s\" (#%d)", st->grad ? "the gradient of " : "",
+           st->tensor->label, st->tensor->id);
+  nt_note_nonfinite(I, NT_SHOWN_PRINTED, at, value, where);
+}
+
 /* print e: a tensor (computed first), or a string written with a newline. */
 static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.print.expr->pos;
@@ -484,6 +497,7 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
   const char *text = cn_tensor_format_with(st->tensor, st->grad, &o);
   if (!text) return nt_fail_here(I, at), false;
   fprintf(nt_out(I), "%s%s", text, I->opts.json ? "\n" : "");
+  note_printed(I, st, at);
   return true;
 }
 
@@ -549,6 +563,13 @@ static bool printf_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_it
     if (!(values[k] =
               nt_cell_value(I, scope, it->u.printf_.args[k], &st->args[k], first, "printf prints")))
       return false;
+  for (int k = 0; k < n; k++)
+    if (values[k]->kind == NT_V_NUM && !isfinite(values[k]->num)) {
+      char where[48];
+      snprintf(where, sizeof where, "as printf's argument %d", k + 1);
+      nt_note_nonfinite(I, NT_SHOWN_PRINTED, it->u.printf_.args[k]->pos, values[k]->num, where);
+      break;
+    }
   cn_sbuf text = {0};
   bool ok = nt_format(I, it, values, &text);
   if (ok && text.failed) ok = (cn_fail(I->ctx, CN_ERR_NOMEM, "out of memory"), false);
@@ -952,15 +973,22 @@ static bool apply_sets(nt_interp *I, cn_nt_program *prog) {
     }
     if (found) continue;
     cn_sbuf names = {0};
+    char *name = cn_alloc(I->ctx, len + 1);
+    if (!name) return false;
+    memcpy(name, set, len);
+    cn_suggest s;
+    cn_suggest_init(&s, name);
     for (int i = 0; i < prog->n_items; i++)
-      if (settable(&prog->items[i]))
+      if (settable(&prog->items[i])) {
         cn_sbuf_printf(&names, "%s%s", names.len ? ", " : "", prog->items[i].u.let.name);
+        cn_suggest_consider(&s, prog->items[i].u.let.name);
+      }
     const char *list = cn_sbuf_finish(I->ctx, &names);
     if (!list) return false;
     return cn_fail(I->ctx, CN_ERR_INVALID,
-                   "--set %s: the script has no top-level let %.*s = LITERAL (a number, boolean "
-                   "or string); the names it can set: %s",
-                   set, (int)len, set, *list ? list : "none"),
+                   "--set %s: the script has no top-level let %s = LITERAL (a number, boolean or "
+                   "string)%s; the names it can set: %s",
+                   set, name, cn_suggest_text(&s), *list ? list : "none"),
            false;
   }
   return true;
@@ -974,6 +1002,7 @@ static cn_status run_program(nt_interp *I, const char *file, const char *text,
   bool ok = apply_sets(I, prog);
   for (int i = 0; ok && i < prog->n_items; i++) ok = item(I, &prog->items[i], NULL);
   if (ok) ok = export_model(I, prog);
+  nt_report_nonfinite(I);
   if (!ok) return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
   return CN_OK;
 }

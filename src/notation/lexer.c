@@ -90,6 +90,16 @@ const char *const cn_nt_adam_labels[] = {
 const char *const cn_nt_epoch_labels[] = {"epoch", NULL};
 const char *const cn_nt_print_labels[] = {"full", "precision", NULL};
 
+bool cn_nt_stop_label(const char *const *labels, const char *label) {
+  cn_suggest s;
+  cn_suggest_init(&s, label);
+  for (const char *const *l = labels; l && *l; l++) {
+    if (strcmp(*l, label) == 0) return true;
+    cn_suggest_consider(&s, *l);
+  }
+  return s.n > 0;
+}
+
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label) {
   for (int i = 0; i < n_args; i++)
     if (args[i].label && strcmp(args[i].label, label) == 0) return &args[i];

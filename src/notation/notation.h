@@ -93,6 +93,11 @@ extern const char *const cn_nt_adam_labels[];
 extern const char *const cn_nt_epoch_labels[];
 /* The labels of print's options (NULL-terminated), likewise. */
 extern const char *const cn_nt_print_labels[];
+/* Whether an application stops before `label` where the statement's labels are `labels`
+ * (NULL-terminated; NULL: none): one of them, or a misspelling close enough to one to be
+ * suggested (so that `adam loss ~learning_rat:0.1` names the misspelled option instead of
+ * passing it to the loss). The one rule of the parser and the printer. */
+bool cn_nt_stop_label(const char *const *labels, const char *label);
 /* The labeled argument named `label` among args, or NULL. */
 const cn_nt_arg *cn_nt_find_arg(int n_args, const cn_nt_arg *args, const char *label);
 

@@ -69,9 +69,7 @@ bool ntp_starts_arg(parser *p) {
 }
 
 static bool stops_application(const parser *p, const char *label) {
-  for (const char *const *l = p->stop_labels; l && *l; l++)
-    if (strcmp(*l, label) == 0) return true;
-  return false;
+  return cn_nt_stop_label(p->stop_labels, label);
 }
 
 static cn_nt_expr *number_node(parser *p, const cn_nt_token *t, cn_nt_pos pos) {

@@ -237,13 +237,19 @@ static bool parse_options(parser *p, const char *what, int n, const option *opts
       if (strcmp(opts[i].name, label.text) == 0) slot = opts[i].slot;
     if (!slot) {
       char known[200] = "";
-      for (int i = 0; i < n; i++)
+      cn_suggest s;
+      cn_suggest_init(&s, label.text);
+      s.prefix = "~";
+      for (int i = 0; i < n; i++) {
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s~%s",
                  i == 0       ? ""
                  : i == n - 1 ? " and "
                               : ", ",
                  opts[i].name);
-      ntp_error(p, pos, "unknown %s argument '~%s' (%s takes %s)", what, label.text, what, known);
+        cn_suggest_consider(&s, opts[i].name);
+      }
+      ntp_error(p, pos, "unknown %s argument '~%s'%s (%s takes %s)", what, label.text,
+                cn_suggest_text(&s), what, known);
       return false;
     }
     if (*slot) {

@@ -80,8 +80,8 @@ static bool is_negation(const cn_nt_expr *e) {
 
 static bool stopped(const printer *pr, const cn_nt_expr *e) {
   for (int i = 0; i < e->u.apply.n_args; i++)
-    for (const char *const *l = pr->stop; l && *l && e->u.apply.args[i].label; l++)
-      if (strcmp(*l, e->u.apply.args[i].label) == 0) return true;
+    if (e->u.apply.args[i].label && cn_nt_stop_label(pr->stop, e->u.apply.args[i].label))
+      return true;
   return false;
 }
 

@@ -179,6 +179,17 @@ static cn_status check_guards(cn_routine *r) {
   return CN_OK;
 }
 
+/* "WHAT: unknown value 'VALUE', did you mean 'CLOSEST'? (known: KNOWN)": a value of an option or
+ * of its environment variable outside the option's fixed list. */
+static cn_status unknown_value(cn_ctx *ctx, const char *what, const char *value,
+                               const char *known) {
+  cn_suggest s;
+  cn_suggest_init(&s, value);
+  cn_suggest_consider_list(&s, known);
+  return cn_fail(ctx, CN_ERR_INVALID, "%s: unknown value '%s'%s (known: %s)", what, value,
+                 cn_suggest_text(&s), known);
+}
+
 /* The "check" = "nan" option: the first written node holding a NaN or an infinity fails the run
  * (CN_ERR_RUNTIME), naming the node, the cell and the value; ctx->failed_node keeps its id so that
  * higher layers can name the tensor, operation and script position. */
@@ -189,8 +200,7 @@ static cn_status check_nonfinite(cn_routine *r) {
   const char *set = cn_ctx_stored_option(ctx, "check");
   const char *check = set ? set : r->env_check;
   if (strcmp(check, "off") == 0) return CN_OK;
-  if (strcmp(check, "nan") != 0)
-    return cn_fail(ctx, CN_ERR_INVALID, "CANNL_CHECK=%s: unknown check (known: nan, off)", check);
+  if (strcmp(check, "nan") != 0) return unknown_value(ctx, "CANNL_CHECK", check, "nan, off");
   for (int w = 0; w < r->n_written; w++) {
     const cn_ll_param *p = &r->proc->params[r->written[w]];
     int64_t at[CN_MAX_RANK];
@@ -350,7 +360,9 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   /* The NaN check names the first stored node holding a non-finite value: a script's unnamed
    * intermediates stay stored so that it is the operation that produced it. */
   sched.keep_fusable = strcmp(cn_ctx_option(ctx, "check"), "nan") == 0;
-  sched.exact = switch_on(cn_ctx_option(ctx, "exact"));
+  const char *exact = cn_ctx_option(ctx, "exact");
+  if (!is_switch(exact)) return unknown_value(ctx, "CANNL_EXACT", exact, "on, off, 1, 0"), NULL;
+  sched.exact = switch_on(exact);
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
@@ -368,8 +380,12 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
       backend = CN_BACKEND_INTERP;
     }
   }
-  if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, cn_ctx_option(ctx, "tune")) != CN_OK)
+  const char *tune = cn_ctx_option(ctx, "tune");
+  if (backend == CN_BACKEND_C && !cn_tune_mode_valid(tune)) {
+    unknown_value(ctx, "CANNL_TUNE", tune, CN_TUNE_MODES);
     return NULL;
+  }
+  if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
   ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
@@ -732,12 +748,16 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool printing =
       key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
-      !(key && cn_cc_option(ctx, key)))
-    return cn_fail(ctx, CN_ERR_INVALID,
-                   "unknown option '%s' (known: " CN_CC_OPTION_KEYS
-                   ", check, schedule, threads, parallel_work, exact, tune, interpret_below, "
-                   "random_seed, print_threshold, print_precision)",
-                   key ? key : "(null)");
+      !(key && cn_cc_option(ctx, key))) {
+    static const char known[] = CN_CC_OPTION_KEYS ", check, schedule, threads, parallel_work, "
+                                                  "exact, tune, interpret_below, random_seed, "
+                                                  "print_threshold, print_precision";
+    cn_suggest s;
+    cn_suggest_init(&s, key ? key : "");
+    cn_suggest_consider_list(&s, known);
+    return cn_fail(ctx, CN_ERR_INVALID, "unknown option '%s'%s (known: %s)", key ? key : "(null)",
+                   cn_suggest_text(&s), known);
+  }
   int64_t unused_count;
   if (below && value && !parse_count(ctx, "interpret_below", value, 0, &unused_count))
     return cn_ctx_status(ctx);
@@ -751,11 +771,9 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
     return cn_fail(ctx, CN_ERR_INVALID, "option %s: '%s' is not an integer in [0, %llu]", key,
                    value, (unsigned long long)print_max);
   if (tune && value && !cn_tune_mode_valid(value))
-    return cn_fail(ctx, CN_ERR_INVALID,
-                   "option tune: unknown value '%s' (known: " CN_TUNE_MODES ")", value);
+    return unknown_value(ctx, "option tune", value, CN_TUNE_MODES);
   if (exact && value && !is_switch(value))
-    return cn_fail(ctx, CN_ERR_INVALID, "option exact: unknown value '%s' (known: on, off, 1, 0)",
-                   value);
+    return unknown_value(ctx, "option exact", value, "on, off, 1, 0");
   int64_t unused_work;
   if (work && value && !parse_work(ctx, value, &unused_work)) return cn_ctx_status(ctx);
   int count;
@@ -763,8 +781,7 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
     return cn_fail(ctx, CN_ERR_INVALID, "option threads: '%s' is not a count in [1, %d]", value,
                    MAX_THREADS);
   if (check && value && strcmp(value, "nan") != 0 && strcmp(value, "off") != 0)
-    return cn_fail(ctx, CN_ERR_INVALID, "option check: unknown value '%s' (known: nan, off)",
-                   value);
+    return unknown_value(ctx, "option check", value, "nan, off");
   cn_sched_options unused;
   if (schedule && cn_sched_parse(ctx, value, &unused) != CN_OK) return cn_ctx_status(ctx);
   return cn_ctx_store_option(ctx, key, value);
@@ -801,11 +818,11 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (work) return work_default();
   if (exact) {
     const char *env = getenv("CANNL_EXACT");
-    return env && is_switch(env) ? env : "off";
+    return env && *env ? env : "off"; /* a value outside the switches fails the compile */
   }
   if (tune) {
-    const char *env = getenv("CANNL_TUNE");
-    return env && cn_tune_mode_valid(env) ? env : "cached";
+    const char *env = getenv("CANNL_TUNE"); /* a value outside the modes fails the compile */
+    return env && *env ? env : "cached";
   }
   const char *env = getenv(check ? "CANNL_CHECK" : "CANNL_SCHEDULE");
   return env && *env ? env : check ? "off" : "all";

@@ -7,6 +7,7 @@
  * context option "schedule" and CANNL_SCHEDULE: "all", "none", or a comma list of pass names. */
 #include "sched/sched.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The names of the option text, for the message of an unknown one. */
@@ -59,9 +60,15 @@ cn_status cn_sched_parse(cn_ctx *ctx, const char *text, cn_sched_options *out) {
     while (start < stop && is_space(*start)) start++;
     while (stop > start && is_space(stop[-1])) stop--;
     unsigned bits;
-    if (!name_bits(start, (size_t)(stop - start), &bits))
-      return cn_fail(ctx, CN_ERR_INVALID, "schedule '%s': unknown pass '%.*s' (known: %s)", text,
-                     (int)(stop - start), start, option_names);
+    if (!name_bits(start, (size_t)(stop - start), &bits)) {
+      char pass[64];
+      snprintf(pass, sizeof pass, "%.*s", (int)(stop - start), start);
+      cn_suggest s;
+      cn_suggest_init(&s, pass);
+      cn_suggest_consider_list(&s, option_names);
+      return cn_fail(ctx, CN_ERR_INVALID, "schedule '%s': unknown pass '%.*s'%s (known: %s)", text,
+                     (int)(stop - start), start, cn_suggest_text(&s), option_names);
+    }
     passes |= bits;
     if (!*end) break;
     item = end + 1;

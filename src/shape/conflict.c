@@ -3,8 +3,9 @@
  * variable or row and the tensor that already fixed its size) and what failed. A message site
  * (cn_sv_site) carries the location; this file only reads the environment and sets the status.
  *
- * Invariants: axis positions in messages count from the left (0-based) or, when the row still
- * has a row variable, from the right (-1 is the last axis); CN_SV_NO_AXIS names no axis (rank
+ * Invariants: an axis of a tensor is named by its label when it has one, else by its position
+ * from the left (0-based) or, while the row still has a row variable, from the right ("last
+ * axis", "2nd axis from the right"), as the user counts; CN_SV_NO_AXIS names no axis (rank
  * conflicts); on side b of an einsum row equality the spec stands in for a tensor. */
 #include "shape/solver.h"
 
@@ -99,12 +100,35 @@ static void es_source(cn_sbuf *sb, const cn_shape_op *op, int slot, const char *
   }
 }
 
+/* An axis as the user counts it: from the left (0-based), or, in a row that still has a row
+ * variable (it may grow on the left), "last axis" and "2nd axis from the right". */
 static void describe_axis(cn_sbuf *sb, int axis) {
   if (axis == CN_SV_NO_AXIS) return;
+  int k = -axis;
   if (axis >= 0)
     cn_sbuf_printf(sb, " axis %d", axis);
+  else if (k == 1)
+    cn_sbuf_puts(sb, " last axis");
   else
-    cn_sbuf_printf(sb, " axis %d (from the right)", axis);
+    cn_sbuf_printf(sb, " %d%s axis from the right", k,
+                   k % 100 / 10 == 1 ? "th"
+                   : k % 10 == 2     ? "nd"
+                   : k % 10 == 3     ? "rd"
+                                     : "th");
+}
+
+/* The axis of tensor t's row, as describe_axis, or by its label when it has one; a position from
+ * the right is counted from the left once the row is closed. */
+static void describe_tensor_axis(cn_sbuf *sb, cn_shape_env *env, const cn_shape *t, cn_row_kind row,
+                                 int axis, cn_dim *d) {
+  cn_dim *solved = d ? cn_dim_resolve(env, d) : NULL;
+  if (axis != CN_SV_NO_AXIS && solved && solved->kind == CN_DIM_SOLVED && solved->label) {
+    cn_sbuf_printf(sb, " axis '%s'", solved->label);
+    return;
+  }
+  cn_row *r = axis < 0 && axis != CN_SV_NO_AXIS ? cn_row_resolve(env, t->rows[row]) : NULL;
+  if (r && r->var < 0 && r->n_lead + r->n_trail + axis >= 0) axis += r->n_lead + r->n_trail;
+  describe_axis(sb, axis);
 }
 
 static void describe_spec(cn_sbuf *sb, cn_shape_env *env, const cn_sv_site *s, cn_dim *d) {
@@ -166,10 +190,11 @@ static void describe_side(cn_sbuf *sb, cn_shape_env *env, const cn_sv_site *s, b
   }
   if (t) {
     cn_sbuf_printf(sb, "%s row of \"%s\" (#%d)", cn_row_kind_name(side.row), t->label, t->id);
+    describe_tensor_axis(sb, env, t, side.row, axis, d);
   } else {
     cn_sbuf_puts(sb, s->op && s->op->kind == CN_SL_EINSUM ? "the spec" : "the constraint");
+    describe_axis(sb, axis);
   }
-  describe_axis(sb, axis);
   if (d) {
     cn_sbuf_puts(sb, " (size ");
     cn_sv_dim_print(sb, env, d);

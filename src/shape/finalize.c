@@ -430,12 +430,14 @@ static cn_sv_result param_undetermined(cn_shape_env *env, const cn_shape *sh, in
   if (dim)
     cn_fail(env->ctx, CN_ERR_INVALID,
             "shape inference: dimension %d of the %s row of parameter \"%s\" (#%d) is not "
-            "determined: give it (shape so far: %s)",
+            "determined: give it (shape so far: %s; ... is any number of axes and ? a size, not "
+            "decided yet)",
             axis, cn_row_kind_name((cn_row_kind)k), sh->label, sh->id, cn_shape_str(env, sh));
   else
     cn_fail(env->ctx, CN_ERR_INVALID,
             "shape inference: the number of %s axes of parameter \"%s\" (#%d) is not "
-            "determined: give its %s dims (shape so far: %s)",
+            "determined: give its %s dims (shape so far: %s; ... is any number of axes and ? a "
+            "size, not decided yet)",
             cn_row_kind_name((cn_row_kind)k), sh->label, sh->id, cn_row_kind_name((cn_row_kind)k),
             cn_shape_str(env, sh));
   return CN_SV_FAIL;

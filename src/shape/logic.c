@@ -114,8 +114,11 @@ static bool bound_int(einsum_ctx *e, const char *name, int64_t literal, const ch
     int i = 0;
     while (i < e->args->n_bindings && strcmp(e->args->bindings[i].name, name) != 0) i++;
     if (i == e->args->n_bindings) {
-      cn_fail(ctx, CN_ERR_INVALID, "einsum \"%s\": the %s '%s' at column %d is not bound",
-              e->args->spec->text, what, name, column);
+      cn_suggest s;
+      cn_suggest_init(&s, name);
+      for (i = 0; i < e->args->n_bindings; i++) cn_suggest_consider(&s, e->args->bindings[i].name);
+      cn_fail(ctx, CN_ERR_INVALID, "einsum \"%s\": the %s '%s' at column %d is not bound%s",
+              e->args->spec->text, what, name, column, cn_suggest_text(&s));
       return false;
     }
     *out = e->args->bindings[i].value;

@@ -76,6 +76,15 @@ static const cn_shape *super_shape(const cn_sv_pending *p) {
   return p->c.b.slot == 0 ? p->op->lhs : p->op->rhs[p->c.b.slot - 1];
 }
 
+/* An axis of a closed row r as the user wrote it: its label in quotes, else its position from the
+ * left (0-based); k counts from the right (1 is the last axis). */
+static void axis_name(char *out, size_t size, const cn_dim *d, const cn_row *r, int k) {
+  if (d->label)
+    snprintf(out, size, "'%s'", d->label);
+  else
+    snprintf(out, size, "%d", r->n_lead + r->n_trail - k);
+}
+
 /* Two pending `w ⊑ R1`, `w ⊑ R2` over one open result row w with closed operand rows: w must
  * broadcast to both, so their right-aligned solved dims must agree or be units. Checked for the
  * constraints of the operation just added, so a pointwise operation over operands that can
@@ -105,16 +114,17 @@ static cn_status check_joint_bounds(cn_shape_env *env, const cn_shape_op *op, in
             cn_dim_is_unit(a) || cn_dim_is_unit(b))
           continue;
         const cn_shape *sa = super_shape(p), *sb = super_shape(q);
-        char what[480];
+        const char *row = cn_row_kind_name(q->c.b.row);
+        char what[560], axis_a[80], axis_b[80];
+        axis_name(axis_a, sizeof axis_a, a, r1, k);
+        axis_name(axis_b, sizeof axis_b, b, r2, k);
         snprintf(what, sizeof what,
-                 "operands that cannot broadcast together: axis %d of the %s row has size %lld%s%s "
-                 "in \"%s\" (#%d) and %lld%s%s in \"%s\" (#%d)%s",
-                 -k, cn_row_kind_name(q->c.b.row), (long long)a->size, a->label ? ":" : "",
-                 a->label ? a->label : "", sa ? sa->label : "?", sa ? sa->id : 0,
-                 (long long)b->size, b->label ? ":" : "", b->label ? b->label : "",
-                 sb ? sb->label : "?", sb ? sb->id : 0,
+                 "operands that cannot broadcast together: %s axis %s of \"%s\" (#%d) has size "
+                 "%lld and %s axis %s of \"%s\" (#%d) size %lld (axes align from the right%s)",
+                 row, axis_a, sa ? sa->label : "?", sa ? sa->id : 0, (long long)a->size, row,
+                 axis_b, sb ? sb->label : "?", sb ? sb->id : 0, (long long)b->size,
                  (a->label && a->size == 1) || (b->label && b->size == 1)
-                     ? " (a labeled axis of size 1 does not broadcast)"
+                     ? "; a labeled axis of size 1 does not broadcast"
                      : "");
         return cn_sv_pending_conflict(env, q, what);
       }

@@ -248,8 +248,10 @@ int cn_shape_row_dims(cn_shape_env *env, const cn_shape *sh, cn_row_kind kind, i
                       int cap);
 /* All dims in memory order (batch, output, input); -1 if not solved. */
 int cn_shape_dims(cn_shape_env *env, const cn_shape *sh, int64_t *out, int cap);
-/* "2,3|4->5" (batch|input->output); unsolved parts print as 'd7 and ..r3..; a labeled dim as
- * 5:rgb; an affine dim as 2*'d3+'d4 (valid) or 2*'d3=+'d4 (padded). */
+/* "2,3|4->5" (batch|input->output), in the user's terms: a size not decided yet prints as ?, axes
+ * whose number is not decided yet (a row variable) as ... (as a spec writes them: "|...->?" is
+ * any number of input axes and one output axis of unknown size); a labeled dim as 5:rgb; an
+ * affine dim as 2*?+? (valid) or 2*?=+? (padded). */
 void cn_shape_print(cn_sbuf *sb, cn_shape_env *env, const cn_shape *sh);
 void cn_row_print(cn_sbuf *sb, cn_shape_env *env, const cn_row *r);
 /* Arena copy of the printed shape ("" on failure). */

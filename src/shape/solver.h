@@ -149,7 +149,7 @@ typedef struct {
 } cn_sv_site;
 
 /* ---- term.c ---- */
-/* Prints a dim as cn_row_print does (a variable as 'dN, an affine term with its operands). */
+/* Prints a dim as cn_row_print does (a variable as ?, an affine term with its operands). */
 void cn_sv_dim_print(cn_sbuf *sb, cn_shape_env *env, cn_dim *d);
 /* CN_OK, or the error of env->span_overflow (an affine axis reading more than int64 cells). */
 cn_status cn_sv_span_status(cn_shape_env *env);

@@ -307,7 +307,7 @@ void cn_sv_dim_print(cn_sbuf *sb, cn_shape_env *env, cn_dim *d) {
   d = cn_dim_resolve(env, d);
   if (!d) return;
   switch (d->kind) {
-  case CN_DIM_VAR: cn_sbuf_printf(sb, "'d%d", d->var); break;
+  case CN_DIM_VAR: cn_sbuf_putc(sb, '?'); break; /* the solver's name 'dN means nothing to users */
   case CN_DIM_SOLVED:
     cn_sbuf_printf(sb, "%lld", (long long)d->size);
     if (d->label) cn_sbuf_printf(sb, ":%s", d->label);
@@ -336,7 +336,7 @@ void cn_row_print(cn_sbuf *sb, cn_shape_env *env, const cn_row *r) {
   }
   if (res->var >= 0) {
     if (!first) cn_sbuf_putc(sb, ',');
-    cn_sbuf_printf(sb, "..r%d..", res->var);
+    cn_sbuf_puts(sb, "..."); /* as a spec writes "any number of axes", not the solver's ..rN.. */
     first = false;
   }
   for (int i = 0; i < res->n_trail; i++, first = false) {

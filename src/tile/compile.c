@@ -41,6 +41,19 @@ const cn_tile_name *cn_tile_lookup(const cn_tile_scope *scope, const char *name,
   return NULL;
 }
 
+/* ", did you mean ...?" for the unknown name[0 .. len) among the scope's tensors (`tensors`) or
+ * dims (set or not), built in s (word holds the name's copy); "" when none is close. */
+static const char *suggest_in_scope(const cn_tile_scope *scope, const char *name, size_t len,
+                                    bool tensors, cn_suggest *s, char word[64]) {
+  snprintf(word, 64, "%.*s", (int)len, name);
+  cn_suggest_init(s, word);
+  for (int i = 0; i < scope->n; i++)
+    if ((scope->names[i].kind == CN_TILE_TENSOR) == tensors &&
+        scope->names[i].kind != CN_TILE_INDEX)
+      cn_suggest_consider_n(s, scope->names[i].name, scope->names[i].len);
+  return cn_suggest_text(s);
+}
+
 bool cn_tile_tensor_name(cn_graph *g, cn_tensor *t, cn_tile_name *e) {
   e->kind = CN_TILE_TENSOR;
   e->tensor = t;
@@ -145,9 +158,12 @@ static bool eval_name(evaluator *ev, const cn_tile_expr *e, cn_tile_poly *out) {
                     e->name);
   else if (n && n->kind == CN_TILE_TENSOR)
     cn_tile_fail_at(ev->src, e->at, "'%.*s' is a tensor, not a dim", len, e->name);
-  else if (!index)
-    cn_tile_fail_at(ev->src, e->at, "unknown dim '%.*s'", len, e->name);
-  else if (!ev->vars)
+  else if (!index) {
+    cn_suggest s;
+    char word[64];
+    cn_tile_fail_at(ev->src, e->at, "unknown dim '%.*s'%s", len, e->name,
+                    suggest_in_scope(ev->scope, e->name, e->len, false, &s, word));
+  } else if (!ev->vars)
     cn_tile_fail_at(ev->src, e->at, "unknown name '%.*s' (only dims and integers here)", len,
                     e->name);
   else if (ev->size)
@@ -283,9 +299,13 @@ static bool resolve_operand(evaluator *ev, cn_tile_poly_set *s, const cn_tile_ac
   op->t = cn_tile_lookup(ev->scope, a->name, a->len);
   op->first = s->n;
   if (!op->t || op->t->kind != CN_TILE_TENSOR) {
-    cn_tile_fail_at(ev->src, a->at,
-                    op->t ? "'%.*s' is a dim, not a tensor" : "unknown tensor '%.*s'", len,
-                    a->name);
+    cn_suggest s;
+    char word[64];
+    if (op->t)
+      cn_tile_fail_at(ev->src, a->at, "'%.*s' is a dim, not a tensor", len, a->name);
+    else
+      cn_tile_fail_at(ev->src, a->at, "unknown tensor '%.*s'%s", len, a->name,
+                      suggest_in_scope(ev->scope, a->name, a->len, true, &s, word));
     return false;
   }
   if (!cn_tile_check_known(ev->src, a->at, op->t) || !eval_indices(ev, s, a->n, a->idx))

@@ -357,10 +357,15 @@ static bool call(env *ev, const cn_tile_expr *e, value *out) {
          !(strlen(calls[f].name) == e->len && !strncmp(calls[f].name, e->name, e->len)))
     f++;
   if (f == n_calls) {
+    char word[64];
+    snprintf(word, sizeof word, "%.*s", (int)e->len, e->name);
+    cn_suggest s;
+    cn_suggest_init(&s, word);
+    for (f = 0; f < n_calls; f++) cn_suggest_consider(&s, calls[f].name);
     cn_tile_fail_at(
         &ev->src, e->at,
-        "unknown function '%.*s' (sqrt, exp, log, sin, cos, tanh, sigmoid, pow, select)",
-        (int)e->len, e->name);
+        "unknown function '%.*s'%s (sqrt, exp, log, sin, cos, tanh, sigmoid, pow, select)",
+        (int)e->len, e->name, cn_suggest_text(&s));
     return false;
   }
   if (e->n_args != calls[f].arity) {
