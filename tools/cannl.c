@@ -180,7 +180,8 @@ static int backend_or_emit(int argc, char **argv, int *i, int *backend, int *emi
   const char *b = option_value(argc, argv, i, "--backend", &missing);
   const char *e = b || missing ? NULL : option_value(argc, argv, i, "--emit", &missing);
   if (missing) return usage_error("option '%s' needs a value", argv[*i]), -1;
-  if (b && cn_backend_find(b) >= 0) return *backend = cn_backend_find(b), 1;
+  int found = b ? cn_backend_find(b) : -1;
+  if (found >= 0) return *backend = found, 1;
   for (int k = 0; e && k < 3; k++)
     if (strcmp(e, emits[k]) == 0) return *emit = k, 1;
   if (b) return usage_error("unknown backend '%s' (known: %s)", b, cn_backend_list()), -1;
