@@ -418,8 +418,33 @@ CN_API const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
 
 /* ---- Routines ------------------------------------------------------------------------------ */
 
+/* Backends are a process-wide registry (docs/ARCHITECTURE.md "Backends and devices"): the two
+ * built-in ones have the ids below, a backend registered later (src/backend/backend.h,
+ * cn_backend_register) the next id. */
 typedef enum { CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
 typedef struct cn_routine cn_routine;
+
+/* What a backend can do (cn_backend_caps, a mask): TUNABLE, its GEMM plans are tuned by timing
+ * candidates (option tune); PARALLEL, it runs parallel-marked loops on the context's threads
+ * (option threads); DEVICE_MEMORY, its buffers live in its device's own memory (copied from the
+ * nodes before a run and back after it; without it a routine runs on the nodes' buffers, no copy);
+ * COMPILED, building its code costs more than a small routine's runs, so a script runs such
+ * routines on the interpreter until they are worth building (option interpret_below) and
+ * builds the routines of a loop ahead, behind the script. */
+typedef enum {
+  CN_BACKEND_TUNABLE = 1,
+  CN_BACKEND_PARALLEL = 2,
+  CN_BACKEND_DEVICE_MEMORY = 4,
+  CN_BACKEND_COMPILED = 8
+} cn_backend_cap;
+/* The registered backends: their count (ids 0 .. count-1), the id of a name (-1: none), the name
+ * and capabilities of an id (NULL and 0 for an id not registered), and their names in id order
+ * separated by ", " ("interp, c"; a thread-local buffer until the thread's next call). */
+CN_API int cn_backend_count(void);
+CN_API int cn_backend_find(const char *name);
+CN_API const char *cn_backend_name(cn_backend_kind kind);
+CN_API unsigned cn_backend_caps(cn_backend_kind kind);
+CN_API const char *cn_backend_list(void);
 
 /* Lowers, optimizes and compiles an assignments tree for a backend. name: a letter, then ASCII
  * letters, digits and '_', not starting with cn_ or CN_ (generated C spells it with suffixes:

@@ -252,7 +252,7 @@ int main(void) {
   const char *printed = strstr(out, "5"), *failed = strstr(out, "<-e>:2:7: unbound name");
   CHECK(printed && failed && printed < failed);
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
-  CHECK_HAS(out, "unknown backend 'gpu'");
+  CHECK_HAS(out, "unknown backend 'gpu' (known: interp, c)"); /* the registry's list */
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);
   CHECK_HAS(out, "cannl: cannot read '/nonexistent/file.cnl': No such file or directory");
   /* a directory (fopen succeeds on one) and a non-regular file are refused, not run as empty */

@@ -192,24 +192,28 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
   return argv[++*i];
 }
 
-/* Reads `--backend interp|c` or `--emit asgn|loops|c` at argv[*i]: 1 when it is one of them
- * (*backend = 0 interp, 1 c; *emit = 0 asgn, 1 loops, 2 c), 0 when argv[*i] is neither, -1 after
- * printing a usage error. */
+/* Reads `--backend NAME` (a registered backend) or `--emit asgn|loops|c` at argv[*i]: 1 when it is
+ * one of them (*backend = the backend's id, cn_backend_find; *emit = 0 asgn, 1 loops, 2 c), 0 when
+ * argv[*i] is neither, -1 after printing a usage error. */
 static int backend_or_emit(int argc, char **argv, int *i, int *backend, int *emit) {
-  static const char *const backends[] = {"interp", "c"}, *const emits[] = {"asgn", "loops", "c"};
+  static const char *const emits[] = {"asgn", "loops", "c"};
   bool missing = false;
   const char *b = option_value(argc, argv, i, "--backend", &missing);
   const char *e = b || missing ? NULL : option_value(argc, argv, i, "--emit", &missing);
   if (missing) return usage_error("option '%s' needs a value", argv[*i]), -1;
-  for (int k = 0; b && k < 2; k++)
-    if (strcmp(b, backends[k]) == 0) return *backend = k, 1;
+  int found = b ? cn_backend_find(b) : -1;
+  if (found >= 0) return *backend = found, 1;
   for (int k = 0; e && k < 3; k++)
     if (strcmp(e, emits[k]) == 0) return *emit = k, 1;
   char hint[400];
-  if (b)
-    return usage_error("unknown backend '%s'%s (known: interp, c)", b,
-                       cn_suggest_names(b, 2, backends, hint, sizeof hint)),
+  if (b) {
+    const char *names[16];
+    int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
+    for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
+    return usage_error("unknown backend '%s'%s (known: %s)", b,
+                       cn_suggest_names(b, n, names, hint, sizeof hint), cn_backend_list()),
            -1;
+  }
   if (e)
     return usage_error("unknown --emit value '%s'%s (known: asgn, loops, c)", e,
                        cn_suggest_names(e, 3, emits, hint, sizeof hint)),
@@ -380,7 +384,7 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
     if (got == 0 && exporting) got = export_option(argc, argv, &i, &opts);
     if (got < 0) return EXIT_USAGE;
     if (got > 0) {
-      if (backend >= 0) opts.backend = backend == 0 ? CN_BACKEND_INTERP : CN_BACKEND_C;
+      if (backend >= 0) opts.backend = (cn_backend_kind)backend;
       if (emit == 0) opts.emit_asgn = true;
       if (emit == 1) opts.emit_loops = true;
       if (emit == 2) opts.emit_c = true;

@@ -1,9 +1,16 @@
-/* The backend interface: compile a loop-IR procedure, run it on buffers, release it.
+/* The backend interface: compile a loop-IR procedure, run it on buffers, release it; the
+ * process-wide registry of backends; devices and their buffers.
  *
  * A backend receives buffers in the procedure's param order (each the start of the node's padded
- * buffer, in the node's stored precision) and the values of its free symbols in free_syms order.
- * New backends (OpenCL, CUDA) implement the same three functions; the routine layer above
- * handles buffer allocation, binding and validation. */
+ * buffer, in the node's stored precision, or of the device's copy of it) and the values of its
+ * free symbols in free_syms order. A backend is one registration (cn_backend_register): its id,
+ * name and capabilities are what the rest of cannl asks (include/cannl.h cn_backend_find,
+ * cn_backend_caps); the routine layer above handles buffer allocation, binding, transfers and
+ * validation.
+ *
+ * Invariants of the registry: ids are dense from 0 (CN_BACKEND_INTERP, CN_BACKEND_C first),
+ * names unique, entries never removed and never changed once published, so a reader needs no
+ * lock (the count is published after its entry). */
 #ifndef CN_BACKEND_H
 #define CN_BACKEND_H
 
@@ -23,8 +30,33 @@ typedef struct {
   void *(*scratch)(void *pool, size_t bytes);
 } cn_parallel;
 
-typedef struct {
+/* A device: where a routine of a backend with CN_BACKEND_DEVICE_MEMORY runs, and its memory.
+ * A buffer is an opaque handle of `bytes` bytes (allocate: contents unspecified); upload and
+ * download copy a whole buffer from and to host memory and may return before the copy is done
+ * (the host memory must then stay put until synchronize, which waits for everything the device
+ * was asked to do). The backends whose buffers are host memory (the interpreter, generated C)
+ * have no device object: their device is the host, and a routine passes them the nodes' own
+ * buffers, nothing copied. */
+typedef struct cn_device cn_device;
+struct cn_device {
   const char *name;
+  void *state; /* the implementation's */
+  cn_status (*allocate)(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer);
+  cn_status (*upload)(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
+                      size_t bytes);
+  cn_status (*download)(cn_ctx *ctx, const cn_device *dev, void *host, const void *buffer,
+                        size_t bytes);
+  cn_status (*synchronize)(cn_ctx *ctx, const cn_device *dev);
+  void (*free)(const cn_device *dev, void *buffer);
+};
+
+typedef struct {
+  const char *name; /* a lowercase identifier of at most CN_BACKEND_NAME_MAX characters */
+  unsigned caps;    /* cn_backend_cap: PARALLEL exactly when run_parallel is set, DEVICE_MEMORY
+                       exactly when open_device is */
+  /* The device the routines of ctx run on (a backend with state opens it on first use and
+   * registers its release with the context); its five functions all set. */
+  cn_status (*open_device)(cn_ctx *ctx, const cn_device **device);
   /* On success *compiled is backend-owned state; *source (may be NULL) is text describing what
    * was compiled (the generated C), owned by the compiled state. */
   cn_status (*compile)(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled, const char **source);
@@ -56,6 +88,17 @@ typedef struct {
 
 extern const cn_backend cn_backend_interp;
 extern const cn_backend cn_backend_c;
+
+#define CN_BACKEND_MAX      16
+#define CN_BACKEND_NAME_MAX 31
+
+/* Adds a backend to the process-wide registry (impl must outlive the process's use of it: static
+ * storage) and gives it the next id; CN_ERR_INVALID with a message for a name that is taken or not
+ * an identifier, a missing compile/run/release, capabilities that disagree with the functions, or
+ * a full registry (CN_BACKEND_MAX). Thread-safe. */
+cn_status cn_backend_register(cn_ctx *ctx, const cn_backend *impl, cn_backend_kind *kind);
+/* The backend of an id, NULL for one not registered. */
+const cn_backend *cn_backend_get(cn_backend_kind kind);
 
 /* The generated-C backend's options, for the public cn_ctx_option and cn_ctx_set_option
  * (src/runtime/routine.c): the value set on the context, else the default from the environment of

@@ -1152,6 +1152,7 @@ static cn_status cc_run_parallel(cn_ctx *ctx, void *compiled, void *const *buffe
 
 const cn_backend cn_backend_c = {
     .name = "c",
+    .caps = CN_BACKEND_TUNABLE | CN_BACKEND_PARALLEL | CN_BACKEND_COMPILED,
     .compile = cn_cc_compile,
     .compile_many = cn_cc_compile_many,
     .start_many = cn_cc_start_many,

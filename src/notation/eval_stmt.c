@@ -766,7 +766,8 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
 }
 
 static bool compile_ahead(nt_interp *I, const cn_nt_item *loop, nt_env *body) {
-  if (I->opts.backend != CN_BACKEND_C || I->opts.emit_asgn || I->opts.emit_loops || I->opts.emit_c)
+  if (!(cn_backend_caps(I->opts.backend) & CN_BACKEND_COMPILED) || I->opts.emit_asgn ||
+      I->opts.emit_loops || I->opts.emit_c)
     return true;
   ahead_list list = {0};
   bool whole;

@@ -20,6 +20,13 @@
  * A routine counts as compiling (CN_PROGRESS_COMPILE, the context's progress hook) from its
  * lowering to its loaded object, on every path out, failures included.
  *
+ * A routine is linked against the device of the backend it runs on (backend.h): for the host
+ * backends (the interpreter, generated C) the nodes' buffers are the device's and a run passes
+ * them as they are; for a backend with CN_BACKEND_DEVICE_MEMORY the routine holds a device buffer
+ * per param, and a run uploads every param's host buffer (scratch cleared first), runs,
+ * synchronizes and downloads the params the body writes, so between runs the host buffers hold
+ * every value (the checks below read them, and any backend or the host may run next).
+ *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
  * the process may run on); the pool splits only iterations the schedule proved independent, so
@@ -53,10 +60,17 @@ struct cn_routine {
   void **scratch;         /* per param: malloc'd zero-filled buffer for local nodes, else NULL */
   size_t *scratch_bytes;  /* per param: the bytes zeroed before each run (0: the first statement
                              using it writes every cell, cn_sched_written_first) */
-  void **buffers;         /* per param: what the backend runs on (filled by cn_routine_run) */
+  void **buffers;         /* per param: the host buffer of the run (filled by cn_routine_run) */
   int64_t *sym_values;    /* per free symbol */
   bool *sym_bound;        /* per free symbol */
   const char *env_check;  /* the "check" default when compiled ($CANNL_CHECK or "off"; arena) */
+  /* The backend asked: `backend`, or the one a tiered routine is interpreted in place of. */
+  const cn_backend *target;
+  /* Linked to a device with its own memory (routine_link; NULL: the host's): per param its buffer
+   * there and the bytes of both copies. */
+  const cn_device *device;
+  void **device_buffers;
+  size_t *bytes;
   /* the "threads" default when compiled ($CANNL_THREADS or the cores; arena): a run of a parallel
    * routine reads no environment */
   const char *env_threads;
@@ -83,6 +97,11 @@ static void routine_release(cn_routine *r) {
   if (r->compiled) r->backend->release(r->compiled);
   if (r->scratch)
     for (int i = 0; i < r->proc->n_params; i++) free(r->scratch[i]);
+  if (r->device_buffers)
+    for (int i = 0; i < r->proc->n_params; i++)
+      if (r->device_buffers[i]) r->device->free(r->device, r->device_buffers[i]);
+  free(r->device_buffers);
+  free(r->bytes);
   free(r->scratch);
   free(r->scratch_bytes);
   free(r->buffers);
@@ -247,6 +266,40 @@ static cn_status routine_alloc_tables(cn_routine *r) {
   return CN_OK;
 }
 
+/* Links the routine to the device of the backend it runs on: for a backend with its own memory,
+ * opens the device and allocates a buffer there per param (once: a tiered routine links when it
+ * is compiled); nothing for the host backends. */
+static cn_status routine_link(cn_routine *r) {
+  if (!(r->backend->caps & CN_BACKEND_DEVICE_MEMORY) || r->device_buffers) return CN_OK;
+  cn_ctx *ctx = r->ctx;
+  const cn_ll_proc *proc = r->proc;
+  const cn_device *dev = NULL;
+  cn_status status = r->backend->open_device(ctx, &dev);
+  if (status != CN_OK) return status;
+  void **buffers = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(void *));
+  size_t *bytes = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(size_t));
+  status = buffers && bytes ? CN_OK : ctx->status;
+  for (int i = 0; i < proc->n_params && status == CN_OK; i++) {
+    const cn_node *node = proc->params[i].node;
+    if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes[i]))
+      status = cn_fail(ctx, CN_ERR_NOMEM, "routine '%s': %s is too large for device %s", r->name,
+                       cn_node_describe(node), dev->name);
+    else
+      status = dev->allocate(ctx, dev, bytes[i], &buffers[i]);
+  }
+  if (status != CN_OK) { /* linked entirely or not at all */
+    for (int i = 0; buffers && i < proc->n_params; i++)
+      if (buffers[i]) dev->free(dev, buffers[i]);
+    free(buffers);
+    free(bytes);
+    return status;
+  }
+  r->device = dev;
+  r->device_buffers = buffers;
+  r->bytes = bytes;
+  return CN_OK;
+}
+
 /* The "parallel_work" default: $CANNL_PARALLEL_WORK, else the schedule's threshold (in a
  * thread-local buffer until the thread's next call). */
 static const char *work_default(void) {
@@ -338,11 +391,8 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
     cn_fail(ctx, CN_ERR_INVALID, "routine '%s': no assignments to compile", name);
     return NULL;
   }
-  const cn_backend *impl;
-  switch (backend) {
-  case CN_BACKEND_INTERP: impl = &cn_backend_interp; break;
-  case CN_BACKEND_C: impl = &cn_backend_c; break;
-  default:
+  const cn_backend *impl = cn_backend_get(backend), *target = impl;
+  if (!impl) {
     cn_fail(ctx, CN_ERR_INVALID, "routine '%s': unknown backend kind %d", name, (int)backend);
     return NULL;
   }
@@ -366,8 +416,8 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
-  bool interpreted = false; /* for now, in place of the generated C */
-  if (runs != NEVER_INTERPRETED && backend == CN_BACKEND_C) {
+  bool interpreted = false; /* for now, in place of the backend asked */
+  if (runs != NEVER_INTERPRETED && (impl->caps & CN_BACKEND_COMPILED)) {
     int64_t below;
     if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
       return NULL;
@@ -375,17 +425,14 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
             budget = below > INT64_MAX / ONCE_FACTOR ? INT64_MAX : below * ONCE_FACTOR;
     /* work * runs < budget, without overflow */
     interpreted = runs == RUNS_UNKNOWN ? work < below : budget > 0 && work <= (budget - 1) / runs;
-    if (interpreted) {
-      impl = &cn_backend_interp;
-      backend = CN_BACKEND_INTERP;
-    }
+    if (interpreted) impl = &cn_backend_interp;
   }
   const char *tune = cn_ctx_option(ctx, "tune");
-  if (backend == CN_BACKEND_C && !cn_tune_mode_valid(tune)) {
+  if ((impl->caps & CN_BACKEND_TUNABLE) && !cn_tune_mode_valid(tune)) {
     unknown_value(ctx, "CANNL_TUNE", tune, CN_TUNE_MODES);
     return NULL;
   }
-  if (backend == CN_BACKEND_C && cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
+  if ((impl->caps & CN_BACKEND_TUNABLE) && cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
   ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
@@ -395,6 +442,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   r->ctx = ctx;
   r->name = name_copy;
   r->backend = impl;
+  r->target = target;
   r->proc = proc;
   r->loops = loops;
   r->tiered = interpreted;
@@ -409,7 +457,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   }
   collect_writes(proc->body, seen, r->written, &r->n_written);
   r->parallel = has_parallel_loop(proc->body);
-  if (routine_alloc_tables(r) != CN_OK) {
+  if (routine_alloc_tables(r) != CN_OK || routine_link(r) != CN_OK) {
     routine_release(r);
     return NULL;
   }
@@ -430,12 +478,13 @@ static bool routine_adopt(cn_routine *r) {
 static cn_status take_cached(cn_routine *r, bool *done) {
   bool found = false;
   *done = false;
-  if (!r->tiered) return CN_OK;
-  cn_status status = cn_backend_c.compile_cached(r->ctx, r->proc, &r->compiled, &r->source, &found);
+  if (!r->tiered || !r->target->compile_cached) return CN_OK;
+  cn_status status = r->target->compile_cached(r->ctx, r->proc, &r->compiled, &r->source, &found);
   if (status == CN_OK && found) {
-    r->backend = &cn_backend_c;
+    r->backend = r->target;
     r->tiered = false;
     *done = true;
+    status = routine_link(r);
   }
   return status;
 }
@@ -592,8 +641,8 @@ static void *pool_scratch(void *pool, size_t bytes) {
   return cn_pool_scratch(pool, bytes);
 }
 
-/* Runs the backend with the context's pool. */
-static cn_status run_parallel(cn_routine *routine) {
+/* Runs the backend on buffers with the context's pool. */
+static cn_status run_parallel(cn_routine *routine, void *const *buffers) {
   cn_ctx *ctx = routine->ctx;
   /* a value set on the context wins; the default was read when the routine was compiled */
   const char *set = cn_ctx_stored_option(ctx, "threads");
@@ -605,8 +654,32 @@ static cn_status run_parallel(cn_routine *routine) {
   cn_pool *pool = cn_pool_of(ctx, threads);
   if (!pool) return ctx->status;
   cn_parallel par = {pool_for, pool, pool_scratch};
-  return routine->backend->run_parallel(ctx, routine->compiled, routine->buffers,
-                                        routine->sym_values, &par);
+  return routine->backend->run_parallel(ctx, routine->compiled, buffers, routine->sym_values, &par);
+}
+
+/* Runs the backend on buffers (the host's or the device's). */
+static cn_status run_backend(cn_routine *r, void *const *buffers) {
+  return r->parallel && (r->backend->caps & CN_BACKEND_PARALLEL)
+             ? run_parallel(r, buffers)
+             : r->backend->run(r->ctx, r->compiled, buffers, r->sym_values);
+}
+
+/* Runs the backend on the host buffers, or, linked to a device with its own memory, on the
+ * device's copies: every param uploaded, the run, the written params downloaded. */
+static cn_status run_on_device(cn_routine *r) {
+  const cn_device *dev = r->device;
+  if (!dev) return run_backend(r, r->buffers);
+  cn_status status = CN_OK;
+  for (int i = 0; i < r->proc->n_params && status == CN_OK; i++)
+    status = dev->upload(r->ctx, dev, r->device_buffers[i], r->buffers[i], r->bytes[i]);
+  if (status == CN_OK) status = run_backend(r, r->device_buffers);
+  for (int w = 0; w < r->n_written && status == CN_OK; w++) {
+    int i = r->written[w];
+    status = dev->download(r->ctx, dev, r->buffers[i], r->device_buffers[i], r->bytes[i]);
+  }
+  /* the host buffers may not move or be read before the copies are done, failure or not */
+  cn_status synced = dev->synchronize(r->ctx, dev);
+  return status != CN_OK ? status : synced;
 }
 
 /* The position of sym among the procedure's free symbols, or -1. */
@@ -642,20 +715,21 @@ cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value) {
  * a training loop soon is. */
 #define TIER_UP_US 30000
 
-/* Compiles a tiered routine for the generated-C backend; its runs are the interpreter's bit for
- * bit, so a result never depends on when this happens. */
+/* Compiles a tiered routine for the backend it was interpreted in place of; its runs are the
+ * interpreter's bit for bit, so a result never depends on when this happens. */
 static cn_status tier_up(cn_routine *r) {
   void *compiled = NULL;
   const char *source = NULL;
   cn_progress_add(r->ctx, CN_PROGRESS_COMPILE, 1);
-  cn_status status = cn_backend_c.compile(r->ctx, r->proc, &compiled, &source);
+  cn_status status = r->target->compile(r->ctx, r->proc, &compiled, &source);
   cn_progress_add(r->ctx, CN_PROGRESS_COMPILE, -1);
   if (status != CN_OK) return status;
   r->backend->release(r->compiled);
-  r->backend = &cn_backend_c;
+  r->backend = r->target;
   r->compiled = compiled;
   r->source = source;
   r->tiered = false;
+  if ((status = routine_link(r)) != CN_OK) return status;
   cn_log(r->ctx, CN_LOG_DEBUG, "routine '%s': compiled after %.3f s of interpreted runs", r->name,
          (double)r->interpreted_us * 1e-6);
   return CN_OK;
@@ -695,10 +769,7 @@ cn_status cn_routine_run(cn_routine *routine) {
     if (!routine->buffers[i]) return ctx->status;
   }
   uint64_t start = cn_now_us();
-  cn_status status =
-      routine->parallel && routine->backend->run_parallel
-          ? run_parallel(routine)
-          : routine->backend->run(ctx, routine->compiled, routine->buffers, routine->sym_values);
+  cn_status status = run_on_device(routine);
   uint64_t took = cn_now_us() - start;
   ctx->stats[CN_STAT_US_RUN] += took;
   if (!routine->ran) ctx->stats[CN_STAT_US_FIRST_RUN] += took;

@@ -10,12 +10,13 @@
 #include "loops/loops.h"
 
 const cn_ll_proc *cn_routine_proc(const cn_routine *routine);
-/* cn_routine_compile for the statements of a script (src/notation): with the C backend, a
- * routine whose compilation would cost more than it will ever run runs on the interpreter
- * instead, whose results are the generated code's, bit for bit (numeric.c): one of less work
- * (cell updates, over all its loops) than the option "interpret_below", until its runs have
- * taken about what a compile costs, and, when the caller runs it `once` (a statement outside
- * loops, freed after its run), one of less work than 512 times that option. */
+/* cn_routine_compile for the statements of a script (src/notation): with a backend of
+ * CN_BACKEND_COMPILED (generated C), a routine whose compilation would cost more than it will ever
+ * run runs on the interpreter instead, whose results are the generated code's, bit for bit
+ * (numeric.c): one of less work (cell updates, over all its loops) than the option
+ * "interpret_below", until its runs have taken about what a compile costs, and, when the caller
+ * runs it `once` (a statement outside loops, freed after its run), one of less work than 512 times
+ * that option. */
 cn_routine *cn_routine_compile_tiered(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_kind backend,
                                       const char *name, bool once);
 /* cn_routine_compile_many for statements of a script, routine k expected to run runs[k] times (0:
