@@ -7,13 +7,16 @@
  *   example_fashion_mnist [--model mlp|convnet] [--epochs N] [--batch N] [--lr X] [--final-lr X]
  *                         [--train N]
  *                         [--test N] [--seed N] [--checkpoint FILE] [--resume] [--svg FILE]
- *                         [--export NAME] [--export-dir DIR] [--data DIR] [--interp]
+ *                         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR]
+ *                         [--interp]
  *
  * Defaults: mlp, 5 epochs, batch 100, learning rate 2e-3 decaying linearly to --lr / 20 (1e-4)
  * over all steps, all 60 000 / 10 000 examples,
- * checkpoint fashion_<model>.safetensors, curves in fashion_<model>.svg. The thread count is
+ * checkpoint runs/fashion_<model>.safetensors, curves in runs/fashion_<model>.svg (--out DIR
+ * moves runs/, the export's default directory too). The thread count is
  * CANNL_THREADS (else every core). */
 #include "../demo/fashion.h"
+#include "../demo/output.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,7 +162,7 @@ static const char usage_text[] =
     "usage: example_fashion_mnist [--model mlp|convnet] [--epochs N] [--batch N] [--lr X]\n"
     "         [--final-lr X] [--train N] [--test N] [--seed N] [--checkpoint FILE] "
     "[--resume] [--svg FILE]\n"
-    "         [--export NAME] [--export-dir DIR] [--data DIR] [--interp] [--help]\n"
+    "         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR] [--interp] [--help]\n"
     "\n"
     "Trains an MLP 784-128-10 (--model mlp, the default) or a LeNet-style convnet on\n"
     "Fashion-MNIST with Adam, printing each epoch's training loss and test accuracy.\n"
@@ -170,21 +173,23 @@ static const char usage_text[] =
     "  --final-lr X      this one (default --lr / 20)\n"
     "  --train N, --test N  use the first N training / test examples (default all)\n"
     "  --seed N          the seed of the shuffling (default 1)\n"
-    "  --checkpoint FILE written after every epoch (default fashion_<model>.safetensors)\n"
+    "  --out DIR         where the checkpoint, the SVG and the export go by default\n"
+    "                    (default runs, made when missing)\n"
+    "  --checkpoint FILE written after every epoch (default DIR/fashion_<model>.safetensors)\n"
     "  --resume          go on from the checkpoint, bit for bit; when there is none yet,\n"
     "                    say so and train from the first epoch\n"
-    "  --svg FILE        the curves and the confusion matrix (default fashion_<model>.svg)\n"
+    "  --svg FILE        the curves and the confusion matrix (default DIR/fashion_<model>.svg)\n"
     "  --export NAME     write the trained model as C: DIR/NAME.c and DIR/NAME.h\n"
-    "  --export-dir DIR  where --export writes (default .)\n"
+    "  --export-dir DIR  where --export writes (default the --out DIR)\n"
     "  --data DIR        the data set's directory (default " FASHION_DATA_DIR ")\n"
     "  --interp          run on the interpreter instead of generated C\n";
 
 /* The options: first those that take a value, then the others (for messages and suggestions). */
-static const char *const option_names[] = {"--model",      "--epochs", "--batch",  "--lr",
-                                           "--final-lr",   "--train",  "--test",   "--seed",
-                                           "--checkpoint", "--svg",    "--export", "--export-dir",
-                                           "--data",       "--resume", "--interp", "--help"};
-enum { N_VALUE_OPTIONS = 13, N_OPTIONS = 16 };
+static const char *const option_names[] = {
+    "--model", "--epochs", "--batch",      "--lr",     "--final-lr", "--train",
+    "--test",  "--seed",   "--checkpoint", "--svg",    "--export",   "--export-dir",
+    "--data",  "--out",    "--resume",     "--interp", "--help"};
+enum { N_VALUE_OPTIONS = 14, N_OPTIONS = 17 };
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
@@ -197,7 +202,7 @@ static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
 typedef struct {
   fashion_config cfg;
   bool resume;
-  const char *svg, *export_name, *export_dir;
+  const char *svg, *export_name, *export_dir, *out;
   char checkpoint[512], svg_default[512];
 } options;
 
@@ -206,7 +211,7 @@ static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   /* zeros: the build's defaults (a learning rate of 2e-3, decaying to a twentieth of it) */
   o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_C};
-  o->export_dir = ".";
+  o->out = DEMO_OUT_DEFAULT;
   const char *checkpoint = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -262,16 +267,23 @@ static int parse_options(int argc, char **argv, options *o) {
       o->export_dir = v;
     else if (strcmp(a, "--data") == 0)
       o->cfg.data_dir = v;
+    else if (strcmp(a, "--out") == 0)
+      o->out = v;
     else {
       fprintf(stderr, "bad value for %s: '%s'\n", a, v);
       return -1;
     }
   }
   const char *model = o->cfg.model == FASHION_MLP ? "mlp" : "convnet";
-  snprintf(o->checkpoint, sizeof o->checkpoint, "fashion_%s.safetensors", model);
-  snprintf(o->svg_default, sizeof o->svg_default, "fashion_%s.svg", model);
+  char name[64];
+  snprintf(name, sizeof name, "fashion_%s.safetensors", model);
+  if (!checkpoint && !demo_output_path(o->out, name, o->checkpoint, sizeof o->checkpoint))
+    return -1;
+  snprintf(name, sizeof name, "fashion_%s.svg", model);
+  if (!o->svg && !demo_output_path(o->out, name, o->svg_default, sizeof o->svg_default)) return -1;
   o->cfg.checkpoint = checkpoint ? checkpoint : o->checkpoint;
   if (!o->svg) o->svg = o->svg_default;
+  if (!o->export_dir) o->export_dir = o->out;
   return 1;
 }
 
@@ -332,6 +344,7 @@ int main(int argc, char **argv) {
     double accuracy;
     if (!trained) st = fashion_evaluate(&f, &accuracy); /* a resume with nothing left to train */
     if (st == CN_OK) print_confusion(&f);
+    if (st == CN_OK) printf("checkpoint: %s\n", o.cfg.checkpoint);
     if (st == CN_OK && !write_svg(&f, o.svg))
       fprintf(stderr, "cannot write %s\n", o.svg);
     else if (st == CN_OK)

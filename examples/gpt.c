@@ -12,9 +12,11 @@
  *               [--checkpoint FILE] [--resume] [--svg FILE] [--interp]
  *
  * Defaults: 2000 steps, eval every 250 steps over 20 batches of either split (nanoGPT's CPU
- * eval_iters), 500 characters at temperature 1, seed 0, checkpoint gpt.safetensors, curves in
- * gpt.svg. The thread count is --threads, else CANNL_THREADS, else every core. */
+ * eval_iters), 500 characters at temperature 1, seed 0, checkpoint runs/gpt.safetensors, curves
+ * in runs/gpt.svg (--out DIR moves runs/). The thread count is --threads, else CANNL_THREADS, else
+ * every core. */
 #include "../demo/gpt.h"
+#include "../demo/output.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,15 +107,18 @@ typedef struct {
   gpt_config cfg;
   int64_t eval_interval, eval_batches, count, sample_seed;
   double temperature;
-  const char *threads, *svg;
+  const char *threads, *svg, *out;
   bool resume;
+  char checkpoint_default[512], svg_default[512];
 } options;
 
 static void usage(void) {
   fprintf(stderr, "usage: example_gpt [--steps N] [--threads N] [--eval-interval N] "
                   "[--eval-batches N] [--seed N]\n"
                   "         [--count N] [--temperature X] [--sample-seed N] [--data PATH]\n"
-                  "         [--checkpoint FILE] [--resume] [--svg FILE] [--interp]\n");
+                  "         [--checkpoint FILE] [--resume] [--svg FILE] [--out DIR] [--interp]\n"
+                  "  --out DIR: where the checkpoint and the SVG go by default (runs, made when\n"
+                  "  missing)\n");
 }
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
@@ -125,8 +130,7 @@ static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
 }
 
 static bool parse_options(int argc, char **argv, options *o) {
-  *o = (options){gpt_defaults(), 250, 20, 500, 0, 1.0, NULL, "gpt.svg", false};
-  o->cfg.checkpoint = "gpt.safetensors";
+  *o = (options){gpt_defaults(), 250, 20, 500, 0, 1.0, NULL, NULL, DEMO_OUT_DEFAULT, false, "", ""};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t n;
@@ -167,11 +171,20 @@ static bool parse_options(int argc, char **argv, options *o) {
       o->cfg.checkpoint = v;
     else if (strcmp(a, "--svg") == 0)
       o->svg = v;
+    else if (strcmp(a, "--out") == 0)
+      o->out = v;
     else {
       fprintf(stderr, "bad option or value: %s %s\n", a, v);
       return false;
     }
   }
+  if (!o->cfg.checkpoint && !demo_output_path(o->out, "gpt.safetensors", o->checkpoint_default,
+                                              sizeof o->checkpoint_default))
+    return false;
+  if (!o->svg && !demo_output_path(o->out, "gpt.svg", o->svg_default, sizeof o->svg_default))
+    return false;
+  if (!o->cfg.checkpoint) o->cfg.checkpoint = o->checkpoint_default;
+  if (!o->svg) o->svg = o->svg_default;
   if (o->cfg.steps < o->cfg.warmup) o->cfg.warmup = o->cfg.steps / 20; /* a short run */
   return true;
 }

@@ -1312,6 +1312,11 @@ typedef struct {
   /* With the export: also cn_text_export_sampler of the same input, output and name, over the
    * corpus of the script's first text_windows (none: a positioned error). */
   bool export_sampler;
+  /* Where the files a script writes go when their path is relative: plot's SVG, checkpoint (and
+   * the restore that reads it back), save_npy. Directories are created as needed, and at the
+   * end of the run a line on err names the files written ("wrote DIR/a.svg, DIR/a.safetensors").
+   * NULL: the current directory (`cannl run` gives "runs" unless --out says otherwise). */
+  const char *out_dir;
 } cn_notation_options;
 /* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
 CN_API cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,

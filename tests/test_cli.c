@@ -8,20 +8,26 @@
  * a printed NaN is said once on stderr; unknown commands and options suggest the closest. */
 #include "check.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* Runs a shell command line, its stdout and stderr into out; its exit status. */
+static int shell(const char *cmd, char *out, size_t cap) {
+  FILE *p = popen(cmd, "r");
+  size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+  out[n] = '\0';
+  int st = p ? pclose(p) : -1;
+  return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 /* Runs `program args` (through sh), returning its exit status and its stdout+stderr (stdout alone
  * when args redirect stderr themselves). */
 static int run_program(const char *program, const char *args, char *out, size_t cap) {
   char cmd[8192];
   snprintf(cmd, sizeof cmd, "'%s' %s%s", program, args, strstr(args, "2>") ? "" : " 2>&1");
-  FILE *p = popen(cmd, "r");
-  size_t n = p ? fread(out, 1, cap - 1, p) : 0;
-  out[n] = '\0';
-  int st = p ? pclose(p) : -1;
-  return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return shell(cmd, out, cap);
 }
 
 /* The cannl command with args. */
@@ -101,6 +107,17 @@ static void test_fashion_example(char *out, size_t cap) {
            dir);
   CHECK_HAS(out, note);
   CHECK_HAS(out, "epoch 1/1: training loss");
+  /* without paths, the checkpoint and the SVG go under runs/ in the current directory, and the
+   * program says where (issue 31: they filled the current directory) */
+  snprintf(args, sizeof args, "cd '%s' && '%s' --train 200 --test 100 --epochs 1 2>&1", dir,
+           example);
+  CHECK_INT(shell(args, out, cap), 0);
+  CHECK_HAS(out, "checkpoint: runs/fashion_mlp.safetensors\n");
+  CHECK_HAS(out, "curves and confusion matrix: runs/fashion_mlp.svg\n");
+  snprintf(args, sizeof args, "%s/runs/fashion_mlp.svg", dir);
+  CHECK(access(args, R_OK) == 0);
+  snprintf(args, sizeof args, "%s/runs/fashion_mlp.safetensors", dir);
+  CHECK(access(args, R_OK) == 0);
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
 }
@@ -219,6 +236,60 @@ static void test_export_injection(char *out, size_t cap) {
   CHECK_INT(system(args), 0);
 }
 
+/* Whether DIR/NAME exists. */
+static bool exists(const char *dir, const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* The files a script writes with a relative path go under --out DIR, default runs/ (issue 31:
+ * scripts filled the current directory), directories created; restore reads the checkpoint back
+ * from there; absolute paths are kept; a line on stderr names what was written. */
+static void test_out_dir(char *out, size_t cap) {
+  char dir[] = "/tmp/cannl_out_XXXXXX", args[4096], script[2048];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(script, sizeof script,
+           "let p = {p = [1.0; 2.0]}\nlet loss = sum (p *. p)\n"
+           "let start = restore \"m.safetensors\" loss ~optimizer:\"sgd\"\n"
+           "for e = start to start + 1 do\n  backprop loss\n  sgd loss ~learning_rate:0.25\n"
+           "  plot \"sub/curve.svg\" ~x:e (\"loss\", loss)\n"
+           "  checkpoint \"m.safetensors\" loss ~epoch:(e + 1)\ndone\n"
+           "save_npy \"p.npy\" p\nsave_npy \"%s/abs.npy\" p\nprintf \"start %%d\\n\" start\n",
+           dir);
+  write_file(dir, "s.cnl", script);
+  const char *cli = getenv("CANNL_CLI");
+  if (!cli) cli = "cannl";
+  snprintf(args, sizeof args, "cd '%s' && '%s' run s.cnl 2>&1", dir, cli);
+  CHECK_INT(shell(args, out, cap), 0);
+  char wrote[1024];
+  snprintf(wrote, sizeof wrote,
+           "wrote runs/sub/curve.svg, runs/m.safetensors, runs/p.npy, %s/abs.npy\n", dir);
+  CHECK_HAS(out, "start 0\n");
+  CHECK_HAS(out, wrote);
+  CHECK(exists(dir, "runs/sub/curve.svg") && exists(dir, "runs/m.safetensors") &&
+        exists(dir, "runs/p.npy") && exists(dir, "abs.npy"));
+  CHECK(!exists(dir, "m.safetensors") && !exists(dir, "p.npy") && !exists(dir, "sub"));
+  /* the second run resumes from runs/m.safetensors: two epochs were done */
+  CHECK_INT(shell(args, out, cap), 0);
+  CHECK_HAS(out, "start 2\n");
+  /* --out DIR, and --out . (the current directory, unprefixed) */
+  snprintf(args, sizeof args,
+           "cd '%s' && '%s' run s.cnl --out o2 2>&1 && '%s' run s.cnl --out . 2>&1", dir, cli, cli);
+  CHECK_INT(shell(args, out, cap), 0);
+  CHECK_HAS(out, "wrote o2/sub/curve.svg, o2/m.safetensors, o2/p.npy, ");
+  CHECK_HAS(out, "wrote sub/curve.svg, m.safetensors, p.npy, ");
+  CHECK(exists(dir, "o2/m.safetensors") && exists(dir, "sub/curve.svg") &&
+        exists(dir, "m.safetensors"));
+  /* an output directory that cannot be made: a positioned error */
+  snprintf(args, sizeof args, "cd '%s' && '%s' run s.cnl --out s.cnl/x 2>&1", dir, cli);
+  CHECK_INT(shell(args, out, cap), 1);
+  CHECK_HAS(out, "s.cnl:7:8: cannot create output directory 's.cnl/x/sub' ('s.cnl/x': Not a "
+                 "directory)");
+  snprintf(args, sizeof args, "rm -rf '%s'", dir);
+  CHECK_INT(system(args), 0);
+}
+
 int main(void) {
   static char out[1 << 16];
   const char *root = getenv("CANNL_SOURCE_DIR");
@@ -298,5 +369,6 @@ int main(void) {
   test_export_injection(out, sizeof out);
   test_suggestions(out, sizeof out);
   test_fashion_example(out, sizeof out);
+  test_out_dir(out, sizeof out);
   CHECK_DONE();
 }

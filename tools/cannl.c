@@ -39,7 +39,7 @@ static const char usage_text[] =
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
     "      [--check-nan] [--timings] [--set NAME=VALUE]... [--print-threshold N]\n"
-    "      [--print-precision N]\n"
+    "      [--print-precision N] [--out DIR]\n"
     "                run a script in the cannl notation (docs/notation.md); --set replaces\n"
     "                the literal of the script's top-level `let NAME = LITERAL` (a number,\n"
     "                boolean or string; repeatable); --json prints each\n"
@@ -53,9 +53,13 @@ static const char usage_text[] =
     "                second shows a line there saying what, erased when it ends;\n"
     "                --print-threshold (default 1000) and --print-precision (default 8)\n"
     "                set the options print_threshold and print_precision: a printed tensor\n"
-    "                of more cells is elided, a number has at most N digits after the point\n"
+    "                of more cells is elided, a number has at most N digits after the point;\n"
+    "                the files the script writes with a relative path (plot, checkpoint and\n"
+    "                the restore that reads it, save_npy) go under --out DIR (default runs,\n"
+    "                created as needed; --out . writes beside the current directory), and\n"
+    "                a line on stderr at the end names them\n"
     "  export FILE.cnl --input NAME --output NAME [--name C_NAME] [-o DIR] [--sampler]\n"
-    "      [--backend interp|c] [--set NAME=VALUE]...\n"
+    "      [--backend interp|c] [--set NAME=VALUE]... [--out DIR]\n"
     "                run a script as run does, then write the forward code of the tensor\n"
     "                the script binds to the --output name, computed from the one bound to\n"
     "                the --input name (a placeholder), as DIR/C_NAME.c and DIR/C_NAME.h\n"
@@ -90,10 +94,22 @@ usage_error(const char *fmt, ...) {
  * closest (an option's `=VALUE` left out). */
 static const char *const commands[] = {"help", "ops",       "precisions", "run", "export",
                                        "demo", "--version", "--help",     "-h"};
-static const char *const run_options[] = {"--backend", "--emit", "--json", "--check-nan",
-                                          "--timings", "--set",  "-e",     "--input",
-                                          "--output",  "--name", "-o",     "--sampler"};
-enum { N_DEMO_OPTIONS = 2, N_RUN_OPTIONS = 7, N_EXPORT_OPTIONS = 12 };
+static const char *const run_options[] = {"--backend",
+                                          "--emit",
+                                          "--json",
+                                          "--check-nan",
+                                          "--timings",
+                                          "--set",
+                                          "-e",
+                                          "--out",
+                                          "--print-threshold",
+                                          "--print-precision",
+                                          "--input",
+                                          "--output",
+                                          "--name",
+                                          "-o",
+                                          "--sampler"};
+enum { N_DEMO_OPTIONS = 2, N_RUN_OPTIONS = 10, N_EXPORT_OPTIONS = 15 };
 
 /* "unknown WHAT 'WORD'", with the closest of known[0 .. n) suggested; a usage error. */
 static int unknown_word(const char *what, const char *word, int n, const char *const *known) {
@@ -357,7 +373,7 @@ static void draw_progress(void *user, const char *line) {
 }
 
 static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
-  cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets};
+  cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets, .out_dir = "runs"};
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false, timings = false;
   /* --print-threshold and --print-precision: the context's options of the same names */
@@ -372,6 +388,12 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
       if (!strchr(set, '=') || set[0] == '=')
         return usage_error("--set expects NAME=VALUE, not '%s'", set);
       sets[opts.n_sets++] = set;
+      continue;
+    }
+    const char *out = option_value(argc, argv, &i, "--out", &missing);
+    if (missing) return usage_error("option '--out' needs a directory");
+    if (out) {
+      opts.out_dir = out;
       continue;
     }
     const char *print_value = NULL;

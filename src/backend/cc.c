@@ -266,43 +266,6 @@ static cn_status cc_command_make(cn_ctx *ctx, const char *cc, const char *flags,
 
 /* ---- Directories ---- */
 
-/* mkdir -p: every missing component after the first `existing` characters of dir is created with
- * mode (those before are never created: a home directory that is missing stays missing); an
- * existing non-directory is an error. On failure why holds the reason (naming dir) and the result
- * is false. */
-static bool make_directories(const char *dir, size_t existing, mode_t mode, char *why,
-                             size_t why_size) {
-  char path[PATH_MAX];
-  size_t n = strlen(dir);
-  if (n >= sizeof path) {
-    snprintf(why, why_size, "cannot create cache directory '%s': %s", dir, strerror(ENAMETOOLONG));
-    return false;
-  }
-  memcpy(path, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (path[i] != '/' && path[i] != '\0') continue;
-    if (path[i - 1] == '/' || i <= existing) continue; /* repeated or trailing slash */
-    char saved = path[i];
-    path[i] = '\0';
-    if (mkdir(path, mode) != 0 && errno != EEXIST) {
-      snprintf(why, why_size, "cannot create cache directory '%s' ('%s': %s)", dir, path,
-               strerror(errno));
-      return false;
-    }
-    path[i] = saved;
-  }
-  struct stat st;
-  if (stat(dir, &st) != 0) {
-    snprintf(why, why_size, "cannot use cache directory '%s': %s", dir, strerror(errno));
-    return false;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    snprintf(why, why_size, "cache directory '%s' is not a directory", dir);
-    return false;
-  }
-  return true;
-}
-
 /* The absolute value of an environment variable, or NULL (the XDG base directory specification
  * ignores relative paths, and a relative cache would move with the working directory). */
 static const char *absolute_env(const char *name) {
@@ -398,7 +361,8 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   const char *dir = explicit_cache_dir(ctx);
   if (dir && strcmp(dir, "off") == 0) return private_dir(ctx, place);
   if (dir) {
-    if (!make_directories(dir, 0, 0777, why, sizeof why)) return cn_fail(ctx, CN_ERR_IO, "%s", why);
+    if (!cn_make_directories(dir, 0, 0777, "cache directory", why, sizeof why))
+      return cn_fail(ctx, CN_ERR_IO, "%s", why);
     /* the files' paths go on the compiler's command line: a relative directory named like an
      * option ("-x") is spelled "./-x" there, so it can only be read as a path */
     place->dir = format_path(ctx, dir[0] == '-' ? "./%s" : "%s", dir);
@@ -409,7 +373,9 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
                : home ? format_path(ctx, "%s/.cache/cannl", home)
                       : NULL;
   if ((xdg || home) && !base) return ctx->status;
-  if (base && make_directories(base, home ? strlen(home) : 0, 0700, why, sizeof why) &&
+  if (base &&
+      cn_make_directories(base, home ? strlen(home) : 0, 0700, "cache directory", why,
+                          sizeof why) &&
       writable_dir(base, why, sizeof why)) {
     place->dir = base;
     return CN_OK;

@@ -302,6 +302,12 @@ void cn_remove_stale_temporaries(const char *dir, const char *prefix, const char
 /* What a file of this st_mode is, for messages: "a regular file", "a directory", "a symbolic
  * link", "a FIFO", "a socket", "a character device", "a block device" or "a special file". */
 const char *cn_file_kind(unsigned mode);
+/* mkdir -p: every missing component after the first `existing` characters of dir is created with
+ * mode (those before are never created: a home directory that is missing stays missing); an
+ * existing non-directory is an error. On failure why holds the reason (naming dir as `what`, e.g.
+ * "cache directory") and the result is false. */
+bool cn_make_directories(const char *dir, size_t existing, unsigned mode, const char *what,
+                         char *why, size_t why_size);
 
 /* |v| without overflow (INT64_MIN included), and the greatest common divisor (gcd(0, 0) = 0):
  * for the affine arithmetic of index expressions and loop bounds. */

@@ -1,7 +1,8 @@
 /* Helpers for the files cannl reads and writes, shared by the layers that keep files (the
  * compile cache and tune records of src/backend, the atomic writer of src/data, the sysfs reads
  * of src/sched): the one checked parse of a decimal count read from a file, the clean-up of
- * temporary files that killed processes left, and the names of file kinds for messages.
+ * temporary files that killed processes left, the names of file kinds for messages, and mkdir -p
+ * (the cache directory, a script's output directory).
  *
  * Invariants: a number read from a file is never parsed with atoi, strto* or sscanf (which
  * saturate, wrap, accept signs and blanks, or, for sscanf, are undefined on out-of-range input);
@@ -83,4 +84,36 @@ const char *cn_file_kind(unsigned mode) {
          : S_ISCHR(m)  ? "a character device"
          : S_ISBLK(m)  ? "a block device"
                        : "a special file";
+}
+
+bool cn_make_directories(const char *dir, size_t existing, unsigned mode, const char *what,
+                         char *why, size_t why_size) {
+  char path[PATH_MAX];
+  size_t n = strlen(dir);
+  if (n >= sizeof path) {
+    snprintf(why, why_size, "cannot create %s '%s': %s", what, dir, strerror(ENAMETOOLONG));
+    return false;
+  }
+  memcpy(path, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (path[i] != '/' && path[i] != '\0') continue;
+    if (path[i - 1] == '/' || i <= existing) continue; /* repeated or trailing slash */
+    char saved = path[i];
+    path[i] = '\0';
+    if (mkdir(path, (mode_t)mode) != 0 && errno != EEXIST) {
+      snprintf(why, why_size, "cannot create %s '%s' ('%s': %s)", what, dir, path, strerror(errno));
+      return false;
+    }
+    path[i] = saved;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    snprintf(why, why_size, "cannot use %s '%s': %s", what, dir, strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, why_size, "%s '%s' is not a directory", what, dir);
+    return false;
+  }
+  return true;
 }

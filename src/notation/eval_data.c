@@ -426,7 +426,7 @@ nt_value *nt_builtin_load(nt_interp *I, const nt_call *c) {
     return nt_fail(I, c->at, "%s", "load takes one file name");
   const char *path = file_argument(I, c, 0);
   cn_array a = {0};
-  if (!path) return NULL;
+  if (!path || !(path = nt_output_path(I, path, false, c->a->pos_at[0]))) return NULL;
   if (cn_data_load_at_most(I->ctx, path, LOAD_MAX_CELLS,
                            "load's limit: its cells pass through doubles; dataset reads larger "
                            "arrays",
@@ -543,6 +543,7 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
     return nt_fail(I, resume_at, "restore: ~resume expects a boolean, found %s",
                    nt_kind_name(resume->kind));
   const char *path = file_argument(I, c, 0);
+  if (path && !(path = nt_output_path(I, path, false, a->pos_at[0]))) return NULL;
   cn_tensor *loss = path ? nt_tensor_of(I, a->pos[1], a->pos_at[1]) : NULL;
   if (!loss || !nt_materialize(I, c->at)) return NULL;
   cn_tensor_set_named(loss);
@@ -566,6 +567,46 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   if (cn_data_load_safetensors(I->ctx, path, n, state, &n_meta, &meta) != CN_OK)
     return nt_fail_here(I, a->pos_at[0]);
   return saved_epoch(I, path, n_meta, meta, a->pos_at[0]);
+}
+
+/* ---- Output paths --------------------------------------------------------------------------- */
+
+const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_pos at) {
+  const char *dir = I->opts.out_dir;
+  const char *full = path;
+  if (dir && dir[0] && strcmp(dir, ".") != 0 && path[0] != '/') {
+    cn_sbuf sb = {0};
+    size_t len = strlen(dir);
+    cn_sbuf_printf(&sb, "%s%s%s", dir, dir[len - 1] == '/' ? "" : "/", path);
+    if (!(full = cn_sbuf_finish(I->ctx, &sb))) return nt_fail_here(I, at), NULL;
+  }
+  if (!writes) return full == path || access(full, F_OK) == 0 ? full : path;
+  const char *slash = strrchr(full, '/');
+  if (slash && slash > full) {
+    char parent[4096], why[4352];
+    if ((size_t)(slash - full) >= sizeof parent)
+      return nt_fail(I, at, "the path '%s' is too long", full), NULL;
+    memcpy(parent, full, (size_t)(slash - full));
+    parent[slash - full] = '\0';
+    if (!cn_make_directories(parent, 0, 0777, "output directory", why, sizeof why))
+      return nt_fail(I, at, "%s", why), NULL;
+  }
+  for (int i = 0; i < I->n_written; i++)
+    if (strcmp(I->written[i], full) == 0) return full;
+  if (!cn_arena_grow(I->ctx, (void **)&I->written, &I->cap_written, I->n_written + 1,
+                     sizeof *I->written))
+    return nt_fail_here(I, at), NULL;
+  I->written[I->n_written++] = full;
+  return full;
+}
+
+void nt_report_written(nt_interp *I) {
+  if (!I->n_written) return;
+  FILE *f = I->opts.err ? I->opts.err : stderr;
+  fflush(nt_out(I)); /* after what the script printed, where both streams go to one place */
+  fputs("wrote ", f);
+  for (int i = 0; i < I->n_written; i++) fprintf(f, "%s%s", i ? ", " : "", I->written[i]);
+  fputc('\n', f);
 }
 
 /* ---- save_npy ------------------------------------------------------------------------------- */

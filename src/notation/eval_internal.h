@@ -231,6 +231,10 @@ typedef struct {
   nt_dataset *datasets; /* the data sets the script made, in order */
   int n_datasets, cap_datasets;
   struct nt_plot *plots; /* the plot statements executed, latest first (their points malloc'd) */
+  /* The files the script wrote (plot, checkpoint, save_npy), each once, in the order first
+   * written: the line at the end of the run (nt_report_written). Arena strings. */
+  const char **written;
+  int n_written, cap_written;
 } nt_interp;
 
 /* The positional and labeled arguments of an application, evaluated. */
@@ -389,6 +393,16 @@ bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at);
 bool nt_checkpoint(nt_interp *I, cn_tensor *loss, const char *path, int64_t epoch, cn_nt_pos at);
 /* save_npy: the node's cells written to path. */
 bool nt_save_npy(nt_interp *I, cn_node *node, const char *path, cn_nt_pos at);
+/* The path of a file the script writes (writes: plot, checkpoint, save_npy) or may read back as
+ * its own output (restore, load): a relative path under opts.out_dir when it is set, else path
+ * itself; a read takes the path as given when the output directory has no such file (a file the
+ * script did not write, or from before --out). A written file's directories are created (mkdir
+ * -p) and the file noted for nt_report_written. NULL with a message at `at` when a directory
+ * cannot be made. */
+const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_pos at);
+/* The line at the end of a run naming the files the script wrote, on opts.err (NULL: stderr):
+ * "wrote runs/a.svg, runs/a.safetensors"; nothing when it wrote none. */
+void nt_report_written(nt_interp *I);
 
 /* ---- eval_out.c ---- */
 /* The output stream, a progress bar on the terminal line cleared first. */

@@ -302,7 +302,8 @@ bool nt_plot_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_sta
   v = nt_host_of(I, scope, it->u.plot.file, NT_V_STR,
                  "plot writes a file: expected its name (a string)");
   if (!v) return false;
-  const char *path = v->str;
+  const char *path = nt_output_path(I, v->str, true, it->u.plot.file->pos);
+  if (!path) return false;
   bool ascii = false;
   if (it->u.plot.ascii) {
     if (!(v = nt_host_of(I, scope, it->u.plot.ascii, NT_V_BOOL, "plot's ~ascii is a boolean")))

@@ -607,6 +607,7 @@ static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, n
   int64_t epoch;
   if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
   const char *path = host_file(I, scope, it->u.data.file);
+  if (path) path = nt_output_path(I, path, true, it->u.data.file->pos);
   return path && host_epoch(I, scope, it->u.data.epoch, &epoch) &&
          nt_checkpoint(I, st->tensor, path, epoch, it->u.data.file->pos);
 }
@@ -615,6 +616,7 @@ static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, n
 static bool save_npy_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
   const char *path = host_file(I, scope, it->u.data.file);
+  if (path) path = nt_output_path(I, path, true, it->u.data.file->pos);
   cn_node *node = path ? nt_computed_node(I, scope, it->u.data.expr, st) : NULL;
   return node && nt_save_npy(I, node, path, it->u.data.file->pos);
 }
@@ -1004,6 +1006,7 @@ static cn_status run_program(nt_interp *I, const char *file, const char *text,
   for (int i = 0; ok && i < prog->n_items; i++) ok = item(I, &prog->items[i], NULL);
   if (ok) ok = export_model(I, prog);
   nt_report_nonfinite(I);
+  nt_report_written(I);
   if (!ok) return cn_ctx_status(I->ctx) ? cn_ctx_status(I->ctx) : CN_ERR_INVALID;
   return CN_OK;
 }
