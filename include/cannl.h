@@ -694,7 +694,8 @@ CN_API cn_tensor *cn_tensor_matmul(cn_graph *g, cn_tensor *a, cn_tensor *b);
 /* An operation defined by its code (syntax-extensions-cd-op "Tensor.binop ~op_asn ~grad_asn";
  * contraction-is-emergent's consumer regime). The operands' axes relate by `logic`: NULL or "."
  * pointwise with broadcasting, "@" compose (two operands), or an einsum spec (a kernel term
- * without padding marker reads as cn_graph_set_use_padding says). At each point of that one
+ * without padding marker reads as cn_graph_set_use_padding says); "T", transpose, is an update's
+ * logic and refused here. At each point of that one
  * inferred record the result accumulates `forward`, an expression over the operands a, b, c:
  * `accum` CN_OP_ARG2 (=:, one point per result cell), CN_OP_ADD (=:+), CN_OP_MAX (=:@^) or
  * CN_OP_MIN (=:^^); operand k's gradient accumulates grad[k] (=+), an expression over a, b, c,

@@ -206,13 +206,17 @@ static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
   if (!cd_ref(I, e, ds, target, &lhs, NULL, items, &n, enricher)) return NULL;
   for (int i = 0; i < cd->u.assign.n_rhs; i++)
     if (!cd_ref(I, e, ds, cd->u.assign.rhs[i], &rhs[i], &merge[i], items, &n, NULL)) return NULL;
-  const char *logic = NULL;
+  cn_shape_logic logic, *given = NULL; /* none given: the primitive's default */
   const cn_nt_arg *la = cn_nt_find_arg(cd->u.assign.n_args, cd->u.assign.args, "logic");
   if (la && la->value) {
     nt_value *lv = nt_eval(I, e, ds, la->value);
     if (!lv) return NULL;
     if (lv->kind != NT_V_STR) return nt_fail(I, la->pos, "%s", "~logic expects a string"), NULL;
-    if (!(logic = nt_spec_splice(I, e, lv->str, la->value->pos))) return NULL;
+    const char *text = nt_spec_splice(I, e, lv->str, la->value->pos);
+    if (!text) return NULL;
+    if (cn_shape_logic_parse(I->ctx, text, &logic) != CN_OK)
+      return nt_fail_here(I, cd->u.assign.op_pos), NULL;
+    given = &logic;
   } else if (la) {
     return nt_fail(I, la->pos, "%s", "~logic needs a value: ~logic:\".\", \"@\", \"T\" or a spec"),
            NULL;
@@ -227,8 +231,8 @@ static nt_code *eval_assign(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn
             : "'/' in an assignment needs ~logic (\".\" pointwise or a spec)";
     return nt_fail(I, cd->u.assign.op_pos, "%s", why), NULL;
   }
-  cn_update *u = cn_graph_update(I->g, lhs, cd->u.assign.clear, cd->u.assign.accum, cd->u.assign.op,
-                                 cd->u.assign.n_rhs, rhs, logic);
+  cn_update *u = cn_graph_update_logic(I->g, lhs, cd->u.assign.clear, cd->u.assign.accum,
+                                       cd->u.assign.op, cd->u.assign.n_rhs, rhs, given);
   if (!u) return nt_fail_here(I, cd->u.assign.op_pos), NULL;
   nt_note(I, cd->u.assign.op_pos);
   nt_code *c = new_code(I, NT_C_UPDATE);

@@ -206,12 +206,11 @@ nt_value *nt_builtin_operation(nt_interp *I, const nt_call *c) {
   cn_op_code code = {.label = "operation", .arity = c->nt, .logic = "."};
   if (!string_option(I, c, "label", &code.label) || !string_option(I, c, "logic", &code.logic))
     return NULL;
-  if (strcmp(code.logic, ".") != 0 && strcmp(code.logic, "@") != 0) {
-    cn_nt_pos at;
+  cn_nt_pos at;
+  if (cn_shape_logic_kind(code.logic) == CN_SL_EINSUM) {
     nt_labeled_at(c->a, "logic", &at);
     if (!(code.logic = nt_spec_splice(I, NULL, code.logic, at))) return NULL;
   }
-  cn_nt_pos at;
   nt_value *no_grad = nt_labeled_at(c->a, "no_grad", &at);
   if (no_grad && no_grad->kind != NT_V_BOOL)
     return nt_fail(I, at, "~no_grad expects true or false, found %s", nt_kind_name(no_grad->kind));
@@ -226,7 +225,10 @@ nt_value *nt_builtin_operation(nt_interp *I, const nt_call *c) {
   if (ok) {
     code.forward = texts[3].data;
     for (int k = 0; k < 3; k++) code.grad[k] = texts[k].data;
-    if (!(r = cn_tensor_operation(I->g, &code, c->t))) nt_fail_here(I, c->at);
+    cn_shape_logic logic; /* parsed once, here: the tensor layer takes the record */
+    if (cn_shape_logic_parse(I->ctx, code.logic, &logic) != CN_OK ||
+        !(r = cn_tensor_operation_logic(I->g, &code, &logic, c->t)))
+      nt_fail_here(I, c->at);
   } else if (I->ctx->status == CN_OK) {
     nt_fail(I, c->at, "%s", "out of memory for an operation's formulas");
   }

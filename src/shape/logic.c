@@ -9,6 +9,9 @@
  * its axes, so "ijk => ki" reduces any further axes; the result's rows are exactly what the spec
  * writes. Einsum asserts equalities only.
  *
+ * The one reader of a logic's text ("." "@" "T" or an einsum spec, cn_shape_logic_parse) is here
+ * too: the notation and the API's text entry points call it once and pass the parsed record down.
+ *
  * Invariants: the logic builds terms (term.c's constructors: fresh variables, solved and affine
  * dims, rows) and solves nothing; it calls no other file of the solver, so ops.c derives and
  * then unifies, and projection inference can derive alone. */
@@ -380,6 +383,21 @@ static cn_status derive_kind(builder *b, cn_shape_kind kind, const cn_shape_args
     return st != CN_OK ? st : vec_convert(b, args, slots);
   case CN_SL_TERMINAL: return arity(ctx, kind, n_rhs, 0, 0);
   }
+  return CN_OK;
+}
+
+cn_shape_kind cn_shape_logic_kind(const char *text) {
+  if (text && strcmp(text, ".") == 0) return CN_SL_POINTWISE;
+  if (text && strcmp(text, "@") == 0) return CN_SL_COMPOSE;
+  if (text && strcmp(text, "T") == 0) return CN_SL_TRANSPOSE;
+  return CN_SL_EINSUM;
+}
+
+cn_status cn_shape_logic_parse(cn_ctx *ctx, const char *text, cn_shape_logic *out) {
+  out->kind = cn_shape_logic_kind(text);
+  out->spec = NULL;
+  if (out->kind == CN_SL_EINSUM && !(out->spec = cn_einsum_parse(ctx, text)))
+    return ctx->status ? ctx->status : CN_ERR_NOMEM;
   return CN_OK;
 }
 

@@ -146,6 +146,22 @@ typedef enum {
 } cn_shape_kind;
 const char *cn_shape_kind_name(cn_shape_kind kind);
 
+/* An operation's logic as a user writes it (a %cd assignment's or an operation's ~logic,
+ * cn_graph_update's logic, cn_op_code.logic): "." pointwise, "@" compose, "T" transpose, any
+ * other text an einsum spec. Parsed once where the text enters (the notation, a public function
+ * of the API) and carried down as this record: the layers below neither compare nor re-parse
+ * the text. */
+typedef struct {
+  cn_shape_kind kind;    /* CN_SL_POINTWISE, CN_SL_COMPOSE, CN_SL_TRANSPOSE or CN_SL_EINSUM */
+  const cn_einsum *spec; /* EINSUM: the parsed spec (context arena); NULL otherwise */
+} cn_shape_logic;
+/* The kind text names, without parsing a spec: EINSUM for anything but the three symbols (so a
+ * caller that rewrites spec text, the notation's splicing of strides, does so only for specs). */
+cn_shape_kind cn_shape_logic_kind(const char *text);
+/* Parses text into *out: CN_OK, or CN_ERR_INVALID (NULL text, a malformed spec) with
+ * cn_einsum_parse's message, which quotes the text and points at the column of its error. */
+cn_status cn_shape_logic_parse(cn_ctx *ctx, const char *text, cn_shape_logic *out);
+
 /* A name bound by the caller, for named strides and dilations of affine einsum axes. */
 typedef struct {
   const char *name;

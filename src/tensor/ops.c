@@ -313,7 +313,9 @@ static cn_tensor *accum_op(cn_graph *g, const char *label, cn_shape_kind logic,
   return t;
 }
 
-cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args) {
+/* The checks of an operation's code and operands, before its logic is read (the text form's
+ * order too). */
+static bool operation_ok(cn_graph *g, const cn_op_code *code, cn_tensor *const *args) {
   cn_ctx *ctx = g->ctx;
   const char *label = code && code->label ? code->label : "operation";
   if (!code || code->arity < 1 || code->arity > 3 || !args) {
@@ -321,35 +323,55 @@ cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *c
             !code   ? "no code"
             : !args ? "no operands"
                     : "1 to 3 operands");
-    return NULL;
+    return false;
   }
   for (int i = 0; i < code->arity; i++)
     if (!args[i]) {
       cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": operand %d is NULL", label, i + 1);
-      return NULL;
+      return false;
     }
   if (code->accum != CN_OP_ARG2 && code->accum != CN_OP_ADD && code->accum != CN_OP_MAX &&
       code->accum != CN_OP_MIN) {
     cn_fail(ctx, CN_ERR_INVALID,
             "operation \"%s\": accumulation %s (=: is arg2, =:+ add, =:@^ max, =:^^ min)", label,
             cn_op_name(code->accum));
-    return NULL;
+    return false;
   }
-  const char *logic = code->logic && code->logic[0] ? code->logic : ".";
-  cn_shape_kind kind = CN_SL_POINTWISE;
+  return true;
+}
+
+cn_tensor *cn_tensor_operation(cn_graph *g, const cn_op_code *code, cn_tensor *const *args) {
+  if (!operation_ok(g, code, args)) return NULL;
+  cn_shape_logic logic = {CN_SL_POINTWISE, NULL};
+  if (code->logic && code->logic[0] && cn_shape_logic_parse(g->ctx, code->logic, &logic) != CN_OK)
+    return NULL;
+  return cn_tensor_operation_logic(g, code, &logic, args);
+}
+
+cn_tensor *cn_tensor_operation_logic(cn_graph *g, const cn_op_code *code,
+                                     const cn_shape_logic *logic, cn_tensor *const *args) {
+  cn_ctx *ctx = g->ctx;
+  if (!operation_ok(g, code, args)) return NULL;
+  const char *label = code->label ? code->label : "operation";
+  cn_shape_kind kind = logic->kind;
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
-  if (strcmp(logic, "@") == 0) {
-    if (code->arity != 2) {
-      cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": compose (\"@\") takes 2 operands, not %d",
-              label, code->arity);
-      return NULL;
-    }
-    kind = CN_SL_COMPOSE;
-  } else if (strcmp(logic, ".") != 0) {
-    if (!(sargs.spec = cn_einsum_parse(ctx, logic))) return NULL;
+  if (kind == CN_SL_COMPOSE && code->arity != 2) {
+    cn_fail(ctx, CN_ERR_INVALID, "operation \"%s\": compose (\"@\") takes 2 operands, not %d",
+            label, code->arity);
+    return NULL;
+  }
+  if (kind == CN_SL_TRANSPOSE) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "operation \"%s\": transpose (\"T\") is not an operation's logic (\".\" pointwise, "
+            "\"@\" compose or an einsum spec)",
+            label);
+    return NULL;
+  }
+  CN_ASSERT(kind == CN_SL_POINTWISE || kind == CN_SL_COMPOSE || kind == CN_SL_EINSUM);
+  if (kind == CN_SL_EINSUM) {
+    sargs.spec = logic->spec;
     sargs.unmarked = cn_graph_unmarked_conv(g);
-    kind = CN_SL_EINSUM;
   }
   cn_op_formulas *f = cn_op_formulas_parse(ctx, code);
   cn_op prim;

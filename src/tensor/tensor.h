@@ -275,4 +275,14 @@ cn_proj *cn_pointwise_proj(cn_ctx *ctx, cn_node *target, int n_refs, cn_node *co
  * (cn_shape_args.unmarked): the graph's use_padding. */
 cn_es_conv cn_graph_unmarked_conv(const cn_graph *g);
 
+/* ---- Parsed logics (the API's text forms parse with cn_shape_logic_parse, then call these) ----
+ */
+/* cn_graph_update with its logic parsed: NULL is the primitive's default projection. */
+cn_update *cn_graph_update_logic(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim,
+                                 int n_args, const cn_tref *args, const cn_shape_logic *logic);
+/* cn_tensor_operation with its logic parsed (code->logic is not read): pointwise, compose (two
+ * operands) or an einsum spec; transpose is refused. */
+cn_tensor *cn_tensor_operation_logic(cn_graph *g, const cn_op_code *code,
+                                     const cn_shape_logic *logic, cn_tensor *const *args);
+
 #endif

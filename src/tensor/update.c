@@ -55,31 +55,44 @@ static bool check_ref(cn_graph *g, cn_tref ref, const char *what) {
   return true;
 }
 
+/* The checks of an update's operands, before its logic is read (the text form's order too). */
+static bool update_ok(cn_graph *g, cn_tref lhs, cn_op prim, int n_args, const cn_tref *args) {
+  if (n_args < 1 || n_args > 3 || n_args != cn_op_arity(prim)) {
+    cn_fail(g->ctx, CN_ERR_INVALID, "update: %s takes %d operand(s), got %d", cn_op_name(prim),
+            cn_op_arity(prim), n_args);
+    return false;
+  }
+  if (!check_ref(g, lhs, "target")) return false;
+  for (int i = 0; i < n_args; i++)
+    if (!check_ref(g, args[i], "operand")) return false;
+  return true;
+}
+
 cn_update *cn_graph_update(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim, int n_args,
                            const cn_tref *args, const char *logic) {
-  cn_ctx *ctx = g->ctx;
-  if (n_args < 1 || n_args > 3 || n_args != cn_op_arity(prim)) {
-    cn_fail(ctx, CN_ERR_INVALID, "update: %s takes %d operand(s), got %d", cn_op_name(prim),
-            cn_op_arity(prim), n_args);
+  cn_shape_logic parsed;
+  if (!update_ok(g, lhs, prim, n_args, args) ||
+      (logic && cn_shape_logic_parse(g->ctx, logic, &parsed) != CN_OK))
     return NULL;
-  }
-  if (!check_ref(g, lhs, "target")) return NULL;
-  for (int i = 0; i < n_args; i++)
-    if (!check_ref(g, args[i], "operand")) return NULL;
-  cn_shape_kind kind = CN_SL_POINTWISE;
+  return cn_graph_update_logic(g, lhs, init, accum, prim, n_args, args, logic ? &parsed : NULL);
+}
+
+cn_update *cn_graph_update_logic(cn_graph *g, cn_tref lhs, bool init, cn_op accum, cn_op prim,
+                                 int n_args, const cn_tref *args, const cn_shape_logic *logic) {
+  cn_ctx *ctx = g->ctx;
+  if (!update_ok(g, lhs, prim, n_args, args)) return NULL;
+  CN_ASSERT(!logic || logic->kind == CN_SL_POINTWISE || logic->kind == CN_SL_COMPOSE ||
+            logic->kind == CN_SL_TRANSPOSE || logic->kind == CN_SL_EINSUM);
   cn_shape_args sargs;
   memset(&sargs, 0, sizeof sargs);
   /* without a logic, the primitive's default projection (the op table; syntax-extensions-cd-op):
    * compose for fma (compose-accumulate), pointwise otherwise (mul and div, which have none, too)
    * */
-  if ((logic && strcmp(logic, "@") == 0) ||
-      (!logic && cn_op_table[prim].logic == CN_LOGIC_COMPOSE_ACC)) {
-    kind = CN_SL_COMPOSE;
-  } else if (logic && strcmp(logic, "T") == 0) {
-    kind = CN_SL_TRANSPOSE;
-  } else if (logic && strcmp(logic, ".") != 0) {
-    kind = CN_SL_EINSUM;
-    if (!(sargs.spec = cn_einsum_parse(ctx, logic))) return NULL;
+  cn_shape_kind kind = logic                                             ? logic->kind
+                       : cn_op_table[prim].logic == CN_LOGIC_COMPOSE_ACC ? CN_SL_COMPOSE
+                                                                         : CN_SL_POINTWISE;
+  if (kind == CN_SL_EINSUM) {
+    sargs.spec = logic->spec;
     sargs.unmarked = cn_graph_unmarked_conv(g);
   }
   cn_update *u = cn_alloc(ctx, sizeof *u);
