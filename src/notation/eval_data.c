@@ -574,15 +574,18 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
 const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_pos at) {
   const char *dir = I->opts.out_dir;
   const char *full = path;
-  if (dir && dir[0] && strcmp(dir, ".") != 0 && path[0] != '/') {
+  bool under = dir && dir[0] && path[0] != '/'; /* "." keeps the path unprefixed */
+  if (under && strcmp(dir, ".") != 0) {
     cn_sbuf sb = {0};
     size_t len = strlen(dir);
     cn_sbuf_printf(&sb, "%s%s%s", dir, dir[len - 1] == '/' ? "" : "/", path);
     if (!(full = cn_sbuf_finish(I->ctx, &sb))) return nt_fail_here(I, at), NULL;
   }
   if (!writes) return full == path || access(full, F_OK) == 0 ? full : path;
-  const char *slash = strrchr(full, '/');
-  if (slash && slash > full) {
+  /* under the output directory, its directories are made; an absolute path is left to the
+   * writer, whose message names what is missing */
+  const char *slash = under ? strrchr(full, '/') : NULL;
+  if (slash) {
     char parent[4096], why[4352];
     if ((size_t)(slash - full) >= sizeof parent)
       return nt_fail(I, at, "the path '%s' is too long", full), NULL;

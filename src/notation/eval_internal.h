@@ -396,9 +396,9 @@ bool nt_save_npy(nt_interp *I, cn_node *node, const char *path, cn_nt_pos at);
 /* The path of a file the script writes (writes: plot, checkpoint, save_npy) or may read back as
  * its own output (restore, load): a relative path under opts.out_dir when it is set, else path
  * itself; a read takes the path as given when the output directory has no such file (a file the
- * script did not write, or from before --out). A written file's directories are created (mkdir
- * -p) and the file noted for nt_report_written. NULL with a message at `at` when a directory
- * cannot be made. */
+ * script did not write, or from before --out). A written file's directories under the output
+ * directory are created (mkdir -p), and the file is noted for nt_report_written. NULL with a
+ * message at `at` when a directory cannot be made. */
 const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_pos at);
 /* The line at the end of a run naming the files the script wrote, on opts.err (NULL: stderr):
  * "wrote runs/a.svg, runs/a.safetensors"; nothing when it wrote none. */
