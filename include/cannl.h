@@ -445,6 +445,11 @@ CN_API int cn_backend_find(const char *name);
 CN_API const char *cn_backend_name(cn_backend_kind kind);
 CN_API unsigned cn_backend_caps(cn_backend_kind kind);
 CN_API const char *cn_backend_list(void);
+/* The device a backend's routines run on, as one line into out (cap bytes): for the interpreter
+ * and generated C "the host: CPU MODEL, N cores, M GiB of memory" (the cores online); for a backend
+ * with its own memory, the device it opens for ctx (an error, with its message, when it cannot:
+ * no driver, no device). `cannl devices` prints one per backend. */
+CN_API cn_status cn_backend_device(cn_ctx *ctx, cn_backend_kind kind, char *out, size_t cap);
 
 /* Lowers, optimizes and compiles an assignments tree for a backend. name: a letter, then ASCII
  * letters, digits and '_', not starting with cn_ or CN_ (generated C spells it with suffixes:

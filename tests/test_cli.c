@@ -290,6 +290,41 @@ static void test_out_dir(char *out, size_t cap) {
   CHECK_INT(system(args), 0);
 }
 
+/* `cannl devices`: one line per backend, the host's CPU model as /proc/cpuinfo names it; and
+ * CANNL_BACKEND choosing run's backend (the interpreter refuses --emit=c), checked by name. */
+static void test_devices(char *out, size_t cap) {
+  char model[256] = "unknown", line[512], expected[600];
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+      snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+      model[strcspn(model, "\n")] = '\0';
+      break;
+    }
+  if (f) fclose(f);
+  CHECK_INT(run("devices", out, cap), 0);
+  snprintf(expected, sizeof expected, "interp   the host: %s, %ld cores, ", model,
+           sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK_HAS(out, expected);
+  CHECK_HAS(out, " GiB of memory (reference)\n");
+  snprintf(expected, sizeof expected, "c        the host: %s, ", model);
+  CHECK_HAS(out, expected);
+  CHECK_HAS(out, " GiB of memory (tunable, parallel, compiled)\n");
+  const char *cli = getenv("CANNL_CLI");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "CANNL_BACKEND=interp '%s' run -e 'print 1' --emit=c 2>&1",
+           cli ? cli : "cannl");
+  CHECK_INT(shell(cmd, out, cap), 2);
+  CHECK_HAS(out, "--emit=c needs the C backend, not --backend interp");
+  snprintf(cmd, sizeof cmd, "CANNL_BACKEND=c '%s' run -e 'print 1' --emit=c 2>&1",
+           cli ? cli : "cannl");
+  CHECK_INT(shell(cmd, out, cap), 0);
+  snprintf(cmd, sizeof cmd, "CANNL_BACKEND=intrp '%s' run -e 'print 1' 2>&1", cli ? cli : "cannl");
+  CHECK_INT(shell(cmd, out, cap), 2);
+  CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "
+                 "c)");
+}
+
 int main(void) {
   static char out[1 << 16];
   const char *root = getenv("CANNL_SOURCE_DIR");
@@ -370,5 +405,6 @@ int main(void) {
   test_suggestions(out, sizeof out);
   test_fashion_example(out, sizeof out);
   test_out_dir(out, sizeof out);
+  test_devices(out, sizeof out);
   CHECK_DONE();
 }

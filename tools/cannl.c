@@ -37,6 +37,7 @@ static const char usage_text[] =
     "  ops           the primitive-op table: name, infix spelling, arity, accumulation,\n"
     "                neutral element, precision kinds\n"
     "  precisions    the precision table: name, bytes, kind, promotion order\n"
+    "  devices       the backends, what each can do and the device it runs on\n"
     "  run FILE.cnl | run -e TEXT [--backend interp|c] [--json] [--emit=asgn|loops|c]...\n"
     "      [--check-nan] [--timings] [--set NAME=VALUE]... [--print-threshold N]\n"
     "      [--print-precision N] [--out DIR]\n"
@@ -44,7 +45,8 @@ static const char usage_text[] =
     "                the literal of the script's top-level `let NAME = LITERAL` (a number,\n"
     "                boolean or string; repeatable); --json prints each\n"
     "                printed tensor as one JSON line; --emit prints the code of every routine\n"
-    "                run (repeatable); the default backend is c; --check-nan (or\n"
+    "                run (repeatable); the default backend is $CANNL_BACKEND, else c;\n"
+    "                --check-nan (or\n"
     "                CANNL_CHECK=nan) stops at the first NaN or infinity a routine writes,\n"
     "                naming the tensor, its operation and its line (exit 1); --timings\n"
     "                prints where the time went (scheduling, tuning, C generation, the\n"
@@ -92,8 +94,8 @@ usage_error(const char *fmt, ...) {
 
 /* The commands and the options of each: what an unknown word is compared with, to suggest the
  * closest (an option's `=VALUE` left out). */
-static const char *const commands[] = {"help", "ops",       "precisions", "run", "export",
-                                       "demo", "--version", "--help",     "-h"};
+static const char *const commands[] = {"help",   "ops",  "precisions", "devices", "run",
+                                       "export", "demo", "--version",  "--help",  "-h"};
 static const char *const run_options[] = {"--backend",
                                           "--emit",
                                           "--json",
@@ -136,6 +138,34 @@ static void op_kinds(cn_op op, char *out, size_t size) {
   }
   snprintf(out, size, "%s%s%s", on_float ? "float " : "", on_int ? "int " : "",
            on_bits ? "bits" : "");
+}
+
+/* `cannl devices`: each registered backend, its capabilities and the device it runs on. */
+static int cmd_devices(void) {
+  static const struct {
+    cn_backend_cap cap;
+    const char *name;
+  } caps[] = {{CN_BACKEND_TUNABLE, "tunable"},
+              {CN_BACKEND_PARALLEL, "parallel"},
+              {CN_BACKEND_DEVICE_MEMORY, "device memory"},
+              {CN_BACKEND_COMPILED, "compiled"}};
+  cn_ctx *ctx = cn_ctx_create();
+  if (!ctx) return fputs("cannl: out of memory\n", stderr), EXIT_RUNTIME;
+  int status = 0;
+  for (int k = 0; k < cn_backend_count(); k++) {
+    char device[512], names[128] = "";
+    unsigned mask = cn_backend_caps((cn_backend_kind)k);
+    for (size_t c = 0; c < sizeof caps / sizeof *caps; c++)
+      if (mask & caps[c].cap)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                 caps[c].name);
+    bool found = cn_backend_device(ctx, (cn_backend_kind)k, device, sizeof device) == CN_OK;
+    printf("%-8s %s (%s)\n", cn_backend_name((cn_backend_kind)k),
+           found ? device : cn_ctx_error(ctx), names[0] ? names : "reference");
+    if (!found) status = EXIT_RUNTIME;
+  }
+  cn_ctx_destroy(ctx);
+  return status;
 }
 
 static int cmd_ops(void) {
@@ -208,6 +238,16 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
   return argv[++*i];
 }
 
+/* "unknown backend 'NAME'", the closest registered names suggested; a usage error. */
+static int unknown_backend(const char *prefix, const char *name) {
+  const char *names[16];
+  char hint[400];
+  int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
+  for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
+  return usage_error("%sunknown backend '%s'%s (known: %s)", prefix, name,
+                     cn_suggest_names(name, n, names, hint, sizeof hint), cn_backend_list());
+}
+
 /* Reads `--backend NAME` (a registered backend) or `--emit asgn|loops|c` at argv[*i]: 1 when it is
  * one of them (*backend = the backend's id, cn_backend_find; *emit = 0 asgn, 1 loops, 2 c), 0 when
  * argv[*i] is neither, -1 after printing a usage error. */
@@ -222,14 +262,7 @@ static int backend_or_emit(int argc, char **argv, int *i, int *backend, int *emi
   for (int k = 0; e && k < 3; k++)
     if (strcmp(e, emits[k]) == 0) return *emit = k, 1;
   char hint[400];
-  if (b) {
-    const char *names[16];
-    int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
-    for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
-    return usage_error("unknown backend '%s'%s (known: %s)", b,
-                       cn_suggest_names(b, n, names, hint, sizeof hint), cn_backend_list()),
-           -1;
-  }
+  if (b) return unknown_backend("", b), -1;
   if (e)
     return usage_error("unknown --emit value '%s'%s (known: asgn, loops, c)", e,
                        cn_suggest_names(e, 3, emits, hint, sizeof hint)),
@@ -374,6 +407,12 @@ static void draw_progress(void *user, const char *line) {
 
 static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
   cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets, .out_dir = "runs"};
+  const char *env_backend = getenv("CANNL_BACKEND");
+  if (env_backend && *env_backend) {
+    int found = cn_backend_find(env_backend);
+    if (found < 0) return unknown_backend("CANNL_BACKEND: ", env_backend);
+    opts.backend = (cn_backend_kind)found;
+  }
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false, timings = false;
   /* --print-threshold and --print-precision: the context's options of the same names */
@@ -521,5 +560,6 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return 0;
   }
+  if (strcmp(cmd, "devices") == 0) return cmd_devices();
   return strcmp(cmd, "ops") == 0 ? cmd_ops() : cmd_precisions(); /* the rest of commands[] */
 }

@@ -1,15 +1,17 @@
 /* The process-wide registry of backends (backend.h): the interpreter and generated C under their
  * fixed ids, then the backends registered at run time (a test's, later OpenCL and CUDA), and the
- * public lookups by id and name (include/cannl.h).
+ * public lookups by id and name and the description of a backend's device (include/cannl.h).
  *
  * Invariants: slots [0, count) are set and never change; a registration fills slot `count` under
  * the lock and then publishes count + 1 with release order, so readers (acquire) take no lock. */
+#define _DEFAULT_SOURCE /* sysconf's _SC_PHYS_PAGES */
 #include "backend/backend.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const cn_backend *registry[CN_BACKEND_MAX] = {&cn_backend_interp, &cn_backend_c};
 static atomic_int registered = 2;
@@ -97,4 +99,20 @@ const char *cn_backend_list(void) {
     len +=
         (size_t)snprintf(text + len, sizeof text - len, "%s%s", k ? ", " : "", registry[k]->name);
   return text;
+}
+
+cn_status cn_backend_device(cn_ctx *ctx, cn_backend_kind kind, char *out, size_t cap) {
+  const cn_backend *b = cn_backend_get(kind);
+  if (!b) return cn_fail(ctx, CN_ERR_INVALID, "unknown backend kind %d", (int)kind);
+  if (b->caps & CN_BACKEND_DEVICE_MEMORY) {
+    const cn_device *device;
+    cn_status st = b->open_device(ctx, &device);
+    if (st == CN_OK) snprintf(out, cap, "%s", device->name);
+    return st;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
+       page = sysconf(_SC_PAGE_SIZE);
+  snprintf(out, cap, "the host: %s, %ld cores, %.1f GiB of memory", cn_cpu_model(), cores,
+           pages > 0 && page > 0 ? (double)pages * (double)page / (1 << 30) : 0.0);
+  return CN_OK;
 }

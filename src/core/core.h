@@ -308,6 +308,8 @@ const char *cn_file_kind(unsigned mode);
  * "cache directory") and the result is false. */
 bool cn_make_directories(const char *dir, size_t existing, unsigned mode, const char *what,
                          char *why, size_t why_size);
+/* The CPU's model name from /proc/cpuinfo ("unknown" when unreadable), read once per process. */
+const char *cn_cpu_model(void);
 
 /* |v| without overflow (INT64_MIN included), and the greatest common divisor (gcd(0, 0) = 0):
  * for the affine arithmetic of index expressions and loop bounds. */

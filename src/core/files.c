@@ -1,8 +1,8 @@
 /* Helpers for the files cannl reads and writes, shared by the layers that keep files (the
  * compile cache and tune records of src/backend, the atomic writer of src/data, the sysfs reads
  * of src/sched): the one checked parse of a decimal count read from a file, the clean-up of
- * temporary files that killed processes left, the names of file kinds for messages, and mkdir -p
- * (the cache directory, a script's output directory).
+ * temporary files that killed processes left, the names of file kinds for messages, mkdir -p
+ * (the cache directory, a script's output directory), and the CPU's model name.
  *
  * Invariants: a number read from a file is never parsed with atoi, strto* or sscanf (which
  * saturate, wrap, accept signs and blanks, or, for sscanf, are undefined on out-of-range input);
@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -116,4 +117,30 @@ bool cn_make_directories(const char *dir, size_t existing, unsigned mode, const 
     return false;
   }
   return true;
+}
+
+/* The model name of /proc/cpuinfo, read once per process (every GEMM statement's tune key names
+ * it). */
+static char cpu_model_name[256];
+static pthread_once_t cpu_model_once = PTHREAD_ONCE_INIT;
+
+static void read_cpu_model(void) {
+  snprintf(cpu_model_name, sizeof cpu_model_name, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    const char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) == 0 && colon) {
+      snprintf(cpu_model_name, sizeof cpu_model_name, "%s", colon + 2);
+      cpu_model_name[strcspn(cpu_model_name, "\n")] = '\0';
+      break;
+    }
+  }
+  fclose(f);
+}
+
+const char *cn_cpu_model(void) {
+  pthread_once(&cpu_model_once, read_cpu_model);
+  return cpu_model_name;
 }

@@ -27,7 +27,6 @@
 #include "numeric/numeric.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,38 +71,12 @@ static int candidates_of(const char *mode, candidate *out) {
   return n;
 }
 
-/* The CPU's model name from /proc/cpuinfo ("unknown" when unreadable), read once per process:
- * every GEMM statement's key names it, in each mode whose records a compile looks up. */
-static char cpu_model_name[256];
-static pthread_once_t cpu_model_once = PTHREAD_ONCE_INIT;
-
-static void read_cpu_model(void) {
-  snprintf(cpu_model_name, sizeof cpu_model_name, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    const char *colon = strchr(line, ':');
-    if (strncmp(line, "model name", 10) == 0 && colon) {
-      snprintf(cpu_model_name, sizeof cpu_model_name, "%s", colon + 2);
-      cpu_model_name[strcspn(cpu_model_name, "\n")] = '\0';
-      break;
-    }
-  }
-  fclose(f);
-}
-
-static const char *cpu_model(void) {
-  pthread_once(&cpu_model_once, read_cpu_model);
-  return cpu_model_name;
-}
-
 /* The key text of a statement (arena), see the file comment. */
 static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt *s,
                           const char *mode) {
   const cn_ll_gemm *plan = s->u.gemm.plan;
   cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "cannl gemm tune 1\nmachine %s | %s | %s\n%s %s %s\n", cpu_model(),
+  cn_sbuf_printf(&sb, "cannl gemm tune 1\nmachine %s | %s | %s\n%s %s %s\n", cn_cpu_model(),
                  cn_cc_option(ctx, "cc"), cn_cc_option(ctx, "cflags"), mode,
                  cn_prec_name(proc->params[plan->c].node->prec), plan->fma ? "fma" : "exact");
   cn_ll_gemm_parts parts;
