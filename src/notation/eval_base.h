@@ -149,7 +149,7 @@ typedef struct nt_interp {
   const cn_nt_item *item; /* the statement being executed (for messages) */
   /* In a printf argument or an if condition: a static index that an enclosing loop binds reads
    * as its value in host arithmetic (index_read records that one did: a statement that keeps
-   * what it builds refuses a value chosen by such a read, eval_stmt.c's elab_eval). */
+   * what it builds refuses a value chosen by such a read, eval_elab.c's nt_elab_eval). */
   bool host_eval, index_read;
   nt_value **indices; /* the static indices whose symbol exists, for messages */
   int n_indices, cap_indices;
