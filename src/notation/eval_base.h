@@ -127,10 +127,10 @@ typedef struct nt_interp {
   cn_notation_options opts;
   nt_nonfinite shown[NT_SHOWN_KINDS];
   cn_map globals; /* name -> nt_value *: the top-level bindings (the latest of a name wins) */
-  /* The prelude's bindings (src/notation/prelude.cnl, read by nt_load_prelude): the script's
-   * names hide them; while a prelude function's body runs (in_prelude > 0) names resolve in the
-   * prelude alone, its tensors take the position of the script's application (call_at), and so
-   * do its messages. */
+  /* The prelude's bindings (src/notation/prelude.cnl, read by eval_stmt.c's load_prelude): the
+   * script's names hide them; while a prelude function's body runs (in_prelude > 0) names resolve
+   * in the prelude alone, its tensors take the position of the script's application (call_at), and
+   * so do its messages. */
   cn_map prelude;
   const cn_nt_source *prelude_src;
   int in_prelude;

@@ -4,7 +4,8 @@
  * builtins static_index and half_moons, placeholder, the training pieces: reductions,
  * activations, losses and metrics, the nn blocks gelu, layer_norm, dropout, causal attention and
  * the transformer block), applied to
- * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's.
+ * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's, the
+ * readers of labeled arguments (nt_labeled, nt_known_labels) the base's.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
  * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its

@@ -59,7 +59,7 @@ static nt_item_state *state_of(nt_interp *I, const cn_nt_item *it, nt_item_state
   return cn_map_put(I->ctx, &I->states, it, s) ? s : NULL;
 }
 
-/* x's tensor (a number or any tensor expression), evaluated by elab_eval: an optimizer's
+/* x's tensor (a number or any tensor expression), evaluated by nt_elab_eval: an optimizer's
  * learning rate, progress's loss, shuffle's tensor. */
 static cn_tensor *elab_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
   nt_value *v = nt_elab_eval(I, scope, x);
