@@ -212,12 +212,13 @@ int main(void) {
   source s[64];
   int n = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (!is_eval_file(e->d_name) || strlen(e->d_name) >= sizeof s[0].name) continue;
+    size_t len = strlen(e->d_name);
+    if (!is_eval_file(e->d_name) || len >= sizeof s[0].name) continue;
     CHECK(n < 64);
     if (n == 64) break;
-    char path[4200];
+    char path[sizeof dir + sizeof e->d_name + 1]; /* holds any directory entry of dir */
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    snprintf(s[n].name, sizeof s[n].name, "%s", e->d_name);
+    memcpy(s[n].name, e->d_name, len + 1);
     s[n].text = slurp(path);
     CHECK_MSG(s[n].text != NULL, "cannot read %s", path);
     if (s[n].text) n++;
