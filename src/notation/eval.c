@@ -1,5 +1,6 @@
-/* The evaluator of the notation (issue 6), part 1 of 8 (see eval_internal.h): values, positioned
- * errors and provenance, array literals, inline declarations and %op expressions.
+/* The evaluator of the notation (issue 6), core floor (eval_core.h: it may include the core's,
+ * the services' and the base's headers; the base holds the values, errors and literals): inline
+ * declarations and %op expressions, the recursion's entry nt_eval.
  *
  * Values: host numbers, booleans, strings (compared with = and <>, joined with ^), lists, tuples
  * and records (for dims, labels and ~config), tensors (optionally a `.grad` reference, or in a %cd
@@ -14,486 +15,21 @@
  * application. The declared name stays bound for the rest of the script. In %op a declaration is a
  * parameter (its label the declared name, then config.label); in %cd a non-differentiable buffer
  * (its label the declared name, then the label of the tensor chosen to enrich it). In a tensor
- * position of %op, a string "w" is the declaration {w}. Provenance: every tensor and standalone
- * update records the expression that built it, so that a conflict found only when shapes are closed
- * (at the first print, run, ...) is reported at the expression that introduced the constraint.
- * An if expression evaluates its condition on the host, then only the branch it chooses.
+ * position of %op, a string "w" is the declaration {w}. Every expression notes what it built
+ * (nt_note, the base's provenance). An if expression evaluates its condition on the host, then only
+ * the branch it chooses.
  *
  * Invariants: every failure is a positioned message (FILE:LINE:COL, the line, a caret) naming
  * the expression that introduced it, library messages included; nothing here aborts on user
  * input; recursion is bounded by the parser's height limit and a call-depth limit. */
-#include "notation/eval_internal.h"
+#include "notation/eval_core.h"
 
 #include "numeric/numeric.h"
 
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- Values and errors ------------------------------------------------------------------- */
-
-nt_value *nt_mk(nt_interp *I, nt_vkind kind) {
-  nt_value *v = cn_alloc(I->ctx, sizeof *v);
-  if (v) v->kind = kind;
-  return v;
-}
-
-nt_value *nt_num(nt_interp *I, double x, bool is_int) {
-  nt_value *v = nt_mk(I, NT_V_NUM);
-  if (v) {
-    v->num = x;
-    v->is_int = is_int;
-  }
-  return v;
-}
-
-static nt_value *boolean(nt_interp *I, bool b) {
-  nt_value *v = nt_mk(I, NT_V_BOOL);
-  if (v) v->b = b;
-  return v;
-}
-
-nt_value *nt_tensor_value(nt_interp *I, cn_tensor *t) {
-  nt_value *v = t ? nt_mk(I, NT_V_TENSOR) : NULL;
-  if (v) v->t = t;
-  return v;
-}
-
-/* The last %cd assignment built that writes the node (an update of the graph whose LHS it is), or
- * NULL; *count: how many do. The NaN check sees a routine's writes only after the whole run, so
- * when several assignments write the node the report names the last built. */
-static const cn_update *last_writer(nt_interp *I, int node_id, int *count) {
-  const cn_update *last = NULL;
-  *count = 0;
-  for (int i = 0; i < I->g->n_updates; i++) {
-    const cn_update *u = I->g->updates[i];
-    const cn_tensor *lhs = u->lhs.tensor;
-    const cn_node *node = lhs ? (u->lhs.grad ? lhs->grad : lhs->value) : NULL;
-    if (node && node->id == node_id) last = u, ++*count;
-  }
-  return last;
-}
-
-/* A failure about a node (ctx->failed_node: a run stopped by the NaN check, a buffer that cannot
- * be allocated) is reported at the position where the script built the node's tensor, with the
- * operation that computes it (or the %cd assignment that wrote it) and the statement at `at`,
- * keeping its status (a runtime failure, memory). False when the node is not one of the script's
- * tensors. */
-static bool explain_node_failure(nt_interp *I, cn_nt_pos at) {
-  cn_ctx *ctx = I->ctx;
-  bool grad = false;
-  cn_tensor *t = cn_graph_tensor_of_node(I->g, ctx->failed_node, &grad);
-  cn_status status = cn_ctx_status(ctx);
-  const char *msg = t ? cn_strdup(ctx, cn_ctx_error(ctx)) : NULL;
-  if (!msg) return false;
-  /* the runtime names the node ('y' (#9)); the script knows the tensor ("y" (#2)), as print shows
-   * it */
-  const char *node = cn_node_describe(grad ? t->grad : t->value), *hit = strstr(msg, node);
-  if (hit) {
-    cn_sbuf sb = {0};
-    cn_sbuf_printf(&sb, "%.*s\"%s%s\" (#%d)%s", (int)(hit - msg), msg, t->label,
-                   grad ? ".grad" : "", t->id, hit + strlen(node));
-    if (!(msg = cn_sbuf_finish(ctx, &sb))) return true; /* out of memory, said so */
-  }
-  const cn_nt_pos *where =
-      t->id < I->cap_tensor_at && I->tensor_at[t->id].src ? &I->tensor_at[t->id] : NULL;
-  char op[160] = "";
-  int writers;
-  const cn_update *u = last_writer(I, ctx->failed_node, &writers);
-  if (u) { /* a %cd assignment wrote it: its operation, at the assignment */
-    char spelled[16] = "=:";
-    cn_op_assign_spelling(u->accum, u->init, spelled, sizeof spelled);
-    snprintf(op, sizeof op, "; written by %s %s%s", spelled, cn_op_name(u->prim),
-             writers > 1 ? ", the last of the %cd assignments writing it" : "");
-    if (u->sop && u->sop->id < I->cap_op_at && I->op_at[u->sop->id].src)
-      where = &I->op_at[u->sop->id];
-  } else if (t->kind == CN_TK_ACCUM || t->kind == CN_TK_TILE) {
-    /* an einsum that reduces nothing (a Tile elementwise operation) accumulates nothing */
-    bool pointwise =
-        (t->sop && t->sop->kind == CN_SL_POINTWISE) || (t->proj && cn_proj_lhs_injective(t->proj));
-    snprintf(op, sizeof op, "; %s%s%s%s%s", grad ? "the gradient of " : "", "computed by ",
-             t->formulas ? "its operation's code" : cn_op_name(t->prim),
-             pointwise ? "" : ", accumulated by ", pointwise ? "" : cn_op_name(t->accum));
-  } else if (grad) {
-    snprintf(op, sizeof op, "; the gradient of a %s", t->is_param ? "parameter" : "leaf");
-  }
-  cn_nt_fail_at(ctx, where ? *where : at, "%s%s (%s line %d)", msg, op,
-                status == CN_ERR_RUNTIME ? "the routine ran for" : "needed by", at.line);
-  ctx->status = status; /* positioned like a script error, but a runtime or memory failure */
-  return true;
-}
-
-/* Re-issues the context's last message at pos (library failures point at the expression), except
- * an allocation failure, which has no position worth adding. */
-nt_value *nt_fail_here(nt_interp *I, cn_nt_pos pos) {
-  if (I->in_prelude) pos = I->call_at;
-  if (I->ctx->failed_node && explain_node_failure(I, pos)) return NULL;
-  if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return NULL; /* stays CN_ERR_NOMEM */
-  const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
-  cn_nt_fail_at(I->ctx, pos, "%s", msg ? msg : "out of memory");
-  return NULL;
-}
-
-nt_value *nt_fail(nt_interp *I, cn_nt_pos pos, const char *fmt, ...) {
-  char what[600]; /* cn_nt_fail_at's own limit */
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  cn_nt_fail_at(I->ctx, I->in_prelude ? I->call_at : pos, "%s", what);
-  return NULL;
-}
-
-const char *nt_kind_name(nt_vkind k) {
-  static const char *const names[] = {"()",        "a number",      "a boolean", "a string",
-                                      "a tensor",  "a list",        "a record",  "a function",
-                                      "a routine", "a static index"};
-  return names[k];
-}
-
-const char *nt_join_label(nt_interp *I, const char *a, const char *b) {
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "%s_%s", a, b);
-  return cn_sbuf_finish(I->ctx, &sb);
-}
-
-/* ---- Provenance ---------------------------------------------------------------------------- */
-
-static bool record_at(nt_interp *I, cn_nt_pos **table, int *cap, int id, cn_nt_pos pos) {
-  if (id < 0) return true;
-  if (id >= *cap) {
-    int old = *cap;
-    if (!cn_arena_grow(I->ctx, (void **)table, cap, id + 1, sizeof **table)) return false;
-    memset(*table + old, 0, sizeof **table * (size_t)(*cap - old));
-  }
-  (*table)[id] = pos;
-  return true;
-}
-
-void nt_note(nt_interp *I, cn_nt_pos pos) {
-  if (I->in_prelude) return; /* noted at the script's application when it returns */
-  cn_graph *g = I->g;
-  for (; I->noted_tensors < g->n_tensors; I->noted_tensors++) {
-    cn_tensor *t = g->tensors[I->noted_tensors];
-    /* a failed allocation only loses a position for a later message */
-    if (t->sop) record_at(I, &I->op_at, &I->cap_op_at, t->sop->id, pos);
-    record_at(I, &I->tensor_at, &I->cap_tensor_at, t->id, pos);
-  }
-  for (; I->noted_updates < g->n_updates; I->noted_updates++) {
-    cn_update *u = g->updates[I->noted_updates];
-    if (u->sop) record_at(I, &I->op_at, &I->cap_op_at, u->sop->id, pos);
-  }
-}
-
-/* The number after `key` in msg, or -1. */
-static int number_after(const char *msg, const char *key) {
-  const char *p = strstr(msg, key);
-  if (!p) return -1;
-  p += strlen(key);
-  int n = 0;
-  if (*p < '0' || *p > '9') return -1;
-  while (*p >= '0' && *p <= '9' && n < 100000000) n = n * 10 + (*p++ - '0');
-  return n;
-}
-
-/* A padded reader refused because its input's buffer already exists: the message names the line
- * of the statement that computed that input. msg unchanged when it is another error or the line
- * is unknown; NULL on an allocation failure. */
-static const char *with_computing_line(nt_interp *I, const char *msg) {
-  const char *needs = strstr(msg, " needs padding margins");
-  if (!needs || !strstr(needs, "buffer was allocated")) return msg;
-  const char *open = NULL;
-  for (const char *p = msg; (p = strstr(p, "(#")) != NULL && p < needs; p++) open = p;
-  int id = open ? number_after(open, "(#") : -1;
-  if (id < 0 || id >= I->cap_computed_at || !I->computed_at[id].src) return msg;
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "%s (the tensor was computed for line %d)", msg, I->computed_at[id].line);
-  return cn_sbuf_finish(I->ctx, &sb);
-}
-
-bool nt_materialize(nt_interp *I, cn_nt_pos at) {
-  int first = I->n_computed;
-  nt_guess_shapes(I, first);
-  if (cn_graph_materialize(I->g) == CN_OK) {
-    nt_note_broadcasts(I, first);
-    for (; I->n_computed < I->g->n_tensors; I->n_computed++) /* a failure only loses a line */
-      record_at(I, &I->computed_at, &I->cap_computed_at, I->g->tensors[I->n_computed]->id, at);
-    return true;
-  }
-  /* a literal's buffer that cannot be allocated (its data is copied in now) is positioned like
-   * any node failure; other allocation failures have no position worth adding */
-  if (cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return nt_fail_here(I, at), false;
-  const char *msg = cn_strdup(I->ctx, cn_ctx_error(I->ctx));
-  if (!msg || !(msg = with_computing_line(I, msg))) return false;
-  /* Library messages name the failing operation as "operation #K" (shape and projection
-   * conflicts), else the tensor concerned as "(#N)". */
-  int op = number_after(msg, "operation #"), t = op < 0 ? number_after(msg, "(#") : -1;
-  const cn_nt_pos *where = op >= 0 && op < I->cap_op_at && I->op_at[op].src ? &I->op_at[op]
-                           : t >= 0 && t < I->cap_tensor_at && I->tensor_at[t].src
-                               ? &I->tensor_at[t]
-                               : NULL;
-  if (!where) return nt_fail_here(I, at), false;
-  return nt_fail(I, *where, "%s (found when line %d needed the shapes)", msg, at.line), false;
-}
-
-/* ---- Environments ---------------------------------------------------------------------------- */
-
-/* Marks the tensors a bound value holds as named (cn_tensor_set_named): the script may print
- * them or hand them to code written later, so the schedule must keep their nodes. */
-static void mark_named(nt_value *v) {
-  if (!v) return;
-  if (v->kind == NT_V_TENSOR && v->t) cn_tensor_set_named(v->t);
-  if (v->kind == NT_V_LIST || v->kind == NT_V_RECORD)
-    for (int i = 0; i < v->n; i++) mark_named(v->items[i]);
-  if (v->kind == NT_V_FUNC)
-    for (int i = 0; i < v->fn.n_given; i++) mark_named(v->fn.given[i]);
-}
-
-bool nt_bind(nt_interp *I, nt_env **e, const char *name, nt_value *v) {
-  if (!I->in_prelude) mark_named(v);
-  nt_env *b = cn_alloc(I->ctx, sizeof *b);
-  if (!b) return false;
-  b->name = name;
-  b->v = v;
-  b->next = *e;
-  *e = b;
-  return true;
-}
-
-bool nt_bind_global(nt_interp *I, const char *name, nt_value *v) {
-  mark_named(v);
-  return cn_map_put(I->ctx, &I->globals, name, v);
-}
-
-/* Local environments are short (function parameters, `let ... in`, loop indices); the globals,
- * as long as the script, are a map. */
-nt_value *nt_lookup(nt_interp *I, nt_env *e, const char *name) {
-  for (; e; e = e->next)
-    if (strcmp(e->name, name) == 0) return e->v;
-  nt_value *v = I->in_prelude ? NULL : cn_map_get(&I->globals, name);
-  return v ? v : cn_map_get(&I->prelude, name);
-}
-
-void nt_suggest_bound(nt_interp *I, const nt_env *e, cn_suggest *s) {
-  for (; e; e = e->next) cn_suggest_consider(s, e->name);
-  for (int i = 0; i < I->globals.cap; i++) cn_suggest_consider(s, I->globals.slots[i].key);
-}
-
-nt_value *nt_fail_unbound(nt_interp *I, const nt_env *e, cn_nt_pos pos, const char *name) {
-  cn_suggest s;
-  cn_suggest_init(&s, name);
-  nt_suggest_bound(I, e, &s);
-  return nt_fail(I, pos, "unbound name '%s'%s", name, cn_suggest_text(&s));
-}
-
-/* ---- Conversions ----------------------------------------------------------------------------- */
-
-static cn_tensor *literal_tensor(nt_interp *I, const cn_nt_expr *e, const char *label,
-                                 cn_dims *rows_out);
-
-/* A tensor for v: numbers become number tensors, array literals their data tensor. */
-cn_tensor *nt_tensor_of(nt_interp *I, nt_value *v, cn_nt_pos pos) {
-  if (!v) return NULL;
-  if (v->kind == NT_V_LIST && v->literal) {
-    if (!v->t) v->t = literal_tensor(I, v->literal, NULL, NULL);
-    return v->t;
-  }
-  if (v->kind == NT_V_NUM) {
-    cn_tensor *t = cn_tensor_number(I->g, v->num);
-    if (!t) nt_fail_here(I, pos);
-    return t;
-  }
-  if (v->kind != NT_V_TENSOR) {
-    nt_fail(I, pos, "expected a tensor, found %s",
-            v->kind == NT_V_INDEX ? "a static index (read its value with !@)"
-                                  : nt_kind_name(v->kind));
-    return NULL;
-  }
-  if (v->merge) {
-    nt_fail(I, pos, "%s",
-            "a merge buffer (.merge) is read only as an operand of a %cd assignment, as in "
-            "p.grad =+ p.grad.merge");
-    return NULL;
-  }
-  if (!v->grad) return v->t;
-  cn_tensor *t = cn_tensor_grad_of(I->g, v->t);
-  if (!t) nt_fail_here(I, pos);
-  return t;
-}
-
-/* The shortest %g text that reads back to v (for messages). */
-static void shortest(char *buf, size_t cap, double v) {
-  for (int digits = 1; digits <= 17; digits++) {
-    snprintf(buf, cap, "%.*g", digits, v);
-    if (strtod(buf, NULL) == v) return;
-  }
-}
-
-bool nt_as_int(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out) {
-  if (!v) return false;
-  char what[96];
-  if (v->kind != NT_V_NUM || v->num != floor(v->num)) {
-    if (v->kind == NT_V_NUM) shortest(what, sizeof what, v->num);
-    nt_fail(I, pos, "expected an integer, found %s",
-            v->kind == NT_V_NUM ? what : nt_kind_name(v->kind));
-    return false;
-  }
-  if (fabs(v->num) > 9e15) {
-    shortest(what, sizeof what, v->num);
-    nt_fail(I, pos, "the integer %s is out of range (at most 9e15 in magnitude)", what);
-    return false;
-  }
-  *out = (int64_t)v->num;
-  return true;
-}
-
-/* The symbol of a static index, created on first use under the name its let or loop gave. */
-bool nt_index_symbol(nt_interp *I, nt_value *v, cn_nt_pos pos, cn_symbol *out) {
-  if (!v->index.created) {
-    v->index.sym =
-        cn_symbol_create(I->ctx, v->index.name ? v->index.name : "index", v->index.range);
-    if (v->index.sym < 0) return nt_fail_here(I, pos), false;
-    v->index.created = true;
-    if (!nt_note_index(I, v)) return false;
-  }
-  *out = v->index.sym;
-  return true;
-}
-
-/* ---- Literals ------------------------------------------------------------------------------ */
-
-typedef struct {
-  int n_axes;
-  int kind[CN_MAX_RANK]; /* 0 batch (array), 1 input (tuple), 2 output (list) */
-  int64_t dims[CN_MAX_RANK];
-  const char *labels[CN_MAX_RANK];
-  double *values;
-  size_t n_values, cap_values;
-} literal;
-
-/* An array literal: numbers (possibly negated) nested in lists, tuples and arrays, with axis
- * labels; recursion is bounded by the parser's height limit. */
-static bool is_literal(const cn_nt_expr *e) {
-  switch (e->kind) {
-  case CN_NT_NUMBER: return true;
-  case CN_NT_LIST:
-  case CN_NT_ARRAY:
-  case CN_NT_TUPLE:
-    for (int i = 0; i < e->u.items.n; i++)
-      if (!is_literal(e->u.items.items[i])) return false;
-    return true;
-  case CN_NT_ANNOT: return is_literal(e->u.annot.expr);
-  case CN_NT_PREFIX: return strcmp(e->u.prefix.op, "-") == 0 && is_literal(e->u.prefix.operand);
-  default: return false;
-  }
-}
-
-/* Collects the axes (from the shape of the first element at each depth) and the values in
- * nesting order; every element of an axis must have the same shape. */
-static bool literal_walk(nt_interp *I, const cn_nt_expr *e, literal *L, int depth, double sign) {
-  const char *label = NULL;
-  if (e->kind == CN_NT_ANNOT) {
-    label = e->u.annot.label;
-    e = e->u.annot.expr;
-  }
-  if (e->kind == CN_NT_PREFIX) return literal_walk(I, e->u.prefix.operand, L, depth, -sign);
-  if (e->kind == CN_NT_NUMBER) {
-    if (depth != L->n_axes && L->n_values > 0) {
-      nt_fail(I, e->pos, "%s", "a literal's rows must all have the same shape");
-      return false;
-    }
-    if (L->n_values == L->cap_values) {
-      size_t cap = L->cap_values ? 2 * L->cap_values : 16;
-      double *v = cn_alloc(I->ctx, cap * sizeof *v);
-      if (!v) return false;
-      if (L->n_values) memcpy(v, L->values, L->n_values * sizeof *v);
-      L->values = v;
-      L->cap_values = cap;
-    }
-    if (L->n_values == 0) L->n_axes = depth;
-    L->values[L->n_values++] = sign * e->u.number.value;
-    return true;
-  }
-  int kind = e->kind == CN_NT_ARRAY ? 0 : e->kind == CN_NT_TUPLE ? 1 : 2;
-  if (depth >= CN_MAX_RANK) {
-    nt_fail(I, e->pos, "%s", "a literal has too many axes");
-    return false;
-  }
-  int n = e->u.items.n;
-  if (L->n_values == 0) {
-    L->kind[depth] = kind;
-    L->dims[depth] = n;
-    L->labels[depth] = label;
-  } else if (depth >= L->n_axes || L->kind[depth] != kind || L->dims[depth] != n) {
-    nt_fail(I, e->pos, "%s", "a literal's rows must all have the same shape");
-    return false;
-  }
-  if (n == 0) {
-    nt_fail(I, e->pos, "%s", "an empty literal axis");
-    return false;
-  }
-  for (int i = 0; i < n; i++)
-    if (!literal_walk(I, e->u.items.items[i], L, depth + 1, sign)) return false;
-  return true;
-}
-
-/* A data tensor: nesting order (lists = output axes, tuples = input, arrays = batch) is
- * permuted into memory order (batch, output, input). With rows_out, also the literal's rows
- * (arena copies), for a parameter that takes its shape from its initial value. */
-static cn_tensor *literal_tensor(nt_interp *I, const cn_nt_expr *e, const char *label,
-                                 cn_dims *rows_out) {
-  literal L;
-  memset(&L, 0, sizeof L);
-  if (!literal_walk(I, e, &L, 0, 1)) return NULL;
-  static const int memory_kind[3] = {0, 2, 1}; /* batch, output, input */
-  int order[CN_MAX_RANK], n = 0;
-  for (int m = 0; m < 3; m++)
-    for (int a = 0; a < L.n_axes; a++)
-      if (L.kind[a] == memory_kind[m]) order[n++] = a;
-  int64_t nest_stride[CN_MAX_RANK];
-  for (int a = L.n_axes - 1, s = 1; a >= 0; a--) {
-    nest_stride[a] = s;
-    s *= (int)L.dims[a];
-  }
-  double *v = cn_alloc(I->ctx, L.n_values * sizeof *v);
-  if (!v) return NULL;
-  for (size_t cell = 0; cell < L.n_values; cell++) { /* cell in memory order */
-    size_t rest = cell, src = 0;
-    for (int k = n - 1; k >= 0; k--) {
-      int a = order[k];
-      src += (rest % (size_t)L.dims[a]) * (size_t)nest_stride[a];
-      rest /= (size_t)L.dims[a];
-    }
-    v[cell] = L.values[src];
-  }
-  int64_t dims[3][CN_MAX_RANK];
-  const char *labels[3][CN_MAX_RANK];
-  int counts[3] = {0, 0, 0};
-  bool any_label[3] = {false, false, false};
-  for (int k = 0; k < n; k++) {
-    int a = order[k], row = L.kind[a];
-    labels[row][counts[row]] = L.labels[a];
-    any_label[row] |= L.labels[a] != NULL;
-    dims[row][counts[row]++] = L.dims[a];
-  }
-  cn_dims d = {{counts[0], dims[0], any_label[0] ? labels[0] : NULL},
-               {counts[1], dims[1], any_label[1] ? labels[1] : NULL},
-               {counts[2], dims[2], any_label[2] ? labels[2] : NULL}};
-  cn_tensor *t = cn_tensor_data(I->g, label ? label : "literal", &d, v, L.n_values);
-  if (!t) nt_fail_here(I, e->pos);
-  if (t && rows_out) {
-    cn_axes *rows[3] = {&rows_out->batch, &rows_out->input, &rows_out->output};
-    for (int k = 0; k < 3; k++) {
-      int64_t *copy = cn_alloc(I->ctx, sizeof *copy * (size_t)(counts[k] + 1));
-      if (!copy) return NULL;
-      memcpy(copy, dims[k], sizeof *copy * (size_t)counts[k]);
-      *rows[k] = (cn_axes){counts[k], copy, NULL};
-    }
-  }
-  return t;
-}
 
 /* ---- Declarations -------------------------------------------------------------------------- */
 
@@ -552,8 +88,8 @@ cn_tensor *nt_declare(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_nt_ex
       if (init->kind == CN_NT_NUMBER && !init->u.number.label) {
         init_t = cn_tensor_scalar(I->g, init->u.number.value);
         if (!init_t) nt_fail_here(I, init->pos);
-      } else if (is_literal(init)) {
-        init_t = literal_tensor(I, init, "init", any_dims ? NULL : &dims);
+      } else if (nt_is_literal(init)) {
+        init_t = nt_literal_tensor(I, init, "init", any_dims ? NULL : &dims);
         any_dims = true;
       } else {
         nt_value *v = nt_eval(I, e, ds, init);
@@ -643,10 +179,10 @@ static bool truthy(const nt_value *v) {
 /* Host arithmetic, comparisons and logic (an `if` condition in %cd is a host value). */
 static nt_value *host_binop(nt_interp *I, const char *op, nt_value *a, nt_value *b, cn_nt_pos pos) {
   bool logic = strcmp(op, "&&") == 0 || strcmp(op, "||") == 0;
-  if (logic) return boolean(I, op[0] == '&' ? truthy(a) && truthy(b) : truthy(a) || truthy(b));
+  if (logic) return nt_bool(I, op[0] == '&' ? truthy(a) && truthy(b) : truthy(a) || truthy(b));
   if (a->kind == NT_V_BOOL && b->kind == NT_V_BOOL) {
-    if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return boolean(I, a->b == b->b);
-    if (strcmp(op, "<>") == 0 || strcmp(op, "!=") == 0) return boolean(I, a->b != b->b);
+    if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return nt_bool(I, a->b == b->b);
+    if (strcmp(op, "<>") == 0 || strcmp(op, "!=") == 0) return nt_bool(I, a->b != b->b);
     return nt_fail(I, pos, "operator %s is not defined on booleans", op);
   }
   if (a->kind != NT_V_NUM || b->kind != NT_V_NUM)
@@ -659,7 +195,7 @@ static nt_value *host_binop(nt_interp *I, const char *op, nt_value *a, nt_value 
              {"=", 0, 1, 0}, {"==", 0, 1, 0}, {"<>", 1, 0, 1}, {"!=", 1, 0, 1}};
   for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++)
     if (strcmp(op, cmp[i].op) == 0)
-      return boolean(I, x < y ? cmp[i].lt : x > y ? cmp[i].gt : x == y ? cmp[i].eq : 0);
+      return nt_bool(I, x < y ? cmp[i].lt : x > y ? cmp[i].gt : x == y ? cmp[i].eq : 0);
   bool ints = a->is_int && b->is_int && strchr(op, '.') == NULL;
   switch (op[0]) {
   case '+': r = x + y; break;
@@ -753,25 +289,15 @@ static bool host_value(const nt_value *v) {
   return v->kind == NT_V_NUM || v->kind == NT_V_BOOL;
 }
 
-nt_value *nt_host_index(nt_interp *I, nt_value *v, cn_nt_pos pos) {
-  int64_t value;
-  if (!I->host_eval || v->kind != NT_V_INDEX) return v;
-  if (!nt_index_value(I, v, &value))
-    return nt_fail(I, pos, "the static index '%s' has a value only inside a loop over it",
-                   v->index.name ? v->index.name : "index");
-  I->index_read = true;
-  return nt_num(I, (double)value, true);
-}
-
 /* Strings compare (= == <> !=) and concatenate (^), on the host. */
 static nt_value *string_binop(nt_interp *I, const cn_nt_expr *x, nt_value *a, nt_value *b) {
   const char *op = x->u.binop.op;
   if (a->kind != NT_V_STR || b->kind != NT_V_STR)
     return nt_fail(I, x->u.binop.op_pos, "operator %s is not defined on %s and %s", op,
                    nt_kind_name(a->kind), nt_kind_name(b->kind));
-  if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return boolean(I, strcmp(a->str, b->str) == 0);
+  if (strcmp(op, "=") == 0 || strcmp(op, "==") == 0) return nt_bool(I, strcmp(a->str, b->str) == 0);
   if (strcmp(op, "<>") == 0 || strcmp(op, "!=") == 0)
-    return boolean(I, strcmp(a->str, b->str) != 0);
+    return nt_bool(I, strcmp(a->str, b->str) != 0);
   if (strcmp(op, "^") != 0)
     return nt_fail(I, x->u.binop.op_pos,
                    "operator %s is not defined on strings (= and <> compare them, ^ joins them)",
@@ -980,7 +506,7 @@ static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_
     if (v) v->str = x->u.string.text;
     return v;
   }
-  case CN_NT_BOOL: return boolean(I, x->u.boolean);
+  case CN_NT_BOOL: return nt_bool(I, x->u.boolean);
   case CN_NT_UNIT: return nt_mk(I, NT_V_UNIT);
   case CN_NT_IDENT: {
     nt_value *v = nt_lookup(I, e, x->u.ident.name);
@@ -1007,7 +533,7 @@ static nt_value *eval_node(nt_interp *I, nt_env *e, nt_decl_scope *ds, const cn_
   case CN_NT_ARRAY:
   case CN_NT_ANNOT: {
     nt_value *v = list_value(I, e, ds, x);
-    if (v && is_literal(x)) v->literal = x;
+    if (v && nt_is_literal(x)) v->literal = x;
     if (v) v->tuple = x->kind == CN_NT_TUPLE;
     return v;
   }

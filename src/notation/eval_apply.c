@@ -1,4 +1,5 @@
-/* The evaluator, part 2 of 8 (see eval_internal.h): application. The arguments of an
+/* The evaluator's core floor (eval_core.h: it may include the core's, the services' and the
+ * base's headers): application. The arguments of an
  * application, and let%op / let%cd / let%tile functions; a name the script does not bind is a
  * builtin (eval_builtin.c); the einsum specs of applications and operators (their "…" and the
  * strides and dilations a script binds spliced in).
@@ -17,7 +18,7 @@
  *
  * Invariants: an application never changes the function value it applies (partial
  * applications are copies); call depth is bounded by NT_MAX_CALL_DEPTH. */
-#include "notation/eval_internal.h"
+#include "notation/eval_core.h"
 #include "tile/tile.h"
 
 #include <ctype.h>

@@ -1,9 +1,11 @@
-/* The evaluator, part 5 of 8 (see eval_internal.h): builtins: the primitive ops by their ops.def
+/* The evaluator's core floor (eval_core.h: it may include the core's, the services' and the
+ * base's headers): builtins: the primitive ops by their ops.def
  * name, and the library of builtins.def (the operation library, the Tile examples, the host
  * builtins static_index and half_moons, placeholder, the training pieces: reductions,
  * activations, losses and metrics, the nn blocks gelu, layer_norm, dropout, causal attention and
  * the transformer block), applied to
- * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's.
+ * evaluated arguments; the data-file builtins (dataset, load, restore) are eval_data.c's, the
+ * readers of labeled arguments (nt_labeled, nt_known_labels) the base's.
  *
  * A primitive op takes its operands curried, or uncurried as one tuple of as many tensors as its
  * arity (`add (a, b)`); `not` on a boolean is the host negation. A library builtin takes its
@@ -16,7 +18,7 @@
  * message returned as NULL; a wrong application of a known builtin reports "unknown function
  * '<name>' (or wrong arguments for it)"; a name that is no builtin, "unknown function '<name>'"
  * with the closest builtins and bound names suggested. */
-#include "notation/eval_internal.h"
+#include "notation/eval_core.h"
 
 #include "numeric/numeric.h"
 
@@ -25,40 +27,6 @@
 #include <string.h>
 
 /* ---- Arguments ------------------------------------------------------------------------------ */
-
-nt_value *nt_labeled_at(const nt_args *a, const char *name, cn_nt_pos *at) {
-  for (int i = 0; i < a->n_lab; i++)
-    if (strcmp(a->lab[i], name) == 0) {
-      *at = a->lab_at[i];
-      return a->lab_v[i];
-    }
-  return NULL;
-}
-
-nt_value *nt_labeled(const nt_args *a, const char *name) {
-  cn_nt_pos at;
-  return nt_labeled_at(a, name, &at);
-}
-
-bool nt_known_labels(nt_interp *I, const nt_call *c, int n, const char *const *known) {
-  for (int i = 0; i < c->a->n_lab; i++) {
-    int k = 0;
-    while (k < n && strcmp(c->a->lab[i], known[k]) != 0) k++;
-    if (k < n) continue;
-    char list[160] = "";
-    cn_suggest s;
-    cn_suggest_init(&s, c->a->lab[i]);
-    s.prefix = "~";
-    for (int j = 0; j < n; j++) {
-      snprintf(list + strlen(list), sizeof list - strlen(list), "%s~%s", j ? " " : "", known[j]);
-      cn_suggest_consider(&s, known[j]);
-    }
-    return nt_fail(I, c->a->lab_at[i], "%s has no argument ~%s%s (%s)", c->name, c->a->lab[i],
-                   cn_suggest_text(&s), list),
-           false;
-  }
-  return true;
-}
 
 static bool int_list(nt_interp *I, nt_value *v, cn_nt_pos pos, int64_t *out, int *n) {
   *n = 0;

@@ -1,4 +1,5 @@
-/* The evaluator, part 3 of 8 (see eval_internal.h): %cd. An assignment becomes a standalone
+/* The evaluator's core floor (eval_core.h: it may include the core's, the services' and the
+ * base's headers): %cd. An assignment becomes a standalone
  * update of the tensor layer (contraction-is-emergent's producer regime: it contributes its own
  * constraint through ~logic, "." by default); sequences, `if` on host values and block comments
  * build a code tree whose assignments are produced once shapes are known.
@@ -15,7 +16,7 @@
  * Invariants: code trees are built at evaluation and turned into assignments only after the
  * graph is materialized (nt_code_asgn); an update's operands are read through its record's slot
  * maps, with a merge buffer read in place of the node's value when flagged. */
-#include "notation/eval_internal.h"
+#include "notation/eval_core.h"
 
 #include <stdio.h>
 #include <string.h>

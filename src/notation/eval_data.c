@@ -1,4 +1,5 @@
-/* The evaluator, part 7 of 8 (see eval_internal.h): data files. The builtins dataset (arrays of
+/* The evaluator's services floor (eval_services.h: it may include the services' and the base's
+ * headers): data files. The builtins dataset (arrays of
  * IDX or .npy files shown as a cn_dataset's tensors), load (one array as a data tensor) and
  * restore (a checkpoint read back, or a fresh start), text_windows (batches of windows of a text
  * corpus, cn_data_load_text, written by the host as a data set's epochs are), bigram_loss,
@@ -7,14 +8,15 @@
  * "Data files and checkpoints").
  *
  * A data set's nodes are written by the host (cn_dataset_begin_epoch), not by code: the
- * interpreter keeps the data sets the script made, and before any routine runs, writes epoch 0's
- * order into those not written yet, so a set the script never shuffles (a test set) needs no
- * statement. shuffle writes another epoch's order.
+ * interpreter keeps the data sets the script made, each with its writer (write_set), and before
+ * any routine runs the base writes epoch 0's order into those not written yet
+ * (nt_begin_datasets), so a set the script never shuffles (a test set) needs no statement.
+ * shuffle writes another epoch's order.
  *
  * Invariants: every array loaded is freed or handed to a data set (which then owns its cells) on
  * every path; every failure is a positioned message (the library's, naming the file, re-issued
  * at the argument). */
-#include "notation/eval_internal.h"
+#include "notation/eval_services.h"
 
 #include "data/data.h"
 
@@ -65,13 +67,15 @@ static bool has_cells(nt_interp *I, const nt_call *c, int k, const cn_array *a, 
 
 /* ---- dataset -------------------------------------------------------------------------------- */
 
+static cn_status write_set(nt_interp *I, const nt_dataset *s, uint64_t e);
+
 /* Records a data set of the script (its tensors found by shuffle, written by
- * nt_begin_datasets). */
+ * nt_begin_datasets through write_set). */
 static bool add_dataset(nt_interp *I, cn_dataset *d, nt_text_set *text, int n) {
   if (!cn_arena_grow(I->ctx, (void **)&I->datasets, &I->cap_datasets, I->n_datasets + 1,
                      sizeof *I->datasets))
     return false;
-  I->datasets[I->n_datasets++] = (nt_dataset){d, text, n, false};
+  I->datasets[I->n_datasets++] = (nt_dataset){d, text, n, false, write_set};
   return true;
 }
 
@@ -379,27 +383,16 @@ static cn_tensor *set_tensor(const nt_dataset *s, int k) {
   return s->d ? cn_dataset_tensor(s->d, k) : s->text->t[k];
 }
 
-/* Writes epoch (step) e's order (windows) into the set's nodes. */
-static bool begin_set(nt_interp *I, nt_dataset *s, uint64_t e, cn_nt_pos at) {
-  cn_status st = s->d ? cn_dataset_begin_epoch(s->d, e) : write_windows(I->ctx, I->g, s->text, e);
-  if (st != CN_OK) return nt_fail_here(I, at), false;
-  s->begun = true;
-  return true;
-}
-
-bool nt_begin_datasets(nt_interp *I, cn_nt_pos at) {
-  for (int i = 0; i < I->n_datasets; i++) {
-    nt_dataset *s = &I->datasets[i];
-    if (!s->begun && !begin_set(I, s, 0, at)) return false;
-  }
-  return true;
+/* The set's writer (nt_dataset.write): epoch (step) e's order (windows) into its nodes. */
+static cn_status write_set(nt_interp *I, const nt_dataset *s, uint64_t e) {
+  return s->d ? cn_dataset_begin_epoch(s->d, e) : write_windows(I->ctx, I->g, s->text, e);
 }
 
 bool nt_shuffle(nt_interp *I, cn_tensor *t, int64_t epoch, cn_nt_pos at) {
   for (int i = 0; i < I->n_datasets; i++)
     for (int k = 0; k < I->datasets[i].n; k++) {
       if (set_tensor(&I->datasets[i], k) != t) continue;
-      return nt_materialize(I, at) && begin_set(I, &I->datasets[i], (uint64_t)epoch, at);
+      return nt_materialize(I, at) && nt_begin_set(I, &I->datasets[i], (uint64_t)epoch, at);
     }
   return nt_fail(I, at,
                  "shuffle: \"%s\" (#%d) is not a tensor of a data set (made by dataset) or of "

@@ -1,4 +1,5 @@
-/* The evaluator, part of the library builtins (see eval_internal.h): operations defined by their
+/* The evaluator's core floor (eval_core.h: it may include the core's, the services' and the
+ * base's headers), a library builtin: operations defined by their
  * code, the seed's `Tensor.binop ~op_asn ~grad_asn` (syntax-extensions-cd-op "The hard-coded
  * to-the-power-of operator"; contraction-is-emergent's consumer regime):
  *
@@ -19,7 +20,7 @@
  *
  * Invariant: nothing is evaluated in F and G but constants: their code runs as the operation's
  * forward and backprop, at the record's points. */
-#include "notation/eval_internal.h"
+#include "notation/eval_core.h"
 
 #include <stdio.h>
 #include <string.h>

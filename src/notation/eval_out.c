@@ -1,33 +1,24 @@
-/* The evaluator, part 6 of 8 (see eval_internal.h): what statements write besides tensors.
+/* The evaluator's services floor (eval_services.h: it may include the services' and the base's
+ * headers): what statements write besides tensors.
  * printf's formatting (the parser checked the format: one argument per conversion), strings,
  * the progress display of `for ... progress` loops (a bar redrawn in place on a terminal, at most
  * ten times a second; plain lines at every tenth of the steps otherwise; JSON objects with
  * --json; the rate and the time left count from the end of the first step, whose time holds the
  * compilation of the body, the total time from the loop's start), the warning at the end of a
- * run about the NaNs and infinities the script showed, the message for a routine that reads a
- * static index no enclosing loop binds, and the note for a parameter that a statement closed to
- * the fewest axes before any use and a later operation broadcasts (the library's way of warning,
- * as cc.c's: the context's log when it has one, else stderr).
+ * run about the NaNs and infinities the script showed. (The output stream nt_out, the message
+ * for a routine that reads a static index no enclosing loop binds and the note for a parameter
+ * broadcast after its shape was closed are the base's, eval_base.c.)
  *
  * Invariants: a drawn bar is cleared (nt_out) before anything else is written to the stream, so
  * lines never interleave with it; the plain and JSON forms depend only on the steps and the loss,
  * apart from the rate and the times; nothing here allocates per step. */
-#include "notation/eval_internal.h"
+#include "notation/eval_services.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-FILE *nt_out(nt_interp *I) {
-  FILE *f = I->opts.out ? I->opts.out : stdout;
-  if (I->bar_shown) {
-    fputs("\r\033[K", f);
-    I->bar_shown = false;
-  }
-  return f;
-}
 
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
@@ -261,131 +252,4 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   }
   fflush(f);
   return true;
-}
-
-/* ---- Static indices ------------------------------------------------------------------------- */
-
-bool nt_note_index(nt_interp *I, nt_value *v) {
-  if (!cn_arena_grow(I->ctx, (void **)&I->indices, &I->cap_indices, I->n_indices + 1,
-                     sizeof *I->indices))
-    return false;
-  I->indices[I->n_indices++] = v;
-  return true;
-}
-
-bool nt_index_value(const nt_interp *I, const nt_value *v, int64_t *value) {
-  for (int i = I->n_bound - 1; v->index.created && i >= 0; i--)
-    if (I->bound[i].sym == v->index.sym) {
-      *value = I->bound[i].value;
-      return true;
-    }
-  return false;
-}
-
-bool nt_explain_unbound(nt_interp *I, const cn_routine *r) {
-  const nt_value *v = NULL;
-  int64_t value;
-  for (int i = 0; i < I->n_indices && !v; i++)
-    if (cn_routine_reads(r, I->indices[i]->index.sym) && !nt_index_value(I, I->indices[i], &value))
-      v = I->indices[i];
-  if (!v || !I->item || cn_ctx_status(I->ctx) == CN_ERR_NOMEM) return false;
-  cn_sbuf stmt = {0}, loop = {0};
-  cn_nt_print_item(&stmt, I->item);
-  const char *nl = stmt.data ? strchr(stmt.data, '\n') : NULL;
-  int len = stmt.data ? (int)(nl ? nl - stmt.data : (ptrdiff_t)stmt.len) : 0;
-  const char *name = v->index.name ? v->index.name : "index";
-  const cn_nt_item *l = v->index.loop;
-  if (l) {
-    cn_sbuf_printf(&loop, "which is bound only inside the loop `for %s = ", l->u.for_.name);
-    cn_nt_print_expr(&loop, l->u.for_.from);
-    cn_sbuf_puts(&loop, " to ");
-    cn_nt_print_expr(&loop, l->u.for_.to);
-    cn_sbuf_printf(&loop, "` at line %d, column %d", l->pos.line, l->pos.col);
-  } else {
-    cn_sbuf_printf(
-        &loop, "which no loop has bound: read it in the body of `for %s = ... do ... done`", name);
-  }
-  const char *where = cn_sbuf_finish(I->ctx, &loop);
-  if (where)
-    nt_fail(I, I->item->pos,
-            "`%.*s%s` reads the static index '%s' (declared at line %d, column %d), %s",
-            len > 60 ? 57 : len, stmt.data ? stmt.data : "", len > 60 ? "..." : "", name,
-            v->index.decl_at.line, v->index.decl_at.col, where);
-  cn_sbuf_free(&stmt);
-  return true;
-}
-
-/* ---- Shapes closed before any use ----------------------------------------------------------- */
-
-static bool shape_open(cn_shape_env *env, const cn_shape *sh) {
-  for (int k = 0; k < CN_N_ROWS; k++) {
-    const cn_row *r = cn_row_resolve(env, sh->rows[k]);
-    if (!r) return false; /* out of memory: no note rather than a wrong one */
-    if (r->var >= 0) return true;
-    for (int i = 0; i < r->n_trail; i++)
-      if (r->trail[i]->kind != CN_DIM_SOLVED) return true;
-  }
-  return false;
-}
-
-void nt_guess_shapes(nt_interp *I, int first) {
-  cn_graph *g = I->g;
-  bool any = false;
-  for (int i = first; i < g->n_tensors && !any; i++)
-    any = g->tensors[i]->is_param && shape_open(g->shapes, g->tensors[i]->shape);
-  if (!any) return; /* the usual case: no scan of the uses */
-  int cap = g->tensors[g->n_tensors - 1]->id + 1;
-  unsigned char *used = cn_malloc(I->ctx, (size_t)cap);
-  if (!used) return; /* a lost note */
-  memset(used, 0, (size_t)cap);
-  for (int i = 0; i < g->n_tensors; i++)
-    for (int k = 0; k < g->tensors[i]->n_args; k++) used[g->tensors[i]->args[k]->id] = 1;
-  for (int i = first; i < g->n_tensors; i++) {
-    cn_tensor *t = g->tensors[i];
-    if (!t->is_param || used[t->id] || !shape_open(g->shapes, t->shape)) continue;
-    if (t->id >= I->cap_guessed) {
-      int old = I->cap_guessed;
-      if (!cn_arena_grow(I->ctx, (void **)&I->guessed, &I->cap_guessed, t->id + 1, 1)) break;
-      memset(I->guessed + old, 0, (size_t)(I->cap_guessed - old));
-    }
-    I->guessed[t->id] = 1;
-  }
-  free(used);
-}
-
-static int64_t cells_of(cn_shape_env *env, const cn_shape *sh) {
-  int64_t dims[CN_N_ROWS * CN_MAX_RANK], n = 1;
-  int rank = cn_shape_dims(env, sh, dims, CN_N_ROWS * CN_MAX_RANK);
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return rank < 0 ? -1 : n;
-}
-
-void nt_note_broadcasts(nt_interp *I, int first) {
-  cn_graph *g = I->g;
-  for (int i = first; i < g->n_tensors; i++) {
-    cn_tensor *t = g->tensors[i];
-    if (!t->sop || t->sop->kind != CN_SL_POINTWISE) continue;
-    for (int k = 0; k < t->n_args; k++) {
-      cn_tensor *a = t->args[k];
-      if (a->id >= I->cap_guessed || !I->guessed[a->id] || a->id >= I->cap_computed_at ||
-          !I->computed_at[a->id].src || t->id >= I->cap_tensor_at || !I->tensor_at[t->id].src)
-        continue;
-      int64_t own = cells_of(g->shapes, a->shape), to = cells_of(g->shapes, t->shape);
-      if (own < 0 || to <= own) continue;
-      I->guessed[a->id] = 0; /* once */
-      cn_nt_pos at = I->tensor_at[t->id];
-      char msg[1024];
-      snprintf(msg, sizeof msg,
-               "%s:%d:%d: note: parameter \"%s\" (#%d) of shape %s is broadcast to %s here: its "
-               "shape was closed for line %d, before anything used it (a parameter gets the "
-               "fewest axes its uses need); use it or give its dims before that line if it "
-               "should have more cells",
-               at.src->file, at.line, at.col, a->label, a->id, cn_shape_str(g->shapes, a->shape),
-               cn_shape_str(g->shapes, t->shape), I->computed_at[a->id].line);
-      if (I->ctx->log_fn)
-        cn_log(I->ctx, CN_LOG_WARN, "%s", msg);
-      else
-        fprintf(stderr, "%s\n", msg);
-    }
-  }
 }

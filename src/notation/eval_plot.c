@@ -1,4 +1,5 @@
-/* The evaluator, part 8 of 8 (see eval_internal.h): the statement plot.
+/* The evaluator's statement floor (eval_stmt.h: it may include every floor's header): the
+ * statement plot (its arguments read by eval_elab.c's helpers).
  *
  *   plot "FILE.svg" ~x:X ("name", V) ... [~ascii:B] [~matrix:T | ~matrix:("title", T)]
  *
@@ -17,7 +18,7 @@
  * execution, with the series' names) for the rest of the run; their points are malloc'd (a loop
  * gives back the arena of iterations that create no state) and freed by nt_plots_free at the end
  * of the run; the output holds nothing that varies between runs (no times). */
-#include "notation/eval_internal.h"
+#include "notation/eval_stmt.h"
 
 #include "data/data.h"
 

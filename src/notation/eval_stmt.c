@@ -1,7 +1,8 @@
-/* The evaluator, part 4 of 8 (see eval_internal.h): the statements of a script (let, print,
- * printf, backprop, run, sgd, adam, shuffle, checkpoint, save_npy, set_seed, for loops, if; plot
- * is in eval_plot.c), the entry points cn_notation_run (with --set's replaced literals and its
- * export of a model), cn_notation_check, cn_notation_op and cn_notation_cd.
+/* The evaluator's statement floor (eval_stmt.h: it may include every floor's header): the
+ * statements of a script (let, print, printf, backprop, run, sgd, adam, shuffle, checkpoint,
+ * save_npy, set_seed, for loops, if; plot is in eval_plot.c, a statement's tensors and host
+ * arguments in eval_elab.c), the entry points cn_notation_run (with --set's replaced literals and
+ * its export of a model), cn_notation_check, cn_notation_op and cn_notation_cd.
  *
  * Loops: a statement in a loop body is elaborated once, on its first execution (its tensors
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
@@ -17,7 +18,7 @@
  *
  * Invariants: a routine compiled for a statement outside loops is freed after its run; routines
  * kept by loop statements and %cd routines live until the context is destroyed. */
-#include "notation/eval_internal.h"
+#include "notation/eval_stmt.h"
 #include "runtime/routine.h"
 
 #include <math.h>
@@ -25,78 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
- * are written (nt_begin_datasets). */
-static bool run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at,
-                     const char *reserved) {
-  cn_routine *r = cache ? *cache : NULL;
-  if (!r) {
-    char name[32];
-    if (reserved)
-      snprintf(name, sizeof name, "%s", reserved);
-    else
-      snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-    if (!asgn || !(r = I->opts.emit_c ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
-                                      : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend,
-                                                                  name, !cache)))
-      return nt_fail_here(I, at), false;
-    if (I->opts.emit_asgn)
-      fprintf(nt_out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
-    if (I->opts.emit_loops) fprintf(nt_out(I), "# %s: loops\n%s", name, cn_routine_loops(r));
-    if (I->opts.emit_c && cn_routine_source(r))
-      fprintf(nt_out(I), "# %s: C\n%s", name, cn_routine_source(r));
-    if (cache) *cache = r;
-  }
-  if (!nt_begin_datasets(I, at)) {
-    if (!cache) cn_routine_free(r);
-    return false;
-  }
-  cn_status st = CN_OK;
-  for (int i = 0; i < I->n_bound && st == CN_OK; i++)
-    if (cn_routine_reads(r, I->bound[i].sym))
-      st = cn_routine_bind(r, I->bound[i].sym, I->bound[i].value);
-  if (st == CN_OK) st = cn_routine_run(r);
-  bool explained = st != CN_OK && nt_explain_unbound(I, r);
-  if (!cache) cn_routine_free(r);
-  if (st != CN_OK) return explained ? false : (nt_fail_here(I, at), false);
-  return true;
-}
-
-bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at) {
-  return run_asgn(I, asgn, cache, at, NULL);
-}
-
-bool nt_asgn_empty(const cn_asgn *a) {
-  switch (a->kind) {
-  case CN_ASGN_NOOP: return true;
-  case CN_ASGN_COMMENT: return nt_asgn_empty(a->u.comment.body);
-  case CN_ASGN_SEQ:
-    for (int i = 0; i < a->u.seq.count; i++)
-      if (!nt_asgn_empty(a->u.seq.items[i])) return false;
-    return true;
-  default: return false;
-  }
-}
-
-/* Runs a statement's parameter init code and its main code. Outside loops as one routine, freed
- * after the run; in a loop body the init code (if any) runs on its own, once, and main is
- * compiled into st->routine, which later executions run again. */
-static bool run_statement(nt_interp *I, nt_item_state *st, cn_asgn *init, cn_asgn *main,
-                          cn_nt_pos at) {
-  if (!init || !main) return nt_fail_here(I, at), false;
-  if (I->n_bound == 0)
-    return nt_run_asgn(I, cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){init, main}), NULL, at);
-  if (!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, at)) return false;
-  return nt_run_asgn(I, main, &st->routine, at);
-}
-
 /* Runs a statement's compiled routine, after its parameter init when that is still to run (a
  * statement compiled ahead: compile_ahead). */
 static bool run_compiled(nt_interp *I, nt_item_state *st, cn_routine **routine, cn_nt_pos at) {
   if (st->init) {
     cn_asgn *init = st->init;
     st->init = NULL;
-    if (!run_asgn(I, init, NULL, at, st->init_name)) return false;
+    if (!nt_run_asgn_named(I, init, NULL, at, st->init_name)) return false;
   }
   return nt_run_asgn(I, NULL, routine, at);
 }
@@ -123,39 +59,11 @@ static nt_item_state *state_of(nt_interp *I, const cn_nt_item *it, nt_item_state
   return cn_map_put(I->ctx, &I->states, it, s) ? s : NULL;
 }
 
-/* The tensor of v (x's value) becomes the statement's, with the graph materialized. */
-static bool set_statement_tensor(nt_interp *I, nt_value *v, const cn_nt_expr *x,
-                                 nt_item_state *st) {
-  st->grad = v && v->kind == NT_V_TENSOR && v->grad;
-  st->tensor = v && v->kind == NT_V_TENSOR ? v->t : v ? nt_tensor_of(I, v, x->pos) : NULL;
-  if (st->tensor) cn_tensor_set_named(st->tensor); /* printed, or a loss the host reports */
-  return st->tensor != NULL && nt_materialize(I, x->pos);
-}
-
-/* x evaluated for a statement that keeps what it builds (tensors, options, its routine) for its
- * later executions: a value chosen by reading an enclosing loop's index (an if expression testing
- * it) would keep the index's value now, an error. */
-static nt_value *elab_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  I->index_read = false;
-  nt_value *v = nt_eval(I, scope, &I->top, x);
-  if (v && I->index_read)
-    return nt_fail(I, x->pos, "%s",
-                   "this value would keep the value the loop's index has now (the statement "
-                   "builds it once): read the index as a tensor with !@");
-  return v;
-}
-
-/* x's tensor (a number or any tensor expression), evaluated by elab_eval: an optimizer's
+/* x's tensor (a number or any tensor expression), evaluated by nt_elab_eval: an optimizer's
  * learning rate, progress's loss, shuffle's tensor. */
 static cn_tensor *elab_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  nt_value *v = elab_eval(I, scope, x);
+  nt_value *v = nt_elab_eval(I, scope, x);
   return v ? nt_tensor_of(I, v, x->pos) : NULL;
-}
-
-/* The tensor a statement works on (built once per statement state), with the graph
- * materialized. */
-static bool statement_tensor(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
-  return st->tensor || set_statement_tensor(I, elab_eval(I, scope, x), x, st);
 }
 
 static bool item(nt_interp *I, const cn_nt_item *it, nt_env *scope);
@@ -334,7 +242,7 @@ static bool option_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vk
                          nt_value **out) {
   *out = NULL;
   if (!x) return true;
-  if (!(*out = elab_eval(I, scope, x))) return false;
+  if (!(*out = nt_elab_eval(I, scope, x))) return false;
   if ((*out)->kind == kind) return true;
   nt_fail(I, x->pos, "expected %s, found %s", nt_kind_name(kind), nt_kind_name((*out)->kind));
   return false;
@@ -350,7 +258,7 @@ static cn_asgn *clipped(nt_interp *I, cn_tensor *loss, const nt_value *clip, cn_
 
 static bool sgd_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
                      cn_asgn **init, cn_asgn **main) {
-  if (!statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
+  if (!nt_statement_tensor(I, scope, it->u.sgd.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.sgd.learning_rate);
   nt_value *m, *w, *nv, *clip;
   if (!lrt || !option_value(I, scope, it->u.sgd.momentum, NT_V_NUM, &m) ||
@@ -368,7 +276,7 @@ static bool sgd_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
  * an option not given takes the library's default. */
 static bool adam_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
                       cn_asgn **init, cn_asgn **main) {
-  if (!statement_tensor(I, scope, it->u.adam.expr, st)) return false;
+  if (!nt_statement_tensor(I, scope, it->u.adam.expr, st)) return false;
   cn_tensor *lrt = elab_tensor(I, scope, it->u.adam.learning_rate);
   nt_value *b1, *b2, *eps, *wd, *dec, *clip, *dmo;
   if (!lrt || !option_value(I, scope, it->u.adam.beta1, NT_V_NUM, &b1) ||
@@ -393,7 +301,7 @@ static bool adam_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item
 
 static bool backprop_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
                           cn_asgn **init, cn_asgn **main) {
-  if (!statement_tensor(I, scope, it->u.expr, st)) return false;
+  if (!nt_statement_tensor(I, scope, it->u.expr, st)) return false;
   nt_consume(I, st->tensor);
   cn_asgn *params = cn_graph_init_params(I->g, st->tensor);
   return statement_code(I, params, params ? cn_graph_grad_update(I->g, st->tensor) : NULL, init,
@@ -415,23 +323,8 @@ static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt
   cn_nt_pos at = it->kind == CN_NT_ITEM_BACKPROP ? it->u.expr->pos : it->pos;
   if (st->routine) return run_compiled(I, st, &st->routine, at);
   cn_asgn *init, *main;
-  return optimizer_code(it)(I, it, scope, st, &init, &main) && run_statement(I, st, init, main, at);
-}
-
-/* Runs the forward code of the statement's tensor (its parameters initialized first, once);
- * a gradient is read as it is. A tensor without forward code (a literal, a parameter, a data
- * set's tensor, one an earlier statement computed) compiles and runs nothing beyond its
- * parameters' init, here and at every later execution; the data sets are still written. */
-static bool compute_tensor(nt_interp *I, nt_item_state *st, cn_nt_pos at) {
-  if (st->grad) return true;
-  if (st->no_code) return nt_begin_datasets(I, at);
-  if (st->routine) return nt_run_asgn(I, NULL, &st->routine, at);
-  nt_consume(I, st->tensor);
-  cn_asgn *init = cn_graph_init_params(I->g, st->tensor);
-  cn_asgn *main = init ? cn_graph_forward_embedded(I->g, st->tensor) : NULL;
-  if (!main || !nt_asgn_empty(main)) return run_statement(I, st, init, main, at);
-  st->no_code = true;
-  return nt_asgn_empty(init) ? nt_begin_datasets(I, at) : nt_run_asgn(I, init, NULL, at);
+  return optimizer_code(it)(I, it, scope, st, &init, &main) &&
+         nt_run_statement(I, st, init, main, at);
 }
 
 /* print's ~full and ~precision into st (evaluated once, as sgd's options). */
@@ -469,7 +362,7 @@ static void note_printed(nt_interp *I, const nt_item_state *st, cn_nt_pos at) {
 static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   cn_nt_pos at = it->u.print.expr->pos;
   if (!st->tensor && !st->text) {
-    nt_value *v = elab_eval(I, scope, it->u.print.expr);
+    nt_value *v = nt_elab_eval(I, scope, it->u.print.expr);
     if (!v) return false;
     if (v->kind == NT_V_STR) {
       const cn_nt_expr *option = it->u.print.full ? it->u.print.full : it->u.print.precision;
@@ -480,7 +373,7 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
       cn_sbuf_printf(&line, "%s\n", v->str);
       if (!(st->text = cn_sbuf_finish(I->ctx, &line))) return false;
     } else if (!print_options(I, it, scope, st) ||
-               !set_statement_tensor(I, v, it->u.print.expr, st)) {
+               !nt_set_statement_tensor(I, v, it->u.print.expr, st)) {
       return false;
     }
   }
@@ -488,7 +381,7 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
     nt_write_text(I, st->text);
     return true;
   }
-  if (!compute_tensor(I, st, at)) return false;
+  if (!nt_compute_tensor(I, st, at)) return false;
   cn_print_options o = {.json = true}; /* JSON reads no option */
   if (!I->opts.json && cn_tensor_print_options(I->ctx, &o) != CN_OK)
     return nt_fail_here(I, at), false;
@@ -499,57 +392,6 @@ static bool print_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_ite
   fprintf(nt_out(I), "%s%s", text, I->opts.json ? "\n" : "");
   note_printed(I, st, at);
   return true;
-}
-
-nt_value *nt_host_eval(nt_interp *I, nt_env *scope, const cn_nt_expr *x) {
-  bool was = I->host_eval;
-  I->host_eval = true;
-  I->index_read = false;
-  nt_value *v = nt_eval(I, scope, &I->top, x);
-  if (v) v = nt_host_index(I, v, x->pos);
-  I->host_eval = was;
-  if (v && I->index_read && (v->kind == NT_V_TENSOR || v->kind == NT_V_LIST))
-    return nt_fail(I, x->pos, "%s",
-                   "this tensor would keep the value the loop's index has now: read the index "
-                   "as a tensor with !@");
-  return v;
-}
-
-nt_value *nt_host_of(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_vkind kind,
-                     const char *what) {
-  nt_value *v = nt_host_eval(I, scope, x);
-  if (v && v->kind != kind) return nt_fail(I, x->pos, "%s, found %s", what, nt_kind_name(v->kind));
-  return v;
-}
-
-nt_value *nt_cell_value(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state **slot,
-                        bool first, const char *what) {
-  nt_item_state *a = *slot;
-  if (!a) {
-    nt_value *v = nt_host_eval(I, scope, x);
-    bool tensor = v && (v->kind == NT_V_TENSOR || (v->kind == NT_V_LIST && v->literal));
-    if (!v || !tensor) return v;
-    if (!first) /* kinds do not change between executions */
-      return nt_fail(I, x->pos, "%s", "this argument became a tensor");
-    if (!(a = *slot = cn_alloc(I->ctx, sizeof *a)) || !set_statement_tensor(I, v, x, a))
-      return NULL;
-  }
-  if (!compute_tensor(I, a, x->pos)) return NULL;
-  cn_node *node = a->grad ? cn_tensor_grad(a->tensor) : cn_tensor_value(a->tensor);
-  double value;
-  if (!node) return nt_fail_here(I, x->pos);
-  if (cn_node_numel(node) != 1)
-    return nt_fail(I, x->pos, "%s one value: \"%s\" (#%d) has %lld cells", what, a->tensor->label,
-                   a->tensor->id, (long long)cn_node_numel(node));
-  if (cn_node_get_values(node, false, &value, 1) != CN_OK) return nt_fail_here(I, x->pos);
-  return nt_num(I, value, false);
-}
-
-cn_node *nt_computed_node(nt_interp *I, nt_env *scope, const cn_nt_expr *x, nt_item_state *st) {
-  if (!statement_tensor(I, scope, x, st) || !compute_tensor(I, st, x->pos)) return NULL;
-  cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
-  if (!node) nt_fail_here(I, x->pos);
-  return node;
 }
 
 /* printf "format" args: the arguments' values formatted, written as print writes a string. */
@@ -605,7 +447,7 @@ static bool shuffle_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_i
  * with e in the metadata. */
 static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
   int64_t epoch;
-  if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
+  if (!nt_statement_tensor(I, scope, it->u.data.expr, st)) return false;
   const char *path = host_file(I, scope, it->u.data.file);
   if (path) path = nt_output_path(I, path, true, it->u.data.file->pos);
   return path && host_epoch(I, scope, it->u.data.epoch, &epoch) &&
@@ -614,7 +456,7 @@ static bool checkpoint_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, n
 
 /* save_npy "file" t: t computed as print computes it, its cells written as a .npy file. */
 static bool save_npy_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  if (!statement_tensor(I, scope, it->u.data.expr, st)) return false;
+  if (!nt_statement_tensor(I, scope, it->u.data.expr, st)) return false;
   const char *path = host_file(I, scope, it->u.data.file);
   if (path) path = nt_output_path(I, path, true, it->u.data.file->pos);
   cn_node *node = path ? nt_computed_node(I, scope, it->u.data.expr, st) : NULL;
@@ -643,7 +485,7 @@ static bool if_item(nt_interp *I, const cn_nt_item *it, nt_env *scope) {
 static bool run_code(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
                      nt_code **code, cn_asgn **init, cn_asgn **main) {
   cn_nt_pos at = it->u.expr->pos;
-  nt_value *v = st->run ? st->run : elab_eval(I, scope, it->u.expr);
+  nt_value *v = st->run ? st->run : nt_elab_eval(I, scope, it->u.expr);
   if (!v) return false;
   if (v->kind != NT_V_ROUTINE)
     return nt_fail(I, at, "%s is not a routine%s", nt_kind_name(v->kind),
