@@ -1,4 +1,4 @@
-/* Tests of the generated-C backend (src/backend/cgen.c, src/backend/cc.c) on loop-IR procedures
+/* Tests of the generated-C backend (src/backend/cgen_emit.c, cgen.c, cc.c) on loop-IR procedures
  * built by hand with the cn_lb_* constructors, so they depend on loops.h only: the exact routine
  * text of a matmul nest and of a padded, strided read (golden strings); both compiled, run and
  * compared with plain C loops; names that would break C (keywords, math functions, clashing symbols

@@ -1,5 +1,7 @@
-/* Internals of the generated-C backend shared by its source files: cgen.c (routines, loops,
- * parallel outlining, kernels), cgen_prelude.c (the numeric prelude pruned to what a file uses),
+/* Internals of the generated-C backend shared by its source files: cgen_emit.c (the
+ * dialect-neutral emitter: identifiers, cell offsets, expressions, statements, steered by a
+ * cn_cgen_dialect), cgen.c (host C: the dialect, routines, parallel outlining onto the pool,
+ * kernels, pieces), cgen_prelude.c (the numeric prelude pruned to what a file uses),
  * cgen_gemm.c (GEMM-class nests run by their plans as packed, cache-blocked, register-tiled code)
  * and cgen_reduce.c (max reductions without order). Not a public interface. */
 #ifndef CN_CGEN_H
@@ -30,7 +32,35 @@ typedef struct {
   cn_sbuf *gemm_preamble;
 } cgen_par;
 
+typedef struct cgen cgen;
+
+/* What differs between the C dialects the emitter (cgen_emit.c) writes — host C11 now; OpenCL C
+ * and CUDA C are further instances with their own kernel and launch modules — at the level of
+ * names, types, expressions and statements. The emitter spells nothing of these itself. */
 typedef struct {
+  const char *keywords;           /* the language's reserved words, space-separated */
+  const char *index_type;         /* loop variables, static indices, bounds: "int64_t" */
+  const char *const_qualifier;    /* on a buffer no statement writes: "const " */
+  const char *restrict_qualifier; /* on buffer parameters, which never alias: "restrict " */
+  const char *vector_pragma;      /* the line before a vector-marked loop; NULL: none */
+  const cn_prec_info *precs;      /* per precision: its storage and compute type names */
+  /* The numeric layer's spellings (src/numeric): conversions, loads, stores, constants and the
+   * ops' templates (math functions, select, UB-free integer ops). */
+  void (*convert)(cn_sbuf *sb, cn_prec from, cn_prec to, const char *expr);
+  void (*load)(cn_sbuf *sb, cn_prec prec, const char *cell);
+  void (*store)(cn_sbuf *sb, cn_prec prec, const char *cell, const char *value);
+  void (*constant)(cn_sbuf *sb, cn_prec prec, cn_value v);
+  void (*op)(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args);
+  /* How a parallel-marked loop runs, outside an outlined body (host C: outlined onto the pool),
+   * and a CN_LL_GEMM statement (host C: the packed plan of cgen_gemm.c). */
+  void (*parallel_loop)(const cgen *g, int depth, const cn_ll_stmt *s);
+  void (*gemm)(const cgen *g, int depth, const cn_ll_stmt *s);
+  /* The prelude that `body`, the rest of the file, needs, appended to out. */
+  cn_status (*prelude)(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
+} cn_cgen_dialect;
+
+struct cgen {
+  const cn_cgen_dialect *dialect;
   cn_ctx *ctx;
   const cn_ll_proc *proc;
   cgen_par *par; /* NULL: no loop is outlined (no parallel mark in the function emitted) */
@@ -48,7 +78,7 @@ typedef struct {
    * loop being emitted is such a reduction's loop as written (not recognized again). */
   const cn_ll_stmt *max_keyed;
   bool max_as_written;
-} cgen;
+};
 
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
  * rounding of each narrow precision p (GEMM_ROUND << p). */
@@ -60,13 +90,30 @@ enum { GEMM_COMMON = 1u << 0, GEMM_F32 = 1u << 1, GEMM_F64 = 1u << 2, GEMM_ROUND
 int cn_cgen_pieces(const char *source);
 #define CN_CGEN_MAX_PIECES 8
 
-/* The name a symbol of the procedure has in the generated text. */
+/* The text a builder holds so far ("" before any). */
+static inline const char *cn_cgen_text(const cn_sbuf *sb) {
+  return sb->data ? sb->data : "";
+}
+/* Marks the params the procedure accesses and writes, collects its symbols and names the params
+ * and symbols (cgen_emit.c "Identifiers"): the emitter's tables, filled before any text. */
+cn_status cn_cgen_names(cgen *g);
+/* The name a symbol of the procedure has in the generated text, and its position in g->symbols. */
 const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);
+int cn_cgen_sym_slot(const cgen *g, cn_symbol sym);
+/* A comment statement's text made inert, on one line. */
+void cn_cgen_comment(cn_sbuf *sb, const char *text);
+/* One side of a loop's range (the box's edge, a bound, or bounds combined by `combine`). */
+void cn_cgen_range_side(const cgen *g, int64_t edge, int n, const cn_ll_bound *bounds,
+                        const char *combine);
+/* The body of loop s at depth + 1, its variable in the outlining's scope. */
+void cn_cgen_loop_body(const cgen *g, int depth, const cn_ll_stmt *s);
+/* The type of a buffer, without restrict: "const float *" unless `written`. */
+void cn_cgen_buffer_type(const cgen *g, cn_sbuf *sb, int param, bool written);
 /* "&buf[offset]" of the cell the access reaches when each of the n_loops loops (CN_LL_FOR) runs
  * its box's first value: where a GEMM's operand starts. */
 void cn_cgen_base_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
                        const cn_ll_stmt *const *loops, int n_loops);
-/* "buf[offset]" of a cell, and an expression converted to precision `to`, as cgen.c spells them. */
+/* "buf[offset]" of a cell, and an expression converted to precision `to` (cgen_emit.c). */
 void cn_cgen_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx);
 void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
 /* Max reductions without order (cgen_reduce.c): when the loop's whole body is the store
@@ -77,10 +124,10 @@ bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
 void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
 /* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
  * needs, in order, appended to out (cgen_prelude.c), with <tgmath.h> or <math.h> only when a
- * name of cn_cgen_is_math_name (cgen.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */
+ * name of cn_cgen_is_math_name (cgen_emit.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */
 bool cn_cgen_is_math_name(const char *name);
 cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
-/* A statement at depth, as cgen.c emits it. */
+/* A statement at depth (cgen_emit.c). */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
 /* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the
  * function using it (in the outlined text, g->par), that runs the plan; without g->par (the text

@@ -39,8 +39,8 @@ typedef struct {
   bool math, tgmath; /* a name of <math.h> in the routine's text or a needed item; in the text */
 } prelude;
 
-/* A name <math.h> or <tgmath.h> declares: cgen.c's list of functions and macros, and the macros
- * and types that list leaves to name shapes (FP_NAN, HUGE_VALF, MATH_ERRNO, float_t). */
+/* A name <math.h> or <tgmath.h> declares: cgen_emit.c's list of functions and macros, and the
+ * macros and types that list leaves to name shapes (FP_NAN, HUGE_VALF, MATH_ERRNO, float_t). */
 static bool is_math_word(const char *word) {
   if (!strchr(word, '_')) return cn_cgen_is_math_name(word);
   return starts_with(word, "FP_") || starts_with(word, "HUGE_VAL") ||
