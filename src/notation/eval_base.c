@@ -532,6 +532,11 @@ FILE *nt_out(nt_interp *I) {
   return f;
 }
 
+FILE *nt_err(nt_interp *I) {
+  fflush(nt_out(I)); /* after what the script printed, where both streams go to one place */
+  return I->opts.err ? I->opts.err : stderr;
+}
+
 /* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
  * are written (nt_begin_datasets). */
 bool nt_run_asgn_named(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at,

@@ -283,6 +283,8 @@ bool nt_known_labels(nt_interp *I, const nt_call *c, int n, const char *const *k
 /* ---- eval_base.c: output and runs ---- */
 /* The output stream, a progress bar on the terminal line cleared first. */
 FILE *nt_out(nt_interp *I);
+/* The stream of notes and warnings (opts.err, NULL: stderr), the output flushed first. */
+FILE *nt_err(nt_interp *I);
 /* Compiles asgn (or reuses *cache when it holds a routine; a new one is named `reserved`, or
  * cnl_N when NULL), prints what --emit asks for, writes the data sets not yet written, binds
  * the enclosing loops' indices the routine reads and runs it; without a cache the routine is

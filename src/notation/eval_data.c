@@ -546,8 +546,7 @@ nt_value *nt_builtin_restore(nt_interp *I, const nt_call *c) {
   if (!optimizer_state(I, loss, optimizer->str, c->at)) return NULL;
   if (resume && resume->b && access(path, F_OK) != 0) { /* asked for, not there: a first run */
     cn_nt_pos at = a->pos_at[0];
-    fflush(nt_out(I));
-    fprintf(I->opts.err ? I->opts.err : stderr,
+    fprintf(nt_err(I),
             "%s:%d:%d: note: restore: no checkpoint '%s' to resume from: the run starts at epoch "
             "0\n",
             at.src && at.src->file ? at.src->file : "<script>", at.line, at.col, path);
@@ -598,8 +597,7 @@ const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_po
 
 void nt_report_written(nt_interp *I) {
   if (!I->n_written) return;
-  FILE *f = I->opts.err ? I->opts.err : stderr;
-  fflush(nt_out(I)); /* after what the script printed, where both streams go to one place */
+  FILE *f = nt_err(I);
   fputs("wrote ", f);
   for (int i = 0; i < I->n_written; i++) fprintf(f, "%s%s", i ? ", " : "", I->written[i]);
   fputc('\n', f);

@@ -169,12 +169,11 @@ void nt_note_nonfinite(nt_interp *I, nt_shown_kind kind, cn_nt_pos at, double va
 void nt_report_nonfinite(nt_interp *I) {
   static const char *const shown[NT_SHOWN_KINDS] = {"printed a NaN or an infinity",
                                                     "showed a progress loss that is not finite"};
-  FILE *f = I->opts.err ? I->opts.err : stderr;
   for (int k = 0; k < NT_SHOWN_KINDS; k++) {
     const nt_nonfinite *n = &I->shown[k];
     if (!n->count) continue;
     const cn_nt_source *src = n->at.src;
-    fflush(nt_out(I)); /* after what the script printed, where both streams go to one place */
+    FILE *f = nt_err(I);
     char times[48] = ":";
     if (n->count > 1) snprintf(times, sizeof times, " %lld times, first", (long long)n->count);
     fprintf(f,

@@ -427,12 +427,12 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
     interpreted = runs == RUNS_UNKNOWN ? work < below : budget > 0 && work <= (budget - 1) / runs;
     if (interpreted) impl = &cn_backend_interp;
   }
-  const char *tune = cn_ctx_option(ctx, "tune");
-  if ((impl->caps & CN_BACKEND_TUNABLE) && !cn_tune_mode_valid(tune)) {
-    unknown_value(ctx, "CANNL_TUNE", tune, CN_TUNE_MODES);
-    return NULL;
+  if (impl->caps & CN_BACKEND_TUNABLE) {
+    const char *tune = cn_ctx_option(ctx, "tune");
+    if (!cn_tune_mode_valid(tune))
+      return unknown_value(ctx, "CANNL_TUNE", tune, CN_TUNE_MODES), NULL;
+    if (cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
   }
-  if ((impl->caps & CN_BACKEND_TUNABLE) && cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
   ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
   const char *loops = cn_ll_to_string(ctx, proc);
   if (!loops) return NULL;
