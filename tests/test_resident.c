@@ -14,7 +14,6 @@
  * the tuner going through the backend given: a non-tunable backend is never tuned, a tunable
  * wrapper of generated C ("ctuned") has its own compile_many and run called for the
  * candidates. */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp, setenv */
 #include "counting_backend.h"
 #include "runtime/routine.h"
 
