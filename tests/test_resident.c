@@ -9,7 +9,11 @@
  *   - reading the loss and the parameters downloads each once, and they are the C backend's bits;
  *   - a host write between runs is seen by the next run (one upload, results the C model's);
  *   - a second routine sharing the nodes (the forward of the loss) transfers nothing;
+ *   - a routine on the interpreter between device steps reads what the device wrote (brought
+ *     back) and its writes reach the device (uploaded at the next step), and a raw host write
+ *     (cn_node_buffer) reads back first and is uploaded once;
  *   - cn_tensor_to_host, cn_node_current; the C context copies nothing.
+ * A routine's scratch on the device: cleared there before each run, never on the host.
  * Also: the option "backend" (CN_BACKEND_DEFAULT, $CANNL_BACKEND, refusals with suggestions) and
  * the tuner going through the backend given: a non-tunable backend is never tuned, a tunable
  * wrapper of generated C ("ctuned") has its own compile_many and run called for the
@@ -119,6 +123,17 @@ static int host_params(const cn_routine *r, uint64_t *bytes) {
   return n;
 }
 
+/* The materialized params of r whose newest value is only where `where` says. */
+static int params_where(const cn_routine *r, unsigned where) {
+  const cn_ll_proc *proc = cn_routine_proc(r);
+  int n = 0;
+  for (int i = 0; i < proc->n_params; i++) {
+    const cn_ll_param *p = &proc->params[i];
+    n += p->node->mode == CN_MEM_MATERIALIZED && cn_node_current(p->node, p->merge) == where;
+  }
+  return n;
+}
+
 static void test_training(cn_backend_kind kind) {
   model c, d;
   memset(&count, 0, sizeof count);
@@ -200,6 +215,47 @@ static void test_training(cn_backend_kind kind) {
   for (int p = 0; p < 3; p++)
     check_same(cn_tensor_value(d.params[p]), cn_tensor_value(c.params[p]), names[p]);
 
+  /* a routine on a host backend (the interpreter's forward) between two device steps: what the
+   * device wrote is brought back before it runs, what it writes goes up before the next step */
+  cn_asgn *forward = cn_graph_forward(d.g, d.loss);
+  cn_routine *host_eval =
+      forward ? cn_routine_compile(d.ctx, forward, CN_BACKEND_INTERP, "host_eval") : NULL;
+  CHECK_MSG(host_eval != NULL, "%s", cn_ctx_error(d.ctx));
+  if (!host_eval) return;
+  int stale = params_where(host_eval, CN_CURRENT_DEVICE);
+  CHECK(stale > 0); /* the intermediates of the loss: never read by the host so far */
+  downloads = count.downloads;
+  run(&c, c.eval);
+  run(&d, host_eval);
+  CHECK_INT(count.downloads - downloads, stale);
+  check_same(cn_tensor_value(d.loss), cn_tensor_value(c.loss), "loss of the interpreter");
+  stale = params_where(d.step, CN_CURRENT_HOST);
+  CHECK(stale > 0); /* what the interpreter wrote */
+  uploads = count.uploads;
+  run(&c, c.step);
+  run(&d, d.step);
+  CHECK_INT(count.uploads - uploads, stale);
+  for (int p = 0; p < 3; p++)
+    check_same(cn_tensor_value(d.params[p]), cn_tensor_value(c.params[p]), names[p]);
+
+  /* a raw host write (cn_node_buffer: read-modify-write) brings the cells back first and makes
+   * the device copy stale */
+  run(&c, c.step);
+  run(&d, d.step);
+  downloads = count.downloads;
+  float *wc = cn_node_buffer(cn_tensor_value(c.params[0]), false);
+  float *wd = cn_node_buffer(cn_tensor_value(d.params[0]), false);
+  CHECK_INT(count.downloads - downloads, 1);
+  CHECK(wc && wd && wc[1] == wd[1] && wc[1] != (float)w1_init[1]); /* trained, brought back */
+  if (wc && wd) wc[1] = wd[1] = 0.625f;
+  CHECK_INT(cn_node_current(cn_tensor_value(d.params[0]), false), CN_CURRENT_HOST);
+  uploads = count.uploads;
+  run(&c, c.step);
+  run(&d, d.step);
+  CHECK_INT(count.uploads - uploads, 1);
+  for (int p = 0; p < 3; p++)
+    check_same(cn_tensor_value(d.params[p]), cn_tensor_value(c.params[p]), names[p]);
+
   /* the host backends copy nothing */
   CHECK_INT(cn_ctx_stat(c.ctx, CN_STAT_UPLOADS) + cn_ctx_stat(c.ctx, CN_STAT_DOWNLOADS), 0);
   CHECK_INT(cn_node_current(cn_tensor_value(c.params[0]), false), CN_CURRENT_HOST);
@@ -208,6 +264,63 @@ static void test_training(cn_backend_kind kind) {
   cn_ctx_destroy(c.ctx);
   cn_ctx_destroy(d.ctx);
   CHECK_INT(count.frees, count.allocations); /* the copies went with the context */
+}
+
+/* A routine's scratch lives on the device only: t =+ a (t CN_MEM_LOCAL, read before written, so
+ * cleared before every run); c =:+ t * a. On the garbage-filled device, each run gives c = a * a
+ * only if t starts from zeros every time (a kept scratch gives 2 a * a the second time). t never
+ * gets a host buffer. With the device's clear, one clear of t per run and no transfer of it;
+ * without (a device whose clear is NULL), zeros uploaded from the host each run instead. */
+static const cn_device counting_device_noclear = {
+    .name = "noclear0",
+    .allocate = device_allocate,
+    .upload = device_upload,
+    .download = device_download,
+    .synchronize = device_synchronize,
+    .free = device_free,
+};
+static cn_status noclear_open(cn_ctx *ctx, const cn_device **device) {
+  (void)ctx;
+  *device = &counting_device_noclear;
+  return CN_OK;
+}
+
+static void test_scratch(cn_backend_kind kind, cn_backend_kind noclear) {
+  for (int b = 0; b < 2; b++) {
+    cn_ctx *ctx = cn_ctx_create();
+    const int64_t three = 3;
+    cn_node *a = cn_node_create(ctx, "a", CN_PREC_SINGLE, 1, &three);
+    cn_node *t = cn_node_create(ctx, "t", CN_PREC_SINGLE, 1, &three);
+    cn_node *c = cn_node_create(ctx, "c", CN_PREC_SINGLE, 1, &three);
+    const double a_values[3] = {1, 2, 3};
+    CHECK_INT(cn_node_set_values(a, false, a_values, 3), CN_OK);
+    CHECK_INT(cn_node_set_memory(t, CN_MEM_LOCAL), CN_OK);
+    cn_symbol i = cn_symbol_create(ctx, "i", 0);
+    const cn_index map[1] = {cn_index_iter(i)};
+    const cn_proj_tensor one = {1, &three, map}, two[2] = {one, one};
+    const cn_buffer a_buf = {a, false}, t_and_a[2] = {{t, false}, {a, false}};
+    cn_asgn *steps[2] = {cn_asgn_accum(ctx, false, CN_OP_ADD, t, CN_OP_ID, &a_buf,
+                                       cn_proj_create(ctx, 1, &i, &three, one, 1, &one)),
+                         cn_asgn_accum(ctx, true, CN_OP_ADD, c, CN_OP_MUL, t_and_a,
+                                       cn_proj_create(ctx, 1, &i, &three, one, 2, two))};
+    cn_routine *r = steps[0] && steps[1] ? cn_routine_compile(ctx, cn_asgn_seq(ctx, 2, steps),
+                                                              b ? noclear : kind, "local_square")
+                                         : NULL;
+    CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+    memset(&count, 0, sizeof count);
+    for (int rep = 0; r && rep < 2; rep++) {
+      CHECK_MSG(cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
+      double got[3] = {0, 0, 0};
+      CHECK_INT(cn_node_get_values(c, false, got, 3), CN_OK);
+      CHECK(got[0] == 1 && got[1] == 4 && got[2] == 9);
+    }
+    CHECK(t->value == NULL); /* no host copy of scratch */
+    /* a uploaded once; c (no host buffer yet) cleared on the device, or zeros uploaded */
+    CHECK_INT(count.clears, b ? 0 : 1 + 2);
+    CHECK_INT(count.uploads, b ? 1 + 1 + 2 : 1);
+    CHECK_INT(count.downloads, 2);
+    cn_ctx_destroy(ctx);
+  }
 }
 
 /* c = a b of N x N cells: a GEMM nest of N^3 = 2^24 points, the least the tuner tunes. */
@@ -310,14 +423,14 @@ static void test_option(cn_backend_kind kind) {
 
   CHECK_INT(cn_ctx_set_option(ctx, "backend", "countng"), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx), "option backend: unknown value 'countng', did you mean 'counting'? "
-                               "(known: interp, c, counting)");
+                               "(known: interp, c, counting, noclear)");
   CHECK_STR(cn_ctx_option(ctx, "backend"), "interp"); /* the refused value is not kept */
   CHECK_INT(cn_ctx_set_option(ctx, "backend", NULL), CN_OK);
   setenv("CANNL_BACKEND", "intrp", 1);
   CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 5), CN_BACKEND_DEFAULT, "bad") ==
         NULL);
   CHECK_STR(cn_ctx_error(ctx), "CANNL_BACKEND: unknown value 'intrp', did you mean 'interp'? "
-                               "(known: interp, c, counting)");
+                               "(known: interp, c, counting, noclear)");
 
   /* a script without a backend runs on the option's */
   setenv("CANNL_BACKEND", "counting", 1);
@@ -342,7 +455,16 @@ int main(void) {
   cn_backend_kind kind = CN_BACKEND_INTERP;
   CHECK_MSG(cn_backend_register(ctx, &counting, &kind) == CN_OK, "%s", cn_ctx_error(ctx));
   cn_ctx_destroy(ctx);
+  static cn_backend noclear;
+  noclear = counting;
+  noclear.name = "noclear";
+  noclear.open_device = noclear_open;
+  cn_backend_kind noclear_kind = CN_BACKEND_INTERP;
+  ctx = cn_ctx_create();
+  CHECK_MSG(cn_backend_register(ctx, &noclear, &noclear_kind) == CN_OK, "%s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
   test_training(kind);
+  test_scratch(kind, noclear_kind);
   test_option(kind);
   test_tuner(kind);
   CHECK_DONE();
