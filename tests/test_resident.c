@@ -12,6 +12,7 @@
  *   - a routine on the interpreter between device steps reads what the device wrote (brought
  *     back) and its writes reach the device (uploaded at the next step), and a raw host write
  *     (cn_node_buffer) reads back first and is uploaded once;
+ *   - a checkpoint saves the device's values and loading one replaces newer device values;
  *   - cn_tensor_to_host, cn_node_current; the C context copies nothing.
  * A routine's scratch on the device: cleared there before each run, never on the host.
  * Also: the option "backend" (CN_BACKEND_DEFAULT, $CANNL_BACKEND, refusals with suggestions) and
@@ -253,6 +254,27 @@ static void test_training(cn_backend_kind kind) {
   run(&c, c.step);
   run(&d, d.step);
   CHECK_INT(count.uploads - uploads, 1);
+  for (int p = 0; p < 3; p++)
+    check_same(cn_tensor_value(d.params[p]), cn_tensor_value(c.params[p]), names[p]);
+
+  /* a checkpoint saved from the device's values (brought back), loaded over newer ones there (a
+   * host write: the next run uploads it): d is back at c's state */
+  run(&c, c.step);
+  run(&d, d.step);
+  char dir[64] = "/tmp/cannl-test-resident-XXXXXX", file[96];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(file, sizeof file, "%s/state.safetensors", dir);
+  cn_named_node state[3];
+  for (int p = 0; p < 3; p++) state[p] = (cn_named_node){names[p], cn_tensor_value(d.params[p])};
+  CHECK_MSG(cn_data_save_safetensors(d.ctx, file, 3, state, 0, NULL) == CN_OK, "%s",
+            cn_ctx_error(d.ctx));
+  run(&d, d.step);
+  CHECK_MSG(cn_data_load_safetensors(d.ctx, file, 3, state, NULL, NULL) == CN_OK, "%s",
+            cn_ctx_error(d.ctx));
+  remove(file);
+  remove(dir);
+  run(&c, c.step);
+  run(&d, d.step);
   for (int p = 0; p < 3; p++)
     check_same(cn_tensor_value(d.params[p]), cn_tensor_value(c.params[p]), names[p]);
 
