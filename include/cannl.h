@@ -305,7 +305,9 @@ CN_API cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_
  * and a host write (cn_node_set_values, loading) makes the device copies stale. Which copies hold
  * the newest value: CN_CURRENT_HOST and/or CN_CURRENT_DEVICE (some device's copy). The counts
  * and bytes of the copies made are the stats CN_STAT_UPLOADS ... CN_STAT_DOWNLOAD_BYTES. The
- * host backends (interpreter, generated C) run on the host buffers themselves: no copy. */
+ * checks of a run read on the host: the label checks (cross_entropy, accuracy, confusion) bring
+ * their few cells back after every run, the check "nan" every node the run wrote. The host
+ * backends (interpreter, generated C) run on the host buffers themselves: no copy. */
 typedef enum { CN_CURRENT_HOST = 1, CN_CURRENT_DEVICE = 2 } cn_node_where;
 CN_API unsigned cn_node_current(const cn_node *node, bool merge);
 /* Brings the host buffer up to date now (a download, waited for), as a host read would. */

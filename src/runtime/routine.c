@@ -299,6 +299,7 @@ static cn_status routine_alloc_tables(cn_routine *r) {
   if (!r->local || !r->access || !r->scratch || !r->scratch_bytes || !r->buffers ||
       !r->sym_values || !r->sym_bound)
     return ctx->status;
+  /* zero-filled: CN_HOST_READ, for the params the body only reads */
   for (int w = 0; w < r->n_written; w++) r->access[r->written[w]] = CN_HOST_WRITE;
   bool on_host = !(r->backend->caps & CN_BACKEND_DEVICE_MEMORY);
   for (int i = 0; i < proc->n_params; i++) {
