@@ -153,7 +153,12 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *   "print_threshold"  a tensor of more cells is printed elided (numpy's threshold): an integer
  *               in [0, 2^63) (default: $CANNL_PRINT_THRESHOLD, else 1000).
  *   "print_precision"  the most digits after the point of a printed number: an integer in
- *               [0, 17] (default: $CANNL_PRINT_PRECISION, else 8). */
+ *               [0, 17] (default: $CANNL_PRINT_PRECISION, else 8).
+ * And of every caller that gives no backend (CN_BACKEND_DEFAULT: `cannl run` without --backend,
+ * cn_notation_run with NULL options):
+ *   "backend"   the name of a registered backend (cn_backend_list; default: $CANNL_BACKEND, else
+ *               "c"); an unknown name is refused, with the closest names suggested, when set
+ *               and, from the environment, when a routine needs it. */
 CN_API cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value);
 CN_API const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
@@ -164,6 +169,12 @@ typedef enum {
   CN_STAT_ROUTINE_RUNS,
   CN_STAT_TUNE_RUNS, /* GEMM nests tuned: candidate plans compiled and timed (option "tune") */
   CN_STAT_TUNE_HITS, /* GEMM plans taken from a tune record of an earlier tuning */
+  /* Copies between the host and the devices of backends with memory of their own (a node's
+   * buffer moved whole; cn_node_current): */
+  CN_STAT_UPLOADS,        /* host buffers uploaded to a device */
+  CN_STAT_DOWNLOADS,      /* device copies brought back to the host */
+  CN_STAT_UPLOAD_BYTES,   /* their bytes */
+  CN_STAT_DOWNLOAD_BYTES, /* their bytes */
   /* Where the time to a first result goes, in microseconds of wall time (bench/bench_startup,
    * `cannl run --timings`); the phases never overlap, so they add up: */
   CN_STAT_US_SCHEDULE,  /* lowering, simplifying and scheduling routines */
@@ -285,6 +296,22 @@ CN_API cn_status cn_node_get_values(cn_node *node, bool merge, double *values, s
 /* Raw stored cells (count * cn_prec_bytes), unpadded, row-major. */
 CN_API cn_status cn_node_set_cells(cn_node *node, bool merge, const void *cells, size_t count);
 CN_API cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_t count);
+/* Device-resident nodes. A routine of a backend with its own memory (CN_BACKEND_DEVICE_MEMORY)
+ * runs on the node's copy on its device: one per node and device, shared by every routine run
+ * there, kept between runs and released with the context. A run uploads only the buffers whose
+ * copy there is stale (the host or another device wrote the node since) and downloads nothing;
+ * the host buffer is brought back when the host reads the node: cn_node_get_values and the other
+ * readers (printing, checkpoints, save_npy, export, runs on the host backends) do so themselves,
+ * and a host write (cn_node_set_values, loading) makes the device copies stale. Which copies hold
+ * the newest value: CN_CURRENT_HOST and/or CN_CURRENT_DEVICE (some device's copy). The counts
+ * and bytes of the copies made are the stats CN_STAT_UPLOADS ... CN_STAT_DOWNLOAD_BYTES. The
+ * checks of a run read on the host: the label checks (cross_entropy, accuracy, confusion) bring
+ * their few cells back after every run, the check "nan" every node the run wrote. The host
+ * backends (interpreter, generated C) run on the host buffers themselves: no copy. */
+typedef enum { CN_CURRENT_HOST = 1, CN_CURRENT_DEVICE = 2 } cn_node_where;
+CN_API unsigned cn_node_current(const cn_node *node, bool merge);
+/* Brings the host buffer up to date now (a download, waited for), as a host read would. */
+CN_API cn_status cn_node_to_host(cn_node *node, bool merge);
 
 /* ---- Index maps and projections ------------------------------------------------------------ */
 
@@ -420,14 +447,16 @@ CN_API const char *cn_asgn_to_string(cn_ctx *ctx, const cn_asgn *asgn);
 
 /* Backends are a process-wide registry (docs/ARCHITECTURE.md "Backends and devices"): the two
  * built-in ones have the ids below, a backend registered later (src/backend/backend.h,
- * cn_backend_register) the next id. */
-typedef enum { CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
+ * cn_backend_register) the next id. CN_BACKEND_DEFAULT, wherever a backend is given (routines,
+ * cn_notation_options, cn_text_sample): the one the context's option "backend" names. */
+typedef enum { CN_BACKEND_DEFAULT = -1, CN_BACKEND_INTERP, CN_BACKEND_C } cn_backend_kind;
 typedef struct cn_routine cn_routine;
 
 /* What a backend can do (cn_backend_caps, a mask): TUNABLE, its GEMM plans are tuned by timing
  * candidates (option tune); PARALLEL, it runs parallel-marked loops on the context's threads
- * (option threads); DEVICE_MEMORY, its buffers live in its device's own memory (copied from the
- * nodes before a run and back after it; without it a routine runs on the nodes' buffers, no copy);
+ * (option threads); DEVICE_MEMORY, its buffers live in its device's own memory (the nodes'
+ * copies there, uploaded only when stale and brought back when the host reads: cn_node_current;
+ * without it a routine runs on the nodes' buffers, no copy);
  * COMPILED, building its code costs more than a small routine's runs, so a script runs such
  * routines on the interpreter until they are worth building (option interpret_below) and
  * builds the routines of a loop ahead, behind the script. */
@@ -582,6 +611,8 @@ CN_API const char *cn_tensor_shape(const cn_tensor *t);
  * gradient is NULL for a tensor without one. */
 CN_API cn_node *cn_tensor_value(cn_tensor *t);
 CN_API cn_node *cn_tensor_grad(cn_tensor *t);
+/* cn_node_to_host of the tensor's value and, when it has one, its gradient. */
+CN_API cn_status cn_tensor_to_host(cn_tensor *t);
 /* How a tensor prints (cn_tensor_format_with). */
 typedef struct {
   bool json;         /* one JSON line (every value at full precision) instead of the grid */
@@ -1286,7 +1317,7 @@ CN_API int cn_graph_state(cn_graph *g, cn_tensor *t, cn_named_node *out, int cap
 /* ---- The notation: .cnl scripts, %op and %cd text (docs/notation.md) ----------------------- */
 
 typedef struct {
-  cn_backend_kind backend;
+  cn_backend_kind backend;            /* CN_BACKEND_DEFAULT: the context's option "backend" */
   bool json;                          /* print tensors as JSON lines (cn_tensor_format) */
   bool emit_asgn, emit_loops, emit_c; /* print each compiled routine's code */
   FILE *out;                          /* NULL: stdout */
@@ -1324,7 +1355,8 @@ typedef struct {
    * NULL: the current directory (`cannl run` gives "runs" unless --out says otherwise). */
   const char *out_dir;
 } cn_notation_options;
-/* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. */
+/* Runs a script; errors are "FILE:LINE:COL: message" with the line and a caret. NULL opts: every
+ * default, the backend the context's option "backend" (a zeroed struct's is the interpreter). */
 CN_API cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
                                  const cn_notation_options *opts);
 /* Parses a script without running it (a syntax error is reported as by cn_notation_run). */

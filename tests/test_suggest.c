@@ -126,7 +126,7 @@ static void test_options(void) {
   CHECK_STR(cn_ctx_error(ctx),
             "unknown option 'shedule', did you mean 'schedule'? (known: cc, "
             "cflags, cache_dir, check, schedule, threads, parallel_work, exact, "
-            "tune, interpret_below, random_seed, print_threshold, print_precision)");
+            "tune, interpret_below, random_seed, print_threshold, print_precision, backend)");
   CHECK_INT(cn_ctx_set_option(ctx, "tune", "quik"), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx),
             "option tune: unknown value 'quik', did you mean 'quick'? (known: off, cached, quick, "

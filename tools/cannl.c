@@ -406,13 +406,12 @@ static void draw_progress(void *user, const char *line) {
 }
 
 static int run_with_sets(int argc, char **argv, bool exporting, const char **sets) {
-  cn_notation_options opts = {.backend = CN_BACKEND_C, .sets = sets, .out_dir = "runs"};
+  /* without --backend, the context's option "backend" decides: $CANNL_BACKEND, else c; a name no
+   * backend has is a usage error here, before anything runs */
+  cn_notation_options opts = {.backend = CN_BACKEND_DEFAULT, .sets = sets, .out_dir = "runs"};
   const char *env_backend = getenv("CANNL_BACKEND");
-  if (env_backend && *env_backend) {
-    int found = cn_backend_find(env_backend);
-    if (found < 0) return unknown_backend("CANNL_BACKEND: ", env_backend);
-    opts.backend = (cn_backend_kind)found;
-  }
+  int default_backend = env_backend && *env_backend ? cn_backend_find(env_backend) : CN_BACKEND_C;
+  if (default_backend < 0) return unknown_backend("CANNL_BACKEND: ", env_backend);
   const char *file = NULL, *inline_text = NULL;
   bool check_nan = false, timings = false;
   /* --print-threshold and --print-precision: the context's options of the same names */
@@ -475,7 +474,8 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   if (!file == !inline_text) return usage_error("%s takes a script file or -e TEXT", argv[1]);
   if (exporting && (!opts.export_input || !opts.export_output))
     return usage_error("export needs --input NAME and --output NAME");
-  if (opts.emit_c && opts.backend != CN_BACKEND_C)
+  if (opts.emit_c &&
+      (opts.backend == CN_BACKEND_DEFAULT ? default_backend : (int)opts.backend) != CN_BACKEND_C)
     return usage_error("--emit=c needs the C backend, not --backend interp");
   const char *why = NULL;
   char *text = file ? read_file(file, &why) : NULL;

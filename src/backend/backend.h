@@ -30,32 +30,17 @@ typedef struct {
   void *(*scratch)(void *pool, size_t bytes);
 } cn_parallel;
 
-/* A device: where a routine of a backend with CN_BACKEND_DEVICE_MEMORY runs, and its memory.
- * A buffer is an opaque handle of `bytes` bytes (allocate: contents unspecified); upload and
- * download copy a whole buffer from and to host memory and may return before the copy is done
- * (the host memory must then stay put until synchronize, which waits for everything the device
- * was asked to do). The backends whose buffers are host memory (the interpreter, generated C)
- * have no device object: their device is the host, and a routine passes them the nodes' own
- * buffers, nothing copied. */
-typedef struct cn_device cn_device;
-struct cn_device {
-  const char *name;
-  void *state; /* the implementation's */
-  cn_status (*allocate)(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer);
-  cn_status (*upload)(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
-                      size_t bytes);
-  cn_status (*download)(cn_ctx *ctx, const cn_device *dev, void *host, const void *buffer,
-                        size_t bytes);
-  cn_status (*synchronize)(cn_ctx *ctx, const cn_device *dev);
-  void (*free)(const cn_device *dev, void *buffer);
-};
+/* A device (cn_device, with its buffers, allocate, upload, download, synchronize, free, clear):
+ * where a routine of a backend with CN_BACKEND_DEVICE_MEMORY runs, and its memory; defined in
+ * ir/ir.h, since the nodes keep their copies there (ir/resident.c). */
 
 typedef struct {
   const char *name; /* a lowercase identifier of at most CN_BACKEND_NAME_MAX characters */
   unsigned caps;    /* cn_backend_cap: PARALLEL exactly when run_parallel is set, DEVICE_MEMORY
                        exactly when open_device is */
   /* The device the routines of ctx run on (a backend with state opens it on first use and
-   * registers its release with the context); its five functions all set. */
+   * registers its release with the context); allocate, upload, download, synchronize and free
+   * set, clear optional. */
   cn_status (*open_device)(cn_ctx *ctx, const cn_device **device);
   /* On success *compiled is backend-owned state; *source (may be NULL) is text describing what
    * was compiled (the generated C), owned by the compiled state. */

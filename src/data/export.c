@@ -113,7 +113,8 @@ static cn_status put_buffer(cn_ctx *ctx, cn_sbuf *sb, const char *name, int i,
   size_t cells = cn_node_buffer_cells(node);
   bool scratch = node->mode != CN_MEM_MATERIALIZED;
   const unsigned char *data = NULL;
-  if (!written && !scratch && !(data = cn_node_buffer(node, param->merge))) return ctx->status;
+  if (!written && !scratch && !(data = cn_node_host(node, param->merge, CN_HOST_READ)))
+    return ctx->status;
   cn_sbuf_puts(sb, "/* ");
   put_text(sb, cn_node_describe(node));
   cn_sbuf_printf(sb, "%s, %zu cells%s */\n", param->merge ? " (merge)" : "", cells,

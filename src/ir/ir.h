@@ -13,6 +13,34 @@
 #include "core/core.h"
 #include "numeric/numeric.h"
 
+/* A device with memory of its own: where a routine of a backend with CN_BACKEND_DEVICE_MEMORY
+ * (src/backend/backend.h) runs, and where the nodes it touches keep a copy of their buffers
+ * (resident.c). Defined here, below the backends, because a node's copy is read back through it
+ * whenever the host reads the node, from any layer.
+ * A buffer is an opaque handle of `bytes` bytes (allocate: contents unspecified); upload and
+ * download copy a whole buffer from and to host memory and may return before the copy is done
+ * (the host memory must then stay put until synchronize, which waits for everything the device
+ * was asked to do); clear sets a buffer's bytes to zero (NULL: the runtime uploads zeros
+ * instead). The backends whose buffers are host memory (the interpreter, generated C) have no
+ * device object: their device is the host, and a routine passes them the nodes' own buffers,
+ * nothing copied. */
+typedef struct cn_device cn_device;
+struct cn_device {
+  const char *name;
+  void *state; /* the implementation's */
+  cn_status (*allocate)(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer);
+  cn_status (*upload)(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
+                      size_t bytes);
+  cn_status (*download)(cn_ctx *ctx, const cn_device *dev, void *host, const void *buffer,
+                        size_t bytes);
+  cn_status (*synchronize)(cn_ctx *ctx, const cn_device *dev);
+  void (*free)(const cn_device *dev, void *buffer);
+  cn_status (*clear)(cn_ctx *ctx, const cn_device *dev, void *buffer, size_t bytes);
+};
+
+/* A node's buffer (value or merge) as kept on one device (resident.c). */
+typedef struct cn_node_copy cn_node_copy;
+
 struct cn_node {
   cn_ctx *ctx;
   int id;
@@ -23,7 +51,13 @@ struct cn_node {
   int64_t pad[CN_MAX_RANK][2]; /* [axis][0] left, [axis][1] right */
   cn_memory_mode mode;
   void *value, *merge; /* malloc'd padded buffers, NULL until first use; freed by the context */
-  bool buffers_used;   /* set once a buffer exists: padding is then frozen */
+  bool buffers_used;   /* set once a buffer exists, here or on a device: padding is frozen */
+  /* The copies of the buffers on devices (resident.c), newest first; NULL: the host buffers are
+   * the only ones (the host backends never make any, so their runs copy nothing). host_stale[1]
+   * for the merge buffer, [0] for the value: a device copy holds a newer value than the host
+   * buffer, read back when the host reads (cn_node_host). */
+  cn_node_copy *copies;
+  bool host_stale[2];
   /* An intermediate nothing outside the routines that compute it can read (set by the tensor
    * layer for the unnamed values of a script, cn_graph_fuse_unnamed): the schedule may inline it
    * like a CN_MEM_VIRTUAL node where that is exact, and otherwise leaves it materialized. */
@@ -39,8 +73,29 @@ struct cn_node {
 int64_t cn_node_padded_dim(const cn_node *node, int axis);
 size_t cn_node_buffer_cells(const cn_node *node);
 void cn_node_strides(const cn_node *node, int64_t *strides);
-/* The buffer (allocated zero-filled on first use); NULL with an error on failure. */
+/* The host buffer of a node (allocated zero-filled on first use) for an access of the host: the
+ * one accessor every host read or write of a node's cells goes through (resident.c), so that a
+ * value a device computed is seen and a value the host wrote reaches the devices. READ brings the
+ * host buffer up to date first (a download from the device holding the newest value, waited
+ * for); WRITE (a read-modify-write: a part of the cells, or the padding margins kept) also marks
+ * every device copy stale; OVERWRITE (every byte of the padded buffer written) marks them stale
+ * without a download. A node no device touched costs one test. NULL with an error on failure. */
+typedef enum { CN_HOST_READ, CN_HOST_WRITE, CN_HOST_OVERWRITE } cn_host_access;
+void *cn_node_host(cn_node *node, bool merge, cn_host_access access);
+/* cn_node_host(node, merge, CN_HOST_WRITE): the buffer for any use (tests, raw callers). */
 void *cn_node_buffer(cn_node *node, bool merge);
+/* The buffer without any synchronization, allocated zero-filled on first use (node.c): only for
+ * cn_node_host and the device transfers of resident.c. */
+void *cn_node_raw_buffer(cn_node *node, bool merge);
+/* The copy of a node's buffer on dev, holding the node's newest value, for a run on dev: made on
+ * first use (the device's allocation, released with the context), uploaded from the host when
+ * stale (after a download from another device holding the newest value), cleared on the device
+ * instead when the host has no buffer yet (all zeros). Never allocates a host buffer a device
+ * can clear. Counts CN_STAT_UPLOADS and CN_STAT_UPLOAD_BYTES. */
+cn_status cn_node_device(cn_node *node, bool merge, const cn_device *dev, void **buffer);
+/* A run on dev wrote the node's copy there: it alone is current, the host's and the other
+ * devices' copies are stale. */
+void cn_node_device_wrote(cn_node *node, bool merge, const cn_device *dev);
 /* "label" (#id) for messages; arena-owned. */
 const char *cn_node_describe(const cn_node *node);
 /* The first unpadded cell, in row-major order, of `cells` (a buffer laid out as node's: its value,

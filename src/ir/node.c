@@ -1,5 +1,6 @@
 /* Tensor nodes: creation, shape and padding queries, the value and merge buffers and the host
- * transfers (cn_node_set/get_values/cells).
+ * transfers (cn_node_set/get_values/cells), which reach the buffers through the host accessor
+ * (cn_node_host, resident.c) like every other host access.
  *
  * Invariants: a node lives in the context arena; its dims never change; its buffers are malloc'd
  * zero-filled on first use over the padded extent, after which the padding is frozen, and each
@@ -213,7 +214,7 @@ static void *buffer_failure(const cn_node *node, bool merge, size_t bytes) {
 
 /* A buffer is freed by its context's cleanup (the node has no release of its own); when the
  * cleanup cannot be registered the buffer is given back at once and the allocation fails. */
-void *cn_node_buffer(cn_node *node, bool merge) {
+void *cn_node_raw_buffer(cn_node *node, bool merge) {
   void **slot = merge ? &node->merge : &node->value;
   if (*slot) return *slot;
   size_t cells = cn_node_buffer_cells(node), bytes = cells * cn_prec_bytes(node->prec);
@@ -296,7 +297,13 @@ static cn_status transfer(cn_node *node, bool merge, host_array host, size_t cou
                    "%s: %s is virtual (CN_MEM_VIRTUAL): computed inside the routine that uses it, "
                    "it has no host buffer (set it CN_MEM_MATERIALIZED before compiling to read it)",
                    transfer_name(kind), cn_node_describe(node));
-  unsigned char *buffer = cn_node_buffer(node, merge);
+  /* a write of every cell of a buffer without padding leaves nothing a device copy could add */
+  bool padded = false;
+  for (int a = 0; a < node->rank; a++) padded |= node->pad[a][0] || node->pad[a][1];
+  cn_host_access access = kind == GET_VALUES || kind == GET_CELLS ? CN_HOST_READ
+                          : padded                                ? CN_HOST_WRITE
+                                                                  : CN_HOST_OVERWRITE;
+  unsigned char *buffer = cn_node_host(node, merge, access);
   if (!buffer) return ctx->status;
   if (numel == 0) return CN_OK;
   size_t bytes = cn_prec_bytes(node->prec);

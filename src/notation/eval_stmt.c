@@ -348,7 +348,7 @@ static bool print_options(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_
 /* A NaN or an infinity among the values print showed, for the warning at the end of the run. */
 static void note_printed(nt_interp *I, const nt_item_state *st, cn_nt_pos at) {
   cn_node *node = st->grad ? cn_tensor_grad(st->tensor) : cn_tensor_value(st->tensor);
-  void *cells = node ? cn_node_buffer(node, false) : NULL;
+  void *cells = node ? cn_node_host(node, false, CN_HOST_READ) : NULL;
   int64_t cell[CN_MAX_RANK];
   double value;
   if (!cells || !cn_node_find_cell(node, cells, false, cell, &value)) return;
@@ -859,7 +859,11 @@ static cn_status run_program(nt_interp *I, const char *file, const char *text,
 cn_status cn_notation_run(cn_graph *g, const char *file, const char *text,
                           const cn_notation_options *opts) {
   nt_interp I;
-  if (!open_interp(&I, g, opts)) {
+  /* NULL options are the defaults: the backend too, the context's option "backend" */
+  cn_notation_options defaults = {.backend = CN_BACKEND_DEFAULT};
+  if (!opts) opts = &defaults;
+  if (!open_interp(&I, g, opts) || (I.opts.backend == CN_BACKEND_DEFAULT &&
+                                    cn_routine_default_backend(I.ctx, &I.opts.backend) != CN_OK)) {
     if (opts && opts->syntax_error) *opts->syntax_error = false;
     return cn_ctx_status(I.ctx);
   }

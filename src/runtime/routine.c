@@ -22,19 +22,24 @@
  *
  * A routine is linked against the device of the backend it runs on (backend.h): for the host
  * backends (the interpreter, generated C) the nodes' buffers are the device's and a run passes
- * them as they are; for a backend with CN_BACKEND_DEVICE_MEMORY the routine holds a device buffer
- * per param, and a run uploads every param's host buffer (scratch cleared first), runs,
- * synchronizes and downloads the params the body writes, so between runs the host buffers hold
- * every value (the checks below read them, and any backend or the host may run next).
+ * them as they are, through the host accessor (cn_node_host: a node a device wrote is brought
+ * back first, and a write makes the device copies stale); for a backend with
+ * CN_BACKEND_DEVICE_MEMORY a run passes the nodes' copies on the device (ir/resident.c: uploaded
+ * only where stale), marks the copies of the params it writes as the only current ones, and
+ * synchronizes; nothing is downloaded until the host reads. Its scratch lives on the device only
+ * (the routine's, cleared there before the run): no host buffer. The checks below read on the
+ * host what they check: the guard nodes written, on every run, and with "nan" every materialized
+ * node written (a scratch node on a device is not scanned).
  *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
  * the process may run on); the pool splits only iterations the schedule proved independent, so
  * results are the same bits for every thread count.
  *
- * The public option calls live here, the layer that knows every option: "check", "schedule" and
- * "threads" are the routines' own, "cc", "cflags" and "cache_dir" the generated-C backend's
- * (cn_cc_option); the context only stores the values set. */
+ * The public option calls live here, the layer that knows every option: "check", "schedule",
+ * "threads" and "backend" (the backend of CN_BACKEND_DEFAULT) are the routines' own, "cc", "cflags"
+ * and "cache_dir" the generated-C backend's (cn_cc_option); the context only stores the values set.
+ */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/backend.h"
 #include "runtime/pool.h"
@@ -57,17 +62,22 @@ struct cn_routine {
   const char *loops;      /* arena: the loop IR after simplification */
   void *compiled;         /* backend-owned state, NULL until compiled */
   const char *source;     /* owned by `compiled`; NULL for the interpreter */
-  void **scratch;         /* per param: malloc'd zero-filled buffer for local nodes, else NULL */
+  bool *local;            /* per param: scratch, the routine's own (LOCAL, or VIRTUAL kept) */
+  /* per param: malloc'd zero-filled host buffer of a local node when the routine runs on the
+   * host (or on a device without clear: the zeros uploaded), else NULL */
+  void **scratch;
   size_t *scratch_bytes;  /* per param: the bytes zeroed before each run (0: the first statement
                              using it writes every cell, cn_sched_written_first) */
   void **buffers;         /* per param: the host buffer of the run (filled by cn_routine_run) */
+  cn_host_access *access; /* per param: how a run on the host uses its buffer */
   int64_t *sym_values;    /* per free symbol */
   bool *sym_bound;        /* per free symbol */
   const char *env_check;  /* the "check" default when compiled ($CANNL_CHECK or "off"; arena) */
   /* The backend asked: `backend`, or the one a tiered routine is interpreted in place of. */
   const cn_backend *target;
-  /* Linked to a device with its own memory (routine_link; NULL: the host's): per param its buffer
-   * there and the bytes of both copies. */
+  /* Linked to a device with its own memory (routine_link; NULL: the host's): per param the
+   * buffer a run passes there (a local node's the routine's own, of `bytes`; a materialized
+   * node's copy, the node's, set by each run). */
   const cn_device *device;
   void **device_buffers;
   size_t *bytes;
@@ -97,10 +107,12 @@ static void routine_release(cn_routine *r) {
   if (r->compiled) r->backend->release(r->compiled);
   if (r->scratch)
     for (int i = 0; i < r->proc->n_params; i++) free(r->scratch[i]);
-  if (r->device_buffers)
+  if (r->device_buffers) /* the materialized nodes' copies are theirs */
     for (int i = 0; i < r->proc->n_params; i++)
-      if (r->device_buffers[i]) r->device->free(r->device, r->device_buffers[i]);
+      if (r->local[i] && r->device_buffers[i]) r->device->free(r->device, r->device_buffers[i]);
   free(r->device_buffers);
+  free(r->local);
+  free(r->access);
   free(r->bytes);
   free(r->scratch);
   free(r->scratch_bytes);
@@ -177,6 +189,17 @@ static void format_value(cn_prec prec, double v, char *text, size_t cap) {
   }
 }
 
+/* The cells a run wrote into params[i], as the host sees them: the run's buffer on the host; on a
+ * device the node's host buffer, brought back (a host read), and NULL for a scratch node, which
+ * has none. False after a failed download. */
+static bool written_cells(cn_routine *r, int i, const void **cells) {
+  const cn_ll_param *p = &r->proc->params[i];
+  *cells = !r->device    ? r->buffers[i]
+           : r->local[i] ? NULL
+                         : cn_node_host(p->node, p->merge, CN_HOST_READ);
+  return *cells || !r->device || r->local[i];
+}
+
 /* The tests the program computes (cn_node.guard_what): the first written guard node holding a
  * nonzero cell fails the run (CN_ERR_RUNTIME) with its message, checked on every run since a
  * guard's cells are as few as a batch's labels. Before the NaN check: a guard's failure explains
@@ -186,9 +209,10 @@ static cn_status check_guards(cn_routine *r) {
     const cn_ll_param *p = &r->proc->params[r->written[w]];
     int64_t at[CN_MAX_RANK];
     double value;
-    if (!p->node->guard_what || p->merge ||
-        !cn_node_find_cell(p->node, r->buffers[r->written[w]], true, at, &value))
-      continue;
+    if (!p->node->guard_what || p->merge) continue;
+    const void *cells;
+    if (!written_cells(r, r->written[w], &cells)) return r->ctx->status;
+    if (!cells || !cn_node_find_cell(p->node, cells, true, at, &value)) continue;
     char cell[CN_MAX_RANK * 24 + 3], text[32];
     format_cell(p->node, at, cell, sizeof cell);
     format_value(p->node->prec, value, text, sizeof text);
@@ -224,7 +248,9 @@ static cn_status check_nonfinite(cn_routine *r) {
     const cn_ll_param *p = &r->proc->params[r->written[w]];
     int64_t at[CN_MAX_RANK];
     double value;
-    if (!cn_node_find_cell(p->node, r->buffers[r->written[w]], false, at, &value)) continue;
+    const void *cells;
+    if (!written_cells(r, r->written[w], &cells)) return ctx->status;
+    if (!cells || !cn_node_find_cell(p->node, cells, false, at, &value)) continue;
     char cell[CN_MAX_RANK * 24 + 3];
     format_cell(p->node, at, cell, sizeof cell);
     cn_fail(ctx, CN_ERR_RUNTIME,
@@ -241,34 +267,58 @@ static cn_status check_nonfinite(cn_routine *r) {
   return CN_OK;
 }
 
-/* Allocates the per-param and per-symbol tables and the local scratch buffers. */
+/* The bytes of a node's padded buffer; false with a message when they overflow. */
+static bool node_bytes(cn_routine *r, const cn_node *node, size_t *bytes) {
+  if (cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), bytes)) return true;
+  cn_fail(r->ctx, CN_ERR_NOMEM, "routine '%s': scratch of %s is too large", r->name,
+          cn_node_describe(node));
+  return false;
+}
+
+/* A local node's zero-filled host scratch (allocated once). */
+static cn_status host_scratch(cn_routine *r, int i) {
+  size_t bytes;
+  if (r->scratch[i]) return CN_OK;
+  if (!node_bytes(r, r->proc->params[i].node, &bytes)) return r->ctx->status;
+  r->scratch[i] = cn_calloc(r->ctx, bytes ? bytes : 1, 1);
+  return r->scratch[i] ? CN_OK : r->ctx->status;
+}
+
+/* Allocates the per-param and per-symbol tables and, for a routine run on the host, the local
+ * scratch buffers (a device's are made by routine_link). */
 static cn_status routine_alloc_tables(cn_routine *r) {
   cn_ctx *ctx = r->ctx;
   const cn_ll_proc *proc = r->proc;
+  r->local = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(bool));
+  r->access = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(cn_host_access));
   r->scratch = cn_calloc(ctx, (size_t)proc->n_params, sizeof(void *));
   r->scratch_bytes = cn_calloc(ctx, (size_t)proc->n_params, sizeof(size_t));
   r->buffers = cn_calloc(ctx, (size_t)proc->n_params, sizeof(void *));
   r->sym_values = cn_calloc(ctx, (size_t)proc->n_free_syms, sizeof(int64_t));
   r->sym_bound = cn_calloc(ctx, (size_t)proc->n_free_syms, sizeof(bool));
-  if (!r->scratch || !r->scratch_bytes || !r->buffers || !r->sym_values || !r->sym_bound)
+  if (!r->local || !r->access || !r->scratch || !r->scratch_bytes || !r->buffers ||
+      !r->sym_values || !r->sym_bound)
     return ctx->status;
+  /* zero-filled: CN_HOST_READ, for the params the body only reads */
+  for (int w = 0; w < r->n_written; w++) r->access[r->written[w]] = CN_HOST_WRITE;
+  bool on_host = !(r->backend->caps & CN_BACKEND_DEVICE_MEMORY);
   for (int i = 0; i < proc->n_params; i++) {
     const cn_node *node = proc->params[i].node;
     if (node->mode == CN_MEM_MATERIALIZED) continue; /* LOCAL, or VIRTUAL left as scratch */
     size_t bytes;
-    if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes))
-      return cn_fail(ctx, CN_ERR_NOMEM, "routine '%s': scratch of %s is too large", r->name,
-                     cn_node_describe(node));
-    r->scratch[i] = cn_calloc(ctx, bytes ? bytes : 1, 1);
-    if (!r->scratch[i]) return ctx->status;
+    if (!node_bytes(r, node, &bytes)) return ctx->status;
+    r->local[i] = true;
     r->scratch_bytes[i] = cn_sched_written_first(proc, i) ? 0 : bytes;
+    if (on_host && host_scratch(r, i) != CN_OK) return ctx->status;
   }
   return CN_OK;
 }
 
 /* Links the routine to the device of the backend it runs on: for a backend with its own memory,
- * opens the device and allocates a buffer there per param (once: a tiered routine links when it
- * is compiled); nothing for the host backends. */
+ * opens the device and allocates there the scratch of the local params (once: a tiered routine
+ * links when it is compiled), and the host zeros uploaded to clear it where the device cannot;
+ * the materialized nodes' copies are made by the runs (cn_node_device). Nothing for the host
+ * backends. */
 static cn_status routine_link(cn_routine *r) {
   if (!(r->backend->caps & CN_BACKEND_DEVICE_MEMORY) || r->device_buffers) return CN_OK;
   cn_ctx *ctx = r->ctx;
@@ -280,16 +330,16 @@ static cn_status routine_link(cn_routine *r) {
   size_t *bytes = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(size_t));
   status = buffers && bytes ? CN_OK : ctx->status;
   for (int i = 0; i < proc->n_params && status == CN_OK; i++) {
-    const cn_node *node = proc->params[i].node;
-    if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes[i]))
-      status = cn_fail(ctx, CN_ERR_NOMEM, "routine '%s': %s is too large for device %s", r->name,
-                       cn_node_describe(node), dev->name);
-    else
-      status = dev->allocate(ctx, dev, bytes[i], &buffers[i]);
+    if (!r->local[i]) continue;
+    if (!node_bytes(r, proc->params[i].node, &bytes[i]))
+      status = ctx->status;
+    else if ((status = dev->allocate(ctx, dev, bytes[i], &buffers[i])) == CN_OK &&
+             r->scratch_bytes[i] && !dev->clear)
+      status = host_scratch(r, i);
   }
   if (status != CN_OK) { /* linked entirely or not at all */
     for (int i = 0; buffers && i < proc->n_params; i++)
-      if (buffers[i]) dev->free(dev, buffers[i]);
+      if (r->local[i] && buffers[i]) dev->free(dev, buffers[i]);
     free(buffers);
     free(bytes);
     return status;
@@ -391,6 +441,8 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
     cn_fail(ctx, CN_ERR_INVALID, "routine '%s': no assignments to compile", name);
     return NULL;
   }
+  if (backend == CN_BACKEND_DEFAULT && cn_routine_default_backend(ctx, &backend) != CN_OK)
+    return NULL;
   const cn_backend *impl = cn_backend_get(backend), *target = impl;
   if (!impl) {
     cn_fail(ctx, CN_ERR_INVALID, "routine '%s': unknown backend kind %d", name, (int)backend);
@@ -431,7 +483,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
     const char *tune = cn_ctx_option(ctx, "tune");
     if (!cn_tune_mode_valid(tune))
       return unknown_value(ctx, "CANNL_TUNE", tune, CN_TUNE_MODES), NULL;
-    if (cn_tune_proc(ctx, proc, tune) != CN_OK) return NULL;
+    if (cn_tune_proc(ctx, impl, proc, tune) != CN_OK) return NULL;
   }
   ctx->stats[CN_STAT_US_TUNE] += cn_now_us() - scheduled;
   const char *loops = cn_ll_to_string(ctx, proc);
@@ -664,20 +716,39 @@ static cn_status run_backend(cn_routine *r, void *const *buffers) {
              : r->backend->run(r->ctx, r->compiled, buffers, r->sym_values);
 }
 
+/* Clears a local param's scratch on the device before a run (where its first statement does not
+ * write every cell): the device's clear, else an upload of host zeros. */
+static cn_status clear_scratch(cn_routine *r, int i) {
+  const cn_device *dev = r->device;
+  size_t bytes = r->scratch_bytes[i];
+  if (!bytes) return CN_OK;
+  if (dev->clear) return dev->clear(r->ctx, dev, r->device_buffers[i], bytes);
+  memset(r->scratch[i], 0, bytes); /* a tiered routine's host runs left their values there */
+  r->ctx->stats[CN_STAT_UPLOADS]++;
+  r->ctx->stats[CN_STAT_UPLOAD_BYTES] += bytes;
+  return dev->upload(r->ctx, dev, r->device_buffers[i], r->scratch[i], bytes);
+}
+
 /* Runs the backend on the host buffers, or, linked to a device with its own memory, on the
- * device's copies: every param uploaded, the run, the written params downloaded. */
+ * device's: the nodes' copies there (uploaded where stale), the scratch cleared; the written
+ * copies become the current ones (also after a failed run, which may have written part of
+ * them); then a synchronize, so that no transfer is pending when the caller goes on. */
 static cn_status run_on_device(cn_routine *r) {
   const cn_device *dev = r->device;
   if (!dev) return run_backend(r, r->buffers);
+  const cn_ll_proc *proc = r->proc;
   cn_status status = CN_OK;
-  for (int i = 0; i < r->proc->n_params && status == CN_OK; i++)
-    status = dev->upload(r->ctx, dev, r->device_buffers[i], r->buffers[i], r->bytes[i]);
-  if (status == CN_OK) status = run_backend(r, r->device_buffers);
-  for (int w = 0; w < r->n_written && status == CN_OK; w++) {
-    int i = r->written[w];
-    status = dev->download(r->ctx, dev, r->buffers[i], r->device_buffers[i], r->bytes[i]);
+  for (int i = 0; i < proc->n_params && status == CN_OK; i++)
+    status = r->local[i] ? clear_scratch(r, i)
+                         : cn_node_device(proc->params[i].node, proc->params[i].merge, dev,
+                                          &r->device_buffers[i]);
+  if (status == CN_OK) {
+    status = run_backend(r, r->device_buffers);
+    for (int w = 0; w < r->n_written; w++) {
+      const cn_ll_param *p = &proc->params[r->written[w]];
+      if (!r->local[r->written[w]]) cn_node_device_wrote(p->node, p->merge, dev);
+    }
   }
-  /* the host buffers may not move or be read before the copies are done, failure or not */
   cn_status synced = dev->synchronize(r->ctx, dev);
   return status != CN_OK ? status : synced;
 }
@@ -759,14 +830,15 @@ cn_status cn_routine_run(cn_routine *routine) {
     if (!routine->sym_bound[i])
       return cn_fail(ctx, CN_ERR_RUNTIME, "routine '%s': symbol '%s' is not bound", routine->name,
                      cn_symbol_name(ctx, proc->free_syms[i]));
-  for (int i = 0; i < proc->n_params; i++) {
-    if (routine->scratch[i]) {
+  for (int i = 0; i < proc->n_params && !routine->device; i++) {
+    if (routine->local[i]) {
       memset(routine->scratch[i], 0, routine->scratch_bytes[i]);
       routine->buffers[i] = routine->scratch[i];
       continue;
     }
-    routine->buffers[i] = cn_node_buffer(proc->params[i].node, proc->params[i].merge);
-    if (!routine->buffers[i]) return ctx->status;
+    const cn_ll_param *p = &proc->params[i];
+    if (!(routine->buffers[i] = cn_node_host(p->node, p->merge, routine->access[i])))
+      return ctx->status;
   }
   uint64_t start = cn_now_us();
   cn_status status = run_on_device(routine);
@@ -809,6 +881,15 @@ void cn_routine_free(cn_routine *routine) {
 
 /* ---- Options ---- */
 
+cn_status cn_routine_default_backend(cn_ctx *ctx, cn_backend_kind *kind) {
+  const char *name = cn_ctx_option(ctx, "backend");
+  int found = cn_backend_find(name);
+  if (found < 0) /* only the environment's can be unknown: a set value was checked */
+    return unknown_value(ctx, "CANNL_BACKEND", name, cn_backend_list());
+  *kind = (cn_backend_kind)found;
+  return CN_OK;
+}
+
 cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
   bool threads = key && strcmp(key, "threads") == 0;
@@ -816,13 +897,14 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool tune = key && strcmp(key, "tune") == 0;
   bool below = key && strcmp(key, "interpret_below") == 0;
   bool seed = key && strcmp(key, "random_seed") == 0;
+  bool backend = key && strcmp(key, "backend") == 0;
   bool printing =
       key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
-      !(key && cn_cc_option(ctx, key))) {
+      !backend && !(key && cn_cc_option(ctx, key))) {
     static const char known[] = CN_CC_OPTION_KEYS ", check, schedule, threads, parallel_work, "
                                                   "exact, tune, interpret_below, random_seed, "
-                                                  "print_threshold, print_precision";
+                                                  "print_threshold, print_precision, backend";
     cn_suggest s;
     cn_suggest_init(&s, key ? key : "");
     cn_suggest_consider_list(&s, known);
@@ -841,6 +923,8 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   if (printing && value && !cn_parse_natural(value, strlen(value), print_max, &unused_seed))
     return cn_fail(ctx, CN_ERR_INVALID, "option %s: '%s' is not an integer in [0, %llu]", key,
                    value, (unsigned long long)print_max);
+  if (backend && value && cn_backend_find(value) < 0)
+    return unknown_value(ctx, "option backend", value, cn_backend_list());
   if (tune && value && !cn_tune_mode_valid(value))
     return unknown_value(ctx, "option tune", value, CN_TUNE_MODES);
   if (exact && value && !is_switch(value))
@@ -867,12 +951,16 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
   bool below = strcmp(key, "interpret_below") == 0, seed = strcmp(key, "random_seed") == 0;
   bool threshold = strcmp(key, "print_threshold") == 0;
-  bool precision = strcmp(key, "print_precision") == 0;
+  bool precision = strcmp(key, "print_precision") == 0, backend = strcmp(key, "backend") == 0;
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed &&
-      !threshold && !precision)
+      !threshold && !precision && !backend)
     return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
+  if (backend) { /* cn_routine_default_backend refuses an unknown name */
+    const char *env = getenv("CANNL_BACKEND");
+    return env && *env ? env : "c";
+  }
   if (seed) { /* src/tensor/ops.c reads it, and refuses a bad variable */
     const char *env = getenv("CANNL_RANDOM_SEED");
     return env && *env ? env : "42";

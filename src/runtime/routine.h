@@ -30,6 +30,10 @@ cn_status cn_routine_compile_tiered_many(cn_ctx *ctx, int n, const cn_asgn *cons
                                          const char *const *names, cn_backend_kind backend,
                                          const int64_t *runs, cn_routine **out);
 
+/* The backend the context's option "backend" names (what CN_BACKEND_DEFAULT stands for):
+ * CN_ERR_INVALID with the closest names suggested for a name no backend has. */
+cn_status cn_routine_default_backend(cn_ctx *ctx, cn_backend_kind *kind);
+
 /* Whether the routine's body writes the buffer of params[param]. */
 bool cn_routine_writes(const cn_routine *routine, int param);
 

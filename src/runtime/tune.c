@@ -4,8 +4,11 @@
  * a tune record; a record's plan is taken as it is; otherwise every candidate (a register tile
  * and a reduction block; the heuristic plan first) is compiled as a procedure of its own, all in
  * one batch of the backend's compile_many, each run once to warm up and then timed on private
- * buffers of the operands' sizes (never the user's tensors), on one thread, best of a few runs;
- * the fastest is kept in the statement and stored in a record.
+ * buffers of the operands' sizes (never the user's tensors; on the backend's device when it has
+ * memory of its own), on one thread, best of a few runs; the fastest is kept in the statement and
+ * stored in a record. The backend is the one the routine is compiled for (CN_BACKEND_TUNABLE):
+ * every compile and run goes through it, and its name is part of the key (except generated C's,
+ * whose records predate the line).
  *
  * The modes: "off" keeps the heuristic plans; "cached" (the default) takes a record of an
  * earlier full or quick tuning where there is one and keeps the heuristic plan elsewhere, timing
@@ -72,13 +75,15 @@ static int candidates_of(const char *mode, candidate *out) {
 }
 
 /* The key text of a statement (arena), see the file comment. */
-static const char *key_of(cn_ctx *ctx, const cn_ll_proc *proc, const cn_ll_stmt *s,
-                          const char *mode) {
+static const char *key_of(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *proc,
+                          const cn_ll_stmt *s, const char *mode) {
   const cn_ll_gemm *plan = s->u.gemm.plan;
   cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "cannl gemm tune 1\nmachine %s | %s | %s\n%s %s %s\n", cn_cpu_model(),
-                 cn_cc_option(ctx, "cc"), cn_cc_option(ctx, "cflags"), mode,
-                 cn_prec_name(proc->params[plan->c].node->prec), plan->fma ? "fma" : "exact");
+  cn_sbuf_puts(&sb, "cannl gemm tune 1\n");
+  if (backend != &cn_backend_c) cn_sbuf_printf(&sb, "backend %s\n", backend->name);
+  cn_sbuf_printf(&sb, "machine %s | %s | %s\n%s %s %s\n", cn_cpu_model(), cn_cc_option(ctx, "cc"),
+                 cn_cc_option(ctx, "cflags"), mode, cn_prec_name(proc->params[plan->c].node->prec),
+                 plan->fma ? "fma" : "exact");
   cn_ll_gemm_parts parts;
   cn_ll_gemm_parts_of(s, &parts);
   for (int k = 0; k < plan->depth; k++) {
@@ -145,6 +150,48 @@ static bool scratch_buffers(const cn_ll_proc *proc, const cn_ll_gemm_parts *part
   return true;
 }
 
+/* The buffers the candidates run on: the private host buffers, or, for a backend with memory of
+ * its own, copies of them on its device (buffers malloc'd, NULL where host is NULL). */
+typedef struct {
+  void **host, **buffers;
+  const cn_device *device; /* NULL: the host's */
+} placed;
+
+/* Places the private buffers where the backend runs (placed.buffers set on success). */
+static cn_status place(cn_ctx *ctx, const cn_backend *backend, const cn_ll_proc *proc,
+                       const cn_ll_gemm_parts *parts, placed *run) {
+  if (!(backend->caps & CN_BACKEND_DEVICE_MEMORY)) {
+    run->buffers = run->host;
+    return CN_OK;
+  }
+  cn_status status = backend->open_device(ctx, &run->device);
+  if (status != CN_OK) return status;
+  if (!(run->buffers = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(void *))))
+    return ctx->status;
+  for (int a = 0; a < 3 && status == CN_OK; a++) {
+    int i = parts->param[a];
+    if (run->buffers[i]) continue; /* x and y may be one buffer */
+    const cn_node *node = proc->params[i].node;
+    size_t bytes = cn_node_buffer_cells(node) * cn_prec_bytes(node->prec);
+    status = run->device->allocate(ctx, run->device, bytes, &run->buffers[i]);
+    if (status == CN_OK)
+      status = run->device->upload(ctx, run->device, run->buffers[i], run->host[i], bytes);
+  }
+  cn_status synced = run->device->synchronize(ctx, run->device);
+  return status != CN_OK ? status : synced;
+}
+
+/* Gives back what place made. */
+static void unplace(const cn_ll_gemm_parts *parts, placed *run) {
+  if (!run->device || !run->buffers) return;
+  for (int a = 0; a < 3; a++) {
+    int i = parts->param[a];
+    if (run->buffers[i]) run->device->free(run->device, run->buffers[i]);
+    run->buffers[i] = NULL; /* x and y may be one buffer */
+  }
+  free(run->buffers);
+}
+
 /* The loops around a statement (a GEMM planned inside hoisted loops reads their variables). */
 typedef struct {
   const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
@@ -153,8 +200,8 @@ typedef struct {
 
 /* Compiles and times the candidates of one statement; the fastest goes into the statement. Each
  * candidate runs inside one iteration (the first) of the loops around the statement. */
-static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const enclosing *around,
-                           const char *mode, const char *key) {
+static cn_status tune_stmt(cn_ctx *ctx, const cn_backend *backend, cn_ll_proc *proc, cn_ll_stmt *s,
+                           const enclosing *around, const char *mode, const char *key) {
   candidate cands[MAX_CANDIDATES];
   int n = candidates_of(mode, cands);
   const cn_ll_proc *procs[MAX_CANDIDATES];
@@ -177,23 +224,35 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
   }
   /* the candidates' C generation and compilation count as tuning (CN_STAT_US_TUNE) */
   uint64_t cgen_us = ctx->stats[CN_STAT_US_CGEN], compile_us = ctx->stats[CN_STAT_US_COMPILE];
-  cn_status status = cn_backend_c.compile_many(ctx, n, procs, states, sources);
+  cn_status status = CN_OK;
+  if (backend->compile_many)
+    status = backend->compile_many(ctx, n, procs, states, sources);
+  else
+    for (int k = 0; k < n && status == CN_OK; k++)
+      status = backend->compile(ctx, procs[k], &states[k], &sources[k]);
   ctx->stats[CN_STAT_US_CGEN] = cgen_us;
   ctx->stats[CN_STAT_US_COMPILE] = compile_us;
-  if (status != CN_OK) return status;
+  if (status != CN_OK) {
+    for (int k = 0; k < n; k++)
+      if (states[k]) backend->release(states[k]);
+    return status;
+  }
   void **bufs = calloc((size_t)proc->n_params + 1, sizeof *bufs);
   int64_t *syms = calloc((size_t)proc->n_free_syms + 1, sizeof *syms); /* static indices at 0 */
   cn_ll_gemm_parts parts;
   cn_ll_gemm_parts_of(s, &parts);
   bool ready = bufs && syms && scratch_buffers(proc, &parts, bufs);
   if (!ready) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory tuning a GEMM plan");
+  placed run = {.host = bufs};
+  if (ready && (status = place(ctx, backend, proc, &parts, &run)) != CN_OK) ready = false;
   int reps = strcmp(mode, "full") == 0 ? 5 : 3, best = 0;
   double best_time = 0;
   for (int k = 0; ready && k < n; k++) {
     double fastest = 0;
     for (int r = 0; status == CN_OK && r <= reps; r++) {
       double start = seconds();
-      status = cn_backend_c.run(ctx, states[k], bufs, syms);
+      status = backend->run(ctx, states[k], run.buffers, syms);
+      if (status == CN_OK && run.device) status = run.device->synchronize(ctx, run.device);
       double took = seconds() - start;
       if (r > 0 && (r == 1 || took < fastest)) fastest = took; /* run 0 warms up */
       cn_progress_tick(ctx);
@@ -204,7 +263,8 @@ static cn_status tune_stmt(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, const e
       best_time = fastest;
     }
   }
-  for (int k = 0; k < n; k++) cn_backend_c.release(states[k]);
+  for (int k = 0; k < n; k++) backend->release(states[k]);
+  unplace(&parts, &run);
   for (int a = 0; bufs && a < 3; a++) {
     free(bufs[parts.param[a]]);
     bufs[parts.param[a]] = NULL; /* x and y may be one buffer */
@@ -242,19 +302,19 @@ static bool parse_value(const char *value, candidate *c) {
   return true;
 }
 
-static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing *around,
-                         const char *mode) {
+static cn_status tune_in(cn_ctx *ctx, const cn_backend *backend, cn_ll_proc *proc, cn_ll_stmt *s,
+                         enclosing *around, const char *mode) {
   switch (s->kind) {
   case CN_LL_SEQ:
     for (int i = 0; i < s->u.seq.count; i++) {
-      cn_status status = tune_in(ctx, proc, s->u.seq.items[i], around, mode);
+      cn_status status = tune_in(ctx, backend, proc, s->u.seq.items[i], around, mode);
       if (status != CN_OK) return status;
     }
     return CN_OK;
   case CN_LL_FOR: {
     if (around->n == CN_GEMM_MAX_LOOPS || s->u.loop.from >= s->u.loop.to) return CN_OK;
     around->loops[around->n++] = s;
-    cn_status status = tune_in(ctx, proc, s->u.loop.body, around, mode);
+    cn_status status = tune_in(ctx, backend, proc, s->u.loop.body, around, mode);
     around->n--;
     return status;
   }
@@ -267,7 +327,7 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing
   }
   if (points_of(s) < CN_TUNE_WORK) return CN_OK;
   for (const char *const *tuning = records_of(mode); *tuning; tuning++) {
-    const char *key = key_of(ctx, proc, s, *tuning);
+    const char *key = key_of(ctx, backend, proc, s, *tuning);
     if (!key) return ctx->status;
     char value[128];
     bool found = false;
@@ -280,17 +340,17 @@ static cn_status tune_in(cn_ctx *ctx, cn_ll_proc *proc, cn_ll_stmt *s, enclosing
     }
   }
   if (strcmp(mode, "cached") == 0) return CN_OK; /* the heuristic plan */
-  const char *key = key_of(ctx, proc, s, mode);
+  const char *key = key_of(ctx, backend, proc, s, mode);
   if (!key) return ctx->status;
   cn_progress_add(ctx, CN_PROGRESS_TUNE, 1);
-  cn_status status = tune_stmt(ctx, proc, s, around, mode, key);
+  cn_status status = tune_stmt(ctx, backend, proc, s, around, mode, key);
   cn_progress_add(ctx, CN_PROGRESS_TUNE, -1);
   return status;
 }
 
-cn_status cn_tune_proc(cn_ctx *ctx, cn_ll_proc *proc, const char *mode) {
-  CN_ASSERT(cn_tune_mode_valid(mode));
+cn_status cn_tune_proc(cn_ctx *ctx, const cn_backend *backend, cn_ll_proc *proc, const char *mode) {
+  CN_ASSERT(cn_tune_mode_valid(mode) && (backend->caps & CN_BACKEND_TUNABLE));
   if (strcmp(mode, "off") == 0) return CN_OK;
   enclosing around = {.n = 0};
-  return tune_in(ctx, proc, proc->body, &around, mode);
+  return tune_in(ctx, backend, proc, proc->body, &around, mode);
 }

@@ -304,3 +304,11 @@ cn_node *cn_tensor_grad(cn_tensor *t) {
   if (!t->grad) cn_fail(t->g->ctx, CN_ERR_INVALID, "\"%s\" (#%d) has no gradient", t->label, t->id);
   return t->grad;
 }
+
+cn_status cn_tensor_to_host(cn_tensor *t) {
+  if (!t) return CN_ERR_INVALID;
+  cn_status status = cn_graph_materialize(t->g);
+  if (status == CN_OK) status = cn_node_to_host(t->value, false);
+  if (status == CN_OK && t->grad) status = cn_node_to_host(t->grad, false);
+  return status;
+}
