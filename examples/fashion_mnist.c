@@ -8,13 +8,14 @@
  *                         [--train N]
  *                         [--test N] [--seed N] [--checkpoint FILE] [--resume] [--svg FILE]
  *                         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR]
- *                         [--interp]
+ *                         [--backend NAME] [--interp]
  *
  * Defaults: mlp, 5 epochs, batch 100, learning rate 2e-3 decaying linearly to --lr / 20 (1e-4)
  * over all steps, all 60 000 / 10 000 examples,
  * checkpoint runs/fashion_<model>.safetensors, curves in runs/fashion_<model>.svg (--out DIR
  * moves runs/, the export's default directory too). The thread count is
  * CANNL_THREADS (else every core). */
+#include "../demo/backend.h"
 #include "../demo/fashion.h"
 #include "../demo/output.h"
 
@@ -162,7 +163,8 @@ static const char usage_text[] =
     "usage: example_fashion_mnist [--model mlp|convnet] [--epochs N] [--batch N] [--lr X]\n"
     "         [--final-lr X] [--train N] [--test N] [--seed N] [--checkpoint FILE] "
     "[--resume] [--svg FILE]\n"
-    "         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR] [--interp] [--help]\n"
+    "         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR] [--backend NAME]\n"
+    "         [--interp] [--help]\n"
     "\n"
     "Trains an MLP 784-128-10 (--model mlp, the default) or a LeNet-style convnet on\n"
     "Fashion-MNIST with Adam, printing each epoch's training loss and test accuracy.\n"
@@ -182,14 +184,16 @@ static const char usage_text[] =
     "  --export NAME     write the trained model as C: DIR/NAME.c and DIR/NAME.h\n"
     "  --export-dir DIR  where --export writes (default the --out DIR)\n"
     "  --data DIR        the data set's directory (default " FASHION_DATA_DIR ")\n"
-    "  --interp          run on the interpreter instead of generated C\n";
+    "  --backend NAME    the backend to run on: c, interp, opencl, ... (default the option\n"
+    "                    backend: $CANNL_BACKEND, else c)\n"
+    "  --interp          the same as --backend interp: the reference interpreter\n";
 
 /* The options: first those that take a value, then the others (for messages and suggestions). */
 static const char *const option_names[] = {
     "--model", "--epochs", "--batch",      "--lr",     "--final-lr", "--train",
     "--test",  "--seed",   "--checkpoint", "--svg",    "--export",   "--export-dir",
-    "--data",  "--out",    "--resume",     "--interp", "--help"};
-enum { N_VALUE_OPTIONS = 14, N_OPTIONS = 17 };
+    "--data",  "--out",    "--backend",    "--resume", "--interp",   "--help"};
+enum { N_VALUE_OPTIONS = 15, N_OPTIONS = 18 };
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
@@ -210,7 +214,7 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   /* zeros: the build's defaults (a learning rate of 2e-3, decaying to a twentieth of it) */
-  o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_C};
+  o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_DEFAULT};
   o->out = DEMO_OUT_DEFAULT;
   const char *checkpoint = NULL;
   for (int i = 1; i < argc; i++) {
@@ -269,7 +273,9 @@ static int parse_options(int argc, char **argv, options *o) {
       o->cfg.data_dir = v;
     else if (strcmp(a, "--out") == 0)
       o->out = v;
-    else {
+    else if (strcmp(a, "--backend") == 0) {
+      if (!demo_backend_parse(v, &o->cfg.backend)) return -1;
+    } else {
       fprintf(stderr, "bad value for %s: '%s'\n", a, v);
       return -1;
     }

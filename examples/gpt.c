@@ -9,12 +9,14 @@
  *
  *   example_gpt [--steps N] [--threads N] [--eval-interval N] [--eval-batches N] [--seed N]
  *               [--count N] [--temperature X] [--sample-seed N] [--data PATH]
- *               [--checkpoint FILE] [--resume] [--svg FILE] [--interp]
+ *               [--checkpoint FILE] [--resume] [--svg FILE] [--out DIR] [--backend NAME]
+ *               [--interp]
  *
  * Defaults: 2000 steps, eval every 250 steps over 20 batches of either split (nanoGPT's CPU
  * eval_iters), 500 characters at temperature 1, seed 0, checkpoint runs/gpt.safetensors, curves
  * in runs/gpt.svg (--out DIR moves runs/). The thread count is --threads, else CANNL_THREADS, else
  * every core. */
+#include "../demo/backend.h"
 #include "../demo/gpt.h"
 #include "../demo/output.h"
 
@@ -113,12 +115,16 @@ typedef struct {
 } options;
 
 static void usage(void) {
-  fprintf(stderr, "usage: example_gpt [--steps N] [--threads N] [--eval-interval N] "
-                  "[--eval-batches N] [--seed N]\n"
-                  "         [--count N] [--temperature X] [--sample-seed N] [--data PATH]\n"
-                  "         [--checkpoint FILE] [--resume] [--svg FILE] [--out DIR] [--interp]\n"
-                  "  --out DIR: where the checkpoint and the SVG go by default (runs, made when\n"
-                  "  missing)\n");
+  fprintf(stderr,
+          "usage: example_gpt [--steps N] [--threads N] [--eval-interval N] "
+          "[--eval-batches N] [--seed N]\n"
+          "         [--count N] [--temperature X] [--sample-seed N] [--data PATH]\n"
+          "         [--checkpoint FILE] [--resume] [--svg FILE] [--out DIR] [--backend NAME]\n"
+          "         [--interp]\n"
+          "  --out DIR: where the checkpoint and the SVG go by default (runs, made when\n"
+          "  missing)\n"
+          "  --backend NAME: c, interp, opencl, ... (default the option backend:\n"
+          "  $CANNL_BACKEND, else c); --interp: the same as --backend interp\n");
 }
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
@@ -131,6 +137,7 @@ static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
 
 static bool parse_options(int argc, char **argv, options *o) {
   *o = (options){gpt_defaults(), 250, 20, 500, 0, 1.0, NULL, NULL, DEMO_OUT_DEFAULT, false, "", ""};
+  o->cfg.backend = CN_BACKEND_DEFAULT; /* the option "backend" ($CANNL_BACKEND), else c */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int64_t n;
@@ -173,7 +180,9 @@ static bool parse_options(int argc, char **argv, options *o) {
       o->svg = v;
     else if (strcmp(a, "--out") == 0)
       o->out = v;
-    else {
+    else if (strcmp(a, "--backend") == 0) {
+      if (!demo_backend_parse(v, &o->cfg.backend)) return false;
+    } else {
       fprintf(stderr, "bad option or value: %s %s\n", a, v);
       return false;
     }

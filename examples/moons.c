@@ -4,9 +4,11 @@
  * decaying linearly from 0.2 to 0.1 over the 80 epochs. It prints a progress bar with the running
  * loss, the epoch loss curve, the final training accuracy and an ASCII map of the decision
  * boundary, and writes an SVG of the points with the boundary (argv[1], default moons.svg next to
- * the program). Options: --seed=N (the data generator's seed), --interp (the reference
- * interpreter instead of generated C). Exits 1 if anything fails or the run misses the goal
- * (final epoch loss < 0.1, training accuracy >= 98%), 2 on a bad command line.
+ * the program). Options: --seed=N (the data generator's seed), --backend NAME (a registered
+ * backend: c, interp, opencl, ...; default the option "backend": $CANNL_BACKEND, else generated
+ * C), --interp (the same as --backend interp: the reference interpreter). Exits 1 if anything fails
+ * or the run misses the goal (final epoch loss < 0.1, training accuracy >= 98%), 2 on a bad command
+ * line.
  *
  * The model is written as OCANNL writes it: `w3 * relu(b2 + w2 * relu(b1 + w1 * x))` with only
  * the biases' output size given; the rest (w1's input from the data, the hidden sizes of w1 and
@@ -17,6 +19,7 @@
  *
  * The model and its training loop are demo/moons.c (shared with bench/bench_moons.c and the tests);
  * this program draws them. */
+#include "../demo/backend.h"
 #include "../demo/moons.h"
 
 #include <math.h>
@@ -236,11 +239,11 @@ static char *default_svg_path(const char *argv0) {
 }
 
 static int usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--seed=N] [--interp] [out.svg]\n", argv0);
+  fprintf(stderr, "usage: %s [--seed=N] [--backend NAME] [--interp] [out.svg]\n", argv0);
   return 2;
 }
 
-/* --seed=N, --interp and the SVG path; false on anything else. */
+/* --seed=N, --backend NAME, --interp and the SVG path; false on anything else. */
 static bool parse_args(int argc, char **argv, moons_config *cfg, const char **svg_arg) {
   for (int i = 1; i < argc; i++) {
     char *end;
@@ -249,6 +252,8 @@ static bool parse_args(int argc, char **argv, moons_config *cfg, const char **sv
       if (end == argv[i] + 7 || *end) return false;
     } else if (strcmp(argv[i], "--interp") == 0) {
       cfg->backend = CN_BACKEND_INTERP;
+    } else if (strcmp(argv[i], "--backend") == 0) {
+      if (i + 1 == argc || !demo_backend_parse(argv[++i], &cfg->backend)) return false;
     } else if (argv[i][0] == '-' || *svg_arg) {
       return false;
     } else {
@@ -273,7 +278,7 @@ static void grid_points(double *cell, double *corner) {
 }
 
 int main(int argc, char **argv) {
-  moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_DEFAULT};
   const char *svg_arg = NULL;
   if (!parse_args(argc, argv, &cfg, &svg_arg)) return usage(argv[0]);
   char *svg_path = svg_arg ? NULL : default_svg_path(argv[0]);
@@ -291,7 +296,7 @@ int main(int argc, char **argv) {
     free(svg_path);
     return 1;
   }
-  const char *backend = cfg.backend == CN_BACKEND_C ? "generated C" : "the interpreter";
+  const char *backend = demo_backend_label(cfg.backend);
   printf("cannl half moons: %d points (noise %.1f, seed %llu), MLP 2-%d-%d-1 with relu, hinge "
          "loss, batch %d, SGD (weight decay %g, learning rate %.1f -> %.1f) for %d epochs on %s\n",
          MOONS_POINTS, MOONS_NOISE, (unsigned long long)cfg.seed, MOONS_HIDDEN, MOONS_HIDDEN,

@@ -77,7 +77,7 @@ static void test_suggestions(char *out, size_t cap) {
 }
 
 /* example_fashion_mnist (beside the cannl command): --help prints the usage (exit 0), an unknown
- * option suggests the closest, --resume without a checkpoint yet says so and trains from the
+ * option or backend suggests the closest, --resume without a checkpoint yet says so and trains from the
  * first epoch (when the data set is installed), as a script's `restore ~resume:true` does. */
 static void test_fashion_example(char *out, size_t cap) {
   const char *cli = getenv("CANNL_CLI");
@@ -90,6 +90,10 @@ static void test_fashion_example(char *out, size_t cap) {
   CHECK_INT(run_program(example, "--epoch 3", out, cap), 2);
   CHECK_STR(out, "unknown option '--epoch', did you mean '--epochs'?\n"
                  "(try example_fashion_mnist --help)\n");
+  /* --backend names a registered backend (the examples share demo/backend.c) */
+  CHECK_INT(run_program(example, "--backend intrp", out, cap), 2);
+  CHECK_HAS(out, "unknown backend 'intrp', did you mean 'interp'? (known: interp, c");
+  CHECK_HAS(out, "(try example_fashion_mnist --help)\n");
   if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
     printf("Fashion-MNIST is not installed: --resume without a checkpoint not run\n");
     return;

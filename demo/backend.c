@@ -1,0 +1,38 @@
+/* `--backend NAME` of the example programs (backend.h): a name looked up in the backend registry,
+ * an unknown one refused with the registry's names and the closest of them suggested
+ * (cn_suggest_names), as `cannl run --backend` refuses it. */
+#include "backend.h"
+
+#include <stdio.h>
+
+bool demo_backend_parse(const char *name, cn_backend_kind *kind) {
+  int found = cn_backend_find(name);
+  if (found >= 0) {
+    *kind = (cn_backend_kind)found;
+    return true;
+  }
+  const char *names[16];
+  char hint[256];
+  int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
+  for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
+  fprintf(stderr, "unknown backend '%s'%s (known: %s)\n", name,
+          cn_suggest_names(name, n, names, hint, sizeof hint), cn_backend_list());
+  return false;
+}
+
+const char *demo_backend_label(cn_backend_kind kind) {
+  if (kind == CN_BACKEND_DEFAULT) { /* the option's value on a fresh context: its default */
+    static char chosen[64];
+    cn_ctx *ctx = cn_ctx_create();
+    const char *name = ctx ? cn_ctx_option(ctx, "backend") : NULL;
+    snprintf(chosen, sizeof chosen, "%s", name ? name : "c");
+    cn_ctx_destroy(ctx);
+    int found = cn_backend_find(chosen);
+    if (found < 0) return chosen;
+    kind = (cn_backend_kind)found;
+  }
+  if (kind == CN_BACKEND_C) return "generated C";
+  if (kind == CN_BACKEND_INTERP) return "the interpreter";
+  const char *name = cn_backend_name(kind);
+  return name ? name : "an unknown backend";
+}
