@@ -200,6 +200,10 @@ static const cn_cgen_dialect host_c = {
     .parallel_loop = emit_parallel,
     .gemm = cn_cgen_gemm,
     .prelude = cn_cgen_prelude,
+    /* not a kernel dialect: a routine is one host function (kernels.h is for devices) */
+    .kernel_prefix = NULL,
+    .global_qualifier = NULL,
+    .linear_id = NULL,
 };
 
 /* The type of a parameter of the routine's function, const when no statement stores into it. */

@@ -57,6 +57,13 @@ typedef struct {
   void (*gemm)(const cgen *g, int depth, const cn_ll_stmt *s);
   /* The prelude that `body`, the rest of the file, needs, appended to out. */
   cn_status (*prelude)(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
+  /* A kernel dialect (kernels.h: OpenCL C, CUDA C) sets these three; the host instance leaves
+   * them NULL. The text before a kernel's name ("__kernel void " / "extern \"C\" __global__
+   * void "), the qualifier on its buffer pointer parameters ("__global " / ""), and the
+   * expression of the linear global id as a 64-bit integer ("(long)get_global_id(0)"). */
+  const char *kernel_prefix;
+  const char *global_qualifier;
+  const char *linear_id;
 } cn_cgen_dialect;
 
 struct cgen {
