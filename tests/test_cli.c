@@ -52,9 +52,9 @@ static void test_suggestions(char *out, size_t cap) {
        "cannl: unknown run option '--chek-nan', did you mean '--check-nan'? (try 'cannl help')\n"},
       {"run x.cnl --bakend=c",
        "cannl: unknown run option '--bakend=c', did you mean '--backend'? (try 'cannl help')\n"},
-      {"run x.cnl --backend=interpp",
-       "cannl: unknown backend 'interpp', did you mean 'interp'? (known: interp, c) (try 'cannl "
-       "help')\n"},
+      {"run x.cnl --backend=interpp", "cannl: unknown backend 'interpp', did you mean 'interp'? "
+                                      "(known: interp, c, cuda) (try 'cannl "
+                                      "help')\n"},
       {"run x.cnl --emit=lops",
        "cannl: unknown --emit value 'lops', did you mean 'loops'? (known: asgn, loops, c) (try "
        "'cannl help')\n"},
@@ -310,6 +310,10 @@ static void test_devices(char *out, size_t cap) {
   snprintf(expected, sizeof expected, "c        the host: %s, ", model);
   CHECK_HAS(out, expected);
   CHECK_HAS(out, " GiB of memory (tunable, parallel, compiled)\n");
+  /* the CUDA device, or why there is none (not a failure of the listing) */
+  CHECK_MSG(strstr(out, "\ncuda     unavailable: no ") || strstr(out, ", compute capability "),
+            "%s", out);
+  CHECK_HAS(out, " (device memory, compiled)\n");
   const char *cli = getenv("CANNL_CLI");
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=interp '%s' run -e 'print 1' --emit=c 2>&1",
@@ -358,7 +362,7 @@ int main(void) {
   const char *printed = strstr(out, "5"), *failed = strstr(out, "<-e>:2:7: unbound name");
   CHECK(printed && failed && printed < failed);
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
-  CHECK_HAS(out, "unknown backend 'gpu' (known: interp, c)"); /* the registry's list */
+  CHECK_HAS(out, "unknown backend 'gpu' (known: interp, c, cuda)"); /* the registry's list */
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);
   CHECK_HAS(out, "cannl: cannot read '/nonexistent/file.cnl': No such file or directory");
   /* a directory (fopen succeeds on one) and a non-regular file are refused, not run as empty */

@@ -88,6 +88,7 @@ typedef struct {
 
 extern const cn_backend cn_backend_interp;
 extern const cn_backend cn_backend_c;
+extern const cn_backend cn_backend_cuda; /* cuda.c */
 
 #define CN_BACKEND_MAX      16
 #define CN_BACKEND_NAME_MAX 31

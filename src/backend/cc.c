@@ -41,6 +41,7 @@
  * functions the two files share: cc_internal.h). A procedure with
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
  * (per call: one cached object may serve several contexts); without it run_parallel is run. */
+#include "backend/cache.h"
 #include "backend/cc_internal.h"
 
 #include <dlfcn.h>
@@ -478,9 +479,9 @@ static int fd_checksum(int fd, uint64_t *size, uint64_t *sum) {
   return err;
 }
 
-/* The record's last line for an object of this size and checksum. */
-static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum) {
-  snprintf(out, out_size, "\nso %" PRIu64 " %016" PRIx64 "\n", size, sum);
+/* The record's last line for an object (a file of extension ext) of this size and checksum. */
+static void record_tail(char *out, size_t out_size, const char *ext, uint64_t size, uint64_t sum) {
+  snprintf(out, out_size, "\n%s %" PRIu64 " %016" PRIx64 "\n", ext, size, sum);
 }
 
 /* ---- Running the compiler ---- */
@@ -645,7 +646,7 @@ static const char *check_record(cn_ctx *ctx, const cc_paths *paths, const cn_sbu
   int err;
   struct stat st;
   char tail[64];
-  record_tail(tail, sizeof tail, size, sum);
+  record_tail(tail, sizeof tail, paths->ext, size, sum);
   size_t tail_len = strlen(tail), want = head->len + tail_len;
   int fd = open_regular(paths->sum_path, &st);
   if (fd < 0) {
@@ -775,16 +776,18 @@ static void remove_stale(const char *dir, const char *base, const char *const *s
   if (n > 0 && (size_t)n < sizeof prefix) cn_remove_stale_temporaries(dir, prefix, suffixes);
 }
 
+/* The paths of an entry: STEM.<source> (the generated text), STEM.<object>, STEM.sum. */
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
-                               cc_paths *p) {
+                               const char *source, const char *object, cc_paths *p) {
   char *stem = format_path(ctx, "%s/%s-%016" PRIx64, dir, name, key);
   char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
   if (tmp) {
-    p->c_path = format_path(ctx, "%s.c", stem);
-    p->so_path = format_path(ctx, "%s.so", stem);
+    p->ext = object;
+    p->c_path = format_path(ctx, "%s.%s", stem, source);
+    p->so_path = format_path(ctx, "%s.%s", stem, object);
     p->sum_path = format_path(ctx, "%s.sum", stem);
-    p->tmp_c = format_path(ctx, "%s.c", tmp);
-    p->tmp_so = format_path(ctx, "%s.so", tmp);
+    p->tmp_c = format_path(ctx, "%s.%s", tmp, source);
+    p->tmp_so = format_path(ctx, "%s.%s", tmp, object);
     p->tmp_sum = format_path(ctx, "%s.sum", tmp);
   }
   free(stem);
@@ -860,7 +863,8 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   uint64_t key = cache_key(c->source, source_len, job->cc, job->flags);
   status = cc_command_make(ctx, job->cc, job->flags, &job->cmd);
   if (status == CN_OK) status = resolve_place(ctx, &job->place);
-  if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
+  if (status == CN_OK)
+    status = cc_paths_make(ctx, job->place.dir, proc->name, key, "c", "so", &job->paths);
   bool shared = !job->place.private_dir;
   if (status == CN_OK && shared) {
     cn_sbuf_printf(&job->head, "cannl cache record 1\nkey %zu\n%s\n%s\n",
@@ -881,7 +885,8 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
     place_release(&job->place, NULL);
     cc_paths_free(&job->paths);
     status = private_dir(ctx, &job->place);
-    if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
+    if (status == CN_OK)
+      status = cc_paths_make(ctx, job->place.dir, proc->name, key, "c", "so", &job->paths);
   }
   if (status == CN_OK && !job->place.private_dir && !job->hit) {
     /* The temporaries that compilations of this entry killed midway left go now. */
@@ -937,7 +942,7 @@ static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job) {
                      paths->so_path, strerror(errno));
   } else {
     char tail[64];
-    record_tail(tail, sizeof tail, size, sum);
+    record_tail(tail, sizeof tail, paths->ext, size, sum);
     status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, job->head.data,
                                    job->head.len, tail, strlen(tail));
     /* An object without its record would only be evicted by the next reader. */
@@ -955,6 +960,139 @@ cn_status cn_cc_finish(cn_ctx *ctx, cc_job *job) {
   cn_status status = cc_finish_job(ctx, job);
   ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
   return status;
+}
+
+/* ---- Device binaries (cache.h) ---- */
+
+struct cn_cache_entry {
+  cc_place place;
+  cc_paths paths;
+  cn_sbuf head; /* the record's head (key text) */
+  uint64_t key;
+  char *name;
+  char source_ext[16], binary_ext[16];
+};
+
+cn_status cn_cache_entry_open(cn_ctx *ctx, const char *name, const char *key, size_t key_len,
+                              const char *source_ext, const char *binary_ext,
+                              cn_cache_entry **out) {
+  cn_cache_entry *e = cn_calloc(ctx, 1, sizeof *e);
+  if (!e) return ctx->status;
+  e->key = cache_key(key, key_len, "", "");
+  snprintf(e->source_ext, sizeof e->source_ext, "%s", source_ext);
+  snprintf(e->binary_ext, sizeof e->binary_ext, "%s", binary_ext);
+  e->name = cn_malloc(ctx, strlen(name) + 1);
+  if (e->name) memcpy(e->name, name, strlen(name) + 1);
+  cn_status status = e->name ? resolve_place(ctx, &e->place) : ctx->status;
+  if (status == CN_OK)
+    status =
+        cc_paths_make(ctx, e->place.dir, name, e->key, e->source_ext, e->binary_ext, &e->paths);
+  if (status == CN_OK) {
+    cn_sbuf_printf(&e->head, "cannl cache record 1\nkey %zu\n", key_len);
+    cn_sbuf_printf(&e->head, "%.*s", (int)key_len, key);
+    if (e->head.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache record");
+  }
+  if (status != CN_OK) {
+    cn_cache_entry_close(e);
+    return status;
+  }
+  *out = e;
+  return CN_OK;
+}
+
+const char *cn_cache_entry_source_path(const cn_cache_entry *e) {
+  return e->paths.c_path;
+}
+
+cn_status cn_cache_entry_load(cn_ctx *ctx, cn_cache_entry *e, char **data, size_t *size) {
+  *data = NULL;
+  *size = 0;
+  struct stat st;
+  if (e->place.private_dir || (lstat(e->paths.so_path, &st) != 0 && errno == ENOENT)) return CN_OK;
+  char reason[PATH_MAX + 256];
+  const char *problem = NULL;
+  cn_status status = CN_OK;
+  int fd = open_regular(e->paths.so_path, &st);
+  char *bytes = NULL;
+  ssize_t got = 0;
+  if (fd < 0) {
+    problem = read_failure(reason, sizeof reason, "it", errno, &st);
+  } else {
+    /* Read once into memory, then checked: the bytes used are the bytes checked. */
+    size_t cap = (size_t)st.st_size + 1;
+    bytes = cn_malloc(ctx, cap + 1);
+    got = bytes ? read_up_to(fd, bytes, cap) : 0;
+    int err = errno;
+    close(fd);
+    if (!bytes) return ctx->status;
+    if (got < 0) {
+      snprintf(reason, sizeof reason, "cannot read it: %s", strerror(err));
+      problem = reason;
+    } else {
+      bytes[got] = '\0';
+      problem = check_record(ctx, &e->paths, &e->head, (uint64_t)got,
+                             fnv1a(FNV_OFFSET, bytes, (size_t)got), reason, sizeof reason, &status);
+    }
+  }
+  if (status != CN_OK || problem) {
+    free(bytes);
+    if (status != CN_OK) return status;
+    cc_warn(ctx, NULL, "discarding cached %s (%s); recompiling", e->paths.so_path, problem);
+    cn_cc_discard(e->paths.sum_path);
+    cn_cc_discard(e->paths.so_path);
+    return CN_OK;
+  }
+  ctx->stats[CN_STAT_CACHE_HITS]++;
+  *data = bytes;
+  *size = (size_t)got;
+  return CN_OK;
+}
+
+cn_status cn_cache_entry_write_source(cn_ctx *ctx, cn_cache_entry *e, const char *text,
+                                      size_t len) {
+  cn_status status = CN_OK;
+  if (!e->place.private_dir && !publish_ready(ctx, &e->place, &e->paths)) {
+    place_release(&e->place, NULL);
+    cc_paths_free(&e->paths);
+    status = private_dir(ctx, &e->place);
+    if (status == CN_OK)
+      status = cc_paths_make(ctx, e->place.dir, e->name, e->key, e->source_ext, e->binary_ext,
+                             &e->paths);
+  }
+  if (status == CN_OK && !e->place.private_dir) {
+    char base[PATH_MAX], source[24], binary[24];
+    snprintf(source, sizeof source, ".%s", e->source_ext);
+    snprintf(binary, sizeof binary, ".%s", e->binary_ext);
+    const char *const exts[] = {source, binary, ".sum", NULL};
+    int n = snprintf(base, sizeof base, "%s-%016" PRIx64, e->name, e->key);
+    if (n > 0 && (size_t)n < sizeof base) remove_stale(e->place.dir, base, exts);
+  }
+  if (status == CN_OK)
+    status = write_file_atomically(ctx, e->paths.tmp_c, e->paths.c_path, text, len, "", 0);
+  return status;
+}
+
+cn_status cn_cache_entry_store(cn_ctx *ctx, cn_cache_entry *e, const char *data, size_t size) {
+  if (e->place.private_dir) return CN_OK;
+  cn_status status =
+      write_file_atomically(ctx, e->paths.tmp_so, e->paths.so_path, data, size, "", 0);
+  if (status != CN_OK) return status;
+  char tail[64];
+  record_tail(tail, sizeof tail, e->paths.ext, size, fnv1a(FNV_OFFSET, data, size));
+  status = write_file_atomically(ctx, e->paths.tmp_sum, e->paths.sum_path, e->head.data,
+                                 e->head.len, tail, strlen(tail));
+  /* a binary without its record would only be evicted by the next reader */
+  if (status != CN_OK) cn_cc_discard(e->paths.so_path);
+  return status;
+}
+
+void cn_cache_entry_close(cn_cache_entry *e) {
+  if (!e) return;
+  place_release(&e->place, &e->paths);
+  cc_paths_free(&e->paths);
+  cn_sbuf_free(&e->head);
+  free(e->name);
+  free(e);
 }
 
 /* ---- Tune records ----

@@ -1,0 +1,521 @@
+/* The CUDA backend (src/backend/cuda.c). Without NVRTC the test is skipped (exit 77, saying why).
+ * With NVRTC, every kernel program of these compiles to PTX with an empty NVRTC log and a PTX
+ * `.entry` per kernel: the end-to-end cases (tests/e2e_cases.h: padded convolution, reductions,
+ * fetches, the uniform stream...), every op in every precision and every conversion
+ * (tests/ops_cases.h), Tile nests over valid index sets, and three training steps of the
+ * half-moons model. They go through "ptx", a backend registered here that compiles each procedure
+ * with the CUDA backend (checking its PTX) and runs it on the interpreter, so the routines are
+ * the ones a user's run makes. Also: a broken source fails with NVRTC's log and the source's
+ * path; the PTX cache (a second compile runs no NVRTC, a corrupted entry is compiled again); the
+ * CUDA prelude compiled as host C++ (g++, the bit-cast intrinsics defined on the host, the
+ * prelude in a namespace of its own) gives builtins.h's bits for its helpers on every pair of edge
+ * values, which checks the transformation of builtins.h (overloads for _Generic, cn_bit_copy for
+ * memcpy) without a GPU; and, without a GPU, the clear error of the device and of a routine run on
+ * "cuda". With a GPU (else skipped with a message): the e2e cases on cuda against generated C bit
+ * for bit, every op against generated C (exact, but a stated relative tolerance for the
+ * transcendental functions CUDA's library computes: log, exp2, log2, sin, cos, pow, and
+ * exp/tanh/gelu on double), and the moons steps within 1e-4 of generated C. */
+#define _DEFAULT_SOURCE
+#include "../demo/moons.h"
+#include "e2e_cases.h"
+#include "ops_cases.h"
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "backend/cuda_rt.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct { int programs, kernels; } seen;
+
+/* The PTX of one compiled state: NVRTC said nothing, and every kernel is an entry. */
+static void check_ptx(const char *name, const void *compiled) {
+  const cn_kernel_program *program = cn_cuda_program(compiled);
+  const char *ptx = cn_cuda_ptx(compiled), *log = cn_cuda_log(compiled);
+  CHECK_MSG(log && log[0] == '\0', "%s: NVRTC's log is not empty:\n%s", name, log ? log : "");
+  CHECK_MSG(ptx && strstr(ptx, ".target sm_"), "%s: no PTX target", name);
+  for (int k = 0; ptx && k < program->n_kernels; k++) {
+    char entry[300];
+    snprintf(entry, sizeof entry, ".entry %s(", program->kernels[k].name);
+    CHECK_MSG(strstr(ptx, entry) != NULL, "%s: no '%s' in its PTX", name, entry);
+  }
+  seen.programs++;
+  seen.kernels += program->n_kernels;
+}
+
+static cn_status ptx_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                             const char **source) {
+  void *cuda;
+  const char *text;
+  cn_status status = cn_backend_cuda.compile(ctx, proc, &cuda, &text);
+  CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
+  if (status != CN_OK) return status;
+  check_ptx(proc->name, cuda);
+  cn_backend_cuda.release(cuda);
+  return cn_backend_interp.compile(ctx, proc, compiled, source);
+}
+
+static cn_status ptx_run(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms) {
+  return cn_backend_interp.run(ctx, compiled, buffers, syms);
+}
+
+static void ptx_release(void *compiled) {
+  cn_backend_interp.release(compiled);
+}
+
+static const cn_backend ptx_backend = {
+    .name = "ptx",
+    .compile = ptx_compile,
+    .run = ptx_run,
+    .release = ptx_release,
+};
+
+/* ---- Every kernel to PTX ---- */
+
+static void test_e2e_ptx(cn_backend_kind ptx) {
+  seen.programs = seen.kernels = 0;
+  backends[0] = CN_BACKEND_INTERP;
+  backends[1] = ptx;
+  n_backends = 2;
+  e2e_threads = false;
+  e2e_run_all();
+  /* 22 cases through run_both, the slice, the uniform stream and the merge buffer */
+  CHECK_INT(seen.programs, 25);
+  CHECK(seen.kernels >= seen.programs);
+}
+
+/* Every op in every precision, and every conversion, compiled (and run on the interpreter). */
+static void test_ops_ptx(cn_backend_kind ptx) {
+  seen.programs = 0;
+  for (int prec = 0; prec < CN_PREC_COUNT; prec++) {
+    cn_ctx *ctx = cn_ctx_create();
+    op_case cases[CN_OP_COUNT];
+    cn_node *outs[CN_OP_COUNT];
+    int count;
+    cn_asgn *all = build_all_ops(ctx, (cn_prec)prec, cases, outs, &count);
+    cn_routine *r = cn_routine_compile(ctx, all, ptx, "ops");
+    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "ops in %s: %s", cn_prec_name((cn_prec)prec),
+              cn_ctx_error(ctx));
+    cn_routine_free(r);
+    cn_node *conv_outs[CN_PREC_COUNT];
+    r = cn_routine_compile(ctx, build_conversions(ctx, (cn_prec)prec, conv_outs), ptx, "conv");
+    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "conversions to %s: %s", cn_prec_name((cn_prec)prec),
+              cn_ctx_error(ctx));
+    cn_routine_free(r);
+    cn_ctx_destroy(ctx);
+  }
+  CHECK_INT(seen.programs, 2 * CN_PREC_COUNT);
+}
+
+/* A Tile statement's forward code on `backend`: the output's cells. */
+static void run_tile(cn_backend_kind backend, const char *text, const double *in, int64_t n_in,
+                     const double *expected, int64_t count) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {1, &n_in, NULL}};
+  cn_tensor *I = cn_tensor_data(g, "I", &d, in, (size_t)n_in);
+  cn_tile_binding b[1] = {{"I", I, "N", 0}};
+  cn_tensor *t = I ? cn_tile(g, text, 1, b) : NULL;
+  cn_asgn *code = t ? cn_graph_forward(g, t) : NULL;
+  cn_routine *r = code ? cn_routine_compile(ctx, code, backend, "tile") : NULL;
+  CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s: %s", text, cn_ctx_error(ctx));
+  double got[16] = {0};
+  if (r) CHECK_INT(cn_node_get_values(cn_tensor_value(t), false, got, (size_t)count), CN_OK);
+  for (int64_t c = 0; r && c < count; c++)
+    CHECK_MSG(got[c] == expected[c], "%s: cell %lld = %g, expected %g", text, (long long)c, got[c],
+              expected[c]);
+  cn_routine_free(r);
+  cn_ctx_destroy(ctx);
+}
+
+/* Tile nests over valid index sets (tile-edsl "Valid Indices"): a constraint on a division
+ * (i / 2 < 2 keeps i = 0, 2), a max pool whose last window runs off the input, an upsampling
+ * (odd cells skipped). */
+static void test_tile_on(cn_backend_kind backend) {
+  const double v5[5] = {1, 2, 3, 4, 5};
+  run_tile(backend, "O[i : N] += I[i], i / 2 < 2", v5, 5, (double[]){1, 0, 3, 0, 0}, 5);
+  run_tile(backend, "O[i / 2 : 3] >= I[i + j], j < 2", v5, 5, (double[]){2, 4, 5}, 3);
+  run_tile(backend, "O[x : 2 * N] += I[x / 2]", v5, 3, (double[]){1, 0, 2, 0, 3, 0}, 6);
+}
+
+/* Three steps of the half-moons model on `backend`; their losses into loss[]. */
+static void moons_steps(cn_backend_kind backend, double loss[3]) {
+  static moons m;
+  const moons_config cfg = {2, MOONS_SEED, backend};
+  cn_status st = moons_build(&m, &cfg);
+  for (int s = 0; s < 3 && st == CN_OK; s++) st = moons_train_step(&m, s, &loss[s]);
+  CHECK_MSG(st == CN_OK, "moons on %s: %s", cn_backend_name(backend),
+            m.ctx ? cn_ctx_error(m.ctx) : "no context");
+  moons_destroy(&m);
+}
+
+static void test_moons_ptx(cn_backend_kind ptx) {
+  seen.programs = 0;
+  double loss[3] = {0, 0, 0};
+  moons_steps(ptx, loss);
+  CHECK(seen.programs >= 2); /* the init and the step at least */
+  CHECK(loss[0] > 0.1 && loss[0] < 2);
+}
+
+/* ---- The CUDA prelude as host C++ ---- */
+
+/* Calls of builtins.h's helpers: evaluated here through builtins.h (C, _Generic, memcpy) and in
+ * the CUDA prelude compiled by g++ (C++ overloads, cn_bit_copy): each printed as bits. */
+#define FLOAT_CALLS(X)                                                                             \
+  X(cn_max(x, y))                                                                                  \
+  X(cn_min(x, y)) X(cn_pow(x, y)) X(cn_mod(x, y)) X(cn_exp(x)) X(cn_tanh(x)) X(cn_gelu(x))         \
+      X(cn_select(x > 0, x, y)) X(cn_load_half(cn_store_half(x)))                                  \
+          X(cn_load_bfloat16(cn_store_bfloat16(x))) X(cn_load_fp8(cn_store_fp8(x)))                \
+              X(cn_of_max_key_f32(cn_max_key_f32(x)))                                              \
+                  X(cn_u4x32_to_single_uniform(cn_single_to_u4x32(x)))
+#define DOUBLE_CALLS(X)                                                                            \
+  X(cn_max(d, e))                                                                                  \
+  X(cn_min(d, e)) X(cn_pow(d, e)) X(cn_mod(d, e)) X(cn_gelu(d)) X(cn_select(d > 0, d, e))          \
+      X(cn_of_max_key_f64(cn_max_key_f64(d))) X(cn_u4x32_to_double_uniform(cn_double_to_u4x32(d)))
+#define INT_CALLS(X)                                                                               \
+  X(cn_iadd(a, b))                                                                                 \
+  X(cn_isub(a, b)) X(cn_imul(a, b)) X(cn_idiv(a, b)) X(cn_imod(a, b)) X(cn_ipow(a, b))             \
+      X(cn_ineg(a)) X(cn_max(a, b)) X(cn_min(a, b)) X(cn_select(a > 0, a, b))                      \
+          X(cn_ceil_div_i64(a, b)) X(cn_floor_div_i64(a, b)) X(cn_ftoi(x, INT64_MIN, INT64_MAX))   \
+              X(cn_ftou(x, UINT64_MAX)) X(cn_store_int32(a)) X(cn_iadd(u, v)) X(cn_idiv(u, v))     \
+                  X(cn_ipow(u, v))
+#define WORD_CALLS(X)                                                                              \
+  X(cn_threefry4x32_crypto(w, cn_int64_to_u4x32(a)))                                               \
+  X(cn_threefry4x32_light(w, cn_int32_to_u4x32(b)))
+
+/* The loop over the value pairs, in C here and as the C++ text's: x, y float; d, e double; a, b
+ * int64; u, v uint64; w a word of x's and a's bits. */
+#define FOR_PAIRS                                                                                  \
+  for (int i = 0; i < NVALS; i++)                                                                  \
+    for (int j = 0; j < NVALS; j++) {                                                              \
+      float x = (float)float_vals[i], y = (float)float_vals[j];                                    \
+      double d = float_vals[i] * 1.1, e = float_vals[j];                                           \
+      int64_t a = (int64_t)int_vals[i], b = (int64_t)int_vals[j] % 70;                             \
+      uint64_t u = (uint64_t)a, v = (uint64_t)b;                                                   \
+      cn_u4x32 w = {{cn_f32_bits(x), (uint32_t)a, (uint32_t)i, 7u}};
+#define STR(...)  #__VA_ARGS__
+#define XSTR(...) STR(__VA_ARGS__)
+
+#define PRINT_F(e) fprintf(out, "%08x\n", cn_f32_bits((float)(e)));
+#define PRINT_D(e) fprintf(out, "%016llx\n", (unsigned long long)cn_f64_bits((double)(e)));
+#define PRINT_I(e) fprintf(out, "%016llx\n", (unsigned long long)(e));
+#define PRINT_W(e)                                                                                 \
+  {                                                                                                \
+    cn_u4x32 r = e;                                                                                \
+    fprintf(out, "%08x %08x %08x %08x\n", r.v[0], r.v[1], r.v[2], r.v[3]);                         \
+  }
+#define TEXT_F(e) "PRINT_F(" #e ")\n"
+#define TEXT_D(e) "PRINT_D(" #e ")\n"
+#define TEXT_I(e) "PRINT_I(" #e ")\n"
+#define TEXT_W(e) "PRINT_W(" #e ")\n"
+
+/* The calls evaluated by the library's builtins.h. */
+static void host_calls(FILE *out) {
+  FOR_PAIRS
+  FLOAT_CALLS(PRINT_F) DOUBLE_CALLS(PRINT_D) INT_CALLS(PRINT_I) WORD_CALLS(PRINT_W)
+}
+}
+
+/* The C++ program around the prelude: the CUDA intrinsics the head uses, defined on the host. */
+static const char cxx_head[] =
+    "#include <stdio.h>\n#include <string.h>\n#include <math.h>\n"
+    "static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
+    "static float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
+    "static float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }\n"
+    "static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; "
+    "}\n"
+    "static double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }\n"
+    "#undef NAN\n#undef INFINITY\n"
+    "#undef INT64_MIN\n#undef INT64_MAX\n#undef UINT64_MAX\n#undef INT32_MIN\n#undef INT32_MAX\n"
+    "#undef UINT32_MAX\n#undef INT64_C\n#undef UINT64_C\n"
+    "namespace cu {\n";
+
+static void test_prelude_host(void) {
+  const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
+  char command[1024];
+  snprintf(command, sizeof command, "%s --version >/dev/null 2>&1", cxx);
+  if (system(command) != 0) {
+    printf("test_cuda: no C++ compiler '%s': the prelude's host check skipped\n", cxx);
+    return;
+  }
+  cn_ctx *ctx = cn_ctx_create();
+  cn_sbuf body = {0}, program = {0};
+  cn_sbuf_puts(&body, XSTR(FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I)
+                               WORD_CALLS(TEXT_W)) " cn_f32_bits cn_f64_bits cn_int64_to_u4x32");
+  cn_sbuf_puts(&program, cxx_head);
+  CHECK_INT(cn_cgen_cuda.prelude(ctx, &program, &body), CN_OK);
+  cn_sbuf_printf(&program, "static const double float_vals[] = {");
+  for (int i = 0; i < NVALS; i++) {
+    double x = float_vals[i];
+    if (isnan(x))
+      cn_sbuf_printf(&program, "%s(double)NAN", i ? ", " : "");
+    else if (isinf(x))
+      cn_sbuf_printf(&program, "%s%s(double)INFINITY", i ? ", " : "", x < 0 ? "-" : "");
+    else
+      cn_sbuf_printf(&program, "%s%a", i ? ", " : "", x);
+  }
+  cn_sbuf_printf(&program, "};\nstatic const double int_vals[] = {");
+  for (int i = 0; i < NVALS; i++) cn_sbuf_printf(&program, "%s%a", i ? ", " : "", int_vals[i]);
+  cn_sbuf_printf(&program, "};\n#define NVALS %d\n#define out stdout\n%s\n%s\n%s\n%s\n", NVALS,
+                 "#define PRINT_F(e) " XSTR(PRINT_F(e)), "#define PRINT_D(e) " XSTR(PRINT_D(e)),
+                 "#define PRINT_I(e) " XSTR(PRINT_I(e)), "#define PRINT_W(e) " XSTR(PRINT_W(e)));
+  cn_sbuf_printf(&program, "static void run() {\n%s\n%s}\n}\n}\nint main() {\n  cu::run();\n}\n",
+                 XSTR(FOR_PAIRS),
+                 FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I) WORD_CALLS(TEXT_W));
+  char dir[] = "/tmp/cannl-test-cuda-cxx-XXXXXX", src[128], exe[128];
+  CHECK(mkdtemp(dir) != NULL && !program.failed);
+  snprintf(src, sizeof src, "%s/prelude.cpp", dir);
+  snprintf(exe, sizeof exe, "%s/prelude", dir);
+  FILE *f = fopen(src, "w");
+  CHECK(f && fputs(program.data, f) >= 0);
+  if (f) fclose(f);
+  snprintf(command, sizeof command, "%s -std=c++17 -w -O1 -ffp-contract=off -o %s %s", cxx, exe,
+           src);
+  CHECK_MSG(system(command) == 0, "%s failed on %s", cxx, src);
+  char *want = NULL, *got = NULL;
+  size_t want_len = 0, got_len = 0;
+  FILE *mem = open_memstream(&want, &want_len);
+  host_calls(mem);
+  fclose(mem);
+  FILE *pipe = popen(exe, "r");
+  mem = open_memstream(&got, &got_len);
+  char chunk[4096];
+  size_t n;
+  while (pipe && (n = fread(chunk, 1, sizeof chunk, pipe)) > 0) fwrite(chunk, 1, n, mem);
+  CHECK(pipe && pclose(pipe) == 0);
+  fclose(mem);
+  CHECK(want_len > 10000); /* NVALS^2 pairs of calls */
+  size_t at = 0;
+  while (at < want_len && at < got_len && want[at] == got[at]) at++;
+  CHECK_MSG(got_len == want_len && at == want_len,
+            "the CUDA prelude as C++ differs from builtins.h at byte %zu: '%.40s' against '%.40s'",
+            at, got + (at < got_len ? at : got_len), want + at);
+  free(want);
+  free(got);
+  unlink(src);
+  unlink(exe);
+  rmdir(dir);
+  cn_sbuf_free(&body);
+  cn_sbuf_free(&program);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- Errors and the cache ---- */
+
+static void test_broken_source(const cn_nvrtc *rt) {
+  cn_ctx *ctx = cn_ctx_create();
+  char *ptx, *log;
+  size_t len;
+  cn_status st =
+      cn_nvrtc_compile(ctx, rt, 90, "extern \"C\" __global__ void k() { nowhere = 1; }\n",
+                       "broken.cu", "/cache/broken-1.cu", &ptx, &len, &log);
+  CHECK_INT(st, CN_ERR_COMPILE);
+  CHECK_HAS(cn_ctx_error(ctx), "NVRTC failed on generated file /cache/broken-1.cu (");
+  CHECK_HAS(cn_ctx_error(ctx), "identifier \"nowhere\" is undefined");
+  CHECK(ptx == NULL && log == NULL);
+  cn_ctx_destroy(ctx);
+}
+
+/* out = a + b over 5 cells, lowered: the procedure the cache test compiles. */
+static cn_ll_proc *add_proc(cn_ctx *ctx) {
+  int64_t n = 5;
+  cn_node *a = node(ctx, "a", CN_PREC_SINGLE, 1, &n), *b = node(ctx, "b", CN_PREC_SINGLE, 1, &n),
+          *out = node(ctx, "out", CN_PREC_SINGLE, 1, &n);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  cn_index map = cn_index_iter(i);
+  cn_proj_tensor t = {1, &n, &map};
+  cn_proj *p = cn_proj_create(ctx, 1, &i, &n, t, 2, (cn_proj_tensor[]){t, t});
+  cn_asgn *asgn = cn_asgn_accum(ctx, true, CN_OP_ARG2, out, CN_OP_ADD,
+                                (cn_buffer[]){{a, false}, {b, false}}, p);
+  cn_ll_proc *proc = NULL;
+  CHECK_MSG(asgn && cn_ll_lower(ctx, asgn, "add", &proc) == CN_OK, "%s", cn_ctx_error(ctx));
+  return proc;
+}
+
+/* The path of the one file of dir ending in ext, in path; false when there is none. */
+static bool find_file(const char *dir, const char *ext, char *path, size_t size) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  bool found = false;
+  while (d && !found && (e = readdir(d))) {
+    size_t n = strlen(e->d_name), k = strlen(ext);
+    if (n > k && strcmp(e->d_name + n - k, ext) == 0) {
+      snprintf(path, size, "%s/%s", dir, e->d_name);
+      found = true;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+static void test_cache(void) {
+  char dir[] = "/tmp/cannl-test-cuda-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dir), CN_OK);
+  cn_ll_proc *proc = add_proc(ctx);
+  void *first = NULL, *again = NULL, *rebuilt = NULL;
+  const char *source;
+  CHECK_INT(cn_backend_cuda.compile(ctx, proc, &first, &source), CN_OK);
+  CHECK_INT((int)cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), 1);
+  char cu[512], ptx[512], sum[512];
+  CHECK(find_file(dir, ".cu", cu, sizeof cu) && find_file(dir, ".ptx", ptx, sizeof ptx) &&
+        find_file(dir, ".sum", sum, sizeof sum));
+  /* the source a compile error would name is the program's */
+  FILE *f = fopen(cu, "r");
+  char text[256] = "";
+  CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+  if (f) fclose(f);
+  CHECK(strncmp(text, source, strlen(text)) == 0);
+  /* a second compile: no NVRTC, the same PTX */
+  CHECK_INT(cn_backend_cuda.compile(ctx, proc, &again, &source), CN_OK);
+  CHECK_INT((int)cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), 1);
+  CHECK_INT((int)cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), 1);
+  CHECK(first && again && strcmp(cn_cuda_ptx(first), cn_cuda_ptx(again)) == 0);
+  /* a corrupted PTX (same size, one byte changed): discarded, compiled again */
+  f = fopen(ptx, "r+");
+  CHECK(f && fseek(f, 20, SEEK_SET) == 0 && fputc('#', f) != EOF);
+  if (f) fclose(f);
+  CHECK_INT(cn_backend_cuda.compile(ctx, proc, &rebuilt, &source), CN_OK);
+  CHECK_INT((int)cn_ctx_stat(ctx, CN_STAT_COMPILER_RUNS), 2);
+  CHECK_INT((int)cn_ctx_stat(ctx, CN_STAT_CACHE_HITS), 1);
+  CHECK(rebuilt && strcmp(cn_cuda_ptx(first), cn_cuda_ptx(rebuilt)) == 0);
+  cn_backend_cuda.release(first);
+  cn_backend_cuda.release(again);
+  cn_backend_cuda.release(rebuilt);
+  cn_ctx_destroy(ctx);
+  unlink(cu);
+  unlink(ptx);
+  unlink(sum);
+  CHECK(rmdir(dir) == 0);
+}
+
+/* Without a GPU: the device's error says why and that NVRTC is here; a routine on "cuda"
+ * compiles its kernels and then fails with that error (never a crash, never a silent pass). */
+static void test_no_gpu(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  int cuda = cn_backend_find("cuda");
+  CHECK(cuda >= 0);
+  char device[512];
+  CHECK_INT(cn_backend_device(ctx, (cn_backend_kind)cuda, device, sizeof device),
+            CN_ERR_UNSUPPORTED);
+  const char *why = cn_ctx_error(ctx);
+  CHECK_MSG(strncmp(why, "no CUDA driver (libcuda.so.1): ", 31) == 0 ||
+                strncmp(why, "no CUDA device: ", 16) == 0,
+            "%s", why);
+  CHECK_HAS(why, "is here: kernels compile to PTX, nothing runs");
+  printf("test_cuda: no GPU, launching skipped: %s\n", why);
+  int64_t n = 3;
+  cn_node *x = node(ctx, "x", CN_PREC_SINGLE, 1, &n), *y = node(ctx, "y", CN_PREC_SINGLE, 1, &n);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  cn_index map = cn_index_iter(i);
+  cn_proj_tensor t = {1, &n, &map};
+  cn_proj *p = cn_proj_create(ctx, 1, &i, &n, t, 1, &t);
+  cn_asgn *asgn = cn_asgn_accum(ctx, true, CN_OP_ARG2, y, CN_OP_EXP, (cn_buffer[]){{x, false}}, p);
+  cn_routine *r = cn_routine_compile(ctx, asgn, (cn_backend_kind)cuda, "exp");
+  if (r) CHECK(cn_routine_run(r) != CN_OK);
+  CHECK_HAS(cn_ctx_error(ctx), "no CUDA");
+  cn_routine_free(r);
+  cn_ctx_destroy(ctx);
+}
+
+/* ---- With a GPU ---- */
+
+/* The relative difference allowed between CUDA's and glibc's value of op in prec: 0 (exact) but
+ * for the functions CUDA's library computes (a few ulp of float or double, which a narrow
+ * precision's rounding may turn into one of its own ulp). */
+static double tolerance(cn_op op, cn_prec prec) {
+  bool libm = op == CN_OP_LOG || op == CN_OP_EXP2 || op == CN_OP_LOG2 || op == CN_OP_SIN ||
+              op == CN_OP_COS || op == CN_OP_POW ||
+              (prec == CN_PREC_DOUBLE && (op == CN_OP_EXP || op == CN_OP_TANH || op == CN_OP_GELU));
+  if (!libm) return 0;
+  switch (prec) {
+  case CN_PREC_DOUBLE: return 1e-15;
+  case CN_PREC_HALF: return 1e-3;
+  case CN_PREC_BFLOAT16: return 1e-2;
+  case CN_PREC_FP8: return 0.25;
+  default: return 4e-7;
+  }
+}
+
+static void run_ops(cn_ctx *ctx, cn_asgn *asgn, cn_backend_kind backend, int count,
+                    cn_node *const *outs, double **cells) {
+  cn_routine *r = cn_routine_compile(ctx, asgn, backend, "ops");
+  CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
+  for (int k = 0; k < count; k++) {
+    size_t n = (size_t)cn_node_numel(outs[k]);
+    cells[k] = calloc(n, sizeof(double));
+    CHECK(cn_node_get_values(outs[k], false, cells[k], n) == CN_OK);
+  }
+  cn_routine_free(r);
+}
+
+static void test_gpu(cn_backend_kind cuda) {
+  backends[0] = CN_BACKEND_C;
+  backends[1] = cuda;
+  n_backends = 2;
+  e2e_threads = false;
+  e2e_run_all();
+  for (int prec = 0; prec < CN_PREC_COUNT; prec++) {
+    cn_ctx *ctx = cn_ctx_create();
+    op_case cases[CN_OP_COUNT];
+    cn_node *outs[CN_OP_COUNT];
+    double *c_cells[CN_OP_COUNT], *cuda_cells[CN_OP_COUNT];
+    int count;
+    cn_asgn *all = build_all_ops(ctx, (cn_prec)prec, cases, outs, &count);
+    run_ops(ctx, all, CN_BACKEND_C, count, outs, c_cells);
+    run_ops(ctx, all, cuda, count, outs, cuda_cells);
+    for (int k = 0; k < count; k++) {
+      double tol = tolerance(cases[k].op, (cn_prec)prec);
+      for (int64_t c = 0; c < cn_node_numel(outs[k]); c++) {
+        double a = c_cells[k][c], b = cuda_cells[k][c];
+        CHECK_MSG((isnan(a) && isnan(b)) || a == b || fabs(a - b) <= tol * fmax(fabs(a), fabs(b)),
+                  "%s on %s: cell %lld: C %.17g, CUDA %.17g", cn_op_name(cases[k].op),
+                  cn_prec_name((cn_prec)prec), (long long)c, a, b);
+      }
+      free(c_cells[k]);
+      free(cuda_cells[k]);
+    }
+    cn_ctx_destroy(ctx);
+  }
+  test_tile_on(cuda);
+  double c_loss[3], cuda_loss[3];
+  moons_steps(CN_BACKEND_C, c_loss);
+  moons_steps(cuda, cuda_loss);
+  for (int s = 0; s < 3; s++) CHECK_NEAR(cuda_loss[s], c_loss[s], 1e-4);
+}
+
+int main(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const cn_nvrtc *rt = NULL;
+  if (cn_nvrtc_get(ctx, &rt) != CN_OK) {
+    printf("test_cuda: skipped: %s\n", cn_ctx_error(ctx));
+    cn_ctx_destroy(ctx);
+    return 77;
+  }
+  printf("test_cuda: NVRTC %d.%d (%s)\n", rt->major, rt->minor, rt->library);
+  cn_backend_kind ptx;
+  CHECK_MSG(cn_backend_register(ctx, &ptx_backend, &ptx) == CN_OK, "%s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  /* every compile runs NVRTC, so each log is there to check */
+  setenv("CANNL_CACHE_DIR", "off", 1);
+  test_prelude_host();
+  test_broken_source(rt);
+  test_e2e_ptx(ptx);
+  test_ops_ptx(ptx);
+  seen.programs = 0;
+  test_tile_on(ptx);
+  CHECK_INT(seen.programs, 3);
+  test_moons_ptx(ptx);
+  test_cache();
+  int cuda = cn_backend_find("cuda");
+  if (cn_cuda_gpu_find())
+    test_gpu((cn_backend_kind)cuda);
+  else
+    test_no_gpu();
+  CHECK_DONE();
+}
