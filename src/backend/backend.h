@@ -115,6 +115,25 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
 
+/* Records of the generated-C backend's cache directory (cc.c "Records"), the integrity scheme
+ * tune records and the OpenCL backend's program binaries share: the body (any bytes) stored for
+ * key (NUL-terminated text) in the slot <kind>-<hash of key>.<ext> by cn_cc_record_store, with
+ * the key text and an FNV-1a checksum; load gives a malloc'd copy of the body (NUL-terminated
+ * after len bytes) in *body. *found is false without a shared cache directory, without a
+ * record, for another key's record, or for a corrupted one (deleted, with a warning on the log
+ * or stderr). */
+cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                            char **body, size_t *len, bool *found);
+cn_status cn_cc_record_store(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                             const char *body, size_t len);
+
+/* Writes a device backend's generated source (NUL-terminated text) that failed to compile, so that
+ * the error can name it: <cache dir>/<name>-<hash of text>.<ext>, written atomically; without a
+ * shared cache directory it goes to a private temporary directory, which is kept. *path is the
+ * file's path (malloc'd). */
+cn_status cn_cc_source_store(cn_ctx *ctx, const char *name, const char *ext, const char *text,
+                             char **path);
+
 /* Lets the generated-C backend's compilations running behind (start_many) on ctx start their next
  * compiler processes, without waiting: a routine run calls it while ctx->compiling is set. */
 void cn_cc_drive(cn_ctx *ctx);

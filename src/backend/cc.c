@@ -41,7 +41,6 @@
  * functions the two files share: cc_internal.h). A procedure with
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
  * (per call: one cached object may serve several contexts); without it run_parallel is run. */
-#include "backend/cache.h"
 #include "backend/cc_internal.h"
 
 #include <dlfcn.h>
@@ -479,9 +478,9 @@ static int fd_checksum(int fd, uint64_t *size, uint64_t *sum) {
   return err;
 }
 
-/* The record's last line for an object (a file of extension ext) of this size and checksum. */
-static void record_tail(char *out, size_t out_size, const char *ext, uint64_t size, uint64_t sum) {
-  snprintf(out, out_size, "\n%s %" PRIu64 " %016" PRIx64 "\n", ext, size, sum);
+/* The record's last line for an object of this size and checksum. */
+static void record_tail(char *out, size_t out_size, uint64_t size, uint64_t sum) {
+  snprintf(out, out_size, "\nso %" PRIu64 " %016" PRIx64 "\n", size, sum);
 }
 
 /* ---- Running the compiler ---- */
@@ -646,7 +645,7 @@ static const char *check_record(cn_ctx *ctx, const cc_paths *paths, const cn_sbu
   int err;
   struct stat st;
   char tail[64];
-  record_tail(tail, sizeof tail, paths->ext, size, sum);
+  record_tail(tail, sizeof tail, size, sum);
   size_t tail_len = strlen(tail), want = head->len + tail_len;
   int fd = open_regular(paths->sum_path, &st);
   if (fd < 0) {
@@ -776,18 +775,16 @@ static void remove_stale(const char *dir, const char *base, const char *const *s
   if (n > 0 && (size_t)n < sizeof prefix) cn_remove_stale_temporaries(dir, prefix, suffixes);
 }
 
-/* The paths of an entry: STEM.<source> (the generated text), STEM.<object>, STEM.sum. */
 static cn_status cc_paths_make(cn_ctx *ctx, const char *dir, const char *name, uint64_t key,
-                               const char *source, const char *object, cc_paths *p) {
+                               cc_paths *p) {
   char *stem = format_path(ctx, "%s/%s-%016" PRIx64, dir, name, key);
   char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
   if (tmp) {
-    p->ext = object;
-    p->c_path = format_path(ctx, "%s.%s", stem, source);
-    p->so_path = format_path(ctx, "%s.%s", stem, object);
+    p->c_path = format_path(ctx, "%s.c", stem);
+    p->so_path = format_path(ctx, "%s.so", stem);
     p->sum_path = format_path(ctx, "%s.sum", stem);
-    p->tmp_c = format_path(ctx, "%s.%s", tmp, source);
-    p->tmp_so = format_path(ctx, "%s.%s", tmp, object);
+    p->tmp_c = format_path(ctx, "%s.c", tmp);
+    p->tmp_so = format_path(ctx, "%s.so", tmp);
     p->tmp_sum = format_path(ctx, "%s.sum", tmp);
   }
   free(stem);
@@ -863,8 +860,7 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
   uint64_t key = cache_key(c->source, source_len, job->cc, job->flags);
   status = cc_command_make(ctx, job->cc, job->flags, &job->cmd);
   if (status == CN_OK) status = resolve_place(ctx, &job->place);
-  if (status == CN_OK)
-    status = cc_paths_make(ctx, job->place.dir, proc->name, key, "c", "so", &job->paths);
+  if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
   bool shared = !job->place.private_dir;
   if (status == CN_OK && shared) {
     cn_sbuf_printf(&job->head, "cannl cache record 1\nkey %zu\n%s\n%s\n",
@@ -885,8 +881,7 @@ static cn_status cc_start_job(cn_ctx *ctx, const cn_ll_proc *proc, cc_compiled *
     place_release(&job->place, NULL);
     cc_paths_free(&job->paths);
     status = private_dir(ctx, &job->place);
-    if (status == CN_OK)
-      status = cc_paths_make(ctx, job->place.dir, proc->name, key, "c", "so", &job->paths);
+    if (status == CN_OK) status = cc_paths_make(ctx, job->place.dir, proc->name, key, &job->paths);
   }
   if (status == CN_OK && !job->place.private_dir && !job->hit) {
     /* The temporaries that compilations of this entry killed midway left go now. */
@@ -942,7 +937,7 @@ static cn_status cc_finish_job(cn_ctx *ctx, cc_job *job) {
                      paths->so_path, strerror(errno));
   } else {
     char tail[64];
-    record_tail(tail, sizeof tail, paths->ext, size, sum);
+    record_tail(tail, sizeof tail, size, sum);
     status = write_file_atomically(ctx, paths->tmp_sum, paths->sum_path, job->head.data,
                                    job->head.len, tail, strlen(tail));
     /* An object without its record would only be evicted by the next reader. */
@@ -962,160 +957,31 @@ cn_status cn_cc_finish(cn_ctx *ctx, cc_job *job) {
   return status;
 }
 
-/* ---- Device binaries (cache.h) ---- */
-
-struct cn_cache_entry {
-  cc_place place;
-  cc_paths paths;
-  cn_sbuf head; /* the record's head (key text) */
-  uint64_t key;
-  char *name;
-  char source_ext[16], binary_ext[16];
-};
-
-cn_status cn_cache_entry_open(cn_ctx *ctx, const char *name, const char *key, size_t key_len,
-                              const char *source_ext, const char *binary_ext,
-                              cn_cache_entry **out) {
-  cn_cache_entry *e = cn_calloc(ctx, 1, sizeof *e);
-  if (!e) return ctx->status;
-  e->key = cache_key(key, key_len, "", "");
-  snprintf(e->source_ext, sizeof e->source_ext, "%s", source_ext);
-  snprintf(e->binary_ext, sizeof e->binary_ext, "%s", binary_ext);
-  e->name = cn_malloc(ctx, strlen(name) + 1);
-  if (e->name) memcpy(e->name, name, strlen(name) + 1);
-  cn_status status = e->name ? resolve_place(ctx, &e->place) : ctx->status;
-  if (status == CN_OK)
-    status =
-        cc_paths_make(ctx, e->place.dir, name, e->key, e->source_ext, e->binary_ext, &e->paths);
-  if (status == CN_OK) {
-    cn_sbuf_printf(&e->head, "cannl cache record 1\nkey %zu\n", key_len);
-    cn_sbuf_printf(&e->head, "%.*s", (int)key_len, key);
-    if (e->head.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache record");
-  }
-  if (status != CN_OK) {
-    cn_cache_entry_close(e);
-    return status;
-  }
-  *out = e;
-  return CN_OK;
-}
-
-const char *cn_cache_entry_source_path(const cn_cache_entry *e) {
-  return e->paths.c_path;
-}
-
-cn_status cn_cache_entry_load(cn_ctx *ctx, cn_cache_entry *e, char **data, size_t *size) {
-  *data = NULL;
-  *size = 0;
-  struct stat st;
-  if (e->place.private_dir || (lstat(e->paths.so_path, &st) != 0 && errno == ENOENT)) return CN_OK;
-  char reason[PATH_MAX + 256];
-  const char *problem = NULL;
-  cn_status status = CN_OK;
-  int fd = open_regular(e->paths.so_path, &st);
-  char *bytes = NULL;
-  ssize_t got = 0;
-  if (fd < 0) {
-    problem = read_failure(reason, sizeof reason, "it", errno, &st);
-  } else {
-    /* Read once into memory, then checked: the bytes used are the bytes checked. */
-    size_t cap = (size_t)st.st_size + 1;
-    bytes = cn_malloc(ctx, cap + 1);
-    got = bytes ? read_up_to(fd, bytes, cap) : 0;
-    int err = errno;
-    close(fd);
-    if (!bytes) return ctx->status;
-    if (got < 0) {
-      snprintf(reason, sizeof reason, "cannot read it: %s", strerror(err));
-      problem = reason;
-    } else {
-      bytes[got] = '\0';
-      problem = check_record(ctx, &e->paths, &e->head, (uint64_t)got,
-                             fnv1a(FNV_OFFSET, bytes, (size_t)got), reason, sizeof reason, &status);
-    }
-  }
-  if (status != CN_OK || problem) {
-    free(bytes);
-    if (status != CN_OK) return status;
-    cc_warn(ctx, NULL, "discarding cached %s (%s); recompiling", e->paths.so_path, problem);
-    cn_cc_discard(e->paths.sum_path);
-    cn_cc_discard(e->paths.so_path);
-    return CN_OK;
-  }
-  ctx->stats[CN_STAT_CACHE_HITS]++;
-  *data = bytes;
-  *size = (size_t)got;
-  return CN_OK;
-}
-
-cn_status cn_cache_entry_write_source(cn_ctx *ctx, cn_cache_entry *e, const char *text,
-                                      size_t len) {
-  cn_status status = CN_OK;
-  if (!e->place.private_dir && !publish_ready(ctx, &e->place, &e->paths)) {
-    place_release(&e->place, NULL);
-    cc_paths_free(&e->paths);
-    status = private_dir(ctx, &e->place);
-    if (status == CN_OK)
-      status = cc_paths_make(ctx, e->place.dir, e->name, e->key, e->source_ext, e->binary_ext,
-                             &e->paths);
-  }
-  if (status == CN_OK && !e->place.private_dir) {
-    char base[PATH_MAX], source[24], binary[24];
-    snprintf(source, sizeof source, ".%s", e->source_ext);
-    snprintf(binary, sizeof binary, ".%s", e->binary_ext);
-    const char *const exts[] = {source, binary, ".sum", NULL};
-    int n = snprintf(base, sizeof base, "%s-%016" PRIx64, e->name, e->key);
-    if (n > 0 && (size_t)n < sizeof base) remove_stale(e->place.dir, base, exts);
-  }
-  if (status == CN_OK)
-    status = write_file_atomically(ctx, e->paths.tmp_c, e->paths.c_path, text, len, "", 0);
-  return status;
-}
-
-cn_status cn_cache_entry_store(cn_ctx *ctx, cn_cache_entry *e, const char *data, size_t size) {
-  if (e->place.private_dir) return CN_OK;
-  cn_status status =
-      write_file_atomically(ctx, e->paths.tmp_so, e->paths.so_path, data, size, "", 0);
-  if (status != CN_OK) return status;
-  char tail[64];
-  record_tail(tail, sizeof tail, e->paths.ext, size, fnv1a(FNV_OFFSET, data, size));
-  status = write_file_atomically(ctx, e->paths.tmp_sum, e->paths.sum_path, e->head.data,
-                                 e->head.len, tail, strlen(tail));
-  /* a binary without its record would only be evicted by the next reader */
-  if (status != CN_OK) cn_cc_discard(e->paths.so_path);
-  return status;
-}
-
-void cn_cache_entry_close(cn_cache_entry *e) {
-  if (!e) return;
-  place_release(&e->place, &e->paths);
-  cc_paths_free(&e->paths);
-  cn_sbuf_free(&e->head);
-  free(e->name);
-  free(e);
-}
-
-/* ---- Tune records ----
- * The GEMM autotuner (src/runtime/tune.c) keeps its winners beside the compiled objects:
- * tune-<hash>.txt in the cache directory, the hash (FNV-1a) of the key text naming the slot and
- * the record holding
- *   "cannl tune record 1\nkey <n>\n" <the n bytes of key text> "\nvalue <value>\nsum <hex>\n"
+/* ---- Records ----
+ * Small files kept beside the compiled objects, each in the slot <kind>-<hash>.<ext> of the cache
+ * directory, the hash (FNV-1a) of the key text naming the slot, holding
+ *   "cannl <kind> record 1\nkey <n>\n" <the n bytes of key text> "\n" <body> "sum <hex>\n"
  * where <hex> is the FNV-1a checksum of every byte before the "sum" line. A record whose key
- * text differs (another nest in the slot) is not ours; one that is malformed or fails its
+ * text differs (another key in the slot) is not ours; one that is malformed or fails its
  * checksum is deleted with a warning. Written like the objects: a temporary file, then rename().
- * Without a shared cache directory (cache_dir "off", or none usable) there are no records. */
+ * Without a shared cache directory (cache_dir "off", or none usable) there are no records.
+ * The GEMM autotuner's winners (src/runtime/tune.c) are records of kind "tune" (tune-<hash>.txt),
+ * their body "value <value>\n"; the OpenCL backend's program binaries are records too
+ * (backend.h cn_cc_record_load). */
 
-#define TUNE_RECORD_MAX 65536
+#define RECORD_MAX     ((uint64_t)1 << 30)
+#define RECORD_SUM_LEN 21 /* "sum " 16 digits "\n" */
 
 /* The record's path for key in the shared cache directory; NULL (no records) without one. */
-static char *tune_path(cn_ctx *ctx, const char *key, cn_status *status) {
+static char *record_path(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                         cn_status *status) {
   cc_place place = {0};
   *status = resolve_place(ctx, &place);
   if (*status != CN_OK) return NULL;
   char *path = NULL;
   if (!place.private_dir) {
     uint64_t h = fnv1a(FNV_OFFSET, key, strlen(key));
-    path = format_path(ctx, "%s/tune-%016" PRIx64 ".txt", place.dir, h);
+    path = format_path(ctx, "%s/%s-%016" PRIx64 ".%s", place.dir, kind, h, ext);
     if (!path) *status = ctx->status;
   } else {
     rmdir(place.dir);
@@ -1124,59 +990,46 @@ static char *tune_path(cn_ctx *ctx, const char *key, cn_status *status) {
   return path;
 }
 
-/* The record's text for key (malloc'd, NUL-terminated), without the sum line. */
-static char *tune_text(const char *key, const char *value, size_t *len) {
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "cannl tune record 1\nkey %zu\n%s\nvalue %s\n", strlen(key), key, value);
-  if (sb.failed) {
-    cn_sbuf_free(&sb);
-    return NULL;
-  }
-  *len = sb.len;
-  return sb.data;
-}
-
 /* The record's last line for its text before it (len bytes): "sum <16 hex digits>\n". */
-static void tune_sum_line(char *out, size_t size, const char *text, size_t len) {
+static void record_sum_line(char *out, size_t size, const char *text, size_t len) {
   snprintf(out, size, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
 }
 
-/* Why the record text (len bytes) is not a valid record for key (NULL: valid, *value set; "" for
- * a record of another key). The key length goes through cn_parse_natural and the sum line is
- * compared with the one our checksum gives, so no number of the file is parsed by sscanf (whose
- * %zu and %x are undefined on out-of-range input: the checksum does not stop a crafted record). */
-static const char *tune_parse(const char *text, size_t len, const char *key, char *value,
-                              size_t size) {
-  const char *header = "cannl tune record 1\nkey ";
+/* Why the record text (len bytes) is not a valid record of kind for key (NULL: valid, *body and
+ * *body_len its body, inside text; "" for a record of another key). The key length goes through
+ * cn_parse_natural and the sum line is compared with the one our checksum gives, so no number of
+ * the file is parsed by sscanf (whose %zu and %x are undefined on out-of-range input: the
+ * checksum does not stop a crafted record). */
+static const char *record_parse(const char *text, size_t len, const char *kind, const char *key,
+                                const char **body, size_t *body_len) {
+  char header[64];
+  snprintf(header, sizeof header, "cannl %s record 1\nkey ", kind);
   size_t header_len = strlen(header);
-  if (len < header_len || memcmp(text, header, header_len) != 0) return "bad header";
-  const char *digits = text + header_len, *eol = memchr(digits, '\n', len - header_len);
+  if (len < header_len + RECORD_SUM_LEN || memcmp(text, header, header_len) != 0)
+    return "bad header";
+  const char *sum_line = text + len - RECORD_SUM_LEN;
+  char want[40];
+  record_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
+  if (memcmp(sum_line, want, RECORD_SUM_LEN) != 0) return "checksum mismatch";
+  const char *digits = text + header_len;
+  const char *eol = memchr(digits, '\n', (size_t)(sum_line - digits));
   uint64_t n;
   if (!eol || !cn_parse_natural(digits, (size_t)(eol - digits), len, &n)) return "bad key line";
   const char *at = eol + 1;
-  if (n >= len - (size_t)(at - text)) return "truncated key"; /* the key and its '\n' */
-  const char *after = at + n;
-  const char *value_line = after + 1,
-             *sum_line = memchr(value_line, '\n', len - (size_t)(value_line - text));
-  if (*after != '\n' || strncmp(value_line, "value ", 6) != 0 || !sum_line) return "bad value line";
-  sum_line++;
-  size_t sum_len = len - (size_t)(sum_line - text);
-  if (sum_len < 4 || memcmp(sum_line, "sum ", 4) != 0) return "bad sum line";
-  char want[40];
-  tune_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
-  if (sum_len != strlen(want) || memcmp(sum_line, want, sum_len) != 0) return "checksum mismatch";
-  if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another nest's slot */
-  size_t value_len = (size_t)(sum_line - 1 - (value_line + 6));
-  if (value_len + 1 > size) return "value too long";
-  memcpy(value, value_line + 6, value_len);
-  value[value_len] = '\0';
+  if (n >= (size_t)(sum_line - at) || at[n] != '\n') return "truncated key"; /* key and '\n' */
+  if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another key's slot */
+  *body = at + n + 1;
+  *body_len = (size_t)(sum_line - *body);
   return NULL;
 }
 
-cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found) {
+cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                            char **body, size_t *len, bool *found) {
   *found = false;
+  *body = NULL;
+  *len = 0;
   cn_status status;
-  char *path = tune_path(ctx, key, &status);
+  char *path = record_path(ctx, kind, ext, key, &status);
   if (!path) return status;
   struct stat st;
   int fd = open_regular(path, &st);
@@ -1184,39 +1037,54 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
   if (fd < 0) {
     char reason[256];
     if (err != ENOENT) { /* no record yet; otherwise one we cannot use (a planted FIFO...) */
-      cc_warn(ctx, NULL, "ignoring tune record %s (%s)", path,
+      cc_warn(ctx, NULL, "ignoring %s record %s (%s)", kind, path,
               read_failure(reason, sizeof reason, "it", err, &st));
       if (err == EINVAL) cn_cc_discard(path);
     }
     free(path);
     return CN_OK;
   }
-  char *text = malloc(TUNE_RECORD_MAX);
-  ssize_t got = text ? read_up_to(fd, text, TUNE_RECORD_MAX - 1) : 0;
+  /* one byte more than the file's size tells a file that grew since */
+  size_t cap = st.st_size >= 0 && (uint64_t)st.st_size < RECORD_MAX ? (size_t)st.st_size + 1 : 0;
+  char *text = cap ? malloc(cap) : NULL;
+  ssize_t got = text ? read_up_to(fd, text, cap) : -1;
   close(fd);
-  if (!text) {
+  if (cap && !text) {
     free(path);
-    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading tune record");
+    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading %s record", kind);
   }
-  size_t len = got > 0 ? (size_t)got : 0;
-  text[len] = '\0';
-  const char *problem = got < 0 ? "cannot read it" : tune_parse(text, len, key, value, size);
+  const char *at = NULL;
+  size_t at_len = 0;
+  const char *problem = !cap      ? "too large"
+                        : got < 0 ? "cannot read it"
+                        : (size_t)got == cap
+                            ? "changed while read"
+                            : record_parse(text, (size_t)got, kind, key, &at, &at_len);
   if (problem && *problem) {
-    cc_warn(ctx, NULL, "ignoring corrupted tune record %s (%s)", path, problem);
+    cc_warn(ctx, NULL, "ignoring corrupted %s record %s (%s)", kind, path, problem);
     cn_cc_discard(path);
   }
-  *found = problem == NULL;
-  free(text);
+  if (!problem) {
+    memmove(text, at, at_len);
+    text[at_len] = '\0';
+    *body = text;
+    *len = at_len;
+    *found = true;
+  } else {
+    free(text);
+  }
   free(path);
   return CN_OK;
 }
 
-cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
+cn_status cn_cc_record_store(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                             const char *body, size_t len) {
   cn_status status;
-  char *path = tune_path(ctx, key, &status);
+  char *path = record_path(ctx, kind, ext, key, &status);
   if (!path) return status;
-  size_t len = 0;
-  char *text = tune_text(key, value, &len);
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "cannl %s record 1\nkey %zu\n%s\n", kind, strlen(key), key);
+  for (size_t i = 0; i < len && !sb.failed; i++) cn_sbuf_putc(&sb, body[i]);
   char *tmp = tmp_stem(ctx, path);
   const char *slash = strrchr(path, '/');
   if (tmp && slash) { /* the killed stores' temporaries of this record go now */
@@ -1226,13 +1094,70 @@ cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
     remove_stale(dir, slash + 1, no_ext);
   }
   char tail[40];
-  if (text) tune_sum_line(tail, sizeof tail, text, len);
-  status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
-           : !tmp ? ctx->status
-                  : write_file_atomically(ctx, tmp, path, text, len, tail, strlen(tail));
-  free(text);
+  if (!sb.failed) record_sum_line(tail, sizeof tail, sb.data, sb.len);
+  status = sb.failed ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing %s record", kind)
+           : !tmp    ? ctx->status
+                     : write_file_atomically(ctx, tmp, path, sb.data, sb.len, tail, strlen(tail));
+  cn_sbuf_free(&sb);
   free(tmp);
   free(path);
+  return status;
+}
+
+cn_status cn_cc_source_store(cn_ctx *ctx, const char *name, const char *ext, const char *text,
+                             char **path) {
+  *path = NULL;
+  cc_place place = {0};
+  cn_status status = resolve_place(ctx, &place);
+  char why[PATH_MAX + 256];
+  if (status == CN_OK && !place.private_dir && !writable_dir(place.dir, why, sizeof why)) {
+    free(place.dir); /* a read-only cache: the file goes to a directory of its own */
+    place = (cc_place){0};
+    status = private_dir(ctx, &place);
+  }
+  if (status != CN_OK) return status;
+  size_t len = strlen(text);
+  char *stem = format_path(ctx, "%s/%s-%016" PRIx64, place.dir, name, fnv1a(FNV_OFFSET, text, len));
+  char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
+  char *file = tmp ? format_path(ctx, "%s.%s", stem, ext) : NULL;
+  char *tmp_file = file ? format_path(ctx, "%s.%s", tmp, ext) : NULL;
+  status = tmp_file ? write_file_atomically(ctx, tmp_file, file, text, len, "", 0) : ctx->status;
+  if (status == CN_OK) {
+    *path = file;
+    file = NULL;
+  }
+  free(stem);
+  free(tmp);
+  free(file);
+  free(tmp_file);
+  free(place.dir); /* a private directory stays: it holds the file the message names */
+  return status;
+}
+
+cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found) {
+  char *body;
+  size_t len;
+  cn_status status = cn_cc_record_load(ctx, "tune", "txt", key, &body, &len, found);
+  if (status != CN_OK || !*found) return status;
+  /* the body is one line, "value <value>\n" */
+  const char *eol = memchr(body, '\n', len);
+  *found = len > 6 && memcmp(body, "value ", 6) == 0 && eol == body + len - 1 && len - 6 <= size;
+  if (*found) {
+    memcpy(value, body + 6, len - 7);
+    value[len - 7] = '\0';
+  } else {
+    cc_warn(ctx, NULL, "ignoring the tune record of key '%s' (bad value line)", key);
+  }
+  free(body);
+  return CN_OK;
+}
+
+cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
+  cn_sbuf body = {0};
+  cn_sbuf_printf(&body, "value %s\n", value);
+  cn_status status = body.failed ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
+                                 : cn_cc_record_store(ctx, "tune", "txt", key, body.data, body.len);
+  cn_sbuf_free(&body);
   return status;
 }
 

@@ -21,10 +21,8 @@ typedef struct {
   char *source;              /* malloc'd generated C */
 } cc_compiled;
 
-/* Paths of one compilation (malloc'd), and the extension of its object ("so"), which its
- * record names. */
+/* Paths of one compilation (malloc'd). */
 typedef struct {
-  const char *ext;
   char *c_path, *so_path, *sum_path, *tmp_c, *tmp_so, *tmp_sum;
 } cc_paths;
 

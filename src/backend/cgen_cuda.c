@@ -27,8 +27,11 @@
 #include <string.h>
 
 /* What builtins.h gets from <stdint.h>, <string.h> and <math.h> on the host, and NVRTC's
- * counterpart of its "-Wunused-function" pragma (177: a static function never referenced). */
+ * counterparts of the host's quiet warnings: builtins.h's "-Wunused-function" (177: a static
+ * function never referenced) and -Wtype-limits, which -Wall leaves off in C (186: `a >= 0` on an
+ * unsigned operand, the op templates' relu and abs on uint64, true as intended). */
 static const char cuda_head[] = "#pragma nv_diag_suppress 177\n"
+                                "#pragma nv_diag_suppress 186\n"
                                 "typedef unsigned char uint8_t;\n"
                                 "typedef unsigned short uint16_t;\n"
                                 "typedef int int32_t;\n"
@@ -189,11 +192,6 @@ static void cuda_constant(cn_sbuf *sb, cn_prec prec, cn_value v) {
                  v.w.v[0], v.w.v[1], v.w.v[2], v.w.v[3]);
 }
 
-/* A CN_LL_GEMM statement in a kernel: its nest as plain loops (kernels.h). */
-static void cuda_gemm(const cgen *g, int depth, const cn_ll_stmt *s) {
-  cn_cgen_stmt(g, depth, s->u.gemm.nest);
-}
-
 const cn_cgen_dialect cn_cgen_cuda = {
     /* C++17's keywords and alternative tokens, C's restrict, and CUDA's built-in variables */
     .keywords =
@@ -217,7 +215,7 @@ const cn_cgen_dialect cn_cgen_cuda = {
     .constant = cuda_constant,
     .op = cn_op_c,
     .parallel_loop = NULL, /* kernels outline nothing: the grid is the kernel view's */
-    .gemm = cuda_gemm,
+    .gemm = cn_kernel_gemm,
     .prelude = cuda_prelude,
     .kernel_prefix = "extern \"C\" __global__ void ",
     .global_qualifier = "",

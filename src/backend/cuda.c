@@ -22,7 +22,6 @@
  * primary context of the GPU, retained until exit), and each call makes it current on the calling
  * thread first. */
 #define _DEFAULT_SOURCE
-#include "backend/cache.h"
 #include "backend/cuda.h"
 #include "backend/cuda_rt.h"
 
@@ -167,40 +166,51 @@ static void cuda_release(void *compiled) {
   free(c);
 }
 
-/* The PTX of c's program for arch, from the cache or NVRTC. */
-static cn_status cuda_ptx(cn_ctx *ctx, const cn_nvrtc *rt, int arch, const char *name,
-                          cuda_compiled *c) {
+cn_status cn_cuda_ptx_of(cn_ctx *ctx, const char *name, const char *source, int arch, char **ptx,
+                         char **log) {
+  *ptx = *log = NULL;
+  const cn_nvrtc *rt;
+  cn_status status = cn_nvrtc_get(ctx, &rt);
+  if (status != CN_OK) return status;
   char options[160];
   cn_nvrtc_options(arch, options, sizeof options);
   cn_sbuf key = {0};
-  cn_sbuf_printf(&key, "cuda nvrtc %d.%d\n%s\n%s", rt->major, rt->minor, options,
-                 c->program.source);
+  cn_sbuf_printf(&key, "nvrtc %d.%d\n%s\n%s", rt->major, rt->minor, options, source);
   if (key.failed) {
     cn_sbuf_free(&key);
     return cn_fail(ctx, CN_ERR_NOMEM, "out of memory for a cache key");
   }
-  cn_cache_entry *entry = NULL;
   size_t len = 0;
-  cn_status status = cn_cache_entry_open(ctx, name, key.data, key.len, "cu", "ptx", &entry);
-  cn_sbuf_free(&key);
-  if (status == CN_OK) status = cn_cache_entry_load(ctx, entry, &c->ptx, &len);
-  if (status == CN_OK && c->ptx) {
+  bool found = false;
+  status = cn_cc_record_load(ctx, "cuda", "ptx", key.data, ptx, &len, &found);
+  if (status == CN_OK && found) {
+    ctx->stats[CN_STAT_CACHE_HITS]++;
     cn_log(ctx, CN_LOG_DEBUG, "routine '%s': cached PTX", name);
-    c->log = malloc(1);
-    if (c->log) c->log[0] = '\0';
+    *log = malloc(1);
+    if (*log) **log = '\0';
   } else if (status == CN_OK) {
-    const char *path = cn_cache_entry_source_path(entry);
-    status = cn_cache_entry_write_source(ctx, entry, c->program.source, strlen(c->program.source));
-    if (status == CN_OK) {
-      ctx->stats[CN_STAT_COMPILER_RUNS]++;
-      cn_log(ctx, CN_LOG_DEBUG, "compiling: NVRTC %s %s", options, path);
-      status =
-          cn_nvrtc_compile(ctx, rt, arch, c->program.source, path, path, &c->ptx, &len, &c->log);
+    ctx->stats[CN_STAT_COMPILER_RUNS]++;
+    cn_log(ctx, CN_LOG_DEBUG, "compiling: NVRTC %s, routine '%s'", options, name);
+    status = cn_nvrtc_compile(ctx, rt, arch, source, name, ptx, &len, log);
+    if (status == CN_ERR_COMPILE && *log) {
+      /* rejected: the message names the source, kept where it can be read, and NVRTC's log */
+      char error[128], *path = NULL;
+      snprintf(error, sizeof error, "%s", cn_ctx_error(ctx));
+      if (cn_cc_source_store(ctx, name, "cu", source, &path) == CN_OK)
+        status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC failed on generated file %s (%s):\n%s", path,
+                         error, **log ? *log : "(no log)");
+      free(path);
+    } else if (status == CN_OK) {
+      status = cn_cc_record_store(ctx, "cuda", "ptx", key.data, *ptx, len);
     }
-    if (status == CN_OK) status = cn_cache_entry_store(ctx, entry, c->ptx, len);
   }
-  if (status == CN_OK && !c->log) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory");
-  cn_cache_entry_close(entry);
+  cn_sbuf_free(&key);
+  if (status == CN_OK && !*log) status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory");
+  if (status != CN_OK) {
+    free(*ptx);
+    free(*log);
+    *ptx = *log = NULL;
+  }
   return status;
 }
 
@@ -247,7 +257,8 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &c->program);
   ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
   start = cn_now_us();
-  if (status == CN_OK) status = cuda_ptx(ctx, rt, arch, proc->name, c);
+  if (status == CN_OK)
+    status = cn_cuda_ptx_of(ctx, proc->name, c->program.source, arch, &c->ptx, &c->log);
   if (status == CN_OK && gpu) {
     the_gpu = gpu;
     status = cuda_load(ctx, gpu, rt, proc->name, c);

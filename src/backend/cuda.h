@@ -16,4 +16,11 @@ const cn_kernel_program *cn_cuda_program(const void *compiled);
 const char *cn_cuda_ptx(const void *compiled);
 const char *cn_cuda_log(const void *compiled);
 
+/* The PTX of CUDA C++ `source` (routine `name`) for a virtual architecture (90: compute_90), from
+ * the cache or NVRTC; *ptx and *log (NVRTC's, "" from the cache) malloc'd. A source NVRTC rejects
+ * gives CN_ERR_COMPILE "NVRTC failed on generated file <path of the source, written> (<error>):
+ * <log>". */
+cn_status cn_cuda_ptx_of(cn_ctx *ctx, const char *name, const char *source, int arch, char **ptx,
+                         char **log);
+
 #endif

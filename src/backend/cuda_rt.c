@@ -163,8 +163,7 @@ static char *program_log(const cn_nvrtc *rt, void *prog) {
 }
 
 cn_status cn_nvrtc_compile(cn_ctx *ctx, const cn_nvrtc *rt, int arch, const char *source,
-                           const char *name, const char *source_path, char **ptx, size_t *ptx_len,
-                           char **log) {
+                           const char *name, char **ptx, size_t *ptx_len, char **log) {
   char arch_option[48];
   snprintf(arch_option, sizeof arch_option, "--gpu-architecture=compute_%d", arch);
   const char *options[] = {"--fmad=false", "-default-device", arch_option};
@@ -173,28 +172,27 @@ cn_status cn_nvrtc_compile(cn_ctx *ctx, const cn_nvrtc *rt, int arch, const char
   void *prog = NULL;
   int result = rt->create(&prog, source, name, 0, NULL, NULL);
   if (result != NVRTC_SUCCESS)
-    return cn_fail(ctx, CN_ERR_COMPILE, "NVRTC cannot take generated file %s: %s", source_path,
-                   rt->error_string(result));
+    return cn_fail(ctx, CN_ERR_COMPILE, "NVRTC cannot take %s: %s", name, rt->error_string(result));
   result = rt->compile(prog, 3, options);
   *log = program_log(rt, prog);
   cn_status status = CN_OK;
   if (!*log) {
     status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for NVRTC's log");
   } else if (result != NVRTC_SUCCESS) {
-    status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC failed on generated file %s (%s):\n%s",
-                     source_path, rt->error_string(result), **log ? *log : "(no log)");
+    rt->destroy(&prog);
+    return cn_fail(ctx, CN_ERR_COMPILE, "%s", rt->error_string(result));
   } else {
     size_t size = 0;
     result = rt->ptx_size(prog, &size);
     *ptx = result == NVRTC_SUCCESS ? malloc(size + 1) : NULL;
     if (result != NVRTC_SUCCESS)
-      status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC gives no PTX for generated file %s: %s",
-                       source_path, rt->error_string(result));
+      status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC gives no PTX for %s: %s", name,
+                       rt->error_string(result));
     else if (!*ptx)
       status = cn_fail(ctx, CN_ERR_NOMEM, "out of memory for PTX of %zu bytes", size);
     else if ((result = rt->ptx(prog, *ptx)) != NVRTC_SUCCESS)
-      status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC gives no PTX for generated file %s: %s",
-                       source_path, rt->error_string(result));
+      status = cn_fail(ctx, CN_ERR_COMPILE, "NVRTC gives no PTX for %s: %s", name,
+                       rt->error_string(result));
     if (status == CN_OK) {
       (*ptx)[size] = '\0';
       *ptx_len = strlen(*ptx); /* the size counts the terminating NUL */

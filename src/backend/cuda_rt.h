@@ -82,10 +82,10 @@ void cn_nvrtc_options(int arch, char *text, size_t size);
 
 /* Compiles CUDA C++ `source` (named `name` in the log) to PTX for arch; on success *ptx
  * (malloc'd, NUL-terminated, *ptx_len bytes without the NUL) and *log (malloc'd, the compiler's
- * log, "" when it said nothing). On failure CN_ERR_COMPILE with "NVRTC failed on generated file
- * <source_path> (<error>):\n<log>". */
+ * log, "" when it said nothing). When NVRTC rejects the source: CN_ERR_COMPILE with the message
+ * NVRTC's error ("NVRTC_ERROR_COMPILATION") and *log its log (the caller composes the message);
+ * *ptx and *log are NULL after any other failure. */
 cn_status cn_nvrtc_compile(cn_ctx *ctx, const cn_nvrtc *nvrtc, int arch, const char *source,
-                           const char *name, const char *source_path, char **ptx, size_t *ptx_len,
-                           char **log);
+                           const char *name, char **ptx, size_t *ptx_len, char **log);
 
 #endif

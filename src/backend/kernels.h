@@ -50,4 +50,11 @@ cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
                                  const cn_cgen_dialect *dialect, cn_kernel_program *out);
 void cn_kernel_program_free(cn_kernel_program *program);
 
+/* The `gemm` hook of kernel dialects: a CN_LL_GEMM inside a statement as its nest of plain loops
+ * (fused when the plan says fma, c cleared first when it starts from zero). */
+void cn_kernel_gemm(const cgen *g, int depth, const cn_ll_stmt *s);
+
+/* The OpenCL C dialect (cgen_opencl.c). */
+extern const cn_cgen_dialect cn_cgen_opencl;
+
 #endif
