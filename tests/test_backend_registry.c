@@ -150,9 +150,9 @@ static cn_backend_kind test_register(void) {
   CHECK_INT(cn_backend_count(), 4); /* nothing refused was added */
   /* a kind nobody registered: the message names it */
   cn_node *n = cn_node_create(ctx, "n", CN_PREC_SINGLE, 1, (int64_t[]){2});
-  CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 1), (cn_backend_kind)3, "r") ==
+  CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 1), (cn_backend_kind)4, "r") ==
         NULL);
-  CHECK_STR(cn_ctx_error(ctx), "routine 'r': unknown backend kind 3");
+  CHECK_STR(cn_ctx_error(ctx), "routine 'r': unknown backend kind 4");
   cn_ctx_destroy(ctx);
   return kind;
 }

@@ -326,7 +326,7 @@ static void test_devices(char *out, size_t cap) {
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=intrp '%s' run -e 'print 1' 2>&1", cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
   CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "
-                 "c)");
+                 "c, cuda)");
 }
 
 int main(void) {

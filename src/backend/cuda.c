@@ -144,7 +144,9 @@ static cn_status cuda_open_device(cn_ctx *ctx, const cn_device **device) {
       return cn_fail(ctx, CN_ERR_UNSUPPORTED,
                      "%s; NVRTC %d.%d (%s) is here: kernels compile to PTX, nothing runs", why,
                      rt->major, rt->minor, rt->library);
-    return cn_fail(ctx, CN_ERR_UNSUPPORTED, "%s; %s", why, cn_ctx_error(ctx));
+    char nvrtc_why[1024]; /* the context's message is the buffer cn_fail writes */
+    snprintf(nvrtc_why, sizeof nvrtc_why, "%s", cn_ctx_error(ctx));
+    return cn_fail(ctx, CN_ERR_UNSUPPORTED, "%s; %s", why, nvrtc_why);
   }
   the_gpu = gpu;
   pthread_once(&name_once, name_device);
