@@ -10,7 +10,9 @@
  * CUDA prelude compiled as host C++ (g++, the bit-cast intrinsics defined on the host, the
  * prelude in a namespace of its own) gives builtins.h's bits for its helpers on every pair of edge
  * values, which checks the transformation of builtins.h (overloads for _Generic, cn_bit_copy for
- * memcpy) without a GPU; and, without a GPU, the clear error of the device and of a routine run on
+ * memcpy) without a GPU; the CUDA programs themselves compiled by g++ and run on the host
+ * ("cudahost": every work item of each grid in turn, the kernel ABI's arguments), which must give
+ * the interpreter's bits on the e2e cases and generated C's on every op and conversion; and, without a GPU, the clear error of the device and of a routine run on
  * "cuda". With a GPU (else skipped with a message): the e2e cases on cuda against generated C bit
  * for bit, every op against generated C (exact, but a stated relative tolerance for the
  * transcendental functions CUDA's library computes: log, exp2, log2, sin, cos, pow, and
@@ -25,6 +27,7 @@
 #include "backend/cuda_rt.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -168,23 +171,25 @@ static void test_moons_ptx(cn_backend_kind ptx) {
 #define FLOAT_CALLS(X)                                                                             \
   X(cn_max(x, y))                                                                                  \
   X(cn_min(x, y))                                                                                  \
-  X(cn_pow(x, y)) X(cn_mod(x, y)) X(cn_exp(x)) X(cn_tanh(x)) X(cn_gelu(x))                         \
-      X(cn_select(x > 0, x, y)) X(cn_load_half(cn_store_half(x)))                                  \
-          X(cn_load_bfloat16(cn_store_bfloat16(x))) X(cn_load_fp8(cn_store_fp8(x)))                \
-              X(cn_of_max_key_f32(cn_max_key_f32(x)))                                              \
-                  X(cn_u4x32_to_single_uniform(cn_single_to_u4x32(x)))
+  X(cn_pow(x, y))                                                                                  \
+  X(cn_mod(x, y)) X(cn_exp(x)) X(cn_tanh(x)) X(cn_gelu(x)) X(cn_select(x > 0, x, y))               \
+      X(cn_load_half(cn_store_half(x))) X(cn_load_bfloat16(cn_store_bfloat16(x)))                  \
+          X(cn_load_fp8(cn_store_fp8(x))) X(cn_of_max_key_f32(cn_max_key_f32(x)))                  \
+              X(cn_u4x32_to_single_uniform(cn_single_to_u4x32(x)))
 #define DOUBLE_CALLS(X)                                                                            \
   X(cn_max(d, e))                                                                                  \
   X(cn_min(d, e))                                                                                  \
-  X(cn_pow(d, e)) X(cn_mod(d, e)) X(cn_gelu(d)) X(cn_select(d > 0, d, e))                          \
-      X(cn_of_max_key_f64(cn_max_key_f64(d))) X(cn_u4x32_to_double_uniform(cn_double_to_u4x32(d)))
+  X(cn_pow(d, e))                                                                                  \
+  X(cn_mod(d, e)) X(cn_gelu(d)) X(cn_select(d > 0, d, e)) X(cn_of_max_key_f64(cn_max_key_f64(d)))  \
+      X(cn_u4x32_to_double_uniform(cn_double_to_u4x32(d)))
 #define INT_CALLS(X)                                                                               \
   X(cn_iadd(a, b))                                                                                 \
   X(cn_isub(a, b))                                                                                 \
-  X(cn_imul(a, b)) X(cn_idiv(a, b)) X(cn_imod(a, b)) X(cn_ipow(a, b)) X(cn_ineg(a))                \
-      X(cn_max(a, b)) X(cn_min(a, b)) X(cn_select(a > 0, a, b)) X(cn_ceil_div_i64(a, b))           \
-          X(cn_floor_div_i64(a, b)) X(cn_ftoi(x, INT64_MIN, INT64_MAX)) X(cn_ftou(x, UINT64_MAX))  \
-              X(cn_store_int32(a)) X(cn_iadd(u, v)) X(cn_idiv(u, v)) X(cn_ipow(u, v))
+  X(cn_imul(a, b))                                                                                 \
+  X(cn_idiv(a, b)) X(cn_imod(a, b)) X(cn_ipow(a, b)) X(cn_ineg(a)) X(cn_max(a, b)) X(cn_min(a, b)) \
+      X(cn_select(a > 0, a, b)) X(cn_ceil_div_i64(a, b)) X(cn_floor_div_i64(a, b))                 \
+          X(cn_ftoi(x, INT64_MIN, INT64_MAX)) X(cn_ftou(x, UINT64_MAX)) X(cn_store_int32(a))       \
+              X(cn_iadd(u, v)) X(cn_idiv(u, v)) X(cn_ipow(u, v))
 #define WORD_CALLS(X)                                                                              \
   X(cn_threefry4x32_crypto(w, cn_int64_to_u4x32(a)))                                               \
   X(cn_threefry4x32_light(w, cn_int32_to_u4x32(b)))
@@ -236,14 +241,36 @@ static const char cxx_head[] =
     "#undef UINT32_MAX\n#undef INT64_C\n#undef UINT64_C\n"
     "namespace cu {\n";
 
-static void test_prelude_host(void) {
+/* The host's C++ compiler ($CXX, else g++), or NULL after saying that `what` is skipped. */
+static const char *host_cxx(const char *what) {
   const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
   char command[1024];
   snprintf(command, sizeof command, "%s --version >/dev/null 2>&1", cxx);
-  if (system(command) != 0) {
-    printf("test_cuda: no C++ compiler '%s': the prelude's host check skipped\n", cxx);
-    return;
-  }
+  if (system(command) == 0) return cxx;
+  printf("test_cuda: no C++ compiler '%s': %s skipped\n", cxx, what);
+  return NULL;
+}
+
+/* Compiles the C++ text into dir/name (an executable, or a shared object when `shared`); false
+ * after a failed check. src (dir/name.cpp) is left for the caller to remove. */
+static bool compile_cxx(const char *cxx, const char *text, const char *dir, const char *name,
+                        bool shared, char *src, char *out, size_t size) {
+  snprintf(src, size, "%s/%s.cpp", dir, name);
+  snprintf(out, size, "%s/%s", dir, name);
+  FILE *f = fopen(src, "w");
+  CHECK(f && fputs(text, f) >= 0);
+  if (f) fclose(f);
+  char command[2048];
+  snprintf(command, sizeof command, "%s -std=c++17 -w -O1 -ffp-contract=off%s -o %s %s", cxx,
+           shared ? " -shared -fPIC" : "", out, src);
+  bool ok = system(command) == 0;
+  CHECK_MSG(ok, "%s failed on %s", cxx, src);
+  return ok;
+}
+
+static void test_prelude_host(void) {
+  const char *cxx = host_cxx("the prelude's host check");
+  if (!cxx) return;
   cn_ctx *ctx = cn_ctx_create();
   cn_sbuf body = {0}, program = {0};
   cn_sbuf_puts(&body, XSTR(FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I)
@@ -270,14 +297,7 @@ static void test_prelude_host(void) {
                  FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I) WORD_CALLS(TEXT_W));
   char dir[] = "/tmp/cannl-test-cuda-cxx-XXXXXX", src[128], exe[128];
   CHECK(mkdtemp(dir) != NULL && !program.failed);
-  snprintf(src, sizeof src, "%s/prelude.cpp", dir);
-  snprintf(exe, sizeof exe, "%s/prelude", dir);
-  FILE *f = fopen(src, "w");
-  CHECK(f && fputs(program.data, f) >= 0);
-  if (f) fclose(f);
-  snprintf(command, sizeof command, "%s -std=c++17 -w -O1 -ffp-contract=off -o %s %s", cxx, exe,
-           src);
-  CHECK_MSG(system(command) == 0, "%s failed on %s", cxx, src);
+  compile_cxx(cxx, program.data, dir, "prelude", false, src, exe, sizeof src);
   char *want = NULL, *got = NULL;
   size_t want_len = 0, got_len = 0;
   FILE *mem = open_memstream(&want, &want_len);
@@ -304,6 +324,187 @@ static void test_prelude_host(void) {
   cn_sbuf_free(&body);
   cn_sbuf_free(&program);
   cn_ctx_destroy(ctx);
+}
+
+/* ---- Comparing ops across backends ---- */
+
+/* The relative difference allowed between CUDA's and glibc's value of op in prec: 0 (exact) but
+ * for the functions CUDA's library computes (a few ulp of float or double, which a narrow
+ * precision's rounding may turn into one of its own ulp). */
+static double tolerance(cn_op op, cn_prec prec) {
+  bool libm = op == CN_OP_LOG || op == CN_OP_EXP2 || op == CN_OP_LOG2 || op == CN_OP_SIN ||
+              op == CN_OP_COS || op == CN_OP_POW ||
+              (prec == CN_PREC_DOUBLE && (op == CN_OP_EXP || op == CN_OP_TANH || op == CN_OP_GELU));
+  if (!libm) return 0;
+  switch (prec) {
+  case CN_PREC_DOUBLE: return 1e-15;
+  case CN_PREC_HALF: return 1e-3;
+  case CN_PREC_BFLOAT16: return 1e-2;
+  case CN_PREC_FP8: return 0.25;
+  default: return 4e-7;
+  }
+}
+
+static void run_ops(cn_ctx *ctx, cn_asgn *asgn, cn_backend_kind backend, int count,
+                    cn_node *const *outs, double **cells) {
+  cn_routine *r = cn_routine_compile(ctx, asgn, backend, "ops");
+  CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
+  for (int k = 0; k < count; k++) {
+    size_t n = (size_t)cn_node_numel(outs[k]);
+    cells[k] = calloc(n, sizeof(double));
+    CHECK(cn_node_get_values(outs[k], false, cells[k], n) == CN_OK);
+  }
+  cn_routine_free(r);
+}
+
+/* Every op in every precision, and every conversion, on `backend` against generated C, cell by
+ * cell: exact (any NaN for a NaN), but with the tolerance of `tolerance` unless `exact`. */
+static void compare_ops(cn_backend_kind reference, cn_backend_kind backend, bool exact) {
+  for (int prec = 0; prec < CN_PREC_COUNT; prec++) {
+    cn_ctx *ctx = cn_ctx_create();
+    op_case cases[CN_OP_COUNT + CN_PREC_COUNT];
+    cn_node *outs[CN_OP_COUNT + CN_PREC_COUNT];
+    double *ref_cells[CN_OP_COUNT + CN_PREC_COUNT], *cells[CN_OP_COUNT + CN_PREC_COUNT];
+    int count;
+    cn_asgn *parts[2] = {build_all_ops(ctx, (cn_prec)prec, cases, outs, &count), NULL};
+    parts[1] = build_conversions(ctx, (cn_prec)prec, outs + count);
+    for (int k = 0; k < CN_PREC_COUNT; k++)
+      cases[count + k] = (op_case){CN_OP_ID, outs[count + k], NULL};
+    count += CN_PREC_COUNT;
+    cn_asgn *all = cn_asgn_seq(ctx, 2, parts);
+    run_ops(ctx, all, reference, count, outs, ref_cells);
+    run_ops(ctx, all, backend, count, outs, cells);
+    for (int k = 0; k < count; k++) {
+      double tol = exact ? 0 : tolerance(cases[k].op, (cn_prec)prec);
+      for (int64_t c = 0; c < cn_node_numel(outs[k]); c++) {
+        double a = ref_cells[k][c], b = cells[k][c];
+        CHECK_MSG((isnan(a) && isnan(b)) || a == b || fabs(a - b) <= tol * fmax(fabs(a), fabs(b)),
+                  "%s on %s (output %d): cell %lld: %s %.17g, %s %.17g", cn_op_name(cases[k].op),
+                  cn_prec_name((cn_prec)prec), k, (long long)c, cn_backend_name(reference), a,
+                  cn_backend_name(backend), b);
+      }
+      free(ref_cells[k]);
+      free(cells[k]);
+    }
+    cn_ctx_destroy(ctx);
+  }
+}
+
+/* ---- The CUDA programs run on the host ----
+ * "cudahost", a backend registered here: a procedure's kernel program in the CUDA dialect (the
+ * very source NVRTC compiles) compiled by g++ with the host intrinsics of cxx_head and a launcher
+ * that runs every work item of each kernel's grid in turn (blockIdx, blockDim, threadIdx set as
+ * a launch of 256-thread blocks would, the items past work_items included, which the kernel's
+ * guard must skip), passing the kernel's buffers by the kernel ABI (argument k the routine's
+ * buffer params[k], then every free symbol). Without a GPU this checks what the kernels compute,
+ * bit for bit against the interpreter and generated C. */
+
+typedef struct {
+  void *handle;
+  void (*launch)(void *const *buffers, const int64_t *syms);
+} host_program;
+
+static const char *cudahost_cxx;
+static char cudahost_dir[64];
+static int cudahost_count;
+
+static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                                  const char **source) {
+  cn_kernel_program program;
+  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &program);
+  CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
+  if (status != CN_OK) return status;
+  cn_sbuf cpp = {0};
+  cn_sbuf_puts(&cpp, cxx_head);
+  cn_sbuf_puts(&cpp, "struct cn_dim3 {\n  unsigned x, y, z;\n};\n"
+                     "static cn_dim3 blockIdx, blockDim, threadIdx;\n#define __global__\n");
+  cn_sbuf_puts(&cpp, program.source);
+  cn_sbuf_puts(&cpp, "struct cn_ptr {\n  void *p;\n  template <class T> operator T *() const {\n"
+                     "    return (T *)p;\n  }\n};\n"
+                     "extern \"C\" void cn_host_launch(void *const *b, const long long *s) {\n"
+                     "  blockDim.x = 256;\n");
+  for (int k = 0; k < program.n_kernels; k++) {
+    const cn_kernel *kernel = &program.kernels[k];
+    long long items = (kernel->work_items + 255) / 256 * 256;
+    cn_sbuf_printf(&cpp,
+                   "  for (long long id = 0; id < %lld; id++) {\n"
+                   "    blockIdx.x = (unsigned)(id / 256);\n"
+                   "    threadIdx.x = (unsigned)(id %% 256);\n    %s(",
+                   items, kernel->name);
+    for (int a = 0; a < kernel->n_args; a++)
+      cn_sbuf_printf(&cpp, "%scn_ptr{b[%d]}", a ? ", " : "", kernel->params[a]);
+    for (int j = 0; j < proc->n_free_syms; j++)
+      cn_sbuf_printf(&cpp, "%ss[%d]", kernel->n_args + j ? ", " : "", j);
+    cn_sbuf_puts(&cpp, ");\n  }\n");
+  }
+  cn_sbuf_puts(&cpp, "}\n}\n");
+  cn_kernel_program_free(&program);
+  char name[64], src[256], lib[256];
+  snprintf(name, sizeof name, "p%d.so", cudahost_count++);
+  host_program *h = calloc(1, sizeof *h);
+  bool ok = h && !cpp.failed &&
+            compile_cxx(cudahost_cxx, cpp.data, cudahost_dir, name, true, src, lib, sizeof src);
+  if (ok) {
+    h->handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    CHECK_MSG(h->handle, "%s", dlerror());
+    void *fn = h->handle ? dlsym(h->handle, "cn_host_launch") : NULL;
+    memcpy(&h->launch, &fn, sizeof fn);
+    ok = h->launch != NULL;
+    unlink(lib);
+    unlink(src);
+  }
+  cn_sbuf_free(&cpp);
+  if (!ok) {
+    if (h && h->handle) dlclose(h->handle);
+    free(h);
+    return cn_fail(ctx, CN_ERR_COMPILE, "%s: the CUDA program does not build on the host",
+                   proc->name);
+  }
+  *compiled = h;
+  *source = NULL;
+  return CN_OK;
+}
+
+static cn_status cudahost_run(cn_ctx *ctx, void *compiled, void *const *buffers,
+                              const int64_t *syms) {
+  (void)ctx;
+  ((host_program *)compiled)->launch(buffers, syms);
+  return CN_OK;
+}
+
+static void cudahost_release(void *compiled) {
+  host_program *h = compiled;
+  dlclose(h->handle);
+  free(h);
+}
+
+static const cn_backend cudahost_backend = {
+    .name = "cudahost",
+    .compile = cudahost_compile,
+    .run = cudahost_run,
+    .release = cudahost_release,
+};
+
+/* The e2e cases against the interpreter's bits, every op and conversion against generated C's
+ * (exact: the host's libm on both sides), and the Tile nests, on cudahost. */
+static void test_on_host(void) {
+  cudahost_cxx = host_cxx("running the CUDA programs on the host");
+  if (!cudahost_cxx) return;
+  snprintf(cudahost_dir, sizeof cudahost_dir, "/tmp/cannl-test-cudahost-XXXXXX");
+  CHECK(mkdtemp(cudahost_dir) != NULL);
+  cn_ctx *ctx = cn_ctx_create();
+  cn_backend_kind host;
+  CHECK_MSG(cn_backend_register(ctx, &cudahost_backend, &host) == CN_OK, "%s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  backends[0] = CN_BACKEND_INTERP;
+  backends[1] = host;
+  n_backends = 2;
+  e2e_threads = false;
+  e2e_run_all();
+  compare_ops(CN_BACKEND_C, host, true);
+  test_tile_on(host);
+  CHECK_INT(cudahost_count, 25 + CN_PREC_COUNT + 3);
+  rmdir(cudahost_dir);
 }
 
 /* ---- Errors and the cache ---- */
@@ -436,63 +637,13 @@ static void test_no_gpu(void) {
 
 /* ---- With a GPU ---- */
 
-/* The relative difference allowed between CUDA's and glibc's value of op in prec: 0 (exact) but
- * for the functions CUDA's library computes (a few ulp of float or double, which a narrow
- * precision's rounding may turn into one of its own ulp). */
-static double tolerance(cn_op op, cn_prec prec) {
-  bool libm = op == CN_OP_LOG || op == CN_OP_EXP2 || op == CN_OP_LOG2 || op == CN_OP_SIN ||
-              op == CN_OP_COS || op == CN_OP_POW ||
-              (prec == CN_PREC_DOUBLE && (op == CN_OP_EXP || op == CN_OP_TANH || op == CN_OP_GELU));
-  if (!libm) return 0;
-  switch (prec) {
-  case CN_PREC_DOUBLE: return 1e-15;
-  case CN_PREC_HALF: return 1e-3;
-  case CN_PREC_BFLOAT16: return 1e-2;
-  case CN_PREC_FP8: return 0.25;
-  default: return 4e-7;
-  }
-}
-
-static void run_ops(cn_ctx *ctx, cn_asgn *asgn, cn_backend_kind backend, int count,
-                    cn_node *const *outs, double **cells) {
-  cn_routine *r = cn_routine_compile(ctx, asgn, backend, "ops");
-  CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
-  for (int k = 0; k < count; k++) {
-    size_t n = (size_t)cn_node_numel(outs[k]);
-    cells[k] = calloc(n, sizeof(double));
-    CHECK(cn_node_get_values(outs[k], false, cells[k], n) == CN_OK);
-  }
-  cn_routine_free(r);
-}
-
 static void test_gpu(cn_backend_kind cuda) {
   backends[0] = CN_BACKEND_C;
   backends[1] = cuda;
   n_backends = 2;
   e2e_threads = false;
   e2e_run_all();
-  for (int prec = 0; prec < CN_PREC_COUNT; prec++) {
-    cn_ctx *ctx = cn_ctx_create();
-    op_case cases[CN_OP_COUNT];
-    cn_node *outs[CN_OP_COUNT];
-    double *c_cells[CN_OP_COUNT], *cuda_cells[CN_OP_COUNT];
-    int count;
-    cn_asgn *all = build_all_ops(ctx, (cn_prec)prec, cases, outs, &count);
-    run_ops(ctx, all, CN_BACKEND_C, count, outs, c_cells);
-    run_ops(ctx, all, cuda, count, outs, cuda_cells);
-    for (int k = 0; k < count; k++) {
-      double tol = tolerance(cases[k].op, (cn_prec)prec);
-      for (int64_t c = 0; c < cn_node_numel(outs[k]); c++) {
-        double a = c_cells[k][c], b = cuda_cells[k][c];
-        CHECK_MSG((isnan(a) && isnan(b)) || a == b || fabs(a - b) <= tol * fmax(fabs(a), fabs(b)),
-                  "%s on %s: cell %lld: C %.17g, CUDA %.17g", cn_op_name(cases[k].op),
-                  cn_prec_name((cn_prec)prec), (long long)c, a, b);
-      }
-      free(c_cells[k]);
-      free(cuda_cells[k]);
-    }
-    cn_ctx_destroy(ctx);
-  }
+  compare_ops(CN_BACKEND_C, cuda, false);
   test_tile_on(cuda);
   double c_loss[3], cuda_loss[3];
   moons_steps(CN_BACKEND_C, c_loss);
@@ -515,6 +666,7 @@ int main(void) {
   /* every compile runs NVRTC, so each log is there to check */
   setenv("CANNL_CACHE_DIR", "off", 1);
   test_prelude_host();
+  test_on_host();
   test_broken_source();
   test_e2e_ptx(ptx);
   test_ops_ptx(ptx);

@@ -249,7 +249,7 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   if (status != CN_OK) return status;
   /* a GPU, when there is one, decides the architecture; none is no failure here */
   const cn_cuda_gpu *gpu = cn_cuda_gpu_find();
-  if (gpu && gpu->ctx_set_current(gpu->context) != 0) gpu = NULL;
+  if (gpu && (status = gpu_current(ctx, &gpu)) != CN_OK) return status;
   int arch;
   cn_nvrtc_arch(rt, gpu, &arch);
   cuda_compiled *c = cn_calloc(ctx, 1, sizeof *c);
