@@ -7,7 +7,8 @@
  * backward). A device backend's run includes uploading the routine's parameters and downloading its
  * results (the runtime's transfers today). A backend that cannot run here (no GPU) is reported as
  * such and the benchmark goes on; it fails (exit 1) only when a model cannot be built or a run
- * fails. Usage: bench_device [--budget SECONDS] [BACKEND...] */
+ * fails. Usage: bench_bench_device [--budget SECONDS] [BACKEND...] (the
+ * build names it so). */
 #include "bench_common.h"
 
 typedef struct {
@@ -72,6 +73,14 @@ int main(int argc, char **argv) {
       {"conv step", conv_code, 32, conv_flops(32)},
   };
   int rc = 0;
+  cn_ctx *ctx = cn_ctx_create();
+  for (int b = 0; ctx && b < n_names; b++) {
+    char device[512];
+    int kind = cn_backend_find(names[b]);
+    if (kind >= 0 && cn_backend_device(ctx, (cn_backend_kind)kind, device, sizeof device) == CN_OK)
+      printf("%-8s %s\n", names[b], device);
+  }
+  cn_ctx_destroy(ctx);
   for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
     for (int b = 0; b < n_names; b++) {
       int kind = cn_backend_find(names[b]);

@@ -20,10 +20,10 @@ step() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
   echo "(no nvidia-smi)"
 step 240 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
-step 240 cmake --build "$build" -j"$jobs" --target cannl test_cuda bench_device
+step 240 cmake --build "$build" -j"$jobs" --target cannl test_cuda bench_bench_device
 step 20 "$build/cannl" devices
 CANNL_CACHE_DIR="$PWD/$build/cache"
 export CANNL_CACHE_DIR
 step 180 "$build/test_cuda"
-step 240 "$build/bench_device" --budget 2 c cuda
+step 240 "$build/bench_bench_device" --budget 2 c cuda
 exit $failed

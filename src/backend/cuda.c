@@ -7,12 +7,13 @@
  * every run, fails with the reason there is none ("no CUDA driver (libcuda.so.1): ...").
  * With a GPU the PTX is compiled for its compute capability and loaded at once.
  *
- * The PTX is cached in the generated-C backend's cache directory (cache.h) under the key text
- *   "cuda nvrtc <major>.<minor>\n<options>\n" <source>
+ * The PTX is a record of the generated-C backend's cache directory (backend.h cn_cc_record_load:
+ * cuda-<hash>.ptx, holding its key text and a checksum) under the key text
+ *   "nvrtc <major>.<minor>\n<options>\n" <source>
  * (the options name the architecture), so a second compile of the same routine runs no NVRTC
- * (CN_STAT_COMPILER_RUNS counts NVRTC runs, CN_STAT_CACHE_HITS the hits), and a corrupted entry
- * is discarded with a warning and compiled again. The source is written beside it
- * (<name>-<hash>.cu) before NVRTC runs: a compile error names it, with NVRTC's log.
+ * (CN_STAT_COMPILER_RUNS counts NVRTC runs, CN_STAT_CACHE_HITS the hits), and a corrupted record
+ * is discarded with a warning and compiled again. A source NVRTC rejects is written to the cache
+ * directory (<name>-<hash>.cu, cn_cc_source_store) and the error names it, with NVRTC's log.
  *
  * Launch (the kernel ABI of kernels.h): blocks of CUDA_BLOCK threads, grid ceil(work_items /
  * CUDA_BLOCK); arguments the kernel's buffers (CUdeviceptr) then every free symbol (int64); the
@@ -25,9 +26,8 @@
 #include "backend/cuda.h"
 #include "backend/cuda_rt.h"
 
-#include <stdint.h>
-
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +46,14 @@ typedef struct {
 
 static char device_name[512];
 static pthread_once_t name_once = PTHREAD_ONCE_INIT;
-static const cn_cuda_gpu *the_gpu;
 
 static void name_device(void) {
-  const cn_cuda_gpu *g = the_gpu;
+  const cn_cuda_gpu *g = cn_cuda_gpu_find();
   snprintf(device_name, sizeof device_name,
-           "%s, compute capability %d.%d, %d SMs, %.1f GiB of memory, CUDA driver %d.%d", g->name,
-           g->major, g->minor, g->multiprocessors, (double)g->memory / (1 << 30),
-           g->driver_version / 1000, g->driver_version % 1000 / 10);
+           "%s, compute capability %d.%d, %d SMs at %.2f GHz, %.1f GiB of memory, CUDA driver "
+           "%d.%d",
+           g->name, g->major, g->minor, g->multiprocessors, g->clock_khz / 1e6,
+           (double)g->memory / (1 << 30), g->driver_version / 1000, g->driver_version % 1000 / 10);
 }
 
 /* The GPU made current on this thread; a failure with its message. */
@@ -119,9 +119,8 @@ static cn_status device_synchronize(cn_ctx *ctx, const cn_device *dev) {
 
 static void device_free(const cn_device *dev, void *buffer) {
   (void)dev;
-  /* only buffers device_allocate made, so the GPU was opened */
-  if (the_gpu && the_gpu->ctx_set_current(the_gpu->context) == 0)
-    the_gpu->mem_free((cn_cu_ptr)(uintptr_t)buffer);
+  const cn_cuda_gpu *gpu = cn_cuda_gpu_find(); /* there: device_allocate made the buffer */
+  if (gpu && gpu->ctx_set_current(gpu->context) == 0) gpu->mem_free((cn_cu_ptr)(uintptr_t)buffer);
 }
 
 static const cn_device cuda_device = {
@@ -148,7 +147,6 @@ static cn_status cuda_open_device(cn_ctx *ctx, const cn_device **device) {
     snprintf(nvrtc_why, sizeof nvrtc_why, "%s", cn_ctx_error(ctx));
     return cn_fail(ctx, CN_ERR_UNSUPPORTED, "%s; %s", why, nvrtc_why);
   }
-  the_gpu = gpu;
   pthread_once(&name_once, name_device);
   *device = &cuda_device;
   return CN_OK;
@@ -159,8 +157,8 @@ static cn_status cuda_open_device(cn_ctx *ctx, const cn_device **device) {
 static void cuda_release(void *compiled) {
   cuda_compiled *c = compiled;
   if (!c) return;
-  if (c->module && the_gpu && the_gpu->ctx_set_current(the_gpu->context) == 0)
-    the_gpu->module_unload(c->module);
+  const cn_cuda_gpu *gpu = c->module ? cn_cuda_gpu_find() : NULL;
+  if (gpu && gpu->ctx_set_current(gpu->context) == 0) gpu->module_unload(c->module);
   cn_kernel_program_free(&c->program);
   free(c->functions);
   free(c->ptx);
@@ -261,10 +259,7 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   start = cn_now_us();
   if (status == CN_OK)
     status = cn_cuda_ptx_of(ctx, proc->name, c->program.source, arch, &c->ptx, &c->log);
-  if (status == CN_OK && gpu) {
-    the_gpu = gpu;
-    status = cuda_load(ctx, gpu, rt, proc->name, c);
-  }
+  if (status == CN_OK && gpu) status = cuda_load(ctx, gpu, rt, proc->name, c);
   ctx->stats[CN_STAT_US_COMPILE] += cn_now_us() - start;
   if (status != CN_OK) {
     cuda_release(c);
