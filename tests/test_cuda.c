@@ -12,11 +12,12 @@
  * values, which checks the transformation of builtins.h (overloads for _Generic, cn_bit_copy for
  * memcpy) without a GPU; the CUDA programs themselves compiled by g++ and run on the host
  * ("cudahost": every work item of each grid in turn, the kernel ABI's arguments), which must give
- * the interpreter's bits on the e2e cases and generated C's on every op and conversion; and, without a GPU, the clear error of the device and of a routine run on
- * "cuda". With a GPU (else skipped with a message): the e2e cases on cuda against generated C bit
- * for bit, every op against generated C (exact, but a stated relative tolerance for the
- * transcendental functions CUDA's library computes: log, exp2, log2, sin, cos, pow, and
- * exp/tanh/gelu on double), and the moons steps within 1e-4 of generated C. */
+ * the interpreter's bits on the e2e cases and generated C's on every op and conversion; and,
+ * without a GPU, the clear error of the device and of a routine run on "cuda". With a GPU (else
+ * skipped with a message): the e2e cases on cuda against generated C bit for bit, every op against
+ * generated C (exact, but a stated relative tolerance for the transcendental functions CUDA's
+ * library computes: log, exp2, log2, sin, cos, pow, and exp/tanh/gelu on double), and the moons
+ * steps within 1e-4 of generated C. */
 #define _DEFAULT_SOURCE
 #include "../demo/moons.h"
 #include "e2e_cases.h"
@@ -168,31 +169,53 @@ static void test_moons_ptx(cn_backend_kind ptx) {
 
 /* Calls of builtins.h's helpers: evaluated here through builtins.h (C, _Generic, memcpy) and in
  * the CUDA prelude compiled by g++ (C++ overloads, cn_bit_copy): each printed as bits. */
-#define FLOAT_CALLS(X)                                                                             \
-  X(cn_max(x, y))                                                                                  \
-  X(cn_min(x, y))                                                                                  \
-  X(cn_pow(x, y))                                                                                  \
-  X(cn_mod(x, y)) X(cn_exp(x)) X(cn_tanh(x)) X(cn_gelu(x)) X(cn_select(x > 0, x, y))               \
-      X(cn_load_half(cn_store_half(x))) X(cn_load_bfloat16(cn_store_bfloat16(x)))                  \
-          X(cn_load_fp8(cn_store_fp8(x))) X(cn_of_max_key_f32(cn_max_key_f32(x)))                  \
-              X(cn_u4x32_to_single_uniform(cn_single_to_u4x32(x)))
-#define DOUBLE_CALLS(X)                                                                            \
-  X(cn_max(d, e))                                                                                  \
-  X(cn_min(d, e))                                                                                  \
-  X(cn_pow(d, e))                                                                                  \
-  X(cn_mod(d, e)) X(cn_gelu(d)) X(cn_select(d > 0, d, e)) X(cn_of_max_key_f64(cn_max_key_f64(d)))  \
-      X(cn_u4x32_to_double_uniform(cn_double_to_u4x32(d)))
-#define INT_CALLS(X)                                                                               \
-  X(cn_iadd(a, b))                                                                                 \
-  X(cn_isub(a, b))                                                                                 \
-  X(cn_imul(a, b))                                                                                 \
-  X(cn_idiv(a, b)) X(cn_imod(a, b)) X(cn_ipow(a, b)) X(cn_ineg(a)) X(cn_max(a, b)) X(cn_min(a, b)) \
-      X(cn_select(a > 0, a, b)) X(cn_ceil_div_i64(a, b)) X(cn_floor_div_i64(a, b))                 \
-          X(cn_ftoi(x, INT64_MIN, INT64_MAX)) X(cn_ftou(x, UINT64_MAX)) X(cn_store_int32(a))       \
-              X(cn_iadd(u, v)) X(cn_idiv(u, v)) X(cn_ipow(u, v))
-#define WORD_CALLS(X)                                                                              \
-  X(cn_threefry4x32_crypto(w, cn_int64_to_u4x32(a)))                                               \
+/* clang-format off */
+#define FLOAT_CALLS(X) \
+  X(cn_max(x, y)) \
+  X(cn_min(x, y)) \
+  X(cn_pow(x, y)) \
+  X(cn_mod(x, y)) \
+  X(cn_exp(x)) \
+  X(cn_tanh(x)) \
+  X(cn_gelu(x)) \
+  X(cn_select(x > 0, x, y)) \
+  X(cn_load_half(cn_store_half(x))) \
+  X(cn_load_bfloat16(cn_store_bfloat16(x))) \
+  X(cn_load_fp8(cn_store_fp8(x))) \
+  X(cn_of_max_key_f32(cn_max_key_f32(x))) \
+  X(cn_u4x32_to_single_uniform(cn_single_to_u4x32(x)))
+#define DOUBLE_CALLS(X) \
+  X(cn_max(d, e)) \
+  X(cn_min(d, e)) \
+  X(cn_pow(d, e)) \
+  X(cn_mod(d, e)) \
+  X(cn_gelu(d)) \
+  X(cn_select(d > 0, d, e)) \
+  X(cn_of_max_key_f64(cn_max_key_f64(d))) \
+  X(cn_u4x32_to_double_uniform(cn_double_to_u4x32(d)))
+#define INT_CALLS(X) \
+  X(cn_iadd(a, b)) \
+  X(cn_isub(a, b)) \
+  X(cn_imul(a, b)) \
+  X(cn_idiv(a, b)) \
+  X(cn_imod(a, b)) \
+  X(cn_ipow(a, b)) \
+  X(cn_ineg(a)) \
+  X(cn_max(a, b)) \
+  X(cn_min(a, b)) \
+  X(cn_select(a > 0, a, b)) \
+  X(cn_ceil_div_i64(a, b)) \
+  X(cn_floor_div_i64(a, b)) \
+  X(cn_ftoi(x, INT64_MIN, INT64_MAX)) \
+  X(cn_ftou(x, UINT64_MAX)) \
+  X(cn_store_int32(a)) \
+  X(cn_iadd(u, v)) \
+  X(cn_idiv(u, v)) \
+  X(cn_ipow(u, v))
+#define WORD_CALLS(X) \
+  X(cn_threefry4x32_crypto(w, cn_int64_to_u4x32(a))) \
   X(cn_threefry4x32_light(w, cn_int32_to_u4x32(b)))
+/* clang-format on */
 
 /* The loop over the value pairs, in C here and as the C++ text's: x, y float; d, e double; a, b
  * int64; u, v uint64; w a word of x's and a's bits. */
