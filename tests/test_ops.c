@@ -6,69 +6,7 @@
  * Every cell must agree bit for bit (a NaN with any NaN): the interpreter evaluates the ops of
  * single, half, bfloat16 and fp8 in float as generated C does (until issue 29 it computed them
  * in double, and log, sin, pow... of a float differed by an ulp). */
-#include "check.h"
-
-#include "cannl.h"
-#include "numeric/numeric.h"
-
-#include <stdlib.h>
-
-static const double float_vals[] = {0, -0.0, 1,    -1,  0.5,      -2.5,
-                                    3, 7.25, 1e-3, NAN, INFINITY, -INFINITY};
-static const double int_vals[] = {0, 1, -1, 2, -3, 5, 100, 255, 1e9, -1e9, 3e18, -7};
-#define NVALS 12
-#define NTERN 6 /* ternary ops take the first 6 values of each list */
-
-/* One op's pointwise assignment out =: op(in...) over n cells within a shared context. */
-typedef struct {
-  cn_op op;
-  cn_node *out;
-  cn_asgn *asgn;
-} op_case;
-
-static op_case build_op(cn_ctx *ctx, cn_op op, cn_prec prec) {
-  op_case oc = {op, NULL, NULL};
-  int arity = cn_op_arity(op);
-  cn_prec in_prec = (cn_op_table[op].flags & CN_OPF_TO_PREC) ? CN_PREC_UINT4X32 : prec;
-  cn_prec_kind kind = cn_prec_kind_of(in_prec);
-  const double *vals = kind == CN_PKIND_FLOAT ? float_vals : int_vals;
-  int per = arity == 3 ? NTERN : NVALS;
-  int64_t n = per;
-  for (int k = 1; k < arity; k++) n *= per;
-  oc.out = cn_node_create(ctx, cn_op_name(op), prec, 1, &n);
-  cn_symbol i = cn_symbol_create(ctx, "i", 0);
-  cn_index map = cn_index_iter(i);
-  cn_proj_tensor rhs[3];
-  cn_buffer bufs[3];
-  double *values = malloc(sizeof(double) * (size_t)n);
-  cn_u4x32 *words = malloc(sizeof(cn_u4x32) * (size_t)n);
-  for (int k = 0; k < arity; k++) {
-    cn_node *in = cn_node_create(ctx, "in", in_prec, 1, &n);
-    CHECK(in != NULL);
-    if (kind == CN_PKIND_BITS) {
-      /* Distinct words from a simple generator: the hash and the conversions are checked
-       * bit-exactly, so any mixing of lanes shows. */
-      for (int64_t c = 0; c < n; c++)
-        for (int l = 0; l < 4; l++)
-          words[c].v[l] = (uint32_t)(0x9E3779B9u * (uint32_t)(c * 4 + l + 1) + (uint32_t)k);
-      CHECK(cn_node_set_cells(in, false, words, (size_t)n) == CN_OK);
-    } else {
-      /* Cartesian enumeration: operand k varies with stride per^(arity-1-k). */
-      int64_t stride = 1;
-      for (int s = k + 1; s < arity; s++) stride *= per;
-      for (int64_t c = 0; c < n; c++) values[c] = vals[(c / stride) % per];
-      CHECK(cn_node_set_values(in, false, values, (size_t)n) == CN_OK);
-    }
-    rhs[k] = (cn_proj_tensor){1, &n, &map};
-    bufs[k] = (cn_buffer){in, false};
-  }
-  free(values);
-  free(words);
-  cn_proj *p = cn_proj_create(ctx, 1, &i, &n, (cn_proj_tensor){1, &n, &map}, arity, rhs);
-  oc.asgn = cn_asgn_accum(ctx, true, CN_OP_ARG2, oc.out, op, bufs, p);
-  CHECK_MSG(oc.asgn != NULL, "%s on %s: %s", cn_op_name(op), cn_prec_name(prec), cn_ctx_error(ctx));
-  return oc;
-}
+#include "ops_cases.h"
 
 /* Runs the routine on both backends and returns the cells of `outs` after each run (caller
  * frees cells[b][k]). */
@@ -85,13 +23,6 @@ static void run_both(cn_ctx *ctx, cn_asgn *asgn, int count, cn_node *const *outs
     }
     cn_routine_free(r);
   }
-}
-
-/* Compares two stored cells bit for bit, a NaN equal to any NaN (the payload is not specified). */
-static bool same_cell(cn_prec prec, const void *ci, const void *cc) {
-  if (memcmp(ci, cc, cn_prec_bytes(prec)) == 0) return true;
-  if (cn_prec_kind_of(prec) != CN_PKIND_FLOAT) return false;
-  return isnan(cn_prec_cell_to_double(prec, ci)) && isnan(cn_prec_cell_to_double(prec, cc));
 }
 
 /* Every op supporting prec, all in one routine; returns how many ops were checked. */
