@@ -1,8 +1,10 @@
-/* The all-ops cases shared by tests/test_ops.c (interpreter against generated C) and
- * tests/test_cuda.c (every kernel compiled to PTX, and run on a GPU against generated C): one
- * pointwise assignment per op and precision over edge values (0, -0, negatives, NaN, infinities,
- * extremes; every combination of them for binary and ternary ops), and one conversion per source
- * precision into a target. */
+/* The cases of the all-ops tests, shared by tests/test_ops.c (the interpreter against generated
+ * C), tests/test_opencl.c (generated C against OpenCL) and tests/test_cuda.c (every kernel to PTX,
+ * the CUDA programs on the host, and on a GPU against generated C): every primitive op on edge
+ * values (0, -0, negatives, NaN, infinities, extremes) as one pointwise assignment out =:
+ * op(in...), the operands the Cartesian product of the values, all of a precision's ops as one
+ * sequence, one conversion per source precision into a target, and the bitwise comparison of
+ * stored cells. */
 #ifndef CN_TEST_OPS_CASES_H
 #define CN_TEST_OPS_CASES_H
 
@@ -70,10 +72,17 @@ static op_case build_op(cn_ctx *ctx, cn_op op, cn_prec prec) {
   return oc;
 }
 
+/* Compares two stored cells bit for bit, a NaN equal to any NaN (the payload is not specified). */
+static inline bool same_cell(cn_prec prec, const void *ci, const void *cc) {
+  if (memcmp(ci, cc, cn_prec_bytes(prec)) == 0) return true;
+  if (cn_prec_kind_of(prec) != CN_PKIND_FLOAT) return false;
+  return isnan(cn_prec_cell_to_double(prec, ci)) && isnan(cn_prec_cell_to_double(prec, cc));
+}
+
 /* Every op supporting prec but the vectorized ones (only in Set_vec_unop: see test_e2e), as one
  * sequence: cases[k] and outs[k] for k < *count. */
-static cn_asgn *build_all_ops(cn_ctx *ctx, cn_prec prec, op_case *cases, cn_node **outs,
-                              int *count) {
+static inline cn_asgn *build_all_ops(cn_ctx *ctx, cn_prec prec, op_case *cases, cn_node **outs,
+                                     int *count) {
   cn_asgn *asgns[CN_OP_COUNT];
   *count = 0;
   for (int op = 0; op < CN_OP_COUNT; op++) {
@@ -89,7 +98,7 @@ static cn_asgn *build_all_ops(cn_ctx *ctx, cn_prec prec, op_case *cases, cn_node
 }
 
 /* out_from =: id in_from for every source precision into `to` (outs[from]), as one sequence. */
-static cn_asgn *build_conversions(cn_ctx *ctx, cn_prec to, cn_node **outs) {
+static inline cn_asgn *build_conversions(cn_ctx *ctx, cn_prec to, cn_node **outs) {
   int64_t n = NVALS;
   cn_asgn *asgns[CN_PREC_COUNT];
   cn_symbol i = cn_symbol_create(ctx, "i", 0);

@@ -53,7 +53,7 @@ static void test_suggestions(char *out, size_t cap) {
       {"run x.cnl --bakend=c",
        "cannl: unknown run option '--bakend=c', did you mean '--backend'? (try 'cannl help')\n"},
       {"run x.cnl --backend=interpp", "cannl: unknown backend 'interpp', did you mean 'interp'? "
-                                      "(known: interp, c, cuda) (try 'cannl "
+                                      "(known: interp, c, opencl, cuda) (try 'cannl "
                                       "help')\n"},
       {"run x.cnl --emit=lops",
        "cannl: unknown --emit value 'lops', did you mean 'loops'? (known: asgn, loops, c) (try "
@@ -326,7 +326,7 @@ static void test_devices(char *out, size_t cap) {
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=intrp '%s' run -e 'print 1' 2>&1", cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
   CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "
-                 "c, cuda)");
+                 "c, opencl, cuda)");
 }
 
 int main(void) {
@@ -362,7 +362,8 @@ int main(void) {
   const char *printed = strstr(out, "5"), *failed = strstr(out, "<-e>:2:7: unbound name");
   CHECK(printed && failed && printed < failed);
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
-  CHECK_HAS(out, "unknown backend 'gpu' (known: interp, c, cuda)"); /* the registry's list */
+  CHECK_HAS(out,
+            "unknown backend 'gpu' (known: interp, c, opencl, cuda)"); /* the registry's list */
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);
   CHECK_HAS(out, "cannl: cannot read '/nonexistent/file.cnl': No such file or directory");
   /* a directory (fopen succeeds on one) and a non-regular file are refused, not run as empty */

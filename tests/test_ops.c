@@ -25,13 +25,6 @@ static void run_both(cn_ctx *ctx, cn_asgn *asgn, int count, cn_node *const *outs
   }
 }
 
-/* Compares two stored cells bit for bit, a NaN equal to any NaN (the payload is not specified). */
-static bool same_cell(cn_prec prec, const void *ci, const void *cc) {
-  if (memcmp(ci, cc, cn_prec_bytes(prec)) == 0) return true;
-  if (cn_prec_kind_of(prec) != CN_PKIND_FLOAT) return false;
-  return isnan(cn_prec_cell_to_double(prec, ci)) && isnan(cn_prec_cell_to_double(prec, cc));
-}
-
 /* Every op supporting prec, all in one routine; returns how many ops were checked. */
 static int check_ops_in(cn_prec prec) {
   cn_ctx *ctx = cn_ctx_create();

@@ -16,6 +16,8 @@
 
 #include "loops/loops.h"
 
+#include <stdatomic.h>
+
 /* How a run splits a CN_LL_PARALLEL loop across threads: pool_for(pool, n, fn, env) runs fn on
  * contiguous chunks of [0, n) covering it exactly once and returns when all are done (the
  * runtime's cn_pool_for); scratch(pool, bytes) is a 64-byte aligned buffer of at least `bytes`
@@ -88,7 +90,12 @@ typedef struct {
 
 extern const cn_backend cn_backend_interp;
 extern const cn_backend cn_backend_c;
+extern const cn_backend cn_backend_opencl;
 extern const cn_backend cn_backend_cuda; /* cuda.c */
+
+/* Test hook (process-wide): how many OpenCL programs were built from source (not from a cached
+ * binary) in this process. */
+int cn_opencl_builds(void);
 
 #define CN_BACKEND_MAX      16
 #define CN_BACKEND_NAME_MAX 31
@@ -114,6 +121,10 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
  * a corrupted record (deleted, with a warning on the log or stderr). */
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
+
+/* A warning of the compiled backends (their caches): to the log hook when ctx has one, else to
+ * stderr ("cannl: <message>"), only the first time when `once` (may be NULL) is given. */
+void cn_cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) CN_PRINTF(3, 4);
 
 /* Records of the generated-C backend's cache directory (cc.c "Records"), the integrity scheme
  * tune records and the OpenCL backend's program binaries share: the body (any bytes) stored for

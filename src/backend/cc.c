@@ -166,8 +166,7 @@ static ssize_t read_up_to(int fd, char *buf, size_t n) {
 /* A warning on the context's log, or one "cannl: " line on stderr when no log hook is set (a
  * damaged cache or a refused directory must not go unnoticed). With once, stderr gets the line
  * only the first time in the process (the log hook every time). */
-static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) CN_PRINTF(3, 4);
-static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) {
+void cn_cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -323,8 +322,8 @@ static cn_status per_user_dir(cn_ctx *ctx, char **out) {
   else if (st.st_mode & (S_IWGRP | S_IWOTH))
     problem = "writable by group or others";
   if (problem) {
-    cc_warn(ctx, &warned_refused,
-            "refusing cache directory '%s' (%s): compiling without a disk cache", dir, problem);
+    cn_cc_warn(ctx, &warned_refused,
+               "refusing cache directory '%s' (%s): compiling without a disk cache", dir, problem);
     free(dir);
   } else {
     *out = dir;
@@ -386,7 +385,7 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   cn_status status = per_user_dir(ctx, &fallback);
   if (status != CN_OK) return status;
   if (had_base)
-    cc_warn(ctx, &warned_home, "%s; using %s", why, fallback ? fallback : "no disk cache");
+    cn_cc_warn(ctx, &warned_home, "%s; using %s", why, fallback ? fallback : "no disk cache");
   if (!fallback) return private_dir(ctx, place);
   place->dir = fallback;
   return CN_OK;
@@ -715,7 +714,7 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
     snprintf(reason, sizeof reason, "cannot load it: %s", why);
     problem = reason;
   }
-  cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
+  cn_cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
   cn_cc_discard(paths->sum_path);
   cn_cc_discard(paths->so_path);
   return false;
@@ -729,7 +728,7 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
 static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *paths) {
   char why[PATH_MAX + 256];
   if (!writable_dir(place->dir, why, sizeof why)) {
-    cc_warn(ctx, &warned_unwritable, "%s: compiling without a disk cache", why);
+    cn_cc_warn(ctx, &warned_unwritable, "%s: compiling without a disk cache", why);
     return false;
   }
   const char *slots[3] = {paths->c_path, paths->so_path, paths->sum_path};
@@ -739,13 +738,13 @@ static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *pa
     const char *kind = cn_file_kind(st.st_mode);
     int err = cn_cc_discard(slots[k]);
     if (err) {
-      cc_warn(ctx, NULL,
-              "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
-              "cache",
-              slots[k], kind, strerror(err));
+      cn_cc_warn(ctx, NULL,
+                 "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
+                 "cache",
+                 slots[k], kind, strerror(err));
       return false;
     }
-    cc_warn(ctx, NULL, "removed %s from cache slot '%s'", kind, slots[k]);
+    cn_cc_warn(ctx, NULL, "removed %s from cache slot '%s'", kind, slots[k]);
   }
   return true;
 }
@@ -1037,8 +1036,8 @@ cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, cons
   if (fd < 0) {
     char reason[256];
     if (err != ENOENT) { /* no record yet; otherwise one we cannot use (a planted FIFO...) */
-      cc_warn(ctx, NULL, "ignoring %s record %s (%s)", kind, path,
-              read_failure(reason, sizeof reason, "it", err, &st));
+      cn_cc_warn(ctx, NULL, "ignoring %s record %s (%s)", kind, path,
+                 read_failure(reason, sizeof reason, "it", err, &st));
       if (err == EINVAL) cn_cc_discard(path);
     }
     free(path);
@@ -1061,7 +1060,7 @@ cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, cons
                             ? "changed while read"
                             : record_parse(text, (size_t)got, kind, key, &at, &at_len);
   if (problem && *problem) {
-    cc_warn(ctx, NULL, "ignoring corrupted %s record %s (%s)", kind, path, problem);
+    cn_cc_warn(ctx, NULL, "ignoring corrupted %s record %s (%s)", kind, path, problem);
     cn_cc_discard(path);
   }
   if (!problem) {
@@ -1146,7 +1145,7 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
     memcpy(value, body + 6, len - 7);
     value[len - 7] = '\0';
   } else {
-    cc_warn(ctx, NULL, "ignoring the tune record of key '%s' (bad value line)", key);
+    cn_cc_warn(ctx, NULL, "ignoring the tune record of key '%s' (bad value line)", key);
   }
   free(body);
   return CN_OK;

@@ -163,8 +163,9 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
   int64_t inner = 1; /* the product of the extents inside grid loop k */
   for (int k = n_grid - 1; k >= 0; k--) {
     const cn_ll_stmt *loop = grid[k];
-    cn_sbuf_printf(sb, "  const %s %s = %lld + cn_id", index_type,
-                   cn_cgen_sym_name(&h, loop->u.loop.sym), (long long)loop->u.loop.from);
+    cn_sbuf_printf(sb, "  const %s %s = ", index_type, cn_cgen_sym_name(&h, loop->u.loop.sym));
+    if (loop->u.loop.from != 0) cn_sbuf_printf(sb, "%lld + ", (long long)loop->u.loop.from);
+    cn_sbuf_puts(sb, "cn_id");
     if (inner > 1) cn_sbuf_printf(sb, " / %lld", (long long)inner);
     if (k > 0) cn_sbuf_printf(sb, " %% %lld", (long long)extent(loop));
     cn_sbuf_puts(sb, ";\n");

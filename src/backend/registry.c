@@ -1,7 +1,7 @@
 /* The process-wide registry of backends (backend.h): the interpreter and generated C under their
- * fixed ids, the built-in device backends (CUDA), then the backends registered at run time (a
- * test's), and the public lookups by id and name and the description of a backend's device
- * (include/cannl.h).
+ * fixed ids, the built-in device backends, OpenCL (id 2) and CUDA (id 3), each library opened
+ * only when its backend is used, then the backends registered at run time (a test's), and the
+ * public lookups by id and name and the description of a backend's device (include/cannl.h).
  *
  * Invariants: slots [0, count) are set and never change; a registration fills slot `count` under
  * the lock and then publishes count + 1 with release order, so readers (acquire) take no lock. */
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 static const cn_backend *registry[CN_BACKEND_MAX] = {&cn_backend_interp, &cn_backend_c,
-                                                     &cn_backend_cuda};
-static atomic_int registered = 3;
+                                                     &cn_backend_opencl, &cn_backend_cuda};
+static atomic_int registered = 4;
 static pthread_mutex_t registering = PTHREAD_MUTEX_INITIALIZER;
 
 /* A registry name: [a-z][a-z0-9_]*, at most CN_BACKEND_NAME_MAX characters (cn_backend_list's
