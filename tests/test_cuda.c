@@ -530,6 +530,24 @@ static void test_on_host(void) {
   rmdir(cudahost_dir);
 }
 
+/* The architecture PTX is compiled for: 90 without a GPU; with one, its compute capability when
+ * NVRTC knows it, else the newest older one NVRTC knows, else none (a GPU too old). */
+static void test_arch(const cn_nvrtc *rt) {
+  CHECK_INT(cn_nvrtc_arch(rt, NULL), 90);
+  cn_cuda_gpu gpu = {.major = 9, .minor = 0};
+  CHECK_INT(cn_nvrtc_arch(rt, &gpu), 90);
+  gpu = (cn_cuda_gpu){.major = 8, .minor = 6};
+  CHECK_INT(cn_nvrtc_arch(rt, &gpu), 86);
+  if (rt->n_archs == 0) return; /* an NVRTC that cannot list its architectures */
+  int oldest = rt->newest_arch;
+  for (int k = 0; k < rt->n_archs; k++)
+    if (rt->archs[k] < oldest) oldest = rt->archs[k];
+  gpu = (cn_cuda_gpu){.major = (rt->newest_arch + 10) / 10, .minor = 9};
+  CHECK_INT(cn_nvrtc_arch(rt, &gpu), rt->newest_arch);
+  gpu = (cn_cuda_gpu){.major = (oldest - 1) / 10, .minor = (oldest - 1) % 10};
+  CHECK_INT(cn_nvrtc_arch(rt, &gpu), 0);
+}
+
 /* ---- Errors and the cache ---- */
 
 /* A source NVRTC rejects: the message has NVRTC's log and the path of the source, which is there
@@ -688,6 +706,7 @@ int main(void) {
   cn_ctx_destroy(ctx);
   /* every compile runs NVRTC, so each log is there to check */
   setenv("CANNL_CACHE_DIR", "off", 1);
+  test_arch(rt);
   test_prelude_host();
   test_on_host();
   test_broken_source();

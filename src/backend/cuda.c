@@ -248,8 +248,13 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   /* a GPU, when there is one, decides the architecture; none is no failure here */
   const cn_cuda_gpu *gpu = cn_cuda_gpu_find();
   if (gpu && (status = gpu_current(ctx, &gpu)) != CN_OK) return status;
-  int arch;
-  cn_nvrtc_arch(rt, gpu, &arch);
+  int arch = cn_nvrtc_arch(rt, gpu);
+  if (arch == 0)
+    return cn_fail(ctx, CN_ERR_UNSUPPORTED,
+                   "routine '%s': NVRTC %d.%d (%s) compiles for no architecture the GPU %s "
+                   "(compute capability %d.%d) runs",
+                   proc->name, rt->major, rt->minor, rt->library, gpu->name, gpu->major,
+                   gpu->minor);
   cuda_compiled *c = cn_calloc(ctx, 1, sizeof *c);
   if (!c) return ctx->status;
   c->n_syms = proc->n_free_syms;

@@ -129,18 +129,14 @@ static bool knows_arch(const cn_nvrtc *rt, int arch) {
   return false;
 }
 
-void cn_nvrtc_arch(const cn_nvrtc *rt, const cn_cuda_gpu *gpu, int *arch) {
+int cn_nvrtc_arch(const cn_nvrtc *rt, const cn_cuda_gpu *gpu) {
   int want = gpu ? gpu->major * 10 + gpu->minor : 90;
-  if (knows_arch(rt, want)) {
-    *arch = want;
-    return;
-  }
-  /* The newest known at most the one wanted (PTX of an older architecture runs on newer GPUs);
-   * the newest of all when none is older. */
+  if (knows_arch(rt, want)) return want;
   int best = 0;
   for (int k = 0; k < rt->n_archs; k++)
     if (rt->archs[k] <= want && rt->archs[k] > best) best = rt->archs[k];
-  *arch = best ? best : rt->newest_arch;
+  if (rt->n_archs == 0 && want > rt->newest_arch) best = rt->newest_arch;
+  return best || gpu ? best : rt->newest_arch;
 }
 
 void cn_nvrtc_options(int arch, char *text, size_t size) {

@@ -72,10 +72,11 @@ const cn_cuda_gpu *cn_cuda_gpu_find(void);
 /* The driver's text of a CUresult ("CUDA_ERROR_OUT_OF_MEMORY: out of memory"), in buf. */
 const char *cn_cuda_error(const cn_cuda_gpu *gpu, int result, char *buf, size_t size);
 
-/* The virtual architecture ("compute_XY") PTX is compiled for: the GPU's compute capability when
- * there is a GPU (capped to the newest NVRTC knows), else compute_90 when NVRTC knows it, else
- * its newest. Writes the number (90) into *arch. */
-void cn_nvrtc_arch(const cn_nvrtc *nvrtc, const cn_cuda_gpu *gpu, int *arch);
+/* The virtual architecture ("compute_XY", as XY) PTX is compiled for: with a GPU, the newest
+ * NVRTC knows that is at most the GPU's compute capability (PTX of an older architecture runs on
+ * newer GPUs), 0 when NVRTC knows none (a GPU older than NVRTC supports); without one (gpu NULL),
+ * 90 when NVRTC knows it, else the newest it knows below 90, else its newest. */
+int cn_nvrtc_arch(const cn_nvrtc *nvrtc, const cn_cuda_gpu *gpu);
 /* The options of a compilation for arch, as they go into the cache key: "--fmad=false
  * -default-device --gpu-architecture=compute_90" (no contraction into fma: + - * / give the C
  * backend's bits; functions without an execution space are device functions: builtins.h's). */
