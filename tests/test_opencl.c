@@ -6,7 +6,8 @@
  *   between precisions: bit for bit, except the transcendental ops (log, exp2, log2, sin, cos,
  *   pow of a non-integer exponent, tanh, and exp and gelu in double), which are the device's math
  *   library: within OPENCL_TRANSCENDENTAL_ULPS units in the last place of the stored precision;
- * - grids whose work items do not fill the last work-group (100 and 1000 cells, groups of 64);
+ * - grids whose work items do not fill the last work-group (100 and 1000 cells, groups of 64),
+ *   and the guard that keeps the idle ones from writing (through the backend's interface);
  * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool;
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
@@ -195,6 +196,42 @@ static void check_grid(int64_t n) {
     cn_routine_free(r);
   }
   free(vals);
+  cn_ctx_destroy(ctx);
+}
+
+/* The guard: row 1 of out[3, 100] := 7 by a parallel loop of 100 iterations, launched as 128
+ * work items (groups of 64). Work items 100..127 would write out[1, 100..127], which is row 2's
+ * start: rows 0 and 2 must keep their 1s. Run through the backend's interface (backend.h). */
+static void check_guard(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t dims[2] = {3, 100};
+  cn_node *out = cn_node_create(ctx, "out", CN_PREC_SINGLE, 2, dims);
+  cn_symbol j = cn_symbol_create(ctx, "j", 0);
+  cn_ll_stmt *loop = cn_lb_marks(
+      cn_lb_loop(ctx, j, 0, 100,
+                 cn_lb_set(ctx, 0, cn_lb_indices(ctx, 2, cn_index_fixed(1), cn_index_iter(j)),
+                           cn_lb_num(ctx, CN_PREC_SINGLE, 7))),
+      CN_LL_PARALLEL);
+  cn_ll_param param = {out, false};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "guarded", loop, 1, &param, 0, NULL);
+  const cn_backend *b = cn_backend_get(opencl);
+  const cn_device *dev = NULL;
+  void *compiled = NULL, *buffer = NULL;
+  const char *source = NULL;
+  float cells[300], got[300];
+  for (int c = 0; c < 300; c++) cells[c] = 1;
+  CHECK_INT(b->open_device(ctx, &dev), CN_OK);
+  CHECK_MSG(b->compile(ctx, proc, &compiled, &source) == CN_OK, "%s", cn_ctx_error(ctx));
+  CHECK(source && strstr(source, "if (cn_id >= 100) return;"));
+  CHECK_INT(dev->allocate(ctx, dev, sizeof cells, &buffer), CN_OK);
+  CHECK_INT(dev->upload(ctx, dev, buffer, cells, sizeof cells), CN_OK);
+  CHECK_INT(b->run(ctx, compiled, &buffer, NULL), CN_OK);
+  CHECK_INT(dev->download(ctx, dev, got, buffer, sizeof got), CN_OK);
+  CHECK_INT(dev->synchronize(ctx, dev), CN_OK);
+  for (int c = 0; c < 300; c++)
+    CHECK_MSG(got[c] == (c / 100 == 1 ? 7 : 1), "out cell %d = %g", c, got[c]);
+  dev->free(dev, buffer);
+  b->release(compiled);
   cn_ctx_destroy(ctx);
 }
 
@@ -441,6 +478,7 @@ int main(void) {
 
   check_cache();
   check_device_choice();
+  check_guard();
   check_grid(100);
   check_grid(1000);
   check_conversions();
