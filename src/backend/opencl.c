@@ -363,7 +363,7 @@ static cn_status open_state(cn_ctx *ctx, ocl_state **out) {
 }
 
 static cn_status ocl_open_device(cn_ctx *ctx, const cn_device **device) {
-  ocl_state *st;
+  ocl_state *st = NULL;
   cn_status status = open_state(ctx, &st);
   if (status == CN_OK) *device = &st->device;
   return status;
@@ -491,7 +491,7 @@ static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *
 
 static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                              const char **source) {
-  ocl_state *st;
+  ocl_state *st = NULL;
   cn_status status = open_state(ctx, &st);
   if (status != CN_OK) return status;
   ocl_compiled *c = calloc(1, sizeof *c);
