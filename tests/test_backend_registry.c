@@ -110,6 +110,7 @@ static void test_builtins(void) {
   CHECK_INT(cn_backend_caps(CN_BACKEND_INTERP), 0);
   CHECK_INT(cn_backend_caps(CN_BACKEND_C),
             CN_BACKEND_TUNABLE | CN_BACKEND_PARALLEL | CN_BACKEND_COMPILED);
+  CHECK_INT(cn_backend_caps((cn_backend_kind)2), CN_BACKEND_DEVICE_MEMORY | CN_BACKEND_COMPILED);
   CHECK_INT(cn_backend_caps((cn_backend_kind)7), 0);
 }
 

@@ -319,7 +319,7 @@ static void test_devices(char *out, size_t cap) {
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=interp '%s' run -e 'print 1' --emit=c 2>&1",
            cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
-  CHECK_HAS(out, "--emit=c needs the C backend, not --backend interp");
+  CHECK_HAS(out, "--emit=c needs a backend that generates code, not --backend interp");
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=c '%s' run -e 'print 1' --emit=c 2>&1",
            cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 0);
@@ -327,6 +327,26 @@ static void test_devices(char *out, size_t cap) {
   CHECK_INT(shell(cmd, out, cap), 2);
   CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "
                  "c, opencl, cuda)");
+  /* a device that cannot be opened is listed with the reason, and `devices` still succeeds */
+  snprintf(cmd, sizeof cmd, "CANNL_OPENCL_DEVICE=5:0 '%s' devices 2>&1", cli ? cli : "cannl");
+  CHECK_INT(shell(cmd, out, cap), 0);
+  CHECK_HAS(out, "\nopencl   unavailable: opencl: ");
+  CHECK_HAS(out, " (device memory, compiled)\n");
+  /* where OpenCL is: a script on it (every routine on the device: interpret_below 0) prints what
+   * it prints on C */
+  CHECK_INT(run("devices", out, cap), 0);
+  if (!strstr(out, "opencl   unavailable")) {
+    static const char script[] = "let a = [1; 2; 3]\nlet b = a + a + 0.5\nprint b";
+    char c_out[256];
+    snprintf(cmd, sizeof cmd, "CANNL_INTERPRET_BELOW=0 '%s' run --backend c -e '%s' 2>&1",
+             cli ? cli : "cannl", script);
+    CHECK_INT(shell(cmd, c_out, sizeof c_out), 0);
+    snprintf(cmd, sizeof cmd, "CANNL_INTERPRET_BELOW=0 '%s' run --backend opencl -e '%s' 2>&1",
+             cli ? cli : "cannl", script);
+    CHECK_INT(shell(cmd, out, cap), 0);
+    CHECK_STR(out, c_out);
+    CHECK_HAS(out, "2.5");
+  }
 }
 
 int main(void) {

@@ -13,12 +13,13 @@
  * programs a routine releases after the context's cleanup ran stay valid until then.
  *
  * Compile: the program's source built with -cl-fp32-correctly-rounded-divide-sqrt (with the
- * source's FP_CONTRACT OFF: + - * / sqrt and conversions give the C backend's bits), or, when
+ * source's FP_CONTRACT OFF: + - * / sqrt and conversions give the C backend's bits) and the
+ * options of $CANNL_OPENCL_FLAGS, or, when
  * the cache directory holds its binary, the binary (clCreateProgramWithBinary). Binaries are
  * records of the C backend's cache directory (backend.h cn_cc_record_load: key text compared byte
  * for byte, checksum, atomic rename), kind "opencl", keyed by the platform, device, device and
  * driver versions, the build options and the source; a binary the driver refuses is reported as
- * a warning, removed and rebuilt from source. A build failure is CN_ERR_COMPILE naming the file
+ * a warning and replaced by a build from source. A build failure is CN_ERR_COMPILE naming the file
  * the source was written to and quoting the build log. Run: every kernel's arguments set per the
  * kernel ABI (kernels.h: buffers, then the free symbols as 64-bit integers), enqueued with a
  * global size of its work items rounded up to the work-group size, then clFinish. */
@@ -36,6 +37,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The options every program is built with; $CANNL_OPENCL_FLAGS adds to them (part of the cache
+ * key: a flag that relaxes the math gives other bits, and another binary). */
 #define BUILD_OPTIONS "-cl-fp32-correctly-rounded-divide-sqrt"
 /* The work-group size a kernel is launched with (smaller when the device's limit is). */
 #define GROUP_SIZE 64
@@ -363,7 +366,7 @@ static cn_status open_state(cn_ctx *ctx, ocl_state **out) {
 }
 
 static cn_status ocl_open_device(cn_ctx *ctx, const cn_device **device) {
-  ocl_state *st;
+  ocl_state *st = NULL;
   cn_status status = open_state(ctx, &st);
   if (status == CN_OK) *device = &st->device;
   return status;
@@ -433,7 +436,7 @@ static char *build_log(const ocl_state *st, cl_program program) {
 
 /* Builds from source; on success stores the binary in the cache (best effort). */
 static cn_status build_source(cn_ctx *ctx, const char *proc_name, ocl_compiled *c,
-                              const char *key) {
+                              const char *options, const char *key) {
   ocl_state *st = c->st;
   const char *text = c->source.source;
   cl_int err;
@@ -442,7 +445,7 @@ static cn_status build_source(cn_ctx *ctx, const char *proc_name, ocl_compiled *
     return cn_fail(ctx, CN_ERR_COMPILE, "opencl: routine '%s': cannot create its program: %s (%d)",
                    proc_name, cl_error(err), (int)err);
   atomic_fetch_add(&builds, 1);
-  err = cl.clBuildProgram(c->program, 1, &st->id, BUILD_OPTIONS, NULL, NULL);
+  err = cl.clBuildProgram(c->program, 1, &st->id, options, NULL, NULL);
   if (err != CL_SUCCESS) {
     char *log = build_log(st, c->program), *path = keep_source(ctx, proc_name, text);
     cn_status status = cn_fail(
@@ -466,8 +469,8 @@ static cn_status build_source(cn_ctx *ctx, const char *proc_name, ocl_compiled *
 }
 
 /* Builds from the cached binary, when there is one the driver takes: *found. */
-static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *c, const char *key,
-                              bool *found) {
+static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *c,
+                              const char *options, const char *key, bool *found) {
   ocl_state *st = c->st;
   char *binary;
   size_t size;
@@ -478,7 +481,7 @@ static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *
   c->program =
       cl.clCreateProgramWithBinary(st->context, 1, &st->id, &size, &bytes, &binary_status, &err);
   if (c->program && err == CL_SUCCESS && binary_status == CL_SUCCESS)
-    err = cl.clBuildProgram(c->program, 1, &st->id, BUILD_OPTIONS, NULL, NULL);
+    err = cl.clBuildProgram(c->program, 1, &st->id, options, NULL, NULL);
   free(binary);
   if (c->program && err == CL_SUCCESS && binary_status == CL_SUCCESS) return CN_OK;
   cn_cc_warn(ctx, NULL, "opencl: routine '%s': %s refuses its cached binary (%s): built again",
@@ -491,7 +494,7 @@ static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *
 
 static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                              const char **source) {
-  ocl_state *st;
+  ocl_state *st = NULL;
   cn_status status = open_state(ctx, &st);
   if (status != CN_OK) return status;
   ocl_compiled *c = calloc(1, sizeof *c);
@@ -500,16 +503,19 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
   c->n_syms = proc->n_free_syms;
   st->refs++;
   status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &c->source);
-  cn_sbuf key = {0};
+  cn_sbuf key = {0}, options = {0};
+  const char *extra = getenv("CANNL_OPENCL_FLAGS");
+  cn_sbuf_printf(&options, "%s%s%s", BUILD_OPTIONS, extra && *extra ? " " : "", extra ? extra : "");
   if (status == CN_OK) {
-    cn_sbuf_printf(&key, "cannl opencl program 1\n%s\noptions %s\n%s", st->key, BUILD_OPTIONS,
-                   c->source.source);
-    if (key.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "opencl: out of memory");
+    cn_sbuf_printf(&key, "cannl opencl program 1\n%s\noptions %s\n%s", st->key,
+                   cn_cgen_text(&options), c->source.source);
+    if (key.failed || options.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "opencl: out of memory");
   }
   bool found = false;
-  if (status == CN_OK) status = build_cached(ctx, proc->name, c, key.data, &found);
-  if (status == CN_OK && !found) status = build_source(ctx, proc->name, c, key.data);
+  if (status == CN_OK) status = build_cached(ctx, proc->name, c, options.data, key.data, &found);
+  if (status == CN_OK && !found) status = build_source(ctx, proc->name, c, options.data, key.data);
   cn_sbuf_free(&key);
+  cn_sbuf_free(&options);
   int n = c->source.n_kernels;
   if (status == CN_OK) {
     c->kernels = calloc((size_t)n + 1, sizeof *c->kernels);
