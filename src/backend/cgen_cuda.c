@@ -5,7 +5,7 @@
  *     (int64_t is long long, so the linear id, loop variables and INT64_C literals are one type),
  *     NAN and INFINITY with glibc's bits, and cn_bit_copy overloads on the CUDA intrinsics
  *     (__float_as_uint, __double_as_longlong, ...);
- *   - every `memcpy(&to, &from, sizeof to);` of an item becomes `cn_bit_copy(&to, from);` (no
+ *   - every `memcpy(&to, &from, sizeof to);` of the text becomes `cn_bit_copy(&to, from);` (no
  *     memcpy on the device, and the same bits);
  *   - every `_Generic` macro `#define cn_f(p...) _Generic((p_k), T1: f1, T2: f2, ...)((p...))`
  *     becomes one C++ overload of cn_f per association, its parameter k of type Ti, the others
@@ -15,10 +15,9 @@
  *     functions under NVRTC's -default-device (cuda_rt.c compiles with it), C's integer and float
  *     semantics are C++'s, and the math calls are the typed ones of CUDA's device library.
  * The pruning to what a program uses is the host prelude's (cgen_prelude.c), whose text is
- * transformed. The op templates
- * of ops.def call the type-generic names (log(a) on a float), which CUDA C++ overloads as
- * <tgmath.h> does in C; a uint4x32 constant is spelled as a C++ list-initialization (C's
- * compound literal is not C++). */
+ * transformed. The op templates of ops.def call the type-generic names (log(a) on a float),
+ * which CUDA C++ overloads as <tgmath.h> does in C; a uint4x32 constant is spelled as a C++
+ * list-initialization (C's compound literal is not C++). */
 #include "backend/cuda.h"
 #include "numeric/numeric.h"
 
