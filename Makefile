@@ -6,7 +6,8 @@
 #   make build     configure build/ (RelWithDebInfo) and build everything
 #   make test-quick  build/ and the tests labelled quick (ctest -L quick: all but the slowest)
 #   make test      gcc build + ctest; the same suite unscheduled (CANNL_SCHEDULE=none); ASan+UBSan
-#                  build (build-asan/) + ctest; clang build (build-clang/) + ctest; ThreadSanitizer
+#                  build (build-asan/) + ctest; clang build (build-clang/) + ctest (these three
+#                  without the tests labelled device: test_opencl runs once); ThreadSanitizer
 #                  build (build-tsan/) of the thread-pool tests; clang-format check; valgrind runs
 #                  of the routine, cache, parallel and Tile tests; make fuzz; a Release build
 #                  (build-release/, -O3 warns more) of everything, compiled only
@@ -32,9 +33,12 @@ CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version 
 # zlib1g-dev: gzip IDX files and checkpoint checksums (src/data); python3-numpy: the tests' oracle
 # of .npy and safetensors files; dataset-fashion-mnist: the data of examples/fashion_mnist;
 # fortunes and wamerican: the text corpora of sequence models (/usr/share/games/fortunes, the
-# word list /usr/share/dict/words) that test_text reads.
+# word list /usr/share/dict/words) that test_text reads; ocl-icd-opencl-dev (the ICD loader
+# libOpenCL.so.1, which the OpenCL backend opens at run time), opencl-headers (its build) and
+# pocl-opencl-icd (PoCL, the CPU device test_opencl runs on).
 DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev python3 \
                 python3-numpy dataset-fashion-mnist fortunes wamerican \
+                ocl-icd-opencl-dev opencl-headers pocl-opencl-icd \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
@@ -90,7 +94,7 @@ test-gcc: build
 # Every pass of the scheduling stage can be switched off; the whole suite must pass without them
 # too (a scheduled routine computes the same bits, so a failure here or above bisects a pass).
 test-unscheduled: build
-	cd build && CANNL_SCHEDULE=none ctest --output-on-failure -j$(JOBS)
+	cd build && CANNL_SCHEDULE=none ctest --output-on-failure -j$(JOBS) -LE device
 
 # The thread pool (src/runtime/pool.c) and the parallel routines that use it, under
 # ThreadSanitizer: 10 000 runs of a parallel routine on 3 threads among them (test_parallel).
@@ -108,13 +112,13 @@ test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCANNL_SANITIZE=ON
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j$(JOBS)
+	  ctest --output-on-failure -j$(JOBS) -LE device
 
 # Generated C is compiled by clang too (CC), so both compilers see it under -Werror builds.
 test-clang: deps
 	cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang
 	cmake --build build-clang -j$(JOBS)
-	cd build-clang && CC=clang ctest --output-on-failure -j$(JOBS)
+	cd build-clang && CC=clang ctest --output-on-failure -j$(JOBS) -LE device
 
 format-check: deps
 	clang-format --dry-run -Werror $(C_FILES)

@@ -179,8 +179,9 @@ static cn_status demo_emit_text(cn_ctx *ctx, const demo_model *m, const demo_opt
     fputs(text, out);
     return CN_OK;
   }
-  cn_backend_kind backend =
-      opts->emit == DEMO_EMIT_C || !opts->interp ? CN_BACKEND_C : CN_BACKEND_INTERP;
+  cn_backend_kind backend = opts->backend >= 0          ? (cn_backend_kind)opts->backend
+                            : opts->emit == DEMO_EMIT_C ? CN_BACKEND_C
+                                                        : CN_BACKEND_INTERP;
   cn_routine *routine = cn_routine_compile(ctx, m->asgn, backend, m->routine_name);
   if (!routine) return cn_ctx_status(ctx);
   fputs(opts->emit == DEMO_EMIT_C ? cn_routine_source(routine) : cn_routine_loops(routine), out);
@@ -203,16 +204,19 @@ static int demo_show(cn_ctx *ctx, const demo_model *m, const demo_options *opts,
   if (!asgn_text || !proj_text) return 1;
   fprintf(out, "\nassignment:\n%s\nprojections:\n%s\n", asgn_text, proj_text);
 
+  bool both = opts->backend < 0;
   const struct {
     bool selected;
     cn_backend_kind kind;
     const char *name;
-  } backends[2] = {{opts->interp, CN_BACKEND_INTERP, "interpreter"},
-                   {opts->c, CN_BACKEND_C, "generated C"}};
-  double results[2][DEMO_MAX_CELLS];
+  } backends[3] = {{both || opts->backend == CN_BACKEND_INTERP, CN_BACKEND_INTERP, "interpreter"},
+                   {both || opts->backend == CN_BACKEND_C, CN_BACKEND_C, "generated C"},
+                   {opts->backend > CN_BACKEND_C, (cn_backend_kind)opts->backend,
+                    cn_backend_name((cn_backend_kind)opts->backend)}};
+  double results[3][DEMO_MAX_CELLS];
   bool loops_printed = false;
   size_t n = (size_t)cn_node_numel(m->output);
-  for (int b = 0; b < 2; b++) {
+  for (int b = 0; b < 3; b++) {
     if (!backends[b].selected) continue;
     cn_routine *routine = demo_compile_and_run(ctx, m, backends[b].kind, results[b]);
     if (!routine) return 1;
@@ -229,7 +233,7 @@ static int demo_show(cn_ctx *ctx, const demo_model *m, const demo_options *opts,
         return 1;
       }
   }
-  if (opts->interp && opts->c) {
+  if (both) {
     for (size_t p = 0; p < n; p++)
       if (!demo_close(results[0][p], results[1][p])) {
         fprintf(stderr, "demo: %s: the interpreter gives %g at cell %zu, generated C %g\n",

@@ -12,7 +12,8 @@
 typedef enum { DEMO_EMIT_ALL, DEMO_EMIT_ASGN, DEMO_EMIT_LOOPS, DEMO_EMIT_C } demo_emit;
 
 typedef struct {
-  bool interp, c; /* the backends to compile and run */
+  int backend; /* the backend to compile and run on (its registry id), or -1: the interpreter
+                  and generated C, compared */
   demo_emit emit;
 } demo_options;
 

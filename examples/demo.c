@@ -5,6 +5,6 @@
 #include "../demo/demo.h"
 
 int main(void) {
-  const demo_options opts = {.interp = true, .c = true, .emit = DEMO_EMIT_ALL};
+  const demo_options opts = {.backend = -1, .emit = DEMO_EMIT_ALL};
   return demo_run(&opts, stdout);
 }

@@ -164,7 +164,7 @@ CN_API const char *cn_ctx_option(const cn_ctx *ctx, const char *key);
 
 /* Counters, for tests and tuning. */
 typedef enum {
-  CN_STAT_COMPILER_RUNS, /* times the C compiler was invoked */
+  CN_STAT_COMPILER_RUNS, /* times a compiler was invoked (the C compiler; NVRTC for cuda) */
   CN_STAT_CACHE_HITS,    /* compiled objects found in the cache */
   CN_STAT_ROUTINE_RUNS,
   CN_STAT_TUNE_RUNS, /* GEMM nests tuned: candidate plans compiled and timed (option "tune") */

@@ -13,17 +13,21 @@
 
 /* The built-in backends before any registration. */
 static void test_builtins(void) {
-  CHECK_INT(cn_backend_count(), 2);
+  CHECK_INT(cn_backend_count(), 4);
   CHECK_INT(cn_backend_find("interp"), CN_BACKEND_INTERP);
   CHECK_INT(cn_backend_find("c"), CN_BACKEND_C);
   CHECK_INT(cn_backend_find("counting"), -1);
   CHECK_INT(cn_backend_find(NULL), -1);
   CHECK_STR(cn_backend_name(CN_BACKEND_C), "c");
-  CHECK(cn_backend_name((cn_backend_kind)2) == NULL);
-  CHECK_STR(cn_backend_list(), "interp, c");
+  CHECK_STR(cn_backend_name((cn_backend_kind)2), "opencl");
+  CHECK_STR(cn_backend_name((cn_backend_kind)3), "cuda");
+  CHECK(cn_backend_name((cn_backend_kind)4) == NULL);
+  CHECK_STR(cn_backend_list(), "interp, c, opencl, cuda");
+  CHECK_INT(cn_backend_caps((cn_backend_kind)3), CN_BACKEND_DEVICE_MEMORY | CN_BACKEND_COMPILED);
   CHECK_INT(cn_backend_caps(CN_BACKEND_INTERP), 0);
   CHECK_INT(cn_backend_caps(CN_BACKEND_C),
             CN_BACKEND_TUNABLE | CN_BACKEND_PARALLEL | CN_BACKEND_COMPILED);
+  CHECK_INT(cn_backend_caps((cn_backend_kind)2), CN_BACKEND_DEVICE_MEMORY | CN_BACKEND_COMPILED);
   CHECK_INT(cn_backend_caps((cn_backend_kind)7), 0);
 }
 
@@ -32,11 +36,11 @@ static cn_backend_kind test_register(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_backend_kind kind = CN_BACKEND_INTERP;
   CHECK_MSG(cn_backend_register(ctx, &counting, &kind) == CN_OK, "%s", cn_ctx_error(ctx));
-  CHECK_INT(kind, 2);
-  CHECK_INT(cn_backend_count(), 3);
-  CHECK_INT(cn_backend_find("counting"), 2);
+  CHECK_INT(kind, 4);
+  CHECK_INT(cn_backend_count(), 5);
+  CHECK_INT(cn_backend_find("counting"), 4);
   CHECK_STR(cn_backend_name(kind), "counting");
-  CHECK_STR(cn_backend_list(), "interp, c, counting");
+  CHECK_STR(cn_backend_list(), "interp, c, opencl, cuda, counting");
   CHECK_INT(cn_backend_caps(kind), CN_BACKEND_DEVICE_MEMORY);
   CHECK(!(cn_backend_caps(kind) & CN_BACKEND_TUNABLE));
 
@@ -62,12 +66,12 @@ static cn_backend_kind test_register(void) {
   bad.caps |= CN_BACKEND_PARALLEL;
   CHECK(cn_backend_register(ctx, &bad, &unused) == CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "CN_BACKEND_PARALLEL and run_parallel disagree");
-  CHECK_INT(cn_backend_count(), 3); /* nothing refused was added */
+  CHECK_INT(cn_backend_count(), 5); /* nothing refused was added */
   /* a kind nobody registered: the message names it */
   cn_node *n = cn_node_create(ctx, "n", CN_PREC_SINGLE, 1, (int64_t[]){2});
-  CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 1), (cn_backend_kind)3, "r") ==
+  CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 1), (cn_backend_kind)5, "r") ==
         NULL);
-  CHECK_STR(cn_ctx_error(ctx), "routine 'r': unknown backend kind 3");
+  CHECK_STR(cn_ctx_error(ctx), "routine 'r': unknown backend kind 5");
   cn_ctx_destroy(ctx);
   return kind;
 }

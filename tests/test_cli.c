@@ -52,9 +52,9 @@ static void test_suggestions(char *out, size_t cap) {
        "cannl: unknown run option '--chek-nan', did you mean '--check-nan'? (try 'cannl help')\n"},
       {"run x.cnl --bakend=c",
        "cannl: unknown run option '--bakend=c', did you mean '--backend'? (try 'cannl help')\n"},
-      {"run x.cnl --backend=interpp",
-       "cannl: unknown backend 'interpp', did you mean 'interp'? (known: interp, c) (try 'cannl "
-       "help')\n"},
+      {"run x.cnl --backend=interpp", "cannl: unknown backend 'interpp', did you mean 'interp'? "
+                                      "(known: interp, c, opencl, cuda) (try 'cannl "
+                                      "help')\n"},
       {"run x.cnl --emit=lops",
        "cannl: unknown --emit value 'lops', did you mean 'loops'? (known: asgn, loops, c) (try "
        "'cannl help')\n"},
@@ -314,19 +314,43 @@ static void test_devices(char *out, size_t cap) {
   snprintf(expected, sizeof expected, "c        the host: %s, ", model);
   CHECK_HAS(out, expected);
   CHECK_HAS(out, " GiB of memory (tunable, parallel, compiled)\n");
+  /* the CUDA device, or why there is none (not a failure of the listing) */
+  CHECK_MSG(strstr(out, "\ncuda     unavailable: no ") || strstr(out, ", compute capability "),
+            "%s", out);
+  CHECK_HAS(out, " (device memory, compiled)\n");
   const char *cli = getenv("CANNL_CLI");
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=interp '%s' run -e 'print 1' --emit=c 2>&1",
            cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
-  CHECK_HAS(out, "--emit=c needs the C backend, not --backend interp");
+  CHECK_HAS(out, "--emit=c needs a backend that generates code, not --backend interp");
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=c '%s' run -e 'print 1' --emit=c 2>&1",
            cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 0);
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=intrp '%s' run -e 'print 1' 2>&1", cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
   CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "
-                 "c)");
+                 "c, opencl, cuda)");
+  /* a device that cannot be opened is listed with the reason, and `devices` still succeeds */
+  snprintf(cmd, sizeof cmd, "CANNL_OPENCL_DEVICE=5:0 '%s' devices 2>&1", cli ? cli : "cannl");
+  CHECK_INT(shell(cmd, out, cap), 0);
+  CHECK_HAS(out, "\nopencl   unavailable: opencl: ");
+  CHECK_HAS(out, " (device memory, compiled)\n");
+  /* where OpenCL is: a script on it (every routine on the device: interpret_below 0) prints what
+   * it prints on C */
+  CHECK_INT(run("devices", out, cap), 0);
+  if (!strstr(out, "opencl   unavailable")) {
+    static const char script[] = "let a = [1; 2; 3]\nlet b = a + a + 0.5\nprint b";
+    char c_out[256];
+    snprintf(cmd, sizeof cmd, "CANNL_INTERPRET_BELOW=0 '%s' run --backend c -e '%s' 2>&1",
+             cli ? cli : "cannl", script);
+    CHECK_INT(shell(cmd, c_out, sizeof c_out), 0);
+    snprintf(cmd, sizeof cmd, "CANNL_INTERPRET_BELOW=0 '%s' run --backend opencl -e '%s' 2>&1",
+             cli ? cli : "cannl", script);
+    CHECK_INT(shell(cmd, out, cap), 0);
+    CHECK_STR(out, c_out);
+    CHECK_HAS(out, "2.5");
+  }
 }
 
 int main(void) {
@@ -362,7 +386,8 @@ int main(void) {
   const char *printed = strstr(out, "5"), *failed = strstr(out, "<-e>:2:7: unbound name");
   CHECK(printed && failed && printed < failed);
   CHECK_INT(run("run --backend gpu -e 'print 1'", out, sizeof out), 2);
-  CHECK_HAS(out, "unknown backend 'gpu' (known: interp, c)"); /* the registry's list */
+  CHECK_HAS(out,
+            "unknown backend 'gpu' (known: interp, c, opencl, cuda)"); /* the registry's list */
   CHECK_INT(run("run /nonexistent/file.cnl", out, sizeof out), 2);
   CHECK_HAS(out, "cannl: cannot read '/nonexistent/file.cnl': No such file or directory");
   /* a directory (fopen succeeds on one) and a non-regular file are refused, not run as empty */

@@ -445,14 +445,14 @@ static void test_option(cn_backend_kind kind) {
 
   CHECK_INT(cn_ctx_set_option(ctx, "backend", "countng"), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx), "option backend: unknown value 'countng', did you mean 'counting'? "
-                               "(known: interp, c, counting, noclear)");
+                               "(known: interp, c, opencl, cuda, counting, noclear)");
   CHECK_STR(cn_ctx_option(ctx, "backend"), "interp"); /* the refused value is not kept */
   CHECK_INT(cn_ctx_set_option(ctx, "backend", NULL), CN_OK);
   setenv("CANNL_BACKEND", "intrp", 1);
   CHECK(cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, n, 5), CN_BACKEND_DEFAULT, "bad") ==
         NULL);
   CHECK_STR(cn_ctx_error(ctx), "CANNL_BACKEND: unknown value 'intrp', did you mean 'interp'? "
-                               "(known: interp, c, counting, noclear)");
+                               "(known: interp, c, opencl, cuda, counting, noclear)");
 
   /* a script without a backend runs on the option's */
   setenv("CANNL_BACKEND", "counting", 1);

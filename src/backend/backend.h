@@ -16,6 +16,8 @@
 
 #include "loops/loops.h"
 
+#include <stdatomic.h>
+
 /* How a run splits a CN_LL_PARALLEL loop across threads: pool_for(pool, n, fn, env) runs fn on
  * contiguous chunks of [0, n) covering it exactly once and returns when all are done (the
  * runtime's cn_pool_for); scratch(pool, bytes) is a 64-byte aligned buffer of at least `bytes`
@@ -73,6 +75,12 @@ typedef struct {
 
 extern const cn_backend cn_backend_interp;
 extern const cn_backend cn_backend_c;
+extern const cn_backend cn_backend_opencl;
+extern const cn_backend cn_backend_cuda; /* cuda.c */
+
+/* Test hook (process-wide): how many OpenCL programs were built from source (not from a cached
+ * binary) in this process. */
+int cn_opencl_builds(void);
 
 #define CN_BACKEND_MAX      16
 #define CN_BACKEND_NAME_MAX 31
@@ -98,6 +106,29 @@ const char *cn_cc_option(const cn_ctx *ctx, const char *key);
  * a corrupted record (deleted, with a warning on the log or stderr). */
 cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found);
 cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value);
+
+/* A warning of the compiled backends (their caches): to the log hook when ctx has one, else to
+ * stderr ("cannl: <message>"), only the first time when `once` (may be NULL) is given. */
+void cn_cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) CN_PRINTF(3, 4);
+
+/* Records of the generated-C backend's cache directory (cc.c "Records"), the integrity scheme
+ * tune records and the OpenCL backend's program binaries share: the body (any bytes) stored for
+ * key (NUL-terminated text) in the slot <kind>-<hash of key>.<ext> by cn_cc_record_store, with
+ * the key text and an FNV-1a checksum; load gives a malloc'd copy of the body (NUL-terminated
+ * after len bytes) in *body. *found is false without a shared cache directory, without a
+ * record, for another key's record, or for a corrupted one (deleted, with a warning on the log
+ * or stderr). */
+cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                            char **body, size_t *len, bool *found);
+cn_status cn_cc_record_store(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                             const char *body, size_t len);
+
+/* Writes a device backend's generated source (NUL-terminated text) that failed to compile, so that
+ * the error can name it: <cache dir>/<name>-<hash of text>.<ext>, written atomically; without a
+ * shared cache directory it goes to a private temporary directory, which is kept. *path is the
+ * file's path (malloc'd). */
+cn_status cn_cc_source_store(cn_ctx *ctx, const char *name, const char *ext, const char *text,
+                             char **path);
 
 /* Lets the generated-C backend's compilations running behind (start_many) on ctx start their next
  * compiler processes, without waiting: a routine run calls it while ctx->compiling is set. */

@@ -166,8 +166,7 @@ static ssize_t read_up_to(int fd, char *buf, size_t n) {
 /* A warning on the context's log, or one "cannl: " line on stderr when no log hook is set (a
  * damaged cache or a refused directory must not go unnoticed). With once, stderr gets the line
  * only the first time in the process (the log hook every time). */
-static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) CN_PRINTF(3, 4);
-static void cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) {
+void cn_cc_warn(cn_ctx *ctx, atomic_bool *once, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -323,8 +322,8 @@ static cn_status per_user_dir(cn_ctx *ctx, char **out) {
   else if (st.st_mode & (S_IWGRP | S_IWOTH))
     problem = "writable by group or others";
   if (problem) {
-    cc_warn(ctx, &warned_refused,
-            "refusing cache directory '%s' (%s): compiling without a disk cache", dir, problem);
+    cn_cc_warn(ctx, &warned_refused,
+               "refusing cache directory '%s' (%s): compiling without a disk cache", dir, problem);
     free(dir);
   } else {
     *out = dir;
@@ -386,7 +385,7 @@ static cn_status resolve_place(cn_ctx *ctx, cc_place *place) {
   cn_status status = per_user_dir(ctx, &fallback);
   if (status != CN_OK) return status;
   if (had_base)
-    cc_warn(ctx, &warned_home, "%s; using %s", why, fallback ? fallback : "no disk cache");
+    cn_cc_warn(ctx, &warned_home, "%s; using %s", why, fallback ? fallback : "no disk cache");
   if (!fallback) return private_dir(ctx, place);
   place->dir = fallback;
   return CN_OK;
@@ -715,7 +714,7 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
     snprintf(reason, sizeof reason, "cannot load it: %s", why);
     problem = reason;
   }
-  cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
+  cn_cc_warn(ctx, NULL, "discarding cached object %s (%s); recompiling", paths->so_path, problem);
   cn_cc_discard(paths->sum_path);
   cn_cc_discard(paths->so_path);
   return false;
@@ -729,7 +728,7 @@ static bool try_cached(cn_ctx *ctx, const cc_paths *paths, const cn_sbuf *head, 
 static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *paths) {
   char why[PATH_MAX + 256];
   if (!writable_dir(place->dir, why, sizeof why)) {
-    cc_warn(ctx, &warned_unwritable, "%s: compiling without a disk cache", why);
+    cn_cc_warn(ctx, &warned_unwritable, "%s: compiling without a disk cache", why);
     return false;
   }
   const char *slots[3] = {paths->c_path, paths->so_path, paths->sum_path};
@@ -739,13 +738,13 @@ static bool publish_ready(cn_ctx *ctx, const cc_place *place, const cc_paths *pa
     const char *kind = cn_file_kind(st.st_mode);
     int err = cn_cc_discard(slots[k]);
     if (err) {
-      cc_warn(ctx, NULL,
-              "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
-              "cache",
-              slots[k], kind, strerror(err));
+      cn_cc_warn(ctx, NULL,
+                 "cache slot '%s' holds %s that cannot be removed (%s): compiling without a disk "
+                 "cache",
+                 slots[k], kind, strerror(err));
       return false;
     }
-    cc_warn(ctx, NULL, "removed %s from cache slot '%s'", kind, slots[k]);
+    cn_cc_warn(ctx, NULL, "removed %s from cache slot '%s'", kind, slots[k]);
   }
   return true;
 }
@@ -957,27 +956,31 @@ cn_status cn_cc_finish(cn_ctx *ctx, cc_job *job) {
   return status;
 }
 
-/* ---- Tune records ----
- * The GEMM autotuner (src/runtime/tune.c) keeps its winners beside the compiled objects:
- * tune-<hash>.txt in the cache directory, the hash (FNV-1a) of the key text naming the slot and
- * the record holding
- *   "cannl tune record 1\nkey <n>\n" <the n bytes of key text> "\nvalue <value>\nsum <hex>\n"
+/* ---- Records ----
+ * Small files kept beside the compiled objects, each in the slot <kind>-<hash>.<ext> of the cache
+ * directory, the hash (FNV-1a) of the key text naming the slot, holding
+ *   "cannl <kind> record 1\nkey <n>\n" <the n bytes of key text> "\n" <body> "sum <hex>\n"
  * where <hex> is the FNV-1a checksum of every byte before the "sum" line. A record whose key
- * text differs (another nest in the slot) is not ours; one that is malformed or fails its
+ * text differs (another key in the slot) is not ours; one that is malformed or fails its
  * checksum is deleted with a warning. Written like the objects: a temporary file, then rename().
- * Without a shared cache directory (cache_dir "off", or none usable) there are no records. */
+ * Without a shared cache directory (cache_dir "off", or none usable) there are no records.
+ * The GEMM autotuner's winners (src/runtime/tune.c) are records of kind "tune" (tune-<hash>.txt),
+ * their body "value <value>\n"; the OpenCL backend's program binaries are records too
+ * (backend.h cn_cc_record_load). */
 
-#define TUNE_RECORD_MAX 65536
+#define RECORD_MAX     ((uint64_t)1 << 30)
+#define RECORD_SUM_LEN 21 /* "sum " 16 digits "\n" */
 
 /* The record's path for key in the shared cache directory; NULL (no records) without one. */
-static char *tune_path(cn_ctx *ctx, const char *key, cn_status *status) {
+static char *record_path(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                         cn_status *status) {
   cc_place place = {0};
   *status = resolve_place(ctx, &place);
   if (*status != CN_OK) return NULL;
   char *path = NULL;
   if (!place.private_dir) {
     uint64_t h = fnv1a(FNV_OFFSET, key, strlen(key));
-    path = format_path(ctx, "%s/tune-%016" PRIx64 ".txt", place.dir, h);
+    path = format_path(ctx, "%s/%s-%016" PRIx64 ".%s", place.dir, kind, h, ext);
     if (!path) *status = ctx->status;
   } else {
     rmdir(place.dir);
@@ -986,59 +989,46 @@ static char *tune_path(cn_ctx *ctx, const char *key, cn_status *status) {
   return path;
 }
 
-/* The record's text for key (malloc'd, NUL-terminated), without the sum line. */
-static char *tune_text(const char *key, const char *value, size_t *len) {
-  cn_sbuf sb = {0};
-  cn_sbuf_printf(&sb, "cannl tune record 1\nkey %zu\n%s\nvalue %s\n", strlen(key), key, value);
-  if (sb.failed) {
-    cn_sbuf_free(&sb);
-    return NULL;
-  }
-  *len = sb.len;
-  return sb.data;
-}
-
 /* The record's last line for its text before it (len bytes): "sum <16 hex digits>\n". */
-static void tune_sum_line(char *out, size_t size, const char *text, size_t len) {
+static void record_sum_line(char *out, size_t size, const char *text, size_t len) {
   snprintf(out, size, "sum %016" PRIx64 "\n", fnv1a(FNV_OFFSET, text, len));
 }
 
-/* Why the record text (len bytes) is not a valid record for key (NULL: valid, *value set; "" for
- * a record of another key). The key length goes through cn_parse_natural and the sum line is
- * compared with the one our checksum gives, so no number of the file is parsed by sscanf (whose
- * %zu and %x are undefined on out-of-range input: the checksum does not stop a crafted record). */
-static const char *tune_parse(const char *text, size_t len, const char *key, char *value,
-                              size_t size) {
-  const char *header = "cannl tune record 1\nkey ";
+/* Why the record text (len bytes) is not a valid record of kind for key (NULL: valid, *body and
+ * *body_len its body, inside text; "" for a record of another key). The key length goes through
+ * cn_parse_natural and the sum line is compared with the one our checksum gives, so no number of
+ * the file is parsed by sscanf (whose %zu and %x are undefined on out-of-range input: the
+ * checksum does not stop a crafted record). */
+static const char *record_parse(const char *text, size_t len, const char *kind, const char *key,
+                                const char **body, size_t *body_len) {
+  char header[64];
+  snprintf(header, sizeof header, "cannl %s record 1\nkey ", kind);
   size_t header_len = strlen(header);
-  if (len < header_len || memcmp(text, header, header_len) != 0) return "bad header";
-  const char *digits = text + header_len, *eol = memchr(digits, '\n', len - header_len);
+  if (len < header_len + RECORD_SUM_LEN || memcmp(text, header, header_len) != 0)
+    return "bad header";
+  const char *sum_line = text + len - RECORD_SUM_LEN;
+  char want[40];
+  record_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
+  if (memcmp(sum_line, want, RECORD_SUM_LEN) != 0) return "checksum mismatch";
+  const char *digits = text + header_len;
+  const char *eol = memchr(digits, '\n', (size_t)(sum_line - digits));
   uint64_t n;
   if (!eol || !cn_parse_natural(digits, (size_t)(eol - digits), len, &n)) return "bad key line";
   const char *at = eol + 1;
-  if (n >= len - (size_t)(at - text)) return "truncated key"; /* the key and its '\n' */
-  const char *after = at + n;
-  const char *value_line = after + 1,
-             *sum_line = memchr(value_line, '\n', len - (size_t)(value_line - text));
-  if (*after != '\n' || strncmp(value_line, "value ", 6) != 0 || !sum_line) return "bad value line";
-  sum_line++;
-  size_t sum_len = len - (size_t)(sum_line - text);
-  if (sum_len < 4 || memcmp(sum_line, "sum ", 4) != 0) return "bad sum line";
-  char want[40];
-  tune_sum_line(want, sizeof want, text, (size_t)(sum_line - text));
-  if (sum_len != strlen(want) || memcmp(sum_line, want, sum_len) != 0) return "checksum mismatch";
-  if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another nest's slot */
-  size_t value_len = (size_t)(sum_line - 1 - (value_line + 6));
-  if (value_len + 1 > size) return "value too long";
-  memcpy(value, value_line + 6, value_len);
-  value[value_len] = '\0';
+  if (n >= (size_t)(sum_line - at) || at[n] != '\n') return "truncated key"; /* key and '\n' */
+  if (strlen(key) != n || memcmp(at, key, n) != 0) return ""; /* another key's slot */
+  *body = at + n + 1;
+  *body_len = (size_t)(sum_line - *body);
   return NULL;
 }
 
-cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found) {
+cn_status cn_cc_record_load(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                            char **body, size_t *len, bool *found) {
   *found = false;
+  *body = NULL;
+  *len = 0;
   cn_status status;
-  char *path = tune_path(ctx, key, &status);
+  char *path = record_path(ctx, kind, ext, key, &status);
   if (!path) return status;
   struct stat st;
   int fd = open_regular(path, &st);
@@ -1046,39 +1036,54 @@ cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size
   if (fd < 0) {
     char reason[256];
     if (err != ENOENT) { /* no record yet; otherwise one we cannot use (a planted FIFO...) */
-      cc_warn(ctx, NULL, "ignoring tune record %s (%s)", path,
-              read_failure(reason, sizeof reason, "it", err, &st));
+      cn_cc_warn(ctx, NULL, "ignoring %s record %s (%s)", kind, path,
+                 read_failure(reason, sizeof reason, "it", err, &st));
       if (err == EINVAL) cn_cc_discard(path);
     }
     free(path);
     return CN_OK;
   }
-  char *text = malloc(TUNE_RECORD_MAX);
-  ssize_t got = text ? read_up_to(fd, text, TUNE_RECORD_MAX - 1) : 0;
+  /* one byte more than the file's size tells a file that grew since */
+  size_t cap = st.st_size >= 0 && (uint64_t)st.st_size < RECORD_MAX ? (size_t)st.st_size + 1 : 0;
+  char *text = cap ? malloc(cap) : NULL;
+  ssize_t got = text ? read_up_to(fd, text, cap) : -1;
   close(fd);
-  if (!text) {
+  if (cap && !text) {
     free(path);
-    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading tune record");
+    return cn_fail(ctx, CN_ERR_NOMEM, "out of memory reading %s record", kind);
   }
-  size_t len = got > 0 ? (size_t)got : 0;
-  text[len] = '\0';
-  const char *problem = got < 0 ? "cannot read it" : tune_parse(text, len, key, value, size);
+  const char *at = NULL;
+  size_t at_len = 0;
+  const char *problem = !cap      ? "too large"
+                        : got < 0 ? "cannot read it"
+                        : (size_t)got == cap
+                            ? "changed while read"
+                            : record_parse(text, (size_t)got, kind, key, &at, &at_len);
   if (problem && *problem) {
-    cc_warn(ctx, NULL, "ignoring corrupted tune record %s (%s)", path, problem);
+    cn_cc_warn(ctx, NULL, "ignoring corrupted %s record %s (%s)", kind, path, problem);
     cn_cc_discard(path);
   }
-  *found = problem == NULL;
-  free(text);
+  if (!problem) {
+    memmove(text, at, at_len);
+    text[at_len] = '\0';
+    *body = text;
+    *len = at_len;
+    *found = true;
+  } else {
+    free(text);
+  }
   free(path);
   return CN_OK;
 }
 
-cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
+cn_status cn_cc_record_store(cn_ctx *ctx, const char *kind, const char *ext, const char *key,
+                             const char *body, size_t len) {
   cn_status status;
-  char *path = tune_path(ctx, key, &status);
+  char *path = record_path(ctx, kind, ext, key, &status);
   if (!path) return status;
-  size_t len = 0;
-  char *text = tune_text(key, value, &len);
+  cn_sbuf sb = {0};
+  cn_sbuf_printf(&sb, "cannl %s record 1\nkey %zu\n%s\n", kind, strlen(key), key);
+  for (size_t i = 0; i < len && !sb.failed; i++) cn_sbuf_putc(&sb, body[i]);
   char *tmp = tmp_stem(ctx, path);
   const char *slash = strrchr(path, '/');
   if (tmp && slash) { /* the killed stores' temporaries of this record go now */
@@ -1088,13 +1093,70 @@ cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
     remove_stale(dir, slash + 1, no_ext);
   }
   char tail[40];
-  if (text) tune_sum_line(tail, sizeof tail, text, len);
-  status = !text  ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
-           : !tmp ? ctx->status
-                  : write_file_atomically(ctx, tmp, path, text, len, tail, strlen(tail));
-  free(text);
+  if (!sb.failed) record_sum_line(tail, sizeof tail, sb.data, sb.len);
+  status = sb.failed ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing %s record", kind)
+           : !tmp    ? ctx->status
+                     : write_file_atomically(ctx, tmp, path, sb.data, sb.len, tail, strlen(tail));
+  cn_sbuf_free(&sb);
   free(tmp);
   free(path);
+  return status;
+}
+
+cn_status cn_cc_source_store(cn_ctx *ctx, const char *name, const char *ext, const char *text,
+                             char **path) {
+  *path = NULL;
+  cc_place place = {0};
+  cn_status status = resolve_place(ctx, &place);
+  char why[PATH_MAX + 256];
+  if (status == CN_OK && !place.private_dir && !writable_dir(place.dir, why, sizeof why)) {
+    free(place.dir); /* a read-only cache: the file goes to a directory of its own */
+    place = (cc_place){0};
+    status = private_dir(ctx, &place);
+  }
+  if (status != CN_OK) return status;
+  size_t len = strlen(text);
+  char *stem = format_path(ctx, "%s/%s-%016" PRIx64, place.dir, name, fnv1a(FNV_OFFSET, text, len));
+  char *tmp = stem ? tmp_stem(ctx, stem) : NULL;
+  char *file = tmp ? format_path(ctx, "%s.%s", stem, ext) : NULL;
+  char *tmp_file = file ? format_path(ctx, "%s.%s", tmp, ext) : NULL;
+  status = tmp_file ? write_file_atomically(ctx, tmp_file, file, text, len, "", 0) : ctx->status;
+  if (status == CN_OK) {
+    *path = file;
+    file = NULL;
+  }
+  free(stem);
+  free(tmp);
+  free(file);
+  free(tmp_file);
+  free(place.dir); /* a private directory stays: it holds the file the message names */
+  return status;
+}
+
+cn_status cn_cc_tune_load(cn_ctx *ctx, const char *key, char *value, size_t size, bool *found) {
+  char *body;
+  size_t len;
+  cn_status status = cn_cc_record_load(ctx, "tune", "txt", key, &body, &len, found);
+  if (status != CN_OK || !*found) return status;
+  /* the body is one line, "value <value>\n" */
+  const char *eol = memchr(body, '\n', len);
+  *found = len > 6 && memcmp(body, "value ", 6) == 0 && eol == body + len - 1 && len - 6 <= size;
+  if (*found) {
+    memcpy(value, body + 6, len - 7);
+    value[len - 7] = '\0';
+  } else {
+    cn_cc_warn(ctx, NULL, "ignoring the tune record of key '%s' (bad value line)", key);
+  }
+  free(body);
+  return CN_OK;
+}
+
+cn_status cn_cc_tune_store(cn_ctx *ctx, const char *key, const char *value) {
+  cn_sbuf body = {0};
+  cn_sbuf_printf(&body, "value %s\n", value);
+  cn_status status = body.failed ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory writing tune record")
+                                 : cn_cc_record_store(ctx, "tune", "txt", key, body.data, body.len);
+  cn_sbuf_free(&body);
   return status;
 }
 

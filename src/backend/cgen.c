@@ -200,6 +200,10 @@ static const cn_cgen_dialect host_c = {
     .parallel_loop = emit_parallel,
     .gemm = cn_cgen_gemm,
     .prelude = cn_cgen_prelude,
+    /* not a kernel dialect: a routine is one host function (kernels.h is for devices) */
+    .kernel_prefix = NULL,
+    .global_qualifier = NULL,
+    .linear_id = NULL,
 };
 
 /* The type of a parameter of the routine's function, const when no statement stores into it. */
@@ -801,20 +805,10 @@ static cn_status emit_kernels(const cgen *g) {
 }
 
 cn_status cn_cgen_source(cn_ctx *ctx, const cn_ll_proc *proc, cn_sbuf *out) {
-  CN_ASSERT(proc && proc->name && proc->body && proc->n_params >= 0 && proc->n_free_syms >= 0);
   size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
   cn_sbuf body = {0}; /* what follows the prelude, written first: it says what the prelude needs */
-  cgen g = {.dialect = &host_c, .ctx = ctx, .proc = proc, .out = &body};
-  g.param_names = cn_alloc(ctx, sizeof(char *) * n_params);
-  g.strides = cn_alloc(ctx, sizeof(*g.strides) * n_params);
-  g.written = cn_alloc(ctx, sizeof(bool) * n_params);
-  g.accessed = cn_alloc(ctx, sizeof(bool) * n_params);
-  if (!g.param_names || !g.strides || !g.written || !g.accessed) return ctx->status;
-  for (int k = 0; k < proc->n_params; k++) {
-    CN_ASSERT(proc->params[k].node != NULL);
-    cn_node_strides(proc->params[k].node, g.strides[k]);
-  }
-  cn_status status = cn_cgen_names(&g);
+  cgen g;
+  cn_status status = cn_cgen_init(&g, ctx, proc, &host_c, &body);
   if (status != CN_OK) return status;
 
   /* Flags without -fopenmp-simd make `#pragma omp simd` unknown: harmless, but -Wall -Werror in

@@ -57,6 +57,13 @@ typedef struct {
   void (*gemm)(const cgen *g, int depth, const cn_ll_stmt *s);
   /* The prelude that `body`, the rest of the file, needs, appended to out. */
   cn_status (*prelude)(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
+  /* A kernel dialect (kernels.h: OpenCL C, CUDA C) sets these three; the host instance leaves
+   * them NULL. The text before a kernel's name ("__kernel void " / "extern \"C\" __global__
+   * void "), the qualifier on its buffer pointer parameters ("__global " / ""), and the
+   * expression of the linear global id as a 64-bit integer ("(long)get_global_id(0)"). */
+  const char *kernel_prefix;
+  const char *global_qualifier;
+  const char *linear_id;
 } cn_cgen_dialect;
 
 struct cgen {
@@ -78,6 +85,9 @@ struct cgen {
    * loop being emitted is such a reduction's loop as written (not recognized again). */
   const cn_ll_stmt *max_keyed;
   bool max_as_written;
+  /* Inside the nest of a CN_LL_GEMM whose plan says fma, emitted as plain loops (a kernel
+   * dialect): its store c + x * y is one fused multiply-add (emit_set). */
+  bool fused;
 };
 
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
@@ -97,6 +107,13 @@ static inline const char *cn_cgen_text(const cn_sbuf *sb) {
 /* Marks the params the procedure accesses and writes, collects its symbols and names the params
  * and symbols (cgen_emit.c "Identifiers"): the emitter's tables, filled before any text. */
 cn_status cn_cgen_names(cgen *g);
+/* A generator of proc in `dialect` writing to out: its tables allocated in the arena (strides,
+ * names: cn_cgen_names), no outlining (g->par NULL). */
+cn_status cn_cgen_init(cgen *g, cn_ctx *ctx, const cn_ll_proc *proc, const cn_cgen_dialect *dialect,
+                       cn_sbuf *out);
+/* Marks true, in accessed and written (per param), the params statement s reads or writes and
+ * those it writes. */
+void cn_cgen_access(const cgen *g, const cn_ll_stmt *s, bool *accessed, bool *written);
 /* The name a symbol of the procedure has in the generated text, and its position in g->symbols. */
 const char *cn_cgen_sym_name(const cgen *g, cn_symbol sym);
 int cn_cgen_sym_slot(const cgen *g, cn_symbol sym);
@@ -127,6 +144,9 @@ void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
  * name of cn_cgen_is_math_name (cgen_emit.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */
 bool cn_cgen_is_math_name(const char *name);
 cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body);
+/* The same items without the #include lines when `includes` is false: for a language whose
+ * dialect supplies <stdint.h>'s and <math.h>'s names itself (OpenCL C's prelude header). */
+cn_status cn_cgen_prelude_items(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body, bool includes);
 /* A statement at depth (cgen_emit.c). */
 void cn_cgen_stmt(const cgen *g, int depth, const cn_ll_stmt *s);
 /* A CN_LL_GEMM statement (cgen_gemm.c): a call at its place of a function, emitted before the

@@ -176,49 +176,59 @@ static cn_status name_params(cgen *g) {
   return CN_OK;
 }
 
-static void mark_access(cgen *g, int param) {
-  CN_ASSERT(param >= 0 && param < g->proc->n_params);
-  g->accessed[param] = true;
+/* The params a statement reads or writes (accessed) and those it writes (written), marked. */
+typedef struct {
+  const cn_ll_proc *proc;
+  bool *accessed, *written;
+} access_marks;
+
+static void mark_access(const access_marks *m, int param) {
+  CN_ASSERT(param >= 0 && param < m->proc->n_params);
+  m->accessed[param] = true;
 }
 
-static void mark_expr(cgen *g, const cn_ll_expr *e) {
+static void mark_expr(const access_marks *m, const cn_ll_expr *e) {
   switch (e->kind) {
-  case CN_LE_GET: mark_access(g, e->u.get.param); return;
+  case CN_LE_GET: mark_access(m, e->u.get.param); return;
   case CN_LE_CONST:
   case CN_LE_INDEX: return;
   case CN_LE_OP:
-    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(g, e->u.op.args[a]);
+    for (int a = 0; a < cn_op_arity(e->u.op.op); a++) mark_expr(m, e->u.op.args[a]);
     return;
   }
   CN_ASSERT(!"unknown expression kind");
 }
 
-/* Marks the params the statement reads or writes, and those it writes. */
-static void mark_stmt(cgen *g, const cn_ll_stmt *s) {
+static void mark_stmt(const access_marks *m, const cn_ll_stmt *s) {
   switch (s->kind) {
   case CN_LL_SEQ:
-    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(g, s->u.seq.items[i]);
+    for (int i = 0; i < s->u.seq.count; i++) mark_stmt(m, s->u.seq.items[i]);
     return;
   case CN_LL_COMMENT: return;
-  case CN_LL_FOR: mark_stmt(g, s->u.loop.body); return;
-  case CN_LL_IF: mark_stmt(g, s->u.guard.body); return;
+  case CN_LL_FOR: mark_stmt(m, s->u.loop.body); return;
+  case CN_LL_IF: mark_stmt(m, s->u.guard.body); return;
   case CN_LL_SET:
-    mark_access(g, s->u.set.param);
-    mark_expr(g, s->u.set.value);
-    g->written[s->u.set.param] = true;
+    mark_access(m, s->u.set.param);
+    mark_expr(m, s->u.set.value);
+    m->written[s->u.set.param] = true;
     return;
   case CN_LL_SET_VEC:
-    mark_access(g, s->u.vec.param);
-    mark_expr(g, s->u.vec.arg);
-    g->written[s->u.vec.param] = true;
+    mark_access(m, s->u.vec.param);
+    mark_expr(m, s->u.vec.arg);
+    m->written[s->u.vec.param] = true;
     return;
-  case CN_LL_GEMM: mark_stmt(g, s->u.gemm.nest); return;
+  case CN_LL_GEMM: mark_stmt(m, s->u.gemm.nest); return;
   case CN_LL_LET:
-    mark_access(g, s->u.let.param);
-    mark_stmt(g, s->u.let.body);
+    mark_access(m, s->u.let.param);
+    mark_stmt(m, s->u.let.body);
     return;
   }
   CN_ASSERT(!"unknown statement kind");
+}
+
+void cn_cgen_access(const cgen *g, const cn_ll_stmt *s, bool *accessed, bool *written) {
+  access_marks m = {g->proc, accessed, written};
+  mark_stmt(&m, s);
 }
 
 /* Symbol names: the symbol's own name when it is free; "_<id>" appended when two symbols of the
@@ -260,11 +270,28 @@ static cn_status name_symbols(cgen *g) {
 }
 
 cn_status cn_cgen_names(cgen *g) {
-  mark_stmt(g, g->proc->body);
+  cn_cgen_access(g, g->proc->body, g->accessed, g->written);
   cn_status status = cn_ll_symbols_of(g->ctx, g->proc, &g->symbols);
   if (status == CN_OK) status = name_params(g);
   if (status == CN_OK) status = name_symbols(g);
   return status;
+}
+
+cn_status cn_cgen_init(cgen *g, cn_ctx *ctx, const cn_ll_proc *proc, const cn_cgen_dialect *dialect,
+                       cn_sbuf *out) {
+  CN_ASSERT(proc && proc->name && proc->body && proc->n_params >= 0 && proc->n_free_syms >= 0);
+  size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
+  *g = (cgen){.dialect = dialect, .ctx = ctx, .proc = proc, .out = out};
+  g->param_names = cn_alloc(ctx, sizeof(char *) * n_params);
+  g->strides = cn_alloc(ctx, sizeof(*g->strides) * n_params);
+  g->written = cn_alloc(ctx, sizeof(bool) * n_params); /* the arena's memory is zeroed */
+  g->accessed = cn_alloc(ctx, sizeof(bool) * n_params);
+  if (!g->param_names || !g->strides || !g->written || !g->accessed) return ctx->status;
+  for (int k = 0; k < proc->n_params; k++) {
+    CN_ASSERT(proc->params[k].node != NULL);
+    cn_node_strides(proc->params[k].node, g->strides[k]);
+  }
+  return cn_cgen_names(g);
 }
 
 /* ---- Linear offset expressions ---- */
@@ -446,6 +473,33 @@ void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to) 
   emit_converted(g, sb, e, to);
 }
 
+/* A GEMM store's value c + x * y (loops.h: one floating precision) as one fused multiply-add in
+ * its compute type (the op fma's template), rounded once, then converted to `to`: what the plan's
+ * `fma` means, and what the interpreter computes (interp.c eval_fused). */
+static void emit_fused(const cgen *g, cn_sbuf *sb, const cn_ll_expr *sum, cn_prec to) {
+  CN_ASSERT(sum->kind == CN_LE_OP && sum->u.op.op == CN_OP_ADD);
+  const cn_ll_expr *product = sum->u.op.args[1];
+  CN_ASSERT(product->kind == CN_LE_OP && product->u.op.op == CN_OP_MUL);
+  const cn_ll_expr *operands[3] = {product->u.op.args[0], product->u.op.args[1], sum->u.op.args[0]};
+  cn_sbuf args[3] = {{0}}, fused = {0};
+  const char *texts[3];
+  bool failed = false;
+  for (int a = 0; a < 3; a++) {
+    emit_converted(g, &args[a], operands[a], sum->prec);
+    failed = failed || args[a].failed;
+    texts[a] = cn_cgen_text(&args[a]);
+  }
+  if (!failed) g->dialect->op(&fused, CN_OP_FMA, sum->prec, texts);
+  if (failed || fused.failed)
+    sb->failed = true;
+  else if (sum->prec == to)
+    cn_sbuf_puts(sb, cn_cgen_text(&fused));
+  else
+    g->dialect->convert(sb, sum->prec, to, cn_cgen_text(&fused));
+  for (int a = 0; a < 3; a++) cn_sbuf_free(&args[a]);
+  cn_sbuf_free(&fused);
+}
+
 static void emit_set(const cgen *g, int depth, const cn_ll_stmt *s) {
   if (s == g->max_keyed) {
     cn_cgen_max_update(g, depth, s);
@@ -456,7 +510,10 @@ static void emit_set(const cgen *g, int depth, const cn_ll_stmt *s) {
   cn_prec prec = g->proc->params[param].node->prec;
   cn_sbuf cell = {0}, value = {0};
   print_cell(g, &cell, param, s->u.set.idx, NULL);
-  emit_converted(g, &value, s->u.set.value, prec);
+  if (g->fused)
+    emit_fused(g, &value, s->u.set.value, prec);
+  else
+    emit_converted(g, &value, s->u.set.value, prec);
   if (cell.failed || value.failed) {
     sb->failed = true;
   } else {

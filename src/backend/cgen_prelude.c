@@ -140,6 +140,10 @@ static cn_status prelude_mark(cn_ctx *ctx, prelude *p, const char *text, size_t 
 }
 
 cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body) {
+  return cn_cgen_prelude_items(ctx, out, body, true);
+}
+
+cn_status cn_cgen_prelude_items(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body, bool includes) {
   prelude p = {0};
   cn_status status = prelude_read(ctx, &p);
   if (status == CN_OK) status = prelude_mark(ctx, &p, (body->data ? body->data : ""), body->len);
@@ -149,7 +153,8 @@ cn_status cn_cgen_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body) {
     const prelude_item *item = &p.items[k];
     bool is_blank = cn_builtins_source[item->start] == '\n';
     if (item->comment || (item->named && !item->needed) || (is_blank && blank) ||
-        (item->math && !p.math))
+        (item->math && !p.math) ||
+        (!includes && starts_with(cn_builtins_source + item->start, "#include ")))
       continue;
     if (item->math && p.tgmath)
       cn_sbuf_puts(out, "#include <tgmath.h>\n");

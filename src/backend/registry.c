@@ -1,5 +1,6 @@
 /* The process-wide registry of backends (backend.h): the interpreter and generated C under their
- * fixed ids, then the backends registered at run time (a test's, later OpenCL and CUDA), and the
+ * fixed ids, the built-in device backends, OpenCL (id 2) and CUDA (id 3), each library opened
+ * only when its backend is used, then the backends registered at run time (a test's), and the
  * public lookups by id and name and the description of a backend's device (include/cannl.h).
  *
  * Invariants: slots [0, count) are set and never change; a registration fills slot `count` under
@@ -13,8 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static const cn_backend *registry[CN_BACKEND_MAX] = {&cn_backend_interp, &cn_backend_c};
-static atomic_int registered = 2;
+static const cn_backend *registry[CN_BACKEND_MAX] = {&cn_backend_interp, &cn_backend_c,
+                                                     &cn_backend_opencl, &cn_backend_cuda};
+static atomic_int registered = 4;
 static pthread_mutex_t registering = PTHREAD_MUTEX_INITIALIZER;
 
 /* A registry name: [a-z][a-z0-9_]*, at most CN_BACKEND_NAME_MAX characters (cn_backend_list's

@@ -395,3 +395,67 @@ bool cn_op_c_reads(cn_op op, cn_prec prec, int arg) {
   put_template(NULL, op_template(op, prec), NULL, info->arity, used);
   return used[arg];
 }
+
+/* ---- Typed spellings, for languages without _Generic (OpenCL C, C++) ---- */
+
+static bool is_word_at(const char *s, size_t i) {
+  return is_ident_char(s[i]);
+}
+
+/* The function builtins.h's generic macro `name` (a "#define name(" whose text is a _Generic
+ * selection) selects for the compute type `type`, copied into out (NUL-terminated); false when
+ * name is no such macro or has no association for type. Read from the macro's text, so the
+ * mapping has one source, builtins.h. */
+static bool generic_target(const char *name, size_t len, const char *type, char *out, size_t cap) {
+  char head[64];
+  if (len + 10 > sizeof head) return false;
+  snprintf(head, sizeof head, "#define %.*s(", (int)len, name);
+  const char *def = strstr(cn_builtins_source, head);
+  if (!def) return false;
+  const char *end = def; /* the macro's last line: the first without a continuation */
+  while ((end = strchr(end, '\n')) && end[-1] == '\\') end++;
+  const char *generic = strstr(def, "_Generic");
+  if (!generic || (end && generic > end)) return false;
+  size_t tlen = strlen(type);
+  for (const char *p = generic; (p = strstr(p, type)) && (!end || p < end); p += tlen) {
+    if (is_word_at(p - 1, 0) || is_word_at(p, tlen)) continue;
+    const char *q = p + tlen;
+    while (*q == ' ') q++;
+    if (*q != ':') continue;
+    q++;
+    while (*q == ' ') q++;
+    size_t n = 0;
+    while (is_ident_char(q[n])) n++;
+    if (n == 0 || n + 1 > cap) return false;
+    memcpy(out, q, n);
+    out[n] = '\0';
+    return true;
+  }
+  return false;
+}
+
+void cn_op_c_typed(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args) {
+  cn_sbuf text = {0};
+  cn_op_c(&text, op, prec, args);
+  if (text.failed || !text.data) {
+    sb->failed = sb->failed || text.failed;
+    cn_sbuf_free(&text);
+    return;
+  }
+  const char *type = cn_prec_table[prec].compute_c;
+  for (const char *p = text.data; *p;) {
+    if (!is_ident_start(*p) || (p > text.data && is_ident_char(p[-1]))) {
+      cn_sbuf_putc(sb, *p++);
+      continue;
+    }
+    const char *start = p;
+    while (is_ident_char(*p)) p++;
+    char target[64];
+    if (*p == '(' && strncmp(start, "cn_", 3) == 0 &&
+        generic_target(start, (size_t)(p - start), type, target, sizeof target))
+      cn_sbuf_puts(sb, target);
+    else
+      cn_sbuf_printf(sb, "%.*s", (int)(p - start), start);
+  }
+  cn_sbuf_free(&text);
+}

@@ -121,6 +121,11 @@ void cn_const_c(cn_sbuf *sb, cn_prec prec, cn_value v);
  * template with a, b, c substituted (parenthesized), or the cn_u4x32_to_<prec>_uniform call for
  * CN_OPF_TO_PREC ops. */
 void cn_op_c(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args);
+/* cn_op_c with every call of a generic helper of builtins.h (cn_iadd, cn_max, cn_select, ...:
+ * its _Generic macros) spelled as the function the macro selects for prec's compute type
+ * (cn_iadd_i64, cn_max_f32, ...): for languages without _Generic (OpenCL C, CUDA C++). The
+ * operands must be spelled so already. */
+void cn_op_c_typed(cn_sbuf *sb, cn_op op, cn_prec prec, const char *const *args);
 /* Whether cn_op_c's text for op on prec contains operand arg (fst and snd drop one): a generator
  * that lists what a statement reads (a kernel's parameters) skips the operands it does not. */
 bool cn_op_c_reads(cn_op op, cn_prec prec, int arg);

@@ -456,8 +456,14 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   if (cn_ll_lower(ctx, asgn, name_copy, &proc) != CN_OK) return NULL;
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
   cn_sched_options sched;
+  /* A backend with its own device runs every independent nest as a grid (kernels.h): its cost
+   * is one launch per kernel whatever the work, so the threads' threshold is not its default. */
+  const char *work = cn_ctx_option(ctx, "parallel_work");
+  if ((impl->caps & CN_BACKEND_DEVICE_MEMORY) && !cn_ctx_stored_option(ctx, "parallel_work") &&
+      !(getenv("CANNL_PARALLEL_WORK") && *getenv("CANNL_PARALLEL_WORK")))
+    work = "1";
   if (cn_sched_parse(ctx, cn_ctx_option(ctx, "schedule"), &sched) != CN_OK ||
-      !parse_work(ctx, cn_ctx_option(ctx, "parallel_work"), &sched.parallel_work))
+      !parse_work(ctx, work, &sched.parallel_work))
     return NULL;
   /* The NaN check names the first stored node holding a non-finite value: a script's unnamed
    * intermediates stay stored so that it is the operation that produced it. */

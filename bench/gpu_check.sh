@@ -1,0 +1,30 @@
+#!/bin/sh
+# The CUDA check for a machine with an NVIDIA GPU (the lead runs it where one is lent; it takes
+# a few minutes; the steps' limits add up to under 8 with the build): builds cannl in build-gpu/, lists the devices, runs
+# test_cuda (every kernel to PTX, then the e2e cases, every op and the moons steps on the GPU
+# against generated C) and times matmul 1024/4096, the MLP step and the conv step on generated C
+# and on cuda (bench_device: median ms and GFLOP/s). Each step has a time limit; the script goes
+# on after a failed step and exits non-zero if any failed. Usage: bench/gpu_check.sh [BUILD_DIR]
+set -u
+cd "$(dirname "$0")/.." || exit 1
+build=${1:-build-gpu}
+case $build in /*) echo "gpu_check.sh: give the build directory relative to the repository" >&2; exit 2 ;; esac
+jobs=$(nproc 2>/dev/null || echo 4)
+failed=0
+step() {
+  limit=$1
+  shift
+  echo "== $* (limit ${limit}s)"
+  timeout "$limit" "$@" || { echo "== FAILED ($?): $*"; failed=1; }
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+  echo "(no nvidia-smi)"
+# (the build needs what any build of cannl needs: cmake, a C compiler, the OpenCL headers)
+step 60 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+step 180 cmake --build "$build" -j"$jobs" --target cannl test_cuda bench_bench_device
+step 20 "$build/cannl" devices
+CANNL_CACHE_DIR="$PWD/$build/cache"
+export CANNL_CACHE_DIR
+step 100 "$build/test_cuda"
+step 110 "$build/bench_bench_device" --budget 1 c cuda
+exit $failed

@@ -1,0 +1,60 @@
+/* The kernel view of a loop-IR procedure, shared by the device backends (OpenCL, CUDA): the
+ * procedure as a program of kernels run in order, each kernel one top-level statement of the
+ * body's sequence, its grid the maximal run of directly nested CN_LL_PARALLEL loops at the top of
+ * the statement (a statement without one: a kernel of one work item). The text is written by the
+ * dialect-neutral emitter (cgen_emit.c) steered by a kernel dialect (cgen.h: the kernel fields
+ * set).
+ *
+ * Kernel ABI (both runtimes launch exactly this):
+ * - arguments: first the n_args buffers, argument k being the device buffer of param params[k]
+ *   (the start of the node's padded buffer, in the node's stored precision), then one 64-bit
+ *   signed integer per free symbol of the procedure, in proc->free_syms order (the values a
+ *   backend's run receives in syms);
+ * - a one-dimensional grid: the runtime launches at least work_items work items (rounded up to
+ *   its block / work-group size); the kernel reads its linear global id, returns at once when it
+ *   is >= work_items, and decomposes the id into the grid loops' variables (div/mod by the
+ *   constant extents, the innermost loop fastest); a grid loop's affine bounds become a condition
+ *   inside the work item;
+ * - the kernels of one program run in order on one queue / stream; a backend's run returns after
+ *   the last one finished.
+ * Everything else runs inside the work item as written: reductions sequential and in order (no
+ * atomics, deterministic), CN_LL_GEMM as its nest of plain loops, CN_LL_VECTOR / CN_LL_FLAT marks
+ * ignored. Not a public interface. */
+#ifndef CN_KERNELS_H
+#define CN_KERNELS_H
+
+#include "backend/cgen.h"
+
+/* One kernel of a program: a function of the program's source. */
+typedef struct {
+  const char *name;   /* the function's name in the source: "<proc name>_k<i>" */
+  int64_t work_items; /* how many work items the grid has (>= 1): the product of the extents of
+                         the parallel loops that became the grid (1: a kernel of one work item
+                         that runs its statement sequentially) */
+  int n_args;         /* its buffer arguments ... */
+  const int *params;  /* ... the procedure's params they are, in this order */
+} cn_kernel;
+
+/* A procedure as device kernels: one source text, kernels run in order, each finishing before
+ * the next starts (an in-order queue / one stream). */
+typedef struct {
+  char *source; /* the whole program: the dialect's prelude, then every kernel */
+  int n_kernels;
+  cn_kernel *kernels;
+} cn_kernel_program;
+
+/* The program of proc in `dialect` (a kernel dialect); on failure *out is left empty (nothing to
+ * free) and the context holds the message. The program owns everything it points to (heap), so it
+ * outlives the context's arena; cn_kernel_program_free releases it (a zeroed program too). */
+cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
+                                 const cn_cgen_dialect *dialect, cn_kernel_program *out);
+void cn_kernel_program_free(cn_kernel_program *program);
+
+/* The `gemm` hook of kernel dialects: a CN_LL_GEMM inside a statement as its nest of plain loops
+ * (fused when the plan says fma, c cleared first when it starts from zero). */
+void cn_kernel_gemm(const cgen *g, int depth, const cn_ll_stmt *s);
+
+/* The OpenCL C dialect (cgen_opencl.c). */
+extern const cn_cgen_dialect cn_cgen_opencl;
+
+#endif
