@@ -8,7 +8,8 @@
  *   library: within OPENCL_TRANSCENDENTAL_ULPS units in the last place of the stored precision;
  * - grids whose work items do not fill the last work-group (100 and 1000 cells, groups of 64),
  *   and the guard that keeps the idle ones from writing (through the backend's interface);
- * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool;
+ * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool, and a
+ *   matmul run as a GEMM plan (cleared, fused);
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
@@ -297,6 +298,44 @@ static void check_tile(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* A matmul large enough for a GEMM plan (70 x 90 by 90 x 50, starting from zero, fused): its
+ * nest as plain loops on the device, the clear first, each step one fma: the C backend's packed,
+ * tiled code's bits (a cell's value is one function of its operands, loops.h). */
+static void check_gemm(void) {
+  enum { M = 70, K = 90, N = 50 };
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  static double a[M * K], b[K * N];
+  uint64_t state = 7;
+  for (int i = 0; i < M * K + K * N; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    (i < M * K ? a : b)[i < M * K ? i : i - M * K] = (double)(state >> 40) / (1 << 23) - 1;
+  }
+  cn_tensor *A = data(g, "A", 2, (int64_t[]){M, K}, a, M * K);
+  cn_tensor *B = data(g, "B", 2, (int64_t[]){K, N}, b, K * N);
+  cn_tile_binding binding[2] = {{"A", A, "M, K", 0}, {"B", B, "K, N", 0}};
+  cn_tensor *t = cn_tile(g, "O[m, n : M, N] += A[m, k] * B[k, n]", 2, binding);
+  cn_asgn *code = t ? cn_graph_forward(g, t) : NULL;
+  CHECK_MSG(code != NULL, "%s", cn_ctx_error(ctx));
+  cn_node *out = code ? cn_tensor_value(t) : NULL;
+  static float cells[2][M * N];
+  static double garbage[M * N];
+  for (int i = 0; i < M * N; i++) garbage[i] = 99; /* the clear must take it */
+  for (int b = 0; out && b < 2; b++) {
+    CHECK_INT(cn_node_set_values(out, false, garbage, M * N), CN_OK);
+    cn_routine *r = cn_routine_compile(ctx, code, b ? opencl : CN_BACKEND_C, "gemm");
+    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
+    CHECK_HAS(r ? cn_routine_loops(r) : "", " from zero ");
+    CHECK_HAS(r ? cn_routine_loops(r) : "", " fma:\n");
+    if (b) CHECK_HAS(r ? cn_routine_source(r) : "", " = fma(");
+    CHECK_INT(cn_node_get_cells(out, false, cells[b], M * N), CN_OK);
+    cn_routine_free(r);
+  }
+  CHECK_MSG(memcmp(cells[0], cells[1], sizeof cells[0]) == 0,
+            "the GEMM's cells differ between C and OpenCL");
+  cn_ctx_destroy(ctx);
+}
+
 /* The loss sum(tanh(x) * gelu(x) + relu(x) * x) and x's gradient over 1000 cells in [-4, 4]. */
 static void check_gradient(void) {
   enum { N = 1000 };
@@ -523,6 +562,7 @@ int main(void) {
   for (int prec = 0; prec < CN_PREC_COUNT; prec++) checked += check_ops_in((cn_prec)prec);
   CHECK(checked > 150);
   check_tile();
+  check_gemm();
   check_gradient();
   check_moons();
 
