@@ -14,6 +14,7 @@
  * - a shortened moons training (60 steps) whose parameters match generated C's;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
  *   build counter, cn_opencl_builds), a corrupted binary is reported as a warning and rebuilt;
+ * - symbols named as OpenCL C's keywords, types, built-ins and limit macros;
  * - a program that does not build: the source's path and the build log in the message;
  * - CANNL_OPENCL_DEVICE: a malformed value, and a platform or device that is not there, refused
  *   with the reason. */
@@ -234,6 +235,44 @@ static void check_guard(void) {
     CHECK_MSG(got[c] == (c / 100 == 1 ? 7 : 1), "out cell %d = %g", c, got[c]);
   dev->free(dev, buffer);
   b->release(compiled);
+  cn_ctx_destroy(ctx);
+}
+
+/* Symbols named as OpenCL C's keywords, types, built-ins and limit macros: out[kernel, half] :=
+ * 10 kernel + half + long over a grid of kernel, the loops LONG_MAX and get_global_id inside, the
+ * free symbol long = 5. The names are made safe (the build would fail otherwise). */
+static void check_names(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t dims[2] = {3, 4};
+  cn_node *out = cn_node_create(ctx, "out", CN_PREC_SINGLE, 2, dims);
+  cn_symbol k = cn_symbol_create(ctx, "kernel", 0), h = cn_symbol_create(ctx, "half", 0),
+            l = cn_symbol_create(ctx, "long", 0), m = cn_symbol_create(ctx, "LONG_MAX", 0),
+            g = cn_symbol_create(ctx, "get_global_id", 0);
+  cn_symbol terms[3] = {k, h, l};
+  cn_ll_expr *value = cn_lb_index(ctx, cn_index_affine(3, terms, (const int64_t[]){10, 1, 1}, 0));
+  cn_ll_stmt *set =
+      cn_lb_set(ctx, 0, cn_lb_indices(ctx, 2, cn_index_iter(k), cn_index_iter(h)), value);
+  cn_ll_stmt *inner =
+      cn_lb_loop(ctx, h, 0, 4, cn_lb_loop(ctx, m, 0, 1, cn_lb_loop(ctx, g, 0, 1, set)));
+  cn_ll_stmt *loop = cn_lb_marks(cn_lb_loop(ctx, k, 0, 3, inner), CN_LL_PARALLEL);
+  cn_ll_param param = {out, false};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "names", loop, 1, &param, 1, &l);
+  const cn_backend *b = cn_backend_get(opencl);
+  const cn_device *dev = NULL;
+  void *compiled = NULL, *buffer = NULL;
+  const char *source = NULL;
+  float got[12];
+  CHECK_INT(b->open_device(ctx, &dev), CN_OK);
+  CHECK_MSG(b->compile(ctx, proc, &compiled, &source) == CN_OK, "%s", cn_ctx_error(ctx));
+  CHECK_INT(dev->allocate(ctx, dev, sizeof got, &buffer), CN_OK);
+  const int64_t syms[1] = {5};
+  if (compiled) CHECK_INT(b->run(ctx, compiled, &buffer, syms), CN_OK);
+  CHECK_INT(dev->download(ctx, dev, got, buffer, sizeof got), CN_OK);
+  CHECK_INT(dev->synchronize(ctx, dev), CN_OK);
+  for (int c = 0; compiled && c < 12; c++)
+    CHECK_MSG(got[c] == (float)(10 * (c / 4) + c % 4 + 5), "out cell %d = %g", c, got[c]);
+  dev->free(dev, buffer);
+  if (compiled) b->release(compiled);
   cn_ctx_destroy(ctx);
 }
 
@@ -555,6 +594,7 @@ int main(void) {
   check_device_choice();
   check_build_failure();
   check_guard();
+  check_names();
   check_grid(100);
   check_grid(1000);
   check_conversions();
