@@ -4,7 +4,8 @@
  * symbol (the kernel ABI's trailing 64-bit argument), and of a parallel loop with affine bounds
  * (the bounds as a condition inside the work item); the kernel table (names, work items, buffer
  * arguments); a GEMM statement (its clear kernel when the plan starts from zero, its store fused
- * when the plan says fma). Needs no OpenCL device: tests/test_opencl.c runs such programs. */
+ * when the plan says fma), and one inside a parallel loop (one work item, the clear a loop). Needs
+ * no OpenCL device: tests/test_opencl.c runs such programs. */
 #include "backend/kernels.h"
 #include "loops_check.h"
 
@@ -198,10 +199,45 @@ static void test_gemm(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* The same GEMM inside a parallel loop t: the statement stays one work item (its clear is one
+ * loop over c, which only one work item may run), the clear and the fused nest inside t. */
+static void test_nested_gemm(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_ll_proc *inner = matmul(ctx, true);
+  cn_symbol t = cn_symbol_create(ctx, "t", 0);
+  cn_ll_stmt *loop =
+      cn_lb_marks(cn_lb_loop(ctx, t, 0, 2, inner->body->u.seq.items[0]), CN_LL_PARALLEL);
+  cn_ll_proc *proc = cn_lb_proc(ctx, "nested", loop, 3, inner->params, 0, NULL);
+  cn_kernel_program p;
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
+  CHECK_STR(kernels_text(&p),
+            "__kernel void nested_k0(__global const float *restrict a_1, __global const float "
+            "*restrict b_2, __global float *restrict c_3) {\n"
+            "  const int64_t cn_id = (long)get_global_id(0);\n"
+            "  if (cn_id >= 1) return;\n"
+            "  for (int64_t t = 0; t < 2; ++t) {\n"
+            "    for (int64_t cn_cell = 0; cn_cell < 15; ++cn_cell) c_3[cn_cell] = 0;\n"
+            "    for (int64_t i = 0; i < 3; ++i) {\n"
+            "      for (int64_t k = 0; k < 5; ++k) {\n"
+            "        for (int64_t j = 0; j < 4; ++j) {\n"
+            "          c_3[5 * i + k] = fma(a_1[4 * i + j], b_2[5 * j + k], c_3[5 * i + k]);\n"
+            "        }\n"
+            "      }\n"
+            "    }\n"
+            "  }\n"
+            "}\n"
+            "\n");
+  CHECK_INT(p.n_kernels, 1);
+  CHECK_INT(p.kernels[0].work_items, 1);
+  cn_kernel_program_free(&p);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_matmul();
   test_conv();
   test_bounds();
   test_gemm();
+  test_nested_gemm();
   CHECK_DONE();
 }
