@@ -8,8 +8,8 @@
  *   library: within OPENCL_TRANSCENDENTAL_ULPS units in the last place of the stored precision;
  * - grids whose work items do not fill the last work-group (100 and 1000 cells, groups of 64),
  *   and the guard that keeps the idle ones from writing (through the backend's interface);
- * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool, and a
- *   matmul run as a GEMM plan (cleared, fused);
+ * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool, and
+ *   matmuls run as GEMM plans (cleared and fused; triangles of the reduction and of the output);
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
@@ -337,10 +337,12 @@ static void check_tile(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* A matmul large enough for a GEMM plan (70 x 90 by 90 x 50, starting from zero, fused): its
- * nest as plain loops on the device, the clear first, each step one fma: the C backend's packed,
- * tiled code's bits (a cell's value is one function of its operands, loops.h). */
-static void check_gemm(void) {
+/* Matmuls large enough for GEMM plans over A (70 x 90) and B (90 x 50): `text` a Tile statement
+ * of a rows x cols output whose plan's loop IR has `plan` (starting from zero, or a triangle).
+ * The nests run as plain loops on the device (the rows and columns the grid), each step one fma,
+ * a plan from zero cleared first (over garbage): generated C's packed, tiled code's bits (a
+ * cell's value is one function of its operands, loops.h). */
+static void check_gemm(const char *text, int rows, int cols, const char *plan) {
   enum { M = 70, K = 90, N = 50 };
   cn_ctx *ctx = cn_ctx_create();
   cn_graph *g = cn_graph_create(ctx);
@@ -353,25 +355,25 @@ static void check_gemm(void) {
   cn_tensor *A = data(g, "A", 2, (int64_t[]){M, K}, a, M * K);
   cn_tensor *B = data(g, "B", 2, (int64_t[]){K, N}, b, K * N);
   cn_tile_binding binding[2] = {{"A", A, "M, K", 0}, {"B", B, "K, N", 0}};
-  cn_tensor *t = cn_tile(g, "O[m, n : M, N] += A[m, k] * B[k, n]", 2, binding);
+  cn_tensor *t = cn_tile(g, text, 2, binding);
   cn_asgn *code = t ? cn_graph_forward(g, t) : NULL;
-  CHECK_MSG(code != NULL, "%s", cn_ctx_error(ctx));
+  CHECK_MSG(code != NULL, "%s: %s", text, cn_ctx_error(ctx));
   cn_node *out = code ? cn_tensor_value(t) : NULL;
-  static float cells[2][M * N];
-  static double garbage[M * N];
-  for (int i = 0; i < M * N; i++) garbage[i] = 99; /* the clear must take it */
+  static float cells[2][M * M];
+  static double garbage[M * M];
+  for (int i = 0; i < rows * cols; i++) garbage[i] = 99; /* a clear must take it */
   for (int b = 0; out && b < 2; b++) {
-    CHECK_INT(cn_node_set_values(out, false, garbage, M * N), CN_OK);
+    CHECK_INT(cn_node_set_values(out, false, garbage, (size_t)(rows * cols)), CN_OK);
     cn_routine *r = cn_routine_compile(ctx, code, b ? opencl : CN_BACKEND_C, "gemm");
-    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
-    CHECK_HAS(r ? cn_routine_loops(r) : "", " from zero ");
+    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s: %s", text, cn_ctx_error(ctx));
+    CHECK_HAS(r ? cn_routine_loops(r) : "", plan);
     CHECK_HAS(r ? cn_routine_loops(r) : "", " fma:\n");
     if (b) CHECK_HAS(r ? cn_routine_source(r) : "", " = fma(");
-    CHECK_INT(cn_node_get_cells(out, false, cells[b], M * N), CN_OK);
+    CHECK_INT(cn_node_get_cells(out, false, cells[b], (size_t)(rows * cols)), CN_OK);
     cn_routine_free(r);
   }
-  CHECK_MSG(memcmp(cells[0], cells[1], sizeof cells[0]) == 0,
-            "the GEMM's cells differ between C and OpenCL");
+  CHECK_MSG(memcmp(cells[0], cells[1], sizeof(float) * (size_t)(rows * cols)) == 0,
+            "%s: the cells differ between C and OpenCL", text);
   cn_ctx_destroy(ctx);
 }
 
@@ -602,7 +604,9 @@ int main(void) {
   for (int prec = 0; prec < CN_PREC_COUNT; prec++) checked += check_ops_in((cn_prec)prec);
   CHECK(checked > 150);
   check_tile();
-  check_gemm();
+  check_gemm("O[m, n : M, N] += A[m, k] * B[k, n]", 70, 50, " from zero ");
+  check_gemm("O[m, n : M, N] += A[m, k] * B[k, n], m - k < 70", 70, 50, " triangle K < M ");
+  check_gemm("S[m, j : M, M] += A[m, k] * A[j, k], m - j < 70", 70, 70, " triangle N < M ");
   check_gradient();
   check_moons();
 
