@@ -1,9 +1,8 @@
 /* The kernel view of a procedure (kernels.h): each top-level statement of the body (sequences
  * flattened, comments dropped) becomes one kernel of the program, its grid the maximal run of
- * directly nested CN_LL_PARALLEL loops at its top (inside a CN_LL_GEMM, the top of its nest),
- * or, for a GEMM, the loops of its nest before the first reduction loop (the rows, columns and
- * batches: distinct cells of its output), the rest of the statement run inside the work item by
- * the dialect-neutral emitter
+ * directly nested CN_LL_PARALLEL loops at its top or, for a CN_LL_GEMM, the loops of its nest
+ * before the first reduction loop (the rows, columns and batches: distinct cells of its output),
+ * the rest of the statement run inside the work item by the dialect-neutral emitter
  * (cgen_emit.c) with no outlining, so inner parallel marks are plain loops.
  *
  * Invariants of the text: a kernel returns at once for a linear id >= its work_items (the
