@@ -67,4 +67,36 @@ static inline void check_text(const char *actual, const char *fmt, ...) {
   CHECK_STR(actual, expected);
 }
 
+/* out[o] (double) =: sum_k w[k] * x[b, 2o + k - 1], params 0, 1, 2 being x (single [2, 5], its
+ * axis 1 padded 2 left and 1 right: 8 cells a row, the reads reaching both margins), w (single
+ * [3]) and out (double [3]), b a free symbol: a prefill nest and an accumulation nest, both o
+ * loops carrying `marks`. The nodes go to *x, *w, *out. */
+static inline cn_ll_proc *padded_conv_proc(cn_ctx *ctx, unsigned marks, cn_node **x, cn_node **w,
+                                           cn_node **out) {
+  int64_t x_dims[2] = {2, 5}, w_dims[1] = {3}, out_dims[1] = {3};
+  *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 2, x_dims);
+  *w = cn_node_create(ctx, "w", CN_PREC_SINGLE, 1, w_dims);
+  *out = cn_node_create(ctx, "out", CN_PREC_DOUBLE, 1, out_dims);
+  CHECK(*x && *w && *out);
+  CHECK_INT(cn_node_set_padding(*x, 1, 2, 1), CN_OK);
+  cn_symbol b = cn_symbol_create(ctx, "b", 2), o = cn_symbol_create(ctx, "o", 3),
+            k = cn_symbol_create(ctx, "k", 3);
+  cn_index *out_o = cn_lb_indices(ctx, 1, cn_index_iter(o));
+  cn_ll_stmt *prefill = cn_lb_marks(
+      cn_lb_loop(ctx, o, 0, 3, cn_lb_set(ctx, 2, out_o, cn_lb_num(ctx, CN_PREC_DOUBLE, 0))), marks);
+  cn_ll_expr *product =
+      cn_lb_op(ctx, CN_OP_MUL, CN_PREC_DOUBLE,
+               cn_lb_get(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(k))),
+               cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                         cn_lb_indices(ctx, 2, cn_index_iter(b), affine2(o, 2, k, 1, -1))),
+               NULL);
+  cn_ll_stmt *accumulate = cn_lb_marks(
+      cn_lb_loop(
+          ctx, o, 0, 3,
+          cn_lb_loop(ctx, k, 0, 3, cn_lb_accum(ctx, 2, CN_PREC_DOUBLE, out_o, CN_OP_ADD, product))),
+      marks);
+  cn_ll_param params[3] = {{*x, false}, {*w, false}, {*out, false}};
+  return cn_lb_proc(ctx, "conv", cn_lb_seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
+}
+
 #endif

@@ -200,29 +200,8 @@ static void test_cache_hit(void) {
  * (2 left, 1 right: 8 cells a row) and the reads reach both margins; b is a free symbol. */
 static void test_padded_read(void) {
   cn_ctx *ctx = test_ctx();
-  int64_t x_dims[2] = {2, 5}, w_dims[1] = {3}, out_dims[1] = {3};
-  cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 2, x_dims);
-  cn_node *w = cn_node_create(ctx, "w", CN_PREC_SINGLE, 1, w_dims);
-  cn_node *out = cn_node_create(ctx, "out", CN_PREC_DOUBLE, 1, out_dims);
-  CHECK(x && w && out);
-  CHECK_INT(cn_node_set_padding(x, 1, 2, 1), CN_OK);
-  cn_symbol b = cn_symbol_create(ctx, "b", 2), o = cn_symbol_create(ctx, "o", 3),
-            k = cn_symbol_create(ctx, "k", 3);
-  cn_index *out_o = cn_lb_indices(ctx, 1, cn_index_iter(o));
-  cn_ll_stmt *prefill =
-      cn_lb_loop(ctx, o, 0, 3, cn_lb_set(ctx, 2, out_o, cn_lb_num(ctx, CN_PREC_DOUBLE, 0)));
-  cn_ll_expr *product =
-      cn_lb_op(ctx, CN_OP_MUL, CN_PREC_DOUBLE,
-               cn_lb_get(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(k))),
-               cn_lb_get(ctx, 0, CN_PREC_SINGLE,
-                         cn_lb_indices(ctx, 2, cn_index_iter(b), affine2(o, 2, k, 1, -1))),
-               NULL);
-  cn_ll_stmt *accumulate = cn_lb_loop(
-      ctx, o, 0, 3,
-      cn_lb_loop(ctx, k, 0, 3, cn_lb_accum(ctx, 2, CN_PREC_DOUBLE, out_o, CN_OP_ADD, product)));
-  cn_ll_param params[3] = {{x, false}, {w, false}, {out, false}};
-  cn_ll_proc *proc =
-      cn_lb_proc(ctx, "conv", cn_lb_seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
+  cn_node *x, *w, *out;
+  cn_ll_proc *proc = padded_conv_proc(ctx, 0, &x, &w, &out);
 
   static const char golden[] =
       "/* ---- routine conv ---- */\n"

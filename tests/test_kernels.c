@@ -4,7 +4,8 @@
  * symbol (the kernel ABI's trailing 64-bit argument), and of a parallel loop with affine bounds
  * (the bounds as a condition inside the work item); the kernel table (names, work items, buffer
  * arguments); a GEMM statement (its clear kernel when the plan starts from zero, its store fused
- * when the plan says fma). Needs no OpenCL device: tests/test_opencl.c runs such programs. */
+ * when the plan says fma), and one inside a parallel loop (one work item, the clear a loop). Needs
+ * no OpenCL device: tests/test_opencl.c runs such programs. */
 #include "backend/kernels.h"
 #include "loops_check.h"
 
@@ -88,37 +89,13 @@ static void test_matmul(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* out[o] (double) =: sum_k w[k] * x[b, 2 o + k - 1], x padded by 2 and 1 on its last axis, b a
- * free symbol: the prefill and the accumulation each a kernel over the parallel o, b the kernels'
- * last argument (a long), the padding in the offsets. */
+/* The padded, strided conv read of loops_check.h, its o loops parallel: the prefill and the
+ * accumulation each a kernel over o, the free symbol b the kernels' last argument (a long), the
+ * padding in the offsets. */
 static void test_conv(void) {
   cn_ctx *ctx = cn_ctx_create();
-  int64_t x_dims[2] = {2, 5}, w_dims[1] = {3}, out_dims[1] = {3};
-  cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 2, x_dims);
-  cn_node *w = cn_node_create(ctx, "w", CN_PREC_SINGLE, 1, w_dims);
-  cn_node *out = cn_node_create(ctx, "out", CN_PREC_DOUBLE, 1, out_dims);
-  CHECK(x && w && out);
-  CHECK_INT(cn_node_set_padding(x, 1, 2, 1), CN_OK);
-  cn_symbol b = cn_symbol_create(ctx, "b", 2), o = cn_symbol_create(ctx, "o", 3),
-            k = cn_symbol_create(ctx, "k", 3);
-  cn_index *out_o = cn_lb_indices(ctx, 1, cn_index_iter(o));
-  cn_ll_stmt *prefill = cn_lb_marks(
-      cn_lb_loop(ctx, o, 0, 3, cn_lb_set(ctx, 2, out_o, cn_lb_num(ctx, CN_PREC_DOUBLE, 0))),
-      CN_LL_PARALLEL);
-  cn_ll_expr *product =
-      cn_lb_op(ctx, CN_OP_MUL, CN_PREC_DOUBLE,
-               cn_lb_get(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(k))),
-               cn_lb_get(ctx, 0, CN_PREC_SINGLE,
-                         cn_lb_indices(ctx, 2, cn_index_iter(b), affine2(o, 2, k, 1, -1))),
-               NULL);
-  cn_ll_stmt *accumulate = cn_lb_marks(
-      cn_lb_loop(
-          ctx, o, 0, 3,
-          cn_lb_loop(ctx, k, 0, 3, cn_lb_accum(ctx, 2, CN_PREC_DOUBLE, out_o, CN_OP_ADD, product))),
-      CN_LL_PARALLEL);
-  cn_ll_param params[3] = {{x, false}, {w, false}, {out, false}};
-  cn_ll_proc *proc =
-      cn_lb_proc(ctx, "conv", cn_lb_seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
+  cn_node *x, *w, *out;
+  cn_ll_proc *proc = padded_conv_proc(ctx, CN_LL_PARALLEL, &x, &w, &out);
   cn_kernel_program p;
   CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
   CHECK_STR(kernels_text(&p),
@@ -222,10 +199,45 @@ static void test_gemm(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* The same GEMM inside a parallel loop t: the statement stays one work item (its clear is one
+ * loop over c, which only one work item may run), the clear and the fused nest inside t. */
+static void test_nested_gemm(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_ll_proc *inner = matmul(ctx, true);
+  cn_symbol t = cn_symbol_create(ctx, "t", 0);
+  cn_ll_stmt *loop =
+      cn_lb_marks(cn_lb_loop(ctx, t, 0, 2, inner->body->u.seq.items[0]), CN_LL_PARALLEL);
+  cn_ll_proc *proc = cn_lb_proc(ctx, "nested", loop, 3, inner->params, 0, NULL);
+  cn_kernel_program p;
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
+  CHECK_STR(kernels_text(&p),
+            "__kernel void nested_k0(__global const float *restrict a_1, __global const float "
+            "*restrict b_2, __global float *restrict c_3) {\n"
+            "  const int64_t cn_id = (long)get_global_id(0);\n"
+            "  if (cn_id >= 1) return;\n"
+            "  for (int64_t t = 0; t < 2; ++t) {\n"
+            "    for (int64_t cn_cell = 0; cn_cell < 15; ++cn_cell) c_3[cn_cell] = 0;\n"
+            "    for (int64_t i = 0; i < 3; ++i) {\n"
+            "      for (int64_t k = 0; k < 5; ++k) {\n"
+            "        for (int64_t j = 0; j < 4; ++j) {\n"
+            "          c_3[5 * i + k] = fma(a_1[4 * i + j], b_2[5 * j + k], c_3[5 * i + k]);\n"
+            "        }\n"
+            "      }\n"
+            "    }\n"
+            "  }\n"
+            "}\n"
+            "\n");
+  CHECK_INT(p.n_kernels, 1);
+  CHECK_INT(p.kernels[0].work_items, 1);
+  cn_kernel_program_free(&p);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_matmul();
   test_conv();
   test_bounds();
   test_gemm();
+  test_nested_gemm();
   CHECK_DONE();
 }

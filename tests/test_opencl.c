@@ -8,11 +8,13 @@
  *   library: within OPENCL_TRANSCENDENTAL_ULPS units in the last place of the stored precision;
  * - grids whose work items do not fill the last work-group (100 and 1000 cells, groups of 64),
  *   and the guard that keeps the idle ones from writing (through the backend's interface);
- * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool;
+ * - Tile: a valid-index nest bounded jointly, a strided padded convolution, a max pool, and
+ *   matmuls run as GEMM plans (cleared and fused; triangles of the reduction and of the output);
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
  *   build counter, cn_opencl_builds), a corrupted binary is reported as a warning and rebuilt;
+ * - symbols named as OpenCL C's keywords, types, built-ins and limit macros;
  * - a program that does not build: the source's path and the build log in the message;
  * - CANNL_OPENCL_DEVICE: a malformed value, and a platform or device that is not there, refused
  *   with the reason. */
@@ -236,6 +238,44 @@ static void check_guard(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Symbols named as OpenCL C's keywords, types, built-ins and limit macros: out[kernel, half] :=
+ * 10 kernel + half + long over a grid of kernel, the loops LONG_MAX and get_global_id inside, the
+ * free symbol long = 5. The names are made safe (the build would fail otherwise). */
+static void check_names(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t dims[2] = {3, 4};
+  cn_node *out = cn_node_create(ctx, "out", CN_PREC_SINGLE, 2, dims);
+  cn_symbol k = cn_symbol_create(ctx, "kernel", 0), h = cn_symbol_create(ctx, "half", 0),
+            l = cn_symbol_create(ctx, "long", 0), m = cn_symbol_create(ctx, "LONG_MAX", 0),
+            g = cn_symbol_create(ctx, "get_global_id", 0);
+  cn_symbol terms[3] = {k, h, l};
+  cn_ll_expr *value = cn_lb_index(ctx, cn_index_affine(3, terms, (const int64_t[]){10, 1, 1}, 0));
+  cn_ll_stmt *set =
+      cn_lb_set(ctx, 0, cn_lb_indices(ctx, 2, cn_index_iter(k), cn_index_iter(h)), value);
+  cn_ll_stmt *inner =
+      cn_lb_loop(ctx, h, 0, 4, cn_lb_loop(ctx, m, 0, 1, cn_lb_loop(ctx, g, 0, 1, set)));
+  cn_ll_stmt *loop = cn_lb_marks(cn_lb_loop(ctx, k, 0, 3, inner), CN_LL_PARALLEL);
+  cn_ll_param param = {out, false};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "names", loop, 1, &param, 1, &l);
+  const cn_backend *b = cn_backend_get(opencl);
+  const cn_device *dev = NULL;
+  void *compiled = NULL, *buffer = NULL;
+  const char *source = NULL;
+  float got[12];
+  CHECK_INT(b->open_device(ctx, &dev), CN_OK);
+  CHECK_MSG(b->compile(ctx, proc, &compiled, &source) == CN_OK, "%s", cn_ctx_error(ctx));
+  CHECK_INT(dev->allocate(ctx, dev, sizeof got, &buffer), CN_OK);
+  const int64_t syms[1] = {5};
+  if (compiled) CHECK_INT(b->run(ctx, compiled, &buffer, syms), CN_OK);
+  CHECK_INT(dev->download(ctx, dev, got, buffer, sizeof got), CN_OK);
+  CHECK_INT(dev->synchronize(ctx, dev), CN_OK);
+  for (int c = 0; compiled && c < 12; c++)
+    CHECK_MSG(got[c] == (float)(10 * (c / 4) + c % 4 + 5), "out cell %d = %g", c, got[c]);
+  dev->free(dev, buffer);
+  if (compiled) b->release(compiled);
+  cn_ctx_destroy(ctx);
+}
+
 /* Tile statements on C and OpenCL (the output filled with a sentinel first): the expected values
  * (worked out in tests/test_tile.c) and the same bits. */
 static void run_tile(cn_graph *g, const char *text, int n, const cn_tile_binding *b,
@@ -294,6 +334,46 @@ static void check_tile(void) {
   cn_tensor *P = data(g, "P", 1, (int64_t[]){5}, (const double[]){3, 1, 4, 1, 5}, 5);
   cn_tile_binding bp[1] = {{"P", P, "N", 0}};
   run_tile(g, "O[i : (N + 1) / 2] >= P[2*i + j], j < 2", 1, bp, (const double[]){3, 4, 5}, 3);
+  cn_ctx_destroy(ctx);
+}
+
+/* Matmuls large enough for GEMM plans over A (70 x 90) and B (90 x 50): `text` a Tile statement
+ * of a rows x cols output whose plan's loop IR has `plan` (starting from zero, or a triangle).
+ * The nests run as plain loops on the device (the rows and columns the grid), each step one fma,
+ * a plan from zero cleared first (over garbage): generated C's packed, tiled code's bits (a
+ * cell's value is one function of its operands, loops.h). */
+static void check_gemm(const char *text, int rows, int cols, const char *plan) {
+  enum { M = 70, K = 90, N = 50 };
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  static double a[M * K], b[K * N];
+  uint64_t state = 7;
+  for (int i = 0; i < M * K + K * N; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    (i < M * K ? a : b)[i < M * K ? i : i - M * K] = (double)(state >> 40) / (1 << 23) - 1;
+  }
+  cn_tensor *A = data(g, "A", 2, (int64_t[]){M, K}, a, M * K);
+  cn_tensor *B = data(g, "B", 2, (int64_t[]){K, N}, b, K * N);
+  cn_tile_binding binding[2] = {{"A", A, "M, K", 0}, {"B", B, "K, N", 0}};
+  cn_tensor *t = cn_tile(g, text, 2, binding);
+  cn_asgn *code = t ? cn_graph_forward(g, t) : NULL;
+  CHECK_MSG(code != NULL, "%s: %s", text, cn_ctx_error(ctx));
+  cn_node *out = code ? cn_tensor_value(t) : NULL;
+  static float cells[2][M * M];
+  static double garbage[M * M];
+  for (int i = 0; i < rows * cols; i++) garbage[i] = 99; /* a clear must take it */
+  for (int b = 0; out && b < 2; b++) {
+    CHECK_INT(cn_node_set_values(out, false, garbage, (size_t)(rows * cols)), CN_OK);
+    cn_routine *r = cn_routine_compile(ctx, code, b ? opencl : CN_BACKEND_C, "gemm");
+    CHECK_MSG(r && cn_routine_run(r) == CN_OK, "%s: %s", text, cn_ctx_error(ctx));
+    CHECK_HAS(r ? cn_routine_loops(r) : "", plan);
+    CHECK_HAS(r ? cn_routine_loops(r) : "", " fma:\n");
+    if (b) CHECK_HAS(r ? cn_routine_source(r) : "", " = fma(");
+    CHECK_INT(cn_node_get_cells(out, false, cells[b], (size_t)(rows * cols)), CN_OK);
+    cn_routine_free(r);
+  }
+  CHECK_MSG(memcmp(cells[0], cells[1], sizeof(float) * (size_t)(rows * cols)) == 0,
+            "%s: the cells differ between C and OpenCL", text);
   cn_ctx_destroy(ctx);
 }
 
@@ -516,6 +596,7 @@ int main(void) {
   check_device_choice();
   check_build_failure();
   check_guard();
+  check_names();
   check_grid(100);
   check_grid(1000);
   check_conversions();
@@ -523,6 +604,9 @@ int main(void) {
   for (int prec = 0; prec < CN_PREC_COUNT; prec++) checked += check_ops_in((cn_prec)prec);
   CHECK(checked > 150);
   check_tile();
+  check_gemm("O[m, n : M, N] += A[m, k] * B[k, n]", 70, 50, " from zero ");
+  check_gemm("O[m, n : M, N] += A[m, k] * B[k, n], m - k < 70", 70, 50, " triangle K < M ");
+  check_gemm("S[m, j : M, M] += A[m, k] * A[j, k], m - j < 70", 70, 70, " triangle N < M ");
   check_gradient();
   check_moons();
 

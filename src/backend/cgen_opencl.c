@@ -57,8 +57,10 @@ static cn_status opencl_prelude(cn_ctx *ctx, cn_sbuf *out, const cn_sbuf *body) 
 
 const cn_cgen_dialect cn_cgen_opencl = {
     /* C99's keywords, OpenCL C's (address spaces, access qualifiers, its scalar, vector, image
-     * and event types) and the built-ins the kernels call themselves: no variable may take them.
-     * Names ending in _t (size_t, image2d_t, ...) are reserved by the emitter already. */
+     * and event types), the built-ins the kernels call themselves and the limit macros of
+     * OpenCL C and of the header above: no variable may take them. Names ending in _t (size_t,
+     * image2d_t, ...) and of the shapes of <stdint.h>'s and <math.h>'s macros are reserved by the
+     * emitter already. */
     .keywords =
         "auto break case char const continue default do double else enum extern float for goto "
         "if inline int long register restrict return short signed sizeof static struct switch "
@@ -72,7 +74,8 @@ const cn_cgen_dialect cn_cgen_opencl = {
         "ulong16 float2 float3 float4 float8 float16 double2 double3 double4 double8 double16 "
         "half2 half3 half4 half8 half16 get_global_id get_global_size get_local_id "
         "get_local_size get_group_id get_num_groups get_work_dim barrier min max clamp select "
-        "mix sign abs",
+        "mix sign abs memcpy CHAR_BIT CHAR_MAX CHAR_MIN SCHAR_MAX SCHAR_MIN UCHAR_MAX SHRT_MAX "
+        "SHRT_MIN USHRT_MAX INT_MAX INT_MIN UINT_MAX LONG_MAX LONG_MIN ULONG_MAX MAXFLOAT",
     .index_type = "int64_t",
     .const_qualifier = "const ",
     .restrict_qualifier = "restrict ",

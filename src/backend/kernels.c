@@ -1,6 +1,7 @@
 /* The kernel view of a procedure (kernels.h): each top-level statement of the body (sequences
  * flattened, comments dropped) becomes one kernel of the program, its grid the maximal run of
- * directly nested CN_LL_PARALLEL loops at its top (inside a CN_LL_GEMM, the top of its nest),
+ * directly nested CN_LL_PARALLEL loops at its top or, for a CN_LL_GEMM, the loops of its nest
+ * before the first reduction loop (the rows, columns and batches: distinct cells of its output),
  * the rest of the statement run inside the work item by the dialect-neutral emitter
  * (cgen_emit.c) with no outlining, so inner parallel marks are plain loops.
  *
@@ -132,20 +133,24 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
   h.out = &b->text;
   const cn_ll_proc *proc = h.proc;
   const cn_ll_stmt *t = s;
+  const cn_ll_gemm *plan = NULL;
   if (s->kind == CN_LL_GEMM) {
-    if (s->u.gemm.plan->c_zero) {
-      cn_status status = clear_kernel(b, s->u.gemm.plan->c);
+    plan = s->u.gemm.plan;
+    if (plan->c_zero) {
+      cn_status status = clear_kernel(b, plan->c);
       if (status != CN_OK) return status;
     }
-    h.fused = s->u.gemm.plan->fma;
+    h.fused = plan->fma;
     t = s->u.gemm.nest;
   }
   const cn_ll_stmt *grid[KERNEL_MAX_GRID];
   int n_grid = 0;
   int64_t work_items = 1;
   bool gridded = !nested_clear(t);
-  while (gridded && t->kind == CN_LL_FOR && (t->u.loop.marks & CN_LL_PARALLEL) &&
-         n_grid < KERNEL_MAX_GRID) {
+  /* A GEMM's loops before its first reduction loop index distinct cells of c (loops.h: work may
+   * be reordered across cells, never within one), so they are the grid, marked or not. */
+  while (gridded && t->kind == CN_LL_FOR && n_grid < KERNEL_MAX_GRID &&
+         (plan ? plan->role[n_grid] != CN_GEMM_K : (t->u.loop.marks & CN_LL_PARALLEL) != 0)) {
     if (extent(t) == 0) return CN_OK; /* runs nothing */
     grid[n_grid++] = t;
     work_items *= extent(t);
