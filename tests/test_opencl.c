@@ -125,37 +125,24 @@ static int check_ops_in(cn_prec prec) {
   return count;
 }
 
-/* Every precision into every precision, as stores of loads (one program): bit for bit. */
+/* Every precision into every precision, as stores of loads (one program of ops_cases.h's
+ * sequences, one per target): bit for bit. */
 static void check_conversions(void) {
   cn_ctx *ctx = cn_ctx_create();
   int64_t n = NVALS;
   enum { PAIRS = CN_PREC_COUNT * CN_PREC_COUNT };
-  cn_asgn *asgns[PAIRS];
+  cn_asgn *per_target[CN_PREC_COUNT];
   cn_node *outs[PAIRS];
-  cn_symbol i = cn_symbol_create(ctx, "i", 0);
-  cn_index map = cn_index_iter(i);
-  cn_proj *p = cn_proj_create(ctx, 1, &i, &n, (cn_proj_tensor){1, &n, &map}, 1,
-                              (cn_proj_tensor[]){{1, &n, &map}});
-  for (int from = 0; from < CN_PREC_COUNT; from++) {
-    cn_node *in = cn_node_create(ctx, cn_prec_name((cn_prec)from), (cn_prec)from, 1, &n);
-    const double *vals = cn_prec_kind_of((cn_prec)from) == CN_PKIND_FLOAT ? float_vals : int_vals;
-    CHECK(cn_node_set_values(in, false, vals, NVALS) == CN_OK);
-    for (int to = 0; to < CN_PREC_COUNT; to++) {
-      int k = from * CN_PREC_COUNT + to;
-      outs[k] = cn_node_create(ctx, "out", (cn_prec)to, 1, &n);
-      asgns[k] =
-          cn_asgn_accum(ctx, true, CN_OP_ARG2, outs[k], CN_OP_ID, (cn_buffer[]){{in, false}}, p);
-      CHECK_MSG(asgns[k] != NULL, "%s", cn_ctx_error(ctx));
-    }
-  }
+  for (int to = 0; to < CN_PREC_COUNT; to++)
+    per_target[to] = build_conversions(ctx, (cn_prec)to, outs + to * CN_PREC_COUNT);
   unsigned char **cells[2];
-  run_c_opencl(ctx, cn_asgn_seq(ctx, PAIRS, asgns), PAIRS, outs, cells);
+  run_c_opencl(ctx, cn_asgn_seq(ctx, CN_PREC_COUNT, per_target), PAIRS, outs, cells);
   for (int k = 0; k < PAIRS; k++) {
-    cn_prec to = (cn_prec)(k % CN_PREC_COUNT);
+    cn_prec to = (cn_prec)(k / CN_PREC_COUNT);
     size_t bytes = cn_prec_bytes(to);
     for (int64_t c = 0; c < n; c++)
       CHECK_MSG(same_cell(to, cells[0][k] + (size_t)c * bytes, cells[1][k] + (size_t)c * bytes),
-                "%s -> %s: cell %lld differs", cn_prec_name((cn_prec)(k / CN_PREC_COUNT)),
+                "%s -> %s: cell %lld differs", cn_prec_name((cn_prec)(k % CN_PREC_COUNT)),
                 cn_prec_name(to), (long long)c);
   }
   free_cells(PAIRS, cells);
