@@ -1,0 +1,360 @@
+/* CPU devices and per-device values (issue 33 items 1-2): several devices of host memory in one
+ * context, a routine compiled once and run on each (cn_routine_run_on), replicated nodes whose
+ * copies stay independent, reads and writes naming a device, device-to-device transfers (every
+ * precision, into merge buffers, padded nodes, through the host for a device of its own memory),
+ * `p.grad =+ p.grad.merge` from the notation run on the destination after a transfer, and the
+ * all-reduce: sums equal to the test's own (exact values, and the tree's grouping in single
+ * precision), the same bits on every device and run to run, on 2, 3 and 5 devices. */
+#include "check.h"
+
+#include "ir/ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The bytes of a node's padded buffer. */
+static size_t padded_bytes(const cn_node *node) {
+  return cn_node_buffer_cells(node) * cn_prec_bytes(node->prec);
+}
+
+/* Device k's copy of the node's value (or merge buffer), padding margins included. */
+static const unsigned char *device_cells(cn_node *node, bool merge, int k) {
+  const cn_device *dev = cn_cpu_device(node->ctx, k, "test");
+  return dev ? cn_node_device_host(node, merge, dev, CN_HOST_READ) : NULL;
+}
+
+/* A transfer copies every byte of the padded buffer, for every precision: device 0's cells
+ * (written through cn_node_set_device_cells, the padding margins by hand) reach device 1's value
+ * and device 2's merge buffer, and nothing else changes. */
+static void test_transfers_every_precision(void) {
+  for (int p = 0; p < CN_PREC_COUNT; p++) {
+    cn_ctx *ctx = cn_ctx_create();
+    CHECK(cn_ctx_open_devices(ctx, 3) == CN_OK);
+    cn_node *x = cn_node_create(ctx, "x", (cn_prec)p, 2, (int64_t[]){2, 3});
+    CHECK(cn_node_set_padding(x, 1, 1, 2) == CN_OK && cn_node_set_padding(x, 0, 0, 1) == CN_OK);
+    CHECK(cn_node_set_replicated(x, true) == CN_OK);
+    size_t bytes = cn_prec_bytes((cn_prec)p), n = 6, all = padded_bytes(x);
+    CHECK_INT(all, 3 * 6 * bytes);
+    unsigned char cells[6 * 16], back[6 * 16];
+    for (size_t i = 0; i < n * bytes; i++) cells[i] = (unsigned char)(17 * i + 3 + p);
+    CHECK_MSG(cn_node_set_device_cells(x, false, 0, cells, n) == CN_OK, "%s", cn_ctx_error(ctx));
+    unsigned char *zero = (unsigned char *)device_cells(x, false, 0);
+    CHECK(zero != NULL);
+    if (!zero) {
+      cn_ctx_destroy(ctx);
+      continue;
+    }
+    zero[0] = 0x5A;       /* a left margin cell of row 0 */
+    zero[all - 1] = 0xC3; /* the padded row's last byte */
+    uint64_t before = ctx->stats[CN_STAT_TRANSFERS];
+    CHECK(cn_node_transfer(x, 0, 1, false) == CN_OK);
+    CHECK(cn_node_transfer(x, 0, 2, true) == CN_OK);
+    CHECK_INT(ctx->stats[CN_STAT_TRANSFERS] - before, 2);
+    const unsigned char *one = device_cells(x, false, 1), *two_merge = device_cells(x, true, 2);
+    CHECK_MSG(one && memcmp(one, zero, all) == 0, "precision %s: value", cn_prec_name((cn_prec)p));
+    CHECK_MSG(two_merge && memcmp(two_merge, zero, all) == 0, "precision %s: merge",
+              cn_prec_name((cn_prec)p));
+    CHECK(cn_node_get_device_cells(x, false, 1, back, n) == CN_OK &&
+          memcmp(back, cells, n * bytes) == 0);
+    /* device 2's value is still the host's (zeros), device 1's merge buffer untouched */
+    const unsigned char *two = device_cells(x, false, 2);
+    bool zeros = two != NULL;
+    for (size_t i = 0; two && i < all; i++) zeros &= two[i] == 0;
+    CHECK_MSG(zeros, "precision %s: device 2's value changed", cn_prec_name((cn_prec)p));
+    CHECK(cn_node_get_device_cells(x, true, 1, back, n) == CN_OK);
+    zeros = true;
+    for (size_t i = 0; i < n * bytes; i++) zeros &= back[i] == 0;
+    CHECK(zeros);
+    cn_ctx_destroy(ctx);
+  }
+}
+
+/* A routine compiled once (generated C, and the interpreter) runs on every device, each on its
+ * own copies: replicated copies stay independent, the unnamed host read is the last writer's,
+ * and a node that is not replicated keeps one newest value across devices. */
+static void test_replicated(cn_backend_kind backend) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_open_devices(ctx, 2) == CN_OK && cn_ctx_open_devices(ctx, 3) == CN_OK);
+  CHECK_INT(cn_ctx_device_count(ctx), 3);
+  const int64_t dims[1] = {4};
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_SINGLE, 1, dims);
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_SINGLE, 1, dims);
+  CHECK(cn_node_set_replicated(x, true) == CN_OK && cn_node_set_replicated(y, true) == CN_OK);
+  CHECK(cn_node_replicated(y) && !cn_node_replicated(NULL));
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  cn_index map = cn_index_iter(i);
+  cn_proj_tensor t = {1, dims, &map};
+  cn_proj *proj = cn_proj_create(ctx, 1, &i, dims, t, 1, &t);
+  cn_buffer rhs = {x, false};
+  cn_asgn *acc = cn_asgn_accum(ctx, false, CN_OP_ADD, y, CN_OP_ID, &rhs, proj); /* y =+ x */
+  cn_routine *r = cn_routine_compile(ctx, acc, backend, "accumulate");
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  if (!r) {
+    cn_ctx_destroy(ctx);
+    return;
+  }
+  CHECK(cn_node_set_values(y, false, (double[]){0.5, 0.5, 0.5, 0.5}, 4) == CN_OK);
+  for (int d = 0; d < 3; d++) {
+    double v[4];
+    for (int k = 0; k < 4; k++) v[k] = (k + 1) * (d == 0 ? 1 : d == 1 ? 10 : 100);
+    CHECK(cn_node_set_device_values(x, false, d, v, 4) == CN_OK);
+    CHECK_MSG(cn_routine_run_on(r, d) == CN_OK, "%s", cn_ctx_error(ctx));
+  }
+  CHECK(cn_routine_run_on(r, 0) == CN_OK); /* device 0 again: 0.5 + 2 x0 */
+  double v[4];
+  static const double want[3][4] = {
+      {2.5, 4.5, 6.5, 8.5}, {10.5, 20.5, 30.5, 40.5}, {100.5, 200.5, 300.5, 400.5}};
+  for (int d = 0; d < 3; d++) {
+    CHECK(cn_node_get_device_values(y, false, d, v, 4) == CN_OK);
+    for (int k = 0; k < 4; k++) CHECK_NEAR(v[k], want[d][k], 0);
+  }
+  /* the host's value is its own until a device's is brought there */
+  CHECK(cn_node_get_values(y, false, v, 4) == CN_OK);
+  CHECK_NEAR(v[3], 0.5, 0);
+  CHECK(cn_node_current(y, false) == (CN_CURRENT_HOST | CN_CURRENT_DEVICE));
+  CHECK(cn_routine_run_on(r, 2) == CN_OK);
+  CHECK(cn_node_transfer(y, 2, CN_DEVICE_HOST, false) == CN_OK);
+  CHECK(cn_node_get_values(y, false, v, 4) == CN_OK);
+  CHECK_NEAR(v[3], 800.5, 0);
+  CHECK(cn_node_get_device_values(y, false, 1, v, 4) == CN_OK);
+  CHECK_NEAR(v[3], 40.5, 0); /* still device 1's own */
+  /* a host write sets every device's value */
+  CHECK(cn_node_set_values(y, false, (double[]){1, 2, 3, 4}, 4) == CN_OK);
+  for (int d = 0; d < 3; d++) {
+    CHECK(cn_node_get_device_values(y, false, d, v, 4) == CN_OK);
+    CHECK_NEAR(v[0], 1, 0);
+    CHECK_NEAR(v[3], 4, 0);
+  }
+  /* the same routine on the host: the host's values, x's never set (zeros) */
+  CHECK(cn_routine_run(r) == CN_OK);
+  CHECK(cn_node_get_values(y, false, v, 4) == CN_OK);
+  CHECK_NEAR(v[1], 2, 0);
+  /* from the host into a device's merge buffer */
+  CHECK(cn_node_transfer(y, CN_DEVICE_HOST, 1, true) == CN_OK);
+  CHECK(cn_node_get_device_values(y, true, 1, v, 4) == CN_OK);
+  CHECK_NEAR(v[2], 3, 0);
+  /* not replicated: one newest value, whichever device wrote it */
+  cn_node *z = cn_node_create(ctx, "z", CN_PREC_SINGLE, 1, dims);
+  CHECK(cn_node_set_device_values(z, false, 1, (double[]){7, 8, 9, 10}, 4) == CN_OK);
+  CHECK(cn_node_get_device_values(z, false, 2, v, 4) == CN_OK);
+  CHECK_NEAR(v[2], 9, 0);
+  CHECK(cn_node_get_values(z, false, v, 4) == CN_OK);
+  CHECK_NEAR(v[0], 7, 0);
+  /* refusals name what is wrong */
+  CHECK(cn_node_set_replicated(z, true) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "already has copies on devices");
+  CHECK(cn_routine_run_on(r, 3) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "cn_routine_run_on: no device 3 (the context has 3");
+  CHECK(cn_node_get_device_values(y, false, -1, v, 4) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "cn_node_get_device_values: no device -1");
+  CHECK(cn_node_transfer(y, 0, 7, false) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "cn_node_transfer: no device 7");
+  CHECK(cn_ctx_open_devices(ctx, CN_MAX_DEVICES + 1) == CN_ERR_INVALID);
+  cn_ctx_destroy(ctx);
+}
+
+/* The notation's merge: `p.grad =+ p.grad.merge` compiled from %cd text and run on device 0 after
+ * device 1's gradient was transferred into device 0's merge buffer. */
+static void test_notation_merge(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_open_devices(ctx, 2) == CN_OK);
+  cn_graph *g = cn_graph_create(ctx);
+  cn_graph_set_prec(g, CN_PREC_DOUBLE);
+  cn_dims d3 = {{0, NULL, NULL}, {0, NULL, NULL}, {1, (int64_t[]){3}, NULL}};
+  cn_tensor *p = cn_tensor_param(g, "p", &d3, cn_tensor_data(g, "p0", &d3, (double[]){1, 2, 3}, 3));
+  cn_asgn *merge =
+      p ? cn_notation_cd(g, "p.grad =+ p.grad.merge", 1, (cn_notation_binding[]){{"p", p, 0}})
+        : NULL;
+  CHECK_MSG(merge != NULL, "%s", cn_ctx_error(ctx));
+  cn_routine *r = merge ? cn_routine_compile(ctx, merge, CN_BACKEND_INTERP, "grad_merge") : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  if (r) {
+    cn_node *grad = cn_tensor_grad(p);
+    CHECK(cn_node_set_replicated(grad, true) == CN_OK);
+    CHECK(cn_node_set_device_values(grad, false, 0, (double[]){0.25, 0.5, 1}, 3) == CN_OK);
+    CHECK(cn_node_set_device_values(grad, false, 1, (double[]){4, 8, 16}, 3) == CN_OK);
+    CHECK(cn_node_transfer(grad, 1, 0, true) == CN_OK);
+    CHECK(cn_routine_run_on(r, 0) == CN_OK);
+    double v[3];
+    CHECK(cn_node_get_device_values(grad, false, 0, v, 3) == CN_OK);
+    CHECK_NEAR(v[0], 4.25, 0);
+    CHECK_NEAR(v[2], 17, 0);
+    CHECK(cn_node_get_device_values(grad, false, 1, v, 3) == CN_OK);
+    CHECK_NEAR(v[0], 4, 0);
+  }
+  cn_ctx_destroy(ctx);
+}
+
+/* Device d's value of cell k of gradient g: exactly representable, so any order sums exactly. */
+static double exact_value(int g, int d, int k) {
+  return (double)((d + 1) * (k + 2) * (g + 1)) + 0.25 * d - 0.5 * k;
+}
+
+/* A value whose sums round in single precision: the grouping shows in the bits. */
+static float rounding_value(int d, int k) {
+  return 0.1f * (float)(d + 1) + 1.0f / (float)(3 + k + 7 * d);
+}
+
+/* What the tree sums in single precision: at stride s, device d += device d + s. */
+static float tree_sum(int devices, int k) {
+  float v[8];
+  for (int d = 0; d < devices; d++) v[d] = rounding_value(d, k);
+  for (int s = 1; s < devices; s *= 2)
+    for (int d = 0; d + s < devices; d += 2 * s) v[d] = v[d] + v[d + s];
+  return v[0];
+}
+
+static void test_allreduce(int devices, cn_backend_kind backend) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_open_devices(ctx, devices) == CN_OK);
+  enum { CELLS = 5 };
+  const int64_t dims[2] = {1, CELLS};
+  cn_node *nodes[4] = {
+      cn_node_create(ctx, "g_single", CN_PREC_SINGLE, 2, dims),
+      cn_node_create(ctx, "g_double", CN_PREC_DOUBLE, 2, dims),
+      cn_node_create(ctx, "g_int32", CN_PREC_INT32, 2, dims),
+      cn_node_create(ctx, "g_round", CN_PREC_SINGLE, 2, dims),
+  };
+  CHECK(cn_node_set_padding(nodes[0], 1, 2, 1) == CN_OK); /* padded: margins copied, not summed */
+  for (int n = 0; n < 4; n++) CHECK(cn_node_set_replicated(nodes[n], true) == CN_OK);
+  cn_allreduce *ar = cn_allreduce_create(ctx, 4, nodes, backend);
+  CHECK_MSG(ar != NULL, "%s", cn_ctx_error(ctx));
+  if (!ar) {
+    cn_ctx_destroy(ctx);
+    return;
+  }
+  unsigned char *first[4] = {NULL};
+  for (int run = 0; run < 2; run++) {
+    for (int d = 0; d < devices; d++) {
+      double v[CELLS];
+      for (int n = 0; n < 3; n++) {
+        for (int k = 0; k < CELLS; k++)
+          v[k] = n == 2 ? (double)((d + 1) * (k - 2) * 1000) : exact_value(n, d, k);
+        CHECK(cn_node_set_device_values(nodes[n], false, d, v, CELLS) == CN_OK);
+      }
+      float f[CELLS];
+      for (int k = 0; k < CELLS; k++) f[k] = rounding_value(d, k);
+      CHECK(cn_node_set_device_cells(nodes[3], false, d, f, CELLS) == CN_OK);
+    }
+    CHECK_MSG(cn_allreduce_run(ar) == CN_OK, "%s", cn_ctx_error(ctx));
+    for (int d = 0; d < devices; d++) {
+      double v[CELLS];
+      for (int n = 0; n < 3; n++) {
+        CHECK(cn_node_get_device_values(nodes[n], false, d, v, CELLS) == CN_OK);
+        for (int k = 0; k < CELLS; k++) {
+          double want = 0; /* summed in the other order: last device first */
+          for (int e = devices - 1; e >= 0; e--)
+            want += n == 2 ? (double)((e + 1) * (k - 2) * 1000) : exact_value(n, e, k);
+          CHECK_MSG(v[k] == want, "%d devices, node %d, device %d, cell %d: %g, expected %g",
+                    devices, n, d, k, v[k], want);
+        }
+      }
+      float f[CELLS];
+      CHECK(cn_node_get_device_cells(nodes[3], false, d, f, CELLS) == CN_OK);
+      for (int k = 0; k < CELLS; k++) {
+        float want = tree_sum(devices, k);
+        CHECK_MSG(memcmp(&f[k], &want, sizeof want) == 0,
+                  "%d devices, rounding, cell %d: %.9g, expected %.9g", devices, k, (double)f[k],
+                  (double)want);
+      }
+      /* every device holds device 0's bits, margins included, and the same bits run to run */
+      for (int n = 0; n < 4; n++) {
+        size_t all = padded_bytes(nodes[n]);
+        const unsigned char *mine = device_cells(nodes[n], false, d);
+        const unsigned char *zero = device_cells(nodes[n], false, 0);
+        CHECK(mine && zero && memcmp(mine, zero, all) == 0);
+        if (d == 0 && run == 0 && zero && (first[n] = malloc(all))) memcpy(first[n], zero, all);
+        if (d == 0 && run == 1) CHECK(first[n] && zero && memcmp(first[n], zero, all) == 0);
+      }
+    }
+  }
+  for (int n = 0; n < 4; n++) free(first[n]);
+  /* 2 (devices - 1) transfers per node: devices - 1 merged, devices - 1 copied back */
+  CHECK_INT(ctx->stats[CN_STAT_TRANSFERS], 2 * 4 * 2 * (devices - 1));
+  cn_allreduce_free(ar);
+  /* refusals */
+  cn_node *lone = cn_node_create(ctx, "lone", CN_PREC_SINGLE, 2, dims);
+  CHECK(cn_allreduce_create(ctx, 1, &lone, backend) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "node 0 ('lone'");
+  CHECK_HAS(cn_ctx_error(ctx), "is not replicated");
+  cn_node *twice[2] = {nodes[0], nodes[0]};
+  CHECK(cn_allreduce_create(ctx, 2, twice, backend) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "is listed twice");
+  /* one left for the context to free */
+  CHECK(cn_allreduce_create(ctx, 1, nodes, backend) != NULL);
+  cn_ctx_destroy(ctx);
+}
+
+/* A device of its own memory (host_memory false): transfers with it go through the host, a
+ * download and an upload, the node's host buffer untouched. */
+static int far_uploads, far_downloads;
+static cn_status far_allocate(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer) {
+  (void)dev;
+  *buffer = cn_malloc(ctx, bytes ? bytes : 1);
+  if (*buffer) memset(*buffer, 0xA5, bytes);
+  return *buffer ? CN_OK : cn_ctx_status(ctx);
+}
+static cn_status far_upload(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
+                            size_t bytes) {
+  (void)ctx, (void)dev;
+  far_uploads++;
+  memcpy(buffer, host, bytes);
+  return CN_OK;
+}
+static cn_status far_download(cn_ctx *ctx, const cn_device *dev, void *host, const void *buffer,
+                              size_t bytes) {
+  (void)ctx, (void)dev;
+  far_downloads++;
+  memcpy(host, buffer, bytes);
+  return CN_OK;
+}
+static cn_status far_synchronize(cn_ctx *ctx, const cn_device *dev) {
+  (void)ctx, (void)dev;
+  return CN_OK;
+}
+static void far_free(const cn_device *dev, void *buffer) {
+  (void)dev;
+  free(buffer);
+}
+static const cn_device far = {.name = "far",
+                              .allocate = far_allocate,
+                              .upload = far_upload,
+                              .download = far_download,
+                              .synchronize = far_synchronize,
+                              .free = far_free};
+
+static void test_through_host(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_open_devices(ctx, 1) == CN_OK);
+  const cn_device *cpu = cn_cpu_device(ctx, 0, "test");
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_HALF, 1, (int64_t[]){3});
+  CHECK(cn_node_set_replicated(x, true) == CN_OK);
+  CHECK(cn_node_set_values(x, false, (double[]){9, 9, 9}, 3) == CN_OK);
+  CHECK(cn_node_set_device_values(x, false, 0, (double[]){1.5, -2, 0.25}, 3) == CN_OK);
+  CHECK(cn_node_transfer_between(x, cpu, &far, false) == CN_OK);
+  CHECK_INT(far_uploads, 1); /* the transfer's own: no upload of the host's value first */
+  CHECK_INT(far_downloads, 0);
+  CHECK(cn_node_transfer_between(x, &far, cpu, true) == CN_OK);
+  CHECK_INT(far_downloads, 1);
+  double v[3];
+  CHECK(cn_node_get_device_values(x, true, 0, v, 3) == CN_OK);
+  CHECK_NEAR(v[0], 1.5, 0);
+  CHECK_NEAR(v[1], -2, 0);
+  CHECK_NEAR(v[2], 0.25, 0);
+  /* the CPU device's value is its own still */
+  CHECK(cn_node_get_device_values(x, false, 0, v, 3) == CN_OK);
+  CHECK_NEAR(v[1], -2, 0);
+  cn_ctx_destroy(ctx);
+}
+
+int main(void) {
+  test_transfers_every_precision();
+  test_replicated(CN_BACKEND_INTERP);
+  test_replicated(CN_BACKEND_C);
+  test_notation_merge();
+  test_allreduce(2, CN_BACKEND_INTERP);
+  test_allreduce(3, CN_BACKEND_C);
+  test_allreduce(5, CN_BACKEND_INTERP);
+  test_through_host();
+  CHECK_DONE();
+}
