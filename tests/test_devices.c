@@ -153,6 +153,51 @@ static void test_replicated(cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
+/* A routine's scratch (a CN_MEM_LOCAL node accumulated into without `=:`) is each device's own and
+ * cleared before every run there; the "nan" check reads the copy of the device the routine ran
+ * on, not the host's. */
+static void test_scratch_and_checks(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_open_devices(ctx, 2) == CN_OK);
+  const int64_t dims[1] = {3};
+  cn_node *x = cn_node_create(ctx, "x", CN_PREC_DOUBLE, 1, dims);
+  cn_node *t = cn_node_create(ctx, "t", CN_PREC_DOUBLE, 1, dims);
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_DOUBLE, 1, dims);
+  CHECK(cn_node_set_memory(t, CN_MEM_LOCAL) == CN_OK);
+  CHECK(cn_node_set_replicated(x, true) == CN_OK && cn_node_set_replicated(y, true) == CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  cn_index map = cn_index_iter(i);
+  cn_proj_tensor pt = {1, dims, &map};
+  cn_proj *proj = cn_proj_create(ctx, 1, &i, dims, pt, 1, &pt);
+  cn_asgn *steps[2] = {
+      cn_asgn_accum(ctx, false, CN_OP_ADD, t, CN_OP_ID, &(cn_buffer){x, false}, proj), /* t =+ x */
+      cn_asgn_accum(ctx, false, CN_OP_ADD, y, CN_OP_ID, &(cn_buffer){t, false}, proj), /* y =+ t */
+  };
+  cn_routine *r = cn_routine_compile(ctx, cn_asgn_seq(ctx, 2, steps), CN_BACKEND_C, "scratch");
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  if (!r) {
+    cn_ctx_destroy(ctx);
+    return;
+  }
+  CHECK(cn_node_set_device_values(x, false, 0, (double[]){1, 2, 3}, 3) == CN_OK);
+  CHECK(cn_node_set_device_values(x, false, 1, (double[]){-1, -2, -3}, 3) == CN_OK);
+  for (int run = 0; run < 2; run++)
+    for (int d = 0; d < 2; d++) CHECK(cn_routine_run_on(r, d) == CN_OK);
+  double v[3];
+  CHECK(cn_node_get_device_values(y, false, 0, v, 3) == CN_OK);
+  CHECK_NEAR(v[2], 6, 0); /* 2 x, not 3 x: t cleared before the second run */
+  CHECK(cn_node_get_device_values(y, false, 1, v, 3) == CN_OK);
+  CHECK_NEAR(v[2], -6, 0);
+  CHECK(cn_ctx_set_option(ctx, "check", "nan") == CN_OK);
+  CHECK(cn_node_set_device_values(x, false, 1, (double[]){0, NAN, 0}, 3) == CN_OK);
+  CHECK(cn_routine_run_on(r, 0) == CN_OK);
+  CHECK(cn_routine_run_on(r, 1) == CN_ERR_RUNTIME);
+  CHECK_HAS(cn_ctx_error(ctx), "wrote NaN into 't'"); /* the scratch, read in place */
+  CHECK_HAS(cn_ctx_error(ctx), "at [1]");
+  CHECK(cn_routine_run(r) == CN_OK); /* the host's values hold no NaN */
+  cn_ctx_destroy(ctx);
+}
+
 /* The notation's merge: `p.grad =+ p.grad.merge` compiled from %cd text and run on device 0 after
  * device 1's gradient was transferred into device 0's merge buffer. */
 static void test_notation_merge(void) {
@@ -351,6 +396,7 @@ int main(void) {
   test_transfers_every_precision();
   test_replicated(CN_BACKEND_INTERP);
   test_replicated(CN_BACKEND_C);
+  test_scratch_and_checks();
   test_notation_merge();
   test_allreduce(2, CN_BACKEND_INTERP);
   test_allreduce(3, CN_BACKEND_C);
