@@ -30,6 +30,11 @@
  * (the routine's, cleared there before the run): no host buffer. The checks below read on the
  * host what they check: the guard nodes written, on every run, and with "nan" every materialized
  * node written (a scratch node on a device is not scanned).
+ * A routine of a host backend also runs on the context's CPU devices (cn_routine_run_on, ir/
+ * devices.c): linked to each at its first run there (a table of buffers per device, the local
+ * params' scratch the device's own), it passes the nodes' copies there as a run on a device of
+ * its own memory does; those copies are host memory, so its checks read them, scratch included,
+ * in place.
  *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
