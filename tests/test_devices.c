@@ -195,6 +195,13 @@ static void test_scratch_and_checks(void) {
   CHECK_HAS(cn_ctx_error(ctx), "wrote NaN into 't'"); /* the scratch, read in place */
   CHECK_HAS(cn_ctx_error(ctx), "at [1]");
   CHECK(cn_routine_run(r) == CN_OK); /* the host's values hold no NaN */
+  /* a materialized node written: the device's copy scanned, not the host's value */
+  cn_routine *direct = cn_routine_compile(
+      ctx, cn_asgn_accum(ctx, false, CN_OP_ADD, y, CN_OP_ID, &(cn_buffer){x, false}, proj),
+      CN_BACKEND_INTERP, "direct");
+  CHECK(direct && cn_routine_run_on(direct, 0) == CN_OK);
+  CHECK(direct && cn_routine_run_on(direct, 1) == CN_ERR_RUNTIME);
+  CHECK_HAS(cn_ctx_error(ctx), "wrote NaN into 'y'");
   cn_ctx_destroy(ctx);
 }
 
