@@ -8,6 +8,7 @@
 #include "check.h"
 
 #include "ir/ir.h"
+#include "runtime/routine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,116 @@ static void test_allreduce(int devices, cn_backend_kind backend) {
   cn_ctx_destroy(ctx);
 }
 
+/* Items 1 and 2 together, driven by hand: a model's gradient routine (forward and backprop,
+ * generated C) run on each device on its shard of the batch, the gradients all-reduced, the SGD
+ * update run on each device: the parameters are the same bits on every device, and equal (within
+ * single-precision rounding) to one host run on the whole batch. loss = sum_b (w . x_b - y_b)^2,
+ * a sum, so the whole batch's gradient is the sum of the shards'. */
+enum { DP_IN = 3, DP_SHARD = 4, DP_STEPS = 3 };
+
+typedef struct {
+  cn_ctx *ctx;
+  cn_tensor *w, *x, *y;
+  cn_routine *grad, *update;
+} dp_model;
+
+static double dp_x(int b, int i) {
+  return 0.25 * (double)((b * 7 + i * 3) % 11) - 1.0;
+}
+static double dp_y(int b) {
+  return 0.5 * (double)(b % 5) - 0.75;
+}
+
+static bool dp_build(dp_model *m, int batch) {
+  m->ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(m->ctx);
+  cn_graph_set_prec(g, CN_PREC_SINGLE);
+  const int64_t b = batch, in = DP_IN;
+  const cn_dims x_dims = {{1, &b, NULL}, CN_AXES_NONE, {1, &in, NULL}};
+  const cn_dims y_dims = {{1, &b, NULL}, CN_AXES_NONE, CN_AXES_NONE};
+  const cn_dims w_dims = {CN_AXES_NONE, {1, &in, NULL}, CN_AXES_NONE};
+  double xs[4 * DP_SHARD * DP_IN], ys[4 * DP_SHARD];
+  for (int k = 0; k < batch; k++) {
+    ys[k] = dp_y(k);
+    for (int i = 0; i < DP_IN; i++) xs[k * DP_IN + i] = dp_x(k, i);
+  }
+  m->x = cn_tensor_data(g, "x", &x_dims, xs, (size_t)batch * DP_IN);
+  m->y = cn_tensor_data(g, "y", &y_dims, ys, (size_t)batch);
+  m->w = cn_tensor_param(g, "w", &w_dims,
+                         cn_tensor_data(g, "w0", &w_dims, (double[]){0.5, -0.25, 0.125}, DP_IN));
+  cn_tensor *f = m->w && m->x ? cn_tensor_compose(g, CN_OP_ADD, CN_OP_MUL, m->w, m->x) : NULL;
+  cn_tensor *r = f && m->y ? cn_tensor_apply(g, CN_OP_SUB, 2, (cn_tensor *[]){f, m->y}) : NULL;
+  cn_tensor *sq = r ? cn_tensor_apply(g, CN_OP_MUL, 2, (cn_tensor *[]){r, r}) : NULL;
+  cn_tensor *loss = sq ? cn_tensor_einsum(g, "...|... => 0", CN_OP_ADD, CN_OP_ID, 1, &sq) : NULL;
+  cn_routine *init =
+      loss ? cn_routine_compile(m->ctx, cn_graph_init_params(g, loss), CN_BACKEND_INTERP, "init")
+           : NULL;
+  CHECK_MSG(init && cn_routine_run(init) == CN_OK, "%s", cn_ctx_error(m->ctx));
+  const cn_sgd sgd = {cn_tensor_number(g, 0.01), 0, 0, false};
+  m->grad =
+      init ? cn_routine_compile(m->ctx, cn_graph_grad_update(g, loss), CN_BACKEND_C, "grad") : NULL;
+  m->update = m->grad ? cn_routine_compile(m->ctx, cn_graph_sgd_update(g, loss, &sgd),
+                                           CN_BACKEND_INTERP, "update")
+                      : NULL;
+  CHECK_MSG(m->update != NULL, "%s", cn_ctx_error(m->ctx));
+  return m->update != NULL;
+}
+
+/* Every node a routine writes holds a value per device. */
+static void dp_replicate(cn_routine *r) {
+  const cn_ll_proc *proc = cn_routine_proc(r);
+  for (int i = 0; i < proc->n_params; i++)
+    if (cn_routine_writes(r, i) && proc->params[i].node->mode == CN_MEM_MATERIALIZED)
+      CHECK(cn_node_set_replicated(proc->params[i].node, true) == CN_OK);
+}
+
+static void test_data_parallel(int devices) {
+  dp_model whole, dp;
+  if (!dp_build(&whole, devices * DP_SHARD) || !dp_build(&dp, DP_SHARD)) {
+    cn_ctx_destroy(whole.ctx);
+    cn_ctx_destroy(dp.ctx);
+    return;
+  }
+  CHECK(cn_ctx_open_devices(dp.ctx, devices) == CN_OK);
+  dp_replicate(dp.grad);
+  dp_replicate(dp.update);
+  cn_node *x = cn_tensor_value(dp.x), *y = cn_tensor_value(dp.y), *w = cn_tensor_value(dp.w);
+  CHECK(cn_node_set_replicated(x, true) == CN_OK && cn_node_set_replicated(y, true) == CN_OK);
+  for (int d = 0; d < devices; d++) {
+    double xs[DP_SHARD * DP_IN], ys[DP_SHARD];
+    for (int k = 0; k < DP_SHARD; k++) {
+      ys[k] = dp_y(d * DP_SHARD + k);
+      for (int i = 0; i < DP_IN; i++) xs[k * DP_IN + i] = dp_x(d * DP_SHARD + k, i);
+    }
+    CHECK(cn_node_set_device_values(x, false, d, xs, DP_SHARD * DP_IN) == CN_OK);
+    CHECK(cn_node_set_device_values(y, false, d, ys, DP_SHARD) == CN_OK);
+  }
+  cn_node *grad = cn_tensor_grad(dp.w);
+  cn_allreduce *ar = cn_allreduce_create(dp.ctx, 1, &grad, CN_BACKEND_C);
+  CHECK_MSG(ar != NULL, "%s", cn_ctx_error(dp.ctx));
+  for (int step = 0; ar && step < DP_STEPS; step++) {
+    CHECK(cn_routine_run(whole.grad) == CN_OK && cn_routine_run(whole.update) == CN_OK);
+    for (int d = 0; d < devices; d++)
+      CHECK_MSG(cn_routine_run_on(dp.grad, d) == CN_OK, "%s", cn_ctx_error(dp.ctx));
+    CHECK_MSG(cn_allreduce_run(ar) == CN_OK, "%s", cn_ctx_error(dp.ctx));
+    for (int d = 0; d < devices; d++) CHECK(cn_routine_run_on(dp.update, d) == CN_OK);
+  }
+  float want[DP_IN], got[DP_IN], first[DP_IN];
+  CHECK(cn_node_get_cells(cn_tensor_value(whole.w), false, want, DP_IN) == CN_OK);
+  CHECK(cn_node_get_device_cells(w, false, 0, first, DP_IN) == CN_OK);
+  for (int i = 0; i < DP_IN; i++) {
+    CHECK_NEAR(first[i], want[i], 1e-5 * (1 + fabs(want[i])));
+    CHECK_MSG(first[i] != (float)(i == 0 ? 0.5 : i == 1 ? -0.25 : 0.125), "w[%d] never moved", i);
+  }
+  for (int d = 1; d < devices; d++) {
+    CHECK(cn_node_get_device_cells(w, false, d, got, DP_IN) == CN_OK);
+    CHECK_MSG(memcmp(got, first, sizeof got) == 0, "%d devices: w on device %d differs", devices,
+              d);
+  }
+  cn_ctx_destroy(whole.ctx);
+  cn_ctx_destroy(dp.ctx);
+}
+
 /* A device of its own memory (host_memory false): transfers with it go through the host, a
  * download and an upload, the node's host buffer untouched. */
 static int far_uploads, far_downloads;
@@ -409,5 +520,7 @@ int main(void) {
   test_allreduce(3, CN_BACKEND_C);
   test_allreduce(5, CN_BACKEND_INTERP);
   test_through_host();
+  test_data_parallel(2);
+  test_data_parallel(3);
   CHECK_DONE();
 }
