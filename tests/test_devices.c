@@ -5,7 +5,7 @@
  * `p.grad =+ p.grad.merge` from the notation run on the destination after a transfer, and the
  * all-reduce: sums equal to the test's own (exact values, and the tree's grouping in single
  * precision), the same bits on every device and run to run, on 2, 3 and 5 devices. */
-#include "check.h"
+#include "counting_backend.h"
 
 #include "ir/ir.h"
 #include "runtime/routine.h"
@@ -448,65 +448,47 @@ static void test_data_parallel(int devices) {
   cn_ctx_destroy(dp.ctx);
 }
 
-/* A device of its own memory (host_memory false): transfers with it go through the host, a
- * download and an upload, the node's host buffer untouched. */
-static int far_uploads, far_downloads;
-static cn_status far_allocate(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer) {
-  (void)dev;
-  *buffer = cn_malloc(ctx, bytes ? bytes : 1);
-  if (*buffer) memset(*buffer, 0xA5, bytes);
-  return *buffer ? CN_OK : cn_ctx_status(ctx);
-}
-static cn_status far_upload(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
-                            size_t bytes) {
-  (void)ctx, (void)dev;
-  far_uploads++;
-  memcpy(buffer, host, bytes);
-  return CN_OK;
-}
-static cn_status far_download(cn_ctx *ctx, const cn_device *dev, void *host, const void *buffer,
-                              size_t bytes) {
-  (void)ctx, (void)dev;
-  far_downloads++;
-  memcpy(host, buffer, bytes);
-  return CN_OK;
-}
-static cn_status far_synchronize(cn_ctx *ctx, const cn_device *dev) {
-  (void)ctx, (void)dev;
-  return CN_OK;
-}
-static void far_free(const cn_device *dev, void *buffer) {
-  (void)dev;
-  free(buffer);
-}
-static const cn_device far = {.name = "far",
-                              .allocate = far_allocate,
-                              .upload = far_upload,
-                              .download = far_download,
-                              .synchronize = far_synchronize,
-                              .free = far_free};
-
+/* A device of its own memory (counting_backend.h's, host_memory false): transfers with it go
+ * through the host, a download and an upload, the node's host buffer untouched; its backend's
+ * routines and all-reduces are refused on the CPU devices. */
 static void test_through_host(void) {
   cn_ctx *ctx = cn_ctx_create();
   CHECK(cn_ctx_open_devices(ctx, 1) == CN_OK);
-  const cn_device *cpu = cn_cpu_device(ctx, 0, "test");
+  const cn_device *cpu = cn_cpu_device(ctx, 0, "test"), *far = &counting_device;
   cn_node *x = cn_node_create(ctx, "x", CN_PREC_HALF, 1, (int64_t[]){3});
   CHECK(cn_node_set_replicated(x, true) == CN_OK);
   CHECK(cn_node_set_values(x, false, (double[]){9, 9, 9}, 3) == CN_OK);
   CHECK(cn_node_set_device_values(x, false, 0, (double[]){1.5, -2, 0.25}, 3) == CN_OK);
-  CHECK(cn_node_transfer_between(x, cpu, &far, false) == CN_OK);
-  CHECK_INT(far_uploads, 1); /* the transfer's own: no upload of the host's value first */
-  CHECK_INT(far_downloads, 0);
-  CHECK(cn_node_transfer_between(x, &far, cpu, true) == CN_OK);
-  CHECK_INT(far_downloads, 1);
+  CHECK(cn_node_transfer_between(x, cpu, far, false) == CN_OK);
+  CHECK_INT(count.uploads, 1); /* the transfer's own: no upload of the host's value first */
+  CHECK_INT(count.downloads, 0);
+  CHECK(cn_node_transfer_between(x, far, cpu, true) == CN_OK);
+  CHECK_INT(count.downloads, 1);
   double v[3];
   CHECK(cn_node_get_device_values(x, true, 0, v, 3) == CN_OK);
   CHECK_NEAR(v[0], 1.5, 0);
   CHECK_NEAR(v[1], -2, 0);
   CHECK_NEAR(v[2], 0.25, 0);
-  /* the CPU device's value is its own still */
-  CHECK(cn_node_get_device_values(x, false, 0, v, 3) == CN_OK);
+  CHECK(cn_node_get_values(x, false, v, 3) == CN_OK); /* the host's own value */
+  CHECK_NEAR(v[1], 9, 0);
+  /* the far device to the host: a download straight into the host buffer */
+  CHECK(cn_node_transfer_between(x, far, NULL, false) == CN_OK);
+  CHECK_INT(count.downloads, 2);
+  CHECK(cn_node_get_values(x, false, v, 3) == CN_OK);
   CHECK_NEAR(v[1], -2, 0);
+  cn_backend_kind kind;
+  CHECK_MSG(cn_backend_register(ctx, &counting, &kind) == CN_OK, "%s", cn_ctx_error(ctx));
+  cn_node *y = cn_node_create(ctx, "y", CN_PREC_SINGLE, 1, (int64_t[]){3});
+  CHECK(cn_node_set_replicated(y, true) == CN_OK);
+  CHECK(cn_allreduce_create(ctx, 1, &y, kind) == NULL);
+  CHECK_HAS(cn_ctx_error(ctx), "backend counting runs on its own device");
+  cn_routine *r = cn_routine_compile(ctx, cn_asgn_fetch_constant(ctx, y, 2), kind, "fill");
+  CHECK(r && cn_routine_run_on(r, 0) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "compiled for backend counting, which runs on its own device");
+  /* the default backend, the option's */
+  CHECK(cn_ctx_set_option(ctx, "backend", "interp") == CN_OK);
+  cn_allreduce *ar = cn_allreduce_create(ctx, 1, &y, CN_BACKEND_DEFAULT);
+  CHECK_MSG(ar && cn_allreduce_run(ar) == CN_OK, "%s", cn_ctx_error(ctx));
   cn_ctx_destroy(ctx);
 }
 

@@ -7,6 +7,7 @@
  * the same run to run; every device ends with device 0's bits (copied, never recomputed). The
  * merge routine is the context's (its own cleanup); the all-reduce record owns the node list. */
 #include "ir/ir.h"
+#include "runtime/routine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,8 @@ cn_allreduce *cn_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
       return NULL;
     }
   }
+  if (backend == CN_BACKEND_DEFAULT && cn_routine_default_backend(ctx, &backend) != CN_OK)
+    return NULL;
   if (cn_backend_caps(backend) & CN_BACKEND_DEVICE_MEMORY) {
     cn_fail(ctx, CN_ERR_INVALID,
             "cn_allreduce_create: backend %s runs on its own device, not on the CPU devices",
