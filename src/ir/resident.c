@@ -11,10 +11,10 @@
  *
  * Transfers happen only when a reader is stale: a run on a device uploads the params whose copy
  * there is stale (cn_node_device) and downloads nothing; the host buffer is brought back when the
- * host reads it (cn_node_host), from a current copy, and waited for. Data
- * moves between two devices through the host, except by an explicit transfer
- * (cn_node_transfer_between: a memcpy between devices of host memory). Counters:
- * CN_STAT_UPLOADS, CN_STAT_DOWNLOADS, CN_STAT_TRANSFERS and their bytes.
+ * host reads it (cn_node_host), from a current copy, and waited for. Data moves between two
+ * devices through the host, except by an explicit transfer (cn_node_transfer_between: a memcpy
+ * between devices of host memory). Counters: CN_STAT_UPLOADS, CN_STAT_DOWNLOADS,
+ * CN_STAT_TRANSFERS and their bytes.
  *
  * A replicated node (data parallelism: each device's gradient) keeps a value per device and one
  * on the host: a device write leaves every other copy current, each its own value, and the host
