@@ -96,11 +96,11 @@ void *cn_node_buffer(cn_node *node, bool merge);
  * cn_node_host and the device transfers of resident.c. */
 void *cn_node_raw_buffer(cn_node *node, bool merge);
 /* The copy of a node's buffer on dev, holding the node's newest value (a replicated node's: dev's
- * own, else the host's), for a run on dev: made on
- * first use (the device's allocation, released with the context), uploaded from the host when
- * stale (after a download from another device holding the newest value), cleared on the device
- * instead when the host has no buffer yet (all zeros). Never allocates a host buffer a device
- * can clear. Counts CN_STAT_UPLOADS and CN_STAT_UPLOAD_BYTES. */
+ * own, else the host's), for a run on dev: made on first use (the device's allocation, released
+ * with the context), uploaded from the host when stale (after a download from another device
+ * holding the newest value), cleared on the device instead when the host has no buffer yet (all
+ * zeros). Never allocates a host buffer a device can clear. Counts CN_STAT_UPLOADS and
+ * CN_STAT_UPLOAD_BYTES. */
 cn_status cn_node_device(cn_node *node, bool merge, const cn_device *dev, void **buffer);
 /* A run on dev wrote the node's copy there: it alone is current, the host's and the other
  * devices' copies are stale; for a replicated node only dev's copy changes (made current). */
