@@ -175,6 +175,8 @@ typedef enum {
   CN_STAT_DOWNLOADS,      /* device copies brought back to the host */
   CN_STAT_UPLOAD_BYTES,   /* their bytes */
   CN_STAT_DOWNLOAD_BYTES, /* their bytes */
+  CN_STAT_TRANSFERS,      /* copies from one device to another (cn_node_transfer) */
+  CN_STAT_TRANSFER_BYTES, /* their bytes */
   /* Where the time to a first result goes, in microseconds of wall time (bench/bench_startup,
    * `cannl run --timings`); the phases never overlap, so they add up: */
   CN_STAT_US_SCHEDULE,  /* lowering, simplifying and scheduling routines */
@@ -312,6 +314,47 @@ typedef enum { CN_CURRENT_HOST = 1, CN_CURRENT_DEVICE = 2 } cn_node_where;
 CN_API unsigned cn_node_current(const cn_node *node, bool merge);
 /* Brings the host buffer up to date now (a download, waited for), as a host read would. */
 CN_API cn_status cn_node_to_host(cn_node *node, bool merge);
+
+/* CPU devices (data parallelism in one process): several devices of host memory, numbered
+ * 0 .. count-1 per context, each holding its own copy of every node a routine run there uses
+ * (values and merge buffers, as the devices of CN_BACKEND_DEVICE_MEMORY do; scratch its own). A
+ * routine compiled once for a host backend (interpreter or generated C) runs on any of them:
+ * cn_routine_run_on. A run on a device happens on the caller's thread, its parallel loops on the
+ * context's one worker pool (option "threads"), so devices share the cores through that pool and
+ * run one after the other: N devices divide a batch, not the machine (the processes of MPI do).
+ * cn_ctx_open_devices makes sure the context has at least count devices (in [1, CN_MAX_DEVICES]);
+ * devices live until the context is destroyed. */
+#define CN_MAX_DEVICES 64
+CN_API cn_status cn_ctx_open_devices(cn_ctx *ctx, int count);
+CN_API int cn_ctx_device_count(const cn_ctx *ctx); /* 0 before cn_ctx_open_devices */
+/* A replicated node holds a value per device and one on the host (a device's gradient, a shard
+ * of data): a run on one device leaves the other devices' copies and the host's value as they
+ * were, where a node that is not replicated has one newest value, a device write making the other
+ * copies and the host's stale. A device's copy is first made from the host's value; a host write
+ * (cn_node_set_values, loading, a run on the host) sets every device's value (each copy uploaded
+ * at its next use); the host's readers (cn_node_get_values, printing, checkpoints) read the host's
+ * value, which cn_node_transfer(node, k, CN_DEVICE_HOST, false) sets to device k's; the functions
+ * below name the device. Set before the node's first run on a device (CN_ERR_INVALID after). */
+CN_API cn_status cn_node_set_replicated(cn_node *node, bool replicated);
+CN_API bool cn_node_replicated(const cn_node *node);
+/* cn_node_set/get_values and _cells on CPU device `device`'s copy of the buffer: a read sees what
+ * a run there would (a stale copy is brought up to date first), a write is a write by that device
+ * (for a node that is not replicated, the other copies and the host become stale). */
+CN_API cn_status cn_node_set_device_values(cn_node *node, bool merge, int device,
+                                           const double *values, size_t count);
+CN_API cn_status cn_node_get_device_values(cn_node *node, bool merge, int device, double *values,
+                                           size_t count);
+CN_API cn_status cn_node_set_device_cells(cn_node *node, bool merge, int device, const void *cells,
+                                          size_t count);
+CN_API cn_status cn_node_get_device_cells(cn_node *node, bool merge, int device, void *cells,
+                                          size_t count);
+/* Copies the value of a materialized node as device `from` holds it into device to's copy of its
+ * value or, into_merge, of its merge buffer (OCANNL's into_merge_buffer); either end may be
+ * CN_DEVICE_HOST, the host's buffers. The whole padded buffer moves, one memcpy between CPU
+ * devices (CN_STAT_TRANSFERS, CN_STAT_TRANSFER_BYTES). A routine reading `node.merge` run on `to`
+ * afterwards (the notation's `p.grad =+ p.grad.merge`) merges it. */
+#define CN_DEVICE_HOST (-1)
+CN_API cn_status cn_node_transfer(cn_node *node, int from, int to, bool into_merge);
 
 /* ---- Index maps and projections ------------------------------------------------------------ */
 
@@ -499,6 +542,28 @@ CN_API bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
 /* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */
 CN_API cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
 CN_API cn_status cn_routine_run(cn_routine *routine);
+/* Runs the routine on CPU device `device` (cn_ctx_open_devices): on the device's copies of its
+ * nodes (brought up to date where stale), its scratch the device's own; the copies it writes
+ * become that device's newest values. Every routine of a host backend (interpreter, generated C)
+ * can run on every device and on the host, its compiled code shared. CN_ERR_INVALID for a device
+ * the context does not have or a routine of a backend with its own memory (it runs on its
+ * backend's device: cn_routine_run). */
+CN_API cn_status cn_routine_run_on(cn_routine *routine, int device);
+/* An all-reduce of replicated nodes across the context's CPU devices: afterwards every device
+ * holds, for each node, the sum of the values the devices held, the same bits on every device.
+ * It is transfers into merge buffers and merges (`p =+ p.merge`, one routine for all the nodes,
+ * compiled once for `backend`, a host backend) in a fixed order, a binary tree onto device 0:
+ * at stride s = 1, 2, 4, ... device d (d a multiple of 2s) merges device d + s's value, then
+ * device 0's result is copied to every other device. The sums are thus
+ * ((v0 + v1) + (v2 + v3)) + ... grouped by the tree, the same bits run to run. cn_allreduce_create
+ * refuses (NULL with a message) a node that is not replicated or not materialized, or a
+ * precision without addition; cn_allreduce_run fails on a context without devices and does
+ * nothing with one. Freed with the context unless freed before. */
+typedef struct cn_allreduce cn_allreduce;
+CN_API cn_allreduce *cn_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
+                                         cn_backend_kind backend);
+CN_API cn_status cn_allreduce_run(cn_allreduce *allreduce);
+CN_API void cn_allreduce_free(cn_allreduce *allreduce);
 /* The loop IR (after optimization) and, for the C backend, the generated source. Owned by the
  * routine. */
 CN_API const char *cn_routine_loops(const cn_routine *routine);

@@ -221,6 +221,11 @@ struct cn_ctx {
    * the first parallel run: every run finds it at once, where the list of cleanups holds one
    * entry per node buffer. The core neither creates nor reads the pool. */
   cn_cleanup *worker_pool;
+  /* The context's CPU devices (src/ir/devices.c, cn_ctx_open_devices), NULL before the first: the
+   * table every device number is looked up in, in the arena (released after every cleanup, so
+   * the copies and scratch freed by cleanups find their device). The core neither creates nor
+   * reads it. */
+  void *cpu_devices;
   /* The generated-C backend's batches compiling behind their routines (src/backend/cc.c, its
    * start_many), NULL when none: a routine run lets them start their next compilers
    * (cn_cc_drive). The core neither creates nor reads them. */

@@ -36,6 +36,10 @@ struct cn_device {
   cn_status (*synchronize)(cn_ctx *ctx, const cn_device *dev);
   void (*free)(const cn_device *dev, void *buffer);
   cn_status (*clear)(cn_ctx *ctx, const cn_device *dev, void *buffer, size_t bytes);
+  /* Its buffers are host memory, written by the calls above before they return (the CPU devices,
+   * devices.c): a copy between two such devices is a memcpy, and the host reads such a copy in
+   * place. False for a device of its own memory: its copies move through the host. */
+  bool host_memory;
 };
 
 /* A node's buffer (value or merge) as kept on one device (resident.c). */
@@ -58,6 +62,10 @@ struct cn_node {
    * buffer, read back when the host reads (cn_node_host). */
   cn_node_copy *copies;
   bool host_stale[2];
+  /* Replicated (cn_node_set_replicated): each device's copy is a value of its own (a device's
+   * gradient in data parallelism), and the host buffer one more: a device write leaves the other
+   * copies current and the host's value as it was (host_stale stays false). */
+  bool replicated;
   /* An intermediate nothing outside the routines that compute it can read (set by the tensor
    * layer for the unnamed values of a script, cn_graph_fuse_unnamed): the schedule may inline it
    * like a CN_MEM_VIRTUAL node where that is exact, and otherwise leaves it materialized. */
@@ -87,15 +95,34 @@ void *cn_node_buffer(cn_node *node, bool merge);
 /* The buffer without any synchronization, allocated zero-filled on first use (node.c): only for
  * cn_node_host and the device transfers of resident.c. */
 void *cn_node_raw_buffer(cn_node *node, bool merge);
-/* The copy of a node's buffer on dev, holding the node's newest value, for a run on dev: made on
- * first use (the device's allocation, released with the context), uploaded from the host when
- * stale (after a download from another device holding the newest value), cleared on the device
- * instead when the host has no buffer yet (all zeros). Never allocates a host buffer a device
- * can clear. Counts CN_STAT_UPLOADS and CN_STAT_UPLOAD_BYTES. */
+/* The copy of a node's buffer on dev, holding the node's newest value (a replicated node's: dev's
+ * own, else the host's), for a run on dev: made on first use (the device's allocation, released
+ * with the context), uploaded from the host when stale (after a download from another device
+ * holding the newest value), cleared on the device instead when the host has no buffer yet (all
+ * zeros). Never allocates a host buffer a device can clear. Counts CN_STAT_UPLOADS and
+ * CN_STAT_UPLOAD_BYTES. */
 cn_status cn_node_device(cn_node *node, bool merge, const cn_device *dev, void **buffer);
 /* A run on dev wrote the node's copy there: it alone is current, the host's and the other
- * devices' copies are stale. */
+ * devices' copies are stale; for a replicated node only dev's copy changes (made current). */
 void cn_node_device_wrote(cn_node *node, bool merge, const cn_device *dev);
+/* The cells of a node's buffer as dev holds them, on a device of host memory (a CPU device), for
+ * an access of the host as with cn_node_host: READ returns the copy there made current (as a run
+ * on dev would see it); WRITE and OVERWRITE also make it the device's newest value
+ * (cn_node_device_wrote). NULL with an error on failure. */
+void *cn_node_device_host(cn_node *node, bool merge, const cn_device *dev, cn_host_access access);
+/* Copies the node's value as device `from` holds it (NULL: the host's value) into device to's
+ * copy (NULL: the host buffer) of its value, or of its merge buffer (into_merge): a memcpy
+ * between host memories (the host's and the CPU devices'), else a download and/or an upload
+ * (through a host buffer of the transfer's own between two devices of their own memory). The
+ * destination becomes current: into a device's value of a node that is not replicated, or into
+ * the host's value, the other copies keep their state (the value copied is the newest, or for a
+ * replicated node the host's own); otherwise as a write there (cn_node_device_wrote, or a host
+ * overwrite of the merge buffer). Counts CN_STAT_TRANSFERS and CN_STAT_TRANSFER_BYTES. */
+cn_status cn_node_transfer_between(cn_node *node, const cn_device *from, const cn_device *to,
+                                   bool into_merge);
+/* The context's CPU devices (devices.c): device k of the count cn_ctx_open_devices made, NULL with
+ * a message naming `what` (the caller) for a k out of range. */
+const cn_device *cn_cpu_device(cn_ctx *ctx, int k, const char *what);
 /* "label" (#id) for messages; arena-owned. */
 const char *cn_node_describe(const cn_node *node);
 /* The first unpadded cell, in row-major order, of `cells` (a buffer laid out as node's: its value,

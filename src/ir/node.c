@@ -232,12 +232,13 @@ void *cn_node_raw_buffer(cn_node *node, bool merge) {
 
 typedef enum { PUT_VALUES, GET_VALUES, PUT_CELLS, GET_CELLS } transfer_kind;
 
-static const char *transfer_name(transfer_kind kind) {
+/* The public function of a transfer, with the host's buffer or (on_device) a named device's. */
+static const char *transfer_name(transfer_kind kind, bool on_device) {
   switch (kind) {
-  case PUT_VALUES: return "cn_node_set_values";
-  case GET_VALUES: return "cn_node_get_values";
-  case PUT_CELLS: return "cn_node_set_cells";
-  case GET_CELLS: return "cn_node_get_cells";
+  case PUT_VALUES: return on_device ? "cn_node_set_device_values" : "cn_node_set_values";
+  case GET_VALUES: return on_device ? "cn_node_get_device_values" : "cn_node_get_values";
+  case PUT_CELLS: return on_device ? "cn_node_set_device_cells" : "cn_node_set_cells";
+  case GET_CELLS: return on_device ? "cn_node_get_device_cells" : "cn_node_get_cells";
   }
   return "";
 }
@@ -273,37 +274,42 @@ static void move_row(transfer_kind kind, cn_prec prec, unsigned char *cells, hos
   }
 }
 
-/* Walks the unpadded cells row by row, an odometer over the leading axes giving each row's padded
- * offset. A row is the last axis together with the axes before it whose followers have no
- * padding: those cells are contiguous in the padded buffer too (a data set's images of one
- * channel, [.., 28, 28, 1], move as one row per batch, not one per pixel). */
-static cn_status transfer(cn_node *node, bool merge, host_array host, size_t count,
-                          transfer_kind kind) {
+/* Walks the unpadded cells of the host buffer or (on_device) of CPU device `device`'s copy row by
+ * row, an odometer over the leading axes giving each row's padded offset. A row is the last axis
+ * together with the axes before it whose followers have no padding: those cells are contiguous in
+ * the padded buffer too (a data set's images of one channel, [.., 28, 28, 1], move as one row per
+ * batch, not one per pixel). */
+static cn_status transfer(cn_node *node, bool merge, bool on_device, int device, host_array host,
+                          size_t count, transfer_kind kind) {
   if (!node) return CN_ERR_INVALID;
   cn_ctx *ctx = node->ctx;
+  const char *name = transfer_name(kind, on_device);
+  const cn_device *dev = on_device ? cn_cpu_device(ctx, device, name) : NULL;
+  if (on_device && !dev) return ctx->status;
   int64_t numel = cn_node_numel(node);
   if (count != (size_t)numel)
-    return cn_fail(ctx, CN_ERR_INVALID, "%s: %s has %lld cells, but %zu were given",
-                   transfer_name(kind), cn_node_describe(node), (long long)numel, count);
+    return cn_fail(ctx, CN_ERR_INVALID, "%s: %s has %lld cells, but %zu were given", name,
+                   cn_node_describe(node), (long long)numel, count);
   if (!(host.in || host.out) && count > 0)
-    return cn_fail(ctx, CN_ERR_INVALID, "%s: the host array for %s is NULL", transfer_name(kind),
+    return cn_fail(ctx, CN_ERR_INVALID, "%s: the host array for %s is NULL", name,
                    cn_node_describe(node));
   if (node->mode == CN_MEM_LOCAL)
     return cn_fail(ctx, CN_ERR_INVALID,
                    "%s: %s is local to the routines using it (CN_MEM_LOCAL): it has no host buffer",
-                   transfer_name(kind), cn_node_describe(node));
+                   name, cn_node_describe(node));
   if (node->mode == CN_MEM_VIRTUAL)
     return cn_fail(ctx, CN_ERR_INVALID,
                    "%s: %s is virtual (CN_MEM_VIRTUAL): computed inside the routine that uses it, "
                    "it has no host buffer (set it CN_MEM_MATERIALIZED before compiling to read it)",
-                   transfer_name(kind), cn_node_describe(node));
+                   name, cn_node_describe(node));
   /* a write of every cell of a buffer without padding leaves nothing a device copy could add */
   bool padded = false;
   for (int a = 0; a < node->rank; a++) padded |= node->pad[a][0] || node->pad[a][1];
   cn_host_access access = kind == GET_VALUES || kind == GET_CELLS ? CN_HOST_READ
                           : padded                                ? CN_HOST_WRITE
                                                                   : CN_HOST_OVERWRITE;
-  unsigned char *buffer = cn_node_host(node, merge, access);
+  unsigned char *buffer =
+      dev ? cn_node_device_host(node, merge, dev, access) : cn_node_host(node, merge, access);
   if (!buffer) return ctx->status;
   if (numel == 0) return CN_OK;
   size_t bytes = cn_prec_bytes(node->prec);
@@ -363,14 +369,48 @@ bool cn_node_find_cell(const cn_node *node, const void *cells, bool nonzero, int
 }
 
 cn_status cn_node_set_values(cn_node *node, bool merge, const double *values, size_t count) {
-  return transfer(node, merge, (host_array){values, NULL}, count, PUT_VALUES);
+  return transfer(node, merge, false, 0, (host_array){values, NULL}, count, PUT_VALUES);
 }
 cn_status cn_node_get_values(cn_node *node, bool merge, double *values, size_t count) {
-  return transfer(node, merge, (host_array){NULL, values}, count, GET_VALUES);
+  return transfer(node, merge, false, 0, (host_array){NULL, values}, count, GET_VALUES);
 }
 cn_status cn_node_set_cells(cn_node *node, bool merge, const void *cells, size_t count) {
-  return transfer(node, merge, (host_array){cells, NULL}, count, PUT_CELLS);
+  return transfer(node, merge, false, 0, (host_array){cells, NULL}, count, PUT_CELLS);
 }
 cn_status cn_node_get_cells(cn_node *node, bool merge, void *cells, size_t count) {
-  return transfer(node, merge, (host_array){NULL, cells}, count, GET_CELLS);
+  return transfer(node, merge, false, 0, (host_array){NULL, cells}, count, GET_CELLS);
+}
+cn_status cn_node_set_device_values(cn_node *node, bool merge, int device, const double *values,
+                                    size_t count) {
+  return transfer(node, merge, true, device, (host_array){values, NULL}, count, PUT_VALUES);
+}
+cn_status cn_node_get_device_values(cn_node *node, bool merge, int device, double *values,
+                                    size_t count) {
+  return transfer(node, merge, true, device, (host_array){NULL, values}, count, GET_VALUES);
+}
+cn_status cn_node_set_device_cells(cn_node *node, bool merge, int device, const void *cells,
+                                   size_t count) {
+  return transfer(node, merge, true, device, (host_array){cells, NULL}, count, PUT_CELLS);
+}
+cn_status cn_node_get_device_cells(cn_node *node, bool merge, int device, void *cells,
+                                   size_t count) {
+  return transfer(node, merge, true, device, (host_array){NULL, cells}, count, GET_CELLS);
+}
+
+/* A transfer's end: the host (NULL) or a CPU device; false with a message for another number. */
+static bool transfer_end(cn_ctx *ctx, int k, const cn_device **dev) {
+  *dev = k == CN_DEVICE_HOST ? NULL : cn_cpu_device(ctx, k, "cn_node_transfer");
+  return k == CN_DEVICE_HOST || *dev;
+}
+
+cn_status cn_node_transfer(cn_node *node, int from, int to, bool into_merge) {
+  if (!node) return CN_ERR_INVALID;
+  cn_ctx *ctx = node->ctx;
+  const cn_device *src, *dst;
+  if (!transfer_end(ctx, from, &src) || !transfer_end(ctx, to, &dst)) return ctx->status;
+  if (node->mode != CN_MEM_MATERIALIZED)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "cn_node_transfer: %s is not materialized: only the routines using it hold it",
+                   cn_node_describe(node));
+  return cn_node_transfer_between(node, src, dst, into_merge);
 }

@@ -12,10 +12,20 @@
  * Transfers happen only when a reader is stale: a run on a device uploads the params whose copy
  * there is stale (cn_node_device) and downloads nothing; the host buffer is brought back when the
  * host reads it (cn_node_host), from a current copy, and waited for. Data moves between two
- * devices through the host. Counters: CN_STAT_UPLOADS, CN_STAT_DOWNLOADS and their bytes. */
+ * devices through the host, except by an explicit transfer (cn_node_transfer_between: a memcpy
+ * between devices of host memory). Counters: CN_STAT_UPLOADS, CN_STAT_DOWNLOADS,
+ * CN_STAT_TRANSFERS and their bytes.
+ *
+ * A replicated node (data parallelism: each device's gradient) keeps a value per device and one
+ * on the host: a device write leaves every other copy current, each its own value, and the host
+ * buffer current (its own value: host_stale stays false), so a device's stale or new copy is
+ * always made from the host's value, never from another device's. A host write makes every copy
+ * stale (the next run on each device uploads it: a broadcast); the host reads its own value, and
+ * a device's through cn_node_device_host or a transfer to the host. */
 #include "ir/ir.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct cn_node_copy {
   cn_node_copy *next;
@@ -123,8 +133,62 @@ cn_status cn_node_device(cn_node *node, bool merge, const cn_device *dev, void *
 
 void cn_node_device_wrote(cn_node *node, bool merge, const cn_device *dev) {
   for (cn_node_copy *c = node->copies; c; c = c->next)
-    if (c->merge == merge) c->current = c->device == dev;
-  node->host_stale[merge] = true;
+    if (c->merge == merge && (c->device == dev || !node->replicated)) c->current = c->device == dev;
+  node->host_stale[merge] = !node->replicated;
+}
+
+void *cn_node_device_host(cn_node *node, bool merge, const cn_device *dev, cn_host_access access) {
+  CN_ASSERT(dev->host_memory);
+  void *cells;
+  if (cn_node_device(node, merge, dev, &cells) != CN_OK) return NULL;
+  if (access != CN_HOST_READ) cn_node_device_wrote(node, merge, dev);
+  return cells;
+}
+
+/* Copies bytes from src on `from` to dst on `to` (NULL: host memory), each step waited for: a
+ * memcpy between host memories, else a download and/or an upload, through a host buffer of its
+ * own between two devices of their own memory. */
+static cn_status copy_bytes(cn_ctx *ctx, const cn_device *from, const void *src,
+                            const cn_device *to, void *dst, size_t bytes) {
+  bool host_src = !from || from->host_memory, host_dst = !to || to->host_memory;
+  if (host_src && host_dst) {
+    memcpy(dst, src, bytes);
+    return CN_OK;
+  }
+  void *staging = host_dst ? dst : host_src ? (void *)src : cn_malloc(ctx, bytes ? bytes : 1);
+  if (!staging) return ctx->status;
+  cn_status status = CN_OK;
+  if (!host_src && (status = from->download(ctx, from, staging, src, bytes)) == CN_OK)
+    status = from->synchronize(ctx, from);
+  if (status == CN_OK && !host_dst && (status = to->upload(ctx, to, dst, staging, bytes)) == CN_OK)
+    status = to->synchronize(ctx, to);
+  if (!host_src && !host_dst) free(staging);
+  return status;
+}
+
+cn_status cn_node_transfer_between(cn_node *node, const cn_device *from, const cn_device *to,
+                                   bool into_merge) {
+  cn_ctx *ctx = node->ctx;
+  void *src = from ? NULL : cn_node_host(node, false, CN_HOST_READ), *dst;
+  if (from ? cn_node_device(node, false, from, &src) != CN_OK : !src) return ctx->status;
+  if (from == to && !into_merge) return CN_OK;
+  cn_node_copy *c = NULL;
+  if (to) {
+    if (!(c = copy_on(node, into_merge, to)) && !(c = copy_make(node, into_merge, to)))
+      return ctx->status;
+    dst = c->buffer;
+  } else if (!(dst = cn_node_host(node, into_merge, into_merge ? CN_HOST_OVERWRITE : CN_HOST_READ)))
+    return ctx->status;
+  size_t bytes = buffer_bytes(node);
+  cn_status status = copy_bytes(ctx, from, src, to, dst, bytes);
+  if (status != CN_OK) return status;
+  ctx->stats[CN_STAT_TRANSFERS]++;
+  ctx->stats[CN_STAT_TRANSFER_BYTES] += bytes;
+  if (to && (into_merge || node->replicated))
+    cn_node_device_wrote(node, into_merge, to);
+  else if (to)
+    c->current = true;
+  return CN_OK;
 }
 
 unsigned cn_node_current(const cn_node *node, bool merge) {
@@ -138,4 +202,20 @@ cn_status cn_node_to_host(cn_node *node, bool merge) {
   if (!node) return CN_ERR_INVALID;
   if (!node->host_stale[merge]) return CN_OK;
   return cn_node_host(node, merge, CN_HOST_READ) ? CN_OK : node->ctx->status;
+}
+
+cn_status cn_node_set_replicated(cn_node *node, bool replicated) {
+  if (!node) return CN_ERR_INVALID;
+  if (node->replicated == replicated) return CN_OK;
+  if (node->copies)
+    return cn_fail(node->ctx, CN_ERR_INVALID,
+                   "cn_node_set_replicated: %s already has copies on devices (set it before its "
+                   "first run on a device)",
+                   cn_node_describe(node));
+  node->replicated = replicated;
+  return CN_OK;
+}
+
+bool cn_node_replicated(const cn_node *node) {
+  return node && node->replicated;
 }

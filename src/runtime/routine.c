@@ -30,6 +30,11 @@
  * (the routine's, cleared there before the run): no host buffer. The checks below read on the
  * host what they check: the guard nodes written, on every run, and with "nan" every materialized
  * node written (a scratch node on a device is not scanned).
+ * A routine of a host backend also runs on the context's CPU devices (cn_routine_run_on, ir/
+ * devices.c): linked to each at its first run there (a table of buffers per device, the local
+ * params' scratch the device's own), it passes the nodes' copies there as a run on a device of
+ * its own memory does; those copies are host memory, so its checks read them, scratch included,
+ * in place.
  *
  * A procedure with a CN_LL_PARALLEL loop runs through the backend's run_parallel with the
  * context's worker pool (pool.h) of "threads" threads (option, else $CANNL_THREADS, else the cores
@@ -76,11 +81,17 @@ struct cn_routine {
   /* The backend asked: `backend`, or the one a tiered routine is interpreted in place of. */
   const cn_backend *target;
   /* Linked to a device with its own memory (routine_link; NULL: the host's): per param the
-   * buffer a run passes there (a local node's the routine's own, of `bytes`; a materialized
-   * node's copy, the node's, set by each run). */
+   * buffer a run passes there (a local node's the routine's own; a materialized node's copy, the
+   * node's, set by each run). */
   const cn_device *device;
   void **device_buffers;
-  size_t *bytes;
+  /* Linked to CPU devices (cn_routine_run_on, at the first run on each): per device number the
+   * same table for that device, NULL where not linked; n_cpu_links entries. */
+  void ***cpu_links;
+  int n_cpu_links;
+  /* Where the last run ran, for its checks: the device (NULL: the host) and its buffers. */
+  const cn_device *run_device;
+  void *const *run_buffers;
   /* the "threads" default when compiled ($CANNL_THREADS or the cores; arena): a run of a parallel
    * routine reads no environment */
   const char *env_threads;
@@ -101,19 +112,26 @@ struct cn_routine {
   cn_cleanup *cleanup; /* registered with the context while the routine is alive */
 };
 
+/* Frees a device link's table and the local scratch in it (the materialized nodes' copies are
+ * theirs). */
+static void unlink_device(cn_routine *r, const cn_device *dev, void **buffers) {
+  for (int i = 0; buffers && i < r->proc->n_params; i++)
+    if (r->local[i] && buffers[i]) dev->free(dev, buffers[i]);
+  free(buffers);
+}
+
 /* Releases everything the routine owns except its cleanup registration. */
 static void routine_release(cn_routine *r) {
   if (r->batch) r->backend->drop(r->batch, r->batch_index);
   if (r->compiled) r->backend->release(r->compiled);
   if (r->scratch)
     for (int i = 0; i < r->proc->n_params; i++) free(r->scratch[i]);
-  if (r->device_buffers) /* the materialized nodes' copies are theirs */
-    for (int i = 0; i < r->proc->n_params; i++)
-      if (r->local[i] && r->device_buffers[i]) r->device->free(r->device, r->device_buffers[i]);
-  free(r->device_buffers);
+  unlink_device(r, r->device, r->device_buffers);
+  for (int k = 0; k < r->n_cpu_links; k++)
+    if (r->cpu_links[k]) unlink_device(r, cn_cpu_device(r->ctx, k, "routine"), r->cpu_links[k]);
+  free(r->cpu_links);
   free(r->local);
   free(r->access);
-  free(r->bytes);
   free(r->scratch);
   free(r->scratch_bytes);
   free(r->buffers);
@@ -189,15 +207,17 @@ static void format_value(cn_prec prec, double v, char *text, size_t cap) {
   }
 }
 
-/* The cells a run wrote into params[i], as the host sees them: the run's buffer on the host; on a
- * device the node's host buffer, brought back (a host read), and NULL for a scratch node, which
- * has none. False after a failed download. */
+/* The cells a run wrote into params[i], as the host sees them: the run's buffer on the host or on
+ * a CPU device; on a device of its own memory the node's host buffer, brought back (a host read),
+ * and NULL for a scratch node, which has none. False after a failed download. */
 static bool written_cells(cn_routine *r, int i, const void **cells) {
   const cn_ll_param *p = &r->proc->params[i];
-  *cells = !r->device    ? r->buffers[i]
-           : r->local[i] ? NULL
-                         : cn_node_host(p->node, p->merge, CN_HOST_READ);
-  return *cells || !r->device || r->local[i];
+  const cn_device *dev = r->run_device;
+  *cells = !dev               ? r->buffers[i]
+           : dev->host_memory ? r->run_buffers[i] /* the device's own values, read in place */
+           : r->local[i]      ? NULL
+                              : cn_node_host(p->node, p->merge, CN_HOST_READ);
+  return *cells || !dev || r->local[i];
 }
 
 /* The tests the program computes (cn_node.guard_what): the first written guard node holding a
@@ -314,6 +334,31 @@ static cn_status routine_alloc_tables(cn_routine *r) {
   return CN_OK;
 }
 
+/* The table of a run's buffers on dev, the local params' scratch allocated there (and the host
+ * zeros uploaded to clear it where the device cannot), the materialized nodes' copies left to the
+ * runs (cn_node_device): made entirely or not at all. */
+static cn_status link_device(cn_routine *r, const cn_device *dev, void ***out) {
+  cn_ctx *ctx = r->ctx;
+  const cn_ll_proc *proc = r->proc;
+  void **buffers = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(void *));
+  cn_status status = buffers ? CN_OK : ctx->status;
+  for (int i = 0; i < proc->n_params && status == CN_OK; i++) {
+    size_t bytes;
+    if (!r->local[i]) continue;
+    if (!node_bytes(r, proc->params[i].node, &bytes))
+      status = ctx->status;
+    else if ((status = dev->allocate(ctx, dev, bytes, &buffers[i])) == CN_OK &&
+             r->scratch_bytes[i] && !dev->clear)
+      status = host_scratch(r, i);
+  }
+  if (status != CN_OK) {
+    unlink_device(r, dev, buffers);
+    return status;
+  }
+  *out = buffers;
+  return CN_OK;
+}
+
 /* Links the routine to the device of the backend it runs on: for a backend with its own memory,
  * opens the device and allocates there the scratch of the local params (once: a tiered routine
  * links when it is compiled), and the host zeros uploaded to clear it where the device cannot;
@@ -321,33 +366,11 @@ static cn_status routine_alloc_tables(cn_routine *r) {
  * backends. */
 static cn_status routine_link(cn_routine *r) {
   if (!(r->backend->caps & CN_BACKEND_DEVICE_MEMORY) || r->device_buffers) return CN_OK;
-  cn_ctx *ctx = r->ctx;
-  const cn_ll_proc *proc = r->proc;
   const cn_device *dev = NULL;
-  cn_status status = r->backend->open_device(ctx, &dev);
-  if (status != CN_OK) return status;
-  void **buffers = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(void *));
-  size_t *bytes = cn_calloc(ctx, (size_t)proc->n_params + 1, sizeof(size_t));
-  status = buffers && bytes ? CN_OK : ctx->status;
-  for (int i = 0; i < proc->n_params && status == CN_OK; i++) {
-    if (!r->local[i]) continue;
-    if (!node_bytes(r, proc->params[i].node, &bytes[i]))
-      status = ctx->status;
-    else if ((status = dev->allocate(ctx, dev, bytes[i], &buffers[i])) == CN_OK &&
-             r->scratch_bytes[i] && !dev->clear)
-      status = host_scratch(r, i);
-  }
-  if (status != CN_OK) { /* linked entirely or not at all */
-    for (int i = 0; buffers && i < proc->n_params; i++)
-      if (r->local[i] && buffers[i]) dev->free(dev, buffers[i]);
-    free(buffers);
-    free(bytes);
-    return status;
-  }
-  r->device = dev;
-  r->device_buffers = buffers;
-  r->bytes = bytes;
-  return CN_OK;
+  cn_status status = r->backend->open_device(r->ctx, &dev);
+  if (status == CN_OK && (status = link_device(r, dev, &r->device_buffers)) == CN_OK)
+    r->device = dev;
+  return status;
 }
 
 /* The "parallel_work" default: $CANNL_PARALLEL_WORK, else the schedule's threshold (in a
@@ -724,32 +747,30 @@ static cn_status run_backend(cn_routine *r, void *const *buffers) {
 
 /* Clears a local param's scratch on the device before a run (where its first statement does not
  * write every cell): the device's clear, else an upload of host zeros. */
-static cn_status clear_scratch(cn_routine *r, int i) {
-  const cn_device *dev = r->device;
+static cn_status clear_scratch(cn_routine *r, const cn_device *dev, void *const *buffers, int i) {
   size_t bytes = r->scratch_bytes[i];
   if (!bytes) return CN_OK;
-  if (dev->clear) return dev->clear(r->ctx, dev, r->device_buffers[i], bytes);
+  if (dev->clear) return dev->clear(r->ctx, dev, buffers[i], bytes);
   memset(r->scratch[i], 0, bytes); /* a tiered routine's host runs left their values there */
   r->ctx->stats[CN_STAT_UPLOADS]++;
   r->ctx->stats[CN_STAT_UPLOAD_BYTES] += bytes;
-  return dev->upload(r->ctx, dev, r->device_buffers[i], r->scratch[i], bytes);
+  return dev->upload(r->ctx, dev, buffers[i], r->scratch[i], bytes);
 }
 
 /* Runs the backend on the host buffers, or, linked to a device with its own memory, on the
  * device's: the nodes' copies there (uploaded where stale), the scratch cleared; the written
  * copies become the current ones (also after a failed run, which may have written part of
  * them); then a synchronize, so that no transfer is pending when the caller goes on. */
-static cn_status run_on_device(cn_routine *r) {
-  const cn_device *dev = r->device;
+static cn_status run_on_device(cn_routine *r, const cn_device *dev, void **buffers) {
   if (!dev) return run_backend(r, r->buffers);
   const cn_ll_proc *proc = r->proc;
   cn_status status = CN_OK;
   for (int i = 0; i < proc->n_params && status == CN_OK; i++)
-    status = r->local[i] ? clear_scratch(r, i)
-                         : cn_node_device(proc->params[i].node, proc->params[i].merge, dev,
-                                          &r->device_buffers[i]);
+    status = r->local[i]
+                 ? clear_scratch(r, dev, buffers, i)
+                 : cn_node_device(proc->params[i].node, proc->params[i].merge, dev, &buffers[i]);
   if (status == CN_OK) {
-    status = run_backend(r, r->device_buffers);
+    status = run_backend(r, buffers);
     for (int w = 0; w < r->n_written; w++) {
       const cn_ll_param *p = &proc->params[r->written[w]];
       if (!r->local[r->written[w]]) cn_node_device_wrote(p->node, p->merge, dev);
@@ -824,7 +845,8 @@ static cn_status take_compiled(cn_routine *r) {
   return status;
 }
 
-cn_status cn_routine_run(cn_routine *routine) {
+/* A run on dev with the buffers linked there (NULL: the host's). */
+static cn_status routine_run(cn_routine *routine, const cn_device *dev, void **dev_buffers) {
   cn_ctx *ctx = routine->ctx;
   const cn_ll_proc *proc = routine->proc;
   if (ctx->compiling) cn_cc_drive(ctx);
@@ -836,7 +858,7 @@ cn_status cn_routine_run(cn_routine *routine) {
     if (!routine->sym_bound[i])
       return cn_fail(ctx, CN_ERR_RUNTIME, "routine '%s': symbol '%s' is not bound", routine->name,
                      cn_symbol_name(ctx, proc->free_syms[i]));
-  for (int i = 0; i < proc->n_params && !routine->device; i++) {
+  for (int i = 0; i < proc->n_params && !dev; i++) {
     if (routine->local[i]) {
       memset(routine->scratch[i], 0, routine->scratch_bytes[i]);
       routine->buffers[i] = routine->scratch[i];
@@ -846,8 +868,10 @@ cn_status cn_routine_run(cn_routine *routine) {
     if (!(routine->buffers[i] = cn_node_host(p->node, p->merge, routine->access[i])))
       return ctx->status;
   }
+  routine->run_device = dev;
+  routine->run_buffers = dev_buffers;
   uint64_t start = cn_now_us();
-  cn_status status = run_on_device(routine);
+  cn_status status = run_on_device(routine, dev, dev_buffers);
   uint64_t took = cn_now_us() - start;
   ctx->stats[CN_STAT_US_RUN] += took;
   if (!routine->ran) ctx->stats[CN_STAT_US_FIRST_RUN] += took;
@@ -859,6 +883,33 @@ cn_status cn_routine_run(cn_routine *routine) {
   if (routine->tiered && !routine->once && (routine->interpreted_us += took) > TIER_UP_US)
     return tier_up(routine);
   return CN_OK;
+}
+
+cn_status cn_routine_run(cn_routine *routine) {
+  return routine_run(routine, routine->device, routine->device_buffers);
+}
+
+cn_status cn_routine_run_on(cn_routine *routine, int device) {
+  if (!routine) return CN_ERR_INVALID;
+  cn_ctx *ctx = routine->ctx;
+  const cn_device *dev = cn_cpu_device(ctx, device, "cn_routine_run_on");
+  if (!dev) return ctx->status;
+  if (routine->target->caps & CN_BACKEND_DEVICE_MEMORY)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "cn_routine_run_on: routine '%s' is compiled for backend %s, which runs on its "
+                   "own device (cn_routine_run); the CPU devices run the host backends' routines",
+                   routine->name, routine->target->name);
+  if (device >= routine->n_cpu_links) {
+    void ***links = realloc(routine->cpu_links, sizeof *links * (size_t)(device + 1));
+    if (!links) return cn_fail(ctx, CN_ERR_NOMEM, "cn_routine_run_on: out of memory");
+    for (int k = routine->n_cpu_links; k <= device; k++) links[k] = NULL;
+    routine->cpu_links = links;
+    routine->n_cpu_links = device + 1;
+  }
+  if (!routine->cpu_links[device] &&
+      link_device(routine, dev, &routine->cpu_links[device]) != CN_OK)
+    return ctx->status;
+  return routine_run(routine, dev, routine->cpu_links[device]);
 }
 
 const char *cn_routine_loops(const cn_routine *routine) {
