@@ -125,7 +125,7 @@ format-check: deps
 
 # Generated code is built without -march=native here: valgrind cannot execute AVX-512.
 VALGRIND_TESTS := test_routine test_cache test_parallel test_tile test_tile_fn test_tile_grad \
-                  test_notation_tile
+                  test_notation_tile test_resident test_devices
 test-valgrind: build
 	for t in $(VALGRIND_TESTS); do \
 	  echo "valgrind $$t"; \
