@@ -4,8 +4,9 @@
  * (bench_common.h's measure: a warm-up, then the median of the runs that fit the budget). Prints
  * per row and backend the median time and the GFLOP/s (2 n^3 for a matmul; for the steps three
  * times the forward pass's multiply-adds, two flops each: the usual estimate of forward +
- * backward). A device backend's run includes uploading the routine's parameters and downloading its
- * results (the runtime's transfers today). A backend that cannot run here (no GPU) is reported as
+ * backward). A device backend's timed runs move no data: the nodes' copies stay on the device
+ * between runs (device-resident nodes), uploaded once by the warm-up; each run ends when the device
+ * has finished (the runtime synchronizes). A backend that cannot run here (no GPU) is reported as
  * such and the benchmark goes on; it fails (exit 1) only when a model cannot be built or a run
  * fails. Usage: bench_bench_device [--budget SECONDS] [BACKEND...] (the
  * build names it so). */
