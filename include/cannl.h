@@ -812,8 +812,8 @@ CN_API cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value);
 /* One step: `grad` run on every device, the parameters' gradients (and the loss, when
  * materialized, so it becomes the global batch's) all-reduced (cn_allreduce_run: one call, the
  * place where an all-reduce across processes follows), `update` run on every device, then
- * cn_dp_check; device 0's parameters and loss are then copied to the host (cn_node_get_values,
- * evaluation and saving see them). */
+ * cn_dp_check; device 0's values of what `update` writes (parameters, optimizer state) and the
+ * loss are then copied to the host (cn_node_get_values, evaluation, checkpoints see them). */
 CN_API cn_status cn_dp_step(cn_dp *dp);
 /* Compares every parameter's bits on every device with device 0's: CN_ERR_RUNTIME naming the
  * parameter and the device where they differ. */

@@ -4,7 +4,9 @@
  * check, and memcmp here), within single-precision tolerance of the one-device run (the sums of
  * the batch group differently: per shard, then across shards), and the same bits run to run; a
  * batch that does not divide among the devices is refused with a message, and a parameter that
- * differs between devices is named by cn_dp_check. */
+ * differs between devices is named by cn_dp_check. The Fashion-MNIST MLP (demo/fashion.c, Adam)
+ * one epoch of 4 steps on 2 devices against 1 (skipped with a message without the data set). */
+#include "../demo/fashion.h"
 #include "../demo/moons.h"
 
 #include <math.h>
@@ -103,9 +105,56 @@ static void test_refusal(void) {
   moons_destroy(&m);
 }
 
+/* The parameters after one epoch of 4 batches of 100 on `devices` devices (1: one routine). */
+static bool fashion_run(int devices, float *out, size_t cap, size_t *n) {
+  const fashion_config cfg = {FASHION_MLP, 1, 100,  400,  100,          0,
+                              0,           7, NULL, NULL, CN_BACKEND_C, devices};
+  fashion f;
+  bool ok = fashion_build(&f, &cfg) == CN_OK && fashion_train_epoch(&f, NULL, NULL) == CN_OK;
+  CHECK_MSG(ok, "%d devices: %s", devices, fashion_error(&f));
+  *n = 0;
+  for (int p = 0; ok && p < f.n_params; p++) {
+    cn_node *node = cn_tensor_value(f.params[p]);
+    size_t cells = (size_t)cn_node_numel(node);
+    CHECK(*n + cells <= cap && cn_prec_bytes(cn_node_prec(node)) == sizeof(float));
+    if (*n + cells > cap) break;
+    CHECK(cn_node_get_cells(node, false, out + *n, cells) == CN_OK);
+    for (int d = 0; d < devices && devices > 1; d++) {
+      static float dev[784 * 128];
+      CHECK(cells <= 784 * 128 && cn_node_get_device_cells(node, false, d, dev, cells) == CN_OK);
+      CHECK_MSG(memcmp(dev, out + *n, sizeof(float) * cells) == 0,
+                "fashion: parameter %d on device %d differs from the host's", p, d);
+    }
+    *n += cells;
+  }
+  fashion_destroy(&f);
+  return ok;
+}
+
+static void test_fashion(void) {
+  if (!fashion_data_available(NULL)) {
+    printf("SKIP (fashion part): Fashion-MNIST is not installed in %s\n", FASHION_DATA_DIR);
+    return;
+  }
+  enum { CAP = 784 * 128 + 128 + 128 * 10 + 10 };
+  static float one[CAP], two[CAP];
+  size_t n1 = 0, n2 = 0;
+  if (!fashion_run(1, one, CAP, &n1) || !fashion_run(2, two, CAP, &n2)) return;
+  CHECK_INT((long long)n1, (long long)CAP);
+  CHECK_INT((long long)n2, (long long)n1);
+  double worst = 0;
+  for (size_t i = 0; i < n1 && n1 == n2; i++) {
+    double d = fabs((double)two[i] - one[i]) / (1 + fabs(one[i]));
+    worst = d > worst ? d : worst;
+  }
+  printf("fashion MLP, 2 devices: largest relative difference to one device %.3g\n", worst);
+  CHECK_MSG(worst <= 1e-5, "fashion: %.3g from one device", worst);
+}
+
 int main(void) {
   test_against_one_device(2, MOONS_BATCH);
   test_against_one_device(3, 12);
   test_refusal();
+  test_fashion();
   CHECK_DONE();
 }

@@ -192,11 +192,14 @@ cn_status cn_dp_check(cn_dp *dp) {
   return status;
 }
 
-/* Device 0's parameters and loss onto the host, for host readers (evaluation, saving). */
+/* Device 0's values of what the update writes (the parameters, the optimizer's state) and the
+ * loss onto the host, for host readers (evaluation, checkpoints). */
 static cn_status to_host(cn_dp *dp) {
+  const cn_ll_proc *proc = cn_routine_proc(dp->update);
   cn_status status = CN_OK;
-  for (int i = 0; i < dp->n_params && status == CN_OK; i++)
-    status = cn_node_transfer(cn_tensor_value(dp->params[i]), 0, CN_DEVICE_HOST, false);
+  for (int i = 0; i < proc->n_params && status == CN_OK; i++)
+    if (cn_routine_writes(dp->update, i) && proc->params[i].node->replicated)
+      status = cn_node_transfer(proc->params[i].node, 0, CN_DEVICE_HOST, false);
   if (status == CN_OK && dp->loss) status = cn_node_transfer(dp->loss, 0, CN_DEVICE_HOST, false);
   return status;
 }
