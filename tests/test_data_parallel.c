@@ -80,6 +80,10 @@ static void test_against_one_device(int devices, int batch) {
     for (int p = 0; p < PARAMS; p++)
       CHECK_MSG(memcmp(again.v[p], dp.v[p], sizeof(float) * (size_t)dp.n[p]) == 0,
                 "%d devices: parameter %d differs run to run", devices, p);
+  /* a static index neither routine reads */
+  cn_symbol unused = cn_symbol_create(m.ctx, "unused", 4);
+  CHECK(cn_dp_bind(m.dp, unused, 1) == CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(m.ctx), "neither 'moons_grad' nor 'moons_update' reads symbol 'unused'");
   /* a device whose copy of w2 drifts: the check names it */
   CHECK(cn_dp_check(m.dp) == CN_OK);
   cn_node *w2 = cn_tensor_value(m.w2);
