@@ -51,7 +51,7 @@ enum { STEPS = MOONS_EPOCHS * MOONS_BATCHES };
  * on or off: the mean microseconds per step, the final epoch loss and the accuracy. */
 static cn_status time_cannl(bool check_nan, double *step_us, double *final_loss, double *accuracy) {
   static moons m;
-  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C, 1, MOONS_BATCH};
   cn_status st = moons_build(&m, &cfg);
   if (st == CN_OK && check_nan) st = cn_ctx_set_option(m.ctx, "check", "nan");
   double loss, epoch_loss[MOONS_EPOCHS], elapsed = 0;

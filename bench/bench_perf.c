@@ -139,7 +139,7 @@ static cn_status run_moons_epoch(void *arg) {
 
 static int time_moons(double budget) {
   static moons_run r;
-  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C, 1, MOONS_BATCH};
   timing t;
   cn_status st = moons_build(&r.m, &cfg);
   if (st == CN_OK) st = measure(run_moons_epoch, &r, budget, MOONS_BATCHES, &t);
@@ -159,7 +159,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 /* moons_build (compile of the init and step routines, init run) timed once; false on failure. */
 static bool time_build(double *ms) {
   static moons m;
-  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  const moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_C, 1, MOONS_BATCH};
   double start = now_seconds();
   cn_status st = moons_build(&m, &cfg);
   *ms = (now_seconds() - start) * 1e3;

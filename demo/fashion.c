@@ -166,9 +166,24 @@ static cn_status build_graph(fashion *f) {
   cn_graph *g = f->g;
   if (!make_params(f)) return fail(ctx);
   cn_tensor *images = cn_dataset_tensor(f->train, 0), *labels = cn_dataset_tensor(f->train, 1);
+  const int devices = f->cfg.devices > 1 ? f->cfg.devices : 1;
+  if (devices > 1) { /* the model reads one shard of the data set's batches (fashion_train_epoch) */
+    const int64_t side = FASHION_SIDE;
+    const int64_t batch[2] = {cn_dataset_batches(f->train), f->cfg.batch_size / devices};
+    const int64_t dims[3] = {side, side, 1};
+    const cn_dims image_dims = {
+        {2, batch, NULL}, CN_AXES_NONE, {f->cfg.model == FASHION_MLP ? 2 : 3, dims, NULL}};
+    const cn_dims label_dims = {{2, batch, NULL}, CN_AXES_NONE, CN_AXES_NONE};
+    images = f->shard_images = cn_tensor_buffer(g, "train_shard_images", &image_dims);
+    labels = f->shard_labels = cn_tensor_buffer(g, "train_shard_labels", &label_dims);
+  }
   cn_tensor *logits = model(f, pixels(g, images, f->batch));
   cn_tensor *y = cn_tensor_batch_slice(g, labels, f->batch);
-  if (!logits || !y || !(f->loss = cn_tensor_cross_entropy(g, logits, y))) return fail(ctx);
+  /* data parallel: the shard's mean over the devices, its sum over the global batch size, so that
+   * the all-reduced sum of the devices' gradients is the whole batch's (cn_dp_create) */
+  f->loss = logits && y ? cn_tensor_cross_entropy(g, logits, y) : NULL;
+  if (f->loss && devices > 1) f->loss = op2(g, CN_OP_DIV, f->loss, cn_tensor_number(g, devices));
+  if (!f->loss) return fail(ctx);
 
   cn_tensor *test_images = cn_dataset_tensor(f->test, 0);
   cn_tensor *test_labels = cn_dataset_tensor(f->test, 1);
@@ -197,18 +212,43 @@ static cn_status compile(fashion *f) {
   cn_asgn *init = cn_graph_init_params(g, f->loss);
   cn_asgn *grad = init ? cn_graph_grad_update(g, f->loss) : NULL;
   cn_asgn *update = grad && adam.learning_rate ? cn_graph_adam_update(g, f->loss, &adam) : NULL;
-  cn_asgn *step = update ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){grad, update}) : NULL;
-  cn_asgn *eval = step ? cn_graph_forward(g, f->confusion) : NULL;
+  /* data parallel: the gradient and the update apart, the all-reduce between them */
+  const bool dp = f->cfg.devices > 1;
+  cn_asgn *step = update && !dp ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){grad, update}) : grad;
+  cn_asgn *eval = step && update ? cn_graph_forward(g, f->confusion) : NULL;
   if (!eval) return fail(ctx);
-  cn_routine *routines[3];
-  cn_status st = cn_routine_compile_many(
-      ctx, 3, (const cn_asgn *[]){init, step, eval},
-      (const char *[]){"fashion_init", "fashion_step", "fashion_eval"}, f->cfg.backend, routines);
+  cn_routine *routines[4];
+  cn_status st =
+      cn_routine_compile_many(ctx, dp ? 4 : 3, (const cn_asgn *[]){init, step, eval, update},
+                              (const char *[]){"fashion_init", dp ? "fashion_grad" : "fashion_step",
+                                               "fashion_eval", "fashion_update"},
+                              f->cfg.backend, routines);
   if (st != CN_OK) return st;
-  f->step = routines[1];
   f->eval = routines[2];
   st = cn_routine_run(routines[0]);
   cn_routine_free(routines[0]);
+  if (st != CN_OK || !dp) {
+    f->step = routines[1];
+    return st;
+  }
+  f->dp = cn_dp_create(g, f->loss, routines[1], routines[3], f->cfg.devices, f->cfg.backend);
+  return f->dp ? CN_OK : fail(ctx);
+}
+
+/* Data parallel: the data set's batches of this epoch, shard by shard onto the devices. */
+static cn_status shard_epoch(fashion *f) {
+  cn_tensor *sets[2] = {cn_dataset_tensor(f->train, 0), cn_dataset_tensor(f->train, 1)};
+  cn_tensor *shards[2] = {f->shard_images, f->shard_labels};
+  cn_status st = CN_OK;
+  for (int k = 0; k < 2 && st == CN_OK; k++) {
+    cn_node *node = cn_tensor_value(sets[k]);
+    size_t count = node ? (size_t)cn_node_numel(node) : 0;
+    double *values = node ? malloc(sizeof *values * count) : NULL;
+    if (!values) return node ? CN_ERR_NOMEM : fail(f->ctx);
+    st = cn_node_get_values(node, false, values, count);
+    if (st == CN_OK) st = cn_dp_shard(f->dp, shards[k], 1, f->cfg.batch_size, values, count);
+    free(values);
+  }
   return st;
 }
 
@@ -375,15 +415,20 @@ cn_status fashion_train_epoch(fashion *f, fashion_progress_fn progress, void *us
     return CN_ERR_INVALID;
   }
   cn_status st = cn_dataset_begin_epoch(f->train, (uint64_t)e);
+  if (st == CN_OK && f->dp) st = shard_epoch(f);
   int64_t steps = cn_dataset_batches(f->train);
   double sum = 0;
   cn_node *loss = cn_tensor_value(f->loss);
   for (int64_t b = 0; b < steps && st == CN_OK; b++) {
     double value;
-    if ((st = cn_routine_bind(f->step, f->batch, b)) == CN_OK &&
-        (st = cn_routine_bind(f->step, f->step_n, e * steps + b)) == CN_OK &&
-        (st = cn_routine_run(f->step)) == CN_OK &&
-        (st = cn_node_get_values(loss, false, &value, 1)) == CN_OK) {
+    if (f->dp) {
+      if ((st = cn_dp_bind(f->dp, f->batch, b)) == CN_OK &&
+          (st = cn_dp_bind(f->dp, f->step_n, e * steps + b)) == CN_OK)
+        st = cn_dp_step(f->dp);
+    } else if ((st = cn_routine_bind(f->step, f->batch, b)) == CN_OK &&
+               (st = cn_routine_bind(f->step, f->step_n, e * steps + b)) == CN_OK)
+      st = cn_routine_run(f->step);
+    if (st == CN_OK && (st = cn_node_get_values(loss, false, &value, 1)) == CN_OK) {
       sum += value;
       if (progress) progress(user, e, b + 1, steps, sum / (double)(b + 1));
     }

@@ -37,6 +37,9 @@ typedef struct {
   const char *data_dir;   /* NULL: FASHION_DATA_DIR */
   const char *checkpoint; /* NULL: none; else written after every epoch */
   cn_backend_kind backend;
+  /* 0 or 1: one routine on the host; N > 1: data parallel on N CPU devices (cn_dp_create), each
+   * batch (batch_size divisible by N) split in N shards copied from the data set every epoch */
+  int devices;
 } fashion_config;
 
 typedef struct {
@@ -52,6 +55,8 @@ typedef struct {
   cn_tensor *image;     /* a placeholder image (pixel / 255), and the model applied to it */
   cn_tensor *image_logits;
   cn_routine *step, *eval, *predict;
+  cn_dp *dp;                              /* devices > 1: the data-parallel step, step NULL */
+  cn_tensor *shard_images, *shard_labels; /* devices > 1: a device's shard of every batch */
   int epochs_done; /* completed epochs (after a resume, those of the checkpoint) */
   double epoch_loss[FASHION_MAX_EPOCHS], test_accuracy[FASHION_MAX_EPOCHS];
   int64_t confusion_counts[FASHION_CLASSES * FASHION_CLASSES]; /* of the last evaluation */

@@ -48,18 +48,23 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
   cn_ctx *ctx = m->ctx;
   cn_graph *g = m->g = cn_graph_create(ctx);
   if (!g) return moons_fail(ctx);
-  int64_t total_steps = (int64_t)cfg->epochs * MOONS_BATCHES;
-  m->batch_n = cn_symbol_create(ctx, "batch_n", MOONS_BATCHES);
+  const int devices = cfg->devices > 1 ? cfg->devices : 1;
+  m->batch = cfg->batch > 0 ? cfg->batch : MOONS_BATCH;
+  m->batches = MOONS_POINTS / m->batch;
+  int64_t total_steps = (int64_t)cfg->epochs * m->batches;
+  m->batch_n = cn_symbol_create(ctx, "batch_n", m->batches);
   m->step_n = cn_symbol_create(ctx, "step_n", total_steps);
   if (m->batch_n < 0 || m->step_n < 0) return moons_fail(ctx);
 
-  /* the data: batch axes [steps per epoch, batch], the points' coordinates as one output axis */
-  const int64_t batch_dims[2] = {MOONS_BATCHES, MOONS_BATCH}, coords = 2;
+  /* the data: batch axes [steps per epoch, batch], the points' coordinates as one output axis;
+   * data parallel, each device's node holds its shard of every batch (cn_dp_shard below) */
+  const int64_t batch_dims[2] = {m->batches, m->batch / devices}, coords = 2;
+  const size_t points_n = (size_t)(batch_dims[0] * batch_dims[1]);
   const cn_dims points_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, {1, &coords, NULL}};
   const cn_dims labels_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, CN_AXES_NONE};
-  cn_tensor *points = cn_tensor_data(g, "moons", &points_dims, m->xy, 2 * MOONS_POINTS);
+  cn_tensor *points = cn_tensor_data(g, "moons", &points_dims, m->xy, 2 * points_n);
   cn_tensor *classes =
-      points ? cn_tensor_data(g, "moons_classes", &labels_dims, m->labels, MOONS_POINTS) : NULL;
+      points ? cn_tensor_data(g, "moons_classes", &labels_dims, m->labels, points_n) : NULL;
   if (!classes) return moons_fail(ctx);
   cn_tensor *x = cn_tensor_batch_slice(g, points, m->batch_n);
   cn_tensor *y = x ? cn_tensor_batch_slice(g, classes, m->batch_n) : NULL;
@@ -75,12 +80,13 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
       !(m->w3 = cn_tensor_param(g, "w3", NULL, NULL)))
     return moons_fail(ctx);
 
-  /* hinge loss, summed over the batch by an einsum and divided by the batch size */
+  /* hinge loss, summed over the batch (a device's shard) by an einsum and divided by the
+   * (global) batch size: cn_dp_create's scaling rule */
   cn_tensor *margin = moons_relu(g, moons_op2(g, CN_OP_SUB, cn_tensor_number(g, 1),
                                               moons_op2(g, CN_OP_MUL, y, moons_mlp(m, x))));
   cn_tensor *sum =
       margin ? cn_tensor_einsum(g, "...|... => 0", CN_OP_ADD, CN_OP_ID, 1, &margin) : NULL;
-  m->loss = moons_op2(g, CN_OP_DIV, sum, cn_tensor_number(g, MOONS_BATCH));
+  m->loss = moons_op2(g, CN_OP_DIV, sum, cn_tensor_number(g, m->batch));
   /* learning_rate = start - (start - end) * step_n / total_steps */
   cn_tensor *progress = moons_op2(g, CN_OP_DIV, cn_tensor_embed_symbol(g, m->step_n),
                                   cn_tensor_number(g, (double)total_steps));
@@ -95,24 +101,41 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
   const cn_sgd sgd = {m->learning_rate, 0.0, MOONS_WEIGHT_DECAY, false};
   cn_asgn *parts[2] = {init ? cn_graph_grad_update(g, m->loss) : NULL, NULL};
   parts[1] = parts[0] ? cn_graph_sgd_update(g, m->loss, &sgd) : NULL;
-  cn_asgn *step = parts[1] ? cn_asgn_seq(ctx, 2, parts) : NULL;
-  /* Both routines compile at once (their C compilers run side by side on a cold cache). */
-  const cn_asgn *code[2] = {init, step};
-  const char *names[2] = {"moons_init", "moons_step"};
-  cn_routine *routines[2];
-  if (!step || cn_routine_compile_many(ctx, 2, code, names, cfg->backend, routines) != CN_OK)
+  /* one device: forward, backward and update in one routine; data parallel, the gradient and
+   * the update apart, the all-reduce between them */
+  cn_asgn *step = parts[1] && devices == 1 ? cn_asgn_seq(ctx, 2, parts) : NULL;
+  /* The routines compile at once (their C compilers run side by side on a cold cache). */
+  const cn_asgn *code[3] = {init, step, NULL};
+  const char *names[3] = {"moons_init", "moons_step", "moons_update"};
+  if (devices > 1) code[1] = parts[0], code[2] = parts[1], names[1] = "moons_grad";
+  cn_routine *routines[3];
+  if (!parts[1] || !code[1] ||
+      cn_routine_compile_many(ctx, devices > 1 ? 3 : 2, code, names, cfg->backend, routines) !=
+          CN_OK)
     return moons_fail(ctx);
-  m->step = routines[1];
   cn_status st = cn_routine_run(routines[0]);
   cn_routine_free(routines[0]);
-  return st == CN_OK ? CN_OK : moons_fail(ctx);
+  if (st != CN_OK) return moons_fail(ctx);
+  if (devices == 1) {
+    m->step = routines[1];
+    return CN_OK;
+  }
+  const size_t all = (size_t)(m->batches * m->batch);
+  if (!(m->dp = cn_dp_create(g, m->loss, routines[1], routines[2], devices, cfg->backend)) ||
+      cn_dp_shard(m->dp, points, 1, m->batch, m->xy, 2 * all) != CN_OK ||
+      cn_dp_shard(m->dp, classes, 1, m->batch, m->labels, all) != CN_OK)
+    return moons_fail(ctx);
+  return CN_OK;
 }
 
-/* One training step (global step number `step`, batch step % 80); *loss is the batch's loss
+/* One training step (global step number `step`, batch step % batches); *loss is the batch's loss
  * before the update. */
 cn_status moons_train_step(moons *m, int64_t step, double *loss) {
-  if (cn_routine_bind(m->step, m->batch_n, step % MOONS_BATCHES) != CN_OK ||
-      cn_routine_bind(m->step, m->step_n, step) != CN_OK || cn_routine_run(m->step) != CN_OK)
+  if (m->dp ? cn_dp_bind(m->dp, m->batch_n, step % m->batches) != CN_OK ||
+                  cn_dp_bind(m->dp, m->step_n, step) != CN_OK || cn_dp_step(m->dp) != CN_OK
+            : cn_routine_bind(m->step, m->batch_n, step % m->batches) != CN_OK ||
+                  cn_routine_bind(m->step, m->step_n, step) != CN_OK ||
+                  cn_routine_run(m->step) != CN_OK)
     return moons_fail(m->ctx);
   cn_node *value = cn_tensor_value(m->loss);
   return value ? cn_node_get_values(value, false, loss, 1) : moons_fail(m->ctx);
@@ -123,14 +146,14 @@ cn_status moons_train(moons *m, double *epoch_loss, moons_progress_fn progress, 
   int64_t step = 0;
   for (int e = 0; e < m->cfg.epochs; e++) {
     double sum = 0;
-    for (int b = 0; b < MOONS_BATCHES; b++, step++) {
+    for (int b = 0; b < m->batches; b++, step++) {
       double loss;
       cn_status st = moons_train_step(m, step, &loss);
       if (st != CN_OK) return st;
       sum += loss;
       if (progress) progress(user, e, b + 1, sum / (b + 1));
     }
-    epoch_loss[e] = sum / MOONS_BATCHES;
+    epoch_loss[e] = sum / m->batches;
   }
   return CN_OK;
 }

@@ -31,6 +31,10 @@ typedef struct {
   int epochs;    /* the learning rate decays over all of them */
   uint64_t seed; /* the data generator's seed */
   cn_backend_kind backend;
+  /* 0 or 1: one routine on the host; N > 1: data parallel on N CPU devices (cn_dp_create), each
+   * batch split in N shards, the gradient and the update two routines */
+  int devices;
+  int batch; /* 0: MOONS_BATCH; else in [1, 800]: the first (800 / batch) * batch points */
 } moons_config;
 
 typedef struct {
@@ -38,10 +42,12 @@ typedef struct {
   cn_ctx *ctx;
   cn_graph *g;
   double xy[2 * MOONS_POINTS], labels[MOONS_POINTS];
+  int batch, batches; /* the batch size and the steps per epoch */
   cn_symbol batch_n, step_n;
   cn_tensor *w1, *b1, *w2, *b2, *w3;
   cn_tensor *loss, *learning_rate;
-  cn_routine *step; /* forward + backward + SGD update of one batch */
+  cn_routine *step; /* forward + backward + SGD update of one batch (one device) */
+  cn_dp *dp;        /* devices > 1: the data-parallel step, step NULL */
 } moons;
 
 /* Called after every step with the epoch, the steps done in it and its running mean loss. */
@@ -53,7 +59,7 @@ void moons_generate(uint64_t seed, double noise, double *xy, double *labels);
 /* Builds the graph, compiles the init and step routines and initializes the parameters. On
  * failure the context holds the message; moons_destroy releases everything either way. */
 cn_status moons_build(moons *m, const moons_config *cfg);
-/* One training step (global step number `step`, batch step % 80); *loss is the batch's loss
+/* One training step (global step number `step`, batch step % batches); *loss is the batch's loss
  * before the update. */
 cn_status moons_train_step(moons *m, int64_t step, double *loss);
 /* All epochs; epoch_loss[e] is the mean batch loss of epoch e. */

@@ -214,7 +214,7 @@ typedef struct {
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   /* zeros: the build's defaults (a learning rate of 2e-3, decaying to a twentieth of it) */
-  o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_DEFAULT};
+  o->cfg = (fashion_config){FASHION_MLP, 5, 100, 0, 0, 0, 0, 1, NULL, NULL, CN_BACKEND_DEFAULT, 1};
   o->out = DEMO_OUT_DEFAULT;
   const char *checkpoint = NULL;
   for (int i = 1; i < argc; i++) {

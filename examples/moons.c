@@ -278,7 +278,7 @@ static void grid_points(double *cell, double *corner) {
 }
 
 int main(int argc, char **argv) {
-  moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_DEFAULT};
+  moons_config cfg = {MOONS_EPOCHS, MOONS_SEED, CN_BACKEND_DEFAULT, 1, MOONS_BATCH};
   const char *svg_arg = NULL;
   if (!parse_args(argc, argv, &cfg, &svg_arg)) return usage(argv[0]);
   char *svg_path = svg_arg ? NULL : default_svg_path(argv[0]);

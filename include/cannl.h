@@ -786,6 +786,40 @@ CN_API cn_asgn *cn_graph_adam_update(cn_graph *g, cn_tensor *loss, const cn_adam
  * cap. */
 CN_API int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
 
+/* ---- Data-parallel training (src/tensor/data_parallel.c) ----
+ * A training step run on `devices` CPU devices of the context (cn_ctx_open_devices, opened here):
+ * `grad` is the loss's forward and backprop (cn_graph_grad_update), `update` the optimizer's
+ * (cn_graph_sgd_update / cn_graph_adam_update), two routines of a host backend compiled from the
+ * graph as built for ONE SHARD of the batch (global batch B, B / devices per device). Every node
+ * they write (parameters, gradients, optimizer state) is made replicated, so each device keeps its
+ * own. Scaling: the driver sums the shards' gradients and does not scale them, so the loss must be
+ * the shard's sum divided by the GLOBAL batch size B (not a mean over the shard): the sum is then
+ * the gradient of the whole batch's mean, what one device would compute (up to the grouping of
+ * the sums). cn_dp_create returns NULL with a message for a loss without parameters or a
+ * parameter whose gradient `grad` does not write. Freed with the context unless freed before. */
+typedef struct cn_dp cn_dp;
+CN_API cn_dp *cn_dp_create(cn_graph *g, cn_tensor *loss, cn_routine *grad, cn_routine *update,
+                           int devices, cn_backend_kind backend);
+/* Splits a global batch of `global` items along axis `axis` of a data tensor (whose node holds
+ * one shard: dims[axis] == global / devices) and gives device d the items
+ * [d * shard, (d + 1) * shard) of every index of the axes before it; values are the whole batch's
+ * in row-major order with dims[axis] = global. CN_ERR_INVALID with a message when global does
+ * not divide among the devices, the axis is not the shard's size, or count is not the size. */
+CN_API cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t global,
+                             const double *values, size_t count);
+/* Binds a static index on whichever of the two routines reads it (an error when neither does). */
+CN_API cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value);
+/* One step: `grad` run on every device, the parameters' gradients (and the loss, when
+ * materialized, so it becomes the global batch's) all-reduced (cn_allreduce_run: one call, the
+ * place where an all-reduce across processes follows), `update` run on every device, then
+ * cn_dp_check; device 0's values of what `update` writes (parameters, optimizer state) and the
+ * loss are then copied to the host (cn_node_get_values, evaluation, checkpoints see them). */
+CN_API cn_status cn_dp_step(cn_dp *dp);
+/* Compares every parameter's bits on every device with device 0's: CN_ERR_RUNTIME naming the
+ * parameter and the device where they differ. */
+CN_API cn_status cn_dp_check(cn_dp *dp);
+CN_API void cn_dp_free(cn_dp *dp);
+
 /* ---- The operation library (src/tensor/library.c) ----
  * Structured operations composed from the constructors above, so each has the gradient of its
  * pieces. Primitive ops have no wrappers: use cn_tensor_apply with CN_OP_RELU etc. */

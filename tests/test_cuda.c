@@ -149,7 +149,7 @@ static void test_tile_on(cn_backend_kind backend) {
 /* Three steps of the half-moons model on `backend`; their losses into loss[]. */
 static void moons_steps(cn_backend_kind backend, double loss[3]) {
   static moons m;
-  const moons_config cfg = {2, MOONS_SEED, backend};
+  const moons_config cfg = {2, MOONS_SEED, backend, 1, MOONS_BATCH};
   cn_status st = moons_build(&m, &cfg);
   for (int s = 0; s < 3 && st == CN_OK; s++) st = moons_train_step(&m, s, &loss[s]);
   CHECK_MSG(st == CN_OK, "moons on %s: %s", cn_backend_name(backend),

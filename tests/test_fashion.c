@@ -21,7 +21,7 @@
 static char dir[64];
 
 static fashion_config small_config(fashion_model model, const char *checkpoint) {
-  fashion_config c = {model, 2, 20, 3000, 1000, 0, 0, 7, NULL, checkpoint, CN_BACKEND_C};
+  fashion_config c = {model, 2, 20, 3000, 1000, 0, 0, 7, NULL, checkpoint, CN_BACKEND_C, 1};
   return c;
 }
 
@@ -151,7 +151,7 @@ static void test_training_and_resume(void) {
 }
 
 static void test_convnet(void) {
-  fashion_config cfg = {FASHION_CONVNET, 1, 10, 500, 100, 0, 0, 3, NULL, NULL, CN_BACKEND_C};
+  fashion_config cfg = {FASHION_CONVNET, 1, 10, 500, 100, 0, 0, 3, NULL, NULL, CN_BACKEND_C, 1};
   fashion f;
   bool ok = fashion_build(&f, &cfg) == CN_OK && train(&f, 1);
   CHECK_MSG(ok, "%s", fashion_error(&f));

@@ -74,7 +74,7 @@ static double plain_f(const plain_mlp *p, double x, double y) {
 
 static void test_training(void) {
   static moons m;
-  const moons_config cfg = {SHORT_EPOCHS, MOONS_SEED, CN_BACKEND_C};
+  const moons_config cfg = {SHORT_EPOCHS, MOONS_SEED, CN_BACKEND_C, 1, MOONS_BATCH};
   cn_status st = moons_build(&m, &cfg);
   CHECK_MSG(st == CN_OK, "%s", m.ctx ? cn_ctx_error(m.ctx) : "no context");
   if (st != CN_OK) {
@@ -139,7 +139,7 @@ static void test_backends_agree(void) {
   const cn_backend_kind kinds[2] = {CN_BACKEND_INTERP, CN_BACKEND_C};
   double loss[2][MOONS_BATCHES], w2[2][MOONS_HIDDEN * MOONS_HIDDEN];
   for (int k = 0; k < 2; k++) {
-    const moons_config cfg = {SHORT_EPOCHS, MOONS_SEED, kinds[k]};
+    const moons_config cfg = {SHORT_EPOCHS, MOONS_SEED, kinds[k], 1, MOONS_BATCH};
     cn_status st = moons_build(&m[k], &cfg);
     for (int s = 0; s < MOONS_BATCHES && st == CN_OK; s++)
       st = moons_train_step(&m[k], s, &loss[k][s]);

@@ -117,7 +117,7 @@ static void test_agreement(cn_backend_kind backend, int epochs, bool stepwise) {
   char *json = text ? run_script(text, backend) : NULL;
   free(text);
   static moons m;
-  const moons_config cfg = {epochs, MOONS_SEED, backend};
+  const moons_config cfg = {epochs, MOONS_SEED, backend, 1, MOONS_BATCH};
   double final_loss = 0;
   cn_status st = moons_build(&m, &cfg);
   if (st == CN_OK) st = c_run(&m, epochs, stepwise, &final_loss);

@@ -1,0 +1,225 @@
+/* Data-parallel training on a context's CPU devices (include/cannl.h cn_dp_create): a global batch
+ * sharded across N devices, the gradient routine (forward and backprop) run on each on its shard,
+ * the gradients (and the loss) all-reduced (cn_allreduce_run), the update routine run on each,
+ * then the parameters compared bit for bit across the devices and device 0's copied to the host.
+ *
+ * Invariants: every node the two routines write is replicated before their first device run, so
+ * each device's copies are its own (a parameter that is not would have each device's update
+ * applied on top of the previous one's); the merged gradient is the plain sum of the shards' (no
+ * scaling: the loss is a sum over the shard divided by the global batch size, so the sum is the
+ * single-device gradient); after a step that succeeded every device holds the same parameter bits
+ * (checked, not assumed). The record is the context's (its cleanup) until cn_dp_free. */
+#include "runtime/routine.h"
+#include "tensor/tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cn_dp {
+  cn_ctx *ctx;
+  int devices;
+  cn_routine *grad, *update;
+  int n_params;
+  cn_tensor **params;
+  cn_node *loss; /* all-reduced with the gradients when materialized, else NULL */
+  cn_allreduce *allreduce;
+  cn_cleanup *cleanup;
+};
+
+static void dp_cleanup(void *arg) {
+  cn_dp *dp = arg;
+  free(dp->params);
+  free(dp);
+}
+
+/* Every materialized node the routine writes holds a value per device. */
+static cn_status replicate_writes(cn_routine *r) {
+  const cn_ll_proc *proc = cn_routine_proc(r);
+  for (int i = 0; i < proc->n_params; i++) {
+    cn_node *node = proc->params[i].node;
+    if (!cn_routine_writes(r, i) || node->mode != CN_MEM_MATERIALIZED || node->replicated) continue;
+    cn_status status = cn_node_set_replicated(node, true);
+    if (status != CN_OK) return status;
+  }
+  return CN_OK;
+}
+
+/* The parameters, the gradients (and the loss) to all-reduce, the written nodes replicated. */
+static cn_status dp_setup(cn_dp *dp, cn_graph *g, cn_tensor *loss, cn_backend_kind backend) {
+  cn_ctx *ctx = dp->ctx;
+  int n = cn_graph_params(g, loss, NULL, 0);
+  if (n < 0) return cn_ctx_status(ctx);
+  if (n == 0) return cn_fail(ctx, CN_ERR_INVALID, "cn_dp_create: the loss has no parameters");
+  if (!(dp->params = cn_malloc(ctx, sizeof *dp->params * (size_t)n))) return CN_ERR_NOMEM;
+  dp->n_params = cn_graph_params(g, loss, dp->params, n);
+  cn_status status = replicate_writes(dp->grad);
+  if (status == CN_OK) status = replicate_writes(dp->update);
+  if (status != CN_OK) return status;
+  cn_node **reduced = cn_malloc(ctx, sizeof *reduced * (size_t)(n + 1));
+  if (!reduced) return CN_ERR_NOMEM;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    cn_node *grad = cn_tensor_grad(dp->params[i]);
+    if (!grad || grad->mode != CN_MEM_MATERIALIZED || !grad->replicated) {
+      free(reduced);
+      return cn_fail(ctx, CN_ERR_INVALID,
+                     "cn_dp_create: parameter '%s' has no gradient the gradient routine '%s' "
+                     "writes",
+                     dp->params[i]->label, cn_routine_proc(dp->grad)->name);
+    }
+    reduced[k++] = grad;
+  }
+  cn_node *value = cn_tensor_value(loss);
+  if (value && value->mode == CN_MEM_MATERIALIZED && value->replicated)
+    reduced[k++] = dp->loss = value;
+  dp->allreduce = cn_allreduce_create(ctx, k, reduced, backend);
+  free(reduced);
+  return dp->allreduce ? CN_OK : cn_ctx_status(ctx);
+}
+
+cn_dp *cn_dp_create(cn_graph *g, cn_tensor *loss, cn_routine *grad, cn_routine *update, int devices,
+                    cn_backend_kind backend) {
+  if (!g) return NULL;
+  cn_ctx *ctx = cn_graph_ctx(g);
+  if (!loss || !grad || !update) {
+    cn_fail(ctx, CN_ERR_INVALID,
+            "cn_dp_create: a loss, a gradient routine and an update routine needed");
+    return NULL;
+  }
+  if (devices < 1 || devices > CN_MAX_DEVICES) {
+    cn_fail(ctx, CN_ERR_INVALID, "cn_dp_create: %d devices, not in [1, %d]", devices,
+            CN_MAX_DEVICES);
+    return NULL;
+  }
+  if (cn_ctx_open_devices(ctx, devices) != CN_OK) return NULL;
+  cn_dp *dp = cn_calloc(ctx, 1, sizeof *dp);
+  cn_cleanup *cleanup = dp ? cn_ctx_add_cleanup(ctx, dp_cleanup, dp) : NULL;
+  if (!cleanup) {
+    free(dp);
+    return NULL;
+  }
+  *dp = (cn_dp){.ctx = ctx, .devices = devices, .grad = grad, .update = update};
+  dp->cleanup = cleanup;
+  if (dp_setup(dp, g, loss, backend) != CN_OK) {
+    cn_dp_free(dp);
+    return NULL;
+  }
+  return dp;
+}
+
+cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t global, const double *values,
+                      size_t count) {
+  if (!dp) return CN_ERR_INVALID;
+  cn_node *node = data ? cn_tensor_value(data) : NULL;
+  if (!node || !values)
+    return cn_fail(dp->ctx, CN_ERR_INVALID, "cn_dp_shard: a data tensor and its values needed");
+  if (axis < 0 || axis >= node->rank)
+    return cn_fail(dp->ctx, CN_ERR_INVALID, "cn_dp_shard: '%s' has no axis %d (rank %d)",
+                   node->label, axis, node->rank);
+  if (global <= 0 || global % dp->devices != 0)
+    return cn_fail(dp->ctx, CN_ERR_INVALID,
+                   "cn_dp_shard: '%s': a global batch of %lld does not divide among %d devices",
+                   node->label, (long long)global, dp->devices);
+  const int64_t shard = global / dp->devices;
+  if (node->dims[axis] != shard)
+    return cn_fail(dp->ctx, CN_ERR_INVALID,
+                   "cn_dp_shard: '%s' axis %d has %lld cells, not the shard %lld of %lld / %d",
+                   node->label, axis, (long long)node->dims[axis], (long long)shard,
+                   (long long)global, dp->devices);
+  int64_t outer = 1, inner = 1;
+  for (int a = 0; a < axis; a++) outer *= node->dims[a];
+  for (int a = axis + 1; a < node->rank; a++) inner *= node->dims[a];
+  if ((int64_t)count != outer * global * inner)
+    return cn_fail(dp->ctx, CN_ERR_INVALID,
+                   "cn_dp_shard: '%s': %zu values given, %lld expected (its dims with axis %d "
+                   "%lld)",
+                   node->label, count, (long long)(outer * global * inner), axis,
+                   (long long)global);
+  if (!node->replicated) {
+    cn_status status = cn_node_set_replicated(node, true);
+    if (status != CN_OK) return status;
+  }
+  const size_t cells = (size_t)(outer * shard * inner), block = (size_t)(shard * inner);
+  double *part = cn_malloc(dp->ctx, sizeof *part * (cells ? cells : 1));
+  if (!part) return CN_ERR_NOMEM;
+  cn_status status = CN_OK;
+  for (int d = 0; d < dp->devices && status == CN_OK; d++) {
+    for (int64_t o = 0; o < outer; o++)
+      memcpy(part + (size_t)o * block, values + ((size_t)o * dp->devices + (size_t)d) * block,
+             sizeof *part * block);
+    status = cn_node_set_device_values(node, false, d, part, cells);
+  }
+  free(part);
+  return status;
+}
+
+cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value) {
+  if (!dp) return CN_ERR_INVALID;
+  bool bound = false;
+  cn_routine *routines[2] = {dp->grad, dp->update};
+  for (int r = 0; r < 2; r++) {
+    if (!cn_routine_reads(routines[r], sym)) continue;
+    cn_status status = cn_routine_bind(routines[r], sym, value);
+    if (status != CN_OK) return status;
+    bound = true;
+  }
+  return bound ? CN_OK
+               : cn_fail(dp->ctx, CN_ERR_INVALID,
+                         "cn_dp_bind: neither '%s' nor '%s' reads symbol '%s'",
+                         cn_routine_proc(dp->grad)->name, cn_routine_proc(dp->update)->name,
+                         cn_symbol_name(dp->ctx, sym));
+}
+
+cn_status cn_dp_check(cn_dp *dp) {
+  if (!dp) return CN_ERR_INVALID;
+  cn_status status = CN_OK;
+  for (int i = 0; i < dp->n_params && status == CN_OK; i++) {
+    cn_node *node = cn_tensor_value(dp->params[i]);
+    const size_t count = (size_t)cn_node_numel(node), bytes = count * cn_prec_bytes(node->prec);
+    unsigned char *first = cn_malloc(dp->ctx, 2 * (bytes ? bytes : 1));
+    if (!first) return CN_ERR_NOMEM;
+    unsigned char *other = first + bytes;
+    status = cn_node_get_device_cells(node, false, 0, first, count);
+    for (int d = 1; d < dp->devices && status == CN_OK; d++) {
+      status = cn_node_get_device_cells(node, false, d, other, count);
+      if (status == CN_OK && memcmp(first, other, bytes) != 0)
+        status = cn_fail(dp->ctx, CN_ERR_RUNTIME,
+                         "cn_dp_check: parameter '%s' differs between device 0 and device %d",
+                         dp->params[i]->label, d);
+    }
+    free(first);
+  }
+  return status;
+}
+
+/* Device 0's values of what the update writes (the parameters, the optimizer's state) and the
+ * loss onto the host, for host readers (evaluation, checkpoints). */
+static cn_status to_host(cn_dp *dp) {
+  const cn_ll_proc *proc = cn_routine_proc(dp->update);
+  cn_status status = CN_OK;
+  for (int i = 0; i < proc->n_params && status == CN_OK; i++)
+    if (cn_routine_writes(dp->update, i) && proc->params[i].node->replicated)
+      status = cn_node_transfer(proc->params[i].node, 0, CN_DEVICE_HOST, false);
+  if (status == CN_OK && dp->loss) status = cn_node_transfer(dp->loss, 0, CN_DEVICE_HOST, false);
+  return status;
+}
+
+cn_status cn_dp_step(cn_dp *dp) {
+  if (!dp) return CN_ERR_INVALID;
+  cn_status status = CN_OK;
+  for (int d = 0; d < dp->devices && status == CN_OK; d++) status = cn_routine_run_on(dp->grad, d);
+  /* The one merge of the step: the gradients of every device summed (MPI's across ranks would
+   * follow it). */
+  if (status == CN_OK) status = cn_allreduce_run(dp->allreduce);
+  for (int d = 0; d < dp->devices && status == CN_OK; d++)
+    status = cn_routine_run_on(dp->update, d);
+  if (status == CN_OK) status = cn_dp_check(dp);
+  return status == CN_OK ? to_host(dp) : status;
+}
+
+void cn_dp_free(cn_dp *dp) {
+  if (!dp) return;
+  cn_allreduce_free(dp->allreduce);
+  cn_ctx_remove_cleanup(dp->ctx, dp->cleanup);
+  dp_cleanup(dp);
+}
