@@ -77,8 +77,8 @@ static void test_suggestions(char *out, size_t cap) {
 }
 
 /* example_fashion_mnist (beside the cannl command): --help prints the usage (exit 0), an unknown
- * option or backend suggests the closest, --resume without a checkpoint yet says so and trains from the
- * first epoch (when the data set is installed), as a script's `restore ~resume:true` does. */
+ * option or backend suggests the closest, --resume without a checkpoint yet says so and trains from
+ * the first epoch (when the data set is installed), as a script's `restore ~resume:true` does. */
 static void test_fashion_example(char *out, size_t cap) {
   const char *cli = getenv("CANNL_CLI");
   char example[1024], args[2048];
