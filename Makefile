@@ -35,10 +35,11 @@ CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version 
 # fortunes and wamerican: the text corpora of sequence models (/usr/share/games/fortunes, the
 # word list /usr/share/dict/words) that test_text reads; ocl-icd-opencl-dev (the ICD loader
 # libOpenCL.so.1, which the OpenCL backend opens at run time), opencl-headers (its build) and
-# pocl-opencl-icd (PoCL, the CPU device test_opencl runs on).
+# pocl-opencl-icd (PoCL, the CPU device test_opencl runs on); openmpi-bin and libopenmpi-dev: Open
+# MPI (mpirun, mpi.h), the optional MPI layer (src/dist/mpi.c) and test_mpi.
 DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev python3 \
                 python3-numpy dataset-fashion-mnist fortunes wamerican \
-                ocl-icd-opencl-dev opencl-headers pocl-opencl-icd \
+                ocl-icd-opencl-dev opencl-headers pocl-opencl-icd openmpi-bin libopenmpi-dev \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
