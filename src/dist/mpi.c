@@ -79,29 +79,39 @@ static char *describe_nodes(cn_ctx *ctx, int n, cn_node *const *nodes) {
   return text;
 }
 
-/* acc = acc + x for one stored cell: float precisions add in double and round to the
- * precision (for single and double that is the IEEE addition of the precision), integers wrap. */
-static void add_cell(cn_prec prec, void *acc, const void *x) {
+/* acc[i] = acc[i] + x[i] for count stored cells: float precisions add in double and round to the
+ * precision (for single and double that is the IEEE addition of the precision, so those two take
+ * the plain loop), integers wrap. */
+static void add_cells(cn_prec prec, unsigned char *acc, const unsigned char *x, int64_t count) {
   switch (prec) {
-#define ADD_INT(ID, T)                                                                             \
-  case CN_PREC_##ID: {                                                                             \
-    T a, b;                                                                                        \
-    memcpy(&a, acc, sizeof a);                                                                     \
-    memcpy(&b, x, sizeof b);                                                                       \
-    a = (T)((uint64_t)a + (uint64_t)b);                                                            \
-    memcpy(acc, &a, sizeof a);                                                                     \
-    return;                                                                                        \
+#define ADD_LOOP(ID, T, SUM)                                                                       \
+  case CN_PREC_##ID:                                                                               \
+    for (int64_t i = 0; i < count; i++) {                                                          \
+      T a, b;                                                                                      \
+      memcpy(&a, acc + (size_t)i * sizeof a, sizeof a);                                            \
+      memcpy(&b, x + (size_t)i * sizeof b, sizeof b);                                              \
+      a = SUM;                                                                                     \
+      memcpy(acc + (size_t)i * sizeof a, &a, sizeof a);                                            \
+    }                                                                                              \
+    return;
+    ADD_LOOP(SINGLE, float, a + b)
+    ADD_LOOP(DOUBLE, double, a + b)
+    ADD_LOOP(BYTE, uint8_t, (uint8_t)((uint64_t)a + (uint64_t)b))
+    ADD_LOOP(UINT16, uint16_t, (uint16_t)((uint64_t)a + (uint64_t)b))
+    ADD_LOOP(INT32, int32_t, (int32_t)((uint64_t)a + (uint64_t)b))
+    ADD_LOOP(UINT32, uint32_t, (uint32_t)((uint64_t)a + (uint64_t)b))
+    ADD_LOOP(INT64, int64_t, (int64_t)((uint64_t)a + (uint64_t)b))
+    ADD_LOOP(UINT64, uint64_t, a + b)
+#undef ADD_LOOP
+  default: {
+    size_t bytes = cn_prec_bytes(prec);
+    for (int64_t i = 0; i < count; i++) {
+      unsigned char *a = acc + (size_t)i * bytes;
+      cn_prec_cell_from_double(
+          prec,
+          cn_prec_cell_to_double(prec, a) + cn_prec_cell_to_double(prec, x + (size_t)i * bytes), a);
+    }
   }
-    ADD_INT(BYTE, uint8_t)
-    ADD_INT(UINT16, uint16_t)
-    ADD_INT(INT32, int32_t)
-    ADD_INT(UINT32, uint32_t)
-    ADD_INT(INT64, int64_t)
-    ADD_INT(UINT64, uint64_t)
-#undef ADD_INT
-  default:
-    cn_prec_cell_from_double(
-        prec, cn_prec_cell_to_double(prec, acc) + cn_prec_cell_to_double(prec, x), acc);
   }
 }
 
@@ -467,10 +477,8 @@ cn_status cn_dist_allreduce_run(cn_dist_allreduce *ar) {
     size_t bytes = cn_prec_bytes(prec);
     int64_t count =
         segment_start(ar->cells[k], dist.rank + 1) - segment_start(ar->cells[k], dist.rank);
-    for (int64_t i = 0; i < count; i++)
-      for (int r = 1; r < dist.size; r++)
-        add_cell(prec, ar->recv + at + (size_t)i * bytes,
-                 ar->recv + (size_t)r * (size_t)mine + at + (size_t)i * bytes);
+    for (int r = 1; r < dist.size; r++)
+      add_cells(prec, ar->recv + at, ar->recv + (size_t)r * (size_t)mine + at, count);
     at += (size_t)count * bytes;
   }
   memcpy(ar->send + ar->displs[dist.rank], ar->recv, (size_t)mine);
