@@ -12,6 +12,7 @@
  *   kill      the last rank dies (SIGKILL) at step 3 of a loop of all-reduces
  *   stall     the last rank sleeps at step 3; the others' bounded wait (CANNL_DIST_TIMEOUT=3)
  *             ends them with a message
+ * and `mpirun -np 3 cannl run` of a script that prints, writes a file and reads it back.
  * In kill and stall the driver measures that the job ends non-zero, within 30 s, with a
  * survivor's message. Built without MPI the test is skipped (77) saying so. */
 #include "check.h"
@@ -200,16 +201,16 @@ static int rank_main(const char *scenario) {
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
-/* Runs `mpirun -np ranks SELF --rank scenario` (bounded by timeout(1) at 90 s), its output in
- * out; returns the exit status and the seconds it took. */
+/* Runs `mpirun -np ranks SELF --rank scenario` (scenario NULL: the command self) bounded by
+ * timeout(1) at 90 s, its output in out; returns the exit status and the seconds it took. */
 static int launch(const char *self, int ranks, const char *scenario, const char *env, char *out,
                   size_t cap, double *seconds) {
   const char *mpiexec = getenv("CANNL_MPIEXEC");
   char cmd[2048];
   snprintf(cmd, sizeof cmd,
            "%s timeout 90 %s --allow-run-as-root --oversubscribe --mca btl self,vader,tcp "
-           "--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np %d %s --rank %s 2>&1",
-           env, mpiexec, ranks, self, scenario);
+           "--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np %d %s%s%s 2>&1",
+           env, mpiexec, ranks, self, scenario ? " --rank " : "", scenario ? scenario : "");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   FILE *p = popen(cmd, "r");
@@ -277,6 +278,32 @@ int main(int argc, char **argv) {
     CHECK_MSG(rc == 0 && reported == ranks, "mismatch, %d ranks: exit %d, %d reports:\n%s", ranks,
               rc, reported, out);
   }
+  /* `mpirun -np 3 cannl run`: rank 0 alone prints and writes; the load after save_npy reads the
+   * file on every rank (rank 0's write completes before any rank reads). */
+  char dir[] = "/tmp/cannl_test_mpi_XXXXXX", script[128], cmd[512];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(script, sizeof script, "%s/s.cnl", dir);
+  FILE *f = fopen(script, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fprintf(f,
+            "let a = {a = 3.0}\nlet l = a *. a\nprint l\nsave_npy \"%s/l.npy\" l\n"
+            "let y = load \"%s/l.npy\"\nprint y\n",
+            dir, dir);
+    fclose(f);
+  }
+  snprintf(cmd, sizeof cmd, "%s run %s", getenv("CANNL_CLI"), script);
+  int rc = launch(cmd, 3, NULL, "", out, sizeof out, &seconds);
+  int prints = 0;
+  for (const char *p = strstr(out, "|->"); p; p = strstr(p + 1, "|->")) prints++;
+  CHECK_MSG(rc == 0 && prints == 2 && strstr(out, "\"y\" (#4) |->\n9\n"),
+            "cannl run on 3 ranks: exit %d, %d prints:\n%s", rc, prints, out);
+  char path[160];
+  snprintf(path, sizeof path, "%s/l.npy", dir);
+  CHECK(access(path, R_OK) == 0);
+  remove(path);
+  remove(script);
+  rmdir(dir);
   const char *scenarios[] = {"kill", "stall"};
   for (int k = 0; k < 2; k++) {
     int rc = launch(argv[0], 3, scenarios[k], "CANNL_DIST_TIMEOUT=3", out, sizeof out, &seconds);

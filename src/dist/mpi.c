@@ -8,6 +8,7 @@
  * error, never a hang); the ranks' sums are added in rank order by the rank owning the segment,
  * so every rank receives the same bits (copied, never recomputed) and the grouping depends only
  * on the rank count; the communicator is a duplicate of MPI_COMM_WORLD with errors returned. */
+#include "dist/dist.h"
 #include "ir/ir.h"
 #include "runtime/routine.h"
 
@@ -50,6 +51,9 @@ int cn_dist_rank(void) {
 }
 int cn_dist_size(void) {
   return dist.ready ? dist.size : 1;
+}
+bool cn_dist_writes_files(void) {
+  return cn_dist_rank() == 0;
 }
 
 #ifdef CANNL_HAVE_MPI
@@ -498,6 +502,20 @@ cn_status cn_dist_allreduce_run(cn_dist_allreduce *ar) {
   return status;
 }
 
+cn_status cn_dist_root_status(cn_ctx *ctx, cn_status status, const char *what) {
+  if (!dist.ready || dist.size == 1) return status;
+  int root = (int)status;
+  MPI_Request request;
+  int code = MPI_Ibcast(&root, 1, MPI_INT, 0, dist.comm, &request);
+  cn_status waited =
+      code == MPI_SUCCESS ? dist_wait(ctx, &request, what) : fail_mpi(ctx, code, what);
+  if (waited != CN_OK || dist.rank == 0) return waited != CN_OK ? waited : status;
+  return root == CN_OK
+             ? CN_OK
+             : cn_fail(ctx, (cn_status)root,
+                       "%s: rank 0 failed (its message is on rank 0's error output)", what);
+}
+
 void cn_dist_allreduce_free(cn_dist_allreduce *ar) {
   if (!ar) return;
   cn_allreduce_free(ar->local);
@@ -525,6 +543,11 @@ cn_status cn_dist_finalize(cn_ctx *ctx) {
 
 void cn_dist_abort(int code) {
   (void)code;
+}
+
+cn_status cn_dist_root_status(cn_ctx *ctx, cn_status status, const char *what) {
+  (void)ctx, (void)what;
+  return status;
 }
 
 cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
