@@ -294,10 +294,12 @@ int main(int argc, char **argv) {
   }
   snprintf(cmd, sizeof cmd, "%s run %s", getenv("CANNL_CLI"), script);
   int rc = launch(cmd, 3, NULL, "", out, sizeof out, &seconds);
-  int prints = 0;
+  int prints = 0, wrote = 0;
   for (const char *p = strstr(out, "|->"); p; p = strstr(p + 1, "|->")) prints++;
-  CHECK_MSG(rc == 0 && prints == 2 && strstr(out, "\"y\" (#4) |->\n9\n"),
-            "cannl run on 3 ranks: exit %d, %d prints:\n%s", rc, prints, out);
+  for (const char *p = strstr(out, "wrote "); p; p = strstr(p + 1, "wrote ")) wrote++;
+  CHECK_MSG(rc == 0 && prints == 2 && wrote == 1 && strstr(out, "\"y\" (#4) |->\n9\n"),
+            "cannl run on 3 ranks: exit %d, %d prints, %d reports of files written:\n%s", rc,
+            prints, wrote, out);
   char path[160];
   snprintf(path, sizeof path, "%s/l.npy", dir);
   CHECK(access(path, R_OK) == 0);

@@ -600,7 +600,7 @@ const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_po
 }
 
 void nt_report_written(nt_interp *I) {
-  if (!I->n_written) return;
+  if (!I->n_written || !cn_dist_writes_files()) return; /* under MPI rank 0 wrote them */
   FILE *f = nt_err(I);
   fputs("wrote ", f);
   for (int i = 0; i < I->n_written; i++) fprintf(f, "%s%s", i ? ", " : "", I->written[i]);
