@@ -8,7 +8,7 @@
  *             padding margins untouched; each rank prints a hash of every result cell, which the
  *             driver compares between ranks and between two runs
  *   mismatch  rank 1's node has another shape: every rank fails naming rank 1, the node and
- *             both shapes
+ *             both shapes; then rank 1 alone refuses its node: every rank fails with its message
  *   kill      the last rank dies (SIGKILL) at step 3 of a loop of all-reduces
  *   stall     the last rank sleeps at step 3; the others' bounded wait (CANNL_DIST_TIMEOUT=3)
  *             ends them with a message
@@ -172,7 +172,20 @@ static int rank_main(const char *scenario) {
                        "rank 0's is `w` single [3,4]";
     CHECK(ar == NULL);
     CHECK_MSG(strstr(cn_ctx_error(ctx), want) != NULL, "rank %d: %s", rank_, cn_ctx_error(ctx));
-    if (ar == NULL && strstr(cn_ctx_error(ctx), want)) printf("rank %d mismatch reported\n", rank_);
+    bool reported = ar == NULL && strstr(cn_ctx_error(ctx), want);
+    /* A refusal on rank 1 alone (its node is not replicated, with devices): every rank fails at
+     * once with rank 1's message, none waits for it. */
+    CHECK(cn_ctx_open_devices(ctx, 1) == CN_OK);
+    cn_node *g = cn_node_create(ctx, "g", CN_PREC_SINGLE, 1, (int64_t[]){2});
+    CHECK(cn_node_set_replicated(g, rank_ != 1) == CN_OK);
+    ar = cn_dist_allreduce_create(ctx, 1, &g, CN_BACKEND_INTERP);
+    want = "rank 1 of ";
+    const char *why = "is not replicated";
+    CHECK(ar == NULL);
+    CHECK_MSG(strstr(cn_ctx_error(ctx), want) && strstr(cn_ctx_error(ctx), why), "rank %d: %s",
+              rank_, cn_ctx_error(ctx));
+    reported = reported && ar == NULL && strstr(cn_ctx_error(ctx), why);
+    if (reported) printf("rank %d mismatch reported\n", rank_);
   } else {
     bool kill = strcmp(scenario, "kill") == 0;
     cn_node *g = cn_node_create(ctx, "g", CN_PREC_SINGLE, 1, (int64_t[]){1000});

@@ -310,7 +310,12 @@ static cn_status check_lists(cn_ctx *ctx, const char *text) {
       int a = (int)strcspn(mine, "\n"), b = (int)strcspn(first, "\n");
       int n_lines = 0;
       for (const char *c = all + offsets[r]; *c; c++) n_lines += *c == '\n';
-      if (line < n_lines - 1)
+      const char *error = strncmp(mine, "error: ", 7) == 0 ? mine : first;
+      int failed = error == mine ? r : 0, length = error == mine ? a : b;
+      if (strncmp(error, "error: ", 7) == 0)
+        status = cn_fail(ctx, CN_ERR_INVALID, "rank %d of %d: %.*s", failed, dist.size, length - 7,
+                         error + 7);
+      else if (line < n_lines - 1)
         status = cn_fail(ctx, CN_ERR_INVALID,
                          "cn_dist_allreduce_create: the ranks' node lists differ: rank %d's node "
                          "%d is %.*s where rank 0's is %.*s",
@@ -330,17 +335,11 @@ static cn_status check_lists(cn_ctx *ctx, const char *text) {
   return status;
 }
 
-cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
-                                            cn_backend_kind backend) {
-  if (!ctx) return NULL;
-  if (!dist.ready) {
-    cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: MPI is not initialized (cn_dist_init)");
-    return NULL;
-  }
-  if (n < 1 || !nodes) {
-    cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: %d nodes, at least one needed", n);
-    return NULL;
-  }
+/* Why this rank cannot all-reduce the list (a status and a message), before any exchange. */
+static cn_status refusal(cn_ctx *ctx, int n, cn_node *const *nodes) {
+  if (n < 1 || !nodes)
+    return cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: %d nodes, at least one needed",
+                   n);
   for (int k = 0; k < n; k++) {
     const char *why = !nodes[k]                                          ? "is NULL"
                       : nodes[k]->mode != CN_MEM_MATERIALIZED            ? "is not materialized"
@@ -348,22 +347,39 @@ cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *
                                                                          : NULL;
     for (int j = 0; !why && j < k; j++)
       if (nodes[j] == nodes[k]) why = "is listed twice";
-    if (why) {
-      cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: node %d (%s) %s", k,
-              nodes[k] ? cn_node_describe(nodes[k]) : "-", why);
-      return NULL;
-    }
+    if (why)
+      return cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: node %d (%s) %s", k,
+                     nodes[k] ? cn_node_describe(nodes[k]) : "-", why);
   }
+  return CN_OK;
+}
+
+cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
+                                            cn_backend_kind backend) {
+  if (!ctx) return NULL;
+  if (!dist.ready) {
+    cn_fail(ctx, CN_ERR_INVALID, "cn_dist_allreduce_create: MPI is not initialized (cn_dist_init)");
+    return NULL;
+  }
+  /* A rank's own refusal still takes part in the exchange below (its text is the message), so
+   * that every rank fails with it rather than waiting for this rank until the timeout. */
   cn_dist_allreduce *ar = cn_calloc(ctx, 1, sizeof *ar);
   if (!ar) return NULL;
   ar->ctx = ctx;
   ar->n = n;
-  char *text = describe_nodes(ctx, n, nodes);
-  cn_status status = text ? check_lists(ctx, text) : CN_ERR_NOMEM;
-  free(text);
+  cn_status status = refusal(ctx, n, nodes);
   if (status == CN_OK && cn_ctx_device_count(ctx) > 0 &&
       !(ar->local = cn_allreduce_create(ctx, n, nodes, backend)))
     status = CN_ERR_INVALID;
+  char *text = NULL;
+  if (status == CN_OK) {
+    text = describe_nodes(ctx, n, nodes);
+  } else if ((text = cn_malloc(ctx, strlen(cn_ctx_error(ctx)) + 16))) {
+    sprintf(text, "error: %s\n", cn_ctx_error(ctx));
+  }
+  cn_status checked = text ? check_lists(ctx, text) : CN_ERR_NOMEM;
+  if (status == CN_OK) status = checked;
+  free(text);
   ar->nodes = status == CN_OK ? cn_malloc(ctx, sizeof *ar->nodes * (size_t)n) : NULL;
   ar->cells = ar->nodes ? cn_calloc(ctx, (size_t)n, sizeof *ar->cells) : NULL;
   ar->counts = ar->cells ? cn_calloc(ctx, (size_t)dist.size, sizeof *ar->counts) : NULL;
