@@ -597,7 +597,9 @@ CN_API void cn_dist_abort(int code);
  * cn_dist_allreduce_create is collective: the ranks exchange a hash of their node lists (labels,
  * precisions, dims, padding, device counts) and, where one differs, every rank fails with
  * CN_ERR_INVALID naming the first rank whose list differs from rank 0's, the node and both
- * shapes. Freed with the context unless freed before. */
+ * shapes; a rank that refuses its own list (a node NULL, not materialized, not replicated on a
+ * context with devices) sends its message instead, and every rank fails with it at once. Freed
+ * with the context unless freed before. */
 typedef struct cn_dist_allreduce cn_dist_allreduce;
 CN_API cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
                                                    cn_backend_kind backend);
