@@ -492,9 +492,9 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   int status = 0;
   bool parse_failed = false;
   opts.syntax_error = &parse_failed;
-  /* Launched by mpirun (mpiexec of Open MPI, or a PMI launcher): every rank runs the script;
+  /* Launched by mpirun (Open MPI's, or a PMI/PMIx launcher): every rank runs the script;
    * rank 0 alone prints (the others' stdout goes to /dev/null) and writes files. */
-  bool mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+  bool mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
   if (ctx && mpi && cn_dist_init(ctx, 0) != CN_OK) {
     fprintf(stderr, "cannl: %s\n", cn_ctx_error(ctx));
     cn_ctx_destroy(ctx);

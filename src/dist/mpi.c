@@ -189,8 +189,11 @@ cn_status cn_dist_init(cn_ctx *ctx, double timeout_s) {
       return cn_fail(ctx, CN_ERR_INVALID, "CANNL_DIST_TIMEOUT=%s: a number of seconds > 0 expected",
                      env);
   }
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) /* MPI_Init after MPI_Finalize is erroneous: Open MPI ends the process */
+    return cn_fail(ctx, CN_ERR_INVALID, "cn_dist_init: MPI was finalized, it cannot start again");
   if (!initialized) {
     int provided = 0;
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
