@@ -576,7 +576,8 @@ CN_API void cn_allreduce_free(cn_allreduce *allreduce);
  * collective). Unless the program has its own handler, SIGTERM (what mpirun sends the other
  * ranks when one dies) prints "cannl rank R of N: stopped by the launcher (SIGTERM) ..." and
  * exits with status 143. cn_dist_rank / cn_dist_size: 0 / 1 before init and without MPI.
- * cn_dist_finalize finalizes MPI if cn_dist_init initialized it. */
+ * cn_dist_finalize finalizes MPI if cn_dist_init initialized it. The state is the process's (one
+ * MPI per process): the context only receives the messages; MPI is called from one thread. */
 CN_API bool cn_dist_available(void);
 CN_API cn_status cn_dist_init(cn_ctx *ctx, double timeout_s);
 CN_API int cn_dist_rank(void);
