@@ -7,10 +7,10 @@
 #   make test-quick  build/ and the tests labelled quick (ctest -L quick: all but the slowest)
 #   make test      gcc build + ctest; the same suite unscheduled (CANNL_SCHEDULE=none); ASan+UBSan
 #                  build (build-asan/) + ctest; clang build (build-clang/) + ctest (these three
-#                  without the tests labelled device: test_opencl runs once); ThreadSanitizer
-#                  build (build-tsan/) of the thread-pool tests; clang-format check; valgrind runs
-#                  of the routine, cache, parallel and Tile tests; make fuzz; a Release build
-#                  (build-release/, -O3 warns more) of everything, compiled only
+#                  without the tests labelled device or mpi: test_opencl and test_mpi run once);
+#                  ThreadSanitizer build (build-tsan/) of the thread-pool tests; clang-format
+#                  check; valgrind runs of the routine, cache, parallel and Tile tests; make fuzz;
+#                  a Release build (build-release/, -O3 warns more) of everything, compiled only
 #   make fuzz      build the libFuzzer targets (fuzz/, build-fuzz/) and run each for
 #                  FUZZ_SECONDS (default 60) from a copy of its seed corpus; fails on any report
 #   make demo      build and run the half-moons training demo (examples/moons.c; writes
@@ -35,10 +35,11 @@ CLANG_MAJOR := $(shell clang --version 2>/dev/null | sed -n 's/^.*clang version 
 # fortunes and wamerican: the text corpora of sequence models (/usr/share/games/fortunes, the
 # word list /usr/share/dict/words) that test_text reads; ocl-icd-opencl-dev (the ICD loader
 # libOpenCL.so.1, which the OpenCL backend opens at run time), opencl-headers (its build) and
-# pocl-opencl-icd (PoCL, the CPU device test_opencl runs on).
+# pocl-opencl-icd (PoCL, the CPU device test_opencl runs on); openmpi-bin and libopenmpi-dev: Open
+# MPI (mpirun, mpi.h), the optional MPI layer (src/dist/mpi.c) and test_mpi.
 DEB_PACKAGES := cmake make gcc clang libc6-dev valgrind clang-format zlib1g-dev python3 \
                 python3-numpy dataset-fashion-mnist fortunes wamerican \
-                ocl-icd-opencl-dev opencl-headers pocl-opencl-icd \
+                ocl-icd-opencl-dev opencl-headers pocl-opencl-icd openmpi-bin libopenmpi-dev \
                 $(if $(CLANG_MAJOR),libclang-rt-$(CLANG_MAJOR)-dev)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 C_FILES = $(shell find include src tools tests examples bench fuzz demo -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null | sort)
@@ -94,7 +95,7 @@ test-gcc: build
 # Every pass of the scheduling stage can be switched off; the whole suite must pass without them
 # too (a scheduled routine computes the same bits, so a failure here or above bisects a pass).
 test-unscheduled: build
-	cd build && CANNL_SCHEDULE=none ctest --output-on-failure -j$(JOBS) -LE device
+	cd build && CANNL_SCHEDULE=none ctest --output-on-failure -j$(JOBS) -LE 'device|mpi'
 
 # The thread pool (src/runtime/pool.c) and the parallel routines that use it, under
 # ThreadSanitizer: 10 000 runs of a parallel routine on 3 threads among them (test_parallel).
@@ -112,13 +113,13 @@ test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCANNL_SANITIZE=ON
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j$(JOBS) -LE device
+	  ctest --output-on-failure -j$(JOBS) -LE 'device|mpi'
 
 # Generated C is compiled by clang too (CC), so both compilers see it under -Werror builds.
 test-clang: deps
 	cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang
 	cmake --build build-clang -j$(JOBS)
-	cd build-clang && CC=clang ctest --output-on-failure -j$(JOBS) -LE device
+	cd build-clang && CC=clang ctest --output-on-failure -j$(JOBS) -LE 'device|mpi'
 
 format-check: deps
 	clang-format --dry-run -Werror $(C_FILES)

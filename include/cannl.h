@@ -564,6 +564,48 @@ CN_API cn_allreduce *cn_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nod
                                          cn_backend_kind backend);
 CN_API cn_status cn_allreduce_run(cn_allreduce *allreduce);
 CN_API void cn_allreduce_free(cn_allreduce *allreduce);
+/* ---- Across processes: MPI (src/dist/mpi.c; absent when built without MPI) -----------------
+ * A rank is a process holding one or more CPU devices (or none: the host's values). Built
+ * without MPI (CMake option CANNL_MPI off, or no MPI found) every function below that does work
+ * fails with CN_ERR_UNSUPPORTED "cannl was built without MPI"; cn_dist_available says which.
+ * cn_dist_init initializes MPI (MPI_Init_thread, MPI_THREAD_FUNNELED, unless the program did)
+ * on MPI_COMM_WORLD with errors returned, not fatal; timeout_s (> 0; 0: the environment's
+ * CANNL_DIST_TIMEOUT, else 20 s) bounds every wait on the other ranks: a collective that has not
+ * completed by then fails with CN_ERR_RUNTIME naming the operation and the wait (a rank died or
+ * stalled), and the caller should stop (cn_dist_abort: MPI cannot be finalized after a broken
+ * collective). Unless the program has its own handler, SIGTERM (what mpirun sends the other
+ * ranks when one dies) prints "cannl rank R of N: stopped by the launcher (SIGTERM) ..." and
+ * exits with status 143. cn_dist_rank / cn_dist_size: 0 / 1 before init and without MPI.
+ * cn_dist_finalize finalizes MPI if cn_dist_init initialized it. The state is the process's (one
+ * MPI per process): the context only receives the messages; MPI is called from one thread. */
+CN_API bool cn_dist_available(void);
+CN_API cn_status cn_dist_init(cn_ctx *ctx, double timeout_s);
+CN_API int cn_dist_rank(void);
+CN_API int cn_dist_size(void);
+CN_API cn_status cn_dist_finalize(cn_ctx *ctx);
+/* Ends every rank of the job now (MPI_Abort) with exit status `code`; returns only without MPI
+ * or before cn_dist_init. */
+CN_API void cn_dist_abort(int code);
+/* An all-reduce of materialized nodes across ranks: afterwards every rank holds, for each node,
+ * the sum over ranks of the values the ranks held, the same bits on every rank. On a context
+ * with CPU devices each rank first reduces its devices (cn_allreduce_run, the nodes must be
+ * replicated), then ranks reduce device 0's sums, then the result is written to the host's value
+ * and so to every device. The order is fixed: each node's cells are split into one segment per
+ * rank; rank r receives segment r from every rank (MPI_Ialltoallv), adds the contributions in
+ * rank order ((v0 + v1) + v2) + ..., each addition rounded to the node's precision (integers
+ * wrap), and every rank receives every segment (MPI_Iallgatherv): the sum's grouping depends only
+ * on the rank count. Every precision with addition (float, integer); uint4x32 is refused.
+ * cn_dist_allreduce_create is collective: the ranks exchange a hash of their node lists (labels,
+ * precisions, dims, padding, device counts) and, where one differs, every rank fails with
+ * CN_ERR_INVALID naming the first rank whose list differs from rank 0's, the node and both
+ * shapes; a rank that refuses its own list (a node NULL, not materialized, not replicated on a
+ * context with devices) sends its message instead, and every rank fails with it at once. Freed
+ * with the context unless freed before. */
+typedef struct cn_dist_allreduce cn_dist_allreduce;
+CN_API cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,
+                                                   cn_backend_kind backend);
+CN_API cn_status cn_dist_allreduce_run(cn_dist_allreduce *allreduce);
+CN_API void cn_dist_allreduce_free(cn_dist_allreduce *allreduce);
 /* The loop IR (after optimization) and, for the C backend, the generated source. Owned by the
  * routine. */
 CN_API const char *cn_routine_loops(const cn_routine *routine);

@@ -492,6 +492,19 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   int status = 0;
   bool parse_failed = false;
   opts.syntax_error = &parse_failed;
+  /* Launched by mpirun (Open MPI's, or a PMI/PMIx launcher): every rank runs the script;
+   * rank 0 alone prints (the others' stdout goes to /dev/null) and writes files. */
+  bool mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  if (ctx && mpi && cn_dist_init(ctx, 0) != CN_OK) {
+    fprintf(stderr, "cannl: %s\n", cn_ctx_error(ctx));
+    cn_ctx_destroy(ctx);
+    free(text);
+    return EXIT_RUNTIME;
+  }
+  if (mpi && cn_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) {
+    fprintf(stderr, "cannl: rank %d: cannot silence its output\n", cn_dist_rank());
+    cn_dist_abort(EXIT_RUNTIME);
+  }
   if (ctx && !opts.json && isatty(STDERR_FILENO)) cn_ctx_set_progress(ctx, draw_progress, NULL);
   bool bad_print = false;
   for (int k = 0; k < 2 && g && !bad_print; k++)
@@ -523,6 +536,16 @@ static int run_with_sets(int argc, char **argv, bool exporting, const char **set
   if (timings && ctx) {
     fflush(stdout); /* the script's output first, where both streams go to one place */
     print_timings(ctx, now_us() - start, opts.json);
+  }
+  /* A failure may be one rank's own: end the others rather than leave them waiting on it. */
+  if (mpi && status != 0 && cn_dist_size() > 1) {
+    fprintf(stderr, "cannl: rank %d of %d failed: ending every rank\n", cn_dist_rank(),
+            cn_dist_size());
+    cn_dist_abort(status);
+  }
+  if (mpi && cn_dist_finalize(ctx) != CN_OK && status == 0) {
+    fprintf(stderr, "cannl: %s\n", cn_ctx_error(ctx));
+    status = EXIT_RUNTIME;
   }
   cn_ctx_destroy(ctx);
   free(text);

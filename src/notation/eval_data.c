@@ -19,6 +19,7 @@
 #include "notation/eval_services.h"
 
 #include "data/data.h"
+#include "dist/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -471,8 +472,11 @@ bool nt_checkpoint(nt_interp *I, cn_tensor *loss, const char *path, int64_t epoc
   char text[32];
   snprintf(text, sizeof text, "%lld", (long long)epoch);
   const cn_metadata_entry meta = {"epoch", text};
-  if (cn_data_save_safetensors(I->ctx, path, n, state, 1, &meta) != CN_OK)
-    return nt_fail_here(I, at), false;
+  /* Under MPI every rank holds the same state: rank 0 writes (atomically), the others wait for
+   * it, so that a restore on any rank reads the whole file. */
+  cn_status status =
+      cn_dist_writes_files() ? cn_data_save_safetensors(I->ctx, path, n, state, 1, &meta) : CN_OK;
+  if (cn_dist_root_status(I->ctx, status, "checkpoint") != CN_OK) return nt_fail_here(I, at), false;
   return true;
 }
 
@@ -596,7 +600,7 @@ const char *nt_output_path(nt_interp *I, const char *path, bool writes, cn_nt_po
 }
 
 void nt_report_written(nt_interp *I) {
-  if (!I->n_written) return;
+  if (!I->n_written || !cn_dist_writes_files()) return; /* under MPI rank 0 wrote them */
   FILE *f = nt_err(I);
   fputs("wrote ", f);
   for (int i = 0; i < I->n_written; i++) fprintf(f, "%s%s", i ? ", " : "", I->written[i]);
@@ -611,8 +615,9 @@ bool nt_save_npy(nt_interp *I, cn_node *node, const char *path, cn_nt_pos at) {
   int64_t n = cn_node_numel(node);
   a.cells = cn_malloc(I->ctx, (size_t)n * cn_prec_bytes(a.prec) + 1);
   if (!a.cells) return false;
-  bool ok = cn_node_get_cells(node, false, a.cells, (size_t)n) == CN_OK &&
-            cn_data_save_npy(I->ctx, path, &a) == CN_OK;
+  cn_status status = cn_node_get_cells(node, false, a.cells, (size_t)n);
+  if (status == CN_OK && cn_dist_writes_files()) status = cn_data_save_npy(I->ctx, path, &a);
+  bool ok = cn_dist_root_status(I->ctx, status, "save_npy") == CN_OK;
   free(a.cells);
   return ok ? true : (nt_fail_here(I, at), false);
 }
