@@ -5,6 +5,8 @@
  * the model and the training loop exist once. Only the public API (cannl.h) is used. */
 #include "moons.h"
 
+#include <string.h>
+
 /* ---- The data ------------------------------------------------------------------------------ */
 
 /* The library's half-moons generator (cn_dataset_half_moons): even points on the upper moon,
@@ -42,6 +44,7 @@ static cn_status moons_fail(cn_ctx *ctx) {
 /* Builds the graph, compiles the init and step routines and initializes the parameters. On
  * failure the context holds the message; moons_destroy releases everything either way. */
 cn_status moons_build(moons *m, const moons_config *cfg) {
+  memset(m, 0, sizeof *m); /* every field a defined start (m->dp NULL on one device) */
   m->cfg = *cfg;
   moons_generate(cfg->seed, MOONS_NOISE, m->xy, m->labels);
   if (!(m->ctx = cn_ctx_create())) return CN_ERR_NOMEM;
