@@ -1,6 +1,6 @@
 /* `--backend NAME` of the example programs (backend.h): a name looked up in the backend registry,
  * an unknown one refused with the registry's names and the closest of them suggested
- * (cn_suggest_names), as `cannl run --backend` refuses it. */
+ * (cn_backend_suggest), as `cannl run --backend` refuses it. */
 #include "backend.h"
 
 #include <stdio.h>
@@ -11,12 +11,9 @@ bool demo_backend_parse(const char *name, cn_backend_kind *kind) {
     *kind = (cn_backend_kind)found;
     return true;
   }
-  const char *names[16];
   char hint[256];
-  int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
-  for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
   fprintf(stderr, "unknown backend '%s'%s (known: %s)\n", name,
-          cn_suggest_names(name, n, names, hint, sizeof hint), cn_backend_list());
+          cn_backend_suggest(name, hint, sizeof hint), cn_backend_list());
   return false;
 }
 

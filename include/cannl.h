@@ -517,6 +517,10 @@ CN_API int cn_backend_find(const char *name);
 CN_API const char *cn_backend_name(cn_backend_kind kind);
 CN_API unsigned cn_backend_caps(cn_backend_kind kind);
 CN_API const char *cn_backend_list(void);
+/* The registered backends' names closest to a misspelled one, as cn_suggest_names words them
+ * (", did you mean 'opencl'?", or "" when none is close), written into out (size bytes); returns
+ * out. For front ends refusing an unknown `--backend NAME`. */
+CN_API const char *cn_backend_suggest(const char *name, char *out, size_t size);
 /* The device a backend's routines run on, as one line into out (cap bytes): for the interpreter
  * and generated C "the host: CPU MODEL, N cores, M GiB of memory" (the cores online); for a backend
  * with its own memory, the device it opens for ctx (an error, with its message, when it cannot:

@@ -41,6 +41,11 @@ static cn_backend_kind test_register(void) {
   CHECK_INT(cn_backend_find("counting"), 4);
   CHECK_STR(cn_backend_name(kind), "counting");
   CHECK_STR(cn_backend_list(), "interp, c, opencl, cuda, counting");
+  char hint[128];
+  CHECK_STR(cn_backend_suggest("countng", hint, sizeof hint), ", did you mean 'counting'?");
+  CHECK_STR(cn_backend_suggest("opencll", hint, sizeof hint), ", did you mean 'opencl'?");
+  CHECK_STR(cn_backend_suggest("vulkan", hint, sizeof hint), "");
+  CHECK_STR(cn_backend_suggest("cudaa", hint, 8), ", did y");
   CHECK_INT(cn_backend_caps(kind), CN_BACKEND_DEVICE_MEMORY);
   CHECK(!(cn_backend_caps(kind) & CN_BACKEND_TUNABLE));
 

@@ -243,12 +243,9 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
 
 /* "unknown backend 'NAME'", the closest registered names suggested; a usage error. */
 static int unknown_backend(const char *prefix, const char *name) {
-  const char *names[16];
   char hint[400];
-  int n = cn_backend_count() < 16 ? cn_backend_count() : 16;
-  for (int k = 0; k < n; k++) names[k] = cn_backend_name((cn_backend_kind)k);
   return usage_error("%sunknown backend '%s'%s (known: %s)", prefix, name,
-                     cn_suggest_names(name, n, names, hint, sizeof hint), cn_backend_list());
+                     cn_backend_suggest(name, hint, sizeof hint), cn_backend_list());
 }
 
 /* Reads `--backend NAME` (a registered backend) or `--emit asgn|loops|c` at argv[*i]: 1 when it is

@@ -103,6 +103,14 @@ const char *cn_backend_list(void) {
   return text;
 }
 
+const char *cn_backend_suggest(const char *name, char *out, size_t size) {
+  cn_suggest s;
+  cn_suggest_init(&s, name ? name : "");
+  cn_suggest_consider_list(&s, cn_backend_list());
+  if (size > 0) snprintf(out, size, "%s", cn_suggest_text(&s));
+  return out;
+}
+
 cn_status cn_backend_device(cn_ctx *ctx, cn_backend_kind kind, char *out, size_t cap) {
   const cn_backend *b = cn_backend_get(kind);
   if (!b) return cn_fail(ctx, CN_ERR_INVALID, "unknown backend kind %d", (int)kind);
