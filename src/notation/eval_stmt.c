@@ -214,7 +214,7 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
   nt_progress progress;
   if (it->u.for_.progress)
     nt_progress_start(I, &progress, it, hi >= lo ? (hi - lo + 1) / stride : 0, st->tensor,
-                      batch_size);
+                      batch_size * stride); /* a step: `stride` minibatches */
   int slot = bind_loop(I, sym, lo, hi);
   bool ok = true;
   for (int64_t i = lo; ok && i <= hi; i += stride) {
