@@ -226,6 +226,11 @@ static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
       ok = dp_elaborate(I, it, body, st, sym);
     else if (first)
       ok = compile_ahead(I, it, body);
+    if (ok && stride > 1 && it->u.for_.progress && i == lo) {
+      nt_item_state *pair = state_of(I, &it->u.for_.items[st->dp_at], NULL);
+      ok = pair != NULL;
+      if (ok && pair->tensor == st->tensor) progress.loss_slots = stride; /* the slots' sum */
+    }
     for (int k = 0; ok && k < it->u.for_.n_items; k++) {
       if (stride > 1 && k == st->dp_at) {
         ok = dp_step(I, it, st, sym, i);
