@@ -12,6 +12,7 @@
 #include "check.h"
 
 #include "cannl.h"
+#include "notation/notation.h"
 #include "tensor/tensor.h"
 
 #include <math.h>
@@ -23,11 +24,17 @@ enum { POINTS = 840, PARAMS = 5, MAX_CELLS = 256, EPOCHS = 2 };
 
 static const char *const param_label[PARAMS] = {"w1", "b1", "w2", "b2", "w3"};
 
-/* The script: minibatches of `batch` points, the loss their mean (divided by `batch`); with
- * `devices` > 0 its inner loop carries `~devices:devices`. */
-static void moons_script(char *out, size_t cap, int batch, int devices) {
-  char option[32] = "";
+static const char *const sgd_line = "sgd loss ~learning_rate:0.1 ~weight_decay:0.0001",
+                         *adam_line = "adam loss ~learning_rate:0.01 ~weight_decay:0.0001";
+
+/* The script: minibatches of `batch` points, the loss their mean (divided by `batch`), updated by
+ * `update`; with `devices` > 0 its inner loop carries `~devices:devices`, with `progress` it shows
+ * the loss. */
+static void moons_script_with(char *out, size_t cap, int batch, int devices, const char *update,
+                              bool progress) {
+  char option[80] = "";
   if (devices > 0) snprintf(option, sizeof option, " ~devices:%d", devices);
+  if (progress) strcat(option, " progress ~loss:loss");
   snprintf(out, cap,
            "let (moons, moons_classes) = half_moons ~n:%d ~noise:0.1 ~seed:1 ~batch_size:%d\n"
            "let batch_n = static_index %d\n"
@@ -44,11 +51,15 @@ static void moons_script(char *out, size_t cap, int batch, int devices) {
            "  run restart\n"
            "  for batch_n = 0 to %d%s do\n"
            "    backprop loss\n"
-           "    sgd loss ~learning_rate:0.1 ~weight_decay:0.0001\n"
+           "    %s\n"
            "    run accumulate\n"
            "  done\n"
            "done\n",
-           POINTS, batch, POINTS / batch, batch, EPOCHS - 1, POINTS / batch - 1, option);
+           POINTS, batch, POINTS / batch, batch, EPOCHS - 1, POINTS / batch - 1, option, update);
+}
+
+static void moons_script(char *out, size_t cap, int batch, int devices) {
+  moons_script_with(out, cap, batch, devices, sgd_line, false);
 }
 
 typedef struct {
@@ -144,6 +155,67 @@ static void test_against_one_device(int devices) {
             "batches of 10 and of the global batch train alike: the comparison proves nothing");
 }
 
+/* Adam's state (moments, step counts) is each device's, updated alike from the averaged
+ * gradients: as one device with the global batch. */
+static void test_adam(void) {
+  static char text[4096];
+  moons_script_with(text, sizeof text, 10, 2, adam_line, false);
+  if (!train(text, 2, &runs[0])) return;
+  moons_script_with(text, sizeof text, 20, 0, adam_line, false);
+  if (!train(text, 1, &runs[1])) return;
+  double rel = max_rel_diff(&runs[0], &runs[1]);
+  printf("adam, 2 devices against one device: largest relative difference %.3g\n", rel);
+  CHECK_MSG(rel < 1e-4, "adam: relative difference %g from one device", rel);
+}
+
+/* The last JSON progress line's loss of the script's run. */
+static double last_progress_loss(const char *text) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = cn_graph_create(ctx);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = CN_BACKEND_C, .json = true, .out = out};
+  cn_status st = cn_notation_run(g, "dp.cnl", text, &opts);
+  fclose(out);
+  CHECK_MSG(st == CN_OK, "%s", cn_ctx_error(ctx));
+  double loss = NAN;
+  for (const char *p = buf; p && (p = strstr(p, "\"loss\": ")); p++)
+    loss = strtod(p + strlen("\"loss\": "), NULL);
+  free(buf);
+  cn_ctx_destroy(ctx);
+  return loss;
+}
+
+/* progress shows a data-parallel step's loss as the mean of its slots' (the loss holds their
+ * sum): the one-device loss of the same global batch. */
+static void test_progress(void) {
+  static char text[4096];
+  moons_script_with(text, sizeof text, 10, 2, sgd_line, true);
+  double dp = last_progress_loss(text);
+  moons_script_with(text, sizeof text, 20, 0, sgd_line, true);
+  double one = last_progress_loss(text);
+  CHECK_MSG(isfinite(one) && fabs(dp - one) <= 1e-4 * fabs(one), "progress shows %.9g, not %.9g",
+            dp, one);
+}
+
+/* ~devices prints back as written; `to f x ~devices:2` applies f to x alone. */
+static void test_round_trip(void) {
+  const char *script = "for b = 0 to f x ~devices:(n + 1) progress ~loss:l do\n"
+                       "  backprop l\n"
+                       "  sgd l ~learning_rate:0.1\n"
+                       "done\n";
+  cn_ctx *ctx = cn_ctx_create();
+  cn_nt_program *prog = cn_nt_parse_program(ctx, "t.cnl", script);
+  CHECK_MSG(prog != NULL, "%s", cn_ctx_error(ctx));
+  cn_sbuf printed = {0};
+  if (prog) cn_nt_print_program(&printed, prog);
+  CHECK_STR(printed.data ? printed.data : "", script);
+  CHECK(prog && prog->items[0].u.for_.to->kind == CN_NT_APPLY);
+  cn_sbuf_free(&printed);
+  cn_ctx_destroy(ctx);
+}
+
 /* ~devices:1 is the ordinary loop: the same bits as the script without the option. */
 static void test_one_device(void) {
   static char text[4096];
@@ -205,6 +277,9 @@ int main(void) {
   test_against_one_device(2);
   test_against_one_device(3);
   test_one_device();
+  test_adam();
+  test_progress();
+  test_round_trip();
   test_refusals();
   CHECK_DONE();
 }
