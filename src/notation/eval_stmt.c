@@ -8,7 +8,8 @@
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
  * execution only binds the enclosing loops' indices and runs the compiled routine again; the
  * backprop / sgd / adam / run statements a loop body starts with are elaborated together at the
- * loop's first iteration and their routines compiled at once (compile_ahead).
+ * loop's first iteration and their routines compiled at once (compile_ahead). A data-parallel
+ * loop (`~devices:N`) runs its backprop and optimizer as one cn_dp step on N CPU devices (dp_*).
  * Statements materialize the graph before building code, so that a shape conflict found only
  * when shapes are closed is reported at the expression that introduced it (nt_materialize).
  *
