@@ -10,6 +10,7 @@
  *     accumulated loss is `devices` times the one-device script's;
  * and the forms that cannot work are refused with their position in the script. */
 #include "check.h"
+#include "notation_check.h"
 
 #include "cannl.h"
 #include "notation/notation.h"
@@ -226,7 +227,8 @@ static void test_one_device(void) {
   CHECK(same_bits(&runs[0], &runs[1]));
 }
 
-/* The script of moons_script(10, 2) with `from` replaced by `to`; its run's message. */
+/* The script of moons_script(10, 2) with `from` replaced by `to`: its run (run_error, the
+ * interpreter, named seed.cnl) stops with `message`. */
 static void refused(const char *from, const char *to, const char *message) {
   static char text[4096], edited[4096];
   moons_script(text, sizeof text, 10, 2);
@@ -234,42 +236,36 @@ static void refused(const char *from, const char *to, const char *message) {
   CHECK_MSG(at != NULL, "the script has no '%s'", from);
   if (!at) return;
   snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
-  cn_ctx *ctx = cn_ctx_create();
-  cn_graph *g = cn_graph_create(ctx);
-  FILE *sink = fopen("/dev/null", "w");
-  cn_notation_options opts = {.backend = CN_BACKEND_C, .out = sink};
-  CHECK(cn_notation_run(g, "dp.cnl", edited, &opts) != CN_OK);
-  fclose(sink);
-  CHECK_HAS(cn_ctx_error(ctx), message);
-  cn_ctx_destroy(ctx);
+  CHECK_HAS(run_error(edited), message);
 }
 
 static void test_refusals(void) {
   refused("~devices:2", "~devices:5",
-          "dp.cnl:14:34: ~devices: the loop's 84 values of 'batch_n' do not divide among 5 slots "
+          "seed.cnl:14:34: ~devices: the loop's 84 values of 'batch_n' do not divide among 5 slots "
           "(5 devices x 1 process), which take 5 consecutive values at each step");
   refused("~devices:2", "~devices:0",
-          "dp.cnl:14:34: ~devices is a count of CPU devices in [1, "
+          "seed.cnl:14:34: ~devices is a count of CPU devices in [1, "
           "64], not 0");
-  refused("~devices:2", "~device:2", "dp.cnl:14:25: unknown for argument '~device'");
+  refused("~devices:2", "~device:2", "seed.cnl:14:25: unknown for argument '~device'");
   refused("    backprop loss\n", "",
-          "dp.cnl:15:5: in a data-parallel loop (~devices) sgd directly follows the backprop of "
+          "seed.cnl:15:5: in a data-parallel loop (~devices) sgd directly follows the backprop of "
           "its loss");
   refused("    backprop loss\n    sgd loss ~learning_rate:0.1 ~weight_decay:0.0001\n", "",
-          "dp.cnl:14:34: a data-parallel loop (~devices) needs a backprop statement followed by "
+          "seed.cnl:14:34: a data-parallel loop (~devices) needs a backprop statement followed by "
           "sgd or adam in its body");
   refused("    sgd loss", "    run accumulate\n    sgd loss",
-          "dp.cnl:15:5: in a data-parallel loop (~devices) backprop is directly followed by the "
+          "seed.cnl:15:5: in a data-parallel loop (~devices) backprop is directly followed by the "
           "sgd or adam statement of the same loss");
-  refused("    run accumulate\n", "    if true then backprop loss end\n",
-          "dp.cnl:17:18: a data-parallel loop (~devices) trains in its own body, not in a loop or "
-          "an if inside it");
+  refused(
+      "    run accumulate\n", "    if true then backprop loss end\n",
+      "seed.cnl:17:18: a data-parallel loop (~devices) trains in its own body, not in a loop or "
+      "an if inside it");
   refused("    sgd loss ~learning_rate", "    sgd epoch_loss ~learning_rate",
           "the update is of the loss backprop computes ('loss'), not of 'epoch_loss_loss'");
   /* a loop over another index: every device would read the same minibatch */
   refused("  for batch_n = 0 to 83 ~devices:2 do\n",
           "  for k = 0 to 83 ~devices:2 do\n  for batch_n = 0 to 0 do run restart done\n",
-          "dp.cnl:14:28: ~devices: the loss 'loss' does not read the loop's index 'k', so every "
+          "seed.cnl:14:28: ~devices: the loss 'loss' does not read the loop's index 'k', so every "
           "device would train on the same data");
 }
 
