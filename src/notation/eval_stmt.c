@@ -465,9 +465,7 @@ static bool dp_setup(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_
 static cn_routine *dp_compile(nt_interp *I, const cn_asgn *main, cn_nt_pos at) {
   char name[32];
   snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-  cn_routine *r = cn_routine_compile(I->ctx, main, I->opts.backend, name);
-  if (!r) nt_fail_here(I, at);
-  return r;
+  return nt_compile_emit(I, main, name, false, at);
 }
 
 static bool dp_elaborate(nt_interp *I, const cn_nt_item *it, nt_env *body, nt_item_state *st,
