@@ -7,8 +7,14 @@
  *     step's global batch (20 or 30 points, the loss divided by it): device d takes minibatch
  *     i + d, the gradients are averaged, so both take the same steps up to the grouping of sums;
  *   - leaves in the loss, after each step, the sum of the devices' losses: the epoch's
- *     accumulated loss is `devices` times the one-device script's;
- * and the forms that cannot work are refused with their position in the script. */
+ *     accumulated loss is `devices` times the one-device script's, and progress shows it divided
+ *     by the devices;
+ * the same with Adam (each device's state); `~devices:1` is the plain loop, bit for bit; the
+ * option prints back as written; the forms that cannot work are refused with their position in
+ * the script; cn_dp_bind_device (the per-device index under the notation's form) refuses a device
+ * out of range, a symbol the gradient does not read, and a step with a device's value missing. */
+#include "../demo/moons.h"
+
 #include "check.h"
 #include "notation_check.h"
 
@@ -269,6 +275,30 @@ static void test_refusals(void) {
           "device would train on the same data");
 }
 
+/* cn_dp_bind_device's refusals, on the C API moons model on 2 devices: a device not among dp's, a
+ * symbol the gradient routine does not read, and a step before every device has its value. */
+static void test_bind_device(void) {
+  const moons_config cfg = {1, MOONS_SEED, CN_BACKEND_C, 2, 10};
+  moons m;
+  cn_status st = moons_build(&m, &cfg);
+  CHECK_MSG(st == CN_OK && m.dp, "%s", cn_ctx_error(m.ctx));
+  if (st == CN_OK && m.dp) {
+    CHECK_INT(cn_dp_bind_device(m.dp, m.batch_n, 2, 0), CN_ERR_INVALID);
+    CHECK_STR(cn_ctx_error(m.ctx), "cn_dp_bind_device: device 2, not in [0, 2)");
+    cn_symbol other = cn_symbol_create(m.ctx, "other", 4);
+    CHECK_INT(cn_dp_bind_device(m.dp, other, 0, 0), CN_ERR_INVALID);
+    CHECK_HAS(cn_ctx_error(m.ctx), "does not read symbol 'other'");
+    CHECK_INT(cn_dp_bind(m.dp, m.step_n, 0), CN_OK);
+    CHECK_INT(cn_dp_bind_device(m.dp, m.batch_n, 0, 1), CN_OK);
+    CHECK_INT(cn_dp_step(m.dp), CN_ERR_INVALID);
+    CHECK_STR(cn_ctx_error(m.ctx),
+              "cn_dp_step: symbol 'batch_n' is bound per device but not on device 1");
+    CHECK_INT(cn_dp_bind_device(m.dp, m.batch_n, 1, 2), CN_OK);
+    CHECK_INT(cn_dp_step(m.dp), CN_OK);
+  }
+  moons_destroy(&m);
+}
+
 int main(void) {
   test_against_one_device(2);
   test_against_one_device(3);
@@ -276,6 +306,7 @@ int main(void) {
   test_adam();
   test_progress();
   test_round_trip();
+  test_bind_device();
   test_refusals();
   CHECK_DONE();
 }
