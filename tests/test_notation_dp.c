@@ -245,6 +245,35 @@ static void refused(const char *from, const char *to, const char *message) {
   CHECK_HAS(run_error(edited), message);
 }
 
+/* A backend with its own memory is refused at the option, before it compiles anything (so
+ * without its device too). */
+static void test_device_backends(void) {
+  static char text[4096], edited[4096];
+  moons_script(text, sizeof text, 10, 2);
+  const char *restart = strstr(text, "  run restart\n");
+  CHECK(restart != NULL);
+  if (!restart) return;
+  snprintf(edited, sizeof edited, "%.*s%s", (int)(restart - text), text,
+           restart + strlen("  run restart\n"));
+  static const char *const names[] = {"opencl", "cuda"};
+  for (int k = 0; k < 2; k++) {
+    int backend = cn_backend_find(names[k]);
+    CHECK_MSG(backend >= 0, "no backend '%s' registered", names[k]);
+    if (backend < 0) continue;
+    cn_ctx *ctx = cn_ctx_create();
+    cn_graph *g = cn_graph_create(ctx);
+    cn_notation_options opts = {.backend = (cn_backend_kind)backend};
+    CHECK(cn_notation_run(g, "dp.cnl", edited, &opts) != CN_OK);
+    char message[200];
+    snprintf(message, sizeof message,
+             "dp.cnl:13:34: ~devices: a data-parallel loop runs on CPU devices with a host "
+             "backend (interp or c), not '%s'",
+             names[k]);
+    CHECK_HAS(cn_ctx_error(ctx), message);
+    cn_ctx_destroy(ctx);
+  }
+}
+
 static void test_refusals(void) {
   refused("~devices:2", "~devices:5",
           "seed.cnl:14:34: ~devices: the loop's 84 values of 'batch_n' do not divide among 5 slots "
@@ -308,5 +337,6 @@ int main(void) {
   test_round_trip();
   test_bind_device();
   test_refusals();
+  test_device_backends();
   CHECK_DONE();
 }
