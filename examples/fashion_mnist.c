@@ -8,7 +8,7 @@
  *                         [--train N]
  *                         [--test N] [--seed N] [--checkpoint FILE] [--resume] [--svg FILE]
  *                         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR]
- *                         [--backend NAME] [--interp]
+ *                         [--backend NAME] [--interp] [--devices N]
  *
  * Defaults: mlp, 5 epochs, batch 100, learning rate 2e-3 decaying linearly to --lr / 20 (1e-4)
  * over all steps, all 60 000 / 10 000 examples,
@@ -164,7 +164,7 @@ static const char usage_text[] =
     "         [--final-lr X] [--train N] [--test N] [--seed N] [--checkpoint FILE] "
     "[--resume] [--svg FILE]\n"
     "         [--export NAME] [--export-dir DIR] [--data DIR] [--out DIR] [--backend NAME]\n"
-    "         [--interp] [--help]\n"
+    "         [--interp] [--devices N] [--help]\n"
     "\n"
     "Trains an MLP 784-128-10 (--model mlp, the default) or a LeNet-style convnet on\n"
     "Fashion-MNIST with Adam, printing each epoch's training loss and test accuracy.\n"
@@ -186,14 +186,16 @@ static const char usage_text[] =
     "  --data DIR        the data set's directory (default " FASHION_DATA_DIR ")\n"
     "  --backend NAME    the backend to run on: c, interp, opencl, ... (default the option\n"
     "                    backend: $CANNL_BACKEND, else c)\n"
-    "  --interp          the same as --backend interp: the reference interpreter\n";
+    "  --interp          the same as --backend interp: the reference interpreter\n"
+    "  --devices N       data parallel on N CPU devices of that backend, each batch\n"
+    "                    split among them (N divides --batch; default 1)\n";
 
 /* The options: first those that take a value, then the others (for messages and suggestions). */
 static const char *const option_names[] = {
-    "--model", "--epochs", "--batch",      "--lr",     "--final-lr", "--train",
-    "--test",  "--seed",   "--checkpoint", "--svg",    "--export",   "--export-dir",
-    "--data",  "--out",    "--backend",    "--resume", "--interp",   "--help"};
-enum { N_VALUE_OPTIONS = 15, N_OPTIONS = 18 };
+    "--model",   "--epochs",     "--batch",  "--lr",     "--final-lr",   "--train", "--test",
+    "--seed",    "--checkpoint", "--svg",    "--export", "--export-dir", "--data",  "--out",
+    "--backend", "--devices",    "--resume", "--interp", "--help"};
+enum { N_VALUE_OPTIONS = 16, N_OPTIONS = 19 };
 
 static bool parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
@@ -275,6 +277,8 @@ static int parse_options(int argc, char **argv, options *o) {
       o->out = v;
     else if (strcmp(a, "--backend") == 0) {
       if (!demo_backend_parse(v, &o->cfg.backend)) return -1;
+    } else if (strcmp(a, "--devices") == 0) {
+      if (!demo_devices_parse(v, &o->cfg.devices)) return -1;
     } else {
       fprintf(stderr, "bad value for %s: '%s'\n", a, v);
       return -1;

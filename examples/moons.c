@@ -6,7 +6,9 @@
  * boundary, and writes an SVG of the points with the boundary (argv[1], default moons.svg next to
  * the program). Options: --seed=N (the data generator's seed), --backend NAME (a registered
  * backend: c, interp, opencl, ...; default the option "backend": $CANNL_BACKEND, else generated
- * C), --interp (the same as --backend interp: the reference interpreter). Exits 1 if anything fails
+ * C), --interp (the same as --backend interp: the reference interpreter), --devices N (data
+ * parallel on N CPU devices, each batch split among them: N divides the batch), --batch N (the
+ * batch, default 10; the first (800 / N) * N points). Exits 1 if anything fails
  * or the run misses the goal (final epoch loss < 0.1, training accuracy >= 98%), 2 on a bad command
  * line.
  *
@@ -54,14 +56,14 @@ static double now_seconds(void) {
 }
 
 typedef struct {
-  int epochs;
+  int epochs, steps; /* steps per epoch */
   bool tty;
 } progress_state;
 
 /* A bar redrawn in place on a terminal; a line every 10 epochs otherwise. */
 static void show_progress(void *user, int epoch, int step_in_epoch, double running_loss) {
   const progress_state *p = user;
-  bool epoch_done = step_in_epoch == MOONS_BATCHES;
+  bool epoch_done = step_in_epoch == p->steps;
   if (!p->tty) {
     if (epoch_done && ((epoch + 1) % 10 == 0 || epoch + 1 == p->epochs))
       printf("epoch %3d/%d  loss %.5f\n", epoch + 1, p->epochs, running_loss);
@@ -69,7 +71,7 @@ static void show_progress(void *user, int epoch, int step_in_epoch, double runni
   }
   if (step_in_epoch % 8 != 0) return;
   enum { WIDTH = 40 };
-  double done = (epoch + (double)step_in_epoch / MOONS_BATCHES) / p->epochs;
+  double done = (epoch + (double)step_in_epoch / p->steps) / p->epochs;
   int filled = (int)(done * WIDTH + 0.5);
   char bar[WIDTH + 1];
   for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
@@ -239,11 +241,14 @@ static char *default_svg_path(const char *argv0) {
 }
 
 static int usage(const char *argv0) {
-  fprintf(stderr, "usage: %s [--seed=N] [--backend NAME] [--interp] [out.svg]\n", argv0);
+  fprintf(stderr,
+          "usage: %s [--seed=N] [--backend NAME] [--interp] [--devices N] [--batch N] [out.svg]\n",
+          argv0);
   return 2;
 }
 
-/* --seed=N, --backend NAME, --interp and the SVG path; false on anything else. */
+/* --seed=N, --backend NAME, --interp, --devices N, --batch N and the SVG path; false on anything
+ * else. */
 static bool parse_args(int argc, char **argv, moons_config *cfg, const char **svg_arg) {
   for (int i = 1; i < argc; i++) {
     char *end;
@@ -254,6 +259,13 @@ static bool parse_args(int argc, char **argv, moons_config *cfg, const char **sv
       cfg->backend = CN_BACKEND_INTERP;
     } else if (strcmp(argv[i], "--backend") == 0) {
       if (i + 1 == argc || !demo_backend_parse(argv[++i], &cfg->backend)) return false;
+    } else if (strcmp(argv[i], "--devices") == 0) {
+      if (i + 1 == argc || !demo_devices_parse(argv[++i], &cfg->devices)) return false;
+    } else if (strcmp(argv[i], "--batch") == 0) {
+      if (i + 1 == argc) return false;
+      long batch = strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end || batch < 1 || batch > MOONS_POINTS) return false;
+      cfg->batch = (int)batch;
     } else if (argv[i][0] == '-' || *svg_arg) {
       return false;
     } else {
@@ -297,10 +309,15 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *backend = demo_backend_label(cfg.backend);
+  char devices_note[64] = "";
+  if (cfg.devices > 1)
+    snprintf(devices_note, sizeof devices_note, ", data parallel on %d CPU devices", cfg.devices);
   printf("cannl half moons: %d points (noise %.1f, seed %llu), MLP 2-%d-%d-1 with relu, hinge "
-         "loss, batch %d, SGD (weight decay %g, learning rate %.1f -> %.1f) for %d epochs on %s\n",
+         "loss, batch %d, SGD (weight decay %g, learning rate %.1f -> %.1f) for %d epochs on %s"
+         "%s\n",
          MOONS_POINTS, MOONS_NOISE, (unsigned long long)cfg.seed, MOONS_HIDDEN, MOONS_HIDDEN,
-         MOONS_BATCH, MOONS_WEIGHT_DECAY, MOONS_LR_START, MOONS_LR_END, cfg.epochs, backend);
+         cfg.batch, MOONS_WEIGHT_DECAY, MOONS_LR_START, MOONS_LR_END, cfg.epochs, backend,
+         devices_note);
   double t0 = now_seconds();
   cn_status st = moons_build(m, &cfg);
   double t1 = now_seconds();
@@ -308,9 +325,8 @@ int main(int argc, char **argv) {
     printf("parameters: w1 %s, b1 %s, w2 %s, b2 %s, w3 %s (batch|input->output)\n",
            cn_tensor_shape(m->w1), cn_tensor_shape(m->b1), cn_tensor_shape(m->w2),
            cn_tensor_shape(m->b2), cn_tensor_shape(m->w3));
-    printf("built and compiled in %.2f s; training %d steps\n", t1 - t0,
-           cfg.epochs * MOONS_BATCHES);
-    progress_state progress = {cfg.epochs, isatty(STDOUT_FILENO) != 0};
+    printf("built and compiled in %.2f s; training %d steps\n", t1 - t0, cfg.epochs * m->batches);
+    progress_state progress = {cfg.epochs, m->batches, isatty(STDOUT_FILENO) != 0};
     st = moons_train(m, epoch_loss, show_progress, &progress);
   }
   double t2 = now_seconds();
@@ -323,7 +339,7 @@ int main(int argc, char **argv) {
   if (st == CN_OK) {
     double accuracy = moons_accuracy(m, f), final_loss = epoch_loss[cfg.epochs - 1];
     printf("trained in %.2f s (%.1f us per step)\n", t2 - t1,
-           (t2 - t1) * 1e6 / (cfg.epochs * MOONS_BATCHES));
+           (t2 - t1) * 1e6 / (cfg.epochs * m->batches));
     plot_losses(epoch_loss, cfg.epochs);
     printf("\nfinal epoch loss %.5f\ntraining accuracy %.2f%% (%d of %d points)\n", final_loss,
            100 * accuracy, (int)lround(accuracy * MOONS_POINTS), MOONS_POINTS);

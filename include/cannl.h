@@ -803,6 +803,10 @@ CN_API cn_asgn *cn_graph_sgd_update(cn_graph *g, cn_tensor *loss, const cn_sgd *
  * per step from all the gradients before any parameter moves, for SGD and Adam alike. max_norm
  * must be positive and finite. */
 CN_API cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm);
+/* p.grad =: factor * p.grad for every differentiable parameter p of loss (a tree to put before an
+ * update, as clip_grad_norm's; the notation's data-parallel loops average the gradients summed
+ * across devices with it). */
+CN_API cn_asgn *cn_graph_scale_grads(cn_graph *g, cn_tensor *loss, double factor);
 /* Adam (Kingma & Ba, bias-corrected) and AdamW (decoupled weight decay): for each parameter p
  * of loss, with p's Adam step counter t (a state scalar of its own, like its moments, so a second
  * update tree of p continues the first while two updates of different parameters count their
@@ -855,6 +859,13 @@ CN_API cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t globa
                              const double *values, size_t count);
 /* Binds a static index on whichever of the two routines reads it (an error when neither does). */
 CN_API cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value);
+/* Binds a static index of the gradient routine on one device: each step runs `grad` on device d
+ * with sym = the value given for d (so each device reads its own minibatch of a data set sliced
+ * by the index, the notation's data-parallel loops), overriding cn_dp_bind's value for `grad`;
+ * `update` keeps cn_dp_bind's. Once a symbol is bound per device, cn_dp_step refuses until every
+ * device has a value. CN_ERR_INVALID when `grad` does not read sym or the device is not one of
+ * dp's. */
+CN_API cn_status cn_dp_bind_device(cn_dp *dp, cn_symbol sym, int device, int64_t value);
 /* One step: `grad` run on every device, the parameters' gradients (and the loss, when
  * materialized, so it becomes the global batch's) all-reduced (cn_allreduce_run: one call, the
  * place where an all-reduce across processes follows), `update` run on every device, then

@@ -5,7 +5,8 @@
  * that compiles alone, and keeps a label holding code in a comment (the injection of issue 27);
  * `export --sampler` is refused for a script without a text corpus (tests/test_names.c builds and
  * runs the sampler of one that has it), and `run` does not take it; export says what it wrote;
- * a printed NaN is said once on stderr; unknown commands and options suggest the closest. */
+ * a printed NaN is said once on stderr; unknown commands and options suggest the closest; the
+ * data-parallel options' refusals (a script's ~devices set by --set, the examples' --devices). */
 #include "check.h"
 
 #include <stdbool.h>
@@ -124,6 +125,29 @@ static void test_fashion_example(char *out, size_t cap) {
   CHECK(access(args, R_OK) == 0);
   snprintf(args, sizeof args, "rm -rf '%s'", dir);
   CHECK_INT(system(args), 0);
+}
+
+/* Data-parallel training from the command line: a script's `~devices:devices` set with --set
+ * (examples/moons.cnl's 80 batches do not divide among 3 devices: refused at the option), and the
+ * examples' --devices N checked against the range of CPU devices. */
+static void test_data_parallel(char *out, size_t cap) {
+  const char *root = getenv("CANNL_SOURCE_DIR"), *cli = getenv("CANNL_CLI");
+  char args[4096], example[1024];
+  snprintf(args, sizeof args, "run '%s/examples/moons.cnl' --set devices=3", root ? root : ".");
+  CHECK_INT(run(args, out, cap), 1);
+  CHECK_HAS(out, "examples/moons.cnl:29:34: ~devices: the loop's 80 values of 'batch_n' do not "
+                 "divide among 3 slots (3 devices x 1 process), which take 3 consecutive values "
+                 "at each step\n");
+  snprintf(example, sizeof example, "%.*s/example_moons",
+           cli && strrchr(cli, '/') ? (int)(strrchr(cli, '/') - cli) : 1, cli ? cli : ".");
+  CHECK_INT(run_program(example, "--devices 0", out, cap), 2);
+  CHECK_HAS(out, "--devices takes a count of CPU devices in [1, 64], not '0'\n");
+  CHECK_HAS(out, "[--devices N] [--batch N]");
+  snprintf(example, sizeof example, "%.*s/example_fashion_mnist",
+           cli && strrchr(cli, '/') ? (int)(strrchr(cli, '/') - cli) : 1, cli ? cli : ".");
+  CHECK_INT(run_program(example, "--devices 65", out, cap), 2);
+  CHECK_STR(out, "--devices takes a count of CPU devices in [1, 64], not '65'\n"
+                 "(try example_fashion_mnist --help)\n");
 }
 
 /* DIR/NAME holding text. */
@@ -435,5 +459,6 @@ int main(void) {
   test_fashion_example(out, sizeof out);
   test_out_dir(out, sizeof out);
   test_devices(out, sizeof out);
+  test_data_parallel(out, sizeof out);
   CHECK_DONE();
 }

@@ -341,6 +341,7 @@ struct cn_nt_item {
       bool progress;         /* `progress` was written before `do` */
       cn_nt_pos progress_pos;
       cn_nt_expr *loss, *batch_size; /* progress's ~loss and ~batch_size, NULL when not given */
+      cn_nt_expr *devices;           /* ~devices:N (a data-parallel loop), NULL when not given */
       int n_items;                   /* the body: statements only (no let, no set_seed) */
       cn_nt_item *items;
     } for_;

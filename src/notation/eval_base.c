@@ -539,6 +539,21 @@ FILE *nt_err(nt_interp *I) {
 
 /* Prints what --emit asks for when a routine is compiled; every routine runs after the data sets
  * are written (nt_begin_datasets). */
+cn_routine *nt_compile_emit(nt_interp *I, const cn_asgn *asgn, const char *name, bool once,
+                            cn_nt_pos at) {
+  cn_routine *r = !asgn ? NULL
+                  : I->opts.emit_c
+                      ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
+                      : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend, name, once);
+  if (!r) return nt_fail_here(I, at), NULL;
+  if (I->opts.emit_asgn)
+    fprintf(nt_out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
+  if (I->opts.emit_loops) fprintf(nt_out(I), "# %s: loops\n%s", name, cn_routine_loops(r));
+  if (I->opts.emit_c && cn_routine_source(r))
+    fprintf(nt_out(I), "# %s: C\n%s", name, cn_routine_source(r));
+  return r;
+}
+
 bool nt_run_asgn_named(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at,
                        const char *reserved) {
   cn_routine *r = cache ? *cache : NULL;
@@ -548,15 +563,7 @@ bool nt_run_asgn_named(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_po
       snprintf(name, sizeof name, "%s", reserved);
     else
       snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
-    if (!asgn || !(r = I->opts.emit_c ? cn_routine_compile(I->ctx, asgn, I->opts.backend, name)
-                                      : cn_routine_compile_tiered(I->ctx, asgn, I->opts.backend,
-                                                                  name, !cache)))
-      return nt_fail_here(I, at), false;
-    if (I->opts.emit_asgn)
-      fprintf(nt_out(I), "# %s: assignments\n%s", name, cn_asgn_to_string(I->ctx, asgn));
-    if (I->opts.emit_loops) fprintf(nt_out(I), "# %s: loops\n%s", name, cn_routine_loops(r));
-    if (I->opts.emit_c && cn_routine_source(r))
-      fprintf(nt_out(I), "# %s: C\n%s", name, cn_routine_source(r));
+    if (!(r = nt_compile_emit(I, asgn, name, !cache, at))) return false;
     if (cache) *cache = r;
   }
   if (!nt_begin_datasets(I, at)) {

@@ -292,6 +292,11 @@ FILE *nt_err(nt_interp *I);
 bool nt_run_asgn_named(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at,
                        const char *reserved);
 bool nt_run_asgn(nt_interp *I, cn_asgn *asgn, cn_routine **cache, cn_nt_pos at);
+/* Compiles asgn into a routine called `name` (--emit=c: with the backend's code kept; else
+ * tiered, `once` for a routine run once) and prints what --emit asks for; NULL with a message at
+ * `at`. */
+cn_routine *nt_compile_emit(nt_interp *I, const cn_asgn *asgn, const char *name, bool once,
+                            cn_nt_pos at);
 /* Whether a tree holds no computation (an empty init). */
 bool nt_asgn_empty(const cn_asgn *a);
 /* Writes epoch (step) e's order into the data set s (false after a message at at). */

@@ -191,6 +191,7 @@ bool nt_progress_step(nt_interp *I, nt_progress *pr, int64_t done) {
   if (pr->tty ? !last && t - pr->last_draw < 0.1 : !last && done < pr->next_line) return true;
   double loss = 0;
   if (pr->loss && !read_loss(I, pr, &loss)) return false;
+  if (pr->loss_slots > 1) loss /= (double)pr->loss_slots;
   if (pr->loss && !isfinite(loss)) {
     char where[48];
     snprintf(where, sizeof where, "(step %lld)", (long long)done);

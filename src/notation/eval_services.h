@@ -14,9 +14,11 @@ typedef struct {
   cn_tensor *loss; /* NULL: no loss shown */
   bool tty;        /* a bar redrawn in place; else plain lines */
   double start, last_draw;
-  double first_end;  /* when the first step ended (the rate counts the steps after it) */
-  int tenth;         /* plain lines: the next line ends this tenth of the steps (1 .. 10) */
-  int64_t next_line; /* at this step count */
+  double first_end;   /* when the first step ended (the rate counts the steps after it) */
+  int tenth;          /* plain lines: the next line ends this tenth of the steps (1 .. 10) */
+  int64_t next_line;  /* at this step count */
+  int64_t loss_slots; /* > 1: the loss is a data-parallel step's sum over its slots, shown as their
+                         mean */
 } nt_progress;
 
 /* ---- eval_out.c ---- */

@@ -8,7 +8,8 @@
  * built, its parameters initialized by a routine of their own, its code compiled), and each later
  * execution only binds the enclosing loops' indices and runs the compiled routine again; the
  * backprop / sgd / adam / run statements a loop body starts with are elaborated together at the
- * loop's first iteration and their routines compiled at once (compile_ahead).
+ * loop's first iteration and their routines compiled at once (compile_ahead). A data-parallel
+ * loop (`~devices:N`) runs its backprop and optimizer as one cn_dp step on N CPU devices (dp_*).
  * Statements materialize the graph before building code, so that a shape conflict found only
  * when shapes are closed is reported at the expression that introduced it (nt_materialize).
  *
@@ -195,25 +196,51 @@ static int bind_loop(nt_interp *I, cn_symbol sym, int64_t lo, int64_t hi) {
   return slot;
 }
 
+static bool dp_setup(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                     int64_t lo, int64_t hi, int64_t *stride);
+static bool dp_elaborate(nt_interp *I, const cn_nt_item *it, nt_env *body, nt_item_state *st,
+                         cn_symbol sym);
+static bool dp_step(nt_interp *I, const cn_nt_item *it, nt_item_state *st, cn_symbol sym,
+                    int64_t i);
+
+/* A data-parallel loop (~devices, on more than one slot) steps by its slot count; its training
+ * pair runs as one cn_dp_step (dp_step), its other statements once per step. */
 static bool run_loop(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st) {
-  int64_t lo, hi, batch_size = 0;
+  int64_t lo, hi, batch_size = 0, stride = 1;
   cn_symbol sym;
   nt_env *body;
   if (!loop_setup(I, it, scope, st, &lo, &hi, &sym, &body)) return false;
+  if (it->u.for_.devices && !dp_setup(I, it, scope, st, lo, hi, &stride)) return false;
   if (it->u.for_.progress && !progress_options(I, it, scope, st, &batch_size)) return false;
   nt_progress progress;
   if (it->u.for_.progress)
-    nt_progress_start(I, &progress, it, hi >= lo ? hi - lo + 1 : 0, st->tensor, batch_size);
+    nt_progress_start(I, &progress, it, hi >= lo ? (hi - lo + 1) / stride : 0, st->tensor,
+                      batch_size * stride); /* a step: `stride` minibatches */
   int slot = bind_loop(I, sym, lo, hi);
   bool ok = true;
-  for (int64_t i = lo; ok && i <= hi; i++) {
+  for (int64_t i = lo; ok && i <= hi; i += stride) {
     cn_arena_marker mark = cn_arena_mark(&I->ctx->arena);
     int states = I->n_states;
     I->bound[slot].value = i;
     bool first = !st->looped && i == lo; /* its first iteration ever: its memory is kept */
-    if (first) ok = compile_ahead(I, it, body);
-    for (int k = 0; ok && k < it->u.for_.n_items; k++) ok = item(I, &it->u.for_.items[k], body);
-    if (ok && it->u.for_.progress) ok = nt_progress_step(I, &progress, i - lo + 1);
+    if (stride > 1 && !st->dp)
+      ok = dp_elaborate(I, it, body, st, sym);
+    else if (first)
+      ok = compile_ahead(I, it, body);
+    if (ok && stride > 1 && it->u.for_.progress && i == lo) {
+      nt_item_state *pair = state_of(I, &it->u.for_.items[st->dp_at], NULL);
+      ok = pair != NULL;
+      if (ok && pair->tensor == st->tensor) progress.loss_slots = stride; /* the slots' sum */
+    }
+    for (int k = 0; ok && k < it->u.for_.n_items; k++) {
+      if (stride > 1 && k == st->dp_at) {
+        ok = dp_step(I, it, st, sym, i);
+        k++; /* the optimizer statement: part of the step */
+        continue;
+      }
+      ok = item(I, &it->u.for_.items[k], body);
+    }
+    if (ok && it->u.for_.progress) ok = nt_progress_step(I, &progress, (i - lo) / stride + 1);
     if (ok && !first && I->n_states == states) cn_arena_reset(&I->ctx->arena, mark);
   }
   I->n_bound--;
@@ -325,6 +352,176 @@ static bool optimizer_item(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt
   cn_asgn *init, *main;
   return optimizer_code(it)(I, it, scope, st, &init, &main) &&
          nt_run_statement(I, st, init, main, at);
+}
+
+/* ---- Data-parallel loops ---------------------------------------------------------------------
+ * for b = A to B ~devices:N do ... done (docs/notation.md, "Data-parallel training"): the body's
+ * one `backprop L` directly followed by `sgd L ...` or `adam L ...` becomes one cn_dp step over
+ * S = N * (MPI processes) slots. Rank r's device d takes b = i + r * N + d at the step that starts
+ * at i, so a step covers S consecutive values of b and the loop advances by S: an epoch sees the
+ * same minibatches as on one device, S at a time. The gradient routine runs on every device with
+ * its own b, the gradients are summed (cn_dp), the update starts with a scale by 1 / S (so it
+ * applies the mean of the slots' gradients: with a loss that is a minibatch's mean, the gradient
+ * of the step's global batch's mean) and reads b = i; the loss the host sees after the step is
+ * the sum of the slots' losses. The other statements of the body run once per step on the host,
+ * b = i, reading device 0's values (cn_dp_step copies them to the host). With S = 1 the loop is
+ * an ordinary one. Elaborated at the loop's first execution with more than one slot (dp_elaborate:
+ * the two statements' code, their parameter init run on the host, the two routines compiled, the
+ * driver created) and kept in the loop's state. */
+
+/* The first backprop, sgd or adam statement among items and the blocks they hold, or NULL. */
+static const cn_nt_item *find_training(const cn_nt_item *items, int n) {
+  for (int k = 0; k < n; k++) {
+    const cn_nt_item *it = &items[k], *inner = NULL;
+    if (optimizer_code(it)) return it;
+    if (it->kind == CN_NT_ITEM_FOR) inner = find_training(it->u.for_.items, it->u.for_.n_items);
+    if (it->kind == CN_NT_ITEM_IF) {
+      inner = find_training(it->u.if_.then_items, it->u.if_.n_then);
+      if (!inner) inner = find_training(it->u.if_.else_items, it->u.if_.n_else);
+    }
+    if (inner) return inner;
+  }
+  return NULL;
+}
+
+/* The position in the body of the loop's one backprop, directly followed by its sgd or adam;
+ * -1 after a message when the body is not of that form. */
+static int dp_pair(nt_interp *I, const cn_nt_item *loop) {
+  const cn_nt_item *items = loop->u.for_.items;
+  const int n = loop->u.for_.n_items;
+  int at = -1;
+  for (int k = 0; k < n; k++) {
+    const cn_nt_item *it = &items[k], *inner;
+    if (it->kind == CN_NT_ITEM_BACKPROP) {
+      if (at >= 0)
+        return nt_fail(I, it->pos, "%s",
+                       "a data-parallel loop (~devices) trains with one backprop statement, and "
+                       "this is a second"),
+               -1;
+      if (k + 1 == n ||
+          (items[k + 1].kind != CN_NT_ITEM_SGD && items[k + 1].kind != CN_NT_ITEM_ADAM))
+        return nt_fail(I, it->pos, "%s",
+                       "in a data-parallel loop (~devices) backprop is directly followed by the "
+                       "sgd or adam statement of the same loss (the step's update)"),
+               -1;
+      at = k++;
+    } else if (optimizer_code(it)) {
+      return nt_fail(I, it->pos,
+                     "in a data-parallel loop (~devices) %s directly follows the "
+                     "backprop of its loss",
+                     it->kind == CN_NT_ITEM_SGD ? "sgd" : "adam"),
+             -1;
+    } else if ((it->kind == CN_NT_ITEM_FOR || it->kind == CN_NT_ITEM_IF) &&
+               (inner = find_training(&items[k], 1))) {
+      return nt_fail(I, inner->pos, "%s",
+                     "a data-parallel loop (~devices) trains in its own body, not in a loop or "
+                     "an if inside it"),
+             -1;
+    }
+  }
+  if (at < 0)
+    nt_fail(I, loop->u.for_.devices->pos, "%s",
+            "a data-parallel loop (~devices) needs a backprop statement followed by sgd or adam "
+            "in its body");
+  return at;
+}
+
+/* ~devices:N evaluated (once), the body's form checked, the step (the slot count) given;
+ * false with a message at the option for a count, backend or trip count that cannot work. */
+static bool dp_setup(nt_interp *I, const cn_nt_item *it, nt_env *scope, nt_item_state *st,
+                     int64_t lo, int64_t hi, int64_t *stride) {
+  const cn_nt_expr *x = it->u.for_.devices;
+  if (!st->dp_devices) {
+    nt_value *v = nt_eval(I, scope, &I->top, x);
+    int64_t n;
+    if (!v || !nt_as_int(I, v, x->pos, &n)) return false;
+    if (n < 1 || n > CN_MAX_DEVICES)
+      return nt_fail(I, x->pos, "~devices is a count of CPU devices in [1, %d], not %lld",
+                     CN_MAX_DEVICES, (long long)n),
+             false;
+    if ((st->dp_at = dp_pair(I, it)) < 0) return false;
+    st->dp_devices = (int)n;
+  }
+  const int ranks = cn_dist_size();
+  const int64_t slots = (int64_t)st->dp_devices * ranks, trips = hi >= lo ? hi - lo + 1 : 0;
+  if (slots > 1 && (cn_backend_caps(I->opts.backend) & CN_BACKEND_DEVICE_MEMORY))
+    return nt_fail(I, x->pos,
+                   "~devices: a data-parallel loop runs on CPU devices with a host backend (interp "
+                   "or c), not '%s'",
+                   cn_backend_name(I->opts.backend)),
+           false;
+  if (trips % slots != 0)
+    return nt_fail(I, x->pos,
+                   "~devices: the loop's %lld values of '%s' do not divide among %lld slots (%d "
+                   "device%s x %d process%s), which take %lld consecutive values at each step",
+                   (long long)trips, it->u.for_.name, (long long)slots, st->dp_devices,
+                   st->dp_devices == 1 ? "" : "s", ranks, ranks == 1 ? "" : "es", (long long)slots),
+           false;
+  *stride = slots;
+  return true;
+}
+
+/* A routine compiled for one of the pair's statements, named as its own run would name it. */
+static cn_routine *dp_compile(nt_interp *I, const cn_asgn *main, cn_nt_pos at) {
+  char name[32];
+  snprintf(name, sizeof name, "cnl_%d", ++I->n_routines);
+  return nt_compile_emit(I, main, name, false, at);
+}
+
+static bool dp_elaborate(nt_interp *I, const cn_nt_item *it, nt_env *body, nt_item_state *st,
+                         cn_symbol sym) {
+  const cn_nt_item *bp = &it->u.for_.items[st->dp_at], *opt = bp + 1;
+  nt_item_state *sb = state_of(I, bp, NULL), *so = state_of(I, opt, NULL);
+  cn_asgn *init, *grad, *opt_init, *update;
+  if (!sb || !so) return false;
+  I->item = bp;
+  if (!backprop_code(I, bp, body, sb, &init, &grad)) return false;
+  I->item = opt;
+  if (!optimizer_code(opt)(I, opt, body, so, &opt_init, &update)) return false;
+  if (sb->tensor != so->tensor)
+    return nt_fail(I, opt->pos,
+                   "in a data-parallel loop (~devices) the update is of the loss backprop "
+                   "computes ('%s'), not of '%s'",
+                   sb->tensor->label, so->tensor->label),
+           false;
+  const int64_t slots = (int64_t)st->dp_devices * cn_dist_size();
+  cn_asgn *mean = cn_graph_scale_grads(I->g, sb->tensor, 1.0 / (double)slots);
+  if (!mean || !(update = cn_asgn_seq(I->ctx, 2, (cn_asgn *[]){mean, update})))
+    return nt_fail_here(I, opt->pos), false;
+  if ((!nt_asgn_empty(init) && !nt_run_asgn(I, init, NULL, bp->pos)) ||
+      (!nt_asgn_empty(opt_init) && !nt_run_asgn(I, opt_init, NULL, opt->pos)))
+    return false;
+  if (!(sb->routine = dp_compile(I, grad, bp->pos)) ||
+      !(so->routine = dp_compile(I, update, opt->pos)))
+    return false;
+  if (!cn_routine_reads(sb->routine, sym))
+    return nt_fail(I, it->u.for_.devices->pos,
+                   "~devices: the loss '%s' does not read the loop's index '%s', so every device "
+                   "would train on the same data: slice the data set by it (x = data @| %s)",
+                   sb->tensor->label, it->u.for_.name, it->u.for_.name),
+           false;
+  st->dp =
+      cn_dp_create(I->g, sb->tensor, sb->routine, so->routine, st->dp_devices, I->opts.backend);
+  return st->dp || (nt_fail_here(I, it->u.for_.devices->pos), false);
+}
+
+/* One step at i: the enclosing loops' indices bound on both routines, the loop's own per device
+ * (i + rank * N + d), the driver's step. */
+static bool dp_step(nt_interp *I, const cn_nt_item *it, nt_item_state *st, cn_symbol sym,
+                    int64_t i) {
+  const cn_nt_item *bp = &it->u.for_.items[st->dp_at];
+  nt_item_state *sb = state_of(I, bp, NULL), *so = state_of(I, bp + 1, NULL);
+  if (!sb || !so || !nt_begin_datasets(I, bp->pos)) return false;
+  cn_status status = CN_OK;
+  for (int j = 0; j < I->n_bound && status == CN_OK; j++)
+    if (cn_routine_reads(sb->routine, I->bound[j].sym) ||
+        cn_routine_reads(so->routine, I->bound[j].sym))
+      status = cn_dp_bind(st->dp, I->bound[j].sym, I->bound[j].value);
+  const int64_t first = i + (int64_t)cn_dist_rank() * st->dp_devices;
+  for (int d = 0; d < st->dp_devices && status == CN_OK; d++)
+    status = cn_dp_bind_device(st->dp, sym, d, first + d);
+  if (status == CN_OK) status = cn_dp_step(st->dp);
+  return status == CN_OK || (nt_fail_here(I, bp->pos), false);
 }
 
 /* print's ~full and ~precision into st (evaluated once, as sgd's options). */
@@ -578,6 +775,8 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
       continue;
     }
     if (it->kind == CN_NT_ITEM_FOR) {
+      if (it->u.for_.devices)
+        return true; /* a data-parallel loop compiles its own (dp_elaborate) */
       int64_t lo, hi;
       cn_symbol sym;
       nt_env *body;

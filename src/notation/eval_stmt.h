@@ -28,6 +28,9 @@ typedef struct nt_item_state {
   struct nt_item_state **args; /* printf: per argument, the state of a tensor argument (NULL
                                   for a host value, evaluated again at each execution) */
   struct nt_plot *plot;        /* plot: its series */
+  int dp_devices;              /* for ~devices: the devices per process (evaluated once), or 0 */
+  int dp_at;                   /* for ~devices: the body's backprop (its optimizer follows) */
+  cn_dp *dp;                   /* for ~devices on more than one slot: the driver, made once */
 } nt_item_state;
 
 /* ---- eval_elab.c ---- */

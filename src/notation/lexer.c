@@ -88,6 +88,7 @@ const char *const cn_nt_adam_labels[] = {
     "learning_rate",       "beta1", "beta2", "eps", "weight_decay", "decoupled", "clip",
     "decay_matrices_only", NULL};
 const char *const cn_nt_epoch_labels[] = {"epoch", NULL};
+const char *const cn_nt_for_labels[] = {"devices", NULL};
 const char *const cn_nt_print_labels[] = {"full", "precision", NULL};
 
 bool cn_nt_stop_label(const char *const *labels, const char *label) {

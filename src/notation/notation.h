@@ -88,6 +88,7 @@ const char *cn_nt_assign_spelling(cn_op accum, bool clear);
 /* The labels of sgd's and adam's options (NULL-terminated): an application written as their
  * loss stops before them (the parser and the printer agree on it). */
 extern const char *const cn_nt_sgd_labels[];
+extern const char *const cn_nt_for_labels[];
 extern const char *const cn_nt_adam_labels[];
 /* The label of shuffle's and checkpoint's ~epoch (NULL-terminated), likewise. */
 extern const char *const cn_nt_epoch_labels[];

@@ -580,7 +580,7 @@ static bool parse_body(parser *p, const cn_nt_item *it, const char *opener, nt_t
   return !p->failed;
 }
 
-/* for NAME = e to e [progress ~loss:e ~batch_size:e] do item* done. */
+/* for NAME = e to e [~devices:e] [progress ~loss:e ~batch_size:e] do item* done. */
 static bool parse_for(parser *p, cn_nt_item *it) {
   if (p->loops == CN_NT_MAX_LOOP_DEPTH) {
     ntp_error(p, it->pos, "for loops nested too deeply (more than %d)", CN_NT_MAX_LOOP_DEPTH);
@@ -602,7 +602,12 @@ static bool parse_for(parser *p, cn_nt_item *it) {
     return false;
   }
   ntp_next(p);
-  if (!(it->u.for_.to = ntp_parse_expr(p))) return false;
+  const char *const *saved = p->stop_labels;
+  p->stop_labels = cn_nt_for_labels; /* `to B ~devices:N`: B's application stops at the label */
+  it->u.for_.to = ntp_parse_expr(p);
+  p->stop_labels = saved;
+  const option devices[] = {{"devices", &it->u.for_.devices}};
+  if (!it->u.for_.to || !parse_options(p, "for", 1, devices)) return false;
   if (ntp_at_kind(p, NT_TK_PROGRESS)) {
     cn_nt_token progress = ntp_next(p);
     it->u.for_.progress = true;

@@ -567,7 +567,10 @@ static void print_item(printer *pr, const cn_nt_item *it, int indent) {
     cn_sbuf_printf(sb, "for %s = ", it->u.for_.name);
     print_expr(pr, it->u.for_.from, LV_EXPR);
     cn_sbuf_puts(sb, " to ");
+    pr->stop = cn_nt_for_labels;
     print_expr(pr, it->u.for_.to, LV_EXPR);
+    pr->stop = NULL;
+    print_option(pr, "devices", it->u.for_.devices);
     if (it->u.for_.progress) {
       cn_sbuf_puts(sb, " progress");
       print_option(pr, "loss", it->u.for_.loss);

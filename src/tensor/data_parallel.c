@@ -23,12 +23,17 @@ struct cn_dp {
   cn_tensor **params;
   cn_node *loss; /* all-reduced with the gradients when materialized, else NULL */
   cn_allreduce *allreduce;
+  int n_binds; /* cn_dp_bind_device: per symbol, the gradient routine's value on each device */
+  cn_symbol *bind_syms;
+  int64_t *bind_values; /* n_binds rows of `devices` values */
   cn_cleanup *cleanup;
 };
 
 static void dp_cleanup(void *arg) {
   cn_dp *dp = arg;
   free(dp->params);
+  free(dp->bind_syms);
+  free(dp->bind_values);
   free(dp);
 }
 
@@ -170,6 +175,50 @@ cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value) {
                          cn_symbol_name(dp->ctx, sym));
 }
 
+/* A device's value of a symbol bound per device before cn_dp_bind_device gave one. */
+#define UNBOUND INT64_MIN
+
+/* Before the gradient routine's run on device d: its per-device bindings. */
+static cn_status bind_device(cn_dp *dp, int d) {
+  cn_status status = CN_OK;
+  for (int row = 0; row < dp->n_binds && status == CN_OK; row++) {
+    int64_t value = dp->bind_values[(size_t)row * (size_t)dp->devices + (size_t)d];
+    status = value == UNBOUND ? cn_fail(dp->ctx, CN_ERR_INVALID,
+                                        "cn_dp_step: symbol '%s' is bound per device but not on "
+                                        "device %d",
+                                        cn_symbol_name(dp->ctx, dp->bind_syms[row]), d)
+                              : cn_routine_bind(dp->grad, dp->bind_syms[row], value);
+  }
+  return status;
+}
+
+cn_status cn_dp_bind_device(cn_dp *dp, cn_symbol sym, int device, int64_t value) {
+  if (!dp) return CN_ERR_INVALID;
+  if (device < 0 || device >= dp->devices)
+    return cn_fail(dp->ctx, CN_ERR_INVALID, "cn_dp_bind_device: device %d, not in [0, %d)", device,
+                   dp->devices);
+  if (!cn_routine_reads(dp->grad, sym))
+    return cn_fail(dp->ctx, CN_ERR_INVALID, "cn_dp_bind_device: '%s' does not read symbol '%s'",
+                   cn_routine_proc(dp->grad)->name, cn_symbol_name(dp->ctx, sym));
+  int row = 0;
+  while (row < dp->n_binds && dp->bind_syms[row] != sym) row++;
+  if (row == dp->n_binds) {
+    cn_symbol *syms = realloc(dp->bind_syms, sizeof *syms * (size_t)(row + 1));
+    if (syms) dp->bind_syms = syms;
+    int64_t *values =
+        syms ? realloc(dp->bind_values, sizeof *values * (size_t)(row + 1) * (size_t)dp->devices)
+             : NULL;
+    if (!values) return cn_fail(dp->ctx, CN_ERR_NOMEM, "out of memory");
+    dp->bind_values = values;
+    dp->bind_syms[row] = sym;
+    dp->n_binds++;
+    for (int d = 0; d < dp->devices; d++)
+      values[(size_t)row * (size_t)dp->devices + (size_t)d] = UNBOUND;
+  }
+  dp->bind_values[(size_t)row * (size_t)dp->devices + (size_t)device] = value;
+  return CN_OK;
+}
+
 cn_status cn_dp_check(cn_dp *dp) {
   if (!dp) return CN_ERR_INVALID;
   cn_status status = CN_OK;
@@ -207,7 +256,10 @@ static cn_status to_host(cn_dp *dp) {
 cn_status cn_dp_step(cn_dp *dp) {
   if (!dp) return CN_ERR_INVALID;
   cn_status status = CN_OK;
-  for (int d = 0; d < dp->devices && status == CN_OK; d++) status = cn_routine_run_on(dp->grad, d);
+  for (int d = 0; d < dp->devices && status == CN_OK; d++) {
+    status = bind_device(dp, d);
+    if (status == CN_OK) status = cn_routine_run_on(dp->grad, d);
+  }
   /* The one merge of the step: the gradients of every device summed (MPI's across ranks would
    * follow it). */
   if (status == CN_OK) status = cn_allreduce_run(dp->allreduce);

@@ -1,7 +1,8 @@
 /* The optimizers' update code and the training state a checkpoint holds: SGD with weight decay,
  * momentum and Nesterov (contraction-is-emergent's SGD producer example), Adam (Kingma & Ba,
  * bias-corrected) and AdamW (decoupled weight decay, Loshchilov & Hutter), global-norm gradient
- * clipping (a tree of its own, run between the gradient and the update), and cn_graph_state.
+ * clipping and gradient scaling (trees of their own, run between the gradient and the update),
+ * and cn_graph_state.
  * An update is a list of pointwise assignments over each parameter's value node (`%cd`-like:
  * `p =- learning_rate * delta`), gathered after materialization for the parameters of the loss.
  *
@@ -152,6 +153,25 @@ cn_asgn *cn_graph_clip_grad_norm(cn_graph *g, cn_tensor *loss, double max_norm) 
     if (params.v[i]->diff) /* p.grad =: scale * p.grad */
       st = update(g, &out, params.v[i]->grad, true, CN_OP_ADD, CN_OP_MUL, 2,
                   (cn_node *[]){scale, params.v[i]->grad});
+  return cn_asgn_list_finish(&out, st);
+}
+
+/* p.grad =: factor * p.grad, the factor a constant of each gradient's precision. */
+cn_asgn *cn_graph_scale_grads(cn_graph *g, cn_tensor *loss, double factor) {
+  cn_asgn_list out = {g->ctx, NULL, 0, 0};
+  cn_tensor_list params = {0};
+  cn_status st = cn_code_begin(g, loss);
+  if (st == CN_OK && !isfinite(factor))
+    st = cn_fail(g->ctx, CN_ERR_INVALID, "scale_grads: factor %g is not finite", factor);
+  if (st == CN_OK) st = cn_collect_params(g, loss, false, &params);
+  g->epoch++;
+  for (int i = 0; i < params.n && st == CN_OK; i++) {
+    cn_node *grad = params.v[i]->grad;
+    if (!params.v[i]->diff) continue;
+    cn_node *c = constant(g, &out, "scale_const", grad->prec, factor);
+    st = c ? update(g, &out, grad, true, CN_OP_ADD, CN_OP_MUL, 2, (cn_node *[]){c, grad})
+           : g->ctx->status;
+  }
   return cn_asgn_list_finish(&out, st);
 }
 
