@@ -215,21 +215,6 @@ static int rank_main(const char *scenario) {
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
-/* Every rank's "rank R hash H" line agrees; the hash into *hash. */
-static bool same_hashes(const char *out, int ranks, char *hash) {
-  int seen = 0;
-  for (const char *line = strstr(out, "rank "); line; line = strstr(line + 1, "rank ")) {
-    int r;
-    char h[17];
-    if (sscanf(line, "rank %d hash %16s", &r, h) != 2) continue;
-    if (seen++ == 0)
-      strcpy(hash, h);
-    else if (strcmp(hash, h) != 0)
-      return false;
-  }
-  return seen == ranks;
-}
-
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--rank") == 0) return rank_main(argv[2]);
   if (!cn_dist_available()) {
@@ -249,8 +234,8 @@ int main(int argc, char **argv) {
       int rc = mpi_launch(argv[0], ranks, "sum", "", out, sizeof out, &seconds);
       char hash[17] = {0};
       CHECK_MSG(rc == 0, "sum, %d ranks: exit %d:\n%s", ranks, rc, out);
-      CHECK_MSG(same_hashes(out, ranks, hash), "sum, %d ranks: the ranks' bits differ:\n%s", ranks,
-                out);
+      CHECK_MSG(mpi_same_hashes(out, ranks, hash), "sum, %d ranks: the ranks' bits differ:\n%s",
+                ranks, out);
       if (!again)
         strcpy(first[ranks], hash);
       else

@@ -82,6 +82,19 @@ static void same_on_devices(cn_tensor *const *params, int n, int devices) {
   }
 }
 
+/* After training: every device holds the host's bits, the state's hash printed ("rank R hash
+ * H"), the state written to DIR/NAME.safetensors by rank 0 (cn_dp_save). */
+static void report_state(cn_graph *g, cn_tensor *loss, cn_dp *dp, cn_tensor *const *params,
+                         int n_params, int devices, const char *dir, const char *name) {
+  same_on_devices(params, n_params, devices);
+  uint64_t hash;
+  state_values(g, loss, NULL, 0, &hash);
+  printf("rank %d hash %016llx\n", rank_, (unsigned long long)hash);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+  CHECK_MSG(cn_dp_save(dp, path) == CN_OK, "rank %d: %s", rank_, cn_ctx_error(cn_graph_ctx(g)));
+}
+
 static void rank_moons(int devices, const char *dir) {
   const moons_config cfg = {1, MOONS_SEED, CN_BACKEND_C, devices, MOONS_GLOBAL};
   moons m;
@@ -94,13 +107,7 @@ static void rank_moons(int devices, const char *dir) {
   }
   if (st == CN_OK) {
     cn_tensor *params[5] = {m.w1, m.b1, m.w2, m.b2, m.w3};
-    same_on_devices(params, 5, devices);
-    uint64_t hash;
-    state_values(m.g, m.loss, NULL, 0, &hash);
-    printf("rank %d hash %016llx\n", rank_, (unsigned long long)hash);
-    char path[512];
-    snprintf(path, sizeof path, "%s/moons.safetensors", dir);
-    CHECK_MSG(cn_dp_save(m.dp, path) == CN_OK, "rank %d: %s", rank_, cn_ctx_error(m.ctx));
+    report_state(m.g, m.loss, m.dp, params, 5, devices, dir, "moons");
   }
   moons_destroy(&m);
 }
@@ -112,13 +119,7 @@ static void rank_fashion(int devices, const char *dir) {
   bool ok = fashion_build(&f, &cfg) == CN_OK && fashion_train_epoch(&f, NULL, NULL) == CN_OK;
   CHECK_MSG(ok && f.dp, "rank %d: %s", rank_, fashion_error(&f));
   if (ok) {
-    same_on_devices(f.params, f.n_params, devices);
-    uint64_t hash;
-    state_values(f.g, f.loss, NULL, 0, &hash);
-    printf("rank %d hash %016llx\n", rank_, (unsigned long long)hash);
-    char path[512];
-    snprintf(path, sizeof path, "%s/fashion.safetensors", dir);
-    CHECK_MSG(cn_dp_save(f.dp, path) == CN_OK, "rank %d: %s", rank_, cn_ctx_error(f.ctx));
+    report_state(f.g, f.loss, f.dp, f.params, f.n_params, devices, dir, "fashion");
   }
   fashion_destroy(&f);
 }
@@ -220,21 +221,6 @@ static int rank_main(const char *scenario, int devices, const char *dir) {
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
-/* Every rank's "rank R hash H" line agrees; the hash into hash. */
-static bool same_hashes(const char *out, int ranks, char *hash) {
-  int seen = 0;
-  for (const char *line = strstr(out, "rank "); line; line = strstr(line + 1, "rank ")) {
-    int r;
-    char h[17];
-    if (sscanf(line, "rank %d hash %16s", &r, h) != 2) continue;
-    if (seen++ == 0)
-      strcpy(hash, h);
-    else if (strcmp(hash, h) != 0)
-      return false;
-  }
-  return seen == ranks;
-}
-
 /* The job's ranks agree with each other; its hash into hash (NULL: not kept). */
 static bool job(const char *self, int ranks, const char *scenario, char *hash) {
   static char out[1 << 16];
@@ -243,7 +229,7 @@ static bool job(const char *self, int ranks, const char *scenario, char *hash) {
   int rc = mpi_launch(self, ranks, scenario, "", out, sizeof out, &seconds);
   printf("%d ranks, %s: exit %d after %.1f s\n", ranks, scenario, rc, seconds);
   CHECK_MSG(rc == 0, "%d ranks, %s: exit %d:\n%s", ranks, scenario, rc, out);
-  bool same = strstr(scenario, "mismatch") || same_hashes(out, ranks, h);
+  bool same = strstr(scenario, "mismatch") || mpi_same_hashes(out, ranks, h);
   CHECK_MSG(same, "%d ranks, %s: the ranks' bits differ:\n%s", ranks, scenario, out);
   if (hash) strcpy(hash, h);
   return rc == 0 && same;
