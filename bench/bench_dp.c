@@ -9,8 +9,9 @@
  * Each setup builds the model, trains one epoch (the warm-up: compiles, the epoch's shards), then
  * times STEPS further steps on the epoch's batches. For the data-parallel setups it also times the
  * all-reduce alone (the devices' cn_allreduce_run, the ranks' cn_dist_allreduce_run) on the same
- * gradients and loss, and reports it per step and as a fraction of the step: on two shared cores
- * the point is correctness and overhead, not speed-up. Prints a line per row, then its JSON line
+ * gradients and loss, and reports it per step and as a fraction of the step, and the step's
+ * check (cn_dp_check) alone: on two shared cores the point is correctness and overhead, not
+ * speed-up. Prints a line per row, then its JSON line
  * (`JSON {"bench":"dp","model":...}`; with --json FILE also the bare lines there). Skipped (exit
  * 0, saying so) without the data set; exit 1 when a setup fails.
  * Usage: bench_bench_dp [--json FILE] [--steps-mlp N] [--steps-convnet N] (defaults 200, 30). */
@@ -25,7 +26,7 @@
 enum { BATCH = 100, TRAIN = 2000, TEST = 100 };
 
 typedef struct {
-  double samples_per_s, step_ms, allreduce_ms; /* allreduce_ms NAN: none */
+  double samples_per_s, step_ms, allreduce_ms, check_ms; /* the last two NAN: not data parallel */
 } result;
 
 /* The setup's model trained one epoch and then timed; false with a message on failure. */
@@ -54,7 +55,7 @@ static bool run_setup(fashion_model model, int devices, int threads, int steps, 
   double seconds = now_seconds() - start;
   out->step_ms = seconds * 1e3 / steps;
   out->samples_per_s = (double)BATCH * steps / seconds;
-  out->allreduce_ms = NAN;
+  out->allreduce_ms = out->check_ms = NAN;
   if (st == CN_OK && f.dp) {
     /* The all-reduce alone, over what the step reduces: every gradient and the loss (their values
      * are the last step's, summed again: the next step's gradient routine overwrites them). */
@@ -74,6 +75,11 @@ static bool run_setup(fashion_model model, int devices, int threads, int steps, 
     out->allreduce_ms = (now_seconds() - start) * 1e3 / (reps ? reps : 1);
     cn_allreduce_free(local);
     cn_dist_allreduce_free(across);
+    /* The step's check alone (every parameter on every device, and across ranks); the gradients
+     * summed again above leave the parameters as they were. */
+    start = now_seconds();
+    for (reps = 0; st == CN_OK && reps < steps; reps++) st = cn_dp_check(f.dp);
+    out->check_ms = (now_seconds() - start) * 1e3 / (reps ? reps : 1);
   }
   if (st != CN_OK) fprintf(stderr, "bench_dp: %s\n", fashion_error(&f));
   fashion_destroy(&f);
@@ -87,13 +93,14 @@ static const char *model_name(fashion_model model) {
 /* The row's line and JSON line; `reference` is the first row's samples/s. */
 static void report(fashion_model model, const char *setup, const result *r, double reference,
                    FILE *json_file) {
-  char ratio[32], fraction[32], allreduce[32];
+  char ratio[32], fraction[32], allreduce[32], check[32];
   printf("%-8s %-22s %9.1f samples/s  step %8.3f ms  %sx of 1 process x 1 thread  all-reduce "
-         "%s ms a step (%s of the step)\n",
+         "%s ms a step (%s of the step)  check %s ms\n",
          model_name(model), setup, r->samples_per_s, r->step_ms,
          fmt_number(ratio, sizeof ratio, "%.3g", r->samples_per_s / reference),
          fmt_number(allreduce, sizeof allreduce, "%.3f", r->allreduce_ms),
-         fmt_number(fraction, sizeof fraction, "%.3g", r->allreduce_ms / r->step_ms));
+         fmt_number(fraction, sizeof fraction, "%.3g", r->allreduce_ms / r->step_ms),
+         fmt_number(check, sizeof check, "%.3f", r->check_ms));
   char json[512];
   snprintf(json, sizeof json, "{\"bench\":\"dp\",\"model\":\"%s\",\"setup\":\"%s\"",
            model_name(model), setup);
@@ -102,6 +109,7 @@ static void report(fashion_model model, const char *setup, const result *r, doub
   json_num(json, sizeof json, "ratio", r->samples_per_s / reference);
   json_num(json, sizeof json, "allreduce_ms", r->allreduce_ms);
   json_num(json, sizeof json, "allreduce_fraction", r->allreduce_ms / r->step_ms);
+  json_num(json, sizeof json, "check_ms", r->check_ms);
   printf("JSON %s}\n", json);
   if (json_file) fprintf(json_file, "%s}\n", json);
   fflush(stdout);
@@ -118,7 +126,8 @@ static int rank_main(fashion_model model, int steps) {
   result r;
   bool ok = run_setup(model, 1, 1, steps, &r);
   if (ok && cn_dist_rank() == 0)
-    printf("RESULT %.17g %.17g %.17g\n", r.samples_per_s, r.step_ms, r.allreduce_ms);
+    printf("RESULT %.17g %.17g %.17g %.17g\n", r.samples_per_s, r.step_ms, r.allreduce_ms,
+           r.check_ms);
   fflush(stdout);
   if (!ok) cn_dist_abort(1);
   cn_dist_finalize(ctx);
@@ -145,7 +154,8 @@ static bool ranks_row(const char *self, fashion_model model, int steps, result *
   int rc = mpi_launch(self, 2, scenario, "", out, sizeof out, &seconds);
   const char *line = strstr(out, "RESULT ");
   if (rc != 0 || !line ||
-      sscanf(line, "RESULT %lf %lf %lf", &r->samples_per_s, &r->step_ms, &r->allreduce_ms) != 3) {
+      sscanf(line, "RESULT %lf %lf %lf %lf", &r->samples_per_s, &r->step_ms, &r->allreduce_ms,
+             &r->check_ms) != 4) {
     fprintf(stderr, "bench_dp: 2 ranks, %s: exit %d:\n%s\n", model_name(model), rc, out);
     return false;
   }
