@@ -232,8 +232,8 @@ static cn_status compile(fashion *f) {
     f->step = routines[1];
     return st;
   }
-  f->dp = cn_dp_create(g, f->loss, routines[1], routines[3], f->cfg.devices > 1 ? f->cfg.devices : 1,
-                       f->cfg.backend);
+  f->dp = cn_dp_create(g, f->loss, routines[1], routines[3],
+                       f->cfg.devices > 1 ? f->cfg.devices : 1, f->cfg.backend);
   return f->dp ? CN_OK : fail(ctx);
 }
 
