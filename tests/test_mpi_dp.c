@@ -17,7 +17,8 @@
  *   mismatch rank 1 builds moons with 2 epochs (a constant of the update routine's learning-rate
  *            schedule), then with a global batch of 24 (the shard's shape), then on the
  *            interpreter (the same buffers, other code): cn_dp_create fails on every rank naming
- *            rank 1, the routine and the difference
+ *            rank 1, the routine and the difference; then rank 1 fails before the exchange:
+ *            rank 0 fails at once with its message
  * Built without MPI the test is skipped (77) saying so. */
 #include "../demo/fashion.h"
 #include "../demo/moons.h"
@@ -183,6 +184,31 @@ static void mismatch(int epochs, int batch, cn_backend_kind backend, const char 
   moons_destroy(&m);
 }
 
+/* Rank 1 fails before the exchange (cn_dp_create without routines): rank 0, building moons, fails
+ * at once with rank 1's message instead of waiting for it until the timeout (20 s). */
+static void failed_before(void) {
+  const char *want = "rank 1 of 2: cn_dp_create: a loss, a gradient routine and an update routine "
+                     "needed";
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (rank_ == 1) {
+    cn_ctx *ctx = cn_ctx_create();
+    cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
+    CHECK(g && cn_dp_create(g, NULL, NULL, NULL, 1, CN_BACKEND_C) == NULL);
+    if (ctx) CHECK_HAS(cn_ctx_error(ctx), want);
+    cn_ctx_destroy(ctx);
+  } else {
+    const moons_config cfg = {1, MOONS_SEED, CN_BACKEND_C, 1, MOONS_GLOBAL};
+    moons m;
+    CHECK(moons_build(&m, &cfg) == CN_ERR_INVALID);
+    CHECK_HAS(cn_ctx_error(m.ctx), want);
+    moons_destroy(&m);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  CHECK_MSG(seconds < 10, "rank %d: %.1f s", rank_, seconds);
+}
+
 static int rank_main(const char *scenario, int devices, const char *dir) {
   cn_ctx *ctx = cn_ctx_create();
   if (!ctx || cn_dist_init(ctx, 0) != CN_OK) {
@@ -210,6 +236,7 @@ static int rank_main(const char *scenario, int devices, const char *dir) {
     /* the same buffers, other code: the interpreter (no generated source) */
     mismatch(1, MOONS_GLOBAL, CN_BACKEND_INTERP, differ,
              " (loop IR) where rank 0 has routine `moons_grad` code ");
+    failed_before();
   }
   int failed = check_failed_;
   printf("rank %d: %d passed, %d failed\n", rank_, check_passed_, check_failed_);
