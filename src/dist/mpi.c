@@ -1,5 +1,6 @@
-/* The MPI layer (include/cannl.h cn_dist_*): ranks, the all-reduce of nodes across ranks and the
- * start-up check of the ranks' node lists. The only file of libcannl that includes <mpi.h>;
+/* The MPI layer (include/cannl.h cn_dist_*): ranks, the all-reduce of nodes across ranks, the
+ * start-up checks of the ranks' node lists and compiled routines, and the comparison of hashes
+ * across ranks (the data-parallel driver's check). The only file of libcannl that includes <mpi.h>;
  * built without MPI (CANNL_HAVE_MPI undefined) its entry points fail with "cannl was built
  * without MPI".
  *
