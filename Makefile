@@ -187,6 +187,7 @@ bench: deps
 	build/bench_bench_fashion --json build/bench_fashion.json
 	build/bench_bench_gpt --json build/bench_gpt.json
 	build/bench_bench_startup --json build/bench_startup.json
+	build/bench_bench_dp --json build/bench_dp.json
 
 install: build
 	cmake --install build --prefix $(PREFIX)

@@ -166,10 +166,11 @@ static cn_status build_graph(fashion *f) {
   cn_graph *g = f->g;
   if (!make_params(f)) return fail(ctx);
   cn_tensor *images = cn_dataset_tensor(f->train, 0), *labels = cn_dataset_tensor(f->train, 1);
-  const int devices = f->cfg.devices > 1 ? f->cfg.devices : 1;
-  if (devices > 1) { /* the model reads one shard of the data set's batches (fashion_train_epoch) */
+  /* data parallel across the devices and, under MPI (cn_dist_init before), the ranks */
+  const int shards = (f->cfg.devices > 1 ? f->cfg.devices : 1) * cn_dist_size();
+  if (shards > 1) { /* the model reads one shard of the data set's batches (fashion_train_epoch) */
     const int64_t side = FASHION_SIDE;
-    const int64_t batch[2] = {cn_dataset_batches(f->train), f->cfg.batch_size / devices};
+    const int64_t batch[2] = {cn_dataset_batches(f->train), f->cfg.batch_size / shards};
     const int64_t dims[3] = {side, side, 1};
     const cn_dims image_dims = {
         {2, batch, NULL}, CN_AXES_NONE, {f->cfg.model == FASHION_MLP ? 2 : 3, dims, NULL}};
@@ -179,10 +180,10 @@ static cn_status build_graph(fashion *f) {
   }
   cn_tensor *logits = model(f, pixels(g, images, f->batch));
   cn_tensor *y = cn_tensor_batch_slice(g, labels, f->batch);
-  /* data parallel: the shard's mean over the devices, its sum over the global batch size, so that
-   * the all-reduced sum of the devices' gradients is the whole batch's (cn_dp_create) */
+  /* data parallel: the shard's mean over the shards, its sum over the global batch size, so that
+   * the all-reduced sum of the shards' gradients is the whole batch's (cn_dp_create) */
   f->loss = logits && y ? cn_tensor_cross_entropy(g, logits, y) : NULL;
-  if (f->loss && devices > 1) f->loss = op2(g, CN_OP_DIV, f->loss, cn_tensor_number(g, devices));
+  if (f->loss && shards > 1) f->loss = op2(g, CN_OP_DIV, f->loss, cn_tensor_number(g, shards));
   if (!f->loss) return fail(ctx);
 
   cn_tensor *test_images = cn_dataset_tensor(f->test, 0);
@@ -213,7 +214,7 @@ static cn_status compile(fashion *f) {
   cn_asgn *grad = init ? cn_graph_grad_update(g, f->loss) : NULL;
   cn_asgn *update = grad && adam.learning_rate ? cn_graph_adam_update(g, f->loss, &adam) : NULL;
   /* data parallel: the gradient and the update apart, the all-reduce between them */
-  const bool dp = f->cfg.devices > 1;
+  const bool dp = f->cfg.devices > 1 || cn_dist_size() > 1;
   cn_asgn *step = update && !dp ? cn_asgn_seq(ctx, 2, (cn_asgn *[]){grad, update}) : grad;
   cn_asgn *eval = step && update ? cn_graph_forward(g, f->confusion) : NULL;
   if (!eval) return fail(ctx);
@@ -231,7 +232,8 @@ static cn_status compile(fashion *f) {
     f->step = routines[1];
     return st;
   }
-  f->dp = cn_dp_create(g, f->loss, routines[1], routines[3], f->cfg.devices, f->cfg.backend);
+  f->dp = cn_dp_create(g, f->loss, routines[1], routines[3],
+                       f->cfg.devices > 1 ? f->cfg.devices : 1, f->cfg.backend);
   return f->dp ? CN_OK : fail(ctx);
 }
 

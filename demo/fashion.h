@@ -38,7 +38,9 @@ typedef struct {
   const char *checkpoint; /* NULL: none; else written after every epoch */
   cn_backend_kind backend;
   /* 0 or 1: one routine on the host; N > 1: data parallel on N CPU devices (cn_dp_create), each
-   * batch (batch_size divisible by N) split in N shards copied from the data set every epoch */
+   * batch (batch_size divisible by N) split in N shards copied from the data set every epoch;
+   * under MPI (cn_dist_init before fashion_build, more than one rank) in ranks x N shards (the
+   * checkpoint option is then not for several ranks: each would write the file) */
   int devices;
 } fashion_config;
 

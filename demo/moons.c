@@ -52,6 +52,8 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
   cn_graph *g = m->g = cn_graph_create(ctx);
   if (!g) return moons_fail(ctx);
   const int devices = cfg->devices > 1 ? cfg->devices : 1;
+  /* data parallel across the devices and, under MPI (cn_dist_init before), the ranks */
+  const int shards = devices * cn_dist_size();
   m->batch = cfg->batch > 0 ? cfg->batch : MOONS_BATCH;
   m->batches = MOONS_POINTS / m->batch;
   int64_t total_steps = (int64_t)cfg->epochs * m->batches;
@@ -61,7 +63,7 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
 
   /* the data: batch axes [steps per epoch, batch], the points' coordinates as one output axis;
    * data parallel, each device's node holds its shard of every batch (cn_dp_shard below) */
-  const int64_t batch_dims[2] = {m->batches, m->batch / devices}, coords = 2;
+  const int64_t batch_dims[2] = {m->batches, m->batch / shards}, coords = 2;
   const size_t points_n = (size_t)(batch_dims[0] * batch_dims[1]);
   const cn_dims points_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, {1, &coords, NULL}};
   const cn_dims labels_dims = {{2, batch_dims, NULL}, CN_AXES_NONE, CN_AXES_NONE};
@@ -106,20 +108,20 @@ cn_status moons_build(moons *m, const moons_config *cfg) {
   parts[1] = parts[0] ? cn_graph_sgd_update(g, m->loss, &sgd) : NULL;
   /* one device: forward, backward and update in one routine; data parallel, the gradient and
    * the update apart, the all-reduce between them */
-  cn_asgn *step = parts[1] && devices == 1 ? cn_asgn_seq(ctx, 2, parts) : NULL;
+  cn_asgn *step = parts[1] && shards == 1 ? cn_asgn_seq(ctx, 2, parts) : NULL;
   /* The routines compile at once (their C compilers run side by side on a cold cache). */
   const cn_asgn *code[3] = {init, step, NULL};
   const char *names[3] = {"moons_init", "moons_step", "moons_update"};
-  if (devices > 1) code[1] = parts[0], code[2] = parts[1], names[1] = "moons_grad";
+  if (shards > 1) code[1] = parts[0], code[2] = parts[1], names[1] = "moons_grad";
   cn_routine *routines[3];
   if (!parts[1] || !code[1] ||
-      cn_routine_compile_many(ctx, devices > 1 ? 3 : 2, code, names, cfg->backend, routines) !=
+      cn_routine_compile_many(ctx, shards > 1 ? 3 : 2, code, names, cfg->backend, routines) !=
           CN_OK)
     return moons_fail(ctx);
   cn_status st = cn_routine_run(routines[0]);
   cn_routine_free(routines[0]);
   if (st != CN_OK) return moons_fail(ctx);
-  if (devices == 1) {
+  if (shards == 1) {
     m->step = routines[1];
     return CN_OK;
   }

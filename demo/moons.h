@@ -32,7 +32,8 @@ typedef struct {
   uint64_t seed; /* the data generator's seed */
   cn_backend_kind backend;
   /* 0 or 1: one routine on the host; N > 1: data parallel on N CPU devices (cn_dp_create), each
-   * batch split in N shards, the gradient and the update two routines */
+   * batch split in N shards, the gradient and the update two routines; under MPI (cn_dist_init
+   * before moons_build, more than one rank) data parallel too, in ranks x N shards */
   int devices;
   int batch; /* 0: MOONS_BATCH; else in [1, 800]: the first (800 / batch) * batch points */
 } moons_config;

@@ -610,6 +610,16 @@ CN_API cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *
                                                    cn_backend_kind backend);
 CN_API cn_status cn_dist_allreduce_run(cn_dist_allreduce *allreduce);
 CN_API void cn_dist_allreduce_free(cn_dist_allreduce *allreduce);
+/* Collective start-up check that every rank compiled the same routines: each rank describes
+ * routines[0..n) (per routine a line per buffer: its node's label, precision, dims and padding;
+ * then a 64-bit hash of its code: the loop IR after optimization and, for the C backend, the
+ * generated source), the ranks exchange a hash of the description and, where one differs, the
+ * descriptions: every rank fails with CN_ERR_INVALID "cn_dist_check_routines: the ranks'
+ * compiled routines differ: rank R has routine `NAME` buffer `x` single [5,2] where rank 0 has
+ * routine `NAME` buffer `x` single [4,2]" (or "... routine `NAME` code HASH ..." for the same
+ * shapes and other code): the first rank and the first line that differ from rank 0's. A rank
+ * that refuses (n < 1, a NULL routine) sends its message and every rank fails with it. */
+CN_API cn_status cn_dist_check_routines(cn_ctx *ctx, int n, cn_routine *const *routines);
 /* The loop IR (after optimization) and, for the C backend, the generated source. Owned by the
  * routine. */
 CN_API const char *cn_routine_loops(const cn_routine *routine);
@@ -846,15 +856,24 @@ CN_API int cn_graph_params(cn_graph *g, cn_tensor *t, cn_tensor **out, int cap);
  * the shard's sum divided by the GLOBAL batch size B (not a mean over the shard): the sum is then
  * the gradient of the whole batch's mean, what one device would compute (up to the grouping of
  * the sums). cn_dp_create returns NULL with a message for a loss without parameters or a
- * parameter whose gradient `grad` does not write. Freed with the context unless freed before. */
+ * parameter whose gradient `grad` does not write. Freed with the context unless freed before.
+ * Across MPI ranks (cn_dist_init before, cn_dist_size() > 1): every rank calls cn_dp_create with
+ * the same model and device count, the global batch B is cut into ranks x devices shards (rank
+ * r's device d takes shard r * devices + d; B / (ranks x devices) per device, still divided by B
+ * in the loss), and cn_dp_create is collective: it runs cn_dist_check_routines on grad and update
+ * (their buffers' shapes and code) and creates a cn_dist_allreduce of the gradients and the loss
+ * (the node lists and device counts), so a rank with another model fails at start on every rank
+ * with a message naming the rank and the difference. cn_dp_step, cn_dp_check, cn_dp_save and
+ * cn_dp_load are collective then too: every rank calls them in the same order. */
 typedef struct cn_dp cn_dp;
 CN_API cn_dp *cn_dp_create(cn_graph *g, cn_tensor *loss, cn_routine *grad, cn_routine *update,
                            int devices, cn_backend_kind backend);
 /* Splits a global batch of `global` items along axis `axis` of a data tensor (whose node holds
- * one shard: dims[axis] == global / devices) and gives device d the items
- * [d * shard, (d + 1) * shard) of every index of the axes before it; values are the whole batch's
- * in row-major order with dims[axis] = global. CN_ERR_INVALID with a message when global does
- * not divide among the devices, the axis is not the shard's size, or count is not the size. */
+ * one shard: dims[axis] == global / (ranks x devices)) and gives shard s = rank * devices + d,
+ * the items [s * shard, (s + 1) * shard) of every index of the axes before it, to device d;
+ * values are the whole batch's (every rank passes all of it) in row-major order with dims[axis]
+ * = global. CN_ERR_INVALID with a message when global does not divide among the ranks x devices,
+ * the axis is not the shard's size, or count is not the size. */
 CN_API cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t global,
                              const double *values, size_t count);
 /* Binds a static index on whichever of the two routines reads it (an error when neither does). */
@@ -867,14 +886,27 @@ CN_API cn_status cn_dp_bind(cn_dp *dp, cn_symbol sym, int64_t value);
  * dp's. */
 CN_API cn_status cn_dp_bind_device(cn_dp *dp, cn_symbol sym, int device, int64_t value);
 /* One step: `grad` run on every device, the parameters' gradients (and the loss, when
- * materialized, so it becomes the global batch's) all-reduced (cn_allreduce_run: one call, the
- * place where an all-reduce across processes follows), `update` run on every device, then
- * cn_dp_check; device 0's values of what `update` writes (parameters, optimizer state) and the
- * loss are then copied to the host (cn_node_get_values, evaluation, checkpoints see them). */
+ * materialized, so it becomes the global batch's) all-reduced (cn_allreduce_run: one call;
+ * across ranks cn_dist_allreduce_run, which runs it, then sums the ranks' in rank order), `update`
+ * run on every device, then cn_dp_check; device 0's values of what `update` writes (parameters,
+ * optimizer state) and the loss are then copied to the host (cn_node_get_values, evaluation,
+ * checkpoints see them). */
 CN_API cn_status cn_dp_step(cn_dp *dp);
 /* Compares every parameter's bits on every device with device 0's: CN_ERR_RUNTIME naming the
- * parameter and the device where they differ. */
+ * parameter and the device where they differ ("cn_dp_check: parameter 'w2' differs between
+ * device 0 and device 1"). Across ranks, then a 64-bit hash of each parameter's bits on device 0
+ * against rank 0's: "cn_dp_check: parameter 'w2' differs between rank 0 and rank 1 of 2" on
+ * every rank (a rank whose devices differ keeps its own message; the others name it). */
 CN_API cn_status cn_dp_check(cn_dp *dp);
+/* Checkpoints of the training state (cn_graph_state of the loss: parameters and optimizer
+ * state, as the host holds them after cn_dp_step: device 0's) in a safetensors file. cn_dp_save:
+ * rank 0 alone writes it (atomically: cn_data_save_safetensors, a temporary file renamed over
+ * the old one) and every rank returns once the file is complete, with rank 0's failure if it
+ * failed. cn_dp_load: every rank reads the file into the host's values (so every device's copy),
+ * then cn_dp_check: every device of every rank holds the same bits. The symbols the caller binds
+ * (the step number) are the caller's to restore. */
+CN_API cn_status cn_dp_save(cn_dp *dp, const char *path);
+CN_API cn_status cn_dp_load(cn_dp *dp, const char *path);
 CN_API void cn_dp_free(cn_dp *dp);
 
 /* ---- The operation library (src/tensor/library.c) ----

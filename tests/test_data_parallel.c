@@ -4,8 +4,9 @@
  * check, and memcmp here), within single-precision tolerance of the one-device run (the sums of
  * the batch group differently: per shard, then across shards), and the same bits run to run; a
  * batch that does not divide among the devices is refused with a message, and a parameter that
- * differs between devices is named by cn_dp_check. The Fashion-MNIST MLP (demo/fashion.c, Adam)
- * one epoch of 4 steps on 2 devices against 1 (skipped with a message without the data set). */
+ * differs between devices is named by cn_dp_check. The Fashion-MNIST MLP and convnet
+ * (demo/fashion.c, Adam) one epoch of 4 steps on 2 devices against 1 (skipped with a message
+ * without the data set). */
 #include "../demo/fashion.h"
 #include "../demo/moons.h"
 
@@ -109,10 +110,13 @@ static void test_refusal(void) {
   moons_destroy(&m);
 }
 
-/* The parameters after one epoch of 4 batches of 100 on `devices` devices (1: one routine). */
-static bool fashion_run(int devices, float *out, size_t cap, size_t *n) {
-  const fashion_config cfg = {FASHION_MLP, 1, 100,  400,  100,          0,
-                              0,           7, NULL, NULL, CN_BACKEND_C, devices};
+enum { LARGEST = 7 * 7 * 32 * 128 }; /* cells of the largest parameter (the convnet's w3) */
+
+/* The parameters after one epoch of 4 batches of `batch` on `devices` devices (1: one routine). */
+static bool fashion_run(fashion_model model, int64_t batch, int devices, float *out, size_t cap,
+                        size_t *n) {
+  const fashion_config cfg = {model, 1, batch, 4 * batch, 100,          0,
+                              0,     7, NULL,  NULL,      CN_BACKEND_C, devices};
   fashion f;
   bool ok = fashion_build(&f, &cfg) == CN_OK && fashion_train_epoch(&f, NULL, NULL) == CN_OK;
   CHECK_MSG(ok, "%d devices: %s", devices, fashion_error(&f));
@@ -124,8 +128,8 @@ static bool fashion_run(int devices, float *out, size_t cap, size_t *n) {
     if (*n + cells > cap) break;
     CHECK(cn_node_get_cells(node, false, out + *n, cells) == CN_OK);
     for (int d = 0; d < devices && devices > 1; d++) {
-      static float dev[784 * 128];
-      CHECK(cells <= 784 * 128 && cn_node_get_device_cells(node, false, d, dev, cells) == CN_OK);
+      static float dev[LARGEST];
+      CHECK(cells <= LARGEST && cn_node_get_device_cells(node, false, d, dev, cells) == CN_OK);
       CHECK_MSG(memcmp(dev, out + *n, sizeof(float) * cells) == 0,
                 "fashion: parameter %d on device %d differs from the host's", p, d);
     }
@@ -135,24 +139,34 @@ static bool fashion_run(int devices, float *out, size_t cap, size_t *n) {
   return ok;
 }
 
-static void test_fashion(void) {
-  if (!fashion_data_available(NULL)) {
-    printf("SKIP (fashion part): Fashion-MNIST is not installed in %s\n", FASHION_DATA_DIR);
-    return;
-  }
-  enum { CAP = 784 * 128 + 128 + 128 * 10 + 10 };
+/* One epoch on 2 devices against 1: the parameters within `tol` (relative) of each other. */
+static void fashion_compare(fashion_model model, int64_t batch, size_t params, double tol) {
+  enum { CAP = 3 * 3 * 16 + 16 + 3 * 3 * 16 * 32 + 32 + LARGEST + 128 + 128 * 10 + 10 };
   static float one[CAP], two[CAP];
+  const char *name = model == FASHION_MLP ? "MLP" : "convnet";
   size_t n1 = 0, n2 = 0;
-  if (!fashion_run(1, one, CAP, &n1) || !fashion_run(2, two, CAP, &n2)) return;
-  CHECK_INT((long long)n1, (long long)CAP);
+  if (!fashion_run(model, batch, 1, one, CAP, &n1) || !fashion_run(model, batch, 2, two, CAP, &n2))
+    return;
+  CHECK_INT((long long)n1, (long long)params);
   CHECK_INT((long long)n2, (long long)n1);
   double worst = 0;
   for (size_t i = 0; i < n1 && n1 == n2; i++) {
     double d = fabs((double)two[i] - one[i]) / (1 + fabs(one[i]));
     worst = d > worst ? d : worst;
   }
-  printf("fashion MLP, 2 devices: largest relative difference to one device %.3g\n", worst);
-  CHECK_MSG(worst <= 1e-5, "fashion: %.3g from one device", worst);
+  printf("fashion %s, 2 devices: largest relative difference to one device %.3g\n", name, worst);
+  CHECK_MSG(worst <= tol, "fashion %s: %.3g from one device", name, worst);
+}
+
+static void test_fashion(void) {
+  if (!fashion_data_available(NULL)) {
+    printf("SKIP (fashion part): Fashion-MNIST is not installed in %s\n", FASHION_DATA_DIR);
+    return;
+  }
+  fashion_compare(FASHION_MLP, 100, 784 * 128 + 128 + 128 * 10 + 10, 1e-5);
+  /* two convolutions (16 and 32 channels), pooling, two dense layers; 60 images a batch */
+  fashion_compare(FASHION_CONVNET, 60,
+                  3 * 3 * 16 + 16 + 3 * 3 * 16 * 32 + 32 + LARGEST + 128 + 128 * 10 + 10, 1e-5);
 }
 
 int main(void) {

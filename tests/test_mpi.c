@@ -16,6 +16,7 @@
  * In kill and stall the driver measures that the job ends non-zero, within 30 s, with a
  * survivor's message. Built without MPI the test is skipped (77) saying so. */
 #include "check.h"
+#include "mpi_launch.h"
 
 #include "ir/ir.h"
 
@@ -214,46 +215,6 @@ static int rank_main(const char *scenario) {
 
 /* ---- the driver ----------------------------------------------------------------------------- */
 
-/* Runs `mpirun -np ranks SELF --rank scenario` (scenario NULL: the command self) bounded by
- * timeout(1) at 90 s, its output in out; returns the exit status and the seconds it took. */
-static int launch(const char *self, int ranks, const char *scenario, const char *env, char *out,
-                  size_t cap, double *seconds) {
-  const char *mpiexec = getenv("CANNL_MPIEXEC");
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd,
-           "%s timeout 90 %s --allow-run-as-root --oversubscribe --mca btl self,vader,tcp "
-           "--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np %d %s%s%s 2>&1",
-           env, mpiexec, ranks, self, scenario ? " --rank " : "", scenario ? scenario : "");
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  FILE *p = popen(cmd, "r");
-  size_t len = 0;
-  if (p) {
-    size_t got;
-    while (len + 1 < cap && (got = fread(out + len, 1, cap - 1 - len, p)) > 0) len += got;
-  }
-  out[len] = 0;
-  int rc = p ? pclose(p) : -1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  *seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-  return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-}
-
-/* Every rank's "rank R hash H" line agrees; the hash into *hash. */
-static bool same_hashes(const char *out, int ranks, char *hash) {
-  int seen = 0;
-  for (const char *line = strstr(out, "rank "); line; line = strstr(line + 1, "rank ")) {
-    int r;
-    char h[17];
-    if (sscanf(line, "rank %d hash %16s", &r, h) != 2) continue;
-    if (seen++ == 0)
-      strcpy(hash, h);
-    else if (strcmp(hash, h) != 0)
-      return false;
-  }
-  return seen == ranks;
-}
-
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--rank") == 0) return rank_main(argv[2]);
   if (!cn_dist_available()) {
@@ -270,11 +231,11 @@ int main(int argc, char **argv) {
   char first[4][17] = {{0}};
   for (int ranks = 2; ranks <= 3; ranks++)
     for (int again = 0; again < 2; again++) {
-      int rc = launch(argv[0], ranks, "sum", "", out, sizeof out, &seconds);
+      int rc = mpi_launch(argv[0], ranks, "sum", "", out, sizeof out, &seconds);
       char hash[17] = {0};
       CHECK_MSG(rc == 0, "sum, %d ranks: exit %d:\n%s", ranks, rc, out);
-      CHECK_MSG(same_hashes(out, ranks, hash), "sum, %d ranks: the ranks' bits differ:\n%s", ranks,
-                out);
+      CHECK_MSG(mpi_same_hashes(out, ranks, hash), "sum, %d ranks: the ranks' bits differ:\n%s",
+                ranks, out);
       if (!again)
         strcpy(first[ranks], hash);
       else
@@ -283,7 +244,7 @@ int main(int argc, char **argv) {
     }
   CHECK_MSG(strcmp(first[2], first[3]) != 0, "2 and 3 ranks gave the same sums");
   for (int ranks = 2; ranks <= 3; ranks++) {
-    int rc = launch(argv[0], ranks, "mismatch", "", out, sizeof out, &seconds);
+    int rc = mpi_launch(argv[0], ranks, "mismatch", "", out, sizeof out, &seconds);
     int reported = 0;
     for (const char *p = strstr(out, "mismatch reported"); p;
          p = strstr(p + 1, "mismatch reported"))
@@ -306,7 +267,7 @@ int main(int argc, char **argv) {
     fclose(f);
   }
   snprintf(cmd, sizeof cmd, "%s run %s", getenv("CANNL_CLI"), script);
-  int rc = launch(cmd, 3, NULL, "", out, sizeof out, &seconds);
+  int rc = mpi_launch(cmd, 3, NULL, "", out, sizeof out, &seconds);
   int prints = 0, wrote = 0;
   for (const char *p = strstr(out, "|->"); p; p = strstr(p + 1, "|->")) prints++;
   for (const char *p = strstr(out, "wrote "); p; p = strstr(p + 1, "wrote ")) wrote++;
@@ -321,7 +282,8 @@ int main(int argc, char **argv) {
   rmdir(dir);
   const char *scenarios[] = {"kill", "stall"};
   for (int k = 0; k < 2; k++) {
-    int rc = launch(argv[0], 3, scenarios[k], "CANNL_DIST_TIMEOUT=3", out, sizeof out, &seconds);
+    int rc =
+        mpi_launch(argv[0], 3, scenarios[k], "CANNL_DIST_TIMEOUT=3", out, sizeof out, &seconds);
     printf("%s: exit %d after %.1f s\n%s\n", scenarios[k], rc, seconds, out);
     CHECK_MSG(rc != 0 && rc != 124, "%s: exit %d", scenarios[k], rc);
     CHECK_MSG(seconds < 30, "%s: %.1f s", scenarios[k], seconds);

@@ -1,5 +1,6 @@
-/* The MPI layer (include/cannl.h cn_dist_*): ranks, the all-reduce of nodes across ranks and the
- * start-up check of the ranks' node lists. The only file of libcannl that includes <mpi.h>;
+/* The MPI layer (include/cannl.h cn_dist_*): ranks, the all-reduce of nodes across ranks, the
+ * start-up checks of the ranks' node lists and compiled routines, and the comparison of hashes
+ * across ranks (the data-parallel driver's check). The only file of libcannl that includes <mpi.h>;
  * built without MPI (CANNL_HAVE_MPI undefined) its entry points fail with "cannl was built
  * without MPI".
  *
@@ -58,29 +59,55 @@ bool cn_dist_writes_files(void) {
 
 #ifdef CANNL_HAVE_MPI
 
-/* Labels, precision, dims and padding of each node, one line each, then the device count: what
- * must agree between ranks. malloc'd, NULL with a message. */
-static char *describe_nodes(cn_ctx *ctx, int n, cn_node *const *nodes) {
-  size_t cap = 64, len = 0;
-  for (int k = 0; k < n; k++)
-    cap += strlen(nodes[k]->label ? nodes[k]->label : "") + 128 * CN_MAX_RANK;
-  char *text = cn_malloc(ctx, cap);
-  if (!text) return NULL;
+/* A node's label, precision, dims and padding, as the start-up checks compare them. */
+static void describe_node(cn_sbuf *sb, const cn_node *node) {
+  cn_sbuf_printf(sb, "`%s` %s [", node->label ? node->label : "", cn_prec_name(node->prec));
+  for (int a = 0; a < node->rank; a++)
+    cn_sbuf_printf(sb, "%s%" PRId64, a ? "," : "", node->dims[a]);
+  cn_sbuf_putc(sb, ']');
+  for (int a = 0; a < node->rank; a++)
+    if (node->pad[a][0] || node->pad[a][1])
+      cn_sbuf_printf(sb, " padding %d:%" PRId64 "+%" PRId64, a, node->pad[a][0], node->pad[a][1]);
+}
+
+/* One line per node, then the device count: what must agree between ranks. In the context's
+ * arena, NULL with a message. */
+static const char *describe_nodes(cn_ctx *ctx, int n, cn_node *const *nodes) {
+  cn_sbuf sb = {0};
   for (int k = 0; k < n; k++) {
-    const cn_node *node = nodes[k];
-    len += (size_t)snprintf(text + len, cap - len, "`%s` %s [", node->label ? node->label : "",
-                            cn_prec_name(node->prec));
-    for (int a = 0; a < node->rank; a++)
-      len += (size_t)snprintf(text + len, cap - len, "%s%" PRId64, a ? "," : "", node->dims[a]);
-    len += (size_t)snprintf(text + len, cap - len, "]");
-    for (int a = 0; a < node->rank; a++)
-      if (node->pad[a][0] || node->pad[a][1])
-        len += (size_t)snprintf(text + len, cap - len, " padding %d:%" PRId64 "+%" PRId64, a,
-                                node->pad[a][0], node->pad[a][1]);
-    len += (size_t)snprintf(text + len, cap - len, "\n");
+    describe_node(&sb, nodes[k]);
+    cn_sbuf_putc(&sb, '\n');
   }
-  snprintf(text + len, cap - len, "%d CPU devices\n", cn_ctx_device_count(ctx));
-  return text;
+  cn_sbuf_printf(&sb, "%d CPU devices\n", cn_ctx_device_count(ctx));
+  return cn_sbuf_finish(ctx, &sb);
+}
+
+static uint64_t fnv1a(uint64_t hash, const char *text) {
+  for (const char *c = text; *c; c++) hash = (hash ^ (unsigned char)*c) * 1099511628211u;
+  return hash;
+}
+#define FNV_BASIS 1469598103934665603u
+
+/* Per routine a line per buffer it uses (its node, "(merge)" for a merge buffer) and a line with
+ * the hash of its code: the loop IR after optimization and the generated source when the backend
+ * has one (what a compile cache keys on), so that two ranks running other computations on the
+ * same shapes differ too. In the context's arena, NULL with a message. */
+static const char *describe_routines(cn_ctx *ctx, int n, cn_routine *const *routines) {
+  cn_sbuf sb = {0};
+  for (int k = 0; k < n; k++) {
+    const cn_ll_proc *proc = cn_routine_proc(routines[k]);
+    for (int i = 0; i < proc->n_params; i++) {
+      cn_sbuf_printf(&sb, "routine `%s` buffer ", proc->name);
+      describe_node(&sb, proc->params[i].node);
+      cn_sbuf_puts(&sb, proc->params[i].merge ? " (merge)\n" : "\n");
+    }
+    uint64_t hash = fnv1a(FNV_BASIS, cn_routine_loops(routines[k]));
+    const char *source = cn_routine_source(routines[k]);
+    if (source) hash = fnv1a(hash, source);
+    cn_sbuf_printf(&sb, "routine `%s` code %016" PRIx64 " (%s)\n", proc->name, hash,
+                   source ? "loop IR and generated source" : "loop IR");
+  }
+  return cn_sbuf_finish(ctx, &sb);
 }
 
 /* acc[i] = acc[i] + x[i] for count stored cells: float precisions add in double and round to the
@@ -264,18 +291,21 @@ static int64_t segment_start(int64_t cells, int r) {
   return cells * r / dist.size;
 }
 
-/* The ranks' node lists agree (hashes gathered); else every rank fails naming the first rank
- * whose list differs from rank 0's and the first node that differs. */
-static cn_status check_lists(cn_ctx *ctx, const char *text) {
-  uint64_t hash = 1469598103934665603u; /* FNV-1a */
-  for (const char *c = text; *c; c++) hash = (hash ^ (unsigned char)*c) * 1099511628211u;
+/* The ranks' texts (one line per item) agree (hashes gathered); else every rank fails naming
+ * the first rank whose text differs from rank 0's and its first line that differs ("rank 1's
+ * ITEM 3 is ... where rank 0's is ..." where item is not NULL and the line is not the last, "rank
+ * 1 has ... where rank 0 has ..." otherwise). A text "error: MESSAGE" is a rank's own failure:
+ * every rank fails with that message, naming the rank. Collective. */
+static cn_status check_texts(cn_ctx *ctx, const char *text, const char *caller, const char *lists,
+                             const char *item) {
+  uint64_t hash = fnv1a(FNV_BASIS, text);
   uint64_t *hashes = cn_calloc(ctx, (size_t)dist.size, sizeof *hashes);
   int *lengths = cn_calloc(ctx, (size_t)dist.size, sizeof *lengths);
   int *offsets = cn_calloc(ctx, (size_t)dist.size, sizeof *offsets);
-  char *all = NULL;
+  char *all = NULL, what[160];
   cn_status status = hashes && lengths && offsets ? CN_OK : CN_ERR_NOMEM;
   MPI_Request request;
-  const char *what = "cn_dist_allreduce_create (the node lists' hashes)";
+  snprintf(what, sizeof what, "%s (the %s' hashes)", caller, lists);
   if (status == CN_OK) {
     int code = MPI_Iallgather(&hash, 8, MPI_BYTE, hashes, 8, MPI_BYTE, dist.comm, &request);
     status = code == MPI_SUCCESS ? dist_wait(ctx, &request, what) : fail_mpi(ctx, code, what);
@@ -286,7 +316,7 @@ static cn_status check_lists(cn_ctx *ctx, const char *text) {
   if (status == CN_OK && differs) {
     /* Every rank saw the same hashes, so every rank takes this branch: gather the texts. */
     int length = (int)strlen(text) + 1;
-    what = "cn_dist_allreduce_create (the node lists)";
+    snprintf(what, sizeof what, "%s (the %s)", caller, lists);
     int code = MPI_Iallgather(&length, 1, MPI_INT, lengths, 1, MPI_INT, dist.comm, &request);
     status = code == MPI_SUCCESS ? dist_wait(ctx, &request, what) : fail_mpi(ctx, code, what);
     size_t sum = 0;
@@ -318,16 +348,14 @@ static cn_status check_lists(cn_ctx *ctx, const char *text) {
       if (strncmp(error, "error: ", 7) == 0)
         status = cn_fail(ctx, CN_ERR_INVALID, "rank %d of %d: %.*s", failed, dist.size, length - 7,
                          error + 7);
-      else if (line < n_lines - 1)
+      else if (item && line < n_lines - 1)
         status = cn_fail(ctx, CN_ERR_INVALID,
-                         "cn_dist_allreduce_create: the ranks' node lists differ: rank %d's node "
-                         "%d is %.*s where rank 0's is %.*s",
-                         r, line, a, mine, b, first);
+                         "%s: the ranks' %s differ: rank %d's %s %d is %.*s where rank 0's is %.*s",
+                         caller, lists, r, item, line, a, mine, b, first);
       else
         status = cn_fail(ctx, CN_ERR_INVALID,
-                         "cn_dist_allreduce_create: the ranks' node lists differ: rank %d has "
-                         "%.*s where rank 0 has %.*s",
-                         r, a, mine, b, first);
+                         "%s: the ranks' %s differ: rank %d has %.*s where rank 0 has %.*s", caller,
+                         lists, r, a, mine, b, first);
       break;
     }
   }
@@ -336,6 +364,44 @@ static cn_status check_lists(cn_ctx *ctx, const char *text) {
   free(offsets);
   free(all);
   return status;
+}
+
+/* check_texts of `text`, or where this rank failed (local not CN_OK, or text NULL: the message
+ * is the context's), of that failure, which every rank then reports. */
+static cn_status agree(cn_ctx *ctx, cn_status local, const char *text, const char *caller,
+                       const char *lists, const char *item) {
+  if (local != CN_OK || !text) {
+    cn_sbuf sb = {0};
+    cn_sbuf_printf(&sb, "error: %s\n", cn_ctx_error(ctx));
+    if (sb.failed || !sb.data) {
+      cn_sbuf_free(&sb);
+      return CN_ERR_NOMEM;
+    }
+    cn_status status = check_texts(ctx, sb.data, caller, lists, item);
+    cn_sbuf_free(&sb);
+    return local != CN_OK ? local : status != CN_OK ? status : CN_ERR_NOMEM;
+  }
+  return check_texts(ctx, text, caller, lists, item);
+}
+
+cn_status cn_dist_check_routines_after(cn_ctx *ctx, cn_status local, int n,
+                                       cn_routine *const *routines) {
+  if (!ctx) return CN_ERR_INVALID;
+  if (!dist.ready)
+    return cn_fail(ctx, CN_ERR_INVALID,
+                   "cn_dist_check_routines: MPI is not initialized (cn_dist_init)");
+  if (local == CN_OK && (n < 1 || !routines))
+    local =
+        cn_fail(ctx, CN_ERR_INVALID, "cn_dist_check_routines: %d routines, at least one needed", n);
+  for (int k = 0; local == CN_OK && k < n; k++)
+    if (!routines[k])
+      local = cn_fail(ctx, CN_ERR_INVALID, "cn_dist_check_routines: routine %d is NULL", k);
+  const char *text = local == CN_OK ? describe_routines(ctx, n, routines) : NULL;
+  return agree(ctx, local, text, "cn_dist_check_routines", "compiled routines", NULL);
+}
+
+cn_status cn_dist_check_routines(cn_ctx *ctx, int n, cn_routine *const *routines) {
+  return cn_dist_check_routines_after(ctx, CN_OK, n, routines);
 }
 
 /* Why this rank cannot all-reduce the list (a status and a message), before any exchange. */
@@ -374,15 +440,8 @@ cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *
   if (status == CN_OK && cn_ctx_device_count(ctx) > 0 &&
       !(ar->local = cn_allreduce_create(ctx, n, nodes, backend)))
     status = CN_ERR_INVALID;
-  char *text = NULL;
-  if (status == CN_OK) {
-    text = describe_nodes(ctx, n, nodes);
-  } else if ((text = cn_malloc(ctx, strlen(cn_ctx_error(ctx)) + 16))) {
-    sprintf(text, "error: %s\n", cn_ctx_error(ctx));
-  }
-  cn_status checked = text ? check_lists(ctx, text) : CN_ERR_NOMEM;
-  if (status == CN_OK) status = checked;
-  free(text);
+  const char *text = status == CN_OK ? describe_nodes(ctx, n, nodes) : NULL;
+  status = agree(ctx, status, text, "cn_dist_allreduce_create", "node lists", "node");
   ar->nodes = status == CN_OK ? cn_malloc(ctx, sizeof *ar->nodes * (size_t)n) : NULL;
   ar->cells = ar->nodes ? cn_calloc(ctx, (size_t)n, sizeof *ar->cells) : NULL;
   ar->counts = ar->cells ? cn_calloc(ctx, (size_t)dist.size, sizeof *ar->counts) : NULL;
@@ -521,6 +580,44 @@ cn_status cn_dist_allreduce_run(cn_dist_allreduce *ar) {
   return status;
 }
 
+cn_status cn_dist_compare_hashes(cn_ctx *ctx, cn_status local, int n, const uint64_t *hashes,
+                                 const char *const *names, const char *caller, const char *noun) {
+  if (!dist.ready || dist.size == 1) return local;
+  /* Each rank's status, then its hashes (zeros after a failure: they are not compared). */
+  const size_t row = (size_t)n + 1;
+  uint64_t *mine = cn_calloc(ctx, row, sizeof *mine);
+  uint64_t *all = mine ? cn_calloc(ctx, row * (size_t)dist.size, sizeof *all) : NULL;
+  if (!all) {
+    free(mine);
+    return CN_ERR_NOMEM;
+  }
+  mine[0] = (uint64_t)local;
+  if (local == CN_OK) memcpy(mine + 1, hashes, sizeof *hashes * (size_t)n);
+  char what[160];
+  snprintf(what, sizeof what, "%s (the %ss' hashes)", caller, noun);
+  MPI_Request request;
+  int code = MPI_Iallgather(mine, (int)row * 8, MPI_BYTE, all, (int)row * 8, MPI_BYTE, dist.comm,
+                            &request);
+  cn_status status =
+      code == MPI_SUCCESS ? dist_wait(ctx, &request, what) : fail_mpi(ctx, code, what);
+  for (int r = 0; status == CN_OK && r < dist.size; r++)
+    if (all[(size_t)r * row] != CN_OK)
+      status = r == dist.rank ? local
+                              : cn_fail(ctx, (cn_status)all[(size_t)r * row],
+                                        "%s: rank %d of %d failed (its message is on rank %d's "
+                                        "error output)",
+                                        caller, r, dist.size, r);
+  for (int k = 0; status == CN_OK && k < n; k++)
+    for (int r = 1; status == CN_OK && r < dist.size; r++)
+      if (all[(size_t)r * row + 1 + (size_t)k] != all[1 + (size_t)k])
+        status =
+            cn_fail(ctx, CN_ERR_RUNTIME, "%s: %s '%s' differs between rank 0 and rank %d of %d",
+                    caller, noun, names[k], r, dist.size);
+  free(mine);
+  free(all);
+  return status;
+}
+
 cn_status cn_dist_root_status(cn_ctx *ctx, cn_status status, const char *what) {
   if (!dist.ready || dist.size == 1) return status;
   int root = (int)status;
@@ -567,6 +664,24 @@ void cn_dist_abort(int code) {
 cn_status cn_dist_root_status(cn_ctx *ctx, cn_status status, const char *what) {
   (void)ctx, (void)what;
   return status;
+}
+
+cn_status cn_dist_compare_hashes(cn_ctx *ctx, cn_status local, int n, const uint64_t *hashes,
+                                 const char *const *names, const char *caller, const char *noun) {
+  (void)ctx, (void)n, (void)hashes, (void)names, (void)caller, (void)noun;
+  return local;
+}
+
+cn_status cn_dist_check_routines_after(cn_ctx *ctx, cn_status local, int n,
+                                       cn_routine *const *routines) {
+  (void)n, (void)routines;
+  if (!ctx) return CN_ERR_INVALID;
+  return local != CN_OK ? local
+                        : cn_fail(ctx, CN_ERR_UNSUPPORTED, "cn_dist_check_routines: " NO_MPI);
+}
+
+cn_status cn_dist_check_routines(cn_ctx *ctx, int n, cn_routine *const *routines) {
+  return cn_dist_check_routines_after(ctx, CN_OK, n, routines);
 }
 
 cn_dist_allreduce *cn_dist_allreduce_create(cn_ctx *ctx, int n, cn_node *const *nodes,

@@ -8,7 +8,16 @@
  * applied on top of the previous one's); the merged gradient is the plain sum of the shards' (no
  * scaling: the loss is a sum over the shard divided by the global batch size, so the sum is the
  * single-device gradient); after a step that succeeded every device holds the same parameter bits
- * (checked, not assumed). The record is the context's (its cleanup) until cn_dp_free. */
+ * (checked, not assumed). The record is the context's (its cleanup) until cn_dp_free.
+ *
+ * Across MPI ranks (cn_dist_size() > 1 at creation): the shards are numbered rank * devices +
+ * device, the devices' all-reduce is followed by the ranks' (cn_dist_allreduce_run does both, in
+ * that order), the check compares a hash of each parameter's bits across ranks too, and every
+ * collective call is reached by every rank in the same order, a rank that failed before one
+ * sending its failure through it, so that no rank waits for a failed one until the timeout.
+ * Checkpoints: rank 0 writes (atomically: cn_data_save_safetensors), every rank waits for its
+ * status, every rank reads. */
+#include "dist/dist.h"
 #include "runtime/routine.h"
 #include "tensor/tensor.h"
 
@@ -22,10 +31,16 @@ struct cn_dp {
   int n_params;
   cn_tensor **params;
   cn_node *loss; /* all-reduced with the gradients when materialized, else NULL */
-  cn_allreduce *allreduce;
   int n_binds; /* cn_dp_bind_device: per symbol, the gradient routine's value on each device */
   cn_symbol *bind_syms;
   int64_t *bind_values; /* n_binds rows of `devices` values */
+  int n_reduced;
+  cn_node **reduced;       /* the parameters' gradients, then the loss when all-reduced */
+  cn_allreduce *allreduce; /* one rank: the devices' all-reduce */
+  int rank, ranks;         /* cn_dist_rank / cn_dist_size at creation */
+  cn_dist_allreduce *dist; /* several ranks: the devices' all-reduce, then the ranks' */
+  cn_graph *g;             /* the graph and the loss whose training state a checkpoint holds */
+  cn_tensor *loss_tensor;
   cn_cleanup *cleanup;
 };
 
@@ -34,6 +49,7 @@ static void dp_cleanup(void *arg) {
   free(dp->params);
   free(dp->bind_syms);
   free(dp->bind_values);
+  free(dp->reduced);
   free(dp);
 }
 
@@ -50,7 +66,7 @@ static cn_status replicate_writes(cn_routine *r) {
 }
 
 /* The parameters, the gradients (and the loss) to all-reduce, the written nodes replicated. */
-static cn_status dp_setup(cn_dp *dp, cn_graph *g, cn_tensor *loss, cn_backend_kind backend) {
+static cn_status dp_setup(cn_dp *dp, cn_graph *g, cn_tensor *loss) {
   cn_ctx *ctx = dp->ctx;
   int n = cn_graph_params(g, loss, NULL, 0);
   if (n < 0) return cn_ctx_status(ctx);
@@ -60,52 +76,71 @@ static cn_status dp_setup(cn_dp *dp, cn_graph *g, cn_tensor *loss, cn_backend_ki
   cn_status status = replicate_writes(dp->grad);
   if (status == CN_OK) status = replicate_writes(dp->update);
   if (status != CN_OK) return status;
-  cn_node **reduced = cn_malloc(ctx, sizeof *reduced * (size_t)(n + 1));
+  cn_node **reduced = dp->reduced = cn_malloc(ctx, sizeof *reduced * (size_t)(n + 1));
   if (!reduced) return CN_ERR_NOMEM;
-  int k = 0;
   for (int i = 0; i < n; i++) {
     cn_node *grad = cn_tensor_grad(dp->params[i]);
-    if (!grad || grad->mode != CN_MEM_MATERIALIZED || !grad->replicated) {
-      free(reduced);
+    if (!grad || grad->mode != CN_MEM_MATERIALIZED || !grad->replicated)
       return cn_fail(ctx, CN_ERR_INVALID,
                      "cn_dp_create: parameter '%s' has no gradient the gradient routine '%s' "
                      "writes",
                      dp->params[i]->label, cn_routine_proc(dp->grad)->name);
-    }
-    reduced[k++] = grad;
+    reduced[dp->n_reduced++] = grad;
   }
   cn_node *value = cn_tensor_value(loss);
   if (value && value->mode == CN_MEM_MATERIALIZED && value->replicated)
-    reduced[k++] = dp->loss = value;
-  dp->allreduce = cn_allreduce_create(ctx, k, reduced, backend);
-  free(reduced);
-  return dp->allreduce ? CN_OK : cn_ctx_status(ctx);
+    reduced[dp->n_reduced++] = dp->loss = value;
+  return CN_OK;
 }
 
 cn_dp *cn_dp_create(cn_graph *g, cn_tensor *loss, cn_routine *grad, cn_routine *update, int devices,
                     cn_backend_kind backend) {
   if (!g) return NULL;
   cn_ctx *ctx = cn_graph_ctx(g);
-  if (!loss || !grad || !update) {
-    cn_fail(ctx, CN_ERR_INVALID,
-            "cn_dp_create: a loss, a gradient routine and an update routine needed");
-    return NULL;
+  cn_status status = CN_OK;
+  cn_dp *dp = NULL;
+  if (!loss || !grad || !update)
+    status = cn_fail(ctx, CN_ERR_INVALID,
+                     "cn_dp_create: a loss, a gradient routine and an update routine needed");
+  else if (devices < 1 || devices > CN_MAX_DEVICES)
+    status = cn_fail(ctx, CN_ERR_INVALID, "cn_dp_create: %d devices, not in [1, %d]", devices,
+                     CN_MAX_DEVICES);
+  else
+    status = cn_ctx_open_devices(ctx, devices);
+  if (status == CN_OK) {
+    dp = cn_calloc(ctx, 1, sizeof *dp);
+    cn_cleanup *cleanup = dp ? cn_ctx_add_cleanup(ctx, dp_cleanup, dp) : NULL;
+    if (cleanup) {
+      *dp = (cn_dp){.ctx = ctx,
+                    .devices = devices,
+                    .grad = grad,
+                    .update = update,
+                    .rank = cn_dist_rank(),
+                    .ranks = cn_dist_size(),
+                    .g = g,
+                    .loss_tensor = loss,
+                    .cleanup = cleanup};
+      status = dp_setup(dp, g, loss);
+    } else {
+      free(dp);
+      dp = NULL;
+      status = CN_ERR_NOMEM;
+    }
   }
-  if (devices < 1 || devices > CN_MAX_DEVICES) {
-    cn_fail(ctx, CN_ERR_INVALID, "cn_dp_create: %d devices, not in [1, %d]", devices,
-            CN_MAX_DEVICES);
-    return NULL;
+  /* Across ranks the start-up checks are collective: the compiled routines (their buffers'
+   * shapes and a hash of their code), then, creating the ranks' all-reduce, the node lists and
+   * device counts. A rank that failed above sends its message through the first. */
+  if (cn_dist_size() > 1) {
+    cn_routine *routines[2] = {grad, update};
+    status = cn_dist_check_routines_after(ctx, status, 2, routines);
+    if (status == CN_OK &&
+        !(dp->dist = cn_dist_allreduce_create(ctx, dp->n_reduced, dp->reduced, backend)))
+      status = cn_ctx_status(ctx);
+  } else if (status == CN_OK &&
+             !(dp->allreduce = cn_allreduce_create(ctx, dp->n_reduced, dp->reduced, backend))) {
+    status = cn_ctx_status(ctx);
   }
-  if (cn_ctx_open_devices(ctx, devices) != CN_OK) return NULL;
-  cn_dp *dp = cn_calloc(ctx, 1, sizeof *dp);
-  cn_cleanup *cleanup = dp ? cn_ctx_add_cleanup(ctx, dp_cleanup, dp) : NULL;
-  if (!cleanup) {
-    free(dp);
-    return NULL;
-  }
-  *dp = (cn_dp){.ctx = ctx, .devices = devices, .grad = grad, .update = update};
-  dp->cleanup = cleanup;
-  if (dp_setup(dp, g, loss, backend) != CN_OK) {
+  if (status != CN_OK) {
     cn_dp_free(dp);
     return NULL;
   }
@@ -121,16 +156,23 @@ cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t global, cons
   if (axis < 0 || axis >= node->rank)
     return cn_fail(dp->ctx, CN_ERR_INVALID, "cn_dp_shard: '%s' has no axis %d (rank %d)",
                    node->label, axis, node->rank);
-  if (global <= 0 || global % dp->devices != 0)
+  /* shard s = rank * devices + device of `shards` */
+  const int shards = dp->ranks * dp->devices;
+  char among[64];
+  if (dp->ranks > 1)
+    snprintf(among, sizeof among, "%d ranks x %d devices", dp->ranks, dp->devices);
+  else
+    snprintf(among, sizeof among, "%d devices", dp->devices);
+  if (global <= 0 || global % shards != 0)
     return cn_fail(dp->ctx, CN_ERR_INVALID,
-                   "cn_dp_shard: '%s': a global batch of %lld does not divide among %d devices",
-                   node->label, (long long)global, dp->devices);
-  const int64_t shard = global / dp->devices;
+                   "cn_dp_shard: '%s': a global batch of %lld does not divide among %s",
+                   node->label, (long long)global, among);
+  const int64_t shard = global / shards;
   if (node->dims[axis] != shard)
     return cn_fail(dp->ctx, CN_ERR_INVALID,
-                   "cn_dp_shard: '%s' axis %d has %lld cells, not the shard %lld of %lld / %d",
+                   "cn_dp_shard: '%s' axis %d has %lld cells, not the shard %lld of %lld over %s",
                    node->label, axis, (long long)node->dims[axis], (long long)shard,
-                   (long long)global, dp->devices);
+                   (long long)global, among);
   int64_t outer = 1, inner = 1;
   for (int a = 0; a < axis; a++) outer *= node->dims[a];
   for (int a = axis + 1; a < node->rank; a++) inner *= node->dims[a];
@@ -150,7 +192,8 @@ cn_status cn_dp_shard(cn_dp *dp, cn_tensor *data, int axis, int64_t global, cons
   cn_status status = CN_OK;
   for (int d = 0; d < dp->devices && status == CN_OK; d++) {
     for (int64_t o = 0; o < outer; o++)
-      memcpy(part + (size_t)o * block, values + ((size_t)o * dp->devices + (size_t)d) * block,
+      memcpy(part + (size_t)o * block,
+             values + ((size_t)o * (size_t)shards + (size_t)(dp->rank * dp->devices + d)) * block,
              sizeof *part * block);
     status = cn_node_set_device_values(node, false, d, part, cells);
   }
@@ -219,14 +262,34 @@ cn_status cn_dp_bind_device(cn_dp *dp, cn_symbol sym, int device, int64_t value)
   return CN_OK;
 }
 
-cn_status cn_dp_check(cn_dp *dp) {
-  if (!dp) return CN_ERR_INVALID;
-  cn_status status = CN_OK;
+/* FNV-1a over 8-byte words (then the last bytes): a parameter's bits, compared across ranks. */
+static uint64_t hash_bits(const unsigned char *bytes, size_t n) {
+  uint64_t hash = 1469598103934665603u;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    memcpy(&word, bytes + i, 8);
+    hash = (hash ^ word) * 1099511628211u;
+  }
+  for (; i < n; i++) hash = (hash ^ bytes[i]) * 1099511628211u;
+  return hash;
+}
+
+/* cn_dp_check after `local` (not CN_OK: this rank failed already, with its message; across ranks
+ * it still takes part in the comparison, sending its failure). */
+static cn_status check_after(cn_dp *dp, cn_status local) {
+  cn_status status = local;
+  uint64_t *hashes = cn_calloc(dp->ctx, (size_t)dp->n_params, sizeof *hashes);
+  const char **names = hashes ? cn_calloc(dp->ctx, (size_t)dp->n_params, sizeof *names) : NULL;
+  if (!names && status == CN_OK) status = CN_ERR_NOMEM;
   for (int i = 0; i < dp->n_params && status == CN_OK; i++) {
     cn_node *node = cn_tensor_value(dp->params[i]);
     const size_t count = (size_t)cn_node_numel(node), bytes = count * cn_prec_bytes(node->prec);
     unsigned char *first = cn_malloc(dp->ctx, 2 * (bytes ? bytes : 1));
-    if (!first) return CN_ERR_NOMEM;
+    if (!first) {
+      status = CN_ERR_NOMEM;
+      break;
+    }
     unsigned char *other = first + bytes;
     status = cn_node_get_device_cells(node, false, 0, first, count);
     for (int d = 1; d < dp->devices && status == CN_OK; d++) {
@@ -236,9 +299,21 @@ cn_status cn_dp_check(cn_dp *dp) {
                          "cn_dp_check: parameter '%s' differs between device 0 and device %d",
                          dp->params[i]->label, d);
     }
+    hashes[i] = hash_bits(first, bytes);
+    names[i] = dp->params[i]->label;
     free(first);
   }
+  /* Across ranks (collective, also after a failure here): device 0's bits against rank 0's. */
+  if (dp->ranks > 1)
+    status = cn_dist_compare_hashes(dp->ctx, status, names ? dp->n_params : 0, hashes, names,
+                                    "cn_dp_check", "parameter");
+  free(hashes);
+  free(names);
   return status;
+}
+
+cn_status cn_dp_check(cn_dp *dp) {
+  return dp ? check_after(dp, CN_OK) : CN_ERR_INVALID;
 }
 
 /* Device 0's values of what the update writes (the parameters, the optimizer's state) and the
@@ -249,7 +324,9 @@ static cn_status to_host(cn_dp *dp) {
   for (int i = 0; i < proc->n_params && status == CN_OK; i++)
     if (cn_routine_writes(dp->update, i) && proc->params[i].node->replicated)
       status = cn_node_transfer(proc->params[i].node, 0, CN_DEVICE_HOST, false);
-  if (status == CN_OK && dp->loss) status = cn_node_transfer(dp->loss, 0, CN_DEVICE_HOST, false);
+  /* (across ranks the host holds the loss already: the ranks' all-reduce writes it there) */
+  if (status == CN_OK && dp->loss && !dp->dist)
+    status = cn_node_transfer(dp->loss, 0, CN_DEVICE_HOST, false);
   return status;
 }
 
@@ -260,9 +337,11 @@ cn_status cn_dp_step(cn_dp *dp) {
     status = bind_device(dp, d);
     if (status == CN_OK) status = cn_routine_run_on(dp->grad, d);
   }
-  /* The one merge of the step: the gradients of every device summed (MPI's across ranks would
-   * follow it). */
-  if (status == CN_OK) status = cn_allreduce_run(dp->allreduce);
+  /* The one merge of the step: the gradients of every device summed (cn_allreduce_run); across
+   * ranks cn_dist_allreduce_run runs that first, then sums the ranks' in rank order and writes
+   * the result to the host's value, from which every device's copy is refreshed at the update. */
+  if (status == CN_OK)
+    status = dp->dist ? cn_dist_allreduce_run(dp->dist) : cn_allreduce_run(dp->allreduce);
   for (int d = 0; d < dp->devices && status == CN_OK; d++)
     status = cn_routine_run_on(dp->update, d);
   if (status == CN_OK) status = cn_dp_check(dp);
@@ -272,6 +351,41 @@ cn_status cn_dp_step(cn_dp *dp) {
 void cn_dp_free(cn_dp *dp) {
   if (!dp) return;
   cn_allreduce_free(dp->allreduce);
+  cn_dist_allreduce_free(dp->dist);
   cn_ctx_remove_cleanup(dp->ctx, dp->cleanup);
   dp_cleanup(dp);
+}
+
+/* The loss's training state (cn_graph_state): malloc'd, its count in *n; NULL with a message. */
+static cn_named_node *dp_state(cn_dp *dp, int *n) {
+  *n = cn_graph_state(dp->g, dp->loss_tensor, NULL, 0);
+  if (*n < 0) return NULL;
+  cn_named_node *state = cn_malloc(dp->ctx, sizeof *state * (size_t)(*n ? *n : 1));
+  if (state) *n = cn_graph_state(dp->g, dp->loss_tensor, state, *n);
+  return state;
+}
+
+cn_status cn_dp_save(cn_dp *dp, const char *path) {
+  if (!dp) return CN_ERR_INVALID;
+  int n = 0;
+  cn_named_node *state = dp_state(dp, &n);
+  cn_status status = !state ? cn_ctx_status(dp->ctx)
+                     : cn_dist_rank() == 0
+                         ? cn_data_save_safetensors(dp->ctx, path, n, state, 0, NULL)
+                         : CN_OK;
+  free(state);
+  /* Every rank leaves once rank 0's file is complete (or with its failure). */
+  return dp->ranks > 1 ? cn_dist_root_status(dp->ctx, status, "cn_dp_save") : status;
+}
+
+cn_status cn_dp_load(cn_dp *dp, const char *path) {
+  if (!dp) return CN_ERR_INVALID;
+  int n = 0;
+  cn_named_node *state = dp_state(dp, &n);
+  /* A host write: every device's copy is refreshed from it at its next use. */
+  cn_status status = state ? cn_data_load_safetensors(dp->ctx, path, n, state, NULL, NULL)
+                           : cn_ctx_status(dp->ctx);
+  free(state);
+  /* Every device of every rank now holds the file's bits (checked; collective across ranks). */
+  return check_after(dp, status);
 }

@@ -1,0 +1,54 @@
+/* The driver side of the tests that launch themselves under mpirun (test_mpi, test_mpi_dp):
+ * CANNL_MPIEXEC (the mpirun CMake found) with the flags Open MPI needs to run as root, with more
+ * ranks than cores, on loopback only; and the comparison of the hashes the ranks print. */
+#ifndef CANNL_TEST_MPI_LAUNCH_H
+#define CANNL_TEST_MPI_LAUNCH_H
+
+#include <stdio.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* Runs `mpirun -np ranks SELF --rank scenario` (scenario NULL: the command self) bounded by
+ * timeout(1) at 90 s, its output in out; returns the exit status and the seconds it took. */
+static inline int mpi_launch(const char *self, int ranks, const char *scenario, const char *env,
+                             char *out, size_t cap, double *seconds) {
+  const char *mpiexec = getenv("CANNL_MPIEXEC");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "%s timeout 90 %s --allow-run-as-root --oversubscribe --mca btl self,vader,tcp "
+           "--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np %d %s%s%s 2>&1",
+           env, mpiexec, ranks, self, scenario ? " --rank " : "", scenario ? scenario : "");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  FILE *p = popen(cmd, "r");
+  size_t len = 0;
+  if (p) {
+    size_t got;
+    while (len + 1 < cap && (got = fread(out + len, 1, cap - 1 - len, p)) > 0) len += got;
+  }
+  out[len] = 0;
+  int rc = p ? pclose(p) : -1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+/* Every rank's "rank R hash H" line agrees; the hash into *hash. */
+static inline bool mpi_same_hashes(const char *out, int ranks, char *hash) {
+  int seen = 0;
+  for (const char *line = strstr(out, "rank "); line; line = strstr(line + 1, "rank ")) {
+    int r;
+    char h[17];
+    if (sscanf(line, "rank %d hash %16s", &r, h) != 2) continue;
+    if (seen++ == 0)
+      strcpy(hash, h);
+    else if (strcmp(hash, h) != 0)
+      return false;
+  }
+  return seen == ranks;
+}
+
+#endif
