@@ -19,6 +19,9 @@
  *            interpreter (the same buffers, other code): cn_dp_create fails on every rank naming
  *            rank 1, the routine and the difference; then rank 1 fails before the exchange:
  *            rank 0 fails at once with its message
+ * and `cannl run` of a data-parallel script (`for ... ~devices:N`): on 2 ranks x 1 device and
+ * 2 ranks x 2 devices it prints what one process prints on 2 and 4 devices (the same slots, the
+ * same order of the sums: the devices' tree, then the ranks in order), digit for digit, once.
  * Built without MPI the test is skipped (77) saying so. */
 #include "../demo/fashion.h"
 #include "../demo/moons.h"
@@ -347,6 +350,51 @@ static void drive_fashion(const char *self, const char *dir) {
   free(ref);
 }
 
+/* The output of `cmd` (stdout and stderr) into out; its exit status. */
+static int command_output(const char *cmd, char *out, size_t cap) {
+  FILE *p = popen(cmd, "r");
+  size_t len = p ? fread(out, 1, cap - 1, p) : 0;
+  out[len] = '\0';
+  return p ? pclose(p) : -1;
+}
+
+/* A data-parallel script under `mpirun -np 2 cannl run` against one process with as many slots. */
+static void drive_script(const char *dir) {
+  char script[640], cmd[1400], ranks_out[4096], one_out[4096];
+  snprintf(script, sizeof script, "%s/dp.cnl", dir);
+  FILE *f = fopen(script, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("let devices = 1\n"
+        "let (points, classes) = half_moons ~n:80 ~noise:0.1 ~seed:1 ~batch_size:5\n"
+        "let b = static_index 16\n"
+        "let%op model x = {w2} * relu ({w1; o = [4]} * x + {c1; o = [4]}) + {c2; o = [1]}\n"
+        "let loss = (relu (1 - (classes @| b) *. model (points @| b)) ++ \"...|... => 0\") /. 5\n"
+        "for epoch = 0 to 2 do\n"
+        "  for b = 0 to 15 ~devices:devices do\n"
+        "    backprop loss\n"
+        "    adam loss ~learning_rate:0.05\n"
+        "  done\n"
+        "done\n"
+        "print w1\nprint c2\n",
+        f);
+  fclose(f);
+  for (int devices = 1; devices <= 2; devices++) {
+    snprintf(cmd, sizeof cmd, "%s run %s --set devices=%d", getenv("CANNL_CLI"), script, devices);
+    double seconds;
+    int rc = mpi_launch(cmd, 2, NULL, "", ranks_out, sizeof ranks_out, &seconds);
+    snprintf(cmd, sizeof cmd, "%s run %s --set devices=%d 2>&1", getenv("CANNL_CLI"), script,
+             2 * devices);
+    int one_rc = command_output(cmd, one_out, sizeof one_out);
+    CHECK_MSG(rc == 0 && one_rc == 0, "script, %d device(s) per rank: exit %d, one process %d:\n%s",
+              devices, rc, one_rc, ranks_out);
+    CHECK_MSG(strstr(one_out, "\"w1\"") && strcmp(ranks_out, one_out) == 0,
+              "script, 2 ranks x %d device(s) against one process on %d:\n%s\nagainst\n%s", devices,
+              2 * devices, ranks_out, one_out);
+  }
+  remove(script);
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--rank") == 0)
     return rank_main(argv[2], atoi(argv[3]), argv[4]);
@@ -363,6 +411,7 @@ int main(int argc, char **argv) {
   CHECK(mkdtemp(dir) != NULL);
   drive_moons(argv[0], dir);
   drive_fashion(argv[0], dir);
+  drive_script(dir);
   snprintf(scenario, sizeof scenario, "resume 1 %s", dir);
   job(argv[0], 2, scenario, NULL);
   snprintf(scenario, sizeof scenario, "mismatch 1 %s", dir);
