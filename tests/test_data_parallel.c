@@ -4,9 +4,9 @@
  * check, and memcmp here), within single-precision tolerance of the one-device run (the sums of
  * the batch group differently: per shard, then across shards), and the same bits run to run; a
  * batch that does not divide among the devices is refused with a message, and a parameter that
- * differs between devices is named by cn_dp_check. The Fashion-MNIST MLP and convnet
- * (demo/fashion.c, Adam) one epoch of 4 steps on 2 devices against 1 (skipped with a message
- * without the data set). */
+ * differs between devices is named by cn_dp_check. The Fashion-MNIST MLP (2 and 3 devices) and
+ * convnet (2 devices), demo/fashion.c with Adam, one epoch of 4 steps against 1 device and the
+ * same bits run to run (skipped with a message without the data set). */
 #include "../demo/fashion.h"
 #include "../demo/moons.h"
 
@@ -139,23 +139,31 @@ static bool fashion_run(fashion_model model, int64_t batch, int devices, float *
   return ok;
 }
 
-/* One epoch on 2 devices against 1: the parameters within `tol` (relative) of each other. */
-static void fashion_compare(fashion_model model, int64_t batch, size_t params, double tol) {
+/* One epoch on `devices` devices against 1: the parameters within `tol` (relative) of each
+ * other; and a second run on `devices` devices gives the same bits. */
+static void fashion_compare(fashion_model model, int64_t batch, int devices, size_t params,
+                            double tol) {
   enum { CAP = 3 * 3 * 16 + 16 + 3 * 3 * 16 * 32 + 32 + LARGEST + 128 + 128 * 10 + 10 };
-  static float one[CAP], two[CAP];
+  static float one[CAP], many[CAP], again[CAP];
   const char *name = model == FASHION_MLP ? "MLP" : "convnet";
-  size_t n1 = 0, n2 = 0;
-  if (!fashion_run(model, batch, 1, one, CAP, &n1) || !fashion_run(model, batch, 2, two, CAP, &n2))
+  size_t n1 = 0, n2 = 0, n3 = 0;
+  if (!fashion_run(model, batch, 1, one, CAP, &n1) ||
+      !fashion_run(model, batch, devices, many, CAP, &n2) ||
+      !fashion_run(model, batch, devices, again, CAP, &n3))
     return;
   CHECK_INT((long long)n1, (long long)params);
   CHECK_INT((long long)n2, (long long)n1);
+  CHECK_INT((long long)n3, (long long)n1);
   double worst = 0;
   for (size_t i = 0; i < n1 && n1 == n2; i++) {
-    double d = fabs((double)two[i] - one[i]) / (1 + fabs(one[i]));
+    double d = fabs((double)many[i] - one[i]) / (1 + fabs(one[i]));
     worst = d > worst ? d : worst;
   }
-  printf("fashion %s, 2 devices: largest relative difference to one device %.3g\n", name, worst);
-  CHECK_MSG(worst <= tol, "fashion %s: %.3g from one device", name, worst);
+  printf("fashion %s, %d devices: largest relative difference to one device %.3g\n", name, devices,
+         worst);
+  CHECK_MSG(worst <= tol, "fashion %s, %d devices: %.3g from one device", name, devices, worst);
+  CHECK_MSG(n3 == n2 && memcmp(many, again, n2 * sizeof *many) == 0,
+            "fashion %s, %d devices: the parameters differ run to run", name, devices);
 }
 
 static void test_fashion(void) {
@@ -163,9 +171,10 @@ static void test_fashion(void) {
     printf("SKIP (fashion part): Fashion-MNIST is not installed in %s\n", FASHION_DATA_DIR);
     return;
   }
-  fashion_compare(FASHION_MLP, 100, 784 * 128 + 128 + 128 * 10 + 10, 1e-5);
+  fashion_compare(FASHION_MLP, 120, 2, 784 * 128 + 128 + 128 * 10 + 10, 1e-5);
+  fashion_compare(FASHION_MLP, 120, 3, 784 * 128 + 128 + 128 * 10 + 10, 1e-5);
   /* two convolutions (16 and 32 channels), pooling, two dense layers; 60 images a batch */
-  fashion_compare(FASHION_CONVNET, 60,
+  fashion_compare(FASHION_CONVNET, 60, 2,
                   3 * 3 * 16 + 16 + 3 * 3 * 16 * 32 + 32 + LARGEST + 128 + 128 * 10 + 10, 1e-5);
 }
 
