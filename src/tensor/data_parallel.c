@@ -31,7 +31,7 @@ struct cn_dp {
   int n_params;
   cn_tensor **params;
   cn_node *loss; /* all-reduced with the gradients when materialized, else NULL */
-  int n_binds; /* cn_dp_bind_device: per symbol, the gradient routine's value on each device */
+  int n_binds;   /* cn_dp_bind_device: per symbol, the gradient routine's value on each device */
   cn_symbol *bind_syms;
   int64_t *bind_values; /* n_binds rows of `devices` values */
   int n_reduced;
