@@ -434,7 +434,7 @@ static int cudahost_count;
 static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                                   const char **source) {
   cn_kernel_program program;
-  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &program);
+  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, NULL, &program);
   CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
   if (status != CN_OK) return status;
   cn_sbuf cpp = {0};

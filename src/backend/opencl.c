@@ -22,7 +22,9 @@
  * a warning and replaced by a build from source. A build failure is CN_ERR_COMPILE naming the file
  * the source was written to and quoting the build log. Run: every kernel's arguments set per the
  * kernel ABI (kernels.h: buffers, then the free symbols as 64-bit integers), enqueued with a
- * global size of its work items rounded up to the work-group size, then clFinish. */
+ * global size of its work items rounded up to the work-group size (a tiled kernel's own group
+ * size, chosen by the kernel view from the device's work-group and local memory limits), then
+ * clFinish. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend/kernels.h"
 
@@ -153,7 +155,10 @@ typedef struct {
   cl_context context;
   cl_command_queue queue;
   size_t max_group; /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
-  int refs;         /* the context's cleanup, each buffer, each compiled program */
+  /* what a tiled kernel's work-group may have (kernels.h): the smaller of max_group and the first
+   * work-item size (our grids are one-dimensional), and CL_DEVICE_LOCAL_MEM_SIZE */
+  cn_kernel_limits limits;
+  int refs; /* the context's cleanup, each buffer, each compiled program */
 } ocl_state;
 
 static void state_unref(ocl_state *st) {
@@ -308,6 +313,16 @@ static void describe(ocl_state *st, cl_platform_id platform) {
                          &st->max_group, NULL) != CL_SUCCESS ||
       st->max_group == 0)
     st->max_group = 1;
+  size_t sizes[3] = {0};
+  cl_ulong local = 0;
+  st->limits.max_group = (int64_t)st->max_group;
+  if (cl.clGetDeviceInfo(st->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof sizes, sizes, NULL) ==
+          CL_SUCCESS &&
+      sizes[0] > 0 && sizes[0] < st->max_group)
+    st->limits.max_group = (int64_t)sizes[0];
+  if (cl.clGetDeviceInfo(st->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) ==
+      CL_SUCCESS)
+    st->limits.local_bytes = (int64_t)local;
   snprintf(st->name, sizeof st->name,
            "%s (platform %s, %s, driver %s), %u compute units, %.1f GiB of global memory", dname,
            pname, dversion, driver, units, (double)memory / (1 << 30));
@@ -502,7 +517,7 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
   c->st = st;
   c->n_syms = proc->n_free_syms;
   st->refs++;
-  status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &c->source);
+  status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &st->limits, &c->source);
   cn_sbuf key = {0}, options = {0};
   const char *extra = getenv("CANNL_OPENCL_FLAGS");
   cn_sbuf_printf(&options, "%s%s%s", BUILD_OPTIONS, extra && *extra ? " " : "", extra ? extra : "");
@@ -535,9 +550,18 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
                                     &limit, NULL) != CL_SUCCESS ||
         limit == 0 || limit > st->max_group)
       limit = st->max_group;
-    int64_t items = c->source.kernels[k].work_items;
+    const cn_kernel *kernel = &c->source.kernels[k];
+    if (kernel->group_size > 0 && (size_t)kernel->group_size > limit) {
+      status = cn_fail(ctx, CN_ERR_UNSUPPORTED,
+                       "opencl: routine '%s': kernel %s needs work-groups of %lld work items, "
+                       "%s runs it in groups of at most %zu",
+                       proc->name, kernel->name, (long long)kernel->group_size, st->name, limit);
+      break;
+    }
     size_t group = limit < GROUP_SIZE ? limit : GROUP_SIZE;
-    c->groups[k] = items < (int64_t)group ? (size_t)items : group;
+    c->groups[k] = kernel->group_size > 0                ? (size_t)kernel->group_size
+                   : kernel->work_items < (int64_t)group ? (size_t)kernel->work_items
+                                                         : group;
   }
   if (status != CN_OK) {
     ocl_release(c);
