@@ -360,8 +360,10 @@ static cn_status link_device(cn_routine *r, const cn_device *dev, void ***out) {
 }
 
 /* Links the routine to the device of the backend it runs on: for a backend with its own memory,
- * opens the device and allocates there the scratch of the local params (once: a tiered routine
- * links when it is compiled), and the host zeros uploaded to clear it where the device cannot;
+ * opens the device and allocates there the scratch of the local params (once, at the first run:
+ * a routine compiles without its device, so that a CUDA routine's source and PTX are there
+ * without a GPU, for --emit=c; the missing device is the first run's error), and the host zeros
+ * uploaded to clear it where the device cannot;
  * the materialized nodes' copies are made by the runs (cn_node_device). Nothing for the host
  * backends. */
 static cn_status routine_link(cn_routine *r) {
@@ -538,7 +540,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   }
   collect_writes(proc->body, seen, r->written, &r->n_written);
   r->parallel = has_parallel_loop(proc->body);
-  if (routine_alloc_tables(r) != CN_OK || routine_link(r) != CN_OK) {
+  if (routine_alloc_tables(r) != CN_OK) {
     routine_release(r);
     return NULL;
   }
@@ -886,6 +888,8 @@ static cn_status routine_run(cn_routine *routine, const cn_device *dev, void **d
 }
 
 cn_status cn_routine_run(cn_routine *routine) {
+  cn_status status = routine_link(routine);
+  if (status != CN_OK) return status;
   return routine_run(routine, routine->device, routine->device_buffers);
 }
 
