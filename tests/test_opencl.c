@@ -12,6 +12,7 @@
  *   matmuls run as GEMM plans (cleared and fused; triangles of the reduction and of the output);
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
+ * - runs queued, not waited for: a read after ten runs sees the tenth's sum;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
  *   build counter, cn_opencl_builds), a corrupted binary is reported as a warning and rebuilt;
  * - symbols named as OpenCL C's keywords, types, built-ins and limit macros;
@@ -222,6 +223,37 @@ static void check_guard(void) {
     CHECK_MSG(got[c] == (c / 100 == 1 ? 7 : 1), "out cell %d = %g", c, got[c]);
   dev->free(dev, buffer);
   b->release(compiled);
+  cn_ctx_destroy(ctx);
+}
+
+/* Asynchronous runs: c =+ a queued 10 times, then one host read sees the tenth sum (every run
+ * in order on the queue), and a host write of a between runs reaches the next one. */
+static void check_async(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t n = 1000;
+  cn_node *a = cn_node_create(ctx, "a", CN_PREC_SINGLE, 1, &n);
+  cn_node *c = cn_node_create(ctx, "c", CN_PREC_SINGLE, 1, &n);
+  double values[1000], got[1000];
+  for (int k = 0; k < n; k++) values[k] = k * 0.25;
+  CHECK_INT(cn_node_set_values(a, false, values, (size_t)n), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  const cn_index map[1] = {cn_index_iter(i)};
+  const cn_proj_tensor one = {1, &n, map};
+  const cn_buffer a_buf = {a, false};
+  cn_asgn *add = cn_asgn_accum(ctx, false, CN_OP_ADD, c, CN_OP_ID, &a_buf,
+                               cn_proj_create(ctx, 1, &i, &n, one, 1, &one));
+  cn_routine *r = add ? cn_routine_compile(ctx, add, opencl, "accumulate") : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  for (int k = 0; r && k < 10; k++) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(cn_node_get_values(c, false, got, (size_t)n), CN_OK);
+  for (int k = 0; k < n; k++) CHECK_MSG(got[k] == 10 * values[k], "c[%d] = %g", k, got[k]);
+  for (int k = 0; k < n; k++) values[k] = 1;
+  CHECK_INT(cn_node_set_values(a, false, values, (size_t)n), CN_OK);
+  if (r) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(cn_routine_synchronize(r), CN_OK);
+  CHECK_INT(cn_node_get_values(c, false, got, (size_t)n), CN_OK);
+  for (int k = 0; k < n; k++) CHECK_MSG(got[k] == 2.5 * k + 1, "c[%d] = %g", k, got[k]);
+  cn_routine_free(r);
   cn_ctx_destroy(ctx);
 }
 
@@ -583,6 +615,7 @@ int main(void) {
   check_device_choice();
   check_build_failure();
   check_guard();
+  check_async();
   check_names();
   check_grid(100);
   check_grid(1000);

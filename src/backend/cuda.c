@@ -18,7 +18,10 @@
  * Launch (the kernel ABI of kernels.h): blocks of CUDA_BLOCK threads (a tiled kernel's group
  * size, chosen from the GPU's threads and shared memory a block), grid ceil(work_items / block);
  * arguments the kernel's buffers (CUdeviceptr) then every free symbol (int64); the kernels run in
- * order on the default stream, and run returns after cuCtxSynchronize. A device buffer handle is
+ * order on the default stream, and run returns once they are launched (asynchronous: the device's
+ * synchronize, cuCtxSynchronize, waits and reports a failed kernel; the runtime calls it when the
+ * host reads a node a run wrote; cuMemcpyHtoD and cuMemFree wait for the stream themselves). A
+ * device buffer handle is
  * the CUdeviceptr itself (no allocation of ours around it). Invariants: a compiled state owns its
  * program, PTX, log and loaded module; the device is process-wide (the primary context of the GPU,
  * retained until exit), and each call makes it current on the calling thread first. */
@@ -319,8 +322,6 @@ static cn_status cuda_run(cn_ctx *ctx, void *compiled, void *const *buffers, con
       status = cuda_failed(ctx, gpu, result, what);
     }
   }
-  int result = gpu->ctx_synchronize();
-  if (status == CN_OK && result != 0) status = cuda_failed(ctx, gpu, result, "kernel execution");
   free(args);
   free(ptrs);
   free(values);

@@ -23,8 +23,10 @@
  * the source was written to and quoting the build log. Run: every kernel's arguments set per the
  * kernel ABI (kernels.h: buffers, then the free symbols as 64-bit integers), enqueued with a
  * global size of its work items rounded up to the work-group size (a tiled kernel's own group
- * size, chosen by the kernel view from the device's work-group and local memory limits), then
- * clFinish. */
+ * size, chosen by the kernel view from the device's work-group and local memory limits). A run
+ * returns once its kernels are queued (the device's synchronize, clFinish, waits: the runtime
+ * calls it when the host reads a node a run wrote, resident.c), as uploads and clears
+ * (clEnqueueFillBuffer) are. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend/kernels.h"
 
@@ -87,7 +89,10 @@
   X(clSetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void *))                            \
   X(clEnqueueNDRangeKernel, cl_int,                                                                \
     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *,         \
-     cl_uint, const cl_event *, cl_event *))
+     cl_uint, const cl_event *, cl_event *))                                                       \
+  X(clEnqueueFillBuffer, cl_int,                                                                   \
+    (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint, const cl_event *,    \
+     cl_event *))
 
 static struct {
 #define CL_MEMBER(name, ret, params) ret(CL_API_CALL *name) params;
@@ -159,6 +164,9 @@ typedef struct {
    * work-item size (our grids are one-dimensional), and CL_DEVICE_LOCAL_MEM_SIZE */
   cn_kernel_limits limits;
   int refs; /* the context's cleanup, each buffer, each compiled program */
+  /* the last kernel queued (runs are not waited for: a failure shows at the next synchronize,
+   * which names it) */
+  char last[300];
 } ocl_state;
 
 static void state_unref(ocl_state *st) {
@@ -213,12 +221,27 @@ static cn_status ocl_synchronize(cn_ctx *ctx, const cn_device *dev) {
   ocl_state *st = dev->state;
   cl_int err = cl.clFinish(st->queue);
   if (err != CL_SUCCESS)
-    return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed: %s (%d)", st->name, cl_error(err), (int)err);
+    return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed (the last kernel queued: %s): %s (%d)",
+                   st->name, st->last[0] ? st->last : "none", cl_error(err), (int)err);
+  return CN_OK;
+}
+
+/* Zeros on the device (a local param's scratch), queued. */
+static cn_status ocl_clear(cn_ctx *ctx, const cn_device *dev, void *buffer, size_t bytes) {
+  ocl_state *st = dev->state;
+  const unsigned char zero = 0;
+  cl_int err = bytes ? cl.clEnqueueFillBuffer(st->queue, buffer, &zero, 1, 0, bytes, 0, NULL, NULL)
+                     : CL_SUCCESS;
+  if (err != CL_SUCCESS)
+    return cn_fail(ctx, CN_ERR_IO, "opencl: cannot clear %zu bytes on %s: %s (%d)", bytes, st->name,
+                   cl_error(err), (int)err);
   return CN_OK;
 }
 
 static void ocl_free(const cn_device *dev, void *buffer) {
   ocl_state *st = dev->state;
+  /* a queued upload may still read the host memory its node frees next (context destruction) */
+  cl.clFinish(st->queue);
   cl.clReleaseMemObject(buffer);
   state_unref(st);
 }
@@ -371,7 +394,8 @@ static cn_status open_state(cn_ctx *ctx, ocl_state **out) {
                            .upload = ocl_upload,
                            .download = ocl_download,
                            .synchronize = ocl_synchronize,
-                           .free = ocl_free};
+                           .free = ocl_free,
+                           .clear = ocl_clear};
   if (!cn_ctx_add_cleanup(ctx, state_cleanup, st)) {
     state_unref(st);
     return ctx->status;
@@ -594,10 +618,7 @@ static cn_status ocl_run(cn_ctx *ctx, void *compiled, void *const *buffers, cons
     if (err == CL_SUCCESS)
       err = cl.clEnqueueNDRangeKernel(st->queue, c->kernels[k], 1, NULL, &global, &group, 0, NULL,
                                       NULL);
-  }
-  if (err == CL_SUCCESS) {
-    failed = "the last kernel";
-    err = cl.clFinish(st->queue);
+    if (err == CL_SUCCESS) snprintf(st->last, sizeof st->last, "%s", kernel->name);
   }
   if (err != CL_SUCCESS)
     return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed on %s: %s (%d)", failed, st->name,
