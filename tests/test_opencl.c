@@ -15,6 +15,8 @@
  * - runs queued, not waited for: a read after ten runs sees the tenth's sum;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
  *   build counter, cn_opencl_builds), a corrupted binary is reported as a warning and rebuilt;
+ * - compile_many: programs built at the same time, the same cache records (binaries byte for byte)
+ *   and results as built one by one;
  * - symbols named as OpenCL C's keywords, types, built-ins and limit macros;
  * - a program that does not build: the source's path and the build log in the message;
  * - CANNL_OPENCL_DEVICE: a malformed value, and a platform or device that is not there, refused
@@ -538,6 +540,88 @@ static void check_cache(void) {
   CHECK(rmdir(cache_dir) == 0);
 }
 
+/* The records of a cache directory, as one text (file names and contents, in name order; *len
+ * bytes: the binaries hold NULs), removed. */
+static char *records_of(const char *dir_path, size_t *len) {
+  struct dirent **names = NULL;
+  int n = scandir(dir_path, &names, NULL, alphasort);
+  cn_sbuf all = {0};
+  for (int k = 0; k < n; k++) {
+    if (names[k]->d_name[0] != '.') {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", dir_path, names[k]->d_name);
+      FILE *f = fopen(path, "rb");
+      cn_sbuf_printf(&all, "== %s\n", names[k]->d_name);
+      for (int c; f && (c = fgetc(f)) != EOF;) cn_sbuf_putc(&all, (char)c);
+      if (f) fclose(f);
+      unlink(path);
+    }
+    free(names[k]);
+  }
+  free(names);
+  *len = all.len;
+  return all.data;
+}
+
+/* Three routines (x * k + k over 50, 60, 70 cells) compiled one by one, then with
+ * cn_routine_compile_many (the programs built at the same time) in another cache directory: one
+ * build each both ways, the same records (file names and bytes: the binaries are identical), the
+ * same results; compile_many again in a fresh context builds nothing (every binary cached). */
+static void check_compile_many(void) {
+  CHECK(cn_backend_get(opencl)->compile_many != NULL);
+  char dirs[2][64] = {"/tmp/cannl-test-many-XXXXXX", "/tmp/cannl-test-many-XXXXXX"};
+  char *records[2] = {NULL, NULL};
+  size_t lens[2] = {0, 0};
+  double results[3][3][70];
+  for (int d = 0; d < 2; d++) CHECK(mkdtemp(dirs[d]) != NULL);
+  for (int way = 0; way < 3; way++) {
+    cn_ctx *ctx = cn_ctx_create();
+    CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dirs[way > 0]), CN_OK);
+    cn_graph *g = cn_graph_create(ctx);
+    const cn_asgn *codes[3];
+    const char *names[3] = {"many_a", "many_b", "many_c"};
+    cn_tensor *outs[3];
+    for (int k = 0; k < 3; k++) {
+      const int64_t n = 50 + 10 * k;
+      const cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {1, &n, NULL}};
+      double vals[70];
+      for (int i = 0; i < n; i++) vals[i] = i * 0.5 - 3;
+      cn_tensor *x = cn_tensor_data(g, "x", &d, vals, (size_t)n);
+      cn_tensor *kk = cn_tensor_number(g, k + 2);
+      outs[k] = binary(g, CN_OP_ADD, binary(g, CN_OP_MUL, x, kk), kk);
+      codes[k] = cn_graph_forward(g, outs[k]);
+      CHECK(codes[k] != NULL);
+    }
+    cn_routine *rs[3] = {NULL, NULL, NULL};
+    int builds = cn_opencl_builds();
+    if (way == 0)
+      for (int k = 0; k < 3; k++) rs[k] = cn_routine_compile(ctx, codes[k], opencl, names[k]);
+    else
+      CHECK_INT(cn_routine_compile_many(ctx, 3, codes, names, opencl, rs), CN_OK);
+    CHECK_INT(cn_opencl_builds(), builds + (way < 2 ? 3 : 0));
+    for (int k = 0; k < 3; k++) {
+      CHECK_MSG(rs[k] && cn_routine_run(rs[k]) == CN_OK, "%s", cn_ctx_error(ctx));
+      CHECK_INT(cn_node_get_values(cn_tensor_value(outs[k]), false, results[way][k],
+                                   (size_t)(50 + 10 * k)),
+                CN_OK);
+      for (int i = 0; i < 50 + 10 * k; i++)
+        CHECK(results[way][k][i] == (i * 0.5 - 3) * (k + 2) + k + 2);
+      cn_routine_free(rs[k]);
+    }
+    cn_ctx_destroy(ctx);
+    if (way != 1) {
+      records[way > 0] = records_of(dirs[way > 0], &lens[way > 0]);
+      CHECK(rmdir(dirs[way > 0]) == 0);
+    }
+  }
+  CHECK(records[0] && strstr(records[0], "== opencl-"));
+  CHECK_MSG(records[0] && records[1] && lens[0] == lens[1] &&
+                memcmp(records[0], records[1], lens[0]) == 0,
+            "compile_many's cache records differ from one-by-one's");
+  free(records[0]);
+  free(records[1]);
+}
+
 /* A program that does not build (CANNL_OPENCL_FLAGS hiding the prelude's helpers): CN_ERR_COMPILE
  * with the path of the source, which is there, and the compiler's log. */
 static void check_build_failure(void) {
@@ -612,6 +696,7 @@ int main(void) {
   cn_ctx_destroy(probe);
 
   check_cache();
+  check_compile_many();
   check_device_choice();
   check_build_failure();
   check_guard();
