@@ -177,7 +177,7 @@ static void case_nodes(cn_ctx *ctx, const gemm_case *k, cn_node **out) {
 static cn_ll_stmt *case_stmt(cn_ctx *ctx, const gemm_case *k, int base) {
   cn_symbol v[5];
   for (int l = 0; l < k->n_loops; l++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "l%d", l);
     v[l] = cn_symbol_create(ctx, name, 0);
   }
@@ -206,19 +206,6 @@ static cn_ll_stmt *case_stmt(cn_ctx *ctx, const gemm_case *k, int base) {
   for (int d = rank - 1; d >= 0; d--)
     clear = cn_lb_loop(ctx, w[d], 0, k->ext[k->axes[2][d]], clear);
   return cn_lb_seq(ctx, 2, clear, body);
-}
-
-/* Values with spread exponents and signs, a few zeros of both signs (test_gemm_run's). */
-static void fill(cn_node *n, uint64_t seed) {
-  size_t cells = cn_node_buffer_cells(n);
-  void *buf = cn_node_buffer(n, false);
-  for (size_t i = 0; i < cells; i++) {
-    seed = seed * 6364136223846793005u + 1442695040888963407u;
-    double v = ldexp((double)(seed >> 40) / (double)(1u << 24) - 0.5, (int)(seed >> 20 & 7) - 3);
-    if ((seed >> 8 & 31) == 0) v = (seed >> 13 & 1) ? -0.0 : 0.0;
-    cn_value_store(n->prec, cn_value_of_double(n->prec, v),
-                   (char *)buf + i * cn_prec_bytes(n->prec));
-  }
 }
 
 static int count_of(const char *text, const char *what) {
@@ -273,7 +260,7 @@ static cn_ll_proc *all_cases(cn_ctx *ctx, bool exact) {
   cn_ll_param params[3 * N_CASES];
   for (int p = 0; p < 3 * N_CASES; p++) {
     params[p] = (cn_ll_param){nodes[p], false};
-    fill(nodes[p], (uint64_t)(p + 1) * 7919u);
+    fill_spread(nodes[p], (uint64_t)(p + 1) * 7919u);
   }
   cn_ll_proc *proc =
       cn_lb_proc(ctx, "gemms", cn_lb_seq_array(ctx, N_CASES, stmts), 3 * N_CASES, params, 0, NULL);
