@@ -25,8 +25,9 @@
  * global size of its work items rounded up to the work-group size (a tiled kernel's own group
  * size, chosen by the kernel view from the device's work-group and local memory limits). A run
  * returns once its kernels are queued (the device's synchronize, clFinish, waits: the runtime
- * calls it when the host reads a node a run wrote, resident.c), as uploads and clears
- * (clEnqueueFillBuffer) are. */
+ * calls it when the host reads a node a run wrote, resident.c), as clears (clEnqueueFillBuffer)
+ * are; uploads block (the host memory is free to change when they return), downloads are waited
+ * for by the synchronize that follows them. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend/kernels.h"
 
@@ -193,11 +194,14 @@ static cn_status ocl_allocate(cn_ctx *ctx, const cn_device *dev, size_t bytes, v
   return CN_OK;
 }
 
+/* Blocking: the host memory may be written or freed as soon as this returns (a node's host buffer
+ * can be freed before its copies when the context is destroyed); the queue's earlier runs finish
+ * first (an in-order queue), the later ones are not waited for. */
 static cn_status ocl_upload(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
                             size_t bytes) {
   ocl_state *st = dev->state;
   cl_int err =
-      bytes ? cl.clEnqueueWriteBuffer(st->queue, buffer, CL_FALSE, 0, bytes, host, 0, NULL, NULL)
+      bytes ? cl.clEnqueueWriteBuffer(st->queue, buffer, CL_TRUE, 0, bytes, host, 0, NULL, NULL)
             : CL_SUCCESS;
   if (err != CL_SUCCESS)
     return cn_fail(ctx, CN_ERR_IO, "opencl: cannot copy %zu bytes to %s: %s (%d)", bytes, st->name,
@@ -240,9 +244,7 @@ static cn_status ocl_clear(cn_ctx *ctx, const cn_device *dev, void *buffer, size
 
 static void ocl_free(const cn_device *dev, void *buffer) {
   ocl_state *st = dev->state;
-  /* a queued upload may still read the host memory its node frees next (context destruction) */
-  cl.clFinish(st->queue);
-  cl.clReleaseMemObject(buffer);
+  cl.clReleaseMemObject(buffer); /* released once the queued work using it is done */
   state_unref(st);
 }
 
