@@ -187,8 +187,10 @@ typedef struct {
   code_fn code;
 } model;
 
+/* One run, waited for (a device backend's run is queued: cn_routine_run returns before it ends). */
 static inline cn_status run_routine(void *routine) {
-  return cn_routine_run(routine);
+  cn_status status = cn_routine_run(routine);
+  return status != CN_OK ? status : cn_routine_synchronize(routine);
 }
 
 /* Builds the model `kind` of models[0 .. n) at `size` in a context of its own, compiles it on

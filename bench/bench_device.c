@@ -6,10 +6,10 @@
  * times the forward pass's multiply-adds, two flops each: the usual estimate of forward +
  * backward). A device backend's timed runs move no data: the nodes' copies stay on the device
  * between runs (device-resident nodes), uploaded once by the warm-up; each run ends when the device
- * has finished (the runtime synchronizes). A backend that cannot run here (no GPU) is reported as
- * such and the benchmark goes on; it fails (exit 1) only when a model cannot be built or a run
- * fails. Each row and backend also prints the ratio of the first backend's median to its own
- * and a JSON line (`JSON {"bench":"device","workload":...}`). Usage: bench_bench_device
+ * has finished (cn_routine_synchronize: runs are queued). A backend that cannot run here (no GPU)
+ * is reported as such and the benchmark goes on; it fails (exit 1) only when a model cannot be
+ * built or a run fails. Each row and backend also prints the ratio of the first backend's median to
+ * its own and a JSON line (`JSON {"bench":"device","workload":...}`). Usage: bench_bench_device
  * [--budget SECONDS] [--only ROW]... [BACKEND...] (the build names it so; --only keeps the rows
  * whose name contains ROW, e.g. --only mlp --only "matmul 1024"). */
 #include "bench_common.h"

@@ -545,7 +545,13 @@ CN_API cn_status cn_routine_compile_many(cn_ctx *ctx, int n, const cn_asgn *cons
 CN_API bool cn_routine_reads(const cn_routine *routine, cn_symbol sym);
 /* Binds a static index symbol the routine reads (a batch-slice index, a step counter). */
 CN_API cn_status cn_routine_bind(cn_routine *routine, cn_symbol sym, int64_t value);
+/* Runs the routine. On a backend with its own device (opencl, cuda) the run is queued and not
+ * waited for: reading a node it wrote (cn_node_get_values, printing, ...) waits for the device,
+ * and a failure of the queued work is that read's status and message. */
 CN_API cn_status cn_routine_run(cn_routine *routine);
+/* Waits until the routine's queued runs on its device have finished (nothing to wait for on the
+ * host backends): their first failure, with its message, else CN_OK. For timing device runs. */
+CN_API cn_status cn_routine_synchronize(cn_routine *routine);
 /* Runs the routine on CPU device `device` (cn_ctx_open_devices): on the device's copies of its
  * nodes (brought up to date where stale), its scratch the device's own; the copies it writes
  * become that device's newest values. Every routine of a host backend (interpreter, generated C)

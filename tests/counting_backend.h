@@ -15,6 +15,8 @@
 
 static struct {
   int compiles, releases, runs, allocations, frees, uploads, downloads, synchronizations, clears;
+  /* the next synchronize fails, as a queued run that failed on a real device reports itself */
+  bool fail_next_sync;
 } count;
 
 static cn_status counting_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
@@ -60,8 +62,12 @@ static cn_status device_download(cn_ctx *ctx, const cn_device *dev, void *host, 
 }
 
 static cn_status device_synchronize(cn_ctx *ctx, const cn_device *dev) {
-  (void)ctx, (void)dev;
+  (void)dev;
   count.synchronizations++;
+  if (count.fail_next_sync) {
+    count.fail_next_sync = false;
+    return cn_fail(ctx, CN_ERR_IO, "counting: a queued run failed on the device");
+  }
   return CN_OK;
 }
 

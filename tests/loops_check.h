@@ -8,7 +8,9 @@
 
 #include "check.h"
 #include "loops/loops.h"
+#include "numeric/numeric.h"
 
+#include <math.h>
 #include <stdarg.h>
 
 /* A node of the given dims (rank int64_t arguments). */
@@ -19,6 +21,21 @@ static inline cn_node *node(cn_ctx *ctx, const char *label, cn_prec prec, int ra
   for (int d = 0; d < rank; d++) dims[d] = va_arg(ap, int64_t);
   va_end(ap);
   return cn_node_create(ctx, label, prec, rank, dims);
+}
+
+/* Fills a node's whole buffer (padding included) with values of spread exponents and signs and a
+ * few zeros of both signs, from `seed`: rounding differs between a fused and a separate
+ * multiply-add on almost every cell of a product of such values. */
+static inline void fill_spread(cn_node *n, uint64_t seed) {
+  size_t cells = cn_node_buffer_cells(n);
+  void *buf = cn_node_buffer(n, false);
+  for (size_t i = 0; i < cells; i++) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    double v = ldexp((double)(seed >> 40) / (double)(1u << 24) - 0.5, (int)(seed >> 20 & 7) - 3);
+    if ((seed >> 8 & 31) == 0) v = (seed >> 13 & 1) ? -0.0 : 0.0;
+    cn_value_store(n->prec, cn_value_of_double(n->prec, v),
+                   (char *)buf + i * cn_prec_bytes(n->prec));
+  }
 }
 
 /* A projections slot: the node's rank and dims, indexed by map. */

@@ -92,8 +92,11 @@ static void test_e2e_cases(cn_backend_kind kind) {
    * the uniform stream and the merge buffer: one routine and one run each on counting */
   CHECK_INT(count.compiles, 25);
   CHECK_INT(count.runs, 25);
-  /* one synchronize per run, and one per download (a host read waits for it) */
-  CHECK_INT(count.synchronizations, 25 + count.downloads);
+  /* runs are queued: a synchronize per download (a host read waits for it), and one per host
+   * write of a buffer an upload may still read, none per run (there are fewer host writes than
+   * runs here) */
+  CHECK(count.synchronizations >= count.downloads);
+  CHECK(count.synchronizations < count.downloads + count.runs);
   CHECK_INT(count.releases, 25);
   CHECK(count.uploads >= count.runs && count.downloads >= count.runs);
   CHECK(count.allocations > 0);
@@ -124,7 +127,8 @@ static void test_script(cn_backend_kind kind) {
   CHECK_STR(buf, "p 2 loss 4\np 1 loss 1\np 0.5 loss 0.25\n");
   free(buf);
   CHECK(count.runs >= 6); /* every backprop and sgd ran on counting: none was interpreted apart */
-  CHECK_INT(count.synchronizations, count.runs + count.downloads);
+  /* every printf reads p and loss back (a download, waited for); no run waits */
+  CHECK_INT(count.synchronizations, count.downloads);
   cn_ctx_destroy(ctx);
   CHECK_INT(count.frees, count.allocations);
   CHECK_INT(count.releases, count.compiles);

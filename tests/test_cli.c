@@ -342,6 +342,8 @@ static void test_devices(char *out, size_t cap) {
   CHECK_MSG(strstr(out, "\ncuda     unavailable: no ") || strstr(out, ", compute capability "),
             "%s", out);
   CHECK_HAS(out, " (device memory, compiled)\n");
+  bool ptx_only =
+      strstr(out, "\ncuda     unavailable: no ") && strstr(out, "kernels compile to PTX");
   const char *cli = getenv("CANNL_CLI");
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=interp '%s' run -e 'print 1' --emit=c 2>&1",
@@ -351,6 +353,19 @@ static void test_devices(char *out, size_t cap) {
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=c '%s' run -e 'print 1' --emit=c 2>&1",
            cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 0);
+  /* --emit=c --backend cuda prints the CUDA source even where no GPU runs it, then says why */
+  if (ptx_only) {
+    snprintf(cmd, sizeof cmd,
+             "'%s' run -e 'let x = {x = [1.0; 2.0; 3.0]}\nprint (x *. 2.)' --emit=c --backend "
+             "cuda 2>&1",
+             cli ? cli : "cannl");
+    CHECK_INT(shell(cmd, out, cap), 1);
+    const char *source = strstr(out, "# cnl_1: C\n"), *kernel = strstr(out, "__global__ void");
+    const char *why = strstr(out, "<-e>:2:8: no CUDA");
+    CHECK_MSG(source && kernel && why && source < kernel && kernel < why, "%s", out);
+  } else {
+    printf("--emit=c --backend cuda without a GPU: skipped (NVRTC absent or a GPU present)\n");
+  }
   snprintf(cmd, sizeof cmd, "CANNL_BACKEND=intrp '%s' run -e 'print 1' 2>&1", cli ? cli : "cannl");
   CHECK_INT(shell(cmd, out, cap), 2);
   CHECK_HAS(out, "CANNL_BACKEND: unknown backend 'intrp', did you mean 'interp'? (known: interp, "

@@ -434,7 +434,7 @@ static int cudahost_count;
 static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                                   const char **source) {
   cn_kernel_program program;
-  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &program);
+  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, NULL, &program);
   CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
   if (status != CN_OK) return status;
   cn_sbuf cpp = {0};
@@ -648,7 +648,8 @@ static void test_cache(void) {
 }
 
 /* Without a GPU: the device's error says why and that NVRTC is here; a routine on "cuda"
- * compiles its kernels and then fails with that error (never a crash, never a silent pass). */
+ * compiles its kernels (its source there) and then its first run fails with that error (never a
+ * crash, never a silent pass). */
 static void test_no_gpu(void) {
   cn_ctx *ctx = cn_ctx_create();
   int cuda = cn_backend_find("cuda");
@@ -669,7 +670,10 @@ static void test_no_gpu(void) {
   cn_proj_tensor t = {1, &n, &map};
   cn_proj *p = cn_proj_create(ctx, 1, &i, &n, t, 1, &t);
   cn_asgn *asgn = cn_asgn_accum(ctx, true, CN_OP_ARG2, y, CN_OP_EXP, (cn_buffer[]){{x, false}}, p);
+  /* the device is linked at the first run: the routine compiles, its source is there */
   cn_routine *r = cn_routine_compile(ctx, asgn, (cn_backend_kind)cuda, "exp");
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  CHECK_HAS(r ? cn_routine_source(r) : "", "extern \"C\" __global__ void exp_k0(");
   if (r) CHECK(cn_routine_run(r) != CN_OK);
   CHECK_HAS(cn_ctx_error(ctx), "no CUDA");
   cn_routine_free(r);

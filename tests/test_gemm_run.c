@@ -25,22 +25,6 @@
 
 #include <math.h>
 
-/* ---- Data ---- */
-
-/* Values with spread exponents and signs, a few zeros of both signs: rounding differs between a
- * fused and a separate multiply-add on almost every cell. */
-static void fill(cn_node *n, uint64_t seed) {
-  size_t cells = cn_node_buffer_cells(n);
-  void *buf = cn_node_buffer(n, false);
-  for (size_t i = 0; i < cells; i++) {
-    seed = seed * 6364136223846793005u + 1442695040888963407u;
-    double v = ldexp((double)(seed >> 40) / (double)(1u << 24) - 0.5, (int)(seed >> 20 & 7) - 3);
-    if ((seed >> 8 & 31) == 0) v = (seed >> 13 & 1) ? -0.0 : 0.0;
-    cn_value_store(n->prec, cn_value_of_double(n->prec, v),
-                   (char *)buf + i * cn_prec_bytes(n->prec));
-  }
-}
-
 /* ---- Running ---- */
 
 static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
@@ -157,7 +141,8 @@ static void check_matmul(int64_t m, int64_t n, int64_t k) {
   cn_node *abc[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, m, k),
                      node(ctx, "b", CN_PREC_SINGLE, 2, k, n),
                      node(ctx, "c", CN_PREC_SINGLE, 2, m, n)};
-  for (int t = 0; t < 3; t++) fill(abc[t], (uint64_t)(t + 1) * 7919u + (uint64_t)(m * n * k));
+  for (int t = 0; t < 3; t++)
+    fill_spread(abc[t], (uint64_t)(t + 1) * 7919u + (uint64_t)(m * n * k));
   size_t bytes = (size_t)(m * n) * sizeof(float);
   float *exact = malloc(bytes), *fused = malloc(bytes);
   CHECK(exact && fused);
@@ -214,7 +199,7 @@ static void check_shape(const char *what, builder *build, cn_node *const *nodes,
                         const char *cflags) {
   cn_ctx *ctx = nodes[0]->ctx;
   if (cflags) CHECK_INT(cn_ctx_set_option(ctx, "cflags", cflags), CN_OK);
-  for (int t = 0; t < n_nodes; t++) fill(nodes[t], (uint64_t)(t + 3) * 104729u);
+  for (int t = 0; t < n_nodes; t++) fill_spread(nodes[t], (uint64_t)(t + 3) * 104729u);
   for (int mode = 0; mode < 2; mode++) {
     cn_ll_proc *plain = build(ctx, nodes), *planned = build(ctx, nodes);
     plan(ctx, planned, mode == 0);
@@ -431,7 +416,7 @@ static void test_from_zero(void) {
   cn_node *mm[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)19, (int64_t)300),
                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)300, (int64_t)70),
                     node(ctx, "c", CN_PREC_SINGLE, 2, (int64_t)19, (int64_t)70)};
-  for (int t = 0; t < 3; t++) fill(mm[t], (uint64_t)(t + 11) * 7919u);
+  for (int t = 0; t < 3; t++) fill_spread(mm[t], (uint64_t)(t + 11) * 7919u);
   for (int mode = 0; mode < 2; mode++) {
     cn_sched_options opts = {.passes = CN_SCHED_GEMM | CN_SCHED_FILL,
                              .exact = mode == 0,

@@ -71,7 +71,7 @@ static const char matmul_golden[] =
 static void test_matmul(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_kernel_program p;
-  CHECK_INT(cn_kernel_program_make(ctx, matmul(ctx, false), &cn_cgen_opencl, &p), CN_OK);
+  CHECK_INT(cn_kernel_program_make(ctx, matmul(ctx, false), &cn_cgen_opencl, NULL, &p), CN_OK);
   CHECK_STR(kernels_text(&p), matmul_golden);
   CHECK_INT(p.n_kernels, 2);
   CHECK_STR(p.kernels[0].name, "matmul_k0");
@@ -97,7 +97,7 @@ static void test_conv(void) {
   cn_node *x, *w, *out;
   cn_ll_proc *proc = padded_conv_proc(ctx, CN_LL_PARALLEL, &x, &w, &out);
   cn_kernel_program p;
-  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, NULL, &p), CN_OK);
   CHECK_STR(kernels_text(&p),
             "__kernel void conv_k0(__global double *restrict out_3, int64_t b) {\n"
             "  const int64_t cn_id = (long)get_global_id(0);\n"
@@ -148,7 +148,7 @@ static void test_bounds(void) {
   cn_ll_param params[2] = {{w, false}, {out, false}};
   cn_ll_proc *proc = cn_lb_proc(ctx, "bounded", outer, 2, params, 1, &n);
   cn_kernel_program p;
-  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, NULL, &p), CN_OK);
   CHECK_STR(kernels_text(&p),
             "__kernel void bounded_k0(__global const double *restrict w_1, __global double "
             "*restrict out_2, int64_t n) {\n"
@@ -176,7 +176,7 @@ static void test_bounds(void) {
 static void test_gemm(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_kernel_program p;
-  CHECK_INT(cn_kernel_program_make(ctx, matmul(ctx, true), &cn_cgen_opencl, &p), CN_OK);
+  CHECK_INT(cn_kernel_program_make(ctx, matmul(ctx, true), &cn_cgen_opencl, NULL, &p), CN_OK);
   CHECK_STR(kernels_text(&p),
             "__kernel void matmul_k0(__global float *restrict c_3) {\n"
             "  const int64_t cn_id = (long)get_global_id(0);\n"
@@ -209,7 +209,7 @@ static void test_nested_gemm(void) {
       cn_lb_marks(cn_lb_loop(ctx, t, 0, 2, inner->body->u.seq.items[0]), CN_LL_PARALLEL);
   cn_ll_proc *proc = cn_lb_proc(ctx, "nested", loop, 3, inner->params, 0, NULL);
   cn_kernel_program p;
-  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &p), CN_OK);
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, NULL, &p), CN_OK);
   CHECK_STR(kernels_text(&p),
             "__kernel void nested_k0(__global const float *restrict a_1, __global const float "
             "*restrict b_2, __global float *restrict c_3) {\n"

@@ -12,8 +12,11 @@
  *   matmuls run as GEMM plans (cleared and fused; triangles of the reduction and of the output);
  * - a gradient (tanh, gelu, relu, products) forward and backward, within the tolerance above;
  * - a shortened moons training (60 steps) whose parameters match generated C's;
+ * - runs queued, not waited for: a read after ten runs sees the tenth's sum;
  * - the binary cache: a second compile of a program in a fresh context builds nothing (the
  *   build counter, cn_opencl_builds), a corrupted binary is reported as a warning and rebuilt;
+ * - compile_many: programs built at the same time, the same cache records (binaries byte for byte)
+ *   and results as built one by one;
  * - symbols named as OpenCL C's keywords, types, built-ins and limit macros;
  * - a program that does not build: the source's path and the build log in the message;
  * - CANNL_OPENCL_DEVICE: a malformed value, and a platform or device that is not there, refused
@@ -222,6 +225,37 @@ static void check_guard(void) {
     CHECK_MSG(got[c] == (c / 100 == 1 ? 7 : 1), "out cell %d = %g", c, got[c]);
   dev->free(dev, buffer);
   b->release(compiled);
+  cn_ctx_destroy(ctx);
+}
+
+/* Asynchronous runs: c =+ a queued 10 times, then one host read sees the tenth sum (every run
+ * in order on the queue), and a host write of a between runs reaches the next one. */
+static void check_async(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t n = 1000;
+  cn_node *a = cn_node_create(ctx, "a", CN_PREC_SINGLE, 1, &n);
+  cn_node *c = cn_node_create(ctx, "c", CN_PREC_SINGLE, 1, &n);
+  double values[1000], got[1000];
+  for (int k = 0; k < n; k++) values[k] = k * 0.25;
+  CHECK_INT(cn_node_set_values(a, false, values, (size_t)n), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  const cn_index map[1] = {cn_index_iter(i)};
+  const cn_proj_tensor one = {1, &n, map};
+  const cn_buffer a_buf = {a, false};
+  cn_asgn *add = cn_asgn_accum(ctx, false, CN_OP_ADD, c, CN_OP_ID, &a_buf,
+                               cn_proj_create(ctx, 1, &i, &n, one, 1, &one));
+  cn_routine *r = add ? cn_routine_compile(ctx, add, opencl, "accumulate") : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  for (int k = 0; r && k < 10; k++) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(cn_node_get_values(c, false, got, (size_t)n), CN_OK);
+  for (int k = 0; k < n; k++) CHECK_MSG(got[k] == 10 * values[k], "c[%d] = %g", k, got[k]);
+  for (int k = 0; k < n; k++) values[k] = 1;
+  CHECK_INT(cn_node_set_values(a, false, values, (size_t)n), CN_OK);
+  if (r) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(cn_routine_synchronize(r), CN_OK);
+  CHECK_INT(cn_node_get_values(c, false, got, (size_t)n), CN_OK);
+  for (int k = 0; k < n; k++) CHECK_MSG(got[k] == 2.5 * k + 1, "c[%d] = %g", k, got[k]);
+  cn_routine_free(r);
   cn_ctx_destroy(ctx);
 }
 
@@ -506,6 +540,88 @@ static void check_cache(void) {
   CHECK(rmdir(cache_dir) == 0);
 }
 
+/* The records of a cache directory, as one text (file names and contents, in name order; *len
+ * bytes: the binaries hold NULs), removed. */
+static char *records_of(const char *dir_path, size_t *len) {
+  struct dirent **names = NULL;
+  int n = scandir(dir_path, &names, NULL, alphasort);
+  cn_sbuf all = {0};
+  for (int k = 0; k < n; k++) {
+    if (names[k]->d_name[0] != '.') {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", dir_path, names[k]->d_name);
+      FILE *f = fopen(path, "rb");
+      cn_sbuf_printf(&all, "== %s\n", names[k]->d_name);
+      for (int c; f && (c = fgetc(f)) != EOF;) cn_sbuf_putc(&all, (char)c);
+      if (f) fclose(f);
+      unlink(path);
+    }
+    free(names[k]);
+  }
+  free(names);
+  *len = all.len;
+  return all.data;
+}
+
+/* Three routines (x * k + k over 50, 60, 70 cells) compiled one by one, then with
+ * cn_routine_compile_many (the programs built at the same time) in another cache directory: one
+ * build each both ways, the same records (file names and bytes: the binaries are identical), the
+ * same results; compile_many again in a fresh context builds nothing (every binary cached). */
+static void check_compile_many(void) {
+  CHECK(cn_backend_get(opencl)->compile_many != NULL);
+  char dirs[2][64] = {"/tmp/cannl-test-many-XXXXXX", "/tmp/cannl-test-many-XXXXXX"};
+  char *records[2] = {NULL, NULL};
+  size_t lens[2] = {0, 0};
+  double results[3][3][70];
+  for (int d = 0; d < 2; d++) CHECK(mkdtemp(dirs[d]) != NULL);
+  for (int way = 0; way < 3; way++) {
+    cn_ctx *ctx = cn_ctx_create();
+    CHECK_INT(cn_ctx_set_option(ctx, "cache_dir", dirs[way > 0]), CN_OK);
+    cn_graph *g = cn_graph_create(ctx);
+    const cn_asgn *codes[3];
+    const char *names[3] = {"many_a", "many_b", "many_c"};
+    cn_tensor *outs[3];
+    for (int k = 0; k < 3; k++) {
+      const int64_t n = 50 + 10 * k;
+      const cn_dims d = {CN_AXES_NONE, CN_AXES_NONE, {1, &n, NULL}};
+      double vals[70];
+      for (int i = 0; i < n; i++) vals[i] = i * 0.5 - 3;
+      cn_tensor *x = cn_tensor_data(g, "x", &d, vals, (size_t)n);
+      cn_tensor *kk = cn_tensor_number(g, k + 2);
+      outs[k] = binary(g, CN_OP_ADD, binary(g, CN_OP_MUL, x, kk), kk);
+      codes[k] = cn_graph_forward(g, outs[k]);
+      CHECK(codes[k] != NULL);
+    }
+    cn_routine *rs[3] = {NULL, NULL, NULL};
+    int builds = cn_opencl_builds();
+    if (way == 0)
+      for (int k = 0; k < 3; k++) rs[k] = cn_routine_compile(ctx, codes[k], opencl, names[k]);
+    else
+      CHECK_INT(cn_routine_compile_many(ctx, 3, codes, names, opencl, rs), CN_OK);
+    CHECK_INT(cn_opencl_builds(), builds + (way < 2 ? 3 : 0));
+    for (int k = 0; k < 3; k++) {
+      CHECK_MSG(rs[k] && cn_routine_run(rs[k]) == CN_OK, "%s", cn_ctx_error(ctx));
+      CHECK_INT(cn_node_get_values(cn_tensor_value(outs[k]), false, results[way][k],
+                                   (size_t)(50 + 10 * k)),
+                CN_OK);
+      for (int i = 0; i < 50 + 10 * k; i++)
+        CHECK(results[way][k][i] == (i * 0.5 - 3) * (k + 2) + k + 2);
+      cn_routine_free(rs[k]);
+    }
+    cn_ctx_destroy(ctx);
+    if (way != 1) {
+      records[way > 0] = records_of(dirs[way > 0], &lens[way > 0]);
+      CHECK(rmdir(dirs[way > 0]) == 0);
+    }
+  }
+  CHECK(records[0] && strstr(records[0], "== opencl-"));
+  CHECK_MSG(records[0] && records[1] && lens[0] == lens[1] &&
+                memcmp(records[0], records[1], lens[0]) == 0,
+            "compile_many's cache records differ from one-by-one's");
+  free(records[0]);
+  free(records[1]);
+}
+
 /* A program that does not build (CANNL_OPENCL_FLAGS hiding the prelude's helpers): CN_ERR_COMPILE
  * with the path of the source, which is there, and the compiler's log. */
 static void check_build_failure(void) {
@@ -580,9 +696,11 @@ int main(void) {
   cn_ctx_destroy(probe);
 
   check_cache();
+  check_compile_many();
   check_device_choice();
   check_build_failure();
   check_guard();
+  check_async();
   check_names();
   check_grid(100);
   check_grid(1000);

@@ -15,6 +15,8 @@
  *   - a checkpoint saves the device's values and loading one replaces newer device values;
  *   - cn_tensor_to_host, cn_node_current; the C context copies nothing.
  * A routine's scratch on the device: cleared there before each run, never on the host.
+ * Runs are queued: the host waits for the device only when it reads or writes a node (test_async),
+ * where a queued run's failure surfaces.
  * Also: the option "backend" (CN_BACKEND_DEFAULT, $CANNL_BACKEND, refusals with suggestions) and
  * the tuner going through the backend given: a non-tunable backend is never tuned, a tunable
  * wrapper of generated C ("ctuned") has its own compile_many and run called for the
@@ -307,6 +309,51 @@ static cn_status noclear_open(cn_ctx *ctx, const cn_device **device) {
   return CN_OK;
 }
 
+/* Asynchronous runs: c =+ a five times queues five runs and waits for none; reading c waits once
+ * (one synchronize, one download) and sees the last run's sum; a host write of a, whose upload may
+ * still be in flight, waits first; cn_routine_synchronize waits; a failure of the queued work
+ * surfaces, with its message, at the next wait or read. */
+static void test_async(cn_backend_kind kind) {
+  memset(&count, 0, sizeof count);
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t three = 3;
+  cn_node *a = cn_node_create(ctx, "a", CN_PREC_SINGLE, 1, &three);
+  cn_node *c = cn_node_create(ctx, "c", CN_PREC_SINGLE, 1, &three);
+  CHECK_INT(cn_node_set_values(a, false, (const double[]){1, 2, 3}, 3), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  const cn_index map[1] = {cn_index_iter(i)};
+  const cn_proj_tensor one = {1, &three, map};
+  const cn_buffer a_buf = {a, false};
+  cn_asgn *add = cn_asgn_accum(ctx, false, CN_OP_ADD, c, CN_OP_ID, &a_buf,
+                               cn_proj_create(ctx, 1, &i, &three, one, 1, &one));
+  cn_routine *r = add ? cn_routine_compile(ctx, add, kind, "accumulate") : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  for (int k = 0; r && k < 5; k++) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(count.runs, 5);
+  CHECK_INT(count.synchronizations, 0);
+  double got[3];
+  CHECK_INT(cn_node_get_values(c, false, got, 3), CN_OK);
+  CHECK(got[0] == 5 && got[1] == 10 && got[2] == 15);
+  CHECK_INT(count.synchronizations, 1);
+  CHECK_INT(count.downloads, 1);
+  /* a's upload (the first run's) may still read its host buffer: the write waits */
+  CHECK_INT(cn_node_set_values(a, false, (const double[]){100, 200, 300}, 3), CN_OK);
+  CHECK_INT(count.synchronizations, 2);
+  if (r) CHECK_INT(cn_routine_run(r), CN_OK);
+  CHECK_INT(cn_routine_synchronize(r), CN_OK); /* waits, reports nothing */
+  CHECK_INT(count.synchronizations, 3);
+  count.fail_next_sync = true;
+  CHECK_INT(cn_routine_synchronize(r), CN_ERR_IO);
+  CHECK_HAS(cn_ctx_error(ctx), "counting: a queued run failed on the device");
+  count.fail_next_sync = true;
+  CHECK_INT(cn_node_get_values(c, false, got, 3), CN_ERR_IO);
+  CHECK_HAS(cn_ctx_error(ctx), "counting: a queued run failed on the device");
+  CHECK_INT(cn_node_get_values(c, false, got, 3), CN_OK);
+  CHECK(got[0] == 105 && got[1] == 210 && got[2] == 315);
+  cn_routine_free(r);
+  cn_ctx_destroy(ctx);
+}
+
 static void test_scratch(cn_backend_kind kind, cn_backend_kind noclear) {
   for (int b = 0; b < 2; b++) {
     cn_ctx *ctx = cn_ctx_create();
@@ -487,6 +534,7 @@ int main(void) {
   cn_ctx_destroy(ctx);
   test_training(kind);
   test_scratch(kind, noclear_kind);
+  test_async(kind);
   test_option(kind);
   test_tuner(kind);
   CHECK_DONE();

@@ -64,7 +64,22 @@ typedef struct {
   const char *kernel_prefix;
   const char *global_qualifier;
   const char *linear_id;
+  /* For the tiled GEMM kernels (kernels.c "Tiled GEMM kernels"): the qualifier of an array a
+   * work-group shares ("__local " / "__shared__ "), the statement that waits for every work item
+   * of the group and makes its local stores visible ("barrier(CLK_LOCAL_MEM_FENCE);" /
+   * "__syncthreads();"), and the line before a loop of constant trip count to unroll. */
+  const char *local_qualifier;
+  const char *barrier;
+  const char *unroll_pragma;
 } cn_cgen_dialect;
+
+/* An access printed as other text (cgen.aliases): every access to `param` whose index array is
+ * `idx` (any when idx is NULL) is `text`, a cell of the kernel's own (a register, local memory). */
+typedef struct {
+  int param;
+  const cn_index *idx;
+  const char *text;
+} cn_cgen_alias;
 
 struct cgen {
   const cn_cgen_dialect *dialect;
@@ -88,6 +103,10 @@ struct cgen {
   /* Inside the nest of a CN_LL_GEMM whose plan says fma, emitted as plain loops (a kernel
    * dialect): its store c + x * y is one fused multiply-add (emit_set). */
   bool fused;
+  /* Inside a tiled GEMM kernel: the store's accesses read and write the kernel's registers, not
+   * their buffers (the first alias that matches an access is its text). */
+  int n_aliases;
+  const cn_cgen_alias *aliases;
 };
 
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the

@@ -219,4 +219,7 @@ const cn_cgen_dialect cn_cgen_cuda = {
     .kernel_prefix = "extern \"C\" __global__ void ",
     .global_qualifier = "",
     .linear_id = "((int64_t)blockIdx.x * blockDim.x + threadIdx.x)",
+    .local_qualifier = "__shared__ ",
+    .barrier = "__syncthreads();",
+    .unroll_pragma = "#pragma unroll",
 };

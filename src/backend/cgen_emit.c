@@ -363,6 +363,12 @@ static void print_linear(const cgen *g, cn_sbuf *sb, const linear *l, const char
 /* "buf[offset]" of a cell: sum_d (idx_d + left_d) * stride_d, plus `extra`. */
 static void print_cell(const cgen *g, cn_sbuf *sb, int param, const cn_index *idx,
                        const char *extra) {
+  for (int a = 0; a < g->n_aliases; a++)
+    if (g->aliases[a].param == param && (!g->aliases[a].idx || g->aliases[a].idx == idx)) {
+      CN_ASSERT(!extra);
+      cn_sbuf_puts(sb, g->aliases[a].text);
+      return;
+    }
   const cn_node *node = g->proc->params[param].node;
   linear l = {0};
   for (int d = 0; d < node->rank; d++) {

@@ -92,4 +92,7 @@ const cn_cgen_dialect cn_cgen_opencl = {
     .kernel_prefix = "__kernel void ",
     .global_qualifier = "__global ",
     .linear_id = "(long)get_global_id(0)",
+    .local_qualifier = "__local ",
+    .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
+    .unroll_pragma = "#pragma unroll",
 };

@@ -15,13 +15,16 @@
  * is discarded with a warning and compiled again. A source NVRTC rejects is written to the cache
  * directory (<name>-<hash>.cu, cn_cc_source_store) and the error names it, with NVRTC's log.
  *
- * Launch (the kernel ABI of kernels.h): blocks of CUDA_BLOCK threads, grid ceil(work_items /
- * CUDA_BLOCK); arguments the kernel's buffers (CUdeviceptr) then every free symbol (int64); the
- * kernels run in order on the default stream, and run returns after cuCtxSynchronize. A device
- * buffer handle is the CUdeviceptr itself (no allocation of ours around it). Invariants: a
- * compiled state owns its program, PTX, log and loaded module; the device is process-wide (the
- * primary context of the GPU, retained until exit), and each call makes it current on the calling
- * thread first. */
+ * Launch (the kernel ABI of kernels.h): blocks of CUDA_BLOCK threads (a tiled kernel's group
+ * size, chosen from the GPU's threads and shared memory a block), grid ceil(work_items / block);
+ * arguments the kernel's buffers (CUdeviceptr) then every free symbol (int64); the kernels run in
+ * order on the default stream, and run returns once they are launched (asynchronous: the device's
+ * synchronize, cuCtxSynchronize, waits and reports a failed kernel; the runtime calls it when the
+ * host reads a node a run wrote; cuMemcpyHtoD and cuMemFree wait for the stream themselves). A
+ * device buffer handle is
+ * the CUdeviceptr itself (no allocation of ours around it). Invariants: a compiled state owns its
+ * program, PTX, log and loaded module; the device is process-wide (the primary context of the GPU,
+ * retained until exit), and each call makes it current on the calling thread first. */
 #define _DEFAULT_SOURCE
 #include "backend/cuda.h"
 #include "backend/cuda_rt.h"
@@ -259,7 +262,10 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   if (!c) return ctx->status;
   c->n_syms = proc->n_free_syms;
   uint64_t start = cn_now_us();
-  status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &c->program);
+  /* without a GPU, what every GPU NVRTC compiles for offers: 1024 threads, 48 KiB of static
+   * shared memory a block */
+  cn_kernel_limits limits = {gpu ? gpu->max_threads : 1024, gpu ? gpu->shared_bytes : 48 << 10};
+  status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &limits, &c->program);
   ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
   start = cn_now_us();
   if (status == CN_OK)
@@ -299,24 +305,23 @@ static cn_status cuda_run(cn_ctx *ctx, void *compiled, void *const *buffers, con
       args[a] = &ptrs[a];
     }
     for (int j = 0; j < c->n_syms; j++) args[kernel->n_args + j] = &values[j];
-    int64_t blocks = (kernel->work_items + CUDA_BLOCK - 1) / CUDA_BLOCK;
+    int64_t block = kernel->group_size > 0 ? kernel->group_size : CUDA_BLOCK;
+    int64_t blocks = (kernel->work_items + block - 1) / block;
     if (blocks > 0x7FFFFFFF) {
       status = cn_fail(ctx, CN_ERR_UNSUPPORTED,
                        "CUDA: kernel %s has %lld work items, more than a grid of 2^31 - 1 blocks "
                        "of %d holds",
-                       kernel->name, (long long)kernel->work_items, CUDA_BLOCK);
+                       kernel->name, (long long)kernel->work_items, (int)block);
       break;
     }
-    int result =
-        gpu->launch(c->functions[k], (unsigned)blocks, 1, 1, CUDA_BLOCK, 1, 1, 0, NULL, args, NULL);
+    int result = gpu->launch(c->functions[k], (unsigned)blocks, 1, 1, (unsigned)block, 1, 1, 0,
+                             NULL, args, NULL);
     if (result != 0) {
       char what[600];
       snprintf(what, sizeof what, "launch of kernel %s", kernel->name);
       status = cuda_failed(ctx, gpu, result, what);
     }
   }
-  int result = gpu->ctx_synchronize();
-  if (status == CN_OK && result != 0) status = cuda_failed(ctx, gpu, result, "kernel execution");
   free(args);
   free(ptrs);
   free(values);

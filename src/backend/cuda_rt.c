@@ -19,6 +19,8 @@
 
 enum {
   CU_SUCCESS = 0,
+  CU_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+  CU_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
   CU_ATTRIBUTE_CLOCK_RATE = 13,
   CU_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
   CU_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
@@ -285,6 +287,10 @@ static void load_gpu(void) {
   if (result == CU_SUCCESS)
     result = attribute(&gpu.multiprocessors, CU_ATTRIBUTE_MULTIPROCESSOR_COUNT, gpu.device);
   if (result == CU_SUCCESS) result = attribute(&gpu.clock_khz, CU_ATTRIBUTE_CLOCK_RATE, gpu.device);
+  if (result == CU_SUCCESS)
+    result = attribute(&gpu.max_threads, CU_ATTRIBUTE_MAX_THREADS_PER_BLOCK, gpu.device);
+  if (result == CU_SUCCESS)
+    result = attribute(&gpu.shared_bytes, CU_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, gpu.device);
   if (result == CU_SUCCESS) result = retain(&gpu.context, gpu.device);
   if (result != CU_SUCCESS)
     snprintf(gpu_failure, sizeof gpu_failure, "no CUDA device: device %ld cannot be opened (%s)",

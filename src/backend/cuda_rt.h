@@ -45,7 +45,9 @@ typedef struct {
   int multiprocessors;
   int clock_khz; /* the SMs' clock */
   size_t memory;
-  void *context; /* the device's primary context, retained for the process's lifetime */
+  int max_threads;  /* a block's */
+  int shared_bytes; /* the static shared memory of a block */
+  void *context;    /* the device's primary context, retained for the process's lifetime */
   int (*ctx_set_current)(void *ctx);
   int (*ctx_synchronize)(void);
   int (*mem_alloc)(cn_cu_ptr *ptr, size_t bytes);

@@ -68,12 +68,13 @@ typedef struct {
   cn_sbuf text;
   cn_kernel *kernels;
   int n;
+  const cn_kernel_limits *limits; /* NULL: no tiled kernel */
 } builder;
 
 /* Adds kernel k's entry (name "<proc>_k<k>", the params of `accessed`) and writes its signature:
  * the buffers (const where not `written`), then every free symbol. */
-static cn_status begin_kernel(builder *b, int64_t work_items, const bool *accessed,
-                              const bool *written) {
+static cn_status begin_kernel(builder *b, int64_t work_items, int64_t group_size,
+                              const bool *accessed, const bool *written) {
   const cgen *g = &b->g;
   const cn_cgen_dialect *d = g->dialect;
   const cn_ll_proc *proc = g->proc;
@@ -89,7 +90,11 @@ static cn_status begin_kernel(builder *b, int64_t work_items, const bool *access
     return cn_fail(g->ctx, CN_ERR_NOMEM, "out of memory making the kernels of routine '%s'",
                    proc->name);
   }
-  *k = (cn_kernel){.name = name.data, .work_items = work_items, .n_args = n_args, .params = params};
+  *k = (cn_kernel){.name = name.data,
+                   .work_items = work_items,
+                   .n_args = n_args,
+                   .params = params,
+                   .group_size = group_size};
   b->n++;
   cn_sbuf *sb = &b->text;
   cn_sbuf_printf(sb, "%s%s(", d->kernel_prefix, k->name);
@@ -108,7 +113,9 @@ static cn_status begin_kernel(builder *b, int64_t work_items, const bool *access
   if (n_args + proc->n_free_syms == 0) cn_sbuf_puts(sb, "void");
   cn_sbuf_puts(sb, ") {\n");
   cn_sbuf_printf(sb, "  const %s cn_id = %s;\n", d->index_type, d->linear_id);
-  cn_sbuf_printf(sb, "  if (cn_id >= %lld) return;\n", (long long)work_items);
+  /* a kernel of work-groups has exactly work_items, and no return before its barriers (PoCL
+   * 3.1 wrote cells past a tile's guard in unrolled loops after one, never taken) */
+  if (group_size == 0) cn_sbuf_printf(sb, "  if (cn_id >= %lld) return;\n", (long long)work_items);
   return CN_OK;
 }
 
@@ -120,10 +127,340 @@ static cn_status clear_kernel(builder *b, int c) {
   if (!accessed) return b->g.ctx->status;
   accessed[c] = true;
   int64_t cells = (int64_t)cn_node_buffer_cells(proc->params[c].node);
-  cn_status status = begin_kernel(b, cells > 0 ? cells : 1, accessed, accessed);
+  cn_status status = begin_kernel(b, cells > 0 ? cells : 1, 0, accessed, accessed);
   if (status != CN_OK) return status;
   if (cells > 0) cn_sbuf_printf(&b->text, "  %s[cn_id] = 0;\n", b->g.param_names[c]);
   cn_sbuf_puts(&b->text, "}\n\n");
+  return CN_OK;
+}
+
+/* Declares the variables of `loops` (n of them, outermost first) at depth from the flat index
+ * `flat` over their boxes, row-major (the innermost fastest): v_k = from_k + flat / (the product
+ * of the extents inside k) % extent_k. */
+static void declare_loops(const cgen *g, int depth, const cn_ll_stmt *const *loops, int n,
+                          const char *flat) {
+  cn_sbuf *sb = g->out;
+  int64_t inner = 1;
+  for (int k = n - 1; k >= 0; k--) {
+    const cn_ll_stmt *loop = loops[k];
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_printf(sb, "const %s %s = ", g->dialect->index_type,
+                   cn_cgen_sym_name(g, loop->u.loop.sym));
+    if (loop->u.loop.from != 0) cn_sbuf_printf(sb, "%lld + ", (long long)loop->u.loop.from);
+    cn_sbuf_puts(sb, flat);
+    if (inner > 1) cn_sbuf_printf(sb, " / %lld", (long long)inner);
+    if (k > 0) cn_sbuf_printf(sb, " %% %lld", (long long)extent(loop));
+    cn_sbuf_puts(sb, ";\n");
+    inner *= extent(loop);
+  }
+}
+
+/* ---- Tiled GEMM kernels ----
+ * A top-level CN_LL_GEMM whose output tile the device can hold: its cells (b, m, n), the loops of
+ * each group flattened row-major in nest order (loops.h: batch, rows, columns, and the reduction
+ * steps k, each cell's order of accumulation), are cut into tiles of TM x TN cells, one per
+ * work-group, the groups of one batch point in a row, the N tiles fastest. Each work item holds a
+ * register block of RM x RN cells, rows ty + i * WM and columns tx + j * WN of the tile (strided,
+ * so neighbouring work items touch neighbouring columns: coalesced stores of c, no bank conflicts
+ * reading local memory). The reduction runs in slices of TK steps: the group copies the operands'
+ * slices (TM rows of x, TN columns of y, storage bits, no conversion) into local memory, waits at a
+ * barrier, each work item runs the slice's steps in order on its cells from registers, and waits
+ * again before the next slice overwrites the copies. A cell is one work item's throughout, and its
+ * steps are the nest's in the nest's order: each update is the nest's own store, emitted by the
+ * emitter with the accesses aliased to registers (cgen.aliases: the same conversions, rounding of a
+ * narrow precision at every step, fma only when the plan says so), so the bits are the plain
+ * loops', the interpreter's and generated C's. A triangle bounds the steps (K below M: k < m + off;
+ * M below K: m < k + off) or the cells (N below M: n < m + off) per cell, and the group's range of
+ * slices by its rows; cells past an N triangle are never written, a group all past it runs no
+ * slice. No work item returns early: all reach every barrier (the grid is exactly the groups). A
+ * plan from zero starts its registers at +0 (its clear kernel still clears c first, for the cells
+ * outside the nest). */
+
+/* The default tile: a work-group of 16 x 16 work items, each 4 x 4 cells (64 x 64 cells a group,
+ * 16 multiply-adds per pair of values read from local memory), slices of 16 steps (16 KiB of local
+ * memory in double, 8 in single), the common first step of GPU GEMMs (CUTLASS's and clBLAST's
+ * smallest configurations are of this size); smaller along a group with fewer cells, and shrunk to
+ * the device's limits. */
+enum { TILE_ITEMS = 16, TILE_REGS = 4, TILE_STEPS = 16 };
+
+typedef struct {
+  int64_t wm, wn; /* work items along M and N: a group holds wm * wn */
+  int64_t rm, rn; /* cells per work item along M and N */
+  int64_t tk;     /* steps per slice staged in local memory */
+} gemm_tile;
+
+/* The loops of one group of a GEMM's nest (outermost first) and how many values their flat index
+ * runs. */
+typedef struct {
+  const cn_ll_stmt *loops[CN_GEMM_MAX_LOOPS];
+  int n;
+  int64_t total;
+} gemm_group;
+
+/* Bytes of local memory of a tile's two slices (a row of padding each, see tiled_gemm). */
+static int64_t tile_local_bytes(const gemm_tile *t, int64_t bytes) {
+  return t->tk * (t->wm * t->rm + 1 + t->wn * t->rn + 1) * bytes;
+}
+
+/* Halves the work items, then the register block, along a group while half the tile still covers
+ * its `cells`. */
+static void tile_fit(int64_t *items, int64_t *regs, int64_t cells) {
+  while (*items > 1 && *items * *regs / 2 >= cells) *items /= 2;
+  while (*regs > 1 && *regs / 2 >= cells) *regs /= 2;
+}
+
+/* The tile of a GEMM of rows x cols cells of `bytes` a cell on a device with `limits`; false when
+ * even a slice of one step does not fit its local memory. */
+static bool choose_tile(const cn_kernel_limits *limits, int64_t bytes, int64_t rows, int64_t cols,
+                        gemm_tile *t) {
+  *t = (gemm_tile){TILE_ITEMS, TILE_ITEMS, TILE_REGS, TILE_REGS, TILE_STEPS};
+  tile_fit(&t->wm, &t->rm, rows);
+  tile_fit(&t->wn, &t->rn, cols);
+  if (limits->max_group < 1) return false;
+  while (t->wm * t->wn > limits->max_group) *(t->wm >= t->wn ? &t->wm : &t->wn) /= 2;
+  while (t->tk > 1 && tile_local_bytes(t, bytes) > limits->local_bytes) t->tk /= 2;
+  return tile_local_bytes(t, bytes) <= limits->local_bytes;
+}
+
+/* The coefficient of loop variable sym in the offset of an access (elements of the buffer). */
+static int64_t access_stride(const cgen *g, int param, const cn_index *idx, cn_symbol sym) {
+  int64_t stride = 0;
+  for (int d = 0; d < g->proc->params[param].node->rank; d++)
+    stride += cn_index_coeff(&idx[d], sym) * g->strides[param][d];
+  return stride;
+}
+
+/* Whether an access mentions one of the loops of a group. */
+static bool access_mentions(const cgen *g, int param, const cn_index *idx, const gemm_group *gr) {
+  for (int d = 0; d < g->proc->params[param].node->rank; d++)
+    for (int k = 0; k < gr->n; k++)
+      if (cn_index_mentions(&idx[d], gr->loops[k]->u.loop.sym)) return true;
+  return false;
+}
+
+/* Whether the slice of an operand is copied with the reduction step fastest (its innermost K loop
+ * is unit stride and its own group's is not), else its row / column fastest: neighbouring work
+ * items read neighbouring cells. */
+static bool steps_fastest(const cgen *g, int param, const cn_index *idx, const gemm_group *own,
+                          const gemm_group *k) {
+  bool own_unit =
+      own->n > 0 && access_stride(g, param, idx, own->loops[own->n - 1]->u.loop.sym) == 1;
+  return !own_unit && k->n > 0 && access_stride(g, param, idx, k->loops[k->n - 1]->u.loop.sym) == 1;
+}
+
+/* The copy of an operand's slice into local memory `array` (leading dimension lead: one row of a
+ * step): `cells` (TM or TN) of its own group `own` by the slice's steps, each work item a strided
+ * share; cells past the group's end or the range's steps +0. */
+static void copy_slice(const cgen *g, const char *array, int64_t lead, int64_t cells, int64_t tk,
+                       int64_t items, int param, const cn_index *idx, const gemm_group *own,
+                       const char *origin, const gemm_group *k) {
+  cn_sbuf *sb = g->out;
+  const char *it = g->dialect->index_type;
+  bool steps = steps_fastest(g, param, idx, own, k);
+  cn_sbuf_printf(sb, "    for (int cn_e = (int)cn_local; cn_e < %lld; cn_e += %lld) {\n",
+                 (long long)(tk * cells), (long long)items);
+  if (steps)
+    cn_sbuf_printf(sb, "      const int cn_kk = cn_e %% %lld, cn_c = cn_e / %lld;\n", (long long)tk,
+                   (long long)tk);
+  else
+    cn_sbuf_printf(sb, "      const int cn_kk = cn_e / %lld, cn_c = cn_e %% %lld;\n",
+                   (long long)cells, (long long)cells);
+  cn_sbuf_printf(sb, "      const %s cn_g = %s + cn_c, cn_k = cn_k0 + cn_kk;\n", it, origin);
+  cn_sbuf_printf(sb, "      %s[cn_kk * %lld + cn_c] = 0;\n", array, (long long)lead);
+  cn_sbuf_printf(sb, "      if (cn_g < %lld && cn_k < cn_kend) {\n", (long long)own->total);
+  declare_loops(g, 4, own->loops, own->n, "cn_g");
+  declare_loops(g, 4, k->loops, k->n, "cn_k");
+  cn_sbuf_printf(sb, "        %s[cn_kk * %lld + cn_c] = ", array, (long long)lead);
+  cn_cgen_cell(g, sb, param, idx);
+  cn_sbuf_puts(sb, ";\n      }\n    }\n");
+}
+
+/* The loops over a work item's register block (cn_i rows, cn_j columns) opened at depth, with the
+ * cell's row cn_m and column cn_n when `rows` and `cols` (declared only where used: NVRTC warns
+ * of an unused variable); closed by close_block. */
+static void open_block(const cgen *g, int depth, const gemm_tile *t, bool rows, bool cols) {
+  cn_sbuf *sb = g->out;
+  const char *it = g->dialect->index_type, *unroll = g->dialect->unroll_pragma;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s\n", unroll);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int cn_i = 0; cn_i < %lld; ++cn_i) {\n", (long long)t->rm);
+  if (rows) {
+    cn_sbuf_indent(sb, depth + 1);
+    cn_sbuf_printf(sb, "const %s cn_m = cn_m0 + cn_ty + cn_i * %lld;\n", it, (long long)t->wm);
+  }
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s\n", unroll);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "for (int cn_j = 0; cn_j < %lld; ++cn_j) {\n", (long long)t->rn);
+  if (cols) {
+    cn_sbuf_indent(sb, depth + 2);
+    cn_sbuf_printf(sb, "const %s cn_n = cn_n0 + cn_tx + cn_j * %lld;\n", it, (long long)t->wn);
+  }
+}
+
+static void close_block(cn_sbuf *sb, int depth) {
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+}
+
+/* The tiled kernel of GEMM statement s, when the builder has limits and the tile fits them
+ * (*done); else nothing is written and the caller makes the plain kernel. */
+static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
+  *done = false;
+  const cn_ll_gemm *plan = s->u.gemm.plan;
+  const cn_ll_proc *proc = b->g.proc;
+  cn_ll_gemm_parts parts;
+  cn_ll_gemm_parts_of(s, &parts);
+  gemm_group groups[CN_GEMM_ROLES];
+  memset(groups, 0, sizeof groups);
+  for (int r = 0; r < CN_GEMM_ROLES; r++) groups[r].total = 1;
+  for (int k = 0; k < plan->depth; k++) {
+    gemm_group *gr = &groups[plan->role[k]];
+    gr->loops[gr->n++] = parts.loops[k];
+    int64_t e = extent(parts.loops[k]);
+    if (e == 0) return CN_OK; /* runs nothing: the plain kernel says so */
+    if (gr->total > INT64_MAX / e) return CN_OK;
+    gr->total *= e;
+  }
+  const gemm_group *gm = &groups[CN_GEMM_M], *gn = &groups[CN_GEMM_N], *gk = &groups[CN_GEMM_K],
+                   *gb = &groups[CN_GEMM_BATCH];
+  cn_prec prec = proc->params[plan->c].node->prec;
+  gemm_tile t;
+  if (!choose_tile(b->limits, (int64_t)cn_prec_bytes(prec), gm->total, gn->total, &t)) return CN_OK;
+  int64_t tm = t.wm * t.rm, tn = t.wn * t.rn, items = t.wm * t.wn;
+  int64_t m_tiles = (gm->total + tm - 1) / tm, n_tiles = (gn->total + tn - 1) / tn;
+  double groups_count = (double)gb->total * (double)m_tiles * (double)n_tiles;
+  if (groups_count * (double)items > (double)(INT64_MAX / 2)) return CN_OK;
+  /* which of the product's reads is x (the one walking no column: loops.h's roles) */
+  int xa = access_mentions(&b->g, parts.param[1], parts.idx[1], gn) ? 2 : 1;
+  const cn_index *x_idx = parts.idx[xa], *y_idx = parts.idx[3 - xa];
+  CN_ASSERT(parts.param[xa] == plan->x && parts.param[3 - xa] == plan->y);
+  *done = true;
+
+  cgen h = b->g;
+  h.out = &b->text;
+  cn_sbuf *sb = h.out;
+  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  if (!accessed || !written) return h.ctx->status;
+  cn_cgen_access(&h, s, accessed, written);
+  cn_status status = begin_kernel(b, (int64_t)groups_count * items, items, accessed, written);
+  if (status != CN_OK) return status;
+  const cn_cgen_dialect *d = h.dialect;
+  const char *it = d->index_type, *storage = d->precs[prec].store_c;
+  long long lx = (long long)(tm + 1), ly = (long long)(tn + 1), off = (long long)plan->tri_offset;
+  /* the slices, a row of padding each: a step's row starts one bank further on */
+  cn_sbuf_printf(sb, "  %s%s cn_xs[%lld];\n", d->local_qualifier, storage, (long long)t.tk * lx);
+  cn_sbuf_printf(sb, "  %s%s cn_ys[%lld];\n", d->local_qualifier, storage, (long long)t.tk * ly);
+  cn_sbuf_printf(sb, "  const %s cn_group = cn_id / %lld, cn_local = cn_id %% %lld;\n", it,
+                 (long long)items, (long long)items);
+  cn_sbuf_printf(sb, "  const %s cn_tx = cn_local %% %lld, cn_ty = cn_local / %lld;\n", it,
+                 (long long)t.wn, (long long)t.wn);
+  cn_sbuf_printf(sb, "  const %s cn_m0 = cn_group / %lld %% %lld * %lld;\n", it, (long long)n_tiles,
+                 (long long)m_tiles, (long long)tm);
+  cn_sbuf_printf(sb, "  const %s cn_n0 = cn_group %% %lld * %lld;\n", it, (long long)n_tiles,
+                 (long long)tn);
+  if (gb->n > 0) {
+    cn_sbuf_printf(sb, "  const %s cn_b = cn_group / %lld;\n", it, (long long)(n_tiles * m_tiles));
+    declare_loops(&h, 1, gb->loops, gb->n, "cn_b");
+  }
+  /* the group's last row, which bounds its triangle */
+  const char *last_row = "cn_min_i64(cn_m0 + %lld, %lld) - 1";
+  cn_sbuf_printf(sb, "  const %s cn_kbeg = ", it);
+  if (plan->tri == CN_GEMM_TRI_M)
+    cn_sbuf_printf(sb, "cn_max_i64(0, cn_m0 - %lld + 1);\n", off);
+  else
+    cn_sbuf_puts(sb, "0;\n");
+  cn_sbuf_printf(sb, "  const %s cn_kend = ", it);
+  if (plan->tri == CN_GEMM_TRI_K) {
+    cn_sbuf_printf(sb, "cn_min_i64(%lld, ", (long long)gk->total);
+    cn_sbuf_printf(sb, last_row, (long long)tm, (long long)gm->total);
+    cn_sbuf_printf(sb, " + %lld);\n", off);
+  } else if (plan->tri == CN_GEMM_TRI_N) { /* a group whose every cell is past it: no step */
+    cn_sbuf_puts(sb, "cn_n0 >= ");
+    cn_sbuf_printf(sb, last_row, (long long)tm, (long long)gm->total);
+    cn_sbuf_printf(sb, " + %lld ? 0 : %lld;\n", off, (long long)gk->total);
+  } else {
+    cn_sbuf_printf(sb, "%lld;\n", (long long)gk->total);
+  }
+  /* the registers: +0, or c's cells */
+  cn_sbuf_printf(sb, "  %s cn_acc[%lld][%lld];\n", storage, (long long)t.rm, (long long)t.rn);
+  open_block(&h, 1, &t, !plan->c_zero, !plan->c_zero);
+  cn_sbuf_puts(sb, "      cn_acc[cn_i][cn_j] = 0;\n");
+  if (!plan->c_zero) {
+    cn_sbuf_printf(sb, "      if (cn_m < %lld && cn_n < %lld) {\n", (long long)gm->total,
+                   (long long)gn->total);
+    declare_loops(&h, 4, gm->loops, gm->n, "cn_m");
+    declare_loops(&h, 4, gn->loops, gn->n, "cn_n");
+    cn_sbuf_puts(sb, "        cn_acc[cn_i][cn_j] = ");
+    cn_cgen_cell(&h, sb, plan->c, parts.idx[0]);
+    cn_sbuf_puts(sb, ";\n      }\n");
+  }
+  close_block(sb, 1);
+  /* the slices */
+  cn_sbuf_printf(sb, "  for (%s cn_k0 = cn_kbeg; cn_k0 < cn_kend; cn_k0 += %lld) {\n", it,
+                 (long long)t.tk);
+  copy_slice(&h, "cn_xs", lx, tm, t.tk, items, plan->x, x_idx, gm, "cn_m0", gk);
+  copy_slice(&h, "cn_ys", ly, tn, t.tk, items, plan->y, y_idx, gn, "cn_n0", gk);
+  cn_sbuf_printf(sb, "    %s\n", d->barrier);
+  cn_sbuf_printf(sb, "    const int cn_steps = (int)cn_min_i64(%lld, cn_kend - cn_k0);\n",
+                 (long long)t.tk);
+  cn_sbuf_puts(sb, "    for (int cn_kk = 0; cn_kk < cn_steps; ++cn_kk) {\n");
+  bool tri_steps = plan->tri == CN_GEMM_TRI_K || plan->tri == CN_GEMM_TRI_M;
+  if (tri_steps) cn_sbuf_printf(sb, "      const %s cn_k = cn_k0 + cn_kk;\n", it);
+  cn_sbuf_printf(sb, "      %s cn_xr[%lld], cn_yr[%lld];\n", storage, (long long)t.rm,
+                 (long long)t.rn);
+  cn_sbuf_printf(sb, "      %s\n", d->unroll_pragma);
+  cn_sbuf_printf(sb,
+                 "      for (int cn_i = 0; cn_i < %lld; ++cn_i) cn_xr[cn_i] = cn_xs[cn_kk * %lld + "
+                 "(int)cn_ty + cn_i * %lld];\n",
+                 (long long)t.rm, lx, (long long)t.wm);
+  cn_sbuf_printf(sb, "      %s\n", d->unroll_pragma);
+  cn_sbuf_printf(sb,
+                 "      for (int cn_j = 0; cn_j < %lld; ++cn_j) cn_yr[cn_j] = cn_ys[cn_kk * %lld + "
+                 "(int)cn_tx + cn_j * %lld];\n",
+                 (long long)t.rn, ly, (long long)t.wn);
+  open_block(&h, 3, &t, tri_steps, false);
+  /* the nest's store on registers */
+  const cn_ll_stmt *store = parts.loops[plan->depth - 1]->u.loop.body;
+  if (store->kind == CN_LL_SEQ) store = store->u.seq.items[0];
+  bool same = plan->x == plan->y;
+  const cn_cgen_alias aliases[3] = {{plan->c, NULL, "cn_acc[cn_i][cn_j]"},
+                                    {plan->x, same ? x_idx : NULL, "cn_xr[cn_i]"},
+                                    {plan->y, same ? y_idx : NULL, "cn_yr[cn_j]"}};
+  cgen regs = h;
+  regs.fused = plan->fma;
+  regs.n_aliases = 3;
+  regs.aliases = aliases;
+  int depth = 5;
+  if (tri_steps) {
+    cn_sbuf_printf(sb,
+                   plan->tri == CN_GEMM_TRI_K ? "        if (cn_k < cn_m + %lld) {\n"
+                                              : "        if (cn_m < cn_k + %lld) {\n",
+                   off);
+    depth = 6;
+  }
+  cn_cgen_stmt(&regs, depth, store);
+  if (depth == 6) cn_sbuf_puts(sb, "        }\n");
+  close_block(sb, 3);
+  cn_sbuf_puts(sb, "    }\n");
+  cn_sbuf_printf(sb, "    %s\n  }\n", d->barrier);
+  /* the cells back into c */
+  open_block(&h, 1, &t, true, true);
+  cn_sbuf_printf(sb, "      if (cn_m < %lld && cn_n < %lld", (long long)gm->total,
+                 (long long)gn->total);
+  if (plan->tri == CN_GEMM_TRI_N) cn_sbuf_printf(sb, " && cn_n < cn_m + %lld", off);
+  cn_sbuf_puts(sb, ") {\n");
+  declare_loops(&h, 4, gm->loops, gm->n, "cn_m");
+  declare_loops(&h, 4, gn->loops, gn->n, "cn_n");
+  cn_sbuf_puts(sb, "        ");
+  cn_cgen_cell(&h, sb, plan->c, parts.idx[0]);
+  cn_sbuf_puts(sb, " = cn_acc[cn_i][cn_j];\n      }\n");
+  close_block(sb, 1);
+  cn_sbuf_puts(sb, "}\n\n");
   return CN_OK;
 }
 
@@ -140,6 +477,9 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
       cn_status status = clear_kernel(b, plan->c);
       if (status != CN_OK) return status;
     }
+    bool tiled = false;
+    cn_status status = b->limits ? tiled_gemm(b, s, &tiled) : CN_OK;
+    if (status != CN_OK || tiled) return status;
     h.fused = plan->fma;
     t = s->u.gemm.nest;
   }
@@ -161,21 +501,10 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
   bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
   if (!accessed || !written) return h.ctx->status;
   cn_cgen_access(&h, s, accessed, written);
-  cn_status status = begin_kernel(b, work_items, accessed, written);
+  cn_status status = begin_kernel(b, work_items, 0, accessed, written);
   if (status != CN_OK) return status;
   cn_sbuf *sb = &b->text;
-  const char *index_type = h.dialect->index_type;
-  int64_t inner = 1; /* the product of the extents inside grid loop k */
-  for (int k = n_grid - 1; k >= 0; k--) {
-    const cn_ll_stmt *loop = grid[k];
-    cn_sbuf_printf(sb, "  const %s %s = ", index_type, cn_cgen_sym_name(&h, loop->u.loop.sym));
-    if (loop->u.loop.from != 0) cn_sbuf_printf(sb, "%lld + ", (long long)loop->u.loop.from);
-    cn_sbuf_puts(sb, "cn_id");
-    if (inner > 1) cn_sbuf_printf(sb, " / %lld", (long long)inner);
-    if (k > 0) cn_sbuf_printf(sb, " %% %lld", (long long)extent(loop));
-    cn_sbuf_puts(sb, ";\n");
-    inner *= extent(loop);
-  }
+  declare_loops(&h, 1, grid, n_grid, "cn_id");
   /* the grid loops' affine bounds: their variables run only [start, end) as the loops would */
   int depth = 1, conds = 0;
   for (int k = 0; k < n_grid; k++) {
@@ -209,10 +538,11 @@ void cn_kernel_program_free(cn_kernel_program *program) {
 }
 
 cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
-                                 const cn_cgen_dialect *dialect, cn_kernel_program *out) {
+                                 const cn_cgen_dialect *dialect, const cn_kernel_limits *limits,
+                                 cn_kernel_program *out) {
   CN_ASSERT(dialect->kernel_prefix && dialect->global_qualifier && dialect->linear_id);
   *out = (cn_kernel_program){0};
-  builder b = {0};
+  builder b = {.limits = limits};
   cn_status status = cn_cgen_init(&b.g, ctx, proc, dialect, &b.text);
   int n_top = count_top(proc->body);
   const cn_ll_stmt **top = cn_alloc(ctx, sizeof(*top) * (size_t)(n_top + 1));

@@ -16,11 +16,19 @@
  *   is >= work_items, and decomposes the id into the grid loops' variables (div/mod by the
  *   constant extents, the innermost loop fastest); a grid loop's affine bounds become a condition
  *   inside the work item;
+ * - a kernel with a group_size (a tiled GEMM kernel) is launched in work-groups (blocks) of
+ *   exactly group_size work items, work_items being a multiple of it: its work items share local
+ *   memory and wait for each other at barriers, so the runtime may not choose another size (it
+ *   refuses the kernel when the device cannot run groups that large) nor launch more work items
+ *   (such a kernel has no guard: every work item reaches every barrier);
  * - the kernels of one program run in order on one queue / stream; a backend's run returns after
  *   the last one finished.
  * Everything else runs inside the work item as written: reductions sequential and in order (no
- * atomics, deterministic), CN_LL_GEMM as its nest of plain loops, CN_LL_VECTOR / CN_LL_FLAT marks
- * ignored. Not a public interface. */
+ * atomics, deterministic), CN_LL_VECTOR / CN_LL_FLAT marks ignored. A top-level CN_LL_GEMM is a
+ * tiled kernel when the device's limits allow one (kernels.c "Tiled GEMM kernels": a work-group
+ * computes a tile of cells, its operands' slices of the reduction staged in local memory, each
+ * work item a register block of cells, every cell's steps in the nest's order), else, as a
+ * CN_LL_GEMM below the top, its nest of plain loops. Not a public interface. */
 #ifndef CN_KERNELS_H
 #define CN_KERNELS_H
 
@@ -34,7 +42,16 @@ typedef struct {
                          that runs its statement sequentially) */
   int n_args;         /* its buffer arguments ... */
   const int *params;  /* ... the procedure's params they are, in this order */
+  int64_t group_size; /* 0: any work-group size; else exactly this one (work_items a multiple) */
 } cn_kernel;
+
+/* What the device offers a work-group, for the tiled GEMM kernels: the most work items in a group
+ * (OpenCL's CL_DEVICE_MAX_WORK_GROUP_SIZE and first work-item size, CUDA's threads per block)
+ * and the bytes of local (shared) memory it may use. */
+typedef struct {
+  int64_t max_group;
+  int64_t local_bytes;
+} cn_kernel_limits;
 
 /* A procedure as device kernels: one source text, kernels run in order, each finishing before
  * the next starts (an in-order queue / one stream). */
@@ -44,11 +61,13 @@ typedef struct {
   cn_kernel *kernels;
 } cn_kernel_program;
 
-/* The program of proc in `dialect` (a kernel dialect); on failure *out is left empty (nothing to
- * free) and the context holds the message. The program owns everything it points to (heap), so it
- * outlives the context's arena; cn_kernel_program_free releases it (a zeroed program too). */
+/* The program of proc in `dialect` (a kernel dialect) for a device with `limits` (NULL: no tiled
+ * kernel, every GEMM plain loops); on failure *out is left empty (nothing to free) and the
+ * context holds the message. The program owns everything it points to (heap), so it outlives the
+ * context's arena; cn_kernel_program_free releases it (a zeroed program too). */
 cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
-                                 const cn_cgen_dialect *dialect, cn_kernel_program *out);
+                                 const cn_cgen_dialect *dialect, const cn_kernel_limits *limits,
+                                 cn_kernel_program *out);
 void cn_kernel_program_free(cn_kernel_program *program);
 
 /* The `gemm` hook of kernel dialects: a CN_LL_GEMM inside a statement as its nest of plain loops

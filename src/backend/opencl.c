@@ -22,7 +22,12 @@
  * a warning and replaced by a build from source. A build failure is CN_ERR_COMPILE naming the file
  * the source was written to and quoting the build log. Run: every kernel's arguments set per the
  * kernel ABI (kernels.h: buffers, then the free symbols as 64-bit integers), enqueued with a
- * global size of its work items rounded up to the work-group size, then clFinish. */
+ * global size of its work items rounded up to the work-group size (a tiled kernel's own group
+ * size, chosen by the kernel view from the device's work-group and local memory limits). A run
+ * returns once its kernels are queued (the device's synchronize, clFinish, waits: the runtime
+ * calls it when the host reads a node a run wrote, resident.c), as clears (clEnqueueFillBuffer)
+ * are; uploads block (the host memory is free to change when they return), downloads are waited
+ * for by the synchronize that follows them. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend/kernels.h"
 
@@ -85,7 +90,10 @@
   X(clSetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void *))                            \
   X(clEnqueueNDRangeKernel, cl_int,                                                                \
     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *,         \
-     cl_uint, const cl_event *, cl_event *))
+     cl_uint, const cl_event *, cl_event *))                                                       \
+  X(clEnqueueFillBuffer, cl_int,                                                                   \
+    (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint, const cl_event *,    \
+     cl_event *))
 
 static struct {
 #define CL_MEMBER(name, ret, params) ret(CL_API_CALL *name) params;
@@ -153,7 +161,13 @@ typedef struct {
   cl_context context;
   cl_command_queue queue;
   size_t max_group; /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
-  int refs;         /* the context's cleanup, each buffer, each compiled program */
+  /* what a tiled kernel's work-group may have (kernels.h): the smaller of max_group and the first
+   * work-item size (our grids are one-dimensional), and CL_DEVICE_LOCAL_MEM_SIZE */
+  cn_kernel_limits limits;
+  int refs; /* the context's cleanup, each buffer, each compiled program */
+  /* the last kernel queued (runs are not waited for: a failure shows at the next synchronize,
+   * which names it) */
+  char last[300];
 } ocl_state;
 
 static void state_unref(ocl_state *st) {
@@ -180,11 +194,14 @@ static cn_status ocl_allocate(cn_ctx *ctx, const cn_device *dev, size_t bytes, v
   return CN_OK;
 }
 
+/* Blocking: the host memory may be written or freed as soon as this returns (a node's host buffer
+ * can be freed before its copies when the context is destroyed); the queue's earlier runs finish
+ * first (an in-order queue), the later ones are not waited for. */
 static cn_status ocl_upload(cn_ctx *ctx, const cn_device *dev, void *buffer, const void *host,
                             size_t bytes) {
   ocl_state *st = dev->state;
   cl_int err =
-      bytes ? cl.clEnqueueWriteBuffer(st->queue, buffer, CL_FALSE, 0, bytes, host, 0, NULL, NULL)
+      bytes ? cl.clEnqueueWriteBuffer(st->queue, buffer, CL_TRUE, 0, bytes, host, 0, NULL, NULL)
             : CL_SUCCESS;
   if (err != CL_SUCCESS)
     return cn_fail(ctx, CN_ERR_IO, "opencl: cannot copy %zu bytes to %s: %s (%d)", bytes, st->name,
@@ -208,13 +225,26 @@ static cn_status ocl_synchronize(cn_ctx *ctx, const cn_device *dev) {
   ocl_state *st = dev->state;
   cl_int err = cl.clFinish(st->queue);
   if (err != CL_SUCCESS)
-    return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed: %s (%d)", st->name, cl_error(err), (int)err);
+    return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed (the last kernel queued: %s): %s (%d)",
+                   st->name, st->last[0] ? st->last : "none", cl_error(err), (int)err);
+  return CN_OK;
+}
+
+/* Zeros on the device (a local param's scratch), queued. */
+static cn_status ocl_clear(cn_ctx *ctx, const cn_device *dev, void *buffer, size_t bytes) {
+  ocl_state *st = dev->state;
+  const unsigned char zero = 0;
+  cl_int err = bytes ? cl.clEnqueueFillBuffer(st->queue, buffer, &zero, 1, 0, bytes, 0, NULL, NULL)
+                     : CL_SUCCESS;
+  if (err != CL_SUCCESS)
+    return cn_fail(ctx, CN_ERR_IO, "opencl: cannot clear %zu bytes on %s: %s (%d)", bytes, st->name,
+                   cl_error(err), (int)err);
   return CN_OK;
 }
 
 static void ocl_free(const cn_device *dev, void *buffer) {
   ocl_state *st = dev->state;
-  cl.clReleaseMemObject(buffer);
+  cl.clReleaseMemObject(buffer); /* released once the queued work using it is done */
   state_unref(st);
 }
 
@@ -308,6 +338,16 @@ static void describe(ocl_state *st, cl_platform_id platform) {
                          &st->max_group, NULL) != CL_SUCCESS ||
       st->max_group == 0)
     st->max_group = 1;
+  size_t sizes[3] = {0};
+  cl_ulong local = 0;
+  st->limits.max_group = (int64_t)st->max_group;
+  if (cl.clGetDeviceInfo(st->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof sizes, sizes, NULL) ==
+          CL_SUCCESS &&
+      sizes[0] > 0 && sizes[0] < st->max_group)
+    st->limits.max_group = (int64_t)sizes[0];
+  if (cl.clGetDeviceInfo(st->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) ==
+      CL_SUCCESS)
+    st->limits.local_bytes = (int64_t)local;
   snprintf(st->name, sizeof st->name,
            "%s (platform %s, %s, driver %s), %u compute units, %.1f GiB of global memory", dname,
            pname, dversion, driver, units, (double)memory / (1 << 30));
@@ -356,7 +396,8 @@ static cn_status open_state(cn_ctx *ctx, ocl_state **out) {
                            .upload = ocl_upload,
                            .download = ocl_download,
                            .synchronize = ocl_synchronize,
-                           .free = ocl_free};
+                           .free = ocl_free,
+                           .clear = ocl_clear};
   if (!cn_ctx_add_cleanup(ctx, state_cleanup, st)) {
     state_unref(st);
     return ctx->status;
@@ -434,23 +475,47 @@ static char *build_log(const ocl_state *st, cl_program program) {
   return log;
 }
 
-/* Builds from source; on success stores the binary in the cache (best effort). */
-static cn_status build_source(cn_ctx *ctx, const char *proc_name, ocl_compiled *c,
-                              const char *options, const char *key) {
-  ocl_state *st = c->st;
-  const char *text = c->source.source;
+/* One program being compiled: its state, the cache key and build options (heap), and, for a
+ * build from source, the OpenCL status of clCreateProgramWithSource + clBuildProgram. */
+typedef struct {
+  const char *name; /* the procedure's */
+  ocl_compiled *c;
+  char *key, *options;
+  bool found; /* its binary came from the cache */
   cl_int err;
-  c->program = cl.clCreateProgramWithSource(st->context, 1, &text, NULL, &err);
+} ocl_job;
+
+static void job_free(ocl_job *job) {
+  free(job->key);
+  free(job->options);
+  job->key = job->options = NULL;
+}
+
+/* Creates and builds the job's program from its source. Touches no context (it runs on a thread
+ * of compile_many): the caller reports the outcome (build_done). */
+static void build_program(ocl_job *job) {
+  ocl_state *st = job->c->st;
+  const char *text = job->c->source.source;
+  job->c->program = cl.clCreateProgramWithSource(st->context, 1, &text, NULL, &job->err);
+  if (!job->c->program) return;
+  atomic_fetch_add(&builds, 1);
+  job->err = cl.clBuildProgram(job->c->program, 1, &st->id, job->options, NULL, NULL);
+}
+
+/* The outcome of build_program: the failure with the source's path and the build log, or the
+ * binary stored in the cache (best effort). */
+static cn_status build_done(cn_ctx *ctx, ocl_job *job) {
+  ocl_compiled *c = job->c;
+  ocl_state *st = c->st;
   if (!c->program)
     return cn_fail(ctx, CN_ERR_COMPILE, "opencl: routine '%s': cannot create its program: %s (%d)",
-                   proc_name, cl_error(err), (int)err);
-  atomic_fetch_add(&builds, 1);
-  err = cl.clBuildProgram(c->program, 1, &st->id, options, NULL, NULL);
-  if (err != CL_SUCCESS) {
-    char *log = build_log(st, c->program), *path = keep_source(ctx, proc_name, text);
-    cn_status status = cn_fail(
-        ctx, CN_ERR_COMPILE, "opencl: routine '%s' does not build on %s (%s): %s\n%s", proc_name,
-        st->name, cl_error(err), path ? path : "(its source could not be kept)", log ? log : "");
+                   job->name, cl_error(job->err), (int)job->err);
+  if (job->err != CL_SUCCESS) {
+    char *log = build_log(st, c->program), *path = keep_source(ctx, job->name, c->source.source);
+    cn_status status =
+        cn_fail(ctx, CN_ERR_COMPILE, "opencl: routine '%s' does not build on %s (%s): %s\n%s",
+                job->name, st->name, cl_error(job->err),
+                path ? path : "(its source could not be kept)", log ? log : "");
     free(log);
     free(path);
     return status;
@@ -462,38 +527,40 @@ static cn_status build_source(cn_ctx *ctx, const char *proc_name, ocl_compiled *
       size > 0 && (binary = malloc(size)) &&
       cl.clGetProgramInfo(c->program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) ==
           CL_SUCCESS &&
-      cn_cc_record_store(ctx, "opencl", "bin", key, (const char *)binary, size) != CN_OK)
+      cn_cc_record_store(ctx, "opencl", "bin", job->key, (const char *)binary, size) != CN_OK)
     cn_ctx_clear_error(ctx); /* a cache that cannot be written only costs the next build */
   free(binary);
   return CN_OK;
 }
 
-/* Builds from the cached binary, when there is one the driver takes: *found. */
-static cn_status build_cached(cn_ctx *ctx, const char *proc_name, ocl_compiled *c,
-                              const char *options, const char *key, bool *found) {
+/* Builds from the cached binary, when there is one the driver takes: job->found. */
+static cn_status build_cached(cn_ctx *ctx, ocl_job *job) {
+  ocl_compiled *c = job->c;
   ocl_state *st = c->st;
   char *binary;
   size_t size;
-  cn_status status = cn_cc_record_load(ctx, "opencl", "bin", key, &binary, &size, found);
-  if (status != CN_OK || !*found) return status;
+  cn_status status = cn_cc_record_load(ctx, "opencl", "bin", job->key, &binary, &size, &job->found);
+  if (status != CN_OK || !job->found) return status;
   cl_int err, binary_status = CL_SUCCESS;
   const unsigned char *bytes = (const unsigned char *)binary;
   c->program =
       cl.clCreateProgramWithBinary(st->context, 1, &st->id, &size, &bytes, &binary_status, &err);
   if (c->program && err == CL_SUCCESS && binary_status == CL_SUCCESS)
-    err = cl.clBuildProgram(c->program, 1, &st->id, options, NULL, NULL);
+    err = cl.clBuildProgram(c->program, 1, &st->id, job->options, NULL, NULL);
   free(binary);
   if (c->program && err == CL_SUCCESS && binary_status == CL_SUCCESS) return CN_OK;
   cn_cc_warn(ctx, NULL, "opencl: routine '%s': %s refuses its cached binary (%s): built again",
-             proc_name, st->name, cl_error(err != CL_SUCCESS ? err : binary_status));
+             job->name, st->name, cl_error(err != CL_SUCCESS ? err : binary_status));
   if (c->program) cl.clReleaseProgram(c->program);
   c->program = NULL;
-  *found = false;
+  job->found = false;
   return CN_OK;
 }
 
-static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                             const char **source) {
+/* The first half of a compile: the state, the program's text, its key and options, and its
+ * binary from the cache when there is one. On failure nothing is left (job->c NULL). */
+static cn_status compile_begin(cn_ctx *ctx, const cn_ll_proc *proc, ocl_job *job) {
+  *job = (ocl_job){.name = proc->name};
   ocl_state *st = NULL;
   cn_status status = open_state(ctx, &st);
   if (status != CN_OK) return status;
@@ -502,7 +569,8 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
   c->st = st;
   c->n_syms = proc->n_free_syms;
   st->refs++;
-  status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &c->source);
+  job->c = c;
+  status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &st->limits, &c->source);
   cn_sbuf key = {0}, options = {0};
   const char *extra = getenv("CANNL_OPENCL_FLAGS");
   cn_sbuf_printf(&options, "%s%s%s", BUILD_OPTIONS, extra && *extra ? " " : "", extra ? extra : "");
@@ -511,23 +579,33 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
                    cn_cgen_text(&options), c->source.source);
     if (key.failed || options.failed) status = cn_fail(ctx, CN_ERR_NOMEM, "opencl: out of memory");
   }
-  bool found = false;
-  if (status == CN_OK) status = build_cached(ctx, proc->name, c, options.data, key.data, &found);
-  if (status == CN_OK && !found) status = build_source(ctx, proc->name, c, options.data, key.data);
-  cn_sbuf_free(&key);
-  cn_sbuf_free(&options);
-  int n = c->source.n_kernels;
-  if (status == CN_OK) {
-    c->kernels = calloc((size_t)n + 1, sizeof *c->kernels);
-    c->groups = calloc((size_t)n + 1, sizeof *c->groups);
-    if (!c->kernels || !c->groups) status = cn_fail(ctx, CN_ERR_NOMEM, "opencl: out of memory");
+  job->key = key.data;
+  job->options = options.data;
+  if (status == CN_OK) status = build_cached(ctx, job);
+  if (status != CN_OK) {
+    job_free(job);
+    ocl_release(c);
+    job->c = NULL;
   }
+  return status;
+}
+
+/* The second half, after the program is built: its kernels and their work-group sizes. On
+ * failure the state is released. */
+static cn_status compile_end(cn_ctx *ctx, ocl_job *job) {
+  ocl_compiled *c = job->c;
+  ocl_state *st = c->st;
+  int n = c->source.n_kernels;
+  cn_status status = CN_OK;
+  c->kernels = calloc((size_t)n + 1, sizeof *c->kernels);
+  c->groups = calloc((size_t)n + 1, sizeof *c->groups);
+  if (!c->kernels || !c->groups) status = cn_fail(ctx, CN_ERR_NOMEM, "opencl: out of memory");
   for (int k = 0; k < n && status == CN_OK; k++) {
     cl_int err;
     c->kernels[k] = cl.clCreateKernel(c->program, c->source.kernels[k].name, &err);
     if (!c->kernels[k]) {
       status = cn_fail(ctx, CN_ERR_COMPILE, "opencl: routine '%s': no kernel %s: %s (%d)",
-                       proc->name, c->source.kernels[k].name, cl_error(err), (int)err);
+                       job->name, c->source.kernels[k].name, cl_error(err), (int)err);
       break;
     }
     size_t limit = st->max_group;
@@ -535,17 +613,106 @@ static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compile
                                     &limit, NULL) != CL_SUCCESS ||
         limit == 0 || limit > st->max_group)
       limit = st->max_group;
-    int64_t items = c->source.kernels[k].work_items;
+    const cn_kernel *kernel = &c->source.kernels[k];
+    if (kernel->group_size > 0 && (size_t)kernel->group_size > limit) {
+      status = cn_fail(ctx, CN_ERR_UNSUPPORTED,
+                       "opencl: routine '%s': kernel %s needs work-groups of %lld work items, "
+                       "%s runs it in groups of at most %zu",
+                       job->name, kernel->name, (long long)kernel->group_size, st->name, limit);
+      break;
+    }
     size_t group = limit < GROUP_SIZE ? limit : GROUP_SIZE;
-    c->groups[k] = items < (int64_t)group ? (size_t)items : group;
+    c->groups[k] = kernel->group_size > 0                ? (size_t)kernel->group_size
+                   : kernel->work_items < (int64_t)group ? (size_t)kernel->work_items
+                                                         : group;
   }
   if (status != CN_OK) {
     ocl_release(c);
+    job->c = NULL;
+  }
+  return status;
+}
+
+static cn_status ocl_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
+                             const char **source) {
+  ocl_job job;
+  cn_status status = compile_begin(ctx, proc, &job);
+  if (status != CN_OK) return status;
+  if (!job.found) {
+    build_program(&job);
+    status = build_done(ctx, &job);
+  }
+  job_free(&job);
+  if (status != CN_OK) {
+    ocl_release(job.c);
     return status;
   }
-  *compiled = c;
-  *source = c->source.source;
+  if ((status = compile_end(ctx, &job)) != CN_OK) return status;
+  *compiled = job.c;
+  *source = job.c->source.source;
   return CN_OK;
+}
+
+/* ---- Programs built together ----
+ * compile_many: every program's text, key and cached binary first (in order, on the caller's
+ * thread, which alone touches the context), then the programs missing from the cache built from
+ * source at the same time, one thread per online processor taking the next program (OpenCL's
+ * calls are thread-safe on distinct programs), then each outcome in order: the first failure is
+ * the result (every state released), else the kernels. A program's text, options and so its
+ * binary and cache record are the ones a compile of it alone gives. */
+
+#define MAX_BUILDERS 16
+
+typedef struct {
+  ocl_job *jobs;
+  int n;
+  atomic_int next;
+} build_queue;
+
+static void *builder_main(void *arg) {
+  build_queue *q = arg;
+  for (int k; (k = atomic_fetch_add(&q->next, 1)) < q->n;)
+    if (!q->jobs[k].found) build_program(&q->jobs[k]);
+  return NULL;
+}
+
+static cn_status ocl_compile_many(cn_ctx *ctx, int n, const cn_ll_proc *const *procs,
+                                  void **compiled, const char **sources) {
+  ocl_job *jobs = cn_calloc(ctx, (size_t)n + 1, sizeof *jobs);
+  if (!jobs) return ctx->status;
+  cn_status status = CN_OK;
+  int begun = 0, to_build = 0;
+  for (; begun < n && status == CN_OK; begun++) {
+    status = compile_begin(ctx, procs[begun], &jobs[begun]);
+    to_build += status == CN_OK && !jobs[begun].found;
+  }
+  if (status != CN_OK) begun--; /* the failed one left nothing */
+  if (status == CN_OK && to_build > 0) {
+    build_queue q = {jobs, n, 0};
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int width = online < 1 ? 1 : online > MAX_BUILDERS ? MAX_BUILDERS : (int)online;
+    if (width > to_build) width = to_build;
+    pthread_t threads[MAX_BUILDERS];
+    int started = 0;
+    while (started < width - 1 && pthread_create(&threads[started], NULL, builder_main, &q) == 0)
+      started++;
+    builder_main(&q); /* the caller builds too (alone when no thread starts) */
+    for (int t = 0; t < started; t++) pthread_join(threads[t], NULL);
+  }
+  for (int k = 0; k < begun && status == CN_OK; k++)
+    if (!jobs[k].found) status = build_done(ctx, &jobs[k]);
+  for (int k = 0; k < begun && status == CN_OK; k++) status = compile_end(ctx, &jobs[k]);
+  for (int k = 0; k < begun; k++) {
+    job_free(&jobs[k]);
+    if (status != CN_OK) {
+      ocl_release(jobs[k].c);
+      continue;
+    }
+    compiled[k] = jobs[k].c;
+    sources[k] = jobs[k].c->source.source;
+  }
+  free(jobs);
+  return status;
 }
 
 static cn_status ocl_run(cn_ctx *ctx, void *compiled, void *const *buffers, const int64_t *syms) {
@@ -570,10 +737,7 @@ static cn_status ocl_run(cn_ctx *ctx, void *compiled, void *const *buffers, cons
     if (err == CL_SUCCESS)
       err = cl.clEnqueueNDRangeKernel(st->queue, c->kernels[k], 1, NULL, &global, &group, 0, NULL,
                                       NULL);
-  }
-  if (err == CL_SUCCESS) {
-    failed = "the last kernel";
-    err = cl.clFinish(st->queue);
+    if (err == CL_SUCCESS) snprintf(st->last, sizeof st->last, "%s", kernel->name);
   }
   if (err != CL_SUCCESS)
     return cn_fail(ctx, CN_ERR_IO, "opencl: %s failed on %s: %s (%d)", failed, st->name,
@@ -586,6 +750,7 @@ const cn_backend cn_backend_opencl = {
     .caps = CN_BACKEND_DEVICE_MEMORY | CN_BACKEND_COMPILED,
     .open_device = ocl_open_device,
     .compile = ocl_compile,
+    .compile_many = ocl_compile_many,
     .run = ocl_run,
     .release = ocl_release,
 };

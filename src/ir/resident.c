@@ -11,9 +11,12 @@
  *
  * Transfers happen only when a reader is stale: a run on a device uploads the params whose copy
  * there is stale (cn_node_device) and downloads nothing; the host buffer is brought back when the
- * host reads it (cn_node_host), from a current copy, and waited for. Data moves between two
- * devices through the host, except by an explicit transfer (cn_node_transfer_between: a memcpy
- * between devices of host memory). Counters: CN_STAT_UPLOADS, CN_STAT_DOWNLOADS,
+ * host reads it (cn_node_host), from a current copy, and waited for. Runs and uploads are queued
+ * on a device and not waited for (asynchronous): the host waits for the device when it reads a
+ * node a run wrote (the download, then a synchronize, which also reports a failed run's error),
+ * and before it writes a host buffer an upload may still be reading (`uploading`). Data moves
+ * between two devices through the host, except by an explicit transfer (cn_node_transfer_between: a
+ * memcpy between devices of host memory). Counters: CN_STAT_UPLOADS, CN_STAT_DOWNLOADS,
  * CN_STAT_TRANSFERS and their bytes.
  *
  * A replicated node (data parallelism: each device's gradient) keeps a value per device and one
@@ -34,6 +37,9 @@ struct cn_node_copy {
   size_t bytes;
   bool merge;   /* the copy of the merge buffer, else of the value */
   bool current; /* holds the node's newest value */
+  /* an upload from the host buffer may still be in flight (a device's transfers and runs are
+   * queued, not waited for): the host waits for the device before writing that buffer */
+  bool uploading;
 };
 
 static size_t buffer_bytes(const cn_node *node) {
@@ -63,9 +69,23 @@ static cn_status fetch(cn_node *node, bool merge, void *host) {
   cn_status synced = c->device->synchronize(ctx, c->device);
   if (status == CN_OK) status = synced;
   if (status != CN_OK) return status;
+  for (cn_node_copy *d = node->copies; d; d = d->next)
+    if (d->device == c->device) d->uploading = false;
   ctx->stats[CN_STAT_DOWNLOADS]++;
   ctx->stats[CN_STAT_DOWNLOAD_BYTES] += c->bytes;
   node->host_stale[merge] = false;
+  return CN_OK;
+}
+
+/* Waits for the devices whose uploads from the host buffer may be in flight. */
+static cn_status settle(cn_node *node, bool merge) {
+  for (cn_node_copy *c = node->copies; c; c = c->next) {
+    if (!c->uploading || c->merge != merge) continue;
+    cn_status status = c->device->synchronize(node->ctx, c->device);
+    if (status != CN_OK) return status;
+    for (cn_node_copy *d = c; d; d = d->next)
+      if (d->device == c->device && d->merge == merge) d->uploading = false;
+  }
   return CN_OK;
 }
 
@@ -75,6 +95,7 @@ void *cn_node_host(cn_node *node, bool merge, cn_host_access access) {
   if (access != CN_HOST_OVERWRITE && node->host_stale[merge] && fetch(node, merge, host) != CN_OK)
     return NULL;
   if (access == CN_HOST_READ) return host;
+  if (settle(node, merge) != CN_OK) return NULL;
   for (cn_node_copy *c = node->copies; c; c = c->next)
     if (c->merge == merge) c->current = false;
   node->host_stale[merge] = false;
@@ -122,6 +143,7 @@ cn_status cn_node_device(cn_node *node, bool merge, const cn_device *dev, void *
   } else {
     if (!(host = cn_node_host(node, merge, CN_HOST_READ))) return ctx->status;
     status = dev->upload(ctx, dev, c->buffer, host, c->bytes);
+    c->uploading = !dev->host_memory;
     if (status == CN_OK) {
       ctx->stats[CN_STAT_UPLOADS]++;
       ctx->stats[CN_STAT_UPLOAD_BYTES] += c->bytes;

@@ -360,8 +360,10 @@ static cn_status link_device(cn_routine *r, const cn_device *dev, void ***out) {
 }
 
 /* Links the routine to the device of the backend it runs on: for a backend with its own memory,
- * opens the device and allocates there the scratch of the local params (once: a tiered routine
- * links when it is compiled), and the host zeros uploaded to clear it where the device cannot;
+ * opens the device and allocates there the scratch of the local params (once, at the first run:
+ * a routine compiles without its device, so that a CUDA routine's source and PTX are there
+ * without a GPU, for --emit=c; the missing device is the first run's error), and the host zeros
+ * uploaded to clear it where the device cannot;
  * the materialized nodes' copies are made by the runs (cn_node_device). Nothing for the host
  * backends. */
 static cn_status routine_link(cn_routine *r) {
@@ -538,7 +540,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   }
   collect_writes(proc->body, seen, r->written, &r->n_written);
   r->parallel = has_parallel_loop(proc->body);
-  if (routine_alloc_tables(r) != CN_OK || routine_link(r) != CN_OK) {
+  if (routine_alloc_tables(r) != CN_OK) {
     routine_release(r);
     return NULL;
   }
@@ -751,6 +753,9 @@ static cn_status clear_scratch(cn_routine *r, const cn_device *dev, void *const 
   size_t bytes = r->scratch_bytes[i];
   if (!bytes) return CN_OK;
   if (dev->clear) return dev->clear(r->ctx, dev, buffers[i], bytes);
+  /* the previous run's upload of these zeros may still be reading them */
+  cn_status status = r->ran ? dev->synchronize(r->ctx, dev) : CN_OK;
+  if (status != CN_OK) return status;
   memset(r->scratch[i], 0, bytes); /* a tiered routine's host runs left their values there */
   r->ctx->stats[CN_STAT_UPLOADS]++;
   r->ctx->stats[CN_STAT_UPLOAD_BYTES] += bytes;
@@ -760,7 +765,9 @@ static cn_status clear_scratch(cn_routine *r, const cn_device *dev, void *const 
 /* Runs the backend on the host buffers, or, linked to a device with its own memory, on the
  * device's: the nodes' copies there (uploaded where stale), the scratch cleared; the written
  * copies become the current ones (also after a failed run, which may have written part of
- * them); then a synchronize, so that no transfer is pending when the caller goes on. */
+ * them). The run is queued, not waited for: the host waits when it reads a node the run wrote or
+ * writes a buffer an upload reads (resident.c), where a failure of the queued work is reported;
+ * a run that fails to queue is waited for at once. */
 static cn_status run_on_device(cn_routine *r, const cn_device *dev, void **buffers) {
   if (!dev) return run_backend(r, r->buffers);
   const cn_ll_proc *proc = r->proc;
@@ -776,8 +783,8 @@ static cn_status run_on_device(cn_routine *r, const cn_device *dev, void **buffe
       if (!r->local[r->written[w]]) cn_node_device_wrote(p->node, p->merge, dev);
     }
   }
-  cn_status synced = dev->synchronize(r->ctx, dev);
-  return status != CN_OK ? status : synced;
+  if (status != CN_OK) dev->synchronize(r->ctx, dev); /* the error is the run's */
+  return status;
 }
 
 /* The position of sym among the procedure's free symbols, or -1. */
@@ -886,7 +893,14 @@ static cn_status routine_run(cn_routine *routine, const cn_device *dev, void **d
 }
 
 cn_status cn_routine_run(cn_routine *routine) {
+  cn_status status = routine_link(routine);
+  if (status != CN_OK) return status;
   return routine_run(routine, routine->device, routine->device_buffers);
+}
+
+cn_status cn_routine_synchronize(cn_routine *routine) {
+  if (!routine) return CN_ERR_INVALID;
+  return routine->device ? routine->device->synchronize(routine->ctx, routine->device) : CN_OK;
 }
 
 cn_status cn_routine_run_on(cn_routine *routine, int device) {
