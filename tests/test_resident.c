@@ -456,6 +456,52 @@ static void test_tuner(cn_backend_kind counting_kind) {
   CHECK(system(cmd) == 0);
 }
 
+/* The output of `script` run by the notation on `kind` with the option interpret_below at 100. */
+static char *tiered_output(cn_backend_kind kind, const char *script) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_graph *g = ctx ? cn_graph_create(ctx) : NULL;
+  CHECK(g != NULL);
+  if (!g) return cn_ctx_destroy(ctx), NULL;
+  CHECK_INT(cn_ctx_set_option(ctx, "interpret_below", "100"), CN_OK);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  cn_notation_options opts = {.backend = kind, .json = true, .out = out};
+  CHECK_MSG(cn_notation_run(g, "tiers.cnl", script, &opts) == CN_OK, "%s", cn_ctx_error(ctx));
+  fclose(out);
+  cn_ctx_destroy(ctx);
+  return buf;
+}
+
+/* Tiering on a compiled backend with its own memory: an interpreted run reads and writes the
+ * host's copies, so a small routine of a loop interpreted beside a device routine would drain
+ * the queue and move its nodes at every step. Such a backend interprets only what runs once: here
+ * `big` (32 cells of 1000 steps each) and `fold` (32 cells, well below interpret_below's budget
+ * for 100 runs) both compile, and the 100 steps download nothing until the print (one node);
+ * the print's computation, run once, is still interpreted. The same text as the interpreter:
+ * half of total[1] = 0.5 x 499.5 x (1 + ... + 100) = 1261237.5, in single precision. */
+static void test_tiers(cn_backend_kind compiled_kind) {
+  static const char *const script = "let%op u = range 1000\n"
+                                    "let%op k = range 32\n"
+                                    "let%cd big = {m} =+ (u +* \"i; j => j\" k) *. 0.001\n"
+                                    "let%cd fold = {total} =+ m\n"
+                                    "for step = 0 to 99 do\n"
+                                    "  run big\n"
+                                    "  run fold\n"
+                                    "done\n"
+                                    "print (total *. 0.5)\n";
+  char *want = tiered_output(CN_BACKEND_INTERP, script);
+  memset(&count, 0, sizeof count);
+  char *got = tiered_output(compiled_kind, script);
+  CHECK_MSG(want && got && strstr(want, "\"values\": [0, 1261237.6") && strcmp(want, got) == 0,
+            "%s\nagainst\n%s", want, got);
+  CHECK_INT(count.compiles, 2);
+  CHECK_INT(count.runs, 200);
+  CHECK_MSG(count.downloads <= 2, "%d downloads", count.downloads);
+  free(want);
+  free(got);
+}
+
 /* The option "backend": the backend of CN_BACKEND_DEFAULT, from $CANNL_BACKEND else "c"; a name
  * no backend has refused with the closest suggested, when set and when the environment's is
  * used. */
@@ -537,5 +583,15 @@ int main(void) {
   test_async(kind);
   test_option(kind);
   test_tuner(kind);
+  /* registered last: test_option's messages list the registry */
+  static cn_backend compiled;
+  compiled = counting;
+  compiled.name = "countingc";
+  compiled.caps = CN_BACKEND_DEVICE_MEMORY | CN_BACKEND_COMPILED;
+  cn_backend_kind compiled_kind = CN_BACKEND_INTERP;
+  ctx = cn_ctx_create();
+  CHECK_MSG(cn_backend_register(ctx, &compiled, &compiled_kind) == CN_OK, "%s", cn_ctx_error(ctx));
+  cn_ctx_destroy(ctx);
+  test_tiers(compiled_kind);
   CHECK_DONE();
 }

@@ -500,7 +500,12 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;
   bool interpreted = false; /* for now, in place of the backend asked */
-  if (runs != NEVER_INTERPRETED && (impl->caps & CN_BACKEND_COMPILED)) {
+  /* On a backend with its own memory an interpreted run reads and writes the host's copies: in a
+   * loop, beside the device's routines, every step would wait for the device's queue and move
+   * the nodes both ways. Only a routine run once (an initialization, a final evaluation) is
+   * worth that there. */
+  bool device = impl->caps & CN_BACKEND_DEVICE_MEMORY;
+  if (runs != NEVER_INTERPRETED && (impl->caps & CN_BACKEND_COMPILED) && (!device || runs == 1)) {
     int64_t below;
     if (!parse_count(ctx, "interpret_below", cn_ctx_option(ctx, "interpret_below"), 0, &below))
       return NULL;
