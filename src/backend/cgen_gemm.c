@@ -103,6 +103,36 @@ static const char preamble_prec[] =
     "  return c;\n"
     "#endif\n"
     "}\n"
+    "/* an edge tile's cells in and out of c, shared by the file's GEMMs of this precision: row r\n"
+    "   of the tile is c[row[r] + col[q]], or c[row[r] + q] without a column table */\n"
+    "__attribute__((noinline)) static void cn_gemm_gather_@P@(\n"
+    "    @T@ *restrict cn_tile, int cn_mr, int cn_nr, int cn_rows, int cn_cols,\n"
+    "    const @T@ *restrict cn_c, const int64_t *cn_row, const int64_t *cn_col, int cn_load) {\n"
+    "  for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "    @T@ *const cn_t = cn_tile + cn_r * cn_nr;\n"
+    "    int cn_q = 0;\n"
+    "    if (cn_load && cn_r < cn_rows) {\n"
+    "      const @T@ *const cn_cr = cn_c + cn_row[cn_r];\n"
+    "      if (cn_col)\n"
+    "        for (; cn_q < cn_cols; cn_q++) cn_t[cn_q] = cn_cr[cn_col[cn_q]];\n"
+    "      else\n"
+    "        for (; cn_q < cn_cols; cn_q++) cn_t[cn_q] = cn_cr[cn_q];\n"
+    "    }\n"
+    "    for (; cn_q < cn_nr; cn_q++) cn_t[cn_q] = 0;\n"
+    "  }\n"
+    "}\n"
+    "__attribute__((noinline)) static void cn_gemm_scatter_@P@(\n"
+    "    @T@ *restrict cn_c, const int64_t *cn_row, const int64_t *cn_col, int cn_rows,\n"
+    "    int cn_cols, const @T@ *restrict cn_tile, int cn_nr) {\n"
+    "  for (int cn_r = 0; cn_r < cn_rows; cn_r++) {\n"
+    "    @T@ *const cn_cr = cn_c + cn_row[cn_r];\n"
+    "    const @T@ *const cn_t = cn_tile + cn_r * cn_nr;\n"
+    "    if (cn_col)\n"
+    "      for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_cr[cn_col[cn_q]] = cn_t[cn_q];\n"
+    "    else\n"
+    "      for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_cr[cn_q] = cn_t[cn_q];\n"
+    "  }\n"
+    "}\n"
     "#pragma GCC diagnostic pop\n";
 
 /* Rounding of a vector of float values to a narrow precision and back, as a store and a load
@@ -254,23 +284,23 @@ static const char task_range[] =
     "@TRISTEPS@"
     "            @T@ *cn_rp[cn_mr];\n"
     "@AROWS@"
-    "@DIRECT@"
     "            /* an edge tile, or columns apart in c: through a tile of its own */\n"
     "            _Alignas(64) @T@ cn_tile[cn_mr][cn_nr];\n"
-    "            int64_t cn_col[cn_nr], cn_row[cn_mr];\n"
-    "            for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = @NC(cn_n0 + cn_j0 + "
-    "cn_q)@;\n"
-    "            for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
-    "              cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
-    "              cn_rp[cn_r] = cn_tile[cn_r];\n"
-    "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
-    "                cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
-    "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
+    "            int64_t cn_row[cn_mr];\n"
+    "@COLDECL@"
+    "            const int cn_own = @OWN@;\n"
+    "@DIRECT@"
+    "            if (cn_own) {\n"
+    "@COLTABLE@"
+    "              for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "                cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
+    "                cn_rp[cn_r] = cn_tile[cn_r];\n"
+    "              }\n"
+    "@GATHER@"
     "            }\n"
     "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
-    "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
-    "              for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
-    "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
+    "            if (cn_own)\n"
+    "@SCATTER@"
     "          }\n"
     "      }\n"
     "    }\n"
@@ -278,15 +308,33 @@ static const char task_range[] =
     "  cn_gemm_free(cn_par, cn_pack);\n"
     "}\n";
 
+/* An edge tile's cells read from c and written back: inline where a narrow precision converts
+ * them or a triangle takes some of them, else by the preamble's functions of the precision (one
+ * copy in the file: inline in every GEMM, these loops were a third of a training step's compile
+ * time). */
+static const char gather_inline[] =
+    "              for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
+    "                for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
+    "                  cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
+    "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n";
+static const char scatter_inline[] =
+    "              for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
+    "                for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
+    "                  @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n";
+static const char gather_shared[] =
+    "              cn_gemm_gather_@P@(&cn_tile[0][0], cn_mr, cn_nr, cn_rows, cn_cols, @CEDGE@, "
+    "cn_row,\n"
+    "                                 @CTABLE@, @FRESHL@);\n";
+static const char scatter_shared[] = "              cn_gemm_scatter_@P@(@CEDGE@, cn_row, @CTABLE@, "
+                                     "cn_rows, cn_cols, &cn_tile[0][0], "
+                                     "cn_nr);\n";
+
 /* The tile straight in c (rows of adjacent cells of the compute type): a full tile's rows are
  * pointers into c. */
 static const char direct_tile[] =
-    "            if (cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@) {\n"
+    "            if (!cn_own)\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
-    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
-    "              continue;\n"
-    "            }\n";
+    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n";
 
 /* x's block packed: panels of cn_mr rows by cn_kc steps, zeros past the last row. */
 static const char pack_x[] =
@@ -815,6 +863,22 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "FRESHS", plan->c_zero ? "cn_p0 == 0 ? 0 : " : "");
   define(&e, "FRESHT", plan->c_zero ? "cn_p0 > 0 && " : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
+  define(&e, "FRESHL", plan->c_zero ? "cn_p0 > 0" : "1");
+  bool shared_edges = !narrow && !cells;
+  /* adjacent columns of c: the edge tile's rows are runs of c (no column table) */
+  bool runs = shared_edges && direct;
+  define(&e, "COLTABLE",
+         runs ? ""
+              : expanded(ctx, &e,
+                         "              for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = "
+                         "@NC(cn_n0 + cn_j0 + cn_q)@;\n"));
+  define(&e, "CEDGE", runs ? expanded(ctx, &e, "cn_cb + @NC(cn_n0 + cn_j0)@") : "cn_cb");
+  define(&e, "CTABLE", runs ? "NULL" : "cn_col");
+  define(&e, "COLDECL", runs ? "" : "            int64_t cn_col[cn_nr];\n");
+  define(&e, "GATHER", expanded(ctx, &e, shared_edges ? gather_shared : gather_inline));
+  define(&e, "SCATTER", expanded(ctx, &e, shared_edges ? scatter_shared : scatter_inline));
+  define(&e, "OWN",
+         direct ? expanded(ctx, &e, "!(cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@)") : "1");
   /* the micro-kernel's steps: every row each step, or a triangle's ragged ones */
   expansion full = e, ragged = e;
   define(&full, "GUARD", "");
