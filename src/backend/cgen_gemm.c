@@ -219,6 +219,27 @@ static const char steps_ragged[] =
     "@RAGGED@"
     "  }\n";
 
+/* A range of tasks' cells one by one, without scratch memory (rare: cold, so compiled for size
+ * and out of the range's way; inline it was a tenth of a training step's compile time). */
+static const char cells_by_one[] =
+    "__attribute__((cold, noinline)) static void cn_gemm_cells_@N@(\n"
+    "    @S@ *restrict cn_cb, const @S@ *restrict cn_xb, const @S@ *restrict cn_yb,\n"
+    "    const int64_t *cn_kx, const int64_t *cn_ky, int64_t cn_ic0, int64_t cn_ic1, int64_t "
+    "cn_n0,\n"
+    "    int64_t cn_nc, int64_t cn_p0, int64_t cn_kc) {\n"
+    "  enum { cn_mc = cn_g@N@_mc };\n"
+    "  (void)cn_p0;\n"
+    "  for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
+    "    for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
+    "      @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
+    "      const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
+    "      @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
+    "      for (int64_t cn_k = @KFROM@; cn_k < cn_kc@KTO@; cn_k++)\n"
+    "        cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
+    "      @STORE(*cn_cell, cn_sum)@;\n"
+    "    }\n"
+    "}\n";
+
 /* A range of tasks: task t is the batch point, column block and row block
  * (t / (njc * nic), t / nic % njc, t % nic); consecutive tasks of one batch point and column
  * block share the packing of y. */
@@ -254,15 +275,9 @@ static const char task_range[] =
     "        cn_ky[cn_k] = @KY(cn_p0 + cn_k)@;\n"
     "      }\n"
     "      if (!cn_pack) { /* no scratch memory: cell by cell, in the same order */\n"
-    "        for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
-    "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
-    "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
-    "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
-    "            @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
-    "            for (int64_t cn_k = @KFROM@; cn_k < cn_kc@KTO@; cn_k++)\n"
-    "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
-    "            @STORE(*cn_cell, cn_sum)@;\n"
-    "          }\n"
+    "        cn_gemm_cells_@N@(cn_cb, cn_xb, cn_yb, cn_kx, cn_ky, cn_ic0, cn_ic1, cn_n0, cn_nc, "
+    "cn_p0, "
+    "cn_kc);\n"
     "        continue;\n"
     "      }\n"
     "      /* y's block: panels of cn_nr columns by cn_kc steps, zeros past the last column */\n"
@@ -892,6 +907,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
       return;
     }
   expand(sb, &e, micro_kernel);
+  expand(sb, &e, cells_by_one);
   expand(sb, &e, task_range);
   expand(sb, &e, entry);
 }
