@@ -103,6 +103,17 @@ static const char preamble_prec[] =
     "  return c;\n"
     "#endif\n"
     "}\n"
+    "/* a panel of y filled step by step, its columns adjacent in y (y + ky[k] + q) */\n"
+    "__attribute__((noinline)) static void cn_gemm_fill_rows_@P@(\n"
+    "    @T@ *restrict cn_panel, int cn_nr, int cn_cols, int64_t cn_kc, const @T@ *restrict cn_y,\n"
+    "    const int64_t *cn_ky) {\n"
+    "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
+    "    for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = "
+    "cn_y[cn_ky[cn_k] + cn_q];\n"
+    "    for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
+    "  }\n"
+    "}\n"
+    "@FILLT@"
     "/* an edge tile's cells in and out of c, shared by the file's GEMMs of this precision: row r\n"
     "   of the tile is c[row[r] + col[q]], or c[row[r] + q] without a column table */\n"
     "__attribute__((noinline)) static void cn_gemm_gather_@P@(\n"
@@ -430,6 +441,20 @@ static const char fill_b_transposed[] =
     "            for (int64_t cn_kr = cn_k; cn_kr < cn_kc; cn_kr++)\n"
     "              cn_panel[cn_kr * cn_nr + cn_q] = cn_q < cn_cols ? @RESTLOAD@ : 0;\n"
     "        }\n";
+/* fill_b_transposed as a function of the preamble, shared by the file's GEMMs of single
+ * precision whose columns are evenly apart in y (step cn_cstep): one copy of its code. */
+static const char fill_t_head[] =
+    "/* a panel of y filled column by column: step k of column q at y + k + cstep * q */\n"
+    "__attribute__((noinline)) static void cn_gemm_fill_t_f32(\n"
+    "    float *restrict cn_panel, int cn_nr, int cn_cols, int64_t cn_kc,\n"
+    "    const float *restrict cn_yb, int64_t cn_cstep) {\n";
+static const char fill_b_shared_t[] =
+    "        cn_gemm_fill_t_f32(cn_panel, cn_nr, cn_cols, cn_kc, cn_yb + @KY(cn_p0)@ + "
+    "@NY(cn_n0 + cn_j0)@,\n"
+    "                           @CSTEP@);\n";
+static const char fill_b_shared_rows[] =
+    "        cn_gemm_fill_rows_@P@(cn_panel, cn_nr, cn_cols, cn_kc, cn_yb + @NY(cn_n0 + cn_j0)@, "
+    "cn_ky);\n";
 static const char fill_a_by_step[] =
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
@@ -736,6 +761,19 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     define(&p, "F", single ? "f" : "");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
+    const char *fill_t = "";
+    if (single) { /* the transposed fill of a panel, its reads at y + k + cstep * q */
+      expansion t = p;
+      define(&t, "BK", "cn_k");
+      define(&t, "BCOL", "cn_cstep * cn_q");
+      define(&t, "RESTLOAD", "cn_yb[cn_kr + cn_cstep * cn_q]");
+      cn_sbuf text = {0};
+      cn_sbuf_puts(&text, fill_t_head);
+      expand(&text, &t, fill_b_transposed);
+      cn_sbuf_puts(&text, "}\n");
+      fill_t = cn_sbuf_finish(ctx, &text);
+    }
+    define(&p, "FILLT", fill_t);
     expand(pre, &p, preamble_prec);
     par->gemm_emitted |= vectors;
   }
@@ -840,11 +878,17 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
                                                     : "cn_ky[cn_kr]");
   define(&e, "RESTLOAD", expanded(ctx, &e, "@LOAD(cn_yb[@BKR@ + @BCOL@])@"));
   bool transposed = y_along_k && geo->prec == CN_PREC_SINGLE;
+  /* the preamble's fills where y's columns are evenly apart (adjacent, step by step) */
+  int64_t column_step = 0;
+  bool columns_even = group_linear(geo, CN_GEMM_N, ACC_Y, &column_step);
+  define(&e, "CSTEP", number_text(ctx, column_step));
   define(&e, "FILLB",
          expanded(ctx, &e,
-                  transposed  ? fill_b_transposed
-                  : y_along_k ? fill_b_by_column
-                              : fill_b_by_step));
+                  transposed && columns_even                    ? fill_b_shared_t
+                  : transposed                                  ? fill_b_transposed
+                  : y_along_k                                   ? fill_b_by_column
+                  : !narrow && columns_even && column_step == 1 ? fill_b_shared_rows
+                                                                : fill_b_by_step));
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
