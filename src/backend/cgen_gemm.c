@@ -103,46 +103,27 @@ static const char preamble_prec[] =
     "  return c;\n"
     "#endif\n"
     "}\n"
-    "/* a panel of y filled step by step, its columns adjacent in y (y + ky[k] + q) */\n"
-    "__attribute__((noinline)) static void cn_gemm_fill_rows_@P@(\n"
-    "    @T@ *restrict cn_panel, int cn_nr, int cn_cols, int64_t cn_kc, const @T@ *restrict cn_y,\n"
-    "    const int64_t *cn_ky) {\n"
-    "  for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
-    "    for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = "
-    "cn_y[cn_ky[cn_k] + cn_q];\n"
-    "    for (int cn_q = cn_cols; cn_q < cn_nr; cn_q++) cn_panel[cn_k * cn_nr + cn_q] = 0;\n"
-    "  }\n"
-    "}\n"
     "@FILLT@"
-    "/* an edge tile's cells in and out of c, shared by the file's GEMMs of this precision: row r\n"
-    "   of the tile is c[row[r] + col[q]], or c[row[r] + q] without a column table */\n"
+    "/* an edge tile's cells in and out of c, shared by the file's GEMMs of this precision whose\n"
+    "   columns are adjacent in c: row r of the tile is c[row[r] + q] */\n"
     "__attribute__((noinline)) static void cn_gemm_gather_@P@(\n"
     "    @T@ *restrict cn_tile, int cn_mr, int cn_nr, int cn_rows, int cn_cols,\n"
-    "    const @T@ *restrict cn_c, const int64_t *cn_row, const int64_t *cn_col, int cn_load) {\n"
+    "    const @T@ *restrict cn_c, const int64_t *cn_row, int cn_load) {\n"
     "  for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
     "    @T@ *const cn_t = cn_tile + cn_r * cn_nr;\n"
     "    int cn_q = 0;\n"
-    "    if (cn_load && cn_r < cn_rows) {\n"
-    "      const @T@ *const cn_cr = cn_c + cn_row[cn_r];\n"
-    "      if (cn_col)\n"
-    "        for (; cn_q < cn_cols; cn_q++) cn_t[cn_q] = cn_cr[cn_col[cn_q]];\n"
-    "      else\n"
-    "        for (; cn_q < cn_cols; cn_q++) cn_t[cn_q] = cn_cr[cn_q];\n"
-    "    }\n"
+    "    if (cn_load && cn_r < cn_rows)\n"
+    "      for (const @T@ *const cn_cr = cn_c + cn_row[cn_r]; cn_q < cn_cols; cn_q++) cn_t[cn_q] = "
+    "cn_cr[cn_q];\n"
     "    for (; cn_q < cn_nr; cn_q++) cn_t[cn_q] = 0;\n"
     "  }\n"
     "}\n"
     "__attribute__((noinline)) static void cn_gemm_scatter_@P@(\n"
-    "    @T@ *restrict cn_c, const int64_t *cn_row, const int64_t *cn_col, int cn_rows,\n"
-    "    int cn_cols, const @T@ *restrict cn_tile, int cn_nr) {\n"
-    "  for (int cn_r = 0; cn_r < cn_rows; cn_r++) {\n"
-    "    @T@ *const cn_cr = cn_c + cn_row[cn_r];\n"
-    "    const @T@ *const cn_t = cn_tile + cn_r * cn_nr;\n"
-    "    if (cn_col)\n"
-    "      for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_cr[cn_col[cn_q]] = cn_t[cn_q];\n"
-    "    else\n"
-    "      for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_cr[cn_q] = cn_t[cn_q];\n"
-    "  }\n"
+    "    @T@ *restrict cn_c, const int64_t *cn_row, int cn_rows, int cn_cols,\n"
+    "    const @T@ *restrict cn_tile, int cn_nr) {\n"
+    "  for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
+    "    for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "      cn_c[cn_row[cn_r] + cn_q] = cn_tile[cn_r * cn_nr + cn_q];\n"
     "}\n"
     "#pragma GCC diagnostic pop\n";
 
@@ -334,10 +315,10 @@ static const char task_range[] =
     "  cn_gemm_free(cn_par, cn_pack);\n"
     "}\n";
 
-/* An edge tile's cells read from c and written back: inline where a narrow precision converts
- * them or a triangle takes some of them, else by the preamble's functions of the precision (one
- * copy in the file: inline in every GEMM, these loops were a third of a training step's compile
- * time). */
+/* An edge tile's cells read from c and written back: by the preamble's functions of the
+ * precision where c's columns are adjacent (one copy in the file: inline in every GEMM, these
+ * loops were a third of a training step's compile time), else inline (a narrow precision
+ * converts them, a triangle takes some of them, or the columns are apart). */
 static const char gather_inline[] =
     "              for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
     "                for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
@@ -348,12 +329,11 @@ static const char scatter_inline[] =
     "                for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
     "                  @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n";
 static const char gather_shared[] =
-    "              cn_gemm_gather_@P@(&cn_tile[0][0], cn_mr, cn_nr, cn_rows, cn_cols, @CEDGE@, "
-    "cn_row,\n"
-    "                                 @CTABLE@, @FRESHL@);\n";
-static const char scatter_shared[] = "              cn_gemm_scatter_@P@(@CEDGE@, cn_row, @CTABLE@, "
-                                     "cn_rows, cn_cols, &cn_tile[0][0], "
-                                     "cn_nr);\n";
+    "              cn_gemm_gather_@P@(&cn_tile[0][0], cn_mr, cn_nr, cn_rows, cn_cols,\n"
+    "                                 cn_cb + @NC(cn_n0 + cn_j0)@, cn_row, @FRESHL@);\n";
+static const char scatter_shared[] =
+    "              cn_gemm_scatter_@P@(cn_cb + @NC(cn_n0 + cn_j0)@, cn_row, cn_rows, cn_cols, "
+    "&cn_tile[0][0], cn_nr);\n";
 
 /* The tile straight in c (rows of adjacent cells of the compute type): a full tile's rows are
  * pointers into c. */
@@ -452,9 +432,6 @@ static const char fill_b_shared_t[] =
     "        cn_gemm_fill_t_f32(cn_panel, cn_nr, cn_cols, cn_kc, cn_yb + @KY(cn_p0)@ + "
     "@NY(cn_n0 + cn_j0)@,\n"
     "                           @CSTEP@);\n";
-static const char fill_b_shared_rows[] =
-    "        cn_gemm_fill_rows_@P@(cn_panel, cn_nr, cn_cols, cn_kc, cn_yb + @NY(cn_n0 + cn_j0)@, "
-    "cn_ky);\n";
 static const char fill_a_by_step[] =
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
@@ -883,17 +860,16 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
                                                     : "cn_ky[cn_kr]");
   define(&e, "RESTLOAD", expanded(ctx, &e, "@LOAD(cn_yb[@BKR@ + @BCOL@])@"));
   bool transposed = y_along_k && geo->prec == CN_PREC_SINGLE;
-  /* the preamble's fills where y's columns are evenly apart (adjacent, step by step) */
+  /* the preamble's transposed fill where y's columns are evenly apart */
   int64_t column_step = 0;
   bool columns_even = group_linear(geo, CN_GEMM_N, ACC_Y, &column_step);
   define(&e, "CSTEP", number_text(ctx, column_step));
   define(&e, "FILLB",
          expanded(ctx, &e,
-                  transposed && columns_even                    ? fill_b_shared_t
-                  : transposed                                  ? fill_b_transposed
-                  : y_along_k                                   ? fill_b_by_column
-                  : !narrow && columns_even && column_step == 1 ? fill_b_shared_rows
-                                                                : fill_b_by_step));
+                  transposed && columns_even ? fill_b_shared_t
+                  : transposed               ? fill_b_transposed
+                  : y_along_k                ? fill_b_by_column
+                                             : fill_b_by_step));
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
@@ -928,17 +904,16 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "FRESHT", plan->c_zero ? "cn_p0 > 0 && " : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
   define(&e, "FRESHL", plan->c_zero ? "cn_p0 > 0" : "1");
-  bool shared_edges = !narrow && !cells;
-  /* adjacent columns of c: the edge tile's rows are runs of c (no column table) */
-  bool runs = shared_edges && direct;
+  /* columns adjacent in c (runs): the preamble's gather and scatter; else inline, with a table
+   * of the columns (shared, a conv's columns apart ran 1% slower) */
+  bool shared_edges = !narrow && !cells && direct;
   define(&e, "COLTABLE",
-         runs ? ""
-              : expanded(ctx, &e,
-                         "              for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = "
-                         "@NC(cn_n0 + cn_j0 + cn_q)@;\n"));
-  define(&e, "CEDGE", runs ? expanded(ctx, &e, "cn_cb + @NC(cn_n0 + cn_j0)@") : "cn_cb");
-  define(&e, "CTABLE", runs ? "NULL" : "cn_col");
-  define(&e, "COLDECL", runs ? "" : "            int64_t cn_col[cn_nr];\n");
+         shared_edges
+             ? ""
+             : expanded(ctx, &e,
+                        "              for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = "
+                        "@NC(cn_n0 + cn_j0 + cn_q)@;\n"));
+  define(&e, "COLDECL", shared_edges ? "" : "            int64_t cn_col[cn_nr];\n");
   define(&e, "GATHER", expanded(ctx, &e, shared_edges ? gather_shared : gather_inline));
   define(&e, "SCATTER", expanded(ctx, &e, shared_edges ? scatter_shared : scatter_inline));
   define(&e, "OWN",
