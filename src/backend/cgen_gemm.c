@@ -15,9 +15,13 @@
  * than MR rows or NR columns) or a c whose columns are not adjacent goes through a tile of its
  * own: gathered, computed, scattered. Scratch: one block of each operand per task range,
  * malloc'd per call (aligned_alloc); without memory a range computes its cells one by one in the
- * same order. The register tile comes from the plan or, when the plan leaves it to the backend,
- * from the instruction set the C compiler targets (its predefined macros), as does the vector
- * width; every identifier starts with cn_, which no user name does. */
+ * same order (a cold function, compiled for size). The register tile comes from the plan or, when
+ * the plan leaves it to the backend, from the instruction set the C compiler targets (its
+ * predefined macros), as does the vector width; every identifier starts with cn_, which no user
+ * name does. Compile time (issue 29): a GEMM calls its micro-kernel once (direct and edge tiles
+ * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
+ * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
+ * file's preamble, not one copy per GEMM. */
 #include "backend/cgen.h"
 
 #include <string.h>
