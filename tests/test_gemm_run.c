@@ -62,6 +62,13 @@ static void plan(cn_ctx *ctx, cn_ll_proc *proc, bool exact) {
   CHECK_INT(plans_in(proc->body), 1);
 }
 
+/* The occurrences of `word` in `text`. */
+static int occurrences(const char *text, const char *word) {
+  int n = 0;
+  for (const char *at = strstr(text, word); at; at = strstr(at + 1, word)) n++;
+  return n;
+}
+
 /* Runs the planned proc on the generated C from `start` with 1, 2 and 3 threads; each time param
  * `out`'s buffer must equal `want` (bytes) bit for bit. */
 static void run_threads(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *start, int out,
@@ -74,6 +81,13 @@ static void run_threads(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *sta
   /* no intrinsics or type-generic math header (issue 29: <immintrin.h> was half of a GEMM file's
    * compile time): the builtins behind them, and __builtin_fma in the cell-by-cell path */
   CHECK_MSG(!strstr(source, "immintrin") && !strstr(source, "tgmath"), "%s: headers", what);
+  /* issue 29: each GEMM calls its micro-kernel at one place, direct and edge tiles alike (an
+   * inlined copy per call was a sixth of a GEMM's compile time), and the edge tile's gather is
+   * one function of the file, not a loop per GEMM */
+  int kernels = occurrences(source, "static inline void cn_ukr_");
+  CHECK_MSG(kernels > 0 && occurrences(source, "cn_ukr_") == 2 * kernels,
+            "%s: %d micro-kernels, %d mentions", what, kernels, occurrences(source, "cn_ukr_"));
+  CHECK_MSG(occurrences(source, "static void cn_gemm_gather_f32(") <= 1, "%s: gathers", what);
   void *bufs[SNAPSHOT_MAX_PARAMS];
   for (int k = 0; k < proc->n_params; k++)
     bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);

@@ -15,9 +15,13 @@
  * than MR rows or NR columns) or a c whose columns are not adjacent goes through a tile of its
  * own: gathered, computed, scattered. Scratch: one block of each operand per task range,
  * malloc'd per call (aligned_alloc); without memory a range computes its cells one by one in the
- * same order. The register tile comes from the plan or, when the plan leaves it to the backend,
- * from the instruction set the C compiler targets (its predefined macros), as does the vector
- * width; every identifier starts with cn_, which no user name does. */
+ * same order (a cold function, compiled for size). The register tile comes from the plan or, when
+ * the plan leaves it to the backend, from the instruction set the C compiler targets (its
+ * predefined macros), as does the vector width; every identifier starts with cn_, which no user
+ * name does. Compile time (issue 29): a GEMM calls its micro-kernel once (direct and edge tiles
+ * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
+ * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
+ * file's preamble, not one copy per GEMM. */
 #include "backend/cgen.h"
 
 #include <string.h>
@@ -102,6 +106,28 @@ static const char preamble_prec[] =
     "    c[l] = __builtin_fma@F@(a[l], b[l], c[l]);\n"
     "  return c;\n"
     "#endif\n"
+    "}\n"
+    "@FILLT@"
+    "/* an edge tile's cells in and out of c, shared by the file's GEMMs of this precision whose\n"
+    "   columns are adjacent in c: row r of the tile is c[row[r] + q] */\n"
+    "__attribute__((noinline)) static void cn_gemm_gather_@P@(\n"
+    "    @T@ *restrict cn_tile, int cn_mr, int cn_nr, int cn_rows, int cn_cols,\n"
+    "    const @T@ *restrict cn_c, const int64_t *cn_row, int cn_load) {\n"
+    "  for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "    @T@ *const cn_t = cn_tile + cn_r * cn_nr;\n"
+    "    int cn_q = 0;\n"
+    "    if (cn_load && cn_r < cn_rows)\n"
+    "      for (const @T@ *const cn_cr = cn_c + cn_row[cn_r]; cn_q < cn_cols; cn_q++) cn_t[cn_q] = "
+    "cn_cr[cn_q];\n"
+    "    for (; cn_q < cn_nr; cn_q++) cn_t[cn_q] = 0;\n"
+    "  }\n"
+    "}\n"
+    "__attribute__((noinline)) static void cn_gemm_scatter_@P@(\n"
+    "    @T@ *restrict cn_c, const int64_t *cn_row, int cn_rows, int cn_cols,\n"
+    "    const @T@ *restrict cn_tile, int cn_nr) {\n"
+    "  for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
+    "    for (int cn_q = 0; cn_q < cn_cols; cn_q++)\n"
+    "      cn_c[cn_row[cn_r] + cn_q] = cn_tile[cn_r * cn_nr + cn_q];\n"
     "}\n"
     "#pragma GCC diagnostic pop\n";
 
@@ -189,6 +215,27 @@ static const char steps_ragged[] =
     "@RAGGED@"
     "  }\n";
 
+/* A range of tasks' cells one by one, without scratch memory (rare: cold, so compiled for size
+ * and out of the range's way; inline it was a tenth of a training step's compile time). */
+static const char cells_by_one[] =
+    "__attribute__((cold, noinline)) static void cn_gemm_cells_@N@(\n"
+    "    @S@ *restrict cn_cb, const @S@ *restrict cn_xb, const @S@ *restrict cn_yb,\n"
+    "    const int64_t *cn_kx, const int64_t *cn_ky, int64_t cn_ic0, int64_t cn_ic1, int64_t "
+    "cn_n0,\n"
+    "    int64_t cn_nc, int64_t cn_p0, int64_t cn_kc) {\n"
+    "  enum { cn_mc = cn_g@N@_mc };\n"
+    "  (void)cn_p0;\n"
+    "  for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
+    "    for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
+    "      @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
+    "      const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
+    "      @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
+    "      for (int64_t cn_k = @KFROM@; cn_k < cn_kc@KTO@; cn_k++)\n"
+    "        cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
+    "      @STORE(*cn_cell, cn_sum)@;\n"
+    "    }\n"
+    "}\n";
+
 /* A range of tasks: task t is the batch point, column block and row block
  * (t / (njc * nic), t / nic % njc, t % nic); consecutive tasks of one batch point and column
  * block share the packing of y. */
@@ -224,15 +271,9 @@ static const char task_range[] =
     "        cn_ky[cn_k] = @KY(cn_p0 + cn_k)@;\n"
     "      }\n"
     "      if (!cn_pack) { /* no scratch memory: cell by cell, in the same order */\n"
-    "        for (int64_t cn_i = cn_ic0 * cn_mc; cn_i < @M@ && cn_i < cn_ic1 * cn_mc; cn_i++)\n"
-    "          for (int64_t cn_j = cn_n0; cn_j < cn_n0 + cn_nc@TRIJ@; cn_j++) {\n"
-    "            @S@ *const cn_cell = cn_cb + @MC(cn_i)@ + @NC(cn_j)@;\n"
-    "            const @S@ *const cn_xr = cn_xb + @MX(cn_i)@, *const cn_yc = cn_yb + @NY(cn_j)@;\n"
-    "            @T@ cn_sum = @FRESHS@@LOAD(*cn_cell)@;\n"
-    "            for (int64_t cn_k = @KFROM@; cn_k < cn_kc@KTO@; cn_k++)\n"
-    "              cn_sum = @SCALAR(cn_sum, cn_xr[cn_kx[cn_k]], cn_yc[cn_ky[cn_k]])@;\n"
-    "            @STORE(*cn_cell, cn_sum)@;\n"
-    "          }\n"
+    "        cn_gemm_cells_@N@(cn_cb, cn_xb, cn_yb, cn_kx, cn_ky, cn_ic0, cn_ic1, cn_n0, cn_nc, "
+    "cn_p0, "
+    "cn_kc);\n"
     "        continue;\n"
     "      }\n"
     "      /* y's block: panels of cn_nr columns by cn_kc steps, zeros past the last column */\n"
@@ -254,23 +295,23 @@ static const char task_range[] =
     "@TRISTEPS@"
     "            @T@ *cn_rp[cn_mr];\n"
     "@AROWS@"
-    "@DIRECT@"
     "            /* an edge tile, or columns apart in c: through a tile of its own */\n"
     "            _Alignas(64) @T@ cn_tile[cn_mr][cn_nr];\n"
-    "            int64_t cn_col[cn_nr], cn_row[cn_mr];\n"
-    "            for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = @NC(cn_n0 + cn_j0 + "
-    "cn_q)@;\n"
-    "            for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
-    "              cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
-    "              cn_rp[cn_r] = cn_tile[cn_r];\n"
-    "              for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
-    "                cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
-    "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n"
+    "            int64_t cn_row[cn_mr];\n"
+    "@COLDECL@"
+    "            const int cn_own = @OWN@;\n"
+    "@DIRECT@"
+    "            if (cn_own) {\n"
+    "@COLTABLE@"
+    "              for (int cn_r = 0; cn_r < cn_mr; cn_r++) {\n"
+    "                cn_row[cn_r] = cn_r < cn_rows ? @MC(cn_m0 + cn_i0 + cn_r)@ : 0;\n"
+    "                cn_rp[cn_r] = cn_tile[cn_r];\n"
+    "              }\n"
+    "@GATHER@"
     "            }\n"
     "            cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
-    "            for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
-    "              for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
-    "                @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n"
+    "            if (cn_own)\n"
+    "@SCATTER@"
     "          }\n"
     "      }\n"
     "    }\n"
@@ -278,15 +319,32 @@ static const char task_range[] =
     "  cn_gemm_free(cn_par, cn_pack);\n"
     "}\n";
 
+/* An edge tile's cells read from c and written back: by the preamble's functions of the
+ * precision where c's columns are adjacent (one copy in the file: inline in every GEMM, these
+ * loops were a third of a training step's compile time), else inline (a narrow precision
+ * converts them, a triangle takes some of them, or the columns are apart). */
+static const char gather_inline[] =
+    "              for (int cn_r = 0; cn_r < cn_mr; cn_r++)\n"
+    "                for (int cn_q = 0; cn_q < cn_nr; cn_q++)\n"
+    "                  cn_tile[cn_r][cn_q] = @FRESHT@cn_r < cn_rows && cn_q < cn_cols@TRICELL@ ? "
+    "@LOAD(cn_cb[cn_row[cn_r] + cn_col[cn_q]])@ : 0;\n";
+static const char scatter_inline[] =
+    "              for (int cn_r = 0; cn_r < cn_rows; cn_r++)\n"
+    "                for (int cn_q = 0; cn_q < cn_cols@TRICELL@; cn_q++)\n"
+    "                  @STORE(cn_cb[cn_row[cn_r] + cn_col[cn_q]], cn_tile[cn_r][cn_q])@;\n";
+static const char gather_shared[] =
+    "              cn_gemm_gather_@P@(&cn_tile[0][0], cn_mr, cn_nr, cn_rows, cn_cols,\n"
+    "                                 cn_cb + @NC(cn_n0 + cn_j0)@, cn_row, @FRESHL@);\n";
+static const char scatter_shared[] =
+    "              cn_gemm_scatter_@P@(cn_cb + @NC(cn_n0 + cn_j0)@, cn_row, cn_rows, cn_cols, "
+    "&cn_tile[0][0], cn_nr);\n";
+
 /* The tile straight in c (rows of adjacent cells of the compute type): a full tile's rows are
  * pointers into c. */
 static const char direct_tile[] =
-    "            if (cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@) {\n"
+    "            if (!cn_own)\n"
     "              for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
-    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n"
-    "              cn_ukr_@N@(cn_kc, @APANEL@, cn_bp + cn_j0 * cn_kc, cn_rp@FRESHA@@RAGGEDA@);\n"
-    "              continue;\n"
-    "            }\n";
+    "                cn_rp[cn_q] = cn_cb + @MC(cn_m0 + cn_i0 + cn_q)@ + @NC(cn_n0 + cn_j0)@;\n";
 
 /* x's block packed: panels of cn_mr rows by cn_kc steps, zeros past the last row. */
 static const char pack_x[] =
@@ -367,6 +425,17 @@ static const char fill_b_transposed[] =
     "            for (int64_t cn_kr = cn_k; cn_kr < cn_kc; cn_kr++)\n"
     "              cn_panel[cn_kr * cn_nr + cn_q] = cn_q < cn_cols ? @RESTLOAD@ : 0;\n"
     "        }\n";
+/* fill_b_transposed as a function of the preamble, shared by the file's GEMMs of single
+ * precision whose columns are evenly apart in y (step cn_cstep): one copy of its code. */
+static const char fill_t_head[] =
+    "/* a panel of y filled column by column: step k of column q at y + k + cstep * q */\n"
+    "__attribute__((noinline)) static void cn_gemm_fill_t_f32(\n"
+    "    float *restrict cn_panel, int cn_nr, int cn_cols, int64_t cn_kc,\n"
+    "    const float *restrict cn_yb, int64_t cn_cstep) {\n";
+static const char fill_b_shared_t[] =
+    "        cn_gemm_fill_t_f32(cn_panel, cn_nr, cn_cols, cn_kc, cn_yb + @KY(cn_p0)@ + "
+    "@NY(cn_n0 + cn_j0)@,\n"
+    "                           @CSTEP@);\n";
 static const char fill_a_by_step[] =
     "          for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) {\n"
     "            for (int cn_q = 0; cn_q < cn_rows; cn_q++)\n"
@@ -374,11 +443,16 @@ static const char fill_a_by_step[] =
     "            for (int cn_q = cn_rows; cn_q < cn_mr; cn_q++) cn_panel[cn_k * cn_mr + cn_q] = "
     "0;\n"
     "          }\n";
+/* (the row's test outside its loop of steps: inside it, gcc 12 vectorized that loop with gathers
+ * and one store per lane, a matmul 1024 7% slower) */
 static const char fill_a_by_row[] =
     "          for (int cn_q = 0; cn_q < cn_mr; cn_q++)\n"
-    "            for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
-    "              cn_panel[cn_k * cn_mr + cn_q] =\n"
-    "                  cn_q < cn_rows ? @LOAD(cn_xb[cn_row[cn_q] + @AK@])@ : 0;\n";
+    "            if (cn_q < cn_rows)\n"
+    "              for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++)\n"
+    "                cn_panel[cn_k * cn_mr + cn_q] = @LOAD(cn_xb[cn_row[cn_q] + @AK@])@;\n"
+    "            else\n"
+    "              for (int64_t cn_k = 0; cn_k < cn_kc; cn_k++) cn_panel[cn_k * cn_mr + cn_q] = "
+    "0;\n";
 
 /* A triangle's tile (cn_ll_gemm.tri): row r of the tile holds the columns q < cn_diag + r. */
 static const char triangle_tile[] =
@@ -673,6 +747,19 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     define(&p, "F", single ? "f" : "");
     define(&p, "NEON", single ? "f32" : "f64");
     define(&p, "NEONT", single ? "float32x4_t" : "float64x2_t");
+    const char *fill_t = "";
+    if (single) { /* the transposed fill of a panel, its reads at y + k + cstep * q */
+      expansion t = p;
+      define(&t, "BK", "cn_k");
+      define(&t, "BCOL", "cn_cstep * cn_q");
+      define(&t, "RESTLOAD", "cn_yb[cn_kr + cn_cstep * cn_q]");
+      cn_sbuf text = {0};
+      cn_sbuf_puts(&text, fill_t_head);
+      expand(&text, &t, fill_b_transposed);
+      cn_sbuf_puts(&text, "}\n");
+      fill_t = cn_sbuf_finish(ctx, &text);
+    }
+    define(&p, "FILLT", fill_t);
     expand(pre, &p, preamble_prec);
     par->gemm_emitted |= vectors;
   }
@@ -777,11 +864,16 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
                                                     : "cn_ky[cn_kr]");
   define(&e, "RESTLOAD", expanded(ctx, &e, "@LOAD(cn_yb[@BKR@ + @BCOL@])@"));
   bool transposed = y_along_k && geo->prec == CN_PREC_SINGLE;
+  /* the preamble's transposed fill where y's columns are evenly apart */
+  int64_t column_step = 0;
+  bool columns_even = group_linear(geo, CN_GEMM_N, ACC_Y, &column_step);
+  define(&e, "CSTEP", number_text(ctx, column_step));
   define(&e, "FILLB",
          expanded(ctx, &e,
-                  transposed  ? fill_b_transposed
-                  : y_along_k ? fill_b_by_column
-                              : fill_b_by_step));
+                  transposed && columns_even ? fill_b_shared_t
+                  : transposed               ? fill_b_transposed
+                  : y_along_k                ? fill_b_by_column
+                                             : fill_b_by_step));
   define(&e, "PACKA", x_in_place ? "" : expanded(ctx, &e, pack_x));
   define(&e, "AROWS", x_in_place ? expanded(ctx, &e, x_rows) : "");
   define(&e, "APANEL", x_in_place ? "cn_ar" : "cn_ap + cn_i0 * cn_kc");
@@ -815,6 +907,21 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   define(&e, "FRESHS", plan->c_zero ? "cn_p0 == 0 ? 0 : " : "");
   define(&e, "FRESHT", plan->c_zero ? "cn_p0 > 0 && " : "");
   define(&e, "DIRECT", direct ? expanded(ctx, &e, direct_tile) : "");
+  define(&e, "FRESHL", plan->c_zero ? "cn_p0 > 0" : "1");
+  /* columns adjacent in c (runs): the preamble's gather and scatter; else inline, with a table
+   * of the columns (shared, a conv's columns apart ran 1% slower) */
+  bool shared_edges = !narrow && !cells && direct;
+  define(&e, "COLTABLE",
+         shared_edges
+             ? ""
+             : expanded(ctx, &e,
+                        "              for (int cn_q = 0; cn_q < cn_cols; cn_q++) cn_col[cn_q] = "
+                        "@NC(cn_n0 + cn_j0 + cn_q)@;\n"));
+  define(&e, "COLDECL", shared_edges ? "" : "            int64_t cn_col[cn_nr];\n");
+  define(&e, "GATHER", expanded(ctx, &e, shared_edges ? gather_shared : gather_inline));
+  define(&e, "SCATTER", expanded(ctx, &e, shared_edges ? scatter_shared : scatter_inline));
+  define(&e, "OWN",
+         direct ? expanded(ctx, &e, "!(cn_rows == cn_mr && cn_cols == cn_nr@TRIFULL@)") : "1");
   /* the micro-kernel's steps: every row each step, or a triangle's ragged ones */
   expansion full = e, ragged = e;
   define(&full, "GUARD", "");
@@ -828,6 +935,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
       return;
     }
   expand(sb, &e, micro_kernel);
+  expand(sb, &e, cells_by_one);
   expand(sb, &e, task_range);
   expand(sb, &e, entry);
 }
