@@ -1,8 +1,11 @@
 /* The driver side of the tests that launch themselves under mpirun (test_mpi, test_mpi_dp):
  * CANNL_MPIEXEC (the mpirun CMake found) with the flags Open MPI needs to run as root, with more
- * ranks than cores, on loopback only; and the comparison of the hashes the ranks print. */
+ * ranks than cores, on loopback only; the comparison of the hashes the ranks print; and a rank's
+ * start (its context, MPI initialized). */
 #ifndef CANNL_TEST_MPI_LAUNCH_H
 #define CANNL_TEST_MPI_LAUNCH_H
+
+#include "cannl.h"
 
 #include <stdio.h>
 #include <stdbool.h>
@@ -49,6 +52,19 @@ static inline bool mpi_same_hashes(const char *out, int ranks, char *hash) {
       return false;
   }
   return seen == ranks;
+}
+
+/* A rank's start: a context with MPI initialized (cn_dist_init), its rank and the ranks' count;
+ * NULL after saying why on stderr. */
+static inline cn_ctx *mpi_rank_start(int *rank, int *size) {
+  cn_ctx *ctx = cn_ctx_create();
+  if (!ctx || cn_dist_init(ctx, 0) != CN_OK) {
+    fprintf(stderr, "cn_dist_init: %s\n", ctx ? cn_ctx_error(ctx) : "no context");
+    return NULL;
+  }
+  *rank = cn_dist_rank();
+  *size = cn_dist_size();
+  return ctx;
 }
 
 #endif

@@ -155,13 +155,8 @@ static void run_devices(cn_ctx *ctx, uint64_t *hash) {
 }
 
 static int rank_main(const char *scenario) {
-  cn_ctx *ctx = cn_ctx_create();
-  if (!ctx || cn_dist_init(ctx, 0) != CN_OK) {
-    fprintf(stderr, "cn_dist_init: %s\n", ctx ? cn_ctx_error(ctx) : "no context");
-    return 1;
-  }
-  rank_ = cn_dist_rank();
-  size_ = cn_dist_size();
+  cn_ctx *ctx = mpi_rank_start(&rank_, &size_);
+  if (!ctx) return 1;
   if (strcmp(scenario, "sum") == 0) {
     uint64_t hash = 1469598103934665603u;
     if (run_sum(ctx, &hash)) run_devices(ctx, &hash);

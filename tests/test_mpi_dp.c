@@ -213,13 +213,8 @@ static void failed_before(void) {
 }
 
 static int rank_main(const char *scenario, int devices, const char *dir) {
-  cn_ctx *ctx = cn_ctx_create();
-  if (!ctx || cn_dist_init(ctx, 0) != CN_OK) {
-    fprintf(stderr, "cn_dist_init: %s\n", ctx ? cn_ctx_error(ctx) : "no context");
-    return 1;
-  }
-  rank_ = cn_dist_rank();
-  size_ = cn_dist_size();
+  cn_ctx *ctx = mpi_rank_start(&rank_, &size_);
+  if (!ctx) return 1;
   if (strcmp(scenario, "moons") == 0) {
     rank_moons(devices, dir);
   } else if (strcmp(scenario, "fashion") == 0) {
