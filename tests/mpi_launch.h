@@ -67,4 +67,19 @@ static inline cn_ctx *mpi_rank_start(int *rank, int *size) {
   return ctx;
 }
 
+/* Why a driver cannot launch its ranks here (printed, with the test's name): 77, ctest's skip
+ * status, when cannl was built without MPI or CANNL_MPIEXEC is unset (not run by ctest); else 0. */
+static inline int mpi_skip(const char *test) {
+  if (!cn_dist_available()) {
+    printf("%s: skipped: cannl was built without MPI (install Open MPI: make deps)\n", test);
+    return 77;
+  }
+  const char *mpiexec = getenv("CANNL_MPIEXEC");
+  if (!mpiexec || !*mpiexec) {
+    printf("%s: skipped: CANNL_MPIEXEC is not set (run through ctest)\n", test);
+    return 77;
+  }
+  return 0;
+}
+
 #endif

@@ -212,15 +212,8 @@ static int rank_main(const char *scenario) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--rank") == 0) return rank_main(argv[2]);
-  if (!cn_dist_available()) {
-    printf("test_mpi: skipped: cannl was built without MPI (install Open MPI: make deps)\n");
-    return 77;
-  }
-  const char *mpiexec = getenv("CANNL_MPIEXEC");
-  if (!mpiexec || !*mpiexec) {
-    printf("test_mpi: skipped: CANNL_MPIEXEC is not set (run through ctest)\n");
-    return 77;
-  }
+  int skip = mpi_skip("test_mpi");
+  if (skip) return skip;
   static char out[1 << 16];
   double seconds;
   char first[4][17] = {{0}};

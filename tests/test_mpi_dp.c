@@ -393,15 +393,8 @@ static void drive_script(const char *dir) {
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--rank") == 0)
     return rank_main(argv[2], atoi(argv[3]), argv[4]);
-  if (!cn_dist_available()) {
-    printf("test_mpi_dp: skipped: cannl was built without MPI (install Open MPI: make deps)\n");
-    return 77;
-  }
-  const char *mpiexec = getenv("CANNL_MPIEXEC");
-  if (!mpiexec || !*mpiexec) {
-    printf("test_mpi_dp: skipped: CANNL_MPIEXEC is not set (run through ctest)\n");
-    return 77;
-  }
+  int skip = mpi_skip("test_mpi_dp");
+  if (skip) return skip;
   char dir[] = "/tmp/cannl_test_mpi_dp_XXXXXX", scenario[600];
   CHECK(mkdtemp(dir) != NULL);
   drive_moons(argv[0], dir);
