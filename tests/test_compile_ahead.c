@@ -12,7 +12,8 @@
  * the parameter inits are lowered after the mains), and both print what the interpreter backend
  * prints, digit for digit. A second script has the edges: a body starting with a routine run
  * before the loop, a loop without iterations (the prefix ends there), a routine run again later
- * in the body; its sums are checked by hand. */
+ * in the body; its sums are checked by hand. The step loop written `~devices:1` (the plain loop,
+ * as the example scripts write it) is taken the same way: its three routines compile together. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, setenv */
 #include "check.h"
 
@@ -172,6 +173,18 @@ int main(void) {
    * cnl_6 the evaluation, cnl_7 to cnl_9 the prints: the same numbers either way */
   CHECK_STR(ahead.files, "cnl_2\ncnl_3\ncnl_6\n");
   CHECK_STR(one_by_one.files, "cnl_2\ncnl_3\ncnl_5\ncnl_6\n");
+
+  /* ~devices:1 is the plain loop: the same prefix, not a data-parallel loop ending it */
+  char with_devices[2048];
+  const char *loop = strstr(script, "to 9 do");
+  CHECK(loop != NULL);
+  snprintf(with_devices, sizeof with_devices, "%.*sto 9 ~devices:1 do%s", (int)(loop - script),
+           script, loop + strlen("to 9 do"));
+  outcome devices = run_script(with_devices, CN_BACKEND_C, false);
+  CHECK_INT(devices.compiler_runs, 3);
+  CHECK(devices.three_at_once);
+  CHECK_STR(devices.files, ahead.files);
+  CHECK_STR(devices.text, interp.text);
 
   outcome edges_interp = run_script(edges, CN_BACKEND_INTERP, false);
   outcome edges_c = run_script(edges, CN_BACKEND_C, false);

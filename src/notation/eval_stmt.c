@@ -775,14 +775,16 @@ static bool collect_ahead(nt_interp *I, const cn_nt_item *items, int n, nt_env *
       continue;
     }
     if (it->kind == CN_NT_ITEM_FOR) {
-      if (it->u.for_.devices)
-        return true; /* a data-parallel loop compiles its own (dp_elaborate) */
-      int64_t lo, hi;
+      int64_t lo, hi, stride = 1;
       cn_symbol sym;
       nt_env *body;
       bool inner_whole;
       if (!loop_setup(I, it, scope, st, &lo, &hi, &sym, &body)) return false;
       if (hi < lo) return true; /* its body runs later or never: stop here */
+      /* a data-parallel loop on more than one slot compiles its own pair (dp_elaborate); on
+       * one it is the plain loop (run_loop), taken like one */
+      if (it->u.for_.devices && !dp_setup(I, it, scope, st, lo, hi, &stride)) return false;
+      if (stride > 1) return true;
       bind_loop(I, sym, lo, hi);
       bool ok = collect_ahead(I, it->u.for_.items, it->u.for_.n_items, body, list, &inner_whole);
       I->n_bound--;
