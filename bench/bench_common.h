@@ -1,6 +1,7 @@
 /* What the benchmarks share (bench_perf.c and bench_gemm.c all of it; bench_fashion.c and
  * bench_startup.c the command line, the python side's lines and the report's helpers;
- * bench_moons.c the clock only): the monotonic clock, the timing of repetitions (median and best),
+ * bench_moons.c the clock and the OpenBLAS core): the monotonic clock, the baselines' OpenBLAS
+ * kernels (bench_openblas_core), the timing of repetitions (median and best),
  * the random data and the models both time (matmul, the MLP step, the conv step), the child that
  * compiles one model and times it, and the parent (bench_main): its command line, the children and
  * the python side run and read row by row, the JSON file, the ratio of two medians and the report's
@@ -20,6 +21,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,8 +375,63 @@ static inline void run_python(bench *b, int first, int last, double budget) {
     fprintf(stderr, "%s: the python side failed: %s\n", b->name, cmd);
 }
 
+/* Whether a /proc/cpuinfo flags line has the flag (a whole word). */
+static inline bool cpu_has_flag(const char *line, const char *flag) {
+  size_t n = strlen(flag);
+  for (const char *at = strstr(line, flag); at; at = strstr(at + 1, flag))
+    if (at[-1] == ' ' && (at[n] == ' ' || at[n] == '\n' || at[n] == '\0')) return true;
+  return false;
+}
+
+/* The best OpenBLAS core of this CPU's flags (/proc/cpuinfo): SkylakeX kernels for AVX-512,
+ * Haswell's for AVX2 with FMA, NULL otherwise. */
+static inline const char *openblas_core_of_cpu(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return NULL;
+  char line[8192];
+  const char *core = NULL;
+  while (!core && fgets(line, sizeof line, f))
+    if (strncmp(line, "flags", 5) == 0) {
+      bool avx512 = cpu_has_flag(line, "avx512f") && cpu_has_flag(line, "avx512vl") &&
+                    cpu_has_flag(line, "avx512bw") && cpu_has_flag(line, "avx512dq");
+      bool avx2 = cpu_has_flag(line, "avx2") && cpu_has_flag(line, "fma");
+      core = avx512 ? "SkylakeX" : avx2 ? "Haswell" : "";
+    }
+  fclose(f);
+  return core && *core ? core : NULL;
+}
+
+/* The baselines' OpenBLAS kernels, before any python side runs: Debian's OpenBLAS 0.3.21 falls
+ * back to its SSE3 "Prescott" kernels on x86 CPUs it does not know (Intel family 6 model 207: a
+ * 1024^2 single-precision matmul at 16 GFLOP/s instead of 112), silently, which would inflate
+ * every ratio. The core it picks is read from a probe (OPENBLAS_VERBOSE=2 while numpy loads it);
+ * on that fallback the best core of the CPU's flags goes into OPENBLAS_CORETYPE, which the python
+ * sides inherit. An OPENBLAS_CORETYPE already set is kept. Prints the core in use. */
+static inline void bench_openblas_core(void) {
+  const char *set = getenv("OPENBLAS_CORETYPE");
+  if (set && *set) {
+    printf("OpenBLAS core: %s (OPENBLAS_CORETYPE of the environment)\n", set);
+    return;
+  }
+  fflush(stdout);
+  FILE *p = popen("OPENBLAS_VERBOSE=2 /usr/bin/python3 -c 'import numpy' 2>&1", "r");
+  char line[256], core[64] = "";
+  while (p && fgets(line, sizeof line, p))
+    if (!*core) sscanf(line, "Core: %63s", core);
+  if (p) pclose(p);
+  const char *better = openblas_core_of_cpu();
+  if (strcmp(core, "Prescott") == 0 && better && setenv("OPENBLAS_CORETYPE", better, 1) == 0)
+    printf("OpenBLAS core: %s (OPENBLAS_CORETYPE set: this OpenBLAS fell back to its SSE3 "
+           "Prescott kernels on this CPU)\n",
+           better);
+  else
+    printf("OpenBLAS core: %s\n",
+           *core ? core : "unknown (no numpy, or a BLAS other than OpenBLAS)");
+}
+
 /* The parent's command line, [--quick] [--json FILE], this program's path and the script's (next
- * to this header) and the JSON file opened: -1 to go on, else the exit status. */
+ * to this header) and the JSON file opened, and the baselines' OpenBLAS core
+ * (bench_openblas_core): -1 to go on, else the exit status. */
 static inline int bench_start(bench *b, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
@@ -399,6 +456,7 @@ static inline int bench_start(bench *b, int argc, char **argv) {
     perror(b->json);
     return 1;
   }
+  bench_openblas_core();
   return -1;
 }
 

@@ -76,6 +76,7 @@ static cn_status time_cannl(bool check_nan, double *step_us, double *final_loss,
 }
 
 int main(void) {
+  bench_openblas_core();
   double cannl_us, loss, accuracy, checked_us, checked_loss, checked_accuracy;
   if (time_cannl(false, &cannl_us, &loss, &accuracy) != CN_OK ||
       time_cannl(true, &checked_us, &checked_loss, &checked_accuracy) != CN_OK)
