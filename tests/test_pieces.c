@@ -4,7 +4,8 @@
  * piece takes: its source defines CN_PIECES, compiles as one process per piece plus a link
  * (CN_STAT_COMPILER_RUNS), and computes what the interpreter computes, bit for bit. The pieces
  * compiled at the same time and one after the other give byte-identical shared objects, and the
- * file without CN_PIECE is still one translation unit that compiles with -Wall -Werror. */
+ * file without CN_PIECE is still one translation unit that compiles with -Wall -Werror. A routine
+ * of 40 such kernels (8 to 64 KB) is in two pieces, one of 4 in one. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "backend/backend.h"
 #include "backend/cgen.h"
@@ -53,10 +54,10 @@ static double constant(int s, int k) {
   return 1.0 + (double)(s * 4 + k) / 4096.0;
 }
 
-static cn_ll_proc *pieces_proc(cn_ctx *ctx, const cn_ll_param *params) {
+static cn_ll_proc *pieces_proc(cn_ctx *ctx, const cn_ll_param *params, int statements) {
   cn_symbol i = cn_symbol_create(ctx, "i", CELLS);
   cn_ll_stmt *items[STATEMENTS];
-  for (int s = 0; s < STATEMENTS; s++) {
+  for (int s = 0; s < statements; s++) {
     int dst = (s + 1) % 3, src = s % 3;
     cn_ll_expr *e = cn_lb_get(ctx, src, CN_PREC_DOUBLE, cn_lb_indices(ctx, 1, cn_index_iter(i)));
     for (int k = 0; k < 4; k++)
@@ -65,7 +66,7 @@ static cn_ll_proc *pieces_proc(cn_ctx *ctx, const cn_ll_param *params) {
     items[s] = cn_lb_loop(ctx, i, 0, CELLS,
                           cn_lb_set(ctx, dst, cn_lb_indices(ctx, 1, cn_index_iter(i)), e));
   }
-  return cn_lb_proc(ctx, "pieces", cn_lb_seq_array(ctx, STATEMENTS, items), 3, params, 0, NULL);
+  return cn_lb_proc(ctx, "pieces", cn_lb_seq_array(ctx, statements, items), 3, params, 0, NULL);
 }
 
 /* Runs proc on a backend from the same start; x's cells into out. */
@@ -100,9 +101,20 @@ int main(void) {
     CHECK(x[b] != NULL);
     params[b] = (cn_ll_param){x[b], false};
   }
-  cn_ll_proc *proc = pieces_proc(ctx, params);
+  cn_ll_proc *proc = pieces_proc(ctx, params, STATEMENTS);
   CHECK(proc != NULL);
   if (!proc) return 1;
+
+  /* a routine of 8 to 64 KB of kernels (a few hundred ms of gcc) is in two pieces, so that alone
+   * it does not keep one core busy while the others wait; a small one stays one unit */
+  cn_sbuf mid = {0}, small = {0};
+  CHECK_INT(cn_cgen_source(ctx, pieces_proc(ctx, params, 40), &mid), CN_OK);
+  CHECK_INT(cn_cgen_source(ctx, pieces_proc(ctx, params, 4), &small), CN_OK);
+  CHECK_MSG(mid.len > 8192 && mid.len < 65536, "%zu bytes", mid.len);
+  CHECK_INT(cn_cgen_pieces(mid.data ? mid.data : ""), 2);
+  CHECK_INT(cn_cgen_pieces(small.data ? small.data : ""), 1);
+  cn_sbuf_free(&mid);
+  cn_sbuf_free(&small);
 
   cn_sbuf text = {0};
   CHECK_INT(cn_cgen_source(ctx, proc, &text), CN_OK);

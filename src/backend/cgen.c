@@ -666,17 +666,21 @@ static int count_statements(const cn_ll_stmt *s) {
 
 /* ---- Routines in pieces ----
  * gcc -O3's time stays linear in a routine of kernels, but one compiler process uses one core: a
- * convnet's training step (170 KB of kernels) took 3 s. So a routine of kernels with more than
- * 2 * CGEN_PIECE_BYTES of text is also laid out in CN_PIECES pieces of about equal text (at
- * most CN_CGEN_MAX_PIECES), which the backend compiles at the same time, one process each (the file
- * with -DCN_PIECE=k: the shared head, the kernels of piece k and, in piece 0, the steps and entry
- * points), then links; without CN_PIECE the file is one translation unit as any other. Kernels
- * are CN_KERNEL: static in one unit, extern with hidden visibility in pieces, declared in the
- * shared head; what a kernel outlines stays static beside it, and the GEMM preamble goes into
- * the shared head. The split depends on the text only (the count on its size; each kernel, the
- * largest first, to the piece with the least text, ties to the lowest; piece 0 starts with the
- * steps' text), never on the machine, so text and cache key are the same everywhere. */
+ * convnet's training step (170 KB of kernels) took 3 s. So a routine of kernels is also laid out
+ * in CN_PIECES pieces of about equal text, one per CGEN_PIECE_BYTES (at most CN_CGEN_MAX_PIECES),
+ * which the backend compiles at the same time, one process each (the file with -DCN_PIECE=k: the
+ * shared head, the kernels of piece k and, in piece 0, the steps and entry points), then links;
+ * without CN_PIECE the file is one translation unit as any other. Kernels are CN_KERNEL: static in
+ * one unit, extern with hidden visibility in pieces, declared in the shared head; what a kernel
+ * outlines stays static beside it, and the GEMM preamble goes into the shared head. The split
+ * depends on the text only (the count on its size; each kernel, the largest first, to the piece
+ * with the least text, ties to the lowest; piece 0 starts with the steps' text), never on the
+ * machine, so text and cache key are the same everywhere. A routine of at least CGEN_SPLIT_BYTES
+ * (the half-moons backprop: 13 KB of 40 small kernels, 0.3 s) is in two pieces at least: alone in
+ * its batch it would keep one core busy while the others wait, and a piece costs about 25 ms more
+ * (its head, gcc's start, a link). */
 #define CGEN_PIECE_BYTES 32768
+#define CGEN_SPLIT_BYTES 8192
 
 int cn_cgen_pieces(const char *source) {
   const char *at = strstr(source, "\n#define CN_PIECES ");
@@ -688,6 +692,7 @@ int cn_cgen_pieces(const char *source) {
 static int assign_pieces(cn_ctx *ctx, const splitter *sp, int **piece) {
   size_t total = sp->kernel_text.len + sp->step_text.len;
   int n = (int)(total / CGEN_PIECE_BYTES);
+  if (n < 2 && total >= CGEN_SPLIT_BYTES) n = 2;
   *piece = NULL;
   if (n > CN_CGEN_MAX_PIECES) n = CN_CGEN_MAX_PIECES;
   if (n < 2 || sp->n_kernels < 2) return 1;
