@@ -964,8 +964,31 @@ static void start_three(cn_ctx *ctx, cn_node **x, const double *const *values, c
   CHECK_INT(cn_routine_compile_tiered_many(ctx, 3, code, names, CN_BACKEND_C, runs, r), CN_OK);
 }
 
+/* This process's children now (the compilers it runs): the processes of /proc whose parent it is.
+ */
+static int count_children(void) {
+  DIR *d = opendir("/proc");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    char path[300], text[512];
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[got] = '\0';
+    const char *after = strrchr(text, ')'); /* the name may hold spaces: pid (name) state ppid */
+    long ppid;
+    if (after && sscanf(after + 1, " %*c %ld", &ppid) == 1 && ppid == (long)getpid()) n++;
+  }
+  closedir(d);
+  return n;
+}
+
 /* Compiling behind: the call returns with the sources known and the compilers running; a
- * routine's first run waits for its own object, in any order; one freed before its first run gives
+ * routine's first run waits for its own object, in any order, and until then the compilers leave
+ * one processor to the caller; one freed before its first run gives
  * its compilation up (no object published); a compile failure comes at each routine's first run
  * with the compiler's message on that routine's file (a later run says the compilation failed); a
  * context destroyed while its routines compile leaves neither process nor temporary. */
@@ -984,6 +1007,10 @@ static void test_behind(void) {
   const double *values[3] = {values_a, values_b, values_other};
   cn_routine *r[3] = {NULL, NULL, NULL};
   start_three(ctx, x, values, r);
+  /* behind the caller's work, one processor is left to it (cc_jobs.c behind_width) */
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  CHECK_MSG(count_children() <= (online > 1 ? online - 1 : 1), "%d compilers on %ld processors",
+            count_children(), online);
   CHECK(r[2] && strstr(cn_routine_source(r[2]), "void fill_c_entry("));
   cn_routine_free(r[1]);
   for (int k = 2; k >= 0 && r[0] && r[2]; k -= 2) {
