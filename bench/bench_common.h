@@ -379,7 +379,7 @@ static inline void run_python(bench *b, int first, int last, double budget) {
 static inline bool cpu_has_flag(const char *line, const char *flag) {
   size_t n = strlen(flag);
   for (const char *at = strstr(line, flag); at; at = strstr(at + 1, flag))
-    if (at[-1] == ' ' && (at[n] == ' ' || at[n] == '\n' || at[n] == '\0')) return true;
+    if (at > line && at[-1] == ' ' && (at[n] == ' ' || at[n] == '\n' || at[n] == '\0')) return true;
   return false;
 }
 
