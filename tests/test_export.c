@@ -1,8 +1,9 @@
 /* AOT export (cn_graph_export_c): models exported as C files, compiled alone with
  * `cc -std=c11 -Wall -Werror` into a driver that prints each output cell's bits, which must equal
  * the cells cannl computes from the same inputs:
- *   - an MLP 64 -> 128 -> 10 with relu (its first product is a GEMM plan: the micro-kernel code
- *     is exported too) on 5 inputs, called one after another (static buffers reused);
+ *   - an MLP 256 -> 128 -> 10 with relu on batches of 8 (its first product is a GEMM plan: the
+ *     generated driver is exported, under CN_STANDALONE, not the call of cannl's GEMM library)
+ *     on 5 inputs, called one after another (static buffers reused);
  *   - a padded 3x3 convolution with bias, relu and max pooling, whose input buffer has padding
  *     margins (the copy into the padded layout);
  *   - the header declares NAME_forward, and two exported models link into one program;
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #define N_INPUTS 5
+#define MLP_BATCH 8 /* rows of the MLP's input: its products are GEMMs */
 
 static char dir[64];
 
@@ -118,11 +120,11 @@ static const cn_dims *out_dims(cn_dims *d, int n, const int64_t *dims) {
   return d;
 }
 
-/* w2 * relu(w1 * x + b1) + b2 with x a 64-cell placeholder. */
+/* w2 * relu(w1 * x + b1) + b2 with x a placeholder of MLP_BATCH rows of 256 cells. */
 static cn_tensor *mlp(cn_graph *g, cn_tensor *x) {
   int64_t hidden = 128, classes = 10;
   cn_dims d1, d2;
-  cn_tensor *w1 = cn_tensor_param(g, "w1", NULL, cn_tensor_kaiming_uniform(g, 64));
+  cn_tensor *w1 = cn_tensor_param(g, "w1", NULL, cn_tensor_kaiming_uniform(g, 256));
   cn_tensor *b1 = cn_tensor_param(g, "b1", out_dims(&d1, 1, &hidden), cn_tensor_number(g, 0.01));
   cn_tensor *h =
       cn_tensor_apply(g, CN_OP_RELU, 1,
@@ -146,7 +148,8 @@ static cn_tensor *convnet(cn_graph *g, cn_tensor *x) {
 typedef cn_tensor *model_fn(cn_graph *g, cn_tensor *x);
 
 /* Builds a model on a placeholder of the given dims (labeled input_label, its axes axis_labels
- * unless NULL), exports it as `name`, and appends what cannl computes to expected. */
+ * unless NULL; MLP_BATCH rows for the MLP), exports it as `name`, and appends what cannl computes
+ * to expected. */
 static bool export_model(const char *name, model_fn *model, const char *input_label,
                          const char *const *axis_labels, int rank, const int64_t *dims,
                          char *expected, size_t cap, int64_t *in_cells, int64_t *out_cells) {
@@ -155,6 +158,8 @@ static bool export_model(const char *name, model_fn *model, const char *input_la
   cn_dims xd;
   out_dims(&xd, rank, dims);
   xd.output.labels = axis_labels;
+  const int64_t batch = MLP_BATCH;
+  if (model == mlp) xd.batch = (cn_axes){1, &batch, NULL};
   cn_tensor *x = cn_tensor_buffer(g, input_label, &xd);
   cn_tensor *y = model(g, x);
   bool ok = y && cannl_outputs(ctx, g, x, y, expected + strlen(expected), cap - strlen(expected));
@@ -174,12 +179,12 @@ static void test_models(void) {
   static char expected[1 << 16];
   expected[0] = '\0';
   const char *names[2] = {"mlp_model", "conv_model"};
-  int64_t in_cells[2] = {0}, out_cells[2] = {0}, x_dims[3] = {8, 8, 3}, mlp_dims = 64;
+  int64_t in_cells[2] = {0}, out_cells[2] = {0}, x_dims[3] = {8, 8, 3}, mlp_dims = 256;
   bool ok = export_model(names[0], mlp, "image", NULL, 1, &mlp_dims, expected, sizeof expected,
                          &in_cells[0], &out_cells[0]) &&
             export_model(names[1], convnet, "image", NULL, 3, x_dims, expected, sizeof expected,
                          &in_cells[1], &out_cells[1]);
-  CHECK_INT(out_cells[0], 10);
+  CHECK_INT(out_cells[0], MLP_BATCH * 10);
   CHECK_INT(out_cells[1], 4 * 4 * 4);
   if (!ok || !write_driver(names, 2, in_cells, out_cells)) {
     CHECK(0);
@@ -202,6 +207,16 @@ static void test_models(void) {
         declared || strcmp(line, "void mlp_model_forward(const float *in, float *out);\n") == 0;
   if (h) fclose(h);
   CHECK(declared);
+  /* the MLP's GEMM is the generated driver (compiled: the exported outputs above are cannl's) */
+  snprintf(path, sizeof path, "%s/mlp_model.c", dir);
+  bool standalone = false, driver = false;
+  h = fopen(path, "r");
+  while (h && fgets(line, sizeof line, h)) {
+    standalone = standalone || strncmp(line, "#define CN_STANDALONE 1", 23) == 0;
+    driver = driver || strncmp(line, "static inline void cn_ukr_", 26) == 0;
+  }
+  if (h) fclose(h);
+  CHECK(standalone && driver);
 }
 
 /* The escaper and the name check (src/core) on their own: each byte class, NUL included, and a

@@ -42,12 +42,14 @@
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
  * (per call: one cached object may serve several contexts); without it run_parallel is run. */
 #include "backend/cc_internal.h"
+#include "backend/gemm_lib.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -584,6 +586,9 @@ static bool fd_name(int fd, char *name, size_t size) {
   return old == NULL;
 }
 
+/* Guards the GEMM library pointers of loaded objects (load_object). */
+static pthread_mutex_t gemm_lib_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Loads the object and finds its entry; false with the reason in why. fd (or -1) is the object
  * opened and verified by the caller, and is taken over: the object is loaded through
  * /proc/self/fd/N (fd_name), so that what dlopen maps is the file whose bytes were checked, not
@@ -622,6 +627,15 @@ static bool load_object(const char *so_path, int fd, const char *name, cc_compil
   }
   snprintf(symbol, sizeof symbol, "%s_entry_par", name);
   *(void **)(&c->entry_par) = dlsym(c->handle, symbol); /* absent without parallel loops */
+  /* the object's pointer to the GEMM library (absent without its GEMMs), set before any run; two
+   * contexts may load one object, and the second finds it set (under the lock) and writes none */
+  snprintf(symbol, sizeof symbol, "%s_gemm_lib", name);
+  cn_gemm_lib_fn **gemm_lib = dlsym(c->handle, symbol);
+  if (gemm_lib) {
+    pthread_mutex_lock(&gemm_lib_lock);
+    if (!*gemm_lib) *gemm_lib = cn_gemm_lib_run;
+    pthread_mutex_unlock(&gemm_lib_lock);
+  }
   return true;
 }
 

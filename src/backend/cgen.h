@@ -109,9 +109,16 @@ struct cgen {
   const cn_cgen_alias *aliases;
 };
 
-/* cgen_par.gemm_emitted: the common part, the vector types of float and double, and the
- * rounding of each narrow precision p (GEMM_ROUND << p). */
-enum { GEMM_COMMON = 1u << 0, GEMM_F32 = 1u << 1, GEMM_F64 = 1u << 2, GEMM_ROUND = 1u << 3 };
+/* cgen_par.gemm_emitted: the common part, the vector types of float and double, the pointer to
+ * the GEMM library (backend/gemm_lib.h), and the rounding of each narrow precision p
+ * (GEMM_ROUND << p). */
+enum {
+  GEMM_COMMON = 1u << 0,
+  GEMM_F32 = 1u << 1,
+  GEMM_F64 = 1u << 2,
+  GEMM_LIB = 1u << 3,
+  GEMM_ROUND = 1u << 4
+};
 
 /* The number of pieces a generated source is compiled in: N > 1 when the text defines
  * CN_PIECES N (a routine of kernels large enough, cgen.c "Routines in pieces"), each piece k the

@@ -23,6 +23,7 @@
  * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
  * file's preamble, not one copy per GEMM. */
 #include "backend/cgen.h"
+#include "backend/gemm_lib.h"
 
 #include <string.h>
 
@@ -724,6 +725,88 @@ static int64_t row_block(const geometry *geo) {
   return mc;
 }
 
+/* ---- The GEMM library ----
+ * A GEMM the library runs (backend/gemm_lib.h: single or double precision, no triangle, every
+ * group one range in every access it indexes) is described by its sizes, strides, plan and flags
+ * and run through the object's pointer <routine>_gemm_lib, which the C backend sets when it loads
+ * the object (cc.c load_object); the generated driver stays in the text, compiled only with
+ * -DCN_STANDALONE (an exported model, which needs nothing of cannl) and skipped by the
+ * preprocessor otherwise: a GEMM then costs the compiler almost nothing. Both compute the same
+ * bits (cgen_gemm.c's and gemm_lib.h's invariants). */
+
+static bool library_gemm(const geometry *geo) {
+  static const struct {
+    cn_gemm_role role;
+    int access;
+  } uses[] = {{CN_GEMM_M, ACC_C},     {CN_GEMM_M, ACC_X},     {CN_GEMM_N, ACC_C},
+              {CN_GEMM_N, ACC_Y},     {CN_GEMM_K, ACC_X},     {CN_GEMM_K, ACC_Y},
+              {CN_GEMM_BATCH, ACC_C}, {CN_GEMM_BATCH, ACC_X}, {CN_GEMM_BATCH, ACC_Y}};
+  if (geo->plan->tri != CN_GEMM_TRI_NONE ||
+      (geo->prec != CN_PREC_SINGLE && geo->prec != CN_PREC_DOUBLE))
+    return false;
+  int64_t step;
+  for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++)
+    if (!group_linear(geo, uses[u].role, uses[u].access, &step)) return false;
+  return true;
+}
+
+/* The pointer (%s: the routine's name), defined in the unit or piece 0, declared in the other
+ * pieces; and the flag of a test's -DCN_GEMM_NO_MEMORY (%d: CN_GEMM_NO_SCRATCH). */
+static const char library_pointer[] =
+    "#if !defined(CN_STANDALONE) /* the GEMM library of the cannl loading this object */\n"
+    "#if defined(CN_PIECE) && CN_PIECE != 0\n"
+    "extern\n"
+    "#endif\n"
+    "void (*%1$s_gemm_lib)(const int64_t *, void *, const void *, const void *, const cn_par_t *);\n"
+    "#ifdef CN_GEMM_NO_MEMORY\n"
+    "#define CN_GEMM_SCRATCH %2$d\n"
+    "#else\n"
+    "#define CN_GEMM_SCRATCH 0\n"
+    "#endif\n"
+    "#endif\n";
+
+static void emit_library_call(const cgen *g, const geometry *geo, int number) {
+  cn_sbuf *sb = &g->par->outlined;
+  const cn_ll_gemm *plan = geo->plan;
+  int64_t args[CN_GEMM_ARGS] = {0};
+  args[CN_GEMM_ARG_BATCH] = geo->total[CN_GEMM_BATCH];
+  args[CN_GEMM_ARG_M] = geo->total[CN_GEMM_M];
+  args[CN_GEMM_ARG_N] = geo->total[CN_GEMM_N];
+  args[CN_GEMM_ARG_K] = geo->total[CN_GEMM_K];
+  group_linear(geo, CN_GEMM_BATCH, ACC_C, &args[CN_GEMM_ARG_C_BATCH]);
+  group_linear(geo, CN_GEMM_M, ACC_C, &args[CN_GEMM_ARG_C_M]);
+  group_linear(geo, CN_GEMM_N, ACC_C, &args[CN_GEMM_ARG_C_N]);
+  group_linear(geo, CN_GEMM_BATCH, ACC_X, &args[CN_GEMM_ARG_X_BATCH]);
+  group_linear(geo, CN_GEMM_M, ACC_X, &args[CN_GEMM_ARG_X_M]);
+  group_linear(geo, CN_GEMM_K, ACC_X, &args[CN_GEMM_ARG_X_K]);
+  group_linear(geo, CN_GEMM_BATCH, ACC_Y, &args[CN_GEMM_ARG_Y_BATCH]);
+  group_linear(geo, CN_GEMM_K, ACC_Y, &args[CN_GEMM_ARG_Y_K]);
+  group_linear(geo, CN_GEMM_N, ACC_Y, &args[CN_GEMM_ARG_Y_N]);
+  args[CN_GEMM_ARG_TILE_MR] = plan->mr;
+  args[CN_GEMM_ARG_TILE_NV] = plan->nv;
+  args[CN_GEMM_ARG_MC] = plan->mc;
+  args[CN_GEMM_ARG_KC] = plan->kc;
+  args[CN_GEMM_ARG_NC] = plan->nc;
+  args[CN_GEMM_ARG_FLAGS] = (geo->prec == CN_PREC_DOUBLE ? CN_GEMM_DOUBLE : 0) |
+                            (plan->fma ? CN_GEMM_FMA : 0) | (plan->c_zero ? CN_GEMM_FRESH : 0) |
+                            (plan->parallel ? CN_GEMM_PARALLEL : 0);
+  const char *type = geo->prec == CN_PREC_DOUBLE ? "double" : "float";
+  cn_sbuf_printf(sb,
+                 "static void cn_gemm_%d(%s *cn_c, const %s *cn_x, const %s *cn_y, "
+                 "const cn_par_t *cn_par) {\n"
+                 "  /* batch, rows, columns, steps; the strides of c, x and y by group; tile, "
+                 "blocks, flags */\n"
+                 "  static const int64_t cn_args[%d] = {",
+                 number, type, type, type, CN_GEMM_ARGS);
+  for (int k = 0; k < CN_GEMM_ARGS; k++)
+    cn_sbuf_printf(sb, "%s%lld", k ? ", " : "", (long long)args[k]);
+  cn_sbuf_printf(sb,
+                 " | CN_GEMM_SCRATCH};\n"
+                 "  %s_gemm_lib(cn_args, cn_c, cn_x, cn_y, cn_par);\n"
+                 "}\n",
+                 g->proc->name);
+}
+
 static void emit_functions(const cgen *g, const geometry *geo, int number) {
   cn_ctx *ctx = g->ctx;
   cgen_par *par = g->par;
@@ -786,6 +869,14 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
     cn_sbuf_printf(sb, ", the triangle %s + %lld", triangles[plan->tri],
                    (long long)plan->tri_offset);
   cn_sbuf_puts(sb, " */\n");
+  bool library = library_gemm(geo);
+  if (library) {
+    if (!(par->gemm_emitted & GEMM_LIB)) {
+      cn_sbuf_printf(pre, library_pointer, g->proc->name, CN_GEMM_NO_SCRATCH);
+      par->gemm_emitted |= GEMM_LIB;
+    }
+    cn_sbuf_puts(sb, "#if defined(CN_STANDALONE) /* else the GEMM library of cannl, below */\n");
+  }
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
                    plan->nv);
@@ -938,6 +1029,11 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   expand(sb, &e, cells_by_one);
   expand(sb, &e, task_range);
   expand(sb, &e, entry);
+  if (library) {
+    cn_sbuf_puts(sb, "#else\n");
+    emit_library_call(g, geo, number);
+    cn_sbuf_puts(sb, "#endif\n");
+  }
 }
 
 void cn_cgen_gemm(const cgen *g, int depth, const cn_ll_stmt *s) {

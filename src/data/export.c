@@ -4,7 +4,9 @@
  * pick of sample.c written out as C around NAME_forward, with the corpus's vocabulary as tables.
  *
  * The file is the generated source of the routine cannl compiles and runs for the forward code
- * (the same text, so the exported model computes what cannl computes), followed by one static
+ * (the same text, so the exported model computes what cannl computes; compiled with CN_STANDALONE
+ * defined, so its GEMMs are the generated drivers, not calls of cannl's GEMM library, the same
+ * bits: backend/gemm_lib.h), followed by one static
  * array per buffer of its entry point and the function that fills the input's, calls the entry
  * point and copies the output's out.
  *
@@ -258,7 +260,8 @@ static cn_status put_files(cn_ctx *ctx, cn_routine *r, cn_tensor *input, cn_tens
                  ", row-major.\n"
                  " * Self-contained: cc -std=c11 -c %s.c, link with -lm. Not reentrant (static "
                  "buffers). */\n"
-                 "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n",
+                 "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n"
+                 "#define CN_STANDALONE 1 /* the GEMMs' own code, not cannl's library */\n",
                  name);
   cn_sbuf_puts(&src, cn_routine_source(r));
   cn_sbuf_puts(&src, "\n/* ---- the buffers of the entry point, in its order ---- */\n\n");
