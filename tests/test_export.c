@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define N_INPUTS 5
+#define N_INPUTS  5
 #define MLP_BATCH 8 /* rows of the MLP's input: its products are GEMMs */
 
 static char dir[64];

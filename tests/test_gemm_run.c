@@ -17,6 +17,7 @@
  * fp8 (each update rounded to the precision), the cell-by-cell path of a failed allocation
  * (CN_GEMM_NO_MEMORY), and the generated code under -Wall -Wextra -Werror with and without
  * -march=native (generic vectors), which includes neither <immintrin.h> nor <tgmath.h>. */
+#include "backend/gemm_lib.h"
 #include "loops_check.h"
 #include "numeric/numeric.h"
 #include "runtime/pool.h"
@@ -70,42 +71,61 @@ static int occurrences(const char *text, const char *word) {
 }
 
 /* Runs the planned proc on the generated C from `start` with 1, 2 and 3 threads; each time param
- * `out`'s buffer must equal `want` (bytes) bit for bit. */
+ * `out`'s buffer must equal `want` (bytes) bit for bit. Where the text has GEMMs of the GEMM
+ * library (backend/gemm_lib.h), twice: as compiled in the process (the library runs them: its
+ * count of runs grows) and with -DCN_STANDALONE added to the flags (the generated drivers, as an
+ * exported model compiles them). */
 static void run_threads(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *start, int out,
                         const void *want, size_t bytes, const char *what) {
-  void *compiled = NULL;
-  const char *source = NULL;
-  cn_status st = cn_backend_c.compile(ctx, proc, &compiled, &source);
-  CHECK_MSG(st == CN_OK, "%s: %s", what, cn_ctx_error(ctx));
-  if (st != CN_OK) return;
-  /* no intrinsics or type-generic math header (issue 29: <immintrin.h> was half of a GEMM file's
-   * compile time): the builtins behind them, and __builtin_fma in the cell-by-cell path */
-  CHECK_MSG(!strstr(source, "immintrin") && !strstr(source, "tgmath"), "%s: headers", what);
-  /* issue 29: each GEMM calls its micro-kernel at one place, direct and edge tiles alike (an
-   * inlined copy per call was a sixth of a GEMM's compile time), and the edge tile's gather is
-   * one function of the file, not a loop per GEMM */
-  int kernels = occurrences(source, "static inline void cn_ukr_");
-  CHECK_MSG(kernels > 0 && occurrences(source, "cn_ukr_") == 2 * kernels,
-            "%s: %d micro-kernels, %d mentions", what, kernels, occurrences(source, "cn_ukr_"));
-  CHECK_MSG(occurrences(source, "static void cn_gemm_gather_f32(") <= 1, "%s: gathers", what);
-  void *bufs[SNAPSHOT_MAX_PARAMS];
-  for (int k = 0; k < proc->n_params; k++)
-    bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
-  for (int threads = 1; threads <= 3; threads++) {
-    snapshot_restore(proc, start);
-    cn_pool *pool = threads > 1 ? cn_pool_of(ctx, threads) : NULL;
-    cn_parallel par = {pool_for, pool, pool_scratch};
-    st = pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, NULL, &par)
-              : cn_backend_c.run(ctx, compiled, bufs, NULL);
-    CHECK_INT(st, CN_OK);
-    size_t at = 0;
-    while (at < bytes &&
-           ((const unsigned char *)bufs[out])[at] == ((const unsigned char *)want)[at])
-      at++;
-    CHECK_MSG(at == bytes, "%s: %d threads differ from the oracle from byte %zu on", what, threads,
-              at);
+  char flags[512];
+  snprintf(flags, sizeof flags, "%s", cn_cc_option(ctx, "cflags"));
+  for (int standalone = 0; standalone < 2; standalone++) {
+    void *compiled = NULL;
+    const char *source = NULL;
+    cn_status st = cn_backend_c.compile(ctx, proc, &compiled, &source);
+    CHECK_MSG(st == CN_OK, "%s: %s", what, cn_ctx_error(ctx));
+    if (st != CN_OK) break;
+    bool library = strstr(source, "_gemm_lib(cn_args") != NULL;
+    /* no intrinsics or type-generic math header (issue 29: <immintrin.h> was half of a GEMM
+     * file's compile time): the builtins behind them, and __builtin_fma in the cell-by-cell path
+     */
+    CHECK_MSG(!strstr(source, "immintrin") && !strstr(source, "tgmath"), "%s: headers", what);
+    /* issue 29: each GEMM calls its micro-kernel at one place, direct and edge tiles alike (an
+     * inlined copy per call was a sixth of a GEMM's compile time), and the edge tile's gather is
+     * one function of the file, not a loop per GEMM */
+    int kernels = occurrences(source, "static inline void cn_ukr_");
+    CHECK_MSG(kernels > 0 && occurrences(source, "cn_ukr_") == 2 * kernels,
+              "%s: %d micro-kernels, %d mentions", what, kernels, occurrences(source, "cn_ukr_"));
+    CHECK_MSG(occurrences(source, "static void cn_gemm_gather_f32(") <= 1, "%s: gathers", what);
+    void *bufs[SNAPSHOT_MAX_PARAMS];
+    for (int k = 0; k < proc->n_params; k++)
+      bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
+    for (int threads = 1; threads <= 3; threads++) {
+      snapshot_restore(proc, start);
+      cn_pool *pool = threads > 1 ? cn_pool_of(ctx, threads) : NULL;
+      cn_parallel par = {pool_for, pool, pool_scratch};
+      int64_t library_runs = cn_gemm_lib_runs();
+      st = pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, NULL, &par)
+                : cn_backend_c.run(ctx, compiled, bufs, NULL);
+      CHECK_INT(st, CN_OK);
+      CHECK_MSG((cn_gemm_lib_runs() > library_runs) == (library && !standalone),
+                "%s: the GEMM library ran %lld GEMMs (%s)", what,
+                (long long)(cn_gemm_lib_runs() - library_runs),
+                standalone ? "standalone" : "in process");
+      size_t at = 0;
+      while (at < bytes &&
+             ((const unsigned char *)bufs[out])[at] == ((const unsigned char *)want)[at])
+        at++;
+      CHECK_MSG(at == bytes, "%s%s: %d threads differ from the oracle from byte %zu on", what,
+                standalone ? " (standalone)" : "", threads, at);
+    }
+    cn_backend_c.release(compiled);
+    if (!library) break;
+    char more[600];
+    snprintf(more, sizeof more, "%s%s", flags, standalone ? "" : " -DCN_STANDALONE");
+    CHECK_INT(cn_ctx_set_option(ctx, "cflags", more), CN_OK);
   }
-  cn_backend_c.release(compiled);
+  CHECK_INT(cn_ctx_set_option(ctx, "cflags", flags), CN_OK);
 }
 
 /* ---- Matmuls against a loop of this file ---- */

@@ -14,7 +14,7 @@ static const cn_gemm_isa *isa_of_cpu(void) {
   const cn_gemm_isa *isa = atomic_load_explicit(&chosen, memory_order_acquire);
   if (isa) return isa;
   isa = &cn_gemm_isa_generic;
-#if defined(CANNL_GEMM_X86)
+#if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f"))
     isa = &cn_gemm_isa_avx512;

@@ -81,7 +81,7 @@ typedef struct {
 } cn_gemm_isa;
 
 extern const cn_gemm_isa cn_gemm_isa_generic;
-#if defined(CANNL_GEMM_X86)
+#if defined(__x86_64__)
 extern const cn_gemm_isa cn_gemm_isa_avx2, cn_gemm_isa_avx512;
 #endif
 

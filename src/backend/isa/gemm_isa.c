@@ -59,18 +59,17 @@
 /* The register tiles the library has: the defaults (narrowed to fewer vectors of columns for
  * narrow products: 16 x 1, 12 x 2, 8 x 3 on 32 registers, 12 x 1 on 16) and the tuner's
  * candidates (runtime/tune.c); a plan asking another tile runs on the default, the same bits. */
-#define CN_GEMM_TILES(X)                                                                           \
-  X(6, 4) X(8, 3) X(12, 2) X(16, 1) X(14, 2) X(4, 5) X(6, 2) X(4, 3) X(12, 1)
+#define CN_GEMM_TILES(X) X(6, 4) X(8, 3) X(12, 2) X(16, 1) X(14, 2) X(4, 5) X(6, 2) X(4, 3) X(12, 1)
 /* The largest tile, in vectors (the scratch tile of an edge). */
 #define MAX_TILE_VECTORS 28
 #define MAX_TILE_ROWS    16
 
-#define T                 float
-#define SUF(name)         name##_f32
-#define V                 cn_vec_f32
-#define VU                cn_vecu_f32
-#define FMA_SCALAR        __builtin_fmaf
-#define TRANSPOSE_8X8     (VBYTES >= 32) /* AVX: single precision's panels by 8 x 8 blocks */
+#define T             float
+#define SUF(name)     name##_f32
+#define V             cn_vec_f32
+#define VU            cn_vecu_f32
+#define FMA_SCALAR    __builtin_fmaf
+#define TRANSPOSE_8X8 (VBYTES >= 32) /* AVX: single precision's panels by 8 x 8 blocks */
 #if defined(VFMA_F32)
 #define VFMA VFMA_F32
 #endif

@@ -52,15 +52,15 @@ static inline V SUF(vfma)(V a, V b, V c) {
     V acc[mr][nv];                                                                                 \
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)                                          \
         _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] =                           \
-            fresh ? (V){0} : (V) * (const VU *)(rows[r] + v * VL);                                      \
+            fresh ? (V){0} : (V) * (const VU *)(rows[r] + v * VL);                                 \
     if (fma) {                                                                                     \
       UKR_STEPS(AREAD, UPDATE_FMA)                                                                 \
     } else {                                                                                       \
       UKR_STEPS(AREAD, UPDATE_EXACT)                                                               \
     }                                                                                              \
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)                                          \
-        _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) *(VU *)(rows[r] + v * VL) =           \
-            acc[r][v];                                                                             \
+            _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) *                                 \
+        (VU *)(rows[r] + v * VL) = acc[r][v];                                                      \
   }
 
 #define DEFINE_TILE(MR, NV)                                                                        \
@@ -68,8 +68,8 @@ static inline V SUF(vfma)(V a, V b, V c) {
   DEFINE_UKR(SUF(ukr_r_##MR##_##NV), MR, NV, AREAD_ROWS)
 CN_GEMM_TILES(DEFINE_TILE)
 
-typedef void SUF(ukr_fn)(int64_t kc, const void *a, const T *restrict b, T *const *rows,
-                         int fresh, int fma);
+typedef void SUF(ukr_fn)(int64_t kc, const void *a, const T *restrict b, T *const *rows, int fresh,
+                         int fma);
 typedef struct {
   int mr, nv;
   SUF(ukr_fn) * packed, *in_place;
@@ -96,10 +96,10 @@ static void SUF(fill_b)(T *restrict panel, int nr, int cols, int64_t kc, const T
     int64_t k = 0;
 #if TRANSPOSE_8X8
     typedef float v8 __attribute__((vector_size(32), aligned(4), __may_alias__));
-    typedef int v8i __attribute__((vector_size(32)));
 #if defined(__clang__)
 #define SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
+    typedef int v8i __attribute__((vector_size(32)));
 #define SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (v8i){__VA_ARGS__})
 #endif
     for (; q0 + 8 <= cols && k + 8 <= kc; k += 8) {
@@ -161,8 +161,8 @@ typedef struct {
 
 /* Rows [i0, i1) and columns [n0, n0 + ncur) of one batch point, steps [p0, p0 + kc), one cell
  * after the other (no scratch memory). */
-static void SUF(cells)(const SUF(job) * j, T *cb, const T *xb, const T *yb, int64_t i0,
-                       int64_t i1, int64_t n0, int64_t ncur, int64_t p0, int64_t kc) {
+static void SUF(cells)(const SUF(job) * j, T *cb, const T *xb, const T *yb, int64_t i0, int64_t i1,
+                       int64_t n0, int64_t ncur, int64_t p0, int64_t kc) {
   const int64_t *a = j->args;
   for (int64_t i = i0; i < i1; i++)
     for (int64_t n = n0; n < n0 + ncur; n++) {
@@ -244,8 +244,8 @@ static void SUF(range)(void *envp, int64_t lo, int64_t hi) {
               for (int r = 0; r < mr; r++)
                 for (int q = 0; q < nr; q++)
                   tile[r * nr + q] = !fresh && r < rows && q < cols ? corner[r * cm + q * cn] : 0;
-            (j->in_place ? j->tile->in_place : j->tile->packed)(kc, apanel, bp + j0 * kc, rp,
-                                                                fresh, j->fma);
+            (j->in_place ? j->tile->in_place : j->tile->packed)(kc, apanel, bp + j0 * kc, rp, fresh,
+                                                                j->fma);
             if (own)
               for (int r = 0; r < rows; r++)
                 for (int q = 0; q < cols; q++) corner[r * cm + q * cn] = tile[r * nr + q];
@@ -262,8 +262,8 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   int mr = (int)a[CN_GEMM_ARG_TILE_MR], nv = (int)a[CN_GEMM_ARG_TILE_NV];
   if (mr <= 0 || nv <= 0) { /* the default, narrowed to fewer columns for a narrow product */
     nv = n < DEFAULT_NV * VL ? (int)((n + VL - 1) / VL) : DEFAULT_NV;
-    mr = DEFAULT_MR * DEFAULT_NV / nv < MAX_TILE_ROWS ? DEFAULT_MR * DEFAULT_NV / nv
-                                                      : MAX_TILE_ROWS;
+    mr =
+        DEFAULT_MR * DEFAULT_NV / nv < MAX_TILE_ROWS ? DEFAULT_MR * DEFAULT_NV / nv : MAX_TILE_ROWS;
   }
   const SUF(tile_kernels) *tile = NULL;
   for (size_t t = 0; t < sizeof SUF(tiles) / sizeof SUF(tiles)[0]; t++)
