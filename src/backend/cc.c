@@ -40,7 +40,9 @@
  * processes of a compilation, and of a batch of them, are scheduled by cc_jobs.c (the types and
  * functions the two files share: cc_internal.h). A procedure with
  * parallel loops also exports <name>_entry_par, which run_parallel calls with the caller's pool
- * (per call: one cached object may serve several contexts); without it run_parallel is run. */
+ * (per call: one cached object may serve several contexts); without it run_parallel is run. A
+ * procedure with GEMMs of the GEMM library (gemm_lib.h) exports its pointer <name>_gemm_lib, set
+ * to cn_gemm_lib_run when the object is loaded, before any run. */
 #include "backend/cc_internal.h"
 #include "backend/gemm_lib.h"
 

@@ -21,7 +21,9 @@
  * name does. Compile time (issue 29): a GEMM calls its micro-kernel once (direct and edge tiles
  * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
  * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
- * file's preamble, not one copy per GEMM. */
+ * file's preamble, not one copy per GEMM. A GEMM the GEMM library runs (gemm_lib.h: single or
+ * double precision, no triangle, strided groups) keeps this driver only for -DCN_STANDALONE (an
+ * exported model) and otherwise calls the library (see "The GEMM library" below). */
 #include "backend/cgen.h"
 #include "backend/gemm_lib.h"
 
