@@ -109,6 +109,11 @@ struct cgen {
   const cn_cgen_alias *aliases;
 };
 
+/* Around the generated driver of a GEMM the GEMM library runs (cgen_gemm.c): compiled with
+ * -DCN_STANDALONE only; cgen.c weighs the pieces of a routine without it. */
+#define CGEN_STANDALONE_OPEN "#if defined(CN_STANDALONE) /* the generated driver */\n"
+#define CGEN_STANDALONE_ELSE "#else /* cannl's GEMM library */\n"
+
 /* cgen_par.gemm_emitted: the common part, the vector types of float and double, the pointer to
  * the GEMM library (backend/gemm_lib.h), and the rounding of each narrow precision p
  * (GEMM_ROUND << p). */

@@ -878,7 +878,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
       cn_sbuf_printf(pre, library_pointer, g->proc->name, CN_GEMM_NO_SCRATCH);
       par->gemm_emitted |= GEMM_LIB;
     }
-    cn_sbuf_puts(sb, "#if defined(CN_STANDALONE) /* else the GEMM library of cannl, below */\n");
+    cn_sbuf_puts(sb, CGEN_STANDALONE_OPEN);
   }
   if (plan->mr > 0)
     cn_sbuf_printf(sb, "enum { cn_g%d_mr = %d, cn_g%d_nv = %d };\n", number, plan->mr, number,
@@ -1033,7 +1033,7 @@ static void emit_functions(const cgen *g, const geometry *geo, int number) {
   expand(sb, &e, task_range);
   expand(sb, &e, entry);
   if (library) {
-    cn_sbuf_puts(sb, "#else\n");
+    cn_sbuf_puts(sb, CGEN_STANDALONE_ELSE);
     emit_library_call(g, geo, number);
     cn_sbuf_puts(sb, "#endif\n");
   }
