@@ -44,36 +44,86 @@ static void *pool_scratch(void *pool, size_t bytes) {
   return cn_pool_scratch(pool, bytes);
 }
 
-/* One GEMM: the description and the extents of the three buffers. */
+/* One GEMM: the description (its loops after the CN_GEMM_ARGS integers) and the extents of the
+ * three buffers. */
 typedef struct {
-  int64_t a[CN_GEMM_ARGS];
+  int64_t a[CN_GEMM_ARGS + CN_GEMM_LOOP * 8];
   int64_t c_cells, x_cells, y_cells;
 } gemm_case;
 
+enum { ROWS, COLUMNS, STEPS, BATCH }; /* cn_gemm_role's order */
+
+/* Steps of a dense layout of the loops (`order`: their indices, outermost first) with a gap after
+ * some loops (a padded or strided row: the group's loops then do not walk it as one range). */
+static int64_t dense(int64_t *loop, int n_order, const int *order, int access, bool gaps) {
+  int64_t running = 1;
+  for (int o = n_order - 1; o >= 0; o--) {
+    int64_t *l = loop + CN_GEMM_LOOP * order[o];
+    l[access] = running;
+    running = running * l[CN_GEMM_LOOP_EXTENT] + (gaps && next() % 2 ? 3 : 0);
+  }
+  return running;
+}
+
 static gemm_case draw(void) {
-  static const int64_t ms[] = {1, 2, 5, 6, 13, 17, 40}, ns[] = {1, 3, 16, 17, 33, 64, 150};
-  static const int64_t ks[] = {1, 2, 7, 31, 64, 130}, batches[] = {1, 1, 2, 3};
+  static const int64_t extents[] = {1, 2, 3, 5, 6, 13, 17, 40}, long_extents[] = {31, 64, 130};
   static const int64_t tiles[][2] = {{0, 0}, {6, 4}, {8, 3}, {12, 2}, {16, 1}, {14, 2},
                                      {4, 5}, {6, 2}, {4, 3}, {12, 1}, {5, 5}};
   gemm_case g = {{0}, 0, 0, 0};
-  int64_t *a = g.a;
-  int64_t b = pick(4, batches), m = pick(7, ms), n = pick(7, ns), k = pick(6, ks);
-  a[CN_GEMM_ARG_BATCH] = b;
-  a[CN_GEMM_ARG_M] = m;
-  a[CN_GEMM_ARG_N] = n;
-  a[CN_GEMM_ARG_K] = k;
-  /* c: rows of n (and a gap of 0 or 3), or columns of m; x and y likewise either way */
-  int64_t gap = next() % 2 ? 3 : 0;
-  bool c_rows = next() % 4 != 0, x_rows = next() % 2, y_rows = next() % 2;
-  a[CN_GEMM_ARG_C_M] = c_rows ? n + gap : 1;
-  a[CN_GEMM_ARG_C_N] = c_rows ? 1 : m + gap;
-  a[CN_GEMM_ARG_C_BATCH] = m * n + (m + n) * gap + 5;
-  a[CN_GEMM_ARG_X_M] = x_rows ? k : 1;
-  a[CN_GEMM_ARG_X_K] = x_rows ? 1 : m;
-  a[CN_GEMM_ARG_X_BATCH] = m * k;
-  a[CN_GEMM_ARG_Y_K] = y_rows ? n : 1;
-  a[CN_GEMM_ARG_Y_N] = y_rows ? 1 : k;
-  a[CN_GEMM_ARG_Y_BATCH] = next() % 3 == 0 ? 0 : k * n; /* 0: one y for every batch point */
+  int64_t *a = g.a, *loop = a + CN_GEMM_ARGS;
+  /* the loops: batch (none or one), rows, columns and steps (one or two each) */
+  int n = 0, role[8];
+  if (next() % 2) role[n++] = BATCH;
+  for (int r = ROWS; r <= STEPS; r++) {
+    role[n++] = r;
+    if (next() % 3 == 0) role[n++] = r;
+  }
+  int64_t total[4] = {1, 1, 1, 1};
+  for (int l = 0; l < n; l++) {
+    int64_t *rec = loop + CN_GEMM_LOOP * l;
+    rec[CN_GEMM_LOOP_ROLE] = role[l];
+    rec[CN_GEMM_LOOP_EXTENT] =
+        role[l] == STEPS && next() % 2 ? pick(3, long_extents) : pick(8, extents);
+    total[role[l]] *= rec[CN_GEMM_LOOP_EXTENT];
+  }
+  a[CN_GEMM_ARG_BATCH] = total[BATCH];
+  a[CN_GEMM_ARG_M] = total[ROWS];
+  a[CN_GEMM_ARG_N] = total[COLUMNS];
+  a[CN_GEMM_ARG_K] = total[STEPS];
+  a[CN_GEMM_ARG_LOOPS] = n;
+  /* c: dense over batch, rows, columns (or columns, rows: column-major), gaps or not; x and y:
+   * dense over their groups in either order, or any steps (a convolution's reads overlap) */
+  int order[8], k = 0;
+  bool rows_first = next() % 4 != 0;
+  const int c_groups[3] = {BATCH, rows_first ? ROWS : COLUMNS, rows_first ? COLUMNS : ROWS};
+  for (int gi = 0; gi < 3; gi++)
+    for (int l = 0; l < n; l++)
+      if (role[l] == c_groups[gi]) order[k++] = l;
+  g.c_cells = dense(loop, k, order, CN_GEMM_LOOP_C, next() % 2);
+  for (int access = CN_GEMM_LOOP_X; access <= CN_GEMM_LOOP_Y; access++) {
+    int inner = access == CN_GEMM_LOOP_X ? ROWS : COLUMNS;
+    if (next() % 3 == 0) { /* any steps: 0 to 6 cells */
+      int64_t last = 0;
+      for (int l = 0; l < n; l++) {
+        int64_t *rec = loop + CN_GEMM_LOOP * l;
+        rec[access] =
+            role[l] == inner || role[l] == STEPS || role[l] == BATCH ? (int64_t)(next() % 7) : 0;
+        last += rec[access] * (rec[CN_GEMM_LOOP_EXTENT] - 1);
+      }
+      *(access == CN_GEMM_LOOP_X ? &g.x_cells : &g.y_cells) = last + 1;
+      continue;
+    }
+    bool steps_first = next() % 2;
+    const int groups[3] = {BATCH, steps_first ? STEPS : inner, steps_first ? inner : STEPS};
+    k = 0;
+    for (int gi = 0; gi < 3; gi++)
+      for (int l = 0; l < n; l++)
+        if (role[l] == groups[gi] &&
+            !(access == CN_GEMM_LOOP_Y && role[l] == BATCH && next() % 3 == 0))
+          order[k++] = l;
+    *(access == CN_GEMM_LOOP_X ? &g.x_cells : &g.y_cells) =
+        dense(loop, k, order, access, next() % 2);
+  }
   int t = (int)(next() % (sizeof tiles / sizeof tiles[0]));
   a[CN_GEMM_ARG_TILE_MR] = tiles[t][0];
   a[CN_GEMM_ARG_TILE_NV] = tiles[t][1];
@@ -81,22 +131,36 @@ static gemm_case draw(void) {
   a[CN_GEMM_ARG_KC] = next() % 2 ? 16 : 256;
   a[CN_GEMM_ARG_NC] = next() % 2 ? 32 : 4096;
   a[CN_GEMM_ARG_FLAGS] = (int64_t)(next() % 16) & (CN_GEMM_FMA | CN_GEMM_FRESH | CN_GEMM_PARALLEL);
-  g.c_cells = b * a[CN_GEMM_ARG_C_BATCH];
-  g.x_cells = b * m * k;
-  g.y_cells = (a[CN_GEMM_ARG_Y_BATCH] ? b : 1) * k * n;
   return g;
+}
+
+/* The offset in `access` of point f of a group: its loops, outermost first, as the digits of f. */
+static int64_t offset_of(const int64_t *a, int group, int access, int64_t f) {
+  int64_t offset = 0;
+  for (int64_t l = a[CN_GEMM_ARG_LOOPS] - 1; l >= 0; l--) {
+    const int64_t *rec = a + CN_GEMM_ARGS + CN_GEMM_LOOP * l;
+    if (rec[CN_GEMM_LOOP_ROLE] != group) continue;
+    offset += rec[access] * (f % rec[CN_GEMM_LOOP_EXTENT]);
+    f /= rec[CN_GEMM_LOOP_EXTENT];
+  }
+  return offset;
 }
 
 #define ORACLE(T, FMA)                                                                             \
   for (int64_t p = 0; p < a[CN_GEMM_ARG_BATCH]; p++)                                               \
     for (int64_t i = 0; i < a[CN_GEMM_ARG_M]; i++)                                                 \
       for (int64_t j = 0; j < a[CN_GEMM_ARG_N]; j++) {                                             \
-        T *cell =                                                                                  \
-            c + p * a[CN_GEMM_ARG_C_BATCH] + i * a[CN_GEMM_ARG_C_M] + j * a[CN_GEMM_ARG_C_N];      \
+        T *cell = c + offset_of(a, BATCH, CN_GEMM_LOOP_C, p) +                                     \
+                  offset_of(a, ROWS, CN_GEMM_LOOP_C, i) +                                          \
+                  offset_of(a, COLUMNS, CN_GEMM_LOOP_C, j);                                        \
         T acc = fresh ? 0 : *cell;                                                                 \
         for (int64_t r = 0; r < a[CN_GEMM_ARG_K]; r++) {                                           \
-          T xv = x[p * a[CN_GEMM_ARG_X_BATCH] + i * a[CN_GEMM_ARG_X_M] + r * a[CN_GEMM_ARG_X_K]];  \
-          T yv = y[p * a[CN_GEMM_ARG_Y_BATCH] + r * a[CN_GEMM_ARG_Y_K] + j * a[CN_GEMM_ARG_Y_N]];  \
+          T xv =                                                                                   \
+              x[offset_of(a, BATCH, CN_GEMM_LOOP_X, p) + offset_of(a, ROWS, CN_GEMM_LOOP_X, i) +   \
+                offset_of(a, STEPS, CN_GEMM_LOOP_X, r)];                                           \
+          T yv =                                                                                   \
+              y[offset_of(a, BATCH, CN_GEMM_LOOP_Y, p) + offset_of(a, STEPS, CN_GEMM_LOOP_Y, r) +  \
+                offset_of(a, COLUMNS, CN_GEMM_LOOP_Y, j)];                                         \
           if (fused) {                                                                             \
             acc = FMA(xv, yv, acc);                                                                \
           } else {                                                                                 \
@@ -121,7 +185,7 @@ static void oracle_f64(const int64_t *a, double *c, const double *x, const doubl
  * without scratch memory; false on a difference (reported). */
 static bool check_case(const cn_gemm_isa *isa, const gemm_case *g, bool dbl, const cn_parallel *par,
                        bool no_scratch, int number) {
-  int64_t a[CN_GEMM_ARGS];
+  int64_t a[CN_GEMM_ARGS + CN_GEMM_LOOP * 8];
   memcpy(a, g->a, sizeof a);
   if (no_scratch) a[CN_GEMM_ARG_FLAGS] |= CN_GEMM_NO_SCRATCH;
   if (dbl) a[CN_GEMM_ARG_FLAGS] |= CN_GEMM_DOUBLE;
@@ -146,20 +210,22 @@ static bool check_case(const cn_gemm_isa *isa, const gemm_case *g, bool dbl, con
     }
     same = memcmp(c, want, (size_t)g->c_cells * cell) == 0;
   }
+  char loops[512] = "";
+  for (int64_t l = 0, at = 0; l < a[CN_GEMM_ARG_LOOPS]; l++) {
+    const int64_t *r = a + CN_GEMM_ARGS + CN_GEMM_LOOP * l;
+    at +=
+        snprintf(loops + at, sizeof loops - (size_t)at, " (%c %lld: %lld %lld %lld)", "MNKB"[r[0]],
+                 (long long)r[1], (long long)r[2], (long long)r[3], (long long)r[4]);
+  }
   CHECK_MSG(same,
-            "%s case %d (%s, %s): batch %lld, %lld x %lld x %lld, c strides %lld %lld, x %lld "
-            "%lld, y %lld %lld, tile %lld x %lld, blocks %lld %lld %lld, flags %lld",
+            "%s case %d (%s, %s): tile %lld x %lld, blocks %lld %lld %lld, flags %lld, loops%s",
             isa->name, number, dbl ? "double" : "single",
             par          ? "pool"
             : no_scratch ? "no scratch"
                          : "one thread",
-            (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3],
-            (long long)a[CN_GEMM_ARG_C_M], (long long)a[CN_GEMM_ARG_C_N],
-            (long long)a[CN_GEMM_ARG_X_M], (long long)a[CN_GEMM_ARG_X_K],
-            (long long)a[CN_GEMM_ARG_Y_K], (long long)a[CN_GEMM_ARG_Y_N],
             (long long)a[CN_GEMM_ARG_TILE_MR], (long long)a[CN_GEMM_ARG_TILE_NV],
             (long long)a[CN_GEMM_ARG_MC], (long long)a[CN_GEMM_ARG_KC],
-            (long long)a[CN_GEMM_ARG_NC], (long long)a[CN_GEMM_ARG_FLAGS]);
+            (long long)a[CN_GEMM_ARG_NC], (long long)a[CN_GEMM_ARG_FLAGS], loops);
   free(c);
   free(want);
   free(x);
@@ -204,7 +270,10 @@ int main(void) {
   /* the entry point: the process's set, counted */
   int64_t before = cn_gemm_lib_runs();
   float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 0.5f, -1, 2, 0.25f, 4}, c[4] = {1, 1, 1, 1};
-  const int64_t a[CN_GEMM_ARGS] = {1, 2, 2, 3, 0, 2, 1, 0, 3, 1, 0, 2, 1, 0, 0, 16, 16, 16, 0};
+  /* rows (2: 2 cells apart in c, 3 in x), columns (2: adjacent in c and y), steps (3: adjacent in
+   * x, 2 apart in y) */
+  const int64_t a[CN_GEMM_ARGS + 3 * CN_GEMM_LOOP] = {
+      1, 2, 2, 3, 0, 0, 16, 16, 16, 0, 3, ROWS, 2, 2, 3, 0, COLUMNS, 2, 1, 0, 1, STEPS, 3, 0, 1, 2};
   cn_gemm_lib_run(a, c, x, y, NULL);
   /* [1 2 3; 4 5 6] [1 0.5; -1 2; 0.25 4] = [-0.25 16.5; 0.5 36] */
   CHECK(c[0] == 0.75f && c[1] == 17.5f && c[2] == 1.5f && c[3] == 37.0f);

@@ -22,7 +22,7 @@
  * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
  * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
  * file's preamble, not one copy per GEMM. A GEMM the GEMM library runs (gemm_lib.h: single or
- * double precision, no triangle, strided groups) keeps this driver only for -DCN_STANDALONE (an
+ * double precision, no triangle) keeps this driver only for -DCN_STANDALONE (an
  * exported model) and otherwise calls the library (see "The GEMM library" below). */
 #include "backend/cgen.h"
 #include "backend/gemm_lib.h"
@@ -728,8 +728,8 @@ static int64_t row_block(const geometry *geo) {
 }
 
 /* ---- The GEMM library ----
- * A GEMM the library runs (backend/gemm_lib.h: single or double precision, no triangle, every
- * group one range in every access it indexes) is described by its sizes, strides, plan and flags
+ * A GEMM the library runs (backend/gemm_lib.h: single or double precision, no triangle) is
+ * described by its sizes, plan, flags and loops (each one's group, extent and steps in c, x and y)
  * and run through the object's pointer <routine>_gemm_lib, which the C backend sets when it loads
  * the object (cc.c load_object); the generated driver stays in the text, compiled only with
  * -DCN_STANDALONE (an exported model, which needs nothing of cannl) and skipped by the
@@ -737,19 +737,8 @@ static int64_t row_block(const geometry *geo) {
  * bits (cgen_gemm.c's and gemm_lib.h's invariants). */
 
 static bool library_gemm(const geometry *geo) {
-  static const struct {
-    cn_gemm_role role;
-    int access;
-  } uses[] = {{CN_GEMM_M, ACC_C},     {CN_GEMM_M, ACC_X},     {CN_GEMM_N, ACC_C},
-              {CN_GEMM_N, ACC_Y},     {CN_GEMM_K, ACC_X},     {CN_GEMM_K, ACC_Y},
-              {CN_GEMM_BATCH, ACC_C}, {CN_GEMM_BATCH, ACC_X}, {CN_GEMM_BATCH, ACC_Y}};
-  if (geo->plan->tri != CN_GEMM_TRI_NONE ||
-      (geo->prec != CN_PREC_SINGLE && geo->prec != CN_PREC_DOUBLE))
-    return false;
-  int64_t step;
-  for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++)
-    if (!group_linear(geo, uses[u].role, uses[u].access, &step)) return false;
-  return true;
+  return geo->plan->tri == CN_GEMM_TRI_NONE &&
+         (geo->prec == CN_PREC_SINGLE || geo->prec == CN_PREC_DOUBLE);
 }
 
 /* The pointer (%s: the routine's name), defined in the unit or piece 0, declared in the other
@@ -776,15 +765,6 @@ static void emit_library_call(const cgen *g, const geometry *geo, int number) {
   args[CN_GEMM_ARG_M] = geo->total[CN_GEMM_M];
   args[CN_GEMM_ARG_N] = geo->total[CN_GEMM_N];
   args[CN_GEMM_ARG_K] = geo->total[CN_GEMM_K];
-  group_linear(geo, CN_GEMM_BATCH, ACC_C, &args[CN_GEMM_ARG_C_BATCH]);
-  group_linear(geo, CN_GEMM_M, ACC_C, &args[CN_GEMM_ARG_C_M]);
-  group_linear(geo, CN_GEMM_N, ACC_C, &args[CN_GEMM_ARG_C_N]);
-  group_linear(geo, CN_GEMM_BATCH, ACC_X, &args[CN_GEMM_ARG_X_BATCH]);
-  group_linear(geo, CN_GEMM_M, ACC_X, &args[CN_GEMM_ARG_X_M]);
-  group_linear(geo, CN_GEMM_K, ACC_X, &args[CN_GEMM_ARG_X_K]);
-  group_linear(geo, CN_GEMM_BATCH, ACC_Y, &args[CN_GEMM_ARG_Y_BATCH]);
-  group_linear(geo, CN_GEMM_K, ACC_Y, &args[CN_GEMM_ARG_Y_K]);
-  group_linear(geo, CN_GEMM_N, ACC_Y, &args[CN_GEMM_ARG_Y_N]);
   args[CN_GEMM_ARG_TILE_MR] = plan->mr;
   args[CN_GEMM_ARG_TILE_NV] = plan->nv;
   args[CN_GEMM_ARG_MC] = plan->mc;
@@ -793,18 +773,24 @@ static void emit_library_call(const cgen *g, const geometry *geo, int number) {
   args[CN_GEMM_ARG_FLAGS] = (geo->prec == CN_PREC_DOUBLE ? CN_GEMM_DOUBLE : 0) |
                             (plan->fma ? CN_GEMM_FMA : 0) | (plan->c_zero ? CN_GEMM_FRESH : 0) |
                             (plan->parallel ? CN_GEMM_PARALLEL : 0);
+  args[CN_GEMM_ARG_LOOPS] = plan->depth;
   const char *type = geo->prec == CN_PREC_DOUBLE ? "double" : "float";
   cn_sbuf_printf(sb,
                  "static void cn_gemm_%d(%s *cn_c, const %s *cn_x, const %s *cn_y, "
                  "const cn_par_t *cn_par) {\n"
-                 "  /* batch, rows, columns, steps; the strides of c, x and y by group; tile, "
-                 "blocks, flags */\n"
+                 "  /* batch, rows, columns, steps, tile, blocks, flags, loops; each loop's group, "
+                 "extent and steps in c, x and y */\n"
                  "  static const int64_t cn_args[%d] = {",
-                 number, type, type, type, CN_GEMM_ARGS);
+                 number, type, type, type, CN_GEMM_ARGS + CN_GEMM_LOOP * plan->depth);
   for (int k = 0; k < CN_GEMM_ARGS; k++)
-    cn_sbuf_printf(sb, "%s%lld", k ? ", " : "", (long long)args[k]);
+    cn_sbuf_printf(sb, "%s%lld%s", k ? ", " : "", (long long)args[k],
+                   k == CN_GEMM_ARG_FLAGS ? " | CN_GEMM_SCRATCH" : "");
+  for (int k = 0; k < plan->depth; k++)
+    cn_sbuf_printf(sb, ",\n    %d, %lld, %lld, %lld, %lld", (int)plan->role[k],
+                   (long long)geo->extent[k], (long long)geo->coeff[ACC_C][k],
+                   (long long)geo->coeff[ACC_X][k], (long long)geo->coeff[ACC_Y][k]);
   cn_sbuf_printf(sb,
-                 " | CN_GEMM_SCRATCH};\n"
+                 "};\n"
                  "  %s_gemm_lib(cn_args, cn_c, cn_x, cn_y, cn_par);\n"
                  "}\n",
                  g->proc->name);

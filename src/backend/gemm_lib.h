@@ -3,9 +3,10 @@
  * drivers were two thirds of a training step's compile time: 0.5-0.9 G instructions of gcc each).
  *
  * A GEMM-class nest (cn_ll_gemm) qualifies when it computes in single or double precision (as
- * stored), has no triangle, and each of its groups walks each access it indexes as one range (a
- * stride per group and access: group_linear of cgen_gemm.c). Its generated C then describes the
- * GEMM as CN_GEMM_ARGS integers (the enum below, in order) and calls the library through the
+ * stored) and has no triangle: strided products and convolutions alike (a group whose loops do
+ * not walk an access as one range takes its offsets from tables per block, as the generated
+ * driver does). Its generated C then describes the GEMM as integers (the enums below, in order:
+ * sizes, plan, flags and its loops) and calls the library through the
  * object's pointer <routine>_gemm_lib, which the C backend sets to cn_gemm_lib_run when it loads
  * the object; the same text compiled with -DCN_STANDALONE (an exported model) holds the generated
  * driver instead.
@@ -22,31 +23,35 @@
 
 #include "backend/backend.h"
 
-/* The integers describing one GEMM, in this order. Strides are in cells; a group without loops
- * has one point and stride 0. tile_mr, tile_nv: the plan's register tile (0: the default);
- * mc, kc, nc: the plan's cache blocks. */
+/* The integers describing one GEMM: CN_GEMM_ARGS of these, in this order, then CN_GEMM_ARG_LOOPS
+ * records of CN_GEMM_LOOP integers, one per loop of the nest, outermost first. Batch, m, n, k: the
+ * points of each group (the product of its loops' extents); tile_mr, tile_nv: the plan's register
+ * tile (0: the default); mc, kc, nc: the plan's cache blocks. A group's points are its loops
+ * flattened row-major in nest order; a loop's record: its group (cn_gemm_role: 0 rows, 1 columns,
+ * 2 steps, 3 batch), extent and the cells one step of it moves in c, x and y. */
 enum {
   CN_GEMM_ARG_BATCH,
   CN_GEMM_ARG_M,
   CN_GEMM_ARG_N,
   CN_GEMM_ARG_K,
-  CN_GEMM_ARG_C_BATCH,
-  CN_GEMM_ARG_C_M,
-  CN_GEMM_ARG_C_N,
-  CN_GEMM_ARG_X_BATCH,
-  CN_GEMM_ARG_X_M,
-  CN_GEMM_ARG_X_K,
-  CN_GEMM_ARG_Y_BATCH,
-  CN_GEMM_ARG_Y_K,
-  CN_GEMM_ARG_Y_N,
   CN_GEMM_ARG_TILE_MR,
   CN_GEMM_ARG_TILE_NV,
   CN_GEMM_ARG_MC,
   CN_GEMM_ARG_KC,
   CN_GEMM_ARG_NC,
   CN_GEMM_ARG_FLAGS,
+  CN_GEMM_ARG_LOOPS,
   CN_GEMM_ARGS
 };
+enum {
+  CN_GEMM_LOOP_ROLE,
+  CN_GEMM_LOOP_EXTENT,
+  CN_GEMM_LOOP_C,
+  CN_GEMM_LOOP_X,
+  CN_GEMM_LOOP_Y,
+  CN_GEMM_LOOP
+};
+#define CN_GEMM_LIB_MAX_LOOPS 16 /* CN_GEMM_MAX_LOOPS of loops/loops.h */
 
 /* CN_GEMM_ARG_FLAGS: double precision (else single), fused multiply-adds, c not read (the first
  * step starts from +0), blocks of cells split across the pool's threads, no scratch memory (a

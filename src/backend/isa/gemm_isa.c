@@ -64,6 +64,72 @@
 #define MAX_TILE_VECTORS 28
 #define MAX_TILE_ROWS    16
 
+/* One group's offsets in one access (c, x or y): stride * f when its loops walk the access as one
+ * range (each outer loop's step is the inner's extent times its step), else the sum over its
+ * loops, innermost first, of step * (f % extent), f /= extent: the generated driver's flattening
+ * (cgen_gemm.c print_offset), for a flat index f of the group. */
+typedef struct {
+  int n;
+  bool linear;
+  int64_t stride;
+  int64_t extent[CN_GEMM_LIB_MAX_LOOPS], step[CN_GEMM_LIB_MAX_LOOPS];
+} walk;
+
+static void walk_of(const int64_t *a, int role, int access, walk *w) {
+  const int64_t *loop = a + CN_GEMM_ARGS;
+  int64_t extent[CN_GEMM_LIB_MAX_LOOPS], step[CN_GEMM_LIB_MAX_LOOPS];
+  int n = 0;
+  for (int64_t l = 0; l < a[CN_GEMM_ARG_LOOPS] && n < CN_GEMM_LIB_MAX_LOOPS;
+       l++, loop += CN_GEMM_LOOP)
+    if (loop[CN_GEMM_LOOP_ROLE] == role) {
+      extent[n] = loop[CN_GEMM_LOOP_EXTENT];
+      step[n++] = loop[access];
+    }
+  w->n = n;
+  w->linear = true;
+  for (int i = 1; i < n; i++) w->linear = w->linear && step[i - 1] == step[i] * extent[i];
+  w->stride = n ? step[n - 1] : 0;
+  for (int i = 0; i < n; i++) {
+    w->extent[i] = extent[n - 1 - i];
+    w->step[i] = step[n - 1 - i];
+  }
+}
+
+static inline int64_t walk_at(const walk *w, int64_t f) {
+  if (w->linear) return w->stride * f;
+  int64_t offset = 0;
+  for (int i = 0; i < w->n; i++) {
+    offset += w->step[i] * (f % w->extent[i]);
+    f /= w->extent[i];
+  }
+  return offset;
+}
+
+/* out[i] = the offset of point f0 + i, i < count: one division per loop for f0, then the loops'
+ * indices counted up as digits (divisions per point made the offsets of a convolution's rows a
+ * third of its packing time). */
+static void walk_fill(const walk *w, int64_t f0, int64_t count, int64_t *out) {
+  if (w->linear) {
+    for (int64_t i = 0; i < count; i++) out[i] = w->stride * (f0 + i);
+    return;
+  }
+  int64_t digit[CN_GEMM_LIB_MAX_LOOPS], offset = 0, f = f0;
+  for (int i = 0; i < w->n; i++) {
+    digit[i] = f % w->extent[i];
+    offset += w->step[i] * digit[i];
+    f /= w->extent[i];
+  }
+  for (int64_t i = 0; i < count; i++) {
+    out[i] = offset;
+    for (int d = 0; d < w->n; d++) { /* the next point: carry through the full digits */
+      offset += w->step[d];
+      if (++digit[d] < w->extent[d]) break;
+      offset -= w->step[d] * w->extent[d];
+      digit[d] = 0;
+    }
+  }
+}
+
 #define T             float
 #define SUF(name)     name##_f32
 #define V             cn_vec_f32

@@ -63,35 +63,77 @@ static inline V SUF(vfma)(V a, V b, V c) {
         (VU *)(rows[r] + v * VL) = acc[r][v];                                                      \
   }
 
+/* A panel of x for the tile's rows: kc steps by mr rows (rows of them from x, zeros past); step k
+ * of row q at x[row[q] + step(k)], step(k) = ktab ? ktab[k] : k * ks; row by row when the steps
+ * are adjacent, else step by step (a convolution's steps, from a table), with mr a constant: a
+ * runtime count of rows made packing a third of a convolution's time. */
+#define DEFINE_PACK_A(name, MR)                                                                    \
+  static void name(T *restrict panel, int rows, int64_t kc, const T *restrict x,                   \
+                   const int64_t *row, int64_t ks, const int64_t *ktab) {                          \
+    enum { mr = MR };                                                                              \
+    if (!ktab && ks == 1) {                                                                        \
+      for (int q = 0; q < mr; q++)                                                                 \
+        if (q < rows)                                                                              \
+          for (int64_t k = 0; k < kc; k++) panel[k * mr + q] = x[row[q] + k];                      \
+        else                                                                                       \
+          for (int64_t k = 0; k < kc; k++) panel[k * mr + q] = 0;                                  \
+      return;                                                                                      \
+    }                                                                                              \
+    if (rows == mr) {                                                                              \
+      for (int64_t k = 0; k < kc; k++) {                                                           \
+        const int64_t step = ktab ? ktab[k] : k * ks;                                              \
+        _Pragma("GCC unroll 16") for (int q = 0; q < mr; q++) panel[k * mr + q] =                  \
+            x[row[q] + step];                                                                      \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+    for (int64_t k = 0; k < kc; k++) {                                                             \
+      const int64_t step = ktab ? ktab[k] : k * ks;                                                \
+      for (int q = 0; q < mr; q++) panel[k * mr + q] = q < rows ? x[row[q] + step] : 0;            \
+    }                                                                                              \
+  }
+
 #define DEFINE_TILE(MR, NV)                                                                        \
   DEFINE_UKR(SUF(ukr_p_##MR##_##NV), MR, NV, AREAD_PACKED)                                         \
-  DEFINE_UKR(SUF(ukr_r_##MR##_##NV), MR, NV, AREAD_ROWS)
+  DEFINE_UKR(SUF(ukr_r_##MR##_##NV), MR, NV, AREAD_ROWS)                                           \
+  DEFINE_PACK_A(SUF(pack_##MR##_##NV), MR)
 CN_GEMM_TILES(DEFINE_TILE)
 
 typedef void SUF(ukr_fn)(int64_t kc, const void *a, const T *restrict b, T *const *rows, int fresh,
                          int fma);
+typedef void SUF(pack_fn)(T *restrict panel, int rows, int64_t kc, const T *restrict x,
+                          const int64_t *row, int64_t ks, const int64_t *ktab);
 typedef struct {
   int mr, nv;
   SUF(ukr_fn) * packed, *in_place;
+  SUF(pack_fn) * pack_a;
 } SUF(tile_kernels);
-#define TILE_ENTRY(MR, NV) {MR, NV, SUF(ukr_p_##MR##_##NV), SUF(ukr_r_##MR##_##NV)},
+#define TILE_ENTRY(MR, NV)                                                                         \
+  {MR, NV, SUF(ukr_p_##MR##_##NV), SUF(ukr_r_##MR##_##NV), SUF(pack_##MR##_##NV)},
 static const SUF(tile_kernels) SUF(tiles)[] = {CN_GEMM_TILES(TILE_ENTRY)};
 
 /* ---- Packing ---- */
 
-/* A panel of y: kc steps by nr columns (cols of them from y, zeros past), step k of column q at
- * y[k * ks + q * ns]. Along the steps (ks 1) column by column, in single precision on AVX by
- * blocks of 8 columns by 8 steps transposed in registers (a weight stored [out][in]); else step
- * by step. The values are copied: the bits are the same either way. */
+/* A panel of y: kc steps by nr columns (cols of them from y, zeros past); step k of column q at
+ * y[step(k) + column(q)], step(k) = ktab ? ktab[k] : k * ks, column(q) = ctab ? ctab[q] : q * ns.
+ * Steps adjacent (ks 1): column by column, in single precision on AVX by blocks of 8 columns by 8
+ * steps transposed in registers (a weight stored [out][in]); else step by step. The values are
+ * copied: the bits are the same either way. */
 static void SUF(fill_b)(T *restrict panel, int nr, int cols, int64_t kc, const T *restrict y,
-                        int64_t ks, int64_t ns) {
-  if (ks != 1) {
+                        int64_t ks, const int64_t *ktab, int64_t ns, const int64_t *ctab) {
+  if (ktab || ks != 1) {
     for (int64_t k = 0; k < kc; k++) {
-      for (int q = 0; q < cols; q++) panel[k * nr + q] = y[k * ks + q * ns];
+      const T *row = y + (ktab ? ktab[k] : k * ks);
+      if (ctab)
+        for (int q = 0; q < cols; q++) panel[k * nr + q] = row[ctab[q]];
+      else
+        for (int q = 0; q < cols; q++) panel[k * nr + q] = row[q * ns];
       for (int q = cols; q < nr; q++) panel[k * nr + q] = 0;
     }
     return;
   }
+  const T *column[MAX_TILE_VECTORS * VL];
+  for (int q = 0; q < cols; q++) column[q] = y + (ctab ? ctab[q] : q * ns);
   for (int q0 = 0; q0 < nr; q0 += 8) {
     int64_t k = 0;
 #if TRANSPOSE_8X8
@@ -104,7 +146,7 @@ static void SUF(fill_b)(T *restrict panel, int nr, int cols, int64_t kc, const T
 #endif
     for (; q0 + 8 <= cols && k + 8 <= kc; k += 8) {
       v8 r[8], t[8], u[8];
-      for (int i = 0; i < 8; i++) r[i] = *(const v8 *)&y[k + (q0 + i) * ns];
+      for (int i = 0; i < 8; i++) r[i] = *(const v8 *)&column[q0 + i][k];
       for (int i = 0; i < 8; i += 2) {
         t[i] = SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
         t[i + 1] = SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
@@ -124,54 +166,35 @@ static void SUF(fill_b)(T *restrict panel, int nr, int cols, int64_t kc, const T
 #undef SHUFFLE8
 #endif
     for (int q = q0; q < q0 + 8 && q < nr; q++)
-      for (int64_t kr = k; kr < kc; kr++) panel[kr * nr + q] = q < cols ? y[kr + q * ns] : 0;
-  }
-}
-
-/* A panel of x: kc steps by mr rows (rows of them from x, zeros past), step k of row q at
- * x[q * ms + k * ks]; row by row when the steps are adjacent. */
-static void SUF(pack_a)(T *restrict panel, int mr, int rows, int64_t kc, const T *restrict x,
-                        int64_t ms, int64_t ks) {
-  if (ks == 1) {
-    for (int q = 0; q < mr; q++)
-      if (q < rows)
-        for (int64_t k = 0; k < kc; k++) panel[k * mr + q] = x[q * ms + k];
-      else
-        for (int64_t k = 0; k < kc; k++) panel[k * mr + q] = 0;
-    return;
-  }
-  for (int64_t k = 0; k < kc; k++) {
-    for (int q = 0; q < rows; q++) panel[k * mr + q] = x[q * ms + k * ks];
-    for (int q = rows; q < mr; q++) panel[k * mr + q] = 0;
+      for (int64_t kr = k; kr < kc; kr++) panel[kr * nr + q] = q < cols ? column[q][kr] : 0;
   }
 }
 
 /* ---- Tasks ---- */
 
 typedef struct {
-  const int64_t *args;
   T *c;
   const T *x, *y;
   const cn_parallel *par;
   const SUF(tile_kernels) * tile;
   int mr, nr;
-  int64_t mc, kc, nc, nic, njc;
+  int64_t m, n, k, mc, kc, nc, nic, njc;
   bool fma, fresh, in_place, direct, no_scratch;
+  /* the groups' offsets: rows in c and x, columns in c and y, steps in x and y, batch points */
+  walk c_m, c_n, x_m, x_k, y_k, y_n, c_b, x_b, y_b;
 } SUF(job);
 
 /* Rows [i0, i1) and columns [n0, n0 + ncur) of one batch point, steps [p0, p0 + kc), one cell
  * after the other (no scratch memory). */
 static void SUF(cells)(const SUF(job) * j, T *cb, const T *xb, const T *yb, int64_t i0, int64_t i1,
                        int64_t n0, int64_t ncur, int64_t p0, int64_t kc) {
-  const int64_t *a = j->args;
   for (int64_t i = i0; i < i1; i++)
     for (int64_t n = n0; n < n0 + ncur; n++) {
-      T *cell = cb + i * a[CN_GEMM_ARG_C_M] + n * a[CN_GEMM_ARG_C_N];
-      const T *xr = xb + i * a[CN_GEMM_ARG_X_M] + p0 * a[CN_GEMM_ARG_X_K];
-      const T *yc = yb + n * a[CN_GEMM_ARG_Y_N] + p0 * a[CN_GEMM_ARG_Y_K];
+      T *cell = cb + walk_at(&j->c_m, i) + walk_at(&j->c_n, n);
+      const T *xr = xb + walk_at(&j->x_m, i), *yc = yb + walk_at(&j->y_n, n);
       T sum = j->fresh && p0 == 0 ? 0 : *cell;
-      for (int64_t k = 0; k < kc; k++) {
-        T xv = xr[k * a[CN_GEMM_ARG_X_K]], yv = yc[k * a[CN_GEMM_ARG_Y_K]];
+      for (int64_t k = p0; k < p0 + kc; k++) {
+        T xv = xr[walk_at(&j->x_k, k)], yv = yc[walk_at(&j->y_k, k)];
         sum = j->fma ? FMA_SCALAR(xv, yv, sum) : sum + xv * yv;
       }
       *cell = sum;
@@ -179,81 +202,99 @@ static void SUF(cells)(const SUF(job) * j, T *cb, const T *xb, const T *yb, int6
 }
 
 /* Task t is batch point t / (njc * nic), column block t / nic % njc, row block t % nic;
- * consecutive tasks of one batch point and column block share the packing of y. */
+ * consecutive tasks of one batch point and column block share the packing of y. The scratch:
+ * x's block, y's block, then the offsets of the block's steps in x and y, of its rows in c and x
+ * and of its columns in c and y (walk_fill: once per block, not per tile). */
 static void SUF(range)(void *envp, int64_t lo, int64_t hi) {
   const SUF(job) *j = envp;
-  const int64_t *a = j->args;
-  const int64_t m = a[CN_GEMM_ARG_M], n = a[CN_GEMM_ARG_N], kk = a[CN_GEMM_ARG_K];
-  const int64_t cm = a[CN_GEMM_ARG_C_M], cn = a[CN_GEMM_ARG_C_N];
-  const int64_t xm = a[CN_GEMM_ARG_X_M], xk = a[CN_GEMM_ARG_X_K];
-  const int64_t yk = a[CN_GEMM_ARG_Y_K], yn = a[CN_GEMM_ARG_Y_N];
   const int mr = j->mr, nr = j->nr;
   const int64_t unit = sizeof(T) < 64 ? 64 / (int64_t)sizeof(T) : 1;
   const int64_t asize = (j->mc * j->kc + unit - 1) / unit * unit;
-  const int64_t bsize = j->kc * ((j->nc + nr - 1) / nr * nr);
-  const size_t bytes = ((size_t)(asize + bsize) * sizeof(T) + 63) / 64 * 64;
-  T *const pack = j->no_scratch ? NULL
-                  : j->par      ? j->par->scratch(j->par->pool, bytes)
-                                : aligned_alloc(64, bytes);
-  T *const ap = pack, *const bp = pack ? pack + asize : NULL;
+  const int64_t bsize = (j->kc * ((j->nc + nr - 1) / nr * nr) + unit - 1) / unit * unit;
+  const size_t tables = 2 * (size_t)(j->kc + j->mc + j->nc);
+  const size_t bytes =
+      ((size_t)(asize + bsize) * sizeof(T) + tables * sizeof(int64_t) + 63) / 64 * 64;
+  void *const scratch = j->no_scratch ? NULL
+                        : j->par      ? j->par->scratch(j->par->pool, bytes)
+                                      : aligned_alloc(64, bytes);
+  T *const ap = scratch, *const bp = scratch ? ap + asize : NULL;
+  int64_t *const kx = scratch ? (int64_t *)(bp + bsize) : NULL;
+  int64_t *const ky = kx ? kx + j->kc : NULL, *const crow = ky ? ky + j->kc : NULL;
+  int64_t *const xrow = crow ? crow + j->mc : NULL, *const ccol = xrow ? xrow + j->mc : NULL;
+  int64_t *const ycol = ccol ? ccol + j->nc : NULL;
   for (int64_t t = lo; t < hi;) {
     const int64_t ic0 = t % j->nic, group = t / j->nic;
     const int64_t ic1 = j->nic - ic0 < hi - t ? j->nic : ic0 + (hi - t);
     t += ic1 - ic0;
     const int64_t b = group / j->njc, n0 = group % j->njc * j->nc;
-    const int64_t ncur = n - n0 < j->nc ? n - n0 : j->nc;
-    T *const cb = j->c + b * a[CN_GEMM_ARG_C_BATCH];
-    const T *const xb = j->x + b * a[CN_GEMM_ARG_X_BATCH];
-    const T *const yb = j->y + b * a[CN_GEMM_ARG_Y_BATCH];
-    for (int64_t p0 = 0; p0 < kk; p0 += j->kc) {
-      const int64_t kc = kk - p0 < j->kc ? kk - p0 : j->kc;
+    const int64_t ncur = j->n - n0 < j->nc ? j->n - n0 : j->nc;
+    T *const cb = j->c + walk_at(&j->c_b, b);
+    const T *const xb = j->x + walk_at(&j->x_b, b), *const yb = j->y + walk_at(&j->y_b, b);
+    if (scratch) {
+      walk_fill(&j->c_n, n0, ncur, ccol);
+      walk_fill(&j->y_n, n0, ncur, ycol);
+    }
+    for (int64_t p0 = 0; p0 < j->k; p0 += j->kc) {
+      const int64_t kc = j->k - p0 < j->kc ? j->k - p0 : j->kc;
       const int fresh = j->fresh && p0 == 0;
-      if (!pack) {
-        const int64_t i1 = ic1 * j->mc < m ? ic1 * j->mc : m;
+      if (!scratch) {
+        const int64_t i1 = ic1 * j->mc < j->m ? ic1 * j->mc : j->m;
         SUF(cells)(j, cb, xb, yb, ic0 * j->mc, i1, n0, ncur, p0, kc);
         continue;
       }
+      /* the block's steps: x and y from their first step, offsets from there or from a table */
+      const T *const xs = xb + (j->x_k.linear ? walk_at(&j->x_k, p0) : 0);
+      const T *const ys = yb + (j->y_k.linear ? walk_at(&j->y_k, p0) : 0);
+      if (!j->x_k.linear) walk_fill(&j->x_k, p0, kc, kx);
+      if (!j->y_k.linear) walk_fill(&j->y_k, p0, kc, ky);
       for (int64_t j0 = 0; j0 < ncur; j0 += nr) {
         const int cols = ncur - j0 < nr ? (int)(ncur - j0) : nr;
-        SUF(fill_b)(bp + j0 * kc, nr, cols, kc, yb + p0 * yk + (n0 + j0) * yn, yk, yn);
+        SUF(fill_b)
+        (bp + j0 * kc, nr, cols, kc, ys + (j->y_n.linear ? ycol[j0] : 0), j->y_k.stride,
+         j->y_k.linear ? NULL : ky, j->y_n.stride, j->y_n.linear ? NULL : ycol + j0);
       }
       for (int64_t ic = ic0; ic < ic1; ic++) {
-        const int64_t m0 = ic * j->mc, mb = m - m0 < j->mc ? m - m0 : j->mc;
+        const int64_t m0 = ic * j->mc, mb = j->m - m0 < j->mc ? j->m - m0 : j->mc;
+        walk_fill(&j->c_m, m0, mb, crow);
+        walk_fill(&j->x_m, m0, mb, xrow);
         if (!j->in_place)
           for (int64_t i0 = 0; i0 < mb; i0 += mr) {
             const int rows = mb - i0 < mr ? (int)(mb - i0) : mr;
-            SUF(pack_a)(ap + i0 * kc, mr, rows, kc, xb + (m0 + i0) * xm + p0 * xk, xm, xk);
+            j->tile->pack_a(ap + i0 * kc, rows, kc, xs, xrow + i0, j->x_k.stride,
+                            j->x_k.linear ? NULL : kx);
           }
         for (int64_t j0 = 0; j0 < ncur; j0 += nr)
           for (int64_t i0 = 0; i0 < mb; i0 += mr) {
             const int rows = mb - i0 < mr ? (int)(mb - i0) : mr;
             const int cols = ncur - j0 < nr ? (int)(ncur - j0) : nr;
+            SUF(ukr_fn) *const kernel = j->in_place ? j->tile->in_place : j->tile->packed;
             T *rp[MAX_TILE_ROWS];
             const T *ar[MAX_TILE_ROWS];
             const void *apanel = ap + i0 * kc;
             if (j->in_place) { /* the last row repeated past the edge: never stored */
-              for (int q = 0; q < mr; q++)
-                ar[q] = xb + (m0 + i0 + (q < rows ? q : rows - 1)) * xm + p0;
+              for (int q = 0; q < mr; q++) ar[q] = xs + xrow[i0 + (q < rows ? q : rows - 1)];
               apanel = ar;
             }
-            _Alignas(64) T tile[MAX_TILE_VECTORS * VL];
-            const bool own = !(j->direct && rows == mr && cols == nr);
-            T *const corner = cb + (m0 + i0) * cm + (n0 + j0) * cn;
-            for (int r = 0; r < mr; r++) rp[r] = own ? tile + r * nr : corner + r * cm;
-            if (own)
-              for (int r = 0; r < mr; r++)
-                for (int q = 0; q < nr; q++)
-                  tile[r * nr + q] = !fresh && r < rows && q < cols ? corner[r * cm + q * cn] : 0;
-            (j->in_place ? j->tile->in_place : j->tile->packed)(kc, apanel, bp + j0 * kc, rp, fresh,
-                                                                j->fma);
-            if (own)
-              for (int r = 0; r < rows; r++)
-                for (int q = 0; q < cols; q++) corner[r * cm + q * cn] = tile[r * nr + q];
+            const int64_t *const row = crow + i0, *const col = ccol + j0;
+            if (j->direct && rows == mr && cols == nr) {
+              for (int r = 0; r < mr; r++) rp[r] = cb + row[r] + col[0];
+              kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
+              continue;
+            }
+            _Alignas(64) T tile[MAX_TILE_VECTORS * VL]; /* an edge, or columns apart in c */
+            for (int r = 0; r < mr; r++) {
+              rp[r] = tile + r * nr;
+              for (int q = 0; q < nr; q++)
+                tile[r * nr + q] = !fresh && r < rows && q < cols ? cb[row[r] + col[q]] : 0;
+            }
+            kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
+            for (int r = 0; r < rows; r++)
+              for (int q = 0; q < cols; q++) cb[row[r] + col[q]] = tile[r * nr + q];
           }
       }
     }
   }
-  if (pack && !j->par) free(pack);
+  if (scratch && !j->par) free(scratch);
 }
 
 static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_parallel *par) {
@@ -271,7 +312,8 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   for (size_t t = 0; !tile && t < sizeof SUF(tiles) / sizeof SUF(tiles)[0]; t++)
     if (SUF(tiles)[t].mr == DEFAULT_MR && SUF(tiles)[t].nv == DEFAULT_NV) tile = &SUF(tiles)[t];
   const int64_t flags = a[CN_GEMM_ARG_FLAGS], kk = a[CN_GEMM_ARG_K];
-  SUF(job) j = {.args = a, .c = c, .x = x, .y = y, .par = par, .tile = tile, .mr = tile->mr};
+  SUF(job) j = {.c = c, .x = x, .y = y, .par = par, .tile = tile, .mr = tile->mr, .m = m, .n = n};
+  j.k = kk;
   j.nr = tile->nv * VL;
   j.kc = a[CN_GEMM_ARG_KC] < kk ? a[CN_GEMM_ARG_KC] : kk;
   j.nc = a[CN_GEMM_ARG_NC] < n ? a[CN_GEMM_ARG_NC] : n;
@@ -285,9 +327,18 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   j.fma = flags & CN_GEMM_FMA;
   j.fresh = flags & CN_GEMM_FRESH;
   j.no_scratch = flags & CN_GEMM_NO_SCRATCH;
-  j.direct = a[CN_GEMM_ARG_C_N] == 1;
+  walk_of(a, CN_GEMM_M, CN_GEMM_LOOP_C, &j.c_m);
+  walk_of(a, CN_GEMM_N, CN_GEMM_LOOP_C, &j.c_n);
+  walk_of(a, CN_GEMM_M, CN_GEMM_LOOP_X, &j.x_m);
+  walk_of(a, CN_GEMM_K, CN_GEMM_LOOP_X, &j.x_k);
+  walk_of(a, CN_GEMM_K, CN_GEMM_LOOP_Y, &j.y_k);
+  walk_of(a, CN_GEMM_N, CN_GEMM_LOOP_Y, &j.y_n);
+  walk_of(a, CN_GEMM_BATCH, CN_GEMM_LOOP_C, &j.c_b);
+  walk_of(a, CN_GEMM_BATCH, CN_GEMM_LOOP_X, &j.x_b);
+  walk_of(a, CN_GEMM_BATCH, CN_GEMM_LOOP_Y, &j.y_b);
+  j.direct = j.c_n.linear && j.c_n.stride == 1;
   /* x in place when its steps are adjacent and a packed value would serve few columns */
-  j.in_place = a[CN_GEMM_ARG_X_K] == 1 && n <= 128;
+  j.in_place = j.x_k.linear && j.x_k.stride == 1 && n <= 128;
   const int64_t tasks = batch * j.njc * j.nic;
   if ((flags & CN_GEMM_PARALLEL) && par && tasks > 1)
     par->pool_for(par->pool, tasks, SUF(range), &j);
@@ -303,4 +354,5 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
 #undef UPDATE_FMA
 #undef DEFINE_UKR
 #undef DEFINE_TILE
+#undef DEFINE_PACK_A
 #undef TILE_ENTRY
