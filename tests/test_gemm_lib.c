@@ -1,15 +1,18 @@
 /* The GEMM library (issue 29, src/backend/gemm_lib.h) on its own: every instruction set this CPU
  * runs (the generic vectors always; AVX2 and AVX-512 where the CPU has them and FMA) against an
  * oracle of this file (each cell folded over its steps in order from c, or from +0 when the GEMM
- * is fresh, each update one fmaf/fma or a product and a sum in two statements), bit for bit, on
- * the whole buffer of c (cells between the rows or columns of a strided c stay as they were).
- * Cases, drawn by a fixed generator: single and double precision, exact and fused, fresh or not,
- * batches with their own strides, c row- or column-major (the tile of its own), x's steps
- * adjacent or apart (read in place or packed), y's columns or steps adjacent (the transposed
- * fill), every register tile the library has plus the default and one it has not, blocks small
- * enough to cross every edge, on the caller's thread, on a pool of 2 and 3 threads, and without
- * scratch memory (cell by cell). Also: the process's instruction set is the widest the CPU runs,
- * and cn_gemm_lib_run counts its runs. */
+ * is fresh, each update one fmaf/fma or a product and a sum in two statements; every offset the
+ * sum over the group's loops of step times the loop's digit of the point), bit for bit, on the
+ * whole buffer of c (cells between the rows or columns of a padded c stay as they were). Cases,
+ * drawn by a fixed generator: single and double precision, exact and fused, fresh or not, a
+ * batch loop or none, one or two loops per group (walking an access as one range or not: a padded
+ * layout, or any steps, overlapping reads as a convolution's), c row- or column-major (the tile
+ * of its own), x's steps adjacent or apart (read in place or packed), y's columns or steps
+ * adjacent (the transposed fill), every register tile the library has plus the default and one it
+ * has not, blocks small enough to cross every edge, on the caller's thread, on a pool of 2 and 3
+ * threads, and without scratch memory (cell by cell). Also: the process's instruction set is the
+ * widest the CPU runs, and cn_gemm_lib_run computes a 2 x 3 by 3 x 2 product by hand and counts
+ * its runs. */
 #include "check.h"
 
 #include "backend/gemm_lib.h"

@@ -2,7 +2,7 @@
  * T the type, SUF(name) the precision's names, V and VU its aligned and unaligned vectors, VFMA
  * the vector fused multiply-add when the instruction set has one, FMA_SCALAR the scalar one).
  *
- * The work of cgen_gemm.c's generated driver, with the GEMM's sizes and strides as values: the
+ * The work of cgen_gemm.c's generated driver, with the GEMM's sizes and loops as values: the
  * cells are tasks of mc rows by nc columns (of one batch point) for the pool; a task packs y's
  * block of kc steps into panels of nr columns and x's into panels of mr rows (or reads x's rows in
  * place when its steps are adjacent and the product is narrow), and runs the micro-kernel of the
