@@ -133,6 +133,8 @@ test-valgrind: build
 	  CANNL_CACHE_DIR=$(CURDIR)/build/cache CANNL_CFLAGS="-O2 -shared -fPIC -std=c11" \
 	    valgrind --quiet --error-exitcode=1 --leak-check=full build/$$t > /dev/null || exit 1; \
 	done
+	@echo "valgrind test_gemm_lib (60 of its GEMMs up to 200k multiply-adds: the GEMM library)"
+	valgrind --quiet --error-exitcode=1 --leak-check=full build/test_gemm_lib 60 200000 > /dev/null
 
 # libFuzzer (clang): each target runs FUZZ_SECONDS on a scratch copy of its seed corpus (what it
 # adds stays in build-fuzz/), stopping at the first report (crash, sanitizer error, timeout, out

@@ -20,11 +20,6 @@
 
 #include <stdlib.h>
 
-/* drawn GEMMs per instruction set (-DCASES=N: fewer under valgrind) */
-#ifndef CASES
-#define CASES 300
-#endif
-
 static uint64_t state = 0x9e3779b97f4a7c15u;
 
 static uint64_t next(void) {
@@ -241,11 +236,19 @@ static bool check_case(const cn_gemm_isa *isa, const gemm_case *g, bool dbl, con
   return same;
 }
 
+/* Drawn GEMMs per instruction set, and the most multiply-adds of one (make test-valgrind runs
+ * fewer, smaller ones: `test_gemm_lib CASES MAX_WORK`). */
+static int cases = 300;
+static int64_t max_work = INT64_MAX;
+
 /* The context's pool is one per thread count (cn_pool_of replaces it): taken for each case. */
 static void test_isa(cn_ctx *ctx, const cn_gemm_isa *isa) {
   int failures = 0;
-  for (int number = 0; number < CASES && failures < 5; number++) {
+  for (int number = 0; number < cases && failures < 5; number++) {
     gemm_case g = draw();
+    if (g.a[CN_GEMM_ARG_BATCH] * g.a[CN_GEMM_ARG_M] * g.a[CN_GEMM_ARG_N] * g.a[CN_GEMM_ARG_K] >
+        max_work)
+      continue;
     bool dbl = number % 3 == 2;
     int threads = number % 4 == 1 ? 2 : number % 4 == 2 ? 3 : 1;
     cn_parallel pool = {pool_for, threads > 1 ? cn_pool_of(ctx, threads) : NULL, pool_scratch};
@@ -254,7 +257,9 @@ static void test_isa(cn_ctx *ctx, const cn_gemm_isa *isa) {
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) cases = atoi(argv[1]);
+  if (argc > 2) max_work = atoll(argv[2]);
   cn_ctx *ctx = cn_ctx_create();
   const char *chosen = cn_gemm_lib_isa();
   test_isa(ctx, &cn_gemm_isa_generic);
