@@ -10,9 +10,10 @@
  * of its own), x's steps adjacent or apart (read in place or packed), y's columns or steps
  * adjacent (the transposed fill), every register tile the library has plus the default and one it
  * has not, blocks small enough to cross every edge, on the caller's thread, on a pool of 2 and 3
- * threads, and without scratch memory (cell by cell). Also: the process's instruction set is the
- * widest the CPU runs, and cn_gemm_lib_run computes a 2 x 3 by 3 x 2 product by hand and counts
- * its runs. */
+ * threads, without scratch memory (cell by cell), and under triangles (loops.h: cells past the
+ * diagonal never written, or each row its own steps; offsets -3 to 10). Also: the process's
+ * instruction set is the widest the CPU runs, and cn_gemm_lib_run computes a 2 x 3 by 3 x 2 product
+ * by hand and counts its runs. */
 #include "check.h"
 
 #include "backend/gemm_lib.h"
@@ -76,10 +77,14 @@ static gemm_case draw(void) {
   int64_t *a = g.a, *loop = a + CN_GEMM_ARGS;
   /* the loops: batch (none or one), rows, columns and steps (one or two each) */
   int n = 0, role[8];
+  /* a triangle in one case of four: of cells (columns below rows), or of steps (steps below
+   * rows, rows below steps); its two groups one loop each */
+  int tri = next() % 4 == 0 ? 1 + (int)(next() % 3) : 0;
+  int tri_group = tri == 1 ? COLUMNS : STEPS;
   if (next() % 2) role[n++] = BATCH;
   for (int r = ROWS; r <= STEPS; r++) {
     role[n++] = r;
-    if (next() % 3 == 0) role[n++] = r;
+    if (next() % 3 == 0 && !(tri && (r == ROWS || r == tri_group))) role[n++] = r;
   }
   int64_t total[4] = {1, 1, 1, 1};
   for (int l = 0; l < n; l++) {
@@ -134,6 +139,9 @@ static gemm_case draw(void) {
   a[CN_GEMM_ARG_KC] = next() % 2 ? 16 : 256;
   a[CN_GEMM_ARG_NC] = next() % 2 ? 32 : 4096;
   a[CN_GEMM_ARG_FLAGS] = (int64_t)(next() % 16) & (CN_GEMM_FMA | CN_GEMM_FRESH | CN_GEMM_PARALLEL);
+  a[CN_GEMM_ARG_TRI] = tri;
+  a[CN_GEMM_ARG_TRI_OFFSET] = (int64_t)(next() % 14) - 3;
+  if (tri) a[CN_GEMM_ARG_FLAGS] &= ~(int64_t)CN_GEMM_FRESH; /* never with a triangle (loops.h) */
   return g;
 }
 
@@ -153,11 +161,13 @@ static int64_t offset_of(const int64_t *a, int group, int access, int64_t f) {
   for (int64_t p = 0; p < a[CN_GEMM_ARG_BATCH]; p++)                                               \
     for (int64_t i = 0; i < a[CN_GEMM_ARG_M]; i++)                                                 \
       for (int64_t j = 0; j < a[CN_GEMM_ARG_N]; j++) {                                             \
+        if (tri == 1 && j >= i + tri_offset) continue; /* past the triangle: never written */      \
         T *cell = c + offset_of(a, BATCH, CN_GEMM_LOOP_C, p) +                                     \
                   offset_of(a, ROWS, CN_GEMM_LOOP_C, i) +                                          \
                   offset_of(a, COLUMNS, CN_GEMM_LOOP_C, j);                                        \
         T acc = fresh ? 0 : *cell;                                                                 \
         for (int64_t r = 0; r < a[CN_GEMM_ARG_K]; r++) {                                           \
+          if ((tri == 2 && r >= i + tri_offset) || (tri == 3 && i >= r + tri_offset)) continue;    \
           T xv =                                                                                   \
               x[offset_of(a, BATCH, CN_GEMM_LOOP_X, p) + offset_of(a, ROWS, CN_GEMM_LOOP_X, i) +   \
                 offset_of(a, STEPS, CN_GEMM_LOOP_X, r)];                                           \
@@ -176,11 +186,13 @@ static int64_t offset_of(const int64_t *a, int group, int access, int64_t f) {
 
 static void oracle_f32(const int64_t *a, float *c, const float *x, const float *y) {
   bool fused = a[CN_GEMM_ARG_FLAGS] & CN_GEMM_FMA, fresh = a[CN_GEMM_ARG_FLAGS] & CN_GEMM_FRESH;
+  int64_t tri = a[CN_GEMM_ARG_TRI], tri_offset = a[CN_GEMM_ARG_TRI_OFFSET];
   ORACLE(float, fmaf)
 }
 
 static void oracle_f64(const int64_t *a, double *c, const double *x, const double *y) {
   bool fused = a[CN_GEMM_ARG_FLAGS] & CN_GEMM_FMA, fresh = a[CN_GEMM_ARG_FLAGS] & CN_GEMM_FRESH;
+  int64_t tri = a[CN_GEMM_ARG_TRI], tri_offset = a[CN_GEMM_ARG_TRI_OFFSET];
   ORACLE(double, fma)
 }
 
@@ -221,14 +233,16 @@ static bool check_case(const cn_gemm_isa *isa, const gemm_case *g, bool dbl, con
                  (long long)r[1], (long long)r[2], (long long)r[3], (long long)r[4]);
   }
   CHECK_MSG(same,
-            "%s case %d (%s, %s): tile %lld x %lld, blocks %lld %lld %lld, flags %lld, loops%s",
+            "%s case %d (%s, %s): tile %lld x %lld, blocks %lld %lld %lld, flags %lld, triangle "
+            "%lld%+lld, loops%s",
             isa->name, number, dbl ? "double" : "single",
             par          ? "pool"
             : no_scratch ? "no scratch"
                          : "one thread",
             (long long)a[CN_GEMM_ARG_TILE_MR], (long long)a[CN_GEMM_ARG_TILE_NV],
             (long long)a[CN_GEMM_ARG_MC], (long long)a[CN_GEMM_ARG_KC],
-            (long long)a[CN_GEMM_ARG_NC], (long long)a[CN_GEMM_ARG_FLAGS], loops);
+            (long long)a[CN_GEMM_ARG_NC], (long long)a[CN_GEMM_ARG_FLAGS],
+            (long long)a[CN_GEMM_ARG_TRI], (long long)a[CN_GEMM_ARG_TRI_OFFSET], loops);
   free(c);
   free(want);
   free(x);
@@ -285,8 +299,9 @@ int main(int argc, char **argv) {
   float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 0.5f, -1, 2, 0.25f, 4}, c[4] = {1, 1, 1, 1};
   /* rows (2: 2 cells apart in c, 3 in x), columns (2: adjacent in c and y), steps (3: adjacent in
    * x, 2 apart in y) */
-  const int64_t a[CN_GEMM_ARGS + 3 * CN_GEMM_LOOP] = {
-      1, 2, 2, 3, 0, 0, 16, 16, 16, 0, 3, ROWS, 2, 2, 3, 0, COLUMNS, 2, 1, 0, 1, STEPS, 3, 0, 1, 2};
+  const int64_t a[CN_GEMM_ARGS + 3 * CN_GEMM_LOOP] = {1, 2, 2, 3,     0, 0, 16, 16, 16,      0,
+                                                      0, 0, 3, ROWS,  2, 2, 3,  0,  COLUMNS, 2,
+                                                      1, 0, 1, STEPS, 3, 0, 1,  2};
   cn_gemm_lib_run(a, c, x, y, NULL);
   /* [1 2 3; 4 5 6] [1 0.5; -1 2; 0.25 4] = [-0.25 16.5; 0.5 36] */
   CHECK(c[0] == 0.75f && c[1] == 17.5f && c[2] == 1.5f && c[3] == 37.0f);

@@ -22,7 +22,7 @@
  * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
  * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
  * file's preamble, not one copy per GEMM. A GEMM the GEMM library runs (gemm_lib.h: single or
- * double precision, no triangle) keeps this driver only for -DCN_STANDALONE (an
+ * double precision) keeps this driver only for -DCN_STANDALONE (an
  * exported model) and otherwise calls the library (see "The GEMM library" below). */
 #include "backend/cgen.h"
 #include "backend/gemm_lib.h"
@@ -728,7 +728,7 @@ static int64_t row_block(const geometry *geo) {
 }
 
 /* ---- The GEMM library ----
- * A GEMM the library runs (backend/gemm_lib.h: single or double precision, no triangle) is
+ * A GEMM the library runs (backend/gemm_lib.h: single or double precision) is
  * described by its sizes, plan, flags and loops (each one's group, extent and steps in c, x and y)
  * and run through the object's pointer <routine>_gemm_lib, which the C backend sets when it loads
  * the object (cc.c load_object); the generated driver stays in the text, compiled only with
@@ -737,8 +737,7 @@ static int64_t row_block(const geometry *geo) {
  * bits (cgen_gemm.c's and gemm_lib.h's invariants). */
 
 static bool library_gemm(const geometry *geo) {
-  return geo->plan->tri == CN_GEMM_TRI_NONE &&
-         (geo->prec == CN_PREC_SINGLE || geo->prec == CN_PREC_DOUBLE);
+  return geo->prec == CN_PREC_SINGLE || geo->prec == CN_PREC_DOUBLE;
 }
 
 /* The pointer (%s: the routine's name), defined in the unit or piece 0, declared in the other
@@ -773,15 +772,18 @@ static void emit_library_call(const cgen *g, const geometry *geo, int number) {
   args[CN_GEMM_ARG_FLAGS] = (geo->prec == CN_PREC_DOUBLE ? CN_GEMM_DOUBLE : 0) |
                             (plan->fma ? CN_GEMM_FMA : 0) | (plan->c_zero ? CN_GEMM_FRESH : 0) |
                             (plan->parallel ? CN_GEMM_PARALLEL : 0);
+  args[CN_GEMM_ARG_TRI] = plan->tri;
+  args[CN_GEMM_ARG_TRI_OFFSET] = plan->tri_offset;
   args[CN_GEMM_ARG_LOOPS] = plan->depth;
   const char *type = geo->prec == CN_PREC_DOUBLE ? "double" : "float";
-  cn_sbuf_printf(sb,
-                 "static void cn_gemm_%d(%s *cn_c, const %s *cn_x, const %s *cn_y, "
-                 "const cn_par_t *cn_par) {\n"
-                 "  /* batch, rows, columns, steps, tile, blocks, flags, loops; each loop's group, "
-                 "extent and steps in c, x and y */\n"
-                 "  static const int64_t cn_args[%d] = {",
-                 number, type, type, type, CN_GEMM_ARGS + CN_GEMM_LOOP * plan->depth);
+  cn_sbuf_printf(
+      sb,
+      "static void cn_gemm_%d(%s *cn_c, const %s *cn_x, const %s *cn_y, "
+      "const cn_par_t *cn_par) {\n"
+      "  /* batch, rows, columns, steps, tile, blocks, flags, triangle, loops; each loop's "
+      "group, extent and steps in c, x and y */\n"
+      "  static const int64_t cn_args[%d] = {",
+      number, type, type, type, CN_GEMM_ARGS + CN_GEMM_LOOP * plan->depth);
   for (int k = 0; k < CN_GEMM_ARGS; k++)
     cn_sbuf_printf(sb, "%s%lld%s", k ? ", " : "", (long long)args[k],
                    k == CN_GEMM_ARG_FLAGS ? " | CN_GEMM_SCRATCH" : "");

@@ -3,7 +3,7 @@
  * drivers were two thirds of a training step's compile time: 0.5-0.9 G instructions of gcc each).
  *
  * A GEMM-class nest (cn_ll_gemm) qualifies when it computes in single or double precision (as
- * stored) and has no triangle: strided products and convolutions alike (a group whose loops do
+ * stored): strided products, convolutions and attention's triangles alike (a group whose loops do
  * not walk an access as one range takes its offsets from tables per block, as the generated
  * driver does). Its generated C then describes the GEMM as integers (the enums below, in order:
  * sizes, plan, flags and its loops) and calls the library through the
@@ -14,10 +14,11 @@
  * Invariants: the library computes what the generated driver computes, bit for bit: each cell of
  * c gets the nest's updates in the order of its reduction steps, each one fused multiply-add
  * (CN_GEMM_FMA) or a product and a sum rounded apart, starting from +0 instead of c's value with
- * CN_GEMM_FRESH (the plan's c_zero); tiles, blocks, packing, threads and instruction set only
- * move work across cells. The instruction set is chosen once per process from the CPU (AVX-512,
- * AVX2 with FMA, or the compilers' generic vectors); the register tile is the plan's when the
- * library has it, else the instruction set's default (CN_GEMM_TILE_DEFAULT). */
+ * CN_GEMM_FRESH (the plan's c_zero), only its own steps and cells under a triangle; tiles, blocks,
+ * packing, threads and instruction set only move work across cells. The instruction set is chosen
+ * once per process from the CPU (AVX-512, AVX2 with FMA, or the compilers' generic vectors); the
+ * register tile is the plan's when the library has it, else the instruction set's default
+ * (CN_GEMM_TILE_DEFAULT). */
 #ifndef CN_GEMM_LIB_H
 #define CN_GEMM_LIB_H
 
@@ -26,7 +27,9 @@
 /* The integers describing one GEMM: CN_GEMM_ARGS of these, in this order, then CN_GEMM_ARG_LOOPS
  * records of CN_GEMM_LOOP integers, one per loop of the nest, outermost first. Batch, m, n, k: the
  * points of each group (the product of its loops' extents); tile_mr, tile_nv: the plan's register
- * tile (0: the default); mc, kc, nc: the plan's cache blocks. A group's points are its loops
+ * tile (0: the default); mc, kc, nc: the plan's cache blocks; tri, tri_offset: the plan's
+ * triangle (cn_gemm_tri, loops.h: the cells of row m are the columns n < m + offset, or its steps
+ * k < m + offset, or k > m - offset). A group's points are its loops
  * flattened row-major in nest order; a loop's record: its group (cn_gemm_role: 0 rows, 1 columns,
  * 2 steps, 3 batch), extent and the cells one step of it moves in c, x and y. */
 enum {
@@ -40,6 +43,8 @@ enum {
   CN_GEMM_ARG_KC,
   CN_GEMM_ARG_NC,
   CN_GEMM_ARG_FLAGS,
+  CN_GEMM_ARG_TRI,
+  CN_GEMM_ARG_TRI_OFFSET,
   CN_GEMM_ARG_LOOPS,
   CN_GEMM_ARGS
 };

@@ -30,12 +30,13 @@ static inline V SUF(vfma)(V a, V b, V c) {
  * the accumulators start from +0 instead of the tile. The update is the nest's: bv * s + acc in
  * one rounding (fma; the broadcast is s - 0, exactly s, where s + 0 would turn -0 into +0) or
  * acc + bv * s in two. */
-#define UKR_STEPS(AREAD, UPDATE)                                                                   \
-  for (int64_t k = 0; k < kc; k++) {                                                               \
+#define UKR_STEPS(FROM, TO, AREAD, UPDATE, GUARD)                                                  \
+  for (int64_t k = FROM; k < TO; k++) {                                                            \
     V bv[nv];                                                                                      \
     _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) bv[v] =                                   \
         *(const V *)(b + (k * nv + v) * VL);                                                       \
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) {                                        \
+      GUARD                                                                                        \
       const T s = AREAD;                                                                           \
       _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] = UPDATE;                     \
     }                                                                                              \
@@ -54,9 +55,39 @@ static inline V SUF(vfma)(V a, V b, V c) {
         _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] =                           \
             fresh ? (V){0} : (V) * (const VU *)(rows[r] + v * VL);                                 \
     if (fma) {                                                                                     \
-      UKR_STEPS(AREAD, UPDATE_FMA)                                                                 \
+      UKR_STEPS(0, kc, AREAD, UPDATE_FMA, )                                                        \
     } else {                                                                                       \
-      UKR_STEPS(AREAD, UPDATE_EXACT)                                                               \
+      UKR_STEPS(0, kc, AREAD, UPDATE_EXACT, )                                                      \
+    }                                                                                              \
+    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)                                          \
+            _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) *                                 \
+        (VU *)(rows[r] + v * VL) = acc[r][v];                                                      \
+  }
+
+/* A triangle of steps (CN_GEMM_TRI_K or M): row r takes the steps k with f0 + r <= k < e0 + r
+ * only: the steps some rows take, guarded per row, and between them the steps every row takes,
+ * in ascending order (each row's order is the nest's; the accumulators start from the tile). */
+#define RAGGED_GUARD                                                                               \
+  if (k < f0 + r || k >= e0 + r) continue;
+#define RAGGED_ALL(AREAD, UPDATE)                                                                  \
+  UKR_STEPS(kb, mid, AREAD, UPDATE, RAGGED_GUARD)                                                  \
+  UKR_STEPS(mid, full, AREAD, UPDATE, )                                                            \
+  UKR_STEPS(rest, ke, AREAD, UPDATE, RAGGED_GUARD)
+#define DEFINE_UKR_RAGGED(name, MR, NV, AREAD)                                                     \
+  static void name(int64_t kc, const void *a, const T *restrict b, T *const *rows, int fma,        \
+                   int64_t f0, int64_t e0) {                                                       \
+    enum { mr = MR, nv = NV };                                                                     \
+    V acc[mr][nv];                                                                                 \
+    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)                                          \
+        _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) acc[r][v] =                           \
+            (V) * (const VU *)(rows[r] + v * VL);                                                  \
+    const int64_t kb = f0 > 0 ? f0 : 0, ke = e0 + mr - 1 < kc ? e0 + mr - 1 : kc;                  \
+    const int64_t full_lo = f0 + mr - 1 > kb ? f0 + mr - 1 : kb, full = e0 < ke ? e0 : ke;         \
+    const int64_t mid = full_lo < ke ? full_lo : ke, rest = full > mid ? full : mid;               \
+    if (fma) {                                                                                     \
+      RAGGED_ALL(AREAD, UPDATE_FMA)                                                                \
+    } else {                                                                                       \
+      RAGGED_ALL(AREAD, UPDATE_EXACT)                                                              \
     }                                                                                              \
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)                                          \
             _Pragma("GCC unroll 8") for (int v = 0; v < nv; v++) *                                 \
@@ -96,6 +127,8 @@ static inline V SUF(vfma)(V a, V b, V c) {
 #define DEFINE_TILE(MR, NV)                                                                        \
   DEFINE_UKR(SUF(ukr_p_##MR##_##NV), MR, NV, AREAD_PACKED)                                         \
   DEFINE_UKR(SUF(ukr_r_##MR##_##NV), MR, NV, AREAD_ROWS)                                           \
+  DEFINE_UKR_RAGGED(SUF(ukr_tp_##MR##_##NV), MR, NV, AREAD_PACKED)                                 \
+  DEFINE_UKR_RAGGED(SUF(ukr_tr_##MR##_##NV), MR, NV, AREAD_ROWS)                                   \
   DEFINE_PACK_A(SUF(pack_##MR##_##NV), MR)
 CN_GEMM_TILES(DEFINE_TILE)
 
@@ -103,13 +136,22 @@ typedef void SUF(ukr_fn)(int64_t kc, const void *a, const T *restrict b, T *cons
                          int fma);
 typedef void SUF(pack_fn)(T *restrict panel, int rows, int64_t kc, const T *restrict x,
                           const int64_t *row, int64_t ks, const int64_t *ktab);
+typedef void SUF(ragged_fn)(int64_t kc, const void *a, const T *restrict b, T *const *rows, int fma,
+                            int64_t f0, int64_t e0);
 typedef struct {
   int mr, nv;
   SUF(ukr_fn) * packed, *in_place;
+  SUF(ragged_fn) * ragged_packed, *ragged_in_place;
   SUF(pack_fn) * pack_a;
 } SUF(tile_kernels);
 #define TILE_ENTRY(MR, NV)                                                                         \
-  {MR, NV, SUF(ukr_p_##MR##_##NV), SUF(ukr_r_##MR##_##NV), SUF(pack_##MR##_##NV)},
+  {MR,                                                                                             \
+   NV,                                                                                             \
+   SUF(ukr_p_##MR##_##NV),                                                                         \
+   SUF(ukr_r_##MR##_##NV),                                                                         \
+   SUF(ukr_tp_##MR##_##NV),                                                                        \
+   SUF(ukr_tr_##MR##_##NV),                                                                        \
+   SUF(pack_##MR##_##NV)},
 static const SUF(tile_kernels) SUF(tiles)[] = {CN_GEMM_TILES(TILE_ENTRY)};
 
 /* ---- Packing ---- */
@@ -180,6 +222,8 @@ typedef struct {
   int mr, nr;
   int64_t m, n, k, mc, kc, nc, nic, njc;
   bool fma, fresh, in_place, direct, no_scratch;
+  cn_gemm_tri tri; /* a triangle of cells or of steps (loops.h), its bound's offset */
+  int64_t tri_offset;
   /* the groups' offsets: rows in c and x, columns in c and y, steps in x and y, batch points */
   walk c_m, c_n, x_m, x_k, y_k, y_n, c_b, x_b, y_b;
 } SUF(job);
@@ -190,10 +234,14 @@ static void SUF(cells)(const SUF(job) * j, T *cb, const T *xb, const T *yb, int6
                        int64_t n0, int64_t ncur, int64_t p0, int64_t kc) {
   for (int64_t i = i0; i < i1; i++)
     for (int64_t n = n0; n < n0 + ncur; n++) {
+      if (j->tri == CN_GEMM_TRI_N && n >= i + j->tri_offset) break; /* past the triangle */
+      int64_t from = p0, to = p0 + kc; /* a triangle of steps: the row's own */
+      if (j->tri == CN_GEMM_TRI_K && to > i + j->tri_offset) to = i + j->tri_offset;
+      if (j->tri == CN_GEMM_TRI_M && from < i - j->tri_offset + 1) from = i - j->tri_offset + 1;
       T *cell = cb + walk_at(&j->c_m, i) + walk_at(&j->c_n, n);
       const T *xr = xb + walk_at(&j->x_m, i), *yc = yb + walk_at(&j->y_n, n);
       T sum = j->fresh && p0 == 0 ? 0 : *cell;
-      for (int64_t k = p0; k < p0 + kc; k++) {
+      for (int64_t k = from; k < to; k++) {
         T xv = xr[walk_at(&j->x_k, k)], yv = yc[walk_at(&j->y_k, k)];
         sum = j->fma ? FMA_SCALAR(xv, yv, sum) : sum + xv * yv;
       }
@@ -276,20 +324,58 @@ static void SUF(range)(void *envp, int64_t lo, int64_t hi) {
               apanel = ar;
             }
             const int64_t *const row = crow + i0, *const col = ccol + j0;
-            if (j->direct && rows == mr && cols == nr) {
+            /* a triangle: row r's cells q < diag + r, or its steps f0 + r <= k < e0 + r; a tile
+             * with none is left as it is */
+            int64_t diag = nr, f0 = 0, e0 = 0;
+            if (j->tri == CN_GEMM_TRI_N) {
+              diag = m0 + i0 + j->tri_offset - n0 - j0;
+              if (diag + rows - 1 <= 0) continue;
+            } else if (j->tri == CN_GEMM_TRI_K) {
+              f0 = -mr;
+              e0 = m0 + i0 + j->tri_offset - p0;
+              if (e0 + rows - 1 <= 0) continue;
+            } else if (j->tri == CN_GEMM_TRI_M) {
+              f0 = m0 + i0 - j->tri_offset + 1 - p0;
+              e0 = kc + mr;
+              if (f0 >= kc) continue;
+            }
+            const bool steps = j->tri == CN_GEMM_TRI_K || j->tri == CN_GEMM_TRI_M;
+            SUF(ragged_fn) *const ragged =
+                j->in_place ? j->tile->ragged_in_place : j->tile->ragged_packed;
+            if (j->direct && rows == mr && cols == nr && nr <= diag) {
               for (int r = 0; r < mr; r++) rp[r] = cb + row[r] + col[0];
-              kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
+              if (steps)
+                ragged(kc, apanel, bp + j0 * kc, rp, j->fma, f0, e0);
+              else
+                kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
               continue;
             }
-            _Alignas(64) T tile[MAX_TILE_VECTORS * VL]; /* an edge, or columns apart in c */
+            /* an edge, columns apart in c, or a diagonal: row r's first `take` cells of c in and
+             * out of a tile of its own (along c's row where its columns are adjacent) */
+            _Alignas(64) T tile[MAX_TILE_VECTORS * VL];
             for (int r = 0; r < mr; r++) {
-              rp[r] = tile + r * nr;
-              for (int q = 0; q < nr; q++)
-                tile[r * nr + q] = !fresh && r < rows && q < cols ? cb[row[r] + col[q]] : 0;
+              T *const t = rp[r] = tile + r * nr;
+              const int64_t limit = cols < diag + r ? cols : diag + r;
+              const int take = r < rows && limit > 0 ? (int)limit : 0;
+              int q = 0;
+              if (!fresh && j->direct)
+                for (const T *const from = cb + row[r] + col[0]; q < take; q++) t[q] = from[q];
+              else if (!fresh)
+                for (; q < take; q++) t[q] = cb[row[r] + col[q]];
+              for (; q < nr; q++) t[q] = 0;
             }
-            kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
-            for (int r = 0; r < rows; r++)
-              for (int q = 0; q < cols; q++) cb[row[r] + col[q]] = tile[r * nr + q];
+            if (steps)
+              ragged(kc, apanel, bp + j0 * kc, rp, j->fma, f0, e0);
+            else
+              kernel(kc, apanel, bp + j0 * kc, rp, fresh, j->fma);
+            for (int r = 0; r < rows; r++) {
+              const T *const t = tile + r * nr;
+              const int64_t limit = cols < diag + r ? cols : diag + r;
+              if (j->direct)
+                for (int64_t q = 0; q < limit; q++) cb[row[r] + col[0] + q] = t[q];
+              else
+                for (int64_t q = 0; q < limit; q++) cb[row[r] + col[q]] = t[q];
+            }
           }
       }
     }
@@ -301,7 +387,12 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   const int64_t batch = a[CN_GEMM_ARG_BATCH], m = a[CN_GEMM_ARG_M], n = a[CN_GEMM_ARG_N];
   if (batch <= 0 || m <= 0 || n <= 0) return;
   int mr = (int)a[CN_GEMM_ARG_TILE_MR], nv = (int)a[CN_GEMM_ARG_TILE_NV];
-  if (mr <= 0 || nv <= 0) { /* the default, narrowed to fewer columns for a narrow product */
+  const cn_gemm_tri tri = (cn_gemm_tri)a[CN_GEMM_ARG_TRI];
+  if ((mr <= 0 || nv <= 0) && tri == CN_GEMM_TRI_N) {
+    /* one vector of columns: the diagonal crosses few cells of a tile, more lie below it */
+    nv = 1;
+    mr = DEFAULT_MR * DEFAULT_NV < MAX_TILE_ROWS ? DEFAULT_MR * DEFAULT_NV : MAX_TILE_ROWS;
+  } else if (mr <= 0 || nv <= 0) { /* the default, narrowed to fewer columns for a narrow one */
     nv = n < DEFAULT_NV * VL ? (int)((n + VL - 1) / VL) : DEFAULT_NV;
     mr =
         DEFAULT_MR * DEFAULT_NV / nv < MAX_TILE_ROWS ? DEFAULT_MR * DEFAULT_NV / nv : MAX_TILE_ROWS;
@@ -327,6 +418,8 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   j.fma = flags & CN_GEMM_FMA;
   j.fresh = flags & CN_GEMM_FRESH;
   j.no_scratch = flags & CN_GEMM_NO_SCRATCH;
+  j.tri = tri;
+  j.tri_offset = a[CN_GEMM_ARG_TRI_OFFSET];
   walk_of(a, CN_GEMM_M, CN_GEMM_LOOP_C, &j.c_m);
   walk_of(a, CN_GEMM_N, CN_GEMM_LOOP_C, &j.c_n);
   walk_of(a, CN_GEMM_M, CN_GEMM_LOOP_X, &j.x_m);
@@ -353,6 +446,9 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
 #undef UPDATE_EXACT
 #undef UPDATE_FMA
 #undef DEFINE_UKR
+#undef DEFINE_UKR_RAGGED
+#undef RAGGED_GUARD
+#undef RAGGED_ALL
 #undef DEFINE_TILE
 #undef DEFINE_PACK_A
 #undef TILE_ENTRY
