@@ -22,8 +22,8 @@
  * alike), and the code that needs no constant of the GEMM (the edge tile's gather and scatter
  * where c's columns are adjacent, the transposed fill of y) is one function per precision in the
  * file's preamble, not one copy per GEMM. A GEMM the GEMM library runs (gemm_lib.h: single or
- * double precision) keeps this driver only for -DCN_STANDALONE (an
- * exported model) and otherwise calls the library (see "The GEMM library" below). */
+ * double precision) keeps this driver only for -DCN_STANDALONE (an exported model) and otherwise
+ * calls the library (see "The GEMM library" below). */
 #include "backend/cgen.h"
 #include "backend/gemm_lib.h"
 
@@ -728,9 +728,9 @@ static int64_t row_block(const geometry *geo) {
 }
 
 /* ---- The GEMM library ----
- * A GEMM the library runs (backend/gemm_lib.h: single or double precision) is
- * described by its sizes, plan, flags and loops (each one's group, extent and steps in c, x and y)
- * and run through the object's pointer <routine>_gemm_lib, which the C backend sets when it loads
+ * A GEMM the library runs (backend/gemm_lib.h: single or double precision) is described by its
+ * sizes, plan, flags, triangle and loops (each one's group, extent and steps in c, x and y) and
+ * run through the object's pointer <routine>_gemm_lib, which the C backend sets when it loads
  * the object (cc.c load_object); the generated driver stays in the text, compiled only with
  * -DCN_STANDALONE (an exported model, which needs nothing of cannl) and skipped by the
  * preprocessor otherwise: a GEMM then costs the compiler almost nothing. Both compute the same

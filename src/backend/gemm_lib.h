@@ -56,7 +56,6 @@ enum {
   CN_GEMM_LOOP_Y,
   CN_GEMM_LOOP
 };
-#define CN_GEMM_LIB_MAX_LOOPS 16 /* CN_GEMM_MAX_LOOPS of loops/loops.h */
 
 /* CN_GEMM_ARG_FLAGS: double precision (else single), fused multiply-adds, c not read (the first
  * step starts from +0), blocks of cells split across the pool's threads, no scratch memory (a

@@ -72,15 +72,14 @@ typedef struct {
   int n;
   bool linear;
   int64_t stride;
-  int64_t extent[CN_GEMM_LIB_MAX_LOOPS], step[CN_GEMM_LIB_MAX_LOOPS];
+  int64_t extent[CN_GEMM_MAX_LOOPS], step[CN_GEMM_MAX_LOOPS];
 } walk;
 
 static void walk_of(const int64_t *a, int role, int access, walk *w) {
   const int64_t *loop = a + CN_GEMM_ARGS;
-  int64_t extent[CN_GEMM_LIB_MAX_LOOPS], step[CN_GEMM_LIB_MAX_LOOPS];
+  int64_t extent[CN_GEMM_MAX_LOOPS], step[CN_GEMM_MAX_LOOPS];
   int n = 0;
-  for (int64_t l = 0; l < a[CN_GEMM_ARG_LOOPS] && n < CN_GEMM_LIB_MAX_LOOPS;
-       l++, loop += CN_GEMM_LOOP)
+  for (int64_t l = 0; l < a[CN_GEMM_ARG_LOOPS] && n < CN_GEMM_MAX_LOOPS; l++, loop += CN_GEMM_LOOP)
     if (loop[CN_GEMM_LOOP_ROLE] == role) {
       extent[n] = loop[CN_GEMM_LOOP_EXTENT];
       step[n++] = loop[access];
@@ -113,7 +112,7 @@ static void walk_fill(const walk *w, int64_t f0, int64_t count, int64_t *out) {
     for (int64_t i = 0; i < count; i++) out[i] = w->stride * (f0 + i);
     return;
   }
-  int64_t digit[CN_GEMM_LIB_MAX_LOOPS], offset = 0, f = f0;
+  int64_t digit[CN_GEMM_MAX_LOOPS], offset = 0, f = f0;
   for (int i = 0; i < w->n; i++) {
     digit[i] = f % w->extent[i];
     offset += w->step[i] * digit[i];
