@@ -357,10 +357,10 @@ static void SUF(range)(void *envp, int64_t lo, int64_t hi) {
               T *const t = rp[r] = tile + r * nr;
               const int64_t limit = cols < diag + r ? cols : diag + r;
               const int take = r < rows && limit > 0 ? (int)limit : 0;
-              int q = 0;
-              if (!fresh && j->direct)
+              int q = 0; /* (row[r] is set for the tile's rows only: no pointer past them) */
+              if (!fresh && take > 0 && j->direct)
                 for (const T *const from = cb + row[r] + col[0]; q < take; q++) t[q] = from[q];
-              else if (!fresh)
+              else if (!fresh && take > 0)
                 for (; q < take; q++) t[q] = cb[row[r] + col[q]];
               for (; q < nr; q++) t[q] = 0;
             }
