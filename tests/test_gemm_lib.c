@@ -252,7 +252,11 @@ static bool check_case(const cn_gemm_isa *isa, const gemm_case *g, bool dbl, con
 
 /* Drawn GEMMs per instruction set, and the most multiply-adds of one (make test-valgrind runs
  * fewer, smaller ones: `test_gemm_lib CASES MAX_WORK`). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+static int cases = 30; /* the sanitizers' Debug build took 587 s for 300 */
+#else
 static int cases = 300;
+#endif
 static int64_t max_work = INT64_MAX;
 
 /* The context's pool is one per thread count (cn_pool_of replaces it): taken for each case. */
