@@ -17,7 +17,7 @@
  * skipped with a message): the e2e cases on cuda against generated C bit for bit, every op against
  * generated C (exact, but a stated relative tolerance for the transcendental functions CUDA's
  * library computes: log, exp2, log2, sin, cos, pow, and exp/tanh/gelu on double), and the moons
- * steps within 1e-4 of generated C. */
+ * steps within 1e-4 of generated C; a routine's scratch cleared on the device before each run. */
 #define _DEFAULT_SOURCE
 #include "../demo/moons.h"
 #include "e2e_cases.h"
@@ -682,7 +682,41 @@ static void test_no_gpu(void) {
 
 /* ---- With a GPU ---- */
 
+/* A routine's scratch on the GPU: t =+ a with t CN_MEM_LOCAL (read before written, so cleared
+ * before each run), c =:+ t * a. Three runs queued, then one read: c = a * a only if every run
+ * found t at zero (a kept t gives 3 a * a by the third). The clears are the device's: a is the one
+ * upload, no zeros go up from the host. */
+static void test_gpu_scratch(cn_backend_kind cuda) {
+  cn_ctx *ctx = cn_ctx_create();
+  int64_t n = 3;
+  cn_node *a = node(ctx, "a", CN_PREC_SINGLE, 1, &n), *t = node(ctx, "t", CN_PREC_SINGLE, 1, &n);
+  cn_node *c = node(ctx, "c", CN_PREC_SINGLE, 1, &n);
+  CHECK_INT(cn_node_set_values(a, false, (const double[]){1, 2, 3}, 3), CN_OK);
+  CHECK_INT(cn_node_set_memory(t, CN_MEM_LOCAL), CN_OK);
+  cn_symbol i = cn_symbol_create(ctx, "i", 0);
+  cn_index map = cn_index_iter(i);
+  cn_proj_tensor one = {1, &n, &map}, two[2] = {one, one};
+  cn_asgn *steps[2] = {cn_asgn_accum(ctx, false, CN_OP_ADD, t, CN_OP_ID, (cn_buffer[]){{a, false}},
+                                     cn_proj_create(ctx, 1, &i, &n, one, 1, &one)),
+                       cn_asgn_accum(ctx, true, CN_OP_ADD, c, CN_OP_MUL,
+                                     (cn_buffer[]){{t, false}, {a, false}},
+                                     cn_proj_create(ctx, 1, &i, &n, one, 2, two))};
+  cn_routine *r = steps[0] && steps[1]
+                      ? cn_routine_compile(ctx, cn_asgn_seq(ctx, 2, steps), cuda, "scratch")
+                      : NULL;
+  CHECK_MSG(r != NULL, "%s", cn_ctx_error(ctx));
+  for (int rep = 0; r && rep < 3; rep++)
+    CHECK_MSG(cn_routine_run(r) == CN_OK, "%s", cn_ctx_error(ctx));
+  double got[3] = {0, 0, 0};
+  CHECK_INT(cn_node_get_values(c, false, got, 3), CN_OK);
+  CHECK(got[0] == 1 && got[1] == 4 && got[2] == 9);
+  CHECK_INT(cn_ctx_stat(ctx, CN_STAT_UPLOADS), 1);
+  cn_routine_free(r);
+  cn_ctx_destroy(ctx);
+}
+
 static void test_gpu(cn_backend_kind cuda) {
+  test_gpu_scratch(cuda);
   backends[0] = CN_BACKEND_C;
   backends[1] = cuda;
   n_backends = 2;

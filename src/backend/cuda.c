@@ -20,8 +20,9 @@
  * arguments the kernel's buffers (CUdeviceptr) then every free symbol (int64); the kernels run in
  * order on the default stream, and run returns once they are launched (asynchronous: the device's
  * synchronize, cuCtxSynchronize, waits and reports a failed kernel; the runtime calls it when the
- * host reads a node a run wrote; cuMemcpyHtoD and cuMemFree wait for the stream themselves). A
- * device buffer handle is
+ * host reads a node a run wrote; cuMemcpyHtoD and cuMemFree wait for the stream themselves).
+ * Clears (a routine's scratch, a node no one wrote) are cuMemsetD8Async on the same stream: a
+ * run with scratch queues behind the last one instead of waiting for it. A device buffer handle is
  * the CUdeviceptr itself (no allocation of ours around it). Invariants: a compiled state owns its
  * program, PTX, log and loaded module; the device is process-wide (the primary context of the GPU,
  * retained until exit), and each call makes it current on the calling thread first. */
@@ -112,6 +113,23 @@ static cn_status device_download(cn_ctx *ctx, const cn_device *dev, void *host, 
   return status != CN_OK ? status : result ? cuda_failed(ctx, gpu, result, "download") : CN_OK;
 }
 
+/* Zeros on the device (a routine's scratch, a node never written): queued on the default stream
+ * behind the kernels launched before it, so the host neither uploads zeros nor waits for the
+ * previous run to stop reading them. */
+static cn_status device_clear(cn_ctx *ctx, const cn_device *dev, void *buffer, size_t bytes) {
+  (void)dev;
+  const cn_cuda_gpu *gpu;
+  cn_status status = gpu_current(ctx, &gpu);
+  int result = status == CN_OK && bytes
+                   ? gpu->memset_async((cn_cu_ptr)(uintptr_t)buffer, 0, bytes, NULL)
+                   : 0;
+  if (status != CN_OK) return status;
+  if (result == 0) return CN_OK;
+  char what[64];
+  snprintf(what, sizeof what, "clear of %zu bytes", bytes);
+  return cuda_failed(ctx, gpu, result, what);
+}
+
 static cn_status device_synchronize(cn_ctx *ctx, const cn_device *dev) {
   (void)dev;
   const cn_cuda_gpu *gpu;
@@ -133,6 +151,7 @@ static const cn_device cuda_device = {
     .download = device_download,
     .synchronize = device_synchronize,
     .free = device_free,
+    .clear = device_clear,
 };
 
 /* The device; without one the reason, and whether kernels still compile (NVRTC found). */

@@ -248,6 +248,7 @@ static void load_gpu(void) {
             find_symbol(h, "cuMemFree_v2", &gpu.mem_free, why, sizeof why) &&
             find_symbol(h, "cuMemcpyHtoD_v2", &gpu.htod, why, sizeof why) &&
             find_symbol(h, "cuMemcpyDtoH_v2", &gpu.dtoh, why, sizeof why) &&
+            find_symbol(h, "cuMemsetD8Async", &gpu.memset_async, why, sizeof why) &&
             find_symbol(h, "cuModuleLoadData", &gpu.module_load_data, why, sizeof why) &&
             find_symbol(h, "cuModuleUnload", &gpu.module_unload, why, sizeof why) &&
             find_symbol(h, "cuModuleGetFunction", &gpu.module_get_function, why, sizeof why) &&

@@ -54,6 +54,8 @@ typedef struct {
   int (*mem_free)(cn_cu_ptr ptr);
   int (*htod)(cn_cu_ptr dst, const void *src, size_t bytes);
   int (*dtoh)(void *dst, cn_cu_ptr src, size_t bytes);
+  /* cuMemsetD8Async on the default stream: ordered with the kernels, the host not waiting */
+  int (*memset_async)(cn_cu_ptr dst, unsigned char value, size_t bytes, void *stream);
   int (*module_load_data)(void **module, const void *image);
   int (*module_unload)(void *module);
   int (*module_get_function)(void **function, void *module, const char *name);
