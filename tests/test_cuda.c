@@ -11,7 +11,8 @@
  * prelude in a namespace of its own) gives builtins.h's bits for its helpers on every pair of edge
  * values, which checks the transformation of builtins.h (overloads for _Generic, cn_bit_copy for
  * memcpy) without a GPU; the CUDA programs themselves compiled by g++ and run on the host
- * ("cudahost": every work item of each grid in turn, the kernel ABI's arguments), which must give
+ * ("cudahost", tests/cudahost.h: the kernel ABI's arguments, every work item of each grid in turn,
+ * a tiled GEMM kernel's blocks by threads meeting at barriers), which must give
  * the interpreter's bits on the e2e cases and generated C's on every op and conversion; and,
  * without a GPU, the clear error of the device and of a routine run on "cuda". With a GPU (else
  * skipped with a message): the e2e cases on cuda against generated C bit for bit, every op against
@@ -22,6 +23,7 @@
 #include "../demo/moons.h"
 #include "e2e_cases.h"
 #include "ops_cases.h"
+#include "cudahost.h"
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
@@ -250,55 +252,14 @@ static void host_calls(FILE *out) {
 }
 }
 
-/* The C++ program around the prelude: the CUDA intrinsics the head uses, defined on the host. */
-static const char cxx_head[] =
-    "#include <stdio.h>\n#include <string.h>\n#include <math.h>\n"
-    "static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
-    "static float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
-    "static float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }\n"
-    "static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; "
-    "}\n"
-    "static double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }\n"
-    "#undef NAN\n#undef INFINITY\n"
-    "#undef INT64_MIN\n#undef INT64_MAX\n#undef UINT64_MAX\n#undef INT32_MIN\n#undef INT32_MAX\n"
-    "#undef UINT32_MAX\n#undef INT64_C\n#undef UINT64_C\n"
-    "namespace cu {\n";
-
-/* The host's C++ compiler ($CXX, else g++), or NULL after saying that `what` is skipped. */
-static const char *host_cxx(const char *what) {
-  const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
-  char command[1024];
-  snprintf(command, sizeof command, "%s --version >/dev/null 2>&1", cxx);
-  if (system(command) == 0) return cxx;
-  printf("test_cuda: no C++ compiler '%s': %s skipped\n", cxx, what);
-  return NULL;
-}
-
-/* Compiles the C++ text into dir/name (an executable, or a shared object when `shared`); false
- * after a failed check. src (dir/name.cpp) is left for the caller to remove. */
-static bool compile_cxx(const char *cxx, const char *text, const char *dir, const char *name,
-                        bool shared, char *src, char *out, size_t size) {
-  snprintf(src, size, "%s/%s.cpp", dir, name);
-  snprintf(out, size, "%s/%s", dir, name);
-  FILE *f = fopen(src, "w");
-  CHECK(f && fputs(text, f) >= 0);
-  if (f) fclose(f);
-  char command[2048];
-  snprintf(command, sizeof command, "%s -std=c++17 -w -O1 -ffp-contract=off%s -o %s %s", cxx,
-           shared ? " -shared -fPIC" : "", out, src);
-  bool ok = system(command) == 0;
-  CHECK_MSG(ok, "%s failed on %s", cxx, src);
-  return ok;
-}
-
 static void test_prelude_host(void) {
-  const char *cxx = host_cxx("the prelude's host check");
+  const char *cxx = cudahost_cxx_find("test_cuda: the prelude's host check");
   if (!cxx) return;
   cn_ctx *ctx = cn_ctx_create();
   cn_sbuf body = {0}, program = {0};
   cn_sbuf_puts(&body, XSTR(FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I)
                                WORD_CALLS(TEXT_W)) " cn_f32_bits cn_f64_bits cn_int64_to_u4x32");
-  cn_sbuf_puts(&program, cxx_head);
+  cn_sbuf_puts(&program, cudahost_head);
   CHECK_INT(cn_cgen_cuda.prelude(ctx, &program, &body), CN_OK);
   cn_sbuf_printf(&program, "static const double float_vals[] = {");
   for (int i = 0; i < NVALS; i++) {
@@ -320,7 +281,7 @@ static void test_prelude_host(void) {
                  FLOAT_CALLS(TEXT_F) DOUBLE_CALLS(TEXT_D) INT_CALLS(TEXT_I) WORD_CALLS(TEXT_W));
   char dir[] = "/tmp/cannl-test-cuda-cxx-XXXXXX", src[128], exe[128];
   CHECK(mkdtemp(dir) != NULL && !program.failed);
-  compile_cxx(cxx, program.data, dir, "prelude", false, src, exe, sizeof src);
+  cudahost_compile_cxx(cxx, program.data, dir, "prelude", false, src, exe, sizeof src);
   char *want = NULL, *got = NULL;
   size_t want_len = 0, got_len = 0;
   FILE *mem = open_memstream(&want, &want_len);
@@ -413,112 +374,13 @@ static void compare_ops(cn_backend_kind reference, cn_backend_kind backend, bool
   }
 }
 
-/* ---- The CUDA programs run on the host ----
- * "cudahost", a backend registered here: a procedure's kernel program in the CUDA dialect (the
- * very source NVRTC compiles) compiled by g++ with the host intrinsics of cxx_head and a launcher
- * that runs every work item of each kernel's grid in turn (blockIdx, blockDim, threadIdx set as
- * a launch of 256-thread blocks would, the items past work_items included, which the kernel's
- * guard must skip), passing the kernel's buffers by the kernel ABI (argument k the routine's
- * buffer params[k], then every free symbol). Without a GPU this checks what the kernels compute,
- * bit for bit against the interpreter and generated C. */
-
-typedef struct {
-  void *handle;
-  void (*launch)(void *const *buffers, const int64_t *syms);
-} host_program;
-
-static const char *cudahost_cxx;
-static char cudahost_dir[64];
-static int cudahost_count;
-
-static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
-                                  const char **source) {
-  cn_kernel_program program;
-  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, NULL, &program);
-  CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
-  if (status != CN_OK) return status;
-  cn_sbuf cpp = {0};
-  cn_sbuf_puts(&cpp, cxx_head);
-  cn_sbuf_puts(&cpp, "struct cn_dim3 {\n  unsigned x, y, z;\n};\n"
-                     "static cn_dim3 blockIdx, blockDim, threadIdx;\n#define __global__\n");
-  cn_sbuf_puts(&cpp, program.source);
-  cn_sbuf_puts(&cpp, "struct cn_ptr {\n  void *p;\n  template <class T> operator T *() const {\n"
-                     "    return (T *)p;\n  }\n};\n"
-                     "extern \"C\" void cn_host_launch(void *const *b, const long long *s) {\n"
-                     "  blockDim.x = 256;\n");
-  for (int k = 0; k < program.n_kernels; k++) {
-    const cn_kernel *kernel = &program.kernels[k];
-    long long items = (kernel->work_items + 255) / 256 * 256;
-    cn_sbuf_printf(&cpp,
-                   "  for (long long id = 0; id < %lld; id++) {\n"
-                   "    blockIdx.x = (unsigned)(id / 256);\n"
-                   "    threadIdx.x = (unsigned)(id %% 256);\n    %s(",
-                   items, kernel->name);
-    for (int a = 0; a < kernel->n_args; a++)
-      cn_sbuf_printf(&cpp, "%scn_ptr{b[%d]}", a ? ", " : "", kernel->params[a]);
-    for (int j = 0; j < proc->n_free_syms; j++)
-      cn_sbuf_printf(&cpp, "%ss[%d]", kernel->n_args + j ? ", " : "", j);
-    cn_sbuf_puts(&cpp, ");\n  }\n");
-  }
-  cn_sbuf_puts(&cpp, "}\n}\n");
-  cn_kernel_program_free(&program);
-  char name[64], src[256], lib[256];
-  snprintf(name, sizeof name, "p%d.so", cudahost_count++);
-  host_program *h = calloc(1, sizeof *h);
-  bool ok = h && !cpp.failed &&
-            compile_cxx(cudahost_cxx, cpp.data, cudahost_dir, name, true, src, lib, sizeof src);
-  if (ok) {
-    h->handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    CHECK_MSG(h->handle, "%s", dlerror());
-    void *fn = h->handle ? dlsym(h->handle, "cn_host_launch") : NULL;
-    memcpy(&h->launch, &fn, sizeof fn);
-    ok = h->launch != NULL;
-    unlink(lib);
-    unlink(src);
-  }
-  cn_sbuf_free(&cpp);
-  if (!ok) {
-    if (h && h->handle) dlclose(h->handle);
-    free(h);
-    return cn_fail(ctx, CN_ERR_COMPILE, "%s: the CUDA program does not build on the host",
-                   proc->name);
-  }
-  *compiled = h;
-  *source = NULL;
-  return CN_OK;
-}
-
-static cn_status cudahost_run(cn_ctx *ctx, void *compiled, void *const *buffers,
-                              const int64_t *syms) {
-  (void)ctx;
-  ((host_program *)compiled)->launch(buffers, syms);
-  return CN_OK;
-}
-
-static void cudahost_release(void *compiled) {
-  host_program *h = compiled;
-  dlclose(h->handle);
-  free(h);
-}
-
-static const cn_backend cudahost_backend = {
-    .name = "cudahost",
-    .compile = cudahost_compile,
-    .run = cudahost_run,
-    .release = cudahost_release,
-};
+/* ---- The CUDA programs run on the host (tests/cudahost.h) ---- */
 
 /* The e2e cases against the interpreter's bits, every op and conversion against generated C's
  * (exact: the host's libm on both sides), and the Tile nests, on cudahost. */
 static void test_on_host(void) {
-  cudahost_cxx = host_cxx("running the CUDA programs on the host");
-  if (!cudahost_cxx) return;
-  snprintf(cudahost_dir, sizeof cudahost_dir, "/tmp/cannl-test-cudahost-XXXXXX");
-  CHECK(mkdtemp(cudahost_dir) != NULL);
-  cn_ctx *ctx = cn_ctx_create();
   cn_backend_kind host;
-  CHECK_MSG(cn_backend_register(ctx, &cudahost_backend, &host) == CN_OK, "%s", cn_ctx_error(ctx));
-  cn_ctx_destroy(ctx);
+  if (!cudahost_register("test_cuda: running the CUDA programs on the host", &host)) return;
   backends[0] = CN_BACKEND_INTERP;
   backends[1] = host;
   n_backends = 2;
@@ -526,8 +388,8 @@ static void test_on_host(void) {
   e2e_run_all();
   compare_ops(CN_BACKEND_C, host, true);
   test_tile_on(host);
-  CHECK_INT(cudahost_count, 25 + CN_PREC_COUNT + 3);
-  rmdir(cudahost_dir);
+  CHECK_INT(cudahost.programs, 25 + CN_PREC_COUNT + 3);
+  cudahost_done();
 }
 
 /* The architecture PTX is compiled for: 90 without a GPU; with one, its compute capability when

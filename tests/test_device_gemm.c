@@ -11,10 +11,14 @@
  * triangles: cells (n < m + 3, the others keep their values), steps (k < m - 2: row m its own
  * prefix) and rows (m < k + 5, the M loop inside the K loop: row m a suffix). Also the tile's
  * shape under a small device (work-groups of at most 4 work items: the tile shrinks), through the
- * kernel view directly, and the CUDA variant of every case compiled to PTX by NVRTC with a clean
- * log (skipped with a message without NVRTC). */
+ * kernel view directly; the CUDA variant of every case compiled to PTX by NVRTC with a clean log
+ * (skipped with a message without NVRTC), and run on the host as CUDA code (tests/cudahost.h: each
+ * block's threads meet at real barriers, `__shared__` slices shared), bit for bit against C in
+ * both modes (skipped with a message without a C++ compiler): the CUDA tile's indices, slices and
+ * barriers, checked without a GPU. */
 #include "loops_check.h"
 #include "snapshot.h"
+#include "cudahost.h"
 
 #include "backend/cuda.h"
 #include "backend/cuda_rt.h"
@@ -307,30 +311,64 @@ static void check_ptx(bool exact) {
   cn_ctx_destroy(ctx);
 }
 
-/* Every case on C and on OpenCL, from the same buffers. */
-static void check_mode(bool exact) {
+/* Runs proc as the CUDA program on the host (tests/cudahost.h) from `start`; its buffers after the
+ * run in *after. */
+static void run_cudahost(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *start,
+                         snapshot *after) {
+  void *compiled = NULL;
+  const char *source = NULL;
+  CHECK_MSG(cudahost_backend.compile(ctx, proc, &compiled, &source) == CN_OK, "%s",
+            cn_ctx_error(ctx));
+  if (!compiled) return;
+  for (int p = 0; p < proc->n_params; p++) {
+    after->bytes[p] = start->bytes[p];
+    after->data[p] = malloc(start->bytes[p]);
+    if (after->data[p]) memcpy(after->data[p], start->data[p], start->bytes[p]);
+  }
+  void *bufs[SNAPSHOT_MAX_PARAMS] = {0};
+  for (int p = 0; p < proc->n_params; p++) bufs[p] = after->data[p];
+  CHECK_INT(cudahost_backend.run(ctx, compiled, bufs, NULL), CN_OK);
+  cudahost_backend.release(compiled);
+}
+
+/* Every case's c from a device against C's, cell by cell. */
+static void compare_cases(const snapshot *want, const snapshot *got, const char *device,
+                          bool exact) {
+  for (int k = 0; k < N_CASES; k++) {
+    int c = 3 * k + 2;
+    if (!got->data[c]) continue;
+    size_t cell = cn_prec_bytes(cases[k].prec);
+    int64_t at = first_difference(want->data[c], got->data[c], want->bytes[c], cell);
+    CHECK_MSG(at < 0, "%s %s: cell %lld of c differs: C %.9g, %s %.9g", cases[k].label,
+              exact ? "exact" : "fma", (long long)at,
+              at < 0 ? 0 : cn_prec_cell_to_double(cases[k].prec, want->data[c] + (size_t)at * cell),
+              device,
+              at < 0 ? 0 : cn_prec_cell_to_double(cases[k].prec, got->data[c] + (size_t)at * cell));
+  }
+}
+
+/* Every case on C and on OpenCL (or, `on_host`, as the CUDA program run on the host), from the
+ * same buffers. */
+static void check_mode(bool exact, bool on_host) {
   cn_ctx *ctx = cn_ctx_create();
   cn_ll_proc *proc = all_cases(ctx, exact);
   snapshot start, want, got = {{0}, {0}};
   snapshot_save(proc, &start);
   snapshot_run(ctx, &cn_backend_c, proc, proc, &start, &want);
-  const char *source = "";
-  run_opencl(ctx, proc, &start, &got, &source);
-  /* every nest a tiled kernel, each with its two slices in local memory */
-  CHECK_INT(count_of(source, "__local "), 2 * N_CASES);
-  CHECK_INT(count_of(source, "barrier(CLK_LOCAL_MEM_FENCE);"), 2 * N_CASES);
-  if (!exact) CHECK_HAS(source, "fma(");
-  if (exact) CHECK(!strstr(source, "fma("));
-  for (int k = 0; k < N_CASES; k++) {
-    int c = 3 * k + 2;
-    if (!got.data[c]) continue;
-    size_t cell = cn_prec_bytes(cases[k].prec);
-    int64_t at = first_difference(want.data[c], got.data[c], want.bytes[c], cell);
-    CHECK_MSG(at < 0, "%s %s: cell %lld of c differs: C %.9g, OpenCL %.9g", cases[k].label,
-              exact ? "exact" : "fma", (long long)at,
-              at < 0 ? 0 : cn_prec_cell_to_double(cases[k].prec, want.data[c] + (size_t)at * cell),
-              at < 0 ? 0 : cn_prec_cell_to_double(cases[k].prec, got.data[c] + (size_t)at * cell));
+  if (on_host) {
+    int tiled = cudahost.tiled_kernels;
+    run_cudahost(ctx, proc, &start, &got);
+    CHECK_INT(cudahost.tiled_kernels - tiled, N_CASES); /* every nest a tiled kernel */
+  } else {
+    const char *source = "";
+    run_opencl(ctx, proc, &start, &got, &source);
+    /* every nest a tiled kernel, each with its two slices in local memory */
+    CHECK_INT(count_of(source, "__local "), 2 * N_CASES);
+    CHECK_INT(count_of(source, "barrier(CLK_LOCAL_MEM_FENCE);"), 2 * N_CASES);
+    if (!exact) CHECK_HAS(source, "fma(");
+    if (exact) CHECK(!strstr(source, "fma("));
   }
+  compare_cases(&want, &got, on_host ? "cudahost" : "OpenCL", exact);
   snapshot_release(proc, &start);
   snapshot_release(proc, &want);
   snapshot_release(proc, &got);
@@ -374,6 +412,12 @@ int main(void) {
   check_limits();
   check_ptx(true);
   check_ptx(false);
+  cn_backend_kind host;
+  if (cudahost_register("test_device_gemm: the CUDA kernels on the host", &host)) {
+    check_mode(true, true);
+    check_mode(false, true);
+    cudahost_done();
+  }
   cn_ctx *probe = cn_ctx_create();
   char device[1400];
   if (cn_backend_device(probe, opencl, device, sizeof device) != CN_OK) {
@@ -383,7 +427,7 @@ int main(void) {
   }
   printf("OpenCL device: %s\n", device);
   cn_ctx_destroy(probe);
-  check_mode(true);
-  check_mode(false);
+  check_mode(true, false);
+  check_mode(false, false);
   CHECK_DONE();
 }
