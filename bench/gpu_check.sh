@@ -1,9 +1,11 @@
 #!/bin/sh
 # The CUDA check for a machine with an NVIDIA GPU (the lead runs it where one is lent; it takes
-# a few minutes; the steps' limits add up to under 8 with the build): builds cannl in build-gpu/, lists the devices, runs
+# a few minutes; the steps' limits add up to about 11 with the build): builds cannl in build-gpu/, lists the devices, runs
 # test_cuda (every kernel to PTX, then the e2e cases, every op and the moons steps on the GPU
-# against generated C) and times matmul 1024/4096, the MLP step and the conv step on generated C
-# and on cuda (bench_device: median ms and GFLOP/s). Each step has a time limit; the script goes
+# against generated C), test_device_gemm (the tiled GEMM kernels on the GPU against generated C,
+# bit for bit) and times matmul 1024/4096, the MLP step and the conv step on generated C
+# and on cuda (bench_device: median ms and GFLOP/s), then matmul 4096 under five other tiles
+# (CANNL_DEVICE_TILE). Each step has a time limit; the script goes
 # on after a failed step and exits non-zero if any failed. Usage: bench/gpu_check.sh [BUILD_DIR]
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -21,10 +23,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
   echo "(no nvidia-smi)"
 # (the build needs what any build of cannl needs: cmake, a C compiler, the OpenCL headers)
 step 60 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
-step 180 cmake --build "$build" -j"$jobs" --target cannl test_cuda bench_bench_device
+step 180 cmake --build "$build" -j"$jobs" --target cannl test_cuda test_device_gemm bench_bench_device
 step 20 "$build/cannl" devices
 CANNL_CACHE_DIR="$PWD/$build/cache"
 export CANNL_CACHE_DIR
 step 100 "$build/test_cuda"
+step 60 "$build/test_device_gemm"
 step 110 "$build/bench_bench_device" --budget 1 c cuda
+# The tiled GEMM kernel's tile on this GPU (option device_tile; CUDA's own is 16x8x16): matmul
+# 4096 with the tile before it (16x4x16) and its neighbours, to confirm or replace the default.
+for tile in 16x4x16 16x8x8 16x8x32 8x8x16 32x4x16; do
+  export CANNL_DEVICE_TILE=$tile
+  step 30 "$build/bench_bench_device" --budget 1 --only "matmul 4096" cuda
+done
+unset CANNL_DEVICE_TILE
 exit $failed

@@ -127,8 +127,16 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               kept in a record that later compiles (any model, any process) reuse
  *               (CN_STAT_TUNE_RUNS, CN_STAT_TUNE_HITS); "full": 22 candidates; "off": the
  *               heuristic plan, records ignored. Never changes a result.
- *   A value of $CANNL_EXACT or $CANNL_TUNE outside the option's values fails the compile (with
- *   the closest value suggested) rather than being ignored.
+ *   "device_tile"  the tile of a device backend's matrix-product kernels (opencl, cuda): "auto"
+ *               (default: $CANNL_DEVICE_TILE, else "auto"; the backend's own: 16 x 16 work items of
+ *               4 x 4 cells on OpenCL, of 8 x 8 on CUDA, 16 reduction steps a slice in local
+ *               memory) or "<items>x<cells>x<steps>", e.g. "16x8x16": work items along each side
+ *               of a work-group, cells a work item computes along each side, steps a slice;
+ *               powers of two up to 32, 16 and 64. The tile shrinks for a small product and to
+ *               the device's limits. Never changes a result (a cell is one work item's, its
+ *               steps in order).
+ *   A value of $CANNL_EXACT, $CANNL_TUNE or $CANNL_DEVICE_TILE outside the option's values fails
+ *   the compile (with the closest value suggested where there is one) rather than being ignored.
  *   "interpret_below"  the least work, in cell updates over all its loops, of a routine that a
  *               script's statement (cn_notation_run, `cannl run`) compiles with the C backend
  *               at once: a count in [0, 2^62] (default: $CANNL_INTERPRET_BELOW, else 4096; 0:

@@ -1,8 +1,9 @@
 /* CUDA programs run on the host, for the tests that have no GPU (test_cuda, test_device_gemm).
  *
  * "cudahost" is a backend a test registers (cudahost_register): a procedure's kernel program in
- * the CUDA dialect, the very source NVRTC compiles, for the device limits NVRTC gets without a
- * GPU (1024 threads and 48 KiB of shared memory a block, so GEMMs are tiled kernels as on a GPU),
+ * the CUDA dialect, the very source NVRTC compiles without a GPU (cn_cuda_kernel_limits: 1024
+ * threads and 48 KiB of shared memory a block, CUDA's tile or the option "device_tile"'s, so GEMMs
+ * are tiled kernels as on a GPU),
  * compiled by the host's C++ compiler with the CUDA intrinsics of cudahost_head defined on the
  * host, and a launcher that runs each kernel's grid with the kernel ABI's arguments (argument k
  * the routine's buffer params[k], then every free symbol):
@@ -83,6 +84,7 @@ static struct {
   char dir[64];
   int programs;      /* compiled */
   int tiled_kernels; /* of those, kernels run by blocks of threads */
+  char *source;      /* the CUDA source of the last program compiled (malloc'd) */
 } cudahost;
 
 /* The launch of one kernel: its call, then the loop over its grid. */
@@ -134,8 +136,9 @@ static void cudahost_launch_text(cn_sbuf *cpp, const cn_ll_proc *proc, const cn_
 static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                                   const char **source) {
   cn_kernel_program program;
-  const cn_kernel_limits limits = {1024, 48 << 10}; /* NVRTC's without a GPU: cuda.c */
-  cn_status status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &limits, &program);
+  cn_kernel_limits limits; /* the CUDA backend's without a GPU, its tile the option's or its own */
+  cn_status status = cn_cuda_kernel_limits(ctx, NULL, &limits);
+  if (status == CN_OK) status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &limits, &program);
   CHECK_MSG(status == CN_OK, "%s: %s", proc->name, cn_ctx_error(ctx));
   if (status != CN_OK) return status;
   cn_sbuf cpp = {0};
@@ -153,6 +156,8 @@ static cn_status cudahost_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **co
                      "extern \"C\" void cn_host_launch(void *const *b, const long long *s) {\n"
                      "  (void)b;\n  (void)s;\n");
   for (int k = 0; k < program.n_kernels; k++) cudahost_launch_text(&cpp, proc, &program.kernels[k]);
+  free(cudahost.source);
+  cudahost.source = strdup(program.source);
   cn_sbuf_puts(&cpp, "}\n}\n");
   cn_kernel_program_free(&program);
   char name[64], src[256], lib[256];
@@ -218,6 +223,8 @@ static bool cudahost_register(const char *what, cn_backend_kind *kind) {
 /* Removes the directory of the programs (each removed once loaded). */
 static void cudahost_done(void) {
   rmdir(cudahost.dir);
+  free(cudahost.source);
+  cudahost.source = NULL;
 }
 
 #endif

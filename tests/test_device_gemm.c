@@ -10,12 +10,14 @@
  * affine input index, a plan from zero (c random before, the clear taken), and the three
  * triangles: cells (n < m + 3, the others keep their values), steps (k < m - 2: row m its own
  * prefix) and rows (m < k + 5, the M loop inside the K loop: row m a suffix). Also the tile's
- * shape under a small device (work-groups of at most 4 work items: the tile shrinks), through the
- * kernel view directly; the CUDA variant of every case compiled to PTX by NVRTC with a clean log
+ * shape under a small device (work-groups of at most 4 work items: the tile shrinks) and on one
+ * with compute units to keep busy (smaller tiles, more groups), through the kernel view directly;
+ * the option device_tile (values checked; the option over $CANNL_DEVICE_TILE over the backend's
+ * tile); the CUDA variant of every case compiled to PTX by NVRTC with a clean log
  * (skipped with a message without NVRTC), and run on the host as CUDA code (tests/cudahost.h: each
  * block's threads meet at real barriers, `__shared__` slices shared), bit for bit against C in
  * both modes (skipped with a message without a C++ compiler): the CUDA tile's indices, slices and
- * barriers, checked without a GPU. */
+ * barriers, checked without a GPU; with a GPU, every case on it against C in both modes. */
 #include "loops_check.h"
 #include "snapshot.h"
 #include "cudahost.h"
@@ -26,8 +28,6 @@
 #include "sched/sched.h"
 
 #include <math.h>
-
-static cn_backend_kind opencl;
 
 /* One GEMM-class nest: c[...] += x[...] * y[...] over loops l0.. (nest order, extents ext), each
  * access's axes one loop each (axes[a]: x, y, c; -1 ends), a bound `loop bounded < loop by +
@@ -218,10 +218,11 @@ static int count_of(const char *text, const char *what) {
   return n;
 }
 
-/* Runs proc on the OpenCL device from `start`; its buffers after the run in *after. */
-static void run_opencl(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *start, snapshot *after,
-                       const char **source_copy) {
-  const cn_backend *b = cn_backend_get(opencl);
+/* Runs proc on the device of backend `kind` (opencl, cuda) from `start`; its buffers after the
+ * run in *after. */
+static void run_device(cn_ctx *ctx, cn_backend_kind kind, const cn_ll_proc *proc,
+                       const snapshot *start, snapshot *after, const char **source_copy) {
+  const cn_backend *b = cn_backend_get(kind);
   const cn_device *dev = NULL;
   void *compiled = NULL;
   const char *source = NULL;
@@ -314,12 +315,13 @@ static void check_ptx(bool exact) {
 /* Runs proc as the CUDA program on the host (tests/cudahost.h) from `start`; its buffers after the
  * run in *after. */
 static void run_cudahost(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *start,
-                         snapshot *after) {
+                         snapshot *after, const char *acc) {
   void *compiled = NULL;
   const char *source = NULL;
   CHECK_MSG(cudahost_backend.compile(ctx, proc, &compiled, &source) == CN_OK, "%s",
             cn_ctx_error(ctx));
   if (!compiled) return;
+  if (acc) CHECK_HAS(cudahost.source, acc);
   for (int p = 0; p < proc->n_params; p++) {
     after->bytes[p] = start->bytes[p];
     after->data[p] = malloc(start->bytes[p]);
@@ -347,28 +349,38 @@ static void compare_cases(const snapshot *want, const snapshot *got, const char 
   }
 }
 
-/* Every case on C and on OpenCL (or, `on_host`, as the CUDA program run on the host), from the
- * same buffers. */
-static void check_mode(bool exact, bool on_host) {
+/* Where check_mode runs the cases. */
+typedef enum { ON_OPENCL, ON_CUDAHOST, ON_CUDA } target;
+static const char *const target_names[] = {"OpenCL", "cudahost", "CUDA"};
+
+/* Every case on C and on `on` (OpenCL, the CUDA program run on the host, the GPU), from the same
+ * buffers, with the option device_tile `tile` (NULL: the backend's tile; the source's register
+ * blocks then `acc`, e.g. "[8][8]", when not NULL). */
+static void check_mode(bool exact, target on, const char *tile, const char *acc) {
   cn_ctx *ctx = cn_ctx_create();
+  if (tile) CHECK_INT(cn_ctx_set_option(ctx, "device_tile", tile), CN_OK);
   cn_ll_proc *proc = all_cases(ctx, exact);
   snapshot start, want, got = {{0}, {0}};
   snapshot_save(proc, &start);
   snapshot_run(ctx, &cn_backend_c, proc, proc, &start, &want);
-  if (on_host) {
+  if (on == ON_CUDAHOST) {
     int tiled = cudahost.tiled_kernels;
-    run_cudahost(ctx, proc, &start, &got);
+    run_cudahost(ctx, proc, &start, &got, acc);
     CHECK_INT(cudahost.tiled_kernels - tiled, N_CASES); /* every nest a tiled kernel */
   } else {
     const char *source = "";
-    run_opencl(ctx, proc, &start, &got, &source);
+    run_device(ctx, (cn_backend_kind)cn_backend_find(on == ON_CUDA ? "cuda" : "opencl"), proc,
+               &start, &got, &source);
     /* every nest a tiled kernel, each with its two slices in local memory */
-    CHECK_INT(count_of(source, "__local "), 2 * N_CASES);
-    CHECK_INT(count_of(source, "barrier(CLK_LOCAL_MEM_FENCE);"), 2 * N_CASES);
+    const char *local = on == ON_CUDA ? "__shared__ " : "__local ";
+    const char *barrier = on == ON_CUDA ? "__syncthreads();" : "barrier(CLK_LOCAL_MEM_FENCE);";
+    CHECK_INT(count_of(source, local), 2 * N_CASES);
+    CHECK_INT(count_of(source, barrier), 2 * N_CASES);
     if (!exact) CHECK_HAS(source, "fma(");
     if (exact) CHECK(!strstr(source, "fma("));
+    if (acc) CHECK_HAS(source, acc);
   }
-  compare_cases(&want, &got, on_host ? "cudahost" : "OpenCL", exact);
+  compare_cases(&want, &got, target_names[on], exact);
   snapshot_release(proc, &start);
   snapshot_release(proc, &want);
   snapshot_release(proc, &got);
@@ -378,7 +390,8 @@ static void check_mode(bool exact, bool on_host) {
 /* The tile under device limits, through the kernel view: a 70 x 50 output of single on a device
  * of 4 work items a group and 1 KiB of local memory is a tile of 2 x 2 work items, 4 x 4 cells
  * each, slices of 8 steps ((8 + 1 + 8 + 1) x 8 x 4 bytes = 576 <= 1024; 16 steps would be 1152),
- * a row of padding each; without room for a slice of one step (72 bytes), plain loops. */
+ * a row of padding each; a device with compute units to keep busy gets smaller tiles, so more
+ * groups; without room for a slice of one step (72 bytes), plain loops. */
 static void check_limits(void) {
   cn_ctx *ctx = cn_ctx_create();
   const gemm_case *k = &cases[3];
@@ -389,7 +402,7 @@ static void check_limits(void) {
   cn_sched_options opts = {.passes = CN_SCHED_GEMM, .gemm_work = 1};
   CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
   cn_kernel_program p;
-  cn_kernel_limits small = {4, 1024};
+  cn_kernel_limits small = {4, 1024, CN_KERNEL_TILE_DEFAULT, 0};
   CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &small, &p), CN_OK);
   CHECK_INT(p.n_kernels, 1);
   /* 70 x 50 cells in tiles of 8 x 8: 9 x 7 groups of 4 */
@@ -399,7 +412,23 @@ static void check_limits(void) {
   CHECK_HAS(p.source, "__local float cn_ys[72];");
   CHECK_HAS(p.source, "float cn_acc[4][4];");
   cn_kernel_program_free(&p);
-  cn_kernel_limits tiny = {256, 60};
+  /* CUDA's tile (16 x 16 work items of 8 x 8 cells) on a device of 4 compute units: 128 x 64
+   * cells are one group; the cells a work item halve, rows first, to 64 x 32 (2 x 2 groups) */
+  cn_kernel_limits gpu = {1024, 48 << 10, {16, 8, 16}, 4};
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &gpu, &p), CN_OK);
+  CHECK_INT(p.kernels[0].group_size, 16 * 8);
+  CHECK_INT(p.kernels[0].work_items, 2 * 2 * 16 * 8);
+  CHECK_HAS(p.source, "float cn_acc[4][4];");
+  cn_kernel_program_free(&p);
+  /* on 132 (an H100's multiprocessors): one cell a work item, then groups of 8 x 8 (the least:
+   * 64), 9 x 7 of them */
+  gpu.min_groups = 132;
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &gpu, &p), CN_OK);
+  CHECK_INT(p.kernels[0].group_size, 64);
+  CHECK_INT(p.kernels[0].work_items, 9 * 7 * 64);
+  CHECK_HAS(p.source, "float cn_acc[1][1];");
+  cn_kernel_program_free(&p);
+  cn_kernel_limits tiny = {256, 60, CN_KERNEL_TILE_DEFAULT, 0};
   CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &tiny, &p), CN_OK);
   CHECK(!strstr(p.source, "__local"));
   CHECK_INT(p.kernels[0].group_size, 0);
@@ -407,27 +436,79 @@ static void check_limits(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* The option device_tile: values checked when set (powers of two within CN_KERNEL_TILE_MAX, three
+ * sides, or "auto"), the environment's when a routine compiles; the option wins over the
+ * variable, which wins over the backend's tile. */
+static void check_tile_option(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  static const char *bad[] = {"16x8",  "16x8x16x1", "3x4x4",   "64x4x4", "16x32x4", "16x4x128",
+                              "0x4x4", "16X4x4",    "16x4x4 ", "",       "x4x4"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    CHECK_MSG(cn_ctx_set_option(ctx, "device_tile", bad[k]) == CN_ERR_INVALID, "'%s'", bad[k]);
+    CHECK_HAS(cn_ctx_error(ctx), "option device_tile: '");
+    CHECK_HAS(cn_ctx_error(ctx), "' is not a tile: \"auto\" or <items>x<cells>x<steps>");
+  }
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", "32x16x64"), CN_OK);
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", "1x1x1"), CN_OK);
+  cn_kernel_limits limits;
+  CHECK_INT(cn_cuda_kernel_limits(ctx, NULL, &limits), CN_OK);
+  CHECK(limits.tile.items == 1 && limits.tile.cells == 1 && limits.tile.steps == 1);
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", "auto"), CN_OK);
+  CHECK_INT(cn_cuda_kernel_limits(ctx, NULL, &limits), CN_OK);
+  CHECK(limits.tile.items == 16 && limits.tile.cells == 8 && limits.tile.steps == 16);
+  CHECK(limits.max_group == 1024 && limits.local_bytes == 48 << 10);
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", NULL), CN_OK);
+  setenv("CANNL_DEVICE_TILE", "8x4x32", 1);
+  CHECK_STR(cn_ctx_option(ctx, "device_tile"), "8x4x32");
+  CHECK_INT(cn_cuda_kernel_limits(ctx, NULL, &limits), CN_OK);
+  CHECK(limits.tile.items == 8 && limits.tile.cells == 4 && limits.tile.steps == 32);
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", "2x2x2"), CN_OK);
+  CHECK_INT(cn_cuda_kernel_limits(ctx, NULL, &limits), CN_OK);
+  CHECK(limits.tile.items == 2);
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tile", NULL), CN_OK);
+  setenv("CANNL_DEVICE_TILE", "8x4", 1);
+  CHECK_INT(cn_cuda_kernel_limits(ctx, NULL, &limits), CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "CANNL_DEVICE_TILE: '8x4' is not a tile");
+  unsetenv("CANNL_DEVICE_TILE");
+  CHECK_STR(cn_ctx_option(ctx, "device_tile"), "auto");
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
-  opencl = (cn_backend_kind)cn_backend_find("opencl");
   check_limits();
   check_ptx(true);
   check_ptx(false);
+  check_tile_option();
   cn_backend_kind host;
   if (cudahost_register("test_device_gemm: the CUDA kernels on the host", &host)) {
-    check_mode(true, true);
-    check_mode(false, true);
+    /* CUDA's tile (8 x 8 cells a thread), then a small one (many slices and groups) and one of
+     * 16 x 16 cells a thread: the same bits */
+    check_mode(true, ON_CUDAHOST, NULL, "float cn_acc[8][8];");
+    check_mode(false, ON_CUDAHOST, NULL, "float cn_acc[8][8];");
+    check_mode(true, ON_CUDAHOST, "8x2x4", "float cn_acc[2][2];");
+    check_mode(false, ON_CUDAHOST, "4x16x64", "float cn_acc[16][16];");
     cudahost_done();
+  }
+  /* on a GPU: CUDA's tile, shrunk for the GPU's multiprocessors, each case still one tiled
+   * kernel of shared slices */
+  if (cn_cuda_gpu_find()) {
+    check_mode(true, ON_CUDA, NULL, NULL);
+    check_mode(false, ON_CUDA, NULL, NULL);
+  } else {
+    printf("CUDA GPU checks skipped: no GPU\n");
   }
   cn_ctx *probe = cn_ctx_create();
   char device[1400];
-  if (cn_backend_device(probe, opencl, device, sizeof device) != CN_OK) {
+  if (cn_backend_device(probe, (cn_backend_kind)cn_backend_find("opencl"), device, sizeof device) !=
+      CN_OK) {
     printf("skipped: no OpenCL device: %s\n", cn_ctx_error(probe));
     cn_ctx_destroy(probe);
     return check_failed_ ? 1 : 77;
   }
   printf("OpenCL device: %s\n", device);
   cn_ctx_destroy(probe);
-  check_mode(true, false);
-  check_mode(false, false);
+  check_mode(true, ON_OPENCL, NULL, "float cn_acc[4][4];");
+  check_mode(false, ON_OPENCL, NULL, "float cn_acc[4][4];");
+  check_mode(false, ON_OPENCL, "8x2x8", "float cn_acc[2][2];");
   CHECK_DONE();
 }

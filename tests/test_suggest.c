@@ -126,7 +126,10 @@ static void test_options(void) {
   CHECK_STR(cn_ctx_error(ctx),
             "unknown option 'shedule', did you mean 'schedule'? (known: cc, "
             "cflags, cache_dir, check, schedule, threads, parallel_work, exact, "
-            "tune, interpret_below, random_seed, print_threshold, print_precision, backend)");
+            "tune, interpret_below, random_seed, print_threshold, print_precision, backend, "
+            "device_tile)");
+  CHECK_INT(cn_ctx_set_option(ctx, "device_tiles", "auto"), CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "unknown option 'device_tiles', did you mean 'device_tile'?");
   CHECK_INT(cn_ctx_set_option(ctx, "tune", "quik"), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx),
             "option tune: unknown value 'quik', did you mean 'quick'? (known: off, cached, quick, "

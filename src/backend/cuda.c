@@ -37,6 +37,12 @@
 #include <string.h>
 
 #define CUDA_BLOCK 256
+/* The tiled GEMM kernels' tile (kernels.h): 16 x 16 threads of 8 x 8 cells, a 128 x 128 tile, 16
+ * steps a slice (16.5 KiB of shared memory in single precision). Against the default's 4 x 4
+ * cells, each pair of values a thread reads from shared memory feeds 4 multiply-adds instead of
+ * 2, the ratio GPU SGEMMs need to run at the FMA units' pace rather than shared memory's; 64
+ * accumulators and 16 operands stay well inside a thread's 255 registers. */
+#define CUDA_TILE ((cn_kernel_tile){16, 8, 16})
 
 typedef struct {
   cn_kernel_program program;
@@ -262,6 +268,16 @@ static cn_status cuda_load(cn_ctx *ctx, const cn_cuda_gpu *gpu, const cn_nvrtc *
   return CN_OK;
 }
 
+cn_status cn_cuda_kernel_limits(cn_ctx *ctx, const cn_cuda_gpu *gpu, cn_kernel_limits *limits) {
+  /* without a GPU, what every GPU NVRTC compiles for offers: 1024 threads, 48 KiB of static
+   * shared memory a block */
+  *limits = (cn_kernel_limits){gpu ? gpu->max_threads : 1024,
+                               gpu ? gpu->shared_bytes : 48 << 10,
+                               {0, 0, 0},
+                               gpu ? gpu->multiprocessors : 0};
+  return cn_kernel_tile_choose(ctx, CUDA_TILE, &limits->tile);
+}
+
 static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compiled,
                               const char **source) {
   const cn_nvrtc *rt;
@@ -281,10 +297,10 @@ static cn_status cuda_compile(cn_ctx *ctx, const cn_ll_proc *proc, void **compil
   if (!c) return ctx->status;
   c->n_syms = proc->n_free_syms;
   uint64_t start = cn_now_us();
-  /* without a GPU, what every GPU NVRTC compiles for offers: 1024 threads, 48 KiB of static
-   * shared memory a block */
-  cn_kernel_limits limits = {gpu ? gpu->max_threads : 1024, gpu ? gpu->shared_bytes : 48 << 10};
-  status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &limits, &c->program);
+  cn_kernel_limits limits;
+  status = cn_cuda_kernel_limits(ctx, gpu, &limits);
+  if (status == CN_OK)
+    status = cn_kernel_program_make(ctx, proc, &cn_cgen_cuda, &limits, &c->program);
   ctx->stats[CN_STAT_US_CGEN] += cn_now_us() - start;
   start = cn_now_us();
   if (status == CN_OK)

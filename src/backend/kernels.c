@@ -176,12 +176,64 @@ static void declare_loops(const cgen *g, int depth, const cn_ll_stmt *const *loo
  * plan from zero starts its registers at +0 (its clear kernel still clears c first, for the cells
  * outside the nest). */
 
-/* The default tile: a work-group of 16 x 16 work items, each 4 x 4 cells (64 x 64 cells a group,
- * 16 multiply-adds per pair of values read from local memory), slices of 16 steps (16 KiB of local
- * memory in double, 8 in single), the common first step of GPU GEMMs (CUTLASS's and clBLAST's
- * smallest configurations are of this size); smaller along a group with fewer cells, and shrunk to
- * the device's limits. */
-enum { TILE_ITEMS = 16, TILE_REGS = 4, TILE_STEPS = 16 };
+/* The default tile (kernels.h CN_KERNEL_TILE_DEFAULT): a work-group of 16 x 16 work items, each
+ * 4 x 4 cells (64 x 64 cells a group, 16 multiply-adds per pair of values read from local memory),
+ * slices of 16 steps (16 KiB of local memory in double, 8 in single), the common first step of GPU
+ * GEMMs (CUTLASS's and clBLAST's smallest configurations are of this size). A backend may start
+ * from another (CUDA: 8 x 8 cells a work item, kernels.h cn_kernel_limits) and the option
+ * "device_tile" replaces both; the tile is then smaller along a group with fewer cells, and shrunk
+ * to the device's limits. */
+
+/* ---- The option "device_tile" ---- */
+
+const char *cn_kernel_tile_option(const cn_ctx *ctx) {
+  const char *set = cn_ctx_stored_option(ctx, "device_tile");
+  if (set) return set;
+  const char *env = getenv("CANNL_DEVICE_TILE");
+  return env && *env ? env : "auto";
+}
+
+/* A power of two in [1, most] at *text, which moves past it. */
+static bool tile_side(const char **text, int64_t most, int64_t *out) {
+  int64_t v = 0;
+  const char *p = *text;
+  while (*p >= '0' && *p <= '9' && v <= most) v = v * 10 + (*p++ - '0');
+  if (p == *text || v < 1 || v > most || (v & (v - 1)) != 0) return false;
+  *text = p;
+  *out = v;
+  return true;
+}
+
+bool cn_kernel_tile_parse(const char *text, cn_kernel_tile *tile) {
+  if (!text) return false;
+  if (strcmp(text, "auto") == 0) return true;
+  cn_kernel_tile t, most = CN_KERNEL_TILE_MAX;
+  const char *p = text;
+  if (!tile_side(&p, most.items, &t.items) || *p++ != 'x' || !tile_side(&p, most.cells, &t.cells) ||
+      *p++ != 'x' || !tile_side(&p, most.steps, &t.steps) || *p != '\0')
+    return false;
+  *tile = t;
+  return true;
+}
+
+cn_status cn_kernel_tile_check(cn_ctx *ctx, const char *what, const char *value) {
+  cn_kernel_tile unused, most = CN_KERNEL_TILE_MAX;
+  if (cn_kernel_tile_parse(value, &unused)) return CN_OK;
+  return cn_fail(ctx, CN_ERR_INVALID,
+                 "%s: '%s' is not a tile: \"auto\" or <items>x<cells>x<steps>, powers of two up "
+                 "to %lldx%lldx%lld (e.g. 16x8x16)",
+                 what, value ? value : "(null)", (long long)most.items, (long long)most.cells,
+                 (long long)most.steps);
+}
+
+cn_status cn_kernel_tile_choose(cn_ctx *ctx, cn_kernel_tile backend_tile, cn_kernel_tile *tile) {
+  const char *value = cn_kernel_tile_option(ctx);
+  *tile = backend_tile;
+  return cn_kernel_tile_parse(value, tile) ? CN_OK
+                                           : cn_kernel_tile_check(ctx, "CANNL_DEVICE_TILE", value);
+}
+
+/* ---- Choosing a GEMM's tile ---- */
 
 typedef struct {
   int64_t wm, wn; /* work items along M and N: a group holds wm * wn */
@@ -209,13 +261,36 @@ static void tile_fit(int64_t *items, int64_t *regs, int64_t cells) {
   while (*regs > 1 && *regs / 2 >= cells) *regs /= 2;
 }
 
-/* The tile of a GEMM of rows x cols cells of `bytes` a cell on a device with `limits`; false when
- * even a slice of one step does not fit its local memory. */
-static bool choose_tile(const cn_kernel_limits *limits, int64_t bytes, int64_t rows, int64_t cols,
-                        gemm_tile *t) {
-  *t = (gemm_tile){TILE_ITEMS, TILE_ITEMS, TILE_REGS, TILE_REGS, TILE_STEPS};
+/* The work-groups of tile t over `batch` points of rows x cols cells (saturating). */
+static double tile_groups(const gemm_tile *t, int64_t batch, int64_t rows, int64_t cols) {
+  int64_t tm = t->wm * t->rm, tn = t->wn * t->rn;
+  return (double)batch * (double)((rows + tm - 1) / tm) * (double)((cols + tn - 1) / tn);
+}
+
+/* Halves the larger of two sides (the first on ties). */
+static void halve_larger(int64_t *a, int64_t *b) {
+  *(*a >= *b ? a : b) /= 2;
+}
+
+/* The tile of a GEMM of `batch` points of rows x cols cells of `bytes` a cell on a device with
+ * `limits`; false when even a slice of one step does not fit its local memory. A GEMM with fewer
+ * groups than the device has compute units gets more, smaller ones: a unit without a group idles
+ * however fast the others run (cells a work item go first, since a large register block only
+ * pays where memory traffic is what limits; then work items a group, down to 64: two warps). */
+static bool choose_tile(const cn_kernel_limits *limits, int64_t bytes, int64_t batch, int64_t rows,
+                        int64_t cols, gemm_tile *t) {
+  cn_kernel_tile from = limits->tile.items > 0 ? limits->tile : CN_KERNEL_TILE_DEFAULT;
+  *t = (gemm_tile){from.items, from.items, from.cells, from.cells, from.steps};
   tile_fit(&t->wm, &t->rm, rows);
   tile_fit(&t->wn, &t->rn, cols);
+  while (tile_groups(t, batch, rows, cols) < (double)limits->min_groups) {
+    if (t->rm > 1 || t->rn > 1)
+      halve_larger(&t->rm, &t->rn);
+    else if (t->wm * t->wn > 64)
+      halve_larger(&t->wm, &t->wn);
+    else
+      break;
+  }
   if (limits->max_group < 1) return false;
   while (t->wm * t->wn > limits->max_group) *(t->wm >= t->wn ? &t->wm : &t->wn) /= 2;
   while (t->tk > 1 && tile_local_bytes(t, bytes) > limits->local_bytes) t->tk /= 2;
@@ -329,7 +404,8 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
                    *gb = &groups[CN_GEMM_BATCH];
   cn_prec prec = proc->params[plan->c].node->prec;
   gemm_tile t;
-  if (!choose_tile(b->limits, (int64_t)cn_prec_bytes(prec), gm->total, gn->total, &t)) return CN_OK;
+  if (!choose_tile(b->limits, (int64_t)cn_prec_bytes(prec), gb->total, gm->total, gn->total, &t))
+    return CN_OK;
   int64_t tm = t.wm * t.rm, tn = t.wn * t.rn, items = t.wm * t.wn;
   int64_t m_tiles = (gm->total + tm - 1) / tm, n_tiles = (gn->total + tn - 1) / tn;
   double groups_count = (double)gb->total * (double)m_tiles * (double)n_tiles;

@@ -45,13 +45,46 @@ typedef struct {
   int64_t group_size; /* 0: any work-group size; else exactly this one (work_items a multiple) */
 } cn_kernel;
 
+/* The tile of the tiled GEMM kernels (kernels.c "Tiled GEMM kernels"): work items along each side
+ * of a work-group, cells a work item holds along each side (its register block), reduction steps
+ * a slice stages in local memory; each a power of two. The tile shrinks from it along a side with
+ * few cells and to the device's limits. A tile never changes the bits: each cell is one work
+ * item's, its steps in the nest's order. */
+typedef struct {
+  int64_t items, cells, steps;
+} cn_kernel_tile;
+
+/* The tile when neither the backend nor the option says otherwise: 16 x 16 work items of 4 x 4
+ * cells, 16 steps a slice. */
+#define CN_KERNEL_TILE_DEFAULT ((cn_kernel_tile){16, 4, 16})
+/* The largest of each (a group of 32 x 32 work items is CUDA's and most OpenCL GPUs' most). */
+#define CN_KERNEL_TILE_MAX ((cn_kernel_tile){32, 16, 64})
+
 /* What the device offers a work-group, for the tiled GEMM kernels: the most work items in a group
  * (OpenCL's CL_DEVICE_MAX_WORK_GROUP_SIZE and first work-item size, CUDA's threads per block)
- * and the bytes of local (shared) memory it may use. */
+ * and the bytes of local (shared) memory it may use; the tile to start from (zeros: the
+ * default); and the work-groups a GEMM should have to keep the device busy (its compute units:
+ * OpenCL's CL_DEVICE_MAX_COMPUTE_UNITS, CUDA's multiprocessors; 0: any count), for which a small
+ * GEMM's tile gives up cells a work item, then work items a group (down to 64). */
 typedef struct {
   int64_t max_group;
   int64_t local_bytes;
+  cn_kernel_tile tile;
+  int64_t min_groups;
 } cn_kernel_limits;
+
+/* The option "device_tile" (the tile of the device backends' GEMM kernels): the value set on ctx,
+ * else $CANNL_DEVICE_TILE, else "auto". "auto" is the backend's own tile; "<items>x<cells>x<steps>"
+ * (e.g. "16x8x16") replaces it, each a power of two up to CN_KERNEL_TILE_MAX's. */
+const char *cn_kernel_tile_option(const cn_ctx *ctx);
+/* Whether text is a value of "device_tile"; a tile's value in *tile ("auto" leaves it). */
+bool cn_kernel_tile_parse(const char *text, cn_kernel_tile *tile);
+/* CN_OK when value is one of "device_tile", else CN_ERR_INVALID "<what>: '<value>' is not a tile:
+ * ..." (what names the option or the variable). */
+cn_status cn_kernel_tile_check(cn_ctx *ctx, const char *what, const char *value);
+/* *tile: the option's tile, else `backend_tile`; CN_ERR_INVALID naming the variable when the
+ * environment's value is none (a value set on the context was checked when set). */
+cn_status cn_kernel_tile_choose(cn_ctx *ctx, cn_kernel_tile backend_tile, cn_kernel_tile *tile);
 
 /* A procedure as device kernels: one source text, kernels run in order, each finishing before
  * the next starts (an in-order queue / one stream). */

@@ -341,6 +341,7 @@ static void describe(ocl_state *st, cl_platform_id platform) {
   size_t sizes[3] = {0};
   cl_ulong local = 0;
   st->limits.max_group = (int64_t)st->max_group;
+  st->limits.min_groups = (int64_t)units;
   if (cl.clGetDeviceInfo(st->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof sizes, sizes, NULL) ==
           CL_SUCCESS &&
       sizes[0] > 0 && sizes[0] < st->max_group)
@@ -570,7 +571,10 @@ static cn_status compile_begin(cn_ctx *ctx, const cn_ll_proc *proc, ocl_job *job
   c->n_syms = proc->n_free_syms;
   st->refs++;
   job->c = c;
-  status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &st->limits, &c->source);
+  cn_kernel_limits limits = st->limits; /* the default tile, or the option's */
+  status = cn_kernel_tile_choose(ctx, CN_KERNEL_TILE_DEFAULT, &limits.tile);
+  if (status == CN_OK)
+    status = cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &limits, &c->source);
   cn_sbuf key = {0}, options = {0};
   const char *extra = getenv("CANNL_OPENCL_FLAGS");
   cn_sbuf_printf(&options, "%s%s%s", BUILD_OPTIONS, extra && *extra ? " " : "", extra ? extra : "");

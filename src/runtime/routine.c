@@ -43,10 +43,12 @@
  *
  * The public option calls live here, the layer that knows every option: "check", "schedule",
  * "threads" and "backend" (the backend of CN_BACKEND_DEFAULT) are the routines' own, "cc", "cflags"
- * and "cache_dir" the generated-C backend's (cn_cc_option); the context only stores the values set.
+ * and "cache_dir" the generated-C backend's (cn_cc_option), "device_tile" the device backends'
+ * (kernels.h); the context only stores the values set.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "backend/backend.h"
+#include "backend/kernels.h"
 #include "runtime/pool.h"
 #include "runtime/routine.h"
 #include "runtime/tune.h"
@@ -974,13 +976,15 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool below = key && strcmp(key, "interpret_below") == 0;
   bool seed = key && strcmp(key, "random_seed") == 0;
   bool backend = key && strcmp(key, "backend") == 0;
+  bool tile = key && strcmp(key, "device_tile") == 0;
   bool printing =
       key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
-      !backend && !(key && cn_cc_option(ctx, key))) {
+      !backend && !tile && !(key && cn_cc_option(ctx, key))) {
     static const char known[] = CN_CC_OPTION_KEYS ", check, schedule, threads, parallel_work, "
                                                   "exact, tune, interpret_below, random_seed, "
-                                                  "print_threshold, print_precision, backend";
+                                                  "print_threshold, print_precision, backend, "
+                                                  "device_tile";
     cn_suggest s;
     cn_suggest_init(&s, key ? key : "");
     cn_suggest_consider_list(&s, known);
@@ -999,6 +1003,8 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   if (printing && value && !cn_parse_natural(value, strlen(value), print_max, &unused_seed))
     return cn_fail(ctx, CN_ERR_INVALID, "option %s: '%s' is not an integer in [0, %llu]", key,
                    value, (unsigned long long)print_max);
+  if (tile && value && cn_kernel_tile_check(ctx, "option device_tile", value) != CN_OK)
+    return cn_ctx_status(ctx);
   if (backend && value && cn_backend_find(value) < 0)
     return unknown_value(ctx, "option backend", value, cn_backend_list());
   if (tune && value && !cn_tune_mode_valid(value))
@@ -1022,6 +1028,7 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
  * of the moment; a value set with cn_ctx_set_option wins. */
 const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   if (!key) return NULL;
+  if (strcmp(key, "device_tile") == 0) return cn_kernel_tile_option(ctx);
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
