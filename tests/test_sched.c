@@ -871,6 +871,77 @@ static void test_flat(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- Scheduling for a device: grids of every independent loop ---- */
+
+/* The text of proc scheduled as for a device backend (every loop pass, cn_sched_options.device:
+ * no tiling, no jam, every loop of the parallel run marked) with a work threshold of 1. */
+static const char *device_text(cn_ctx *ctx, cn_ll_proc *proc) {
+  cn_sched_options opts = {.passes = LOOP_PASSES,
+                           .l1_bytes = 1024,
+                           .llc_bytes = 4096,
+                           .parallel_work = 1,
+                           .device = true};
+  CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
+  const char *text = cn_ll_to_string(ctx, proc);
+  CHECK(text != NULL);
+  return text ? text : "";
+}
+
+/* An element-wise nest is a grid of both its loops (the host gets the outer one, flattened with
+ * the inner); reduction loops and a scan's dependent loop stay inside the work item; the tiny
+ * caches that tile and jam these nests for a CPU change nothing for a device. */
+static void test_device_grid(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  cn_node *abo[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
+                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
+                     node(ctx, "o", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10)};
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_ll_proc *plain = pointwise_proc(ctx, abo, i, j, false, false);
+  cn_ll_proc *grid = pointwise_proc(ctx, abo, i, j, false, false);
+  CHECK(plain && grid);
+  if (!plain || !grid) return;
+  CHECK_HAS(device_text(ctx, grid),
+            "for i in 0..12 (parallel):\n  for j in 0..10 (parallel, vector):\n");
+  check_same_results(ctx, plain, grid);
+
+  cn_node *nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
+                       node(ctx, "s", CN_PREC_SINGLE, 0),
+                       node(ctx, "x", CN_PREC_SINGLE, 3, (int64_t)16, (int64_t)64, (int64_t)64),
+                       node(ctx, "t", CN_PREC_SINGLE, 1, (int64_t)16)};
+  cn_symbol ijk[3] = {cn_symbol_create(ctx, "i", 256), cn_symbol_create(ctx, "j", 256),
+                      cn_symbol_create(ctx, "k", 64)};
+  plain = reductions_proc(ctx, nodes, ijk);
+  grid = reductions_proc(ctx, nodes, ijk);
+  CHECK(plain && grid);
+  if (!plain || !grid) return;
+  check_text(device_text(ctx, grid),
+             "routine reductions\n"
+             "  params: a#4 single[256, 256], s#5 single[], x#6 single[16, 64, 64], "
+             "t#7 single[16]\n"
+             "for i in 0..256:\n"
+             "  for j in 0..256:\n"
+             "    s[] := s[] + a[i, j]\n"
+             "for i in 0..16 (parallel):\n"
+             "  for j in 0..64:\n"
+             "    for k in 0..64:\n"
+             "      t[i] := t[i] + x[i, k, j]\n");
+  check_same_results(ctx, plain, grid);
+
+  cn_node *scan_nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 1, (int64_t)40000),
+                            node(ctx, "u", CN_PREC_SINGLE, 1, (int64_t)40000),
+                            node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
+                            node(ctx, "y", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256)};
+  cn_symbol vij[3] = {cn_symbol_create(ctx, "v", 40000), cn_symbol_create(ctx, "i", 256),
+                      cn_symbol_create(ctx, "j", 256)};
+  plain = scans_proc(ctx, scan_nodes, vij);
+  grid = scans_proc(ctx, scan_nodes, vij);
+  CHECK(plain && grid);
+  if (!plain || !grid) return;
+  CHECK_HAS(device_text(ctx, grid), "for i in 0..256 (parallel):\n  for j in 1..256:\n");
+  check_same_results(ctx, plain, grid);
+  cn_ctx_destroy(ctx);
+}
+
 /* ---- Fusion: a chain of element-wise nests becomes one nest ---- */
 
 /* `count` nests over [0, 12) x [0, 10), nest k computing t[k+1][i, j] := t[k][i, j] * 0.5 + a[i,
@@ -898,6 +969,28 @@ static cn_ll_proc *chain_proc(cn_ctx *ctx, cn_node *const *t, int count, bool sh
   cn_ll_param params[12];
   for (int k = 0; k <= count; k++) params[k] = param_of(t[k]);
   return cn_lb_proc(ctx, "chain", cn_lb_seq_array(ctx, count, nests), count + 1, params, 0, NULL);
+}
+
+/* t[1][i, j] := a[i, j - 1] * 0.5, then a[i, j] := t[1][i, j] + 1, both over [0, 12) x [1, 10)
+ * (a is t[0]). */
+static cn_ll_proc *behind_proc(cn_ctx *ctx, cn_node *const *t) {
+  const cn_prec single = CN_PREC_SINGLE;
+  cn_ll_stmt *nests[2];
+  for (int k = 0; k < 2; k++) {
+    cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+    cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+    cn_ll_expr *value =
+        k == 0 ? cn_lb_op(ctx, CN_OP_MUL, single,
+                          cn_lb_get(ctx, 0, single,
+                                    cn_lb_indices(ctx, 2, cn_index_iter(i), affine1(j, 1, -1))),
+                          cn_lb_num(ctx, single, 0.5), NULL)
+               : cn_lb_op(ctx, CN_OP_ADD, single, cn_lb_get(ctx, 1, single, ij),
+                          cn_lb_num(ctx, single, 1), NULL);
+    nests[k] =
+        cn_lb_loop(ctx, i, 0, 12, cn_lb_loop(ctx, j, 1, 10, cn_lb_set(ctx, 1 - k, ij, value)));
+  }
+  cn_ll_param params[2] = {param_of(t[0]), param_of(t[1])};
+  return cn_lb_proc(ctx, "behind", cn_lb_seq_array(ctx, 2, nests), 2, params, 0, NULL);
 }
 
 /* The number of top-level loops of a procedure. */
@@ -934,16 +1027,25 @@ static void test_fuse(void) {
     CHECK_INT(cn_sched_proc(ctx, long11, &fuse_only), CN_OK);
     CHECK_INT(top_level_loops(long11), 2);
   }
-  /* Not fused: a read one cell ahead of the producer (another box too), a consumer writing what
-   * the producer reads. */
+  /* Not fused: a read one cell ahead of the producer (another box too), a consumer writing a
+   * cell the producer reads at another iteration (t[i, j] := a[i, j - 1] / 2, then a[i, j] :=
+   * t[i, j] + 1: fused, the producer's iteration j would read the consumer's a[i, j - 1]). Fused:
+   * a consumer writing, in place, the cell each iteration of the producer reads (the update
+   * m := 0.9 m, m := m + 0.1 g of Adam). */
   cn_ll_proc *shifted = chain_proc(ctx, t, 2, true, false);
+  cn_ll_proc *behind = behind_proc(ctx, t), *behind_plain = behind_proc(ctx, t);
   cn_ll_proc *writes_a = chain_proc(ctx, t, 2, false, true);
-  CHECK(shifted && writes_a);
-  if (shifted && writes_a) {
+  cn_ll_proc *writes_a_plain = chain_proc(ctx, t, 2, false, true);
+  CHECK(shifted && behind && behind_plain && writes_a && writes_a_plain);
+  if (shifted && behind && behind_plain && writes_a && writes_a_plain) {
     CHECK_INT(cn_sched_proc(ctx, shifted, &fuse_only), CN_OK);
+    CHECK_INT(cn_sched_proc(ctx, behind, &fuse_only), CN_OK);
     CHECK_INT(cn_sched_proc(ctx, writes_a, &fuse_only), CN_OK);
     CHECK_INT(top_level_loops(shifted), 2);
-    CHECK_INT(top_level_loops(writes_a), 2);
+    CHECK_INT(top_level_loops(behind), 2);
+    CHECK_INT(top_level_loops(writes_a), 1);
+    check_same_results(ctx, behind_plain, behind);
+    check_same_results(ctx, writes_a_plain, writes_a);
   }
   cn_ctx_destroy(ctx);
 }
@@ -1180,6 +1282,7 @@ int main(void) {
   test_written_first();
   test_fill();
   test_flat();
+  test_device_grid();
   test_fuse();
   test_pool_interleave();
   test_deps();

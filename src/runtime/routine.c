@@ -498,6 +498,7 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   const char *exact = cn_ctx_option(ctx, "exact");
   if (!is_switch(exact)) return unknown_value(ctx, "CANNL_EXACT", exact, "on, off, 1, 0"), NULL;
   sched.exact = switch_on(exact);
+  sched.device = impl->caps & CN_BACKEND_DEVICE_MEMORY;
   if (cn_sched_proc(ctx, proc, &sched) != CN_OK) return NULL;
   uint64_t scheduled = cn_now_us();
   ctx->stats[CN_STAT_US_SCHEDULE] += scheduled - start;

@@ -3,12 +3,14 @@
  * Contract: two top-level perfect nests F and S of a procedure, consecutive but for comments, are
  * replaced by one nest running F's body then S's body (S's loop variables renamed to F's) under
  * F's loops when: they have the same depth and, loop by loop, the same box and no affine bounds;
- * every store of F writes one cell per iteration (its indices are F's loop variables, one per axis,
- * each once: rank = depth), all stores of F into one buffer through one index map; S accesses a
- * buffer F writes only by reading it at the index F writes it (its loops renamed); and F does not
- * access a buffer S writes. Then at iteration i, S reads cells that F wrote at iteration i and
- * never writes again, or cells F leaves alone, and F never sees what S writes: every cell gets the
- * same sequence of values as when F ran whole before S, so the results are the same bits, while a
+ * every store of F and of S writes one cell per iteration (its indices are the nest's loop
+ * variables, one per axis, each once, or 0 on an axis of size 1), all stores of a nest into one
+ * buffer through one index map; S accesses a buffer F writes only at the index F writes it (its
+ * loops renamed); and F accesses a buffer S writes only at the index S writes it (an update in
+ * place, m := 0.9 m then m := m + 0.1 g). Then at iteration i, S reads cells that F wrote at
+ * iteration i or cells F leaves alone, and F's later iterations never see what S writes at i:
+ * every cell gets the same sequence of values as when F ran whole before S, so the results are
+ * the same bits, while a
  * value S reads right after F stored it is still in a register or in L1 (c = a + 3*b lowered as
  * two nests reads the product back from memory otherwise). The fused nest may fuse again with the
  * next one, so a chain of element-wise operations becomes one loop nest. Every buffer is still
@@ -30,14 +32,24 @@ static bool same_indices(int rank, const cn_index *a, const cn_index *b) {
   return true;
 }
 
-/* Whether a write of F reaches one cell per iteration: rank = depth and each axis is a distinct
- * loop variable of the nest. */
+/* Whether axis d of node has one cell, reached at index 0 (no padding): a write covers it without a
+ * loop, as the lowering writes a size-1 axis ([128, 28, 28, 1]). */
+static bool singleton(const cn_node *node, int d, const cn_index *ix) {
+  return node->dims[d] == 1 && ix->kind == CN_IDX_FIXED && ix->offset == 0 && !node->pad[d][0] &&
+         !node->pad[d][1];
+}
+
+/* Whether a write of F reaches one cell per iteration: each axis is a distinct loop variable of
+ * the nest (every loop one axis), or 0 on an axis of size 1. */
 static bool one_cell_per_iteration(const cn_ll_proc *proc, const cn_sched_nest *f,
                                    const cn_sched_access *w) {
-  int rank = proc->params[w->param].node->rank;
-  if (rank != f->depth) return false;
+  const cn_node *node = proc->params[w->param].node;
+  int rank = node->rank, fixed = 0;
+  for (int d = 0; d < rank; d++) fixed += singleton(node, d, &w->idx[d]);
+  if (rank - fixed != f->depth) return false;
   unsigned seen = 0;
   for (int d = 0; d < rank; d++) {
+    if (singleton(node, d, &w->idx[d])) continue;
     if (w->idx[d].kind != CN_IDX_ITER || w->idx[d].offset != 0) return false;
     int k = 0;
     while (k < f->depth && f->loops[k]->u.loop.sym != w->idx[d].syms[0]) k++;
@@ -66,22 +78,28 @@ static void renaming_of(const cn_sched_nest *f, const cn_sched_nest *s, renaming
 }
 
 /* The nests fused so far: the first one's loops, the bodies in order (S's renamed), and per
- * param of the procedure the index map the group writes it through (NULL: not written) and
- * whether the group accesses it; `touched` lists the params whose entries are set. */
+ * param of the procedure the index map the group writes it through (NULL: not written), whether
+ * the group accesses it, the map of its first access and whether a later one differs from it;
+ * `touched` lists the params whose entries are set. */
 typedef struct {
   cn_sched_nest first;
   cn_ll_stmt *first_stmt;
   int slot; /* its place in the output list */
   cn_ll_stmt **bodies;
   int n_bodies, cap_bodies, n_stores;
-  const cn_index **write_idx;
-  bool *accessed;
+  const cn_index **write_idx, **first_idx;
+  bool *accessed, *scattered;
   int *touched, n_touched;
 } group;
 
-/* Records a member's accesses (indices already renamed to the group's loops). */
-static void note_access(group *g, int param, const cn_index *idx, bool write) {
-  if (!g->accessed[param]) g->touched[g->n_touched++] = param;
+/* Records a member's access of a param of `rank` axes (indices renamed to the group's loops). */
+static void note_access(group *g, int param, int rank, const cn_index *idx, bool write) {
+  if (!g->accessed[param]) {
+    g->touched[g->n_touched++] = param;
+    g->first_idx[param] = idx;
+  } else if (!same_indices(rank, g->first_idx[param], idx)) {
+    g->scattered[param] = true;
+  }
   g->accessed[param] = true;
   if (write) g->write_idx[param] = idx;
 }
@@ -136,8 +154,12 @@ static bool may_join(const cn_ll_proc *proc, const group *g, const cn_sched_nest
     const cn_sched_access *acc = &s->access[a];
     int rank = proc->params[acc->param].node->rank;
     const cn_index *w = g->write_idx[acc->param];
-    if ((acc->write && g->accessed[acc->param]) || (w && !same_indices(rank, renamed + at, w)))
+    /* s writes what the group accesses only where each of the group's iterations accesses the
+     * very cell s's same iteration writes: the group's later iterations never see it */
+    if (acc->write && g->accessed[acc->param] &&
+        (g->scattered[acc->param] || !same_indices(rank, renamed + at, g->first_idx[acc->param])))
       return false;
+    if (w && !same_indices(rank, renamed + at, w)) return false;
     at += rank;
   }
   return true;
@@ -150,7 +172,8 @@ static bool add_member(cn_ctx *ctx, const cn_ll_proc *proc, group *g, const cn_s
   g->bodies[g->n_bodies++] = body;
   g->n_stores += n->n_stores;
   for (int a = 0, at = 0; a < n->n_access; a++) {
-    note_access(g, n->access[a].param, renamed + at, n->access[a].write);
+    note_access(g, n->access[a].param, proc->params[n->access[a].param].node->rank, renamed + at,
+                n->access[a].write);
     at += proc->params[n->access[a].param].node->rank;
   }
   return true;
@@ -160,8 +183,8 @@ static bool add_member(cn_ctx *ctx, const cn_ll_proc *proc, group *g, const cn_s
  * members' bodies in order. Clears the per-param entries. */
 static cn_ll_stmt *close_group(cn_ctx *ctx, group *g) {
   for (int t = 0; t < g->n_touched; t++) {
-    g->accessed[g->touched[t]] = false;
-    g->write_idx[g->touched[t]] = NULL;
+    g->accessed[g->touched[t]] = g->scattered[g->touched[t]] = false;
+    g->write_idx[g->touched[t]] = g->first_idx[g->touched[t]] = NULL;
   }
   g->n_touched = 0;
   if (g->n_bodies == 1) return g->first_stmt;
@@ -196,11 +219,16 @@ cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
   if (!cn_sched_stmts_flatten(ctx, proc->body, &list)) return CN_ERR_NOMEM;
   size_t n_params = (size_t)(proc->n_params > 0 ? proc->n_params : 1);
   group g = {.write_idx = cn_alloc(ctx, sizeof *g.write_idx * n_params),
+             .first_idx = cn_alloc(ctx, sizeof *g.first_idx * n_params),
              .accessed = cn_alloc(ctx, sizeof *g.accessed * n_params),
+             .scattered = cn_alloc(ctx, sizeof *g.scattered * n_params),
              .touched = cn_alloc(ctx, sizeof *g.touched * n_params)};
-  if (!g.write_idx || !g.accessed || !g.touched) return CN_ERR_NOMEM;
+  if (!g.write_idx || !g.first_idx || !g.accessed || !g.scattered || !g.touched)
+    return CN_ERR_NOMEM;
   memset(g.write_idx, 0, sizeof *g.write_idx * n_params);
+  memset(g.first_idx, 0, sizeof *g.first_idx * n_params);
   memset(g.accessed, 0, sizeof *g.accessed * n_params);
+  memset(g.scattered, 0, sizeof *g.scattered * n_params);
   bool open = false;
   int fused = 0;
   for (int i = 0; i < list.n; i++) {

@@ -16,7 +16,10 @@
  * no guard or embedded index in the body) and the outer loop is not parallel: an element-wise nest
  * over [128, 10] then runs as one vector loop of 1280 instead of 128 loops of 10. A
  * loop may carry both marks (a one-loop nest). Nests of one loop inside another loop are marked as
- * nests of their own: their parallel loop then runs once per value of the loops outside. */
+ * nests of their own: their parallel loop then runs once per value of the loops outside. For a
+ * device (`grid`, sched.h cn_sched_options.device) the loops directly inside the parallel one are
+ * marked parallel too while each is independent with the loops outside it fixed: the run is the
+ * kernel's grid (backend/kernels.h), and a point of it is one work item. */
 #include "sched/sched.h"
 
 static int64_t extent(const cn_ll_stmt *loop) {
@@ -105,13 +108,28 @@ static int parallel_loop(const cn_ll_proc *proc, const cn_sched_nest *nest, int6
   return -1;
 }
 
+typedef struct {
+  int64_t min_work;
+  bool grid;
+} marks_options;
+
 static cn_status mark_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   (void)ctx;
-  const int64_t *min_work = user;
+  const marks_options *o = user;
   cn_ll_stmt *inner = nest->loops[nest->depth - 1];
   if (vectorizable(proc, nest)) cn_lb_marks(inner, inner->u.loop.marks | CN_LL_VECTOR);
-  int k = parallel_loop(proc, nest, *min_work);
+  int k = parallel_loop(proc, nest, o->min_work);
   if (k >= 0) cn_lb_marks(nest->loops[k], nest->loops[k]->u.loop.marks | CN_LL_PARALLEL);
+  /* a grid: the loops inside k while each is independent with the outer ones fixed (two points
+   * that differ in an outer loop of the run are apart by that loop's independence) */
+  for (int j = k + 1; o->grid && k >= 0 && j < nest->depth; j++) {
+    cn_symbol syms[CN_SCHED_MAX_DEPTH];
+    for (int q = j + 1; q < nest->depth; q++) syms[q] = nest->loops[q]->u.loop.sym;
+    if (!cn_sched_independent(proc, nest, nest->loops[j]->u.loop.sym, syms + j + 1,
+                              nest->depth - j - 1))
+      break;
+    cn_lb_marks(nest->loops[j], nest->loops[j]->u.loop.marks | CN_LL_PARALLEL);
+  }
   if (flattenable(proc, nest)) {
     cn_ll_stmt *outer = nest->loops[nest->depth - 2];
     cn_lb_marks(outer, outer->u.loop.marks | CN_LL_FLAT);
@@ -119,7 +137,8 @@ static cn_status mark_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   return CN_OK;
 }
 
-cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work) {
+cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work, bool grid) {
   CN_ASSERT(parallel_work >= 1);
-  return cn_sched_each_nest(ctx, proc, mark_nest, &parallel_work);
+  marks_options o = {parallel_work, grid};
+  return cn_sched_each_nest(ctx, proc, mark_nest, &o);
 }

@@ -106,6 +106,7 @@ static cn_status run_fuse(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options 
 }
 
 static cn_status run_tile(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
+  if (o->device) return CN_OK; /* a CPU cache's blocking (sched.h) */
   int64_t l1, llc;
   cn_sched_cache_sizes(&l1, &llc);
   return cn_sched_tile(ctx, proc, o->l1_bytes > 0 ? o->l1_bytes : l1,
@@ -113,12 +114,12 @@ static cn_status run_tile(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options 
 }
 
 static cn_status run_marks(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
-  return cn_sched_marks(ctx, proc,
-                        o->parallel_work > 0 ? o->parallel_work : CN_SCHED_PARALLEL_WORK);
+  return cn_sched_marks(ctx, proc, o->parallel_work > 0 ? o->parallel_work : CN_SCHED_PARALLEL_WORK,
+                        o->device);
 }
 
 static cn_status run_jam(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
-  (void)o;
+  if (o->device) return CN_OK; /* a CPU's registers (sched.h) */
   return cn_sched_jam(ctx, proc);
 }
 

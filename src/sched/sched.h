@@ -47,6 +47,13 @@ typedef struct {
   /* The fewest points of a nest given a GEMM plan; 0: CN_SCHED_GEMM_WORK (tests plan small
    * nests to reach every edge of the tiles). */
   int64_t gemm_work;
+  /* Scheduling for a device backend (backend/kernels.h: a nest's leading parallel loops are a
+   * kernel's grid): every loop of the run of independent loops that starts at a nest's parallel
+   * loop is marked parallel, not only that outermost one (an element-wise [128, 784] nest is a
+   * grid of 100 352 work items, not 128 that loop over 784 each); no cache tiling and no
+   * unroll-and-jam, which fit a CPU's caches and registers and would turn grid loops into
+   * sequential ones. */
+  bool device;
 } cn_sched_options;
 
 /* Every pass on: the default (what a NULL options pointer means). */
@@ -240,7 +247,7 @@ cn_status cn_sched_tile(cn_ctx *ctx, cn_ll_proc *proc, int64_t l1_bytes, int64_t
  * work, in cell updates (stores run), of a loop marked parallel, by default
  * CN_SCHED_PARALLEL_WORK. */
 #define CN_SCHED_PARALLEL_WORK ((int64_t)1 << 15)
-cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work);
+cn_status cn_sched_marks(cn_ctx *ctx, cn_ll_proc *proc, int64_t parallel_work, bool grid);
 /* Unroll-and-jam of one outer loop into the innermost loop of every separable perfect nest large
  * enough (jam.c); runs after the marks, which the copied loops keep. */
 cn_status cn_sched_jam(cn_ctx *ctx, cn_ll_proc *proc);

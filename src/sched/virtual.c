@@ -13,11 +13,12 @@
  * name) is a candidate too; when it cannot go it stays materialized, as it was. The procedure's
  * body is read as a list of top-level statements (nested sequences flattened). A node v is inlined
  * when (1) exactly one top-level statement P writes it, and P is a plain store `v[s_0, .., s_r-1]
- * := e` under r loops with no affine bounds, each s_a a distinct loop variable running over exactly
- * [0, dim_a) (so every cell is written once, with no accumulation: e does not read v), v has no
- * padding and no merge buffer; (2) no statement before P reads v; (3) no statement after P, up to
- * each statement reading v, writes a buffer e reads, and a statement reading v writes none either,
- * except an in-place update `w[j] := f(.., v[..], ..)` of one input w, one cell per point, whose
+ * := e` under loops with no affine bounds, each s_a a distinct loop variable running over exactly
+ * [0, dim_a), or 0 on an axis of size 1 (so every cell is written once, with no accumulation: e
+ * does not read v), v has no padding and no merge buffer; (2) no statement before P reads v; (3) no
+ * statement after P, up to each statement reading v, writes a buffer e reads, and a statement
+ * reading v writes none either, except an in-place update `w[j] := f(.., v[..], ..)` of one input
+ * w, one cell per point (j's axes distinct loop variables, or 0 on an axis of size 1), whose
  * inlined reads of w are all w[j] (each point reads its cell before writing it) — so e evaluated at
  * a read gives the value P stored; (4) at every read v[i_0, .., i_r-1], replacing each s_a by i_a
  * in e's indices keeps them affine in canonical form (no overflow, at most CN_MAX_AFFINE_TERMS
@@ -99,6 +100,13 @@ typedef struct {
   cn_symbol vars[CN_MAX_RANK]; /* the loop variable writing each axis */
 } producer;
 
+/* Whether axis a of node has one cell, written at ix = 0 (no padding): a store covers the axis
+ * without a loop, as the lowering writes a size-1 axis ([128, 28, 28, 1]). */
+static bool singleton(const cn_node *node, int a, const cn_index *ix) {
+  return node->dims[a] == 1 && ix->kind == CN_IDX_FIXED && ix->offset == 0 && !node->pad[a][0] &&
+         !node->pad[a][1];
+}
+
 /* Whether s is the plain store of contract (1) into param, filling *out. */
 static bool plain_store(const cn_ll_proc *proc, const cn_ll_stmt *s, int param, producer *out) {
   const cn_node *node = proc->params[param].node;
@@ -115,10 +123,17 @@ static bool plain_store(const cn_ll_proc *proc, const cn_ll_stmt *s, int param, 
     loops[depth++] = s;
     s = s->u.loop.body;
   }
-  if (s->kind != CN_LL_SET || s->u.set.param != param || depth != node->rank) return false;
+  if (s->kind != CN_LL_SET || s->u.set.param != param) return false;
+  int fixed = 0;
+  for (int a = 0; a < node->rank; a++) fixed += singleton(node, a, &s->u.set.idx[a]);
+  if (depth != node->rank - fixed) return false;
   bool used[CN_MAX_RANK] = {false};
   for (int a = 0; a < node->rank; a++) {
     const cn_index *ix = &s->u.set.idx[a];
+    if (singleton(node, a, ix)) {
+      out->vars[a] = -1; /* no loop: a read's index there can only be 0 */
+      continue;
+    }
     if (ix->kind != CN_IDX_ITER || node->pad[a][0] || node->pad[a][1]) return false;
     int k = 0;
     while (k < depth && loops[k]->u.loop.sym != ix->syms[0]) k++;
@@ -369,11 +384,13 @@ static bool updates_in_place(const cn_ll_proc *proc, const cn_ll_stmt *q, int vi
     q = q->u.loop.body;
   }
   if (q->kind != CN_LL_SET) return false;
-  int w = q->u.set.param, rank = proc->params[w].node->rank;
-  if (depth != rank) return false;
+  int w = q->u.set.param, rank = proc->params[w].node->rank, fixed = 0;
+  for (int a = 0; a < rank; a++) fixed += singleton(proc->params[w].node, a, &q->u.set.idx[a]);
+  if (depth != rank - fixed) return false;
   bool used[CN_MAX_RANK] = {false};
   for (int a = 0; a < rank; a++) {
     const cn_index *ix = &q->u.set.idx[a];
+    if (singleton(proc->params[w].node, a, ix)) continue;
     int k = 0;
     while (k < depth && (ix->kind != CN_IDX_ITER || vars[k] != ix->syms[0])) k++;
     if (k == depth || used[k]) return false;
