@@ -4,7 +4,8 @@
  * symbol (the kernel ABI's trailing 64-bit argument), and of a parallel loop with affine bounds
  * (the bounds as a condition inside the work item); the kernel table (names, work items, buffer
  * arguments); a GEMM statement (its clear kernel when the plan starts from zero, its store fused
- * when the plan says fma), and one inside a parallel loop (one work item, the clear a loop). Needs
+ * when the plan says fma), and one inside a parallel loop (one work item, the clear a loop);
+ * consecutive statements of one work item each as one kernel. Needs
  * no OpenCL device: tests/test_opencl.c runs such programs. */
 #include "backend/kernels.h"
 #include "loops_check.h"
@@ -233,11 +234,81 @@ static void test_nested_gemm(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* Consecutive statements of one work item each (no parallel loop at their top) are one kernel
+ * running them in order: x[0] := 1; y[0] := x[0] + 2 | the grid z[i] := y[0] * 0.5 (4 items) |
+ * x[0] := z[1]; the sequential loop w[i] := x[0] + w[i] — three kernels, not five. */
+static void test_sequence(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t one = 1, four = 4;
+  cn_node *nodes[4] = {cn_node_create(ctx, "x", CN_PREC_SINGLE, 1, &one),
+                       cn_node_create(ctx, "y", CN_PREC_SINGLE, 1, &one),
+                       cn_node_create(ctx, "z", CN_PREC_SINGLE, 1, &four),
+                       cn_node_create(ctx, "w", CN_PREC_SINGLE, 1, &four)};
+  const cn_prec f = CN_PREC_SINGLE;
+  cn_symbol i = cn_symbol_create(ctx, "i", 4), j = cn_symbol_create(ctx, "j", 4);
+  cn_index *at0 = cn_lb_indices(ctx, 1, cn_index_fixed(0));
+  cn_ll_stmt *stmts[5] = {
+      cn_lb_set(ctx, 0, at0, cn_lb_num(ctx, f, 1)),
+      cn_lb_set(ctx, 1, at0,
+                cn_lb_op(ctx, CN_OP_ADD, f, cn_lb_get(ctx, 0, f, at0), cn_lb_num(ctx, f, 2), NULL)),
+      cn_lb_marks(cn_lb_loop(ctx, i, 0, 4,
+                             cn_lb_set(ctx, 2, cn_lb_indices(ctx, 1, cn_index_iter(i)),
+                                       cn_lb_op(ctx, CN_OP_MUL, f, cn_lb_get(ctx, 1, f, at0),
+                                                cn_lb_num(ctx, f, 0.5), NULL))),
+                  CN_LL_PARALLEL),
+      cn_lb_set(ctx, 0, at0, cn_lb_get(ctx, 2, f, cn_lb_indices(ctx, 1, cn_index_fixed(1)))),
+      cn_lb_loop(ctx, j, 0, 4,
+                 cn_lb_set(ctx, 3, cn_lb_indices(ctx, 1, cn_index_iter(j)),
+                           cn_lb_op(ctx, CN_OP_ADD, f, cn_lb_get(ctx, 0, f, at0),
+                                    cn_lb_get(ctx, 3, f, cn_lb_indices(ctx, 1, cn_index_iter(j))),
+                                    NULL)))};
+  cn_ll_param params[4] = {
+      {nodes[0], false}, {nodes[1], false}, {nodes[2], false}, {nodes[3], false}};
+  cn_ll_proc *proc = cn_lb_proc(ctx, "seq", cn_lb_seq_array(ctx, 5, stmts), 4, params, 0, NULL);
+  cn_kernel_program p;
+  CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, NULL, &p), CN_OK);
+  CHECK_INT(p.n_kernels, 3);
+  CHECK_INT(p.kernels[0].work_items, 1);
+  CHECK_INT(p.kernels[1].work_items, 4);
+  CHECK_INT(p.kernels[2].work_items, 1);
+  CHECK_INT(p.kernels[0].n_args, 2); /* x and y */
+  CHECK_INT(p.kernels[2].n_args, 3); /* x, z and w */
+  CHECK_STR(kernels_text(&p),
+            "__kernel void seq_k0(__global float *restrict x_1, __global float *restrict y_2) {\n"
+            "  const int64_t cn_id = (long)get_global_id(0);\n"
+            "  if (cn_id >= 1) return;\n"
+            "  x_1[0] = 1.0f;\n"
+            "  y_2[0] = (x_1[0] + 2.0f);\n"
+            "}\n"
+            "\n"
+            "__kernel void seq_k1(__global const float *restrict y_2, __global float *restrict "
+            "z_3) {\n"
+            "  const int64_t cn_id = (long)get_global_id(0);\n"
+            "  if (cn_id >= 4) return;\n"
+            "  const int64_t i = cn_id;\n"
+            "  z_3[i] = (y_2[0] * 0.5f);\n"
+            "}\n"
+            "\n"
+            "__kernel void seq_k2(__global float *restrict x_1, __global const float *restrict "
+            "z_3, __global float *restrict w_4) {\n"
+            "  const int64_t cn_id = (long)get_global_id(0);\n"
+            "  if (cn_id >= 1) return;\n"
+            "  x_1[0] = z_3[1];\n"
+            "  for (int64_t j = 0; j < 4; ++j) {\n"
+            "    w_4[j] = (x_1[0] + w_4[j]);\n"
+            "  }\n"
+            "}\n"
+            "\n");
+  cn_kernel_program_free(&p);
+  cn_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_matmul();
   test_conv();
   test_bounds();
   test_gemm();
   test_nested_gemm();
+  test_sequence();
   CHECK_DONE();
 }

@@ -2,7 +2,8 @@
  * procedure as a program of kernels run in order, each kernel one top-level statement of the
  * body's sequence, its grid the maximal run of directly nested CN_LL_PARALLEL loops at the top of
  * the statement (for a CN_LL_GEMM, the loops of its nest before the first reduction loop; a
- * statement without a grid: a kernel of one work item). The text is written by the
+ * statement without a grid: a kernel of one work item, and consecutive such statements one
+ * kernel running them in order, one launch instead of several). The text is written by the
  * dialect-neutral emitter (cgen_emit.c) steered by a kernel dialect (cgen.h: the kernel fields
  * set).
  *
