@@ -873,6 +873,20 @@ static void test_flat(void) {
 
 /* ---- Scheduling for a device: grids of every independent loop ---- */
 
+/* b[j] += d[i, j] over i in 0..100, j in 0..128 (a bias's gradient over a batch). */
+static cn_ll_proc *bias_grad_proc(cn_ctx *ctx, cn_node *const *db) {
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_ll_stmt *body = cn_lb_loop(
+      ctx, i, 0, 100,
+      cn_lb_loop(
+          ctx, j, 0, 128,
+          cn_lb_accum(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(j)), CN_OP_ADD,
+                      cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                                cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))))));
+  cn_ll_param params[2] = {param_of(db[0]), param_of(db[1])};
+  return cn_lb_proc(ctx, "bias_grad", body, 2, params, 0, NULL);
+}
+
 /* The text of proc scheduled as for a device backend (every loop pass, cn_sched_options.device:
  * no tiling, no jam, every loop of the parallel run marked) with a work threshold of 1. */
 static const char *device_text(cn_ctx *ctx, cn_ll_proc *proc) {
@@ -888,8 +902,9 @@ static const char *device_text(cn_ctx *ctx, cn_ll_proc *proc) {
 }
 
 /* An element-wise nest is a grid of both its loops (the host gets the outer one, flattened with
- * the inner); reduction loops and a scan's dependent loop stay inside the work item; the tiny
- * caches that tile and jam these nests for a CPU change nothing for a device. */
+ * the inner); reduction loops and a scan's dependent loop stay inside the work item, output loops
+ * go outside reductions; the tiny caches that tile and jam these nests for a CPU change nothing
+ * for a device. */
 static void test_device_grid(void) {
   cn_ctx *ctx = cn_ctx_create();
   cn_node *abo[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
@@ -939,6 +954,20 @@ static void test_device_grid(void) {
   if (!plain || !grid) return;
   CHECK_HAS(device_text(ctx, grid), "for i in 0..256 (parallel):\n  for j in 1..256:\n");
   check_same_results(ctx, plain, grid);
+
+  /* A bias gradient b[j] += d[i, j]: a CPU keeps i outside (jammed by 4; j, the vector loop,
+   * inside); a device
+   * takes the output loop j outside, the grid, each work item summing its column in i's order */
+  cn_node *bd[2] = {node(ctx, "d", CN_PREC_SINGLE, 2, (int64_t)100, (int64_t)128),
+                    node(ctx, "b", CN_PREC_SINGLE, 1, (int64_t)128)};
+  cn_ll_proc *host = bias_grad_proc(ctx, bd), *device = bias_grad_proc(ctx, bd);
+  plain = bias_grad_proc(ctx, bd);
+  CHECK(host && device && plain);
+  if (!host || !device || !plain) return;
+  CHECK_HAS(scheduled_text(ctx, host), "for i_jam in 0..25:\n  for j in 0..128 (vector):\n");
+  CHECK_HAS(device_text(ctx, device),
+            "for j in 0..128 (parallel):\n  for i in 0..100:\n    b[j] := b[j] + d[i, j]\n");
+  check_same_results(ctx, plain, device);
   cn_ctx_destroy(ctx);
 }
 

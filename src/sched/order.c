@@ -17,7 +17,8 @@
  * the write (cn_sched_separates: it separates cells, every cell's points share its value) may
  * move, which keeps every cell's sequence too. A loop whose variable appears in another loop's
  * affine bounds never moves inside that loop. Nests of several stores, or that break a
- * condition, keep their order. */
+ * condition, keep their order. For a device backend (sched.h cn_sched_options.device) the order
+ * is the grid's instead (order_for_device): output loops outside, reductions inside. */
 #include "sched/sched.h"
 
 #include <math.h>
@@ -61,6 +62,15 @@ static bool better(loop_cost a, loop_cost b) {
   return !a.reduction && b.reduction;
 }
 
+/* Rebuilds the chain in `order` (the nest's loops, permuted) into its slot. */
+static cn_status rebuild(cn_ctx *ctx, cn_sched_nest *nest, cn_ll_stmt *const *order) {
+  cn_ll_stmt *body = nest->loops[nest->depth - 1]->u.loop.body;
+  for (int k = nest->depth - 1; k >= 0; k--)
+    if (!(body = cn_sched_loop_copy(ctx, order[k], body))) return CN_ERR_NOMEM;
+  *nest->slots[0] = body;
+  return CN_OK;
+}
+
 /* Rebuilds the chain with loop `chosen` innermost, the others in their order, into its slot. */
 static cn_status move_innermost(cn_ctx *ctx, cn_sched_nest *nest, int chosen) {
   cn_ll_stmt *order[CN_SCHED_MAX_DEPTH];
@@ -68,16 +78,50 @@ static cn_status move_innermost(cn_ctx *ctx, cn_sched_nest *nest, int chosen) {
   for (int k = 0; k < nest->depth; k++)
     if (k != chosen) order[n++] = nest->loops[k];
   order[n++] = nest->loops[chosen];
-  cn_ll_stmt *body = nest->loops[nest->depth - 1]->u.loop.body;
-  for (int k = n - 1; k >= 0; k--)
-    if (!(body = cn_sched_loop_copy(ctx, order[k], body))) return CN_ERR_NOMEM;
-  *nest->slots[0] = body;
-  return CN_OK;
+  return rebuild(ctx, nest, order);
+}
+
+/* For a device: the output loops outermost, in their order but for the one the write walks with
+ * the smallest stride, which goes last among them (the grid's fastest variable: neighbouring
+ * work items write neighbouring cells); then the reduction loops in their order, so each cell's
+ * points keep their sequence (a separable nest: cn_sched_separable). The output loops become the
+ * kernel's grid, every work item a cell (a bias gradient b[j] += d[i, j], ordered i, j for a
+ * CPU's vectors, was one work item summing all cells; it is a grid over j). Not when a loop's
+ * bounds read another loop's variable. */
+static cn_status order_for_device(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest) {
+  for (int k = 0; k < nest->depth; k++)
+    for (int j = 0; j < nest->depth; j++)
+      if (j != k && cn_sched_bounds_mention(nest->loops[j], nest->loops[k]->u.loop.sym))
+        return CN_OK;
+  const cn_sched_access *w = &nest->access[0];
+  int rank = proc->params[w->param].node->rank;
+  cn_ll_stmt *order[CN_SCHED_MAX_DEPTH];
+  int n = 0, fastest = -1;
+  double fastest_stride = INFINITY;
+  for (int k = 0; k < nest->depth; k++) {
+    cn_symbol sym = nest->loops[k]->u.loop.sym;
+    if (cn_sched_is_reduction(w, rank, sym)) continue;
+    double stride = fabs(cn_sched_stride(proc, w, sym));
+    if (stride <= fastest_stride) { /* ties: the deeper one */
+      fastest = k;
+      fastest_stride = stride;
+    }
+  }
+  for (int k = 0; k < nest->depth; k++)
+    if (k != fastest && !cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym))
+      order[n++] = nest->loops[k];
+  if (fastest >= 0) order[n++] = nest->loops[fastest];
+  for (int k = 0; k < nest->depth; k++)
+    if (cn_sched_is_reduction(w, rank, nest->loops[k]->u.loop.sym)) order[n++] = nest->loops[k];
+  bool same = true;
+  for (int k = 0; k < nest->depth; k++) same &= order[k] == nest->loops[k];
+  return same ? CN_OK : rebuild(ctx, nest, order);
 }
 
 static cn_status order_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
-  (void)user;
+  const bool *device = user;
   if (nest->depth < 2 || !cn_sched_own_cell(proc, nest)) return CN_OK;
+  if (*device) return cn_sched_separable(proc, nest) ? order_for_device(ctx, proc, nest) : CN_OK;
   /* a nest whose write mixes loops in an axis moves only a loop that separates cells */
   bool separable = cn_sched_separable(proc, nest);
   int best = nest->depth - 1;
@@ -95,6 +139,6 @@ static cn_status order_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *
   return best == nest->depth - 1 ? CN_OK : move_innermost(ctx, nest, best);
 }
 
-cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc) {
-  return cn_sched_each_nest(ctx, proc, order_nest, NULL);
+cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc, bool device) {
+  return cn_sched_each_nest(ctx, proc, order_nest, &device);
 }

@@ -96,8 +96,7 @@ static cn_status run_gemm(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options 
 }
 
 static cn_status run_order(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {
-  (void)o;
-  return cn_sched_order(ctx, proc);
+  return cn_sched_order(ctx, proc, o->device);
 }
 
 static cn_status run_fuse(cn_ctx *ctx, cn_ll_proc *proc, const cn_sched_options *o) {

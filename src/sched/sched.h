@@ -50,7 +50,8 @@ typedef struct {
   /* Scheduling for a device backend (backend/kernels.h: a nest's leading parallel loops are a
    * kernel's grid): every loop of the run of independent loops that starts at a nest's parallel
    * loop is marked parallel, not only that outermost one (an element-wise [128, 784] nest is a
-   * grid of 100 352 work items, not 128 that loop over 784 each); no cache tiling and no
+   * grid of 100 352 work items, not 128 that loop over 784 each), the loop order puts a nest's
+   * output loops outside its reductions (order.c); no cache tiling and no
    * unroll-and-jam, which fit a CPU's caches and registers and would turn grid loops into
    * sequential ones. */
   bool device;
@@ -235,8 +236,8 @@ cn_status cn_sched_fill(cn_ctx *ctx, cn_ll_proc *proc);
  * the filled node becomes the plan's c_zero (fill.c). */
 cn_status cn_sched_fill_gemm(cn_ctx *ctx, cn_ll_proc *proc);
 
-/* Loop order of every perfect nest (order.c). */
-cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc);
+/* Loop order of every perfect nest (order.c), for a CPU's vectors or for a device's grid. */
+cn_status cn_sched_order(cn_ctx *ctx, cn_ll_proc *proc, bool device);
 /* Fusion of consecutive top-level nests where the second reads what the first wrote, cell by
  * cell (fuse.c). */
 cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc);
