@@ -387,6 +387,34 @@ static void test_affine_bounds(void) {
 
 /* ---- Reductions: to a scalar, and two reduction loops that must keep their order ---- */
 
+/* b[j] += d[i, j] over i in 0..100, j in 0..128 (a bias's gradient over a batch). */
+static cn_ll_proc *bias_grad_proc(cn_ctx *ctx, cn_node *const *db) {
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_ll_stmt *body = cn_lb_loop(
+      ctx, i, 0, 100,
+      cn_lb_loop(
+          ctx, j, 0, 128,
+          cn_lb_accum(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(j)), CN_OP_ADD,
+                      cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                                cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))))));
+  cn_ll_param params[2] = {param_of(db[0]), param_of(db[1])};
+  return cn_lb_proc(ctx, "bias_grad", body, 2, params, 0, NULL);
+}
+
+/* The text of proc scheduled as for a device backend (every loop pass, cn_sched_options.device:
+ * no tiling, no jam, every loop of the parallel run marked) with a work threshold of 1. */
+static const char *device_text(cn_ctx *ctx, cn_ll_proc *proc) {
+  cn_sched_options opts = {.passes = LOOP_PASSES,
+                           .l1_bytes = 1024,
+                           .llc_bytes = 4096,
+                           .parallel_work = 1,
+                           .device = true};
+  CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
+  const char *text = cn_ll_to_string(ctx, proc);
+  CHECK(text != NULL);
+  return text ? text : "";
+}
+
 /* s[] += a[i, j] (params a, s), and t[i] += x[i, k, j] looping i, j, k (params x, t): j has the
  * unit stride but is a reduction with the reduction k inside it. */
 static cn_ll_proc *reductions_proc(cn_ctx *ctx, cn_node *const *nodes, const cn_symbol *ijk) {
@@ -419,8 +447,10 @@ static void test_reductions(void) {
   cn_symbol ijk[3] = {cn_symbol_create(ctx, "i", 256), cn_symbol_create(ctx, "j", 256),
                       cn_symbol_create(ctx, "k", 64)};
   cn_ll_proc *plain = reductions_proc(ctx, nodes, ijk),
-             *scheduled = reductions_proc(ctx, nodes, ijk);
-  CHECK(plain && scheduled);
+             *scheduled = reductions_proc(ctx, nodes, ijk),
+             *grid = reductions_proc(ctx, nodes, ijk);
+  CHECK(plain && scheduled && grid);
+  if (!plain || !scheduled || !grid) return;
   check_text(scheduled_text(ctx, scheduled),
              "routine reductions\n"
              "  params: a#1 single[256, 256], s#2 single[], x#3 single[16, 64, 64], "
@@ -440,6 +470,11 @@ static void test_reductions(void) {
              "      t[8*i_jam + 6] := t[8*i_jam + 6] + x[8*i_jam + 6, k, j]\n"
              "      t[8*i_jam + 7] := t[8*i_jam + 7] + x[8*i_jam + 7, k, j]\n");
   check_same_results(ctx, plain, scheduled);
+  /* for a device: no jam, the output loop the grid */
+  CHECK_HAS(device_text(ctx, grid), "for i in 0..256:\n  for j in 0..256:\n    s[] := s[] + "
+                                    "a[i, j]\nfor i in 0..16 (parallel):\n  for j in 0..64:\n"
+                                    "    for k in 0..64:\n      t[i] := t[i] + x[i, k, j]\n");
+  check_same_results(ctx, plain, grid);
   cn_ctx_destroy(ctx);
 }
 
@@ -477,8 +512,10 @@ static void test_dependences(void) {
                        node(ctx, "y", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256)};
   cn_symbol vij[3] = {cn_symbol_create(ctx, "v", 40000), cn_symbol_create(ctx, "i", 256),
                       cn_symbol_create(ctx, "j", 256)};
-  cn_ll_proc *plain = scans_proc(ctx, nodes, vij), *scheduled = scans_proc(ctx, nodes, vij);
-  CHECK(plain && scheduled);
+  cn_ll_proc *plain = scans_proc(ctx, nodes, vij), *scheduled = scans_proc(ctx, nodes, vij),
+             *grid = scans_proc(ctx, nodes, vij);
+  CHECK(plain && scheduled && grid);
+  if (!plain || !scheduled || !grid) return;
   check_text(scheduled_text(ctx, scheduled),
              "routine scans\n"
              "  params: a#1 single[40000], u#2 single[40000], b#3 single[256, 256], "
@@ -489,6 +526,9 @@ static void test_dependences(void) {
              "  for j in 1..256:\n"
              "    y[i, j] := y[i, j - 1] + b[i, j]\n");
   check_same_results(ctx, plain, scheduled);
+  /* for a device too: j, which reads the cell before its own, stays in the work item */
+  CHECK_HAS(device_text(ctx, grid), "for i in 0..256 (parallel):\n  for j in 1..256:\n");
+  check_same_results(ctx, plain, grid);
   cn_ctx_destroy(ctx);
 }
 
@@ -847,6 +887,14 @@ static void test_flat(void) {
   CHECK(plain && scheduled);
   if (!plain || !scheduled) return;
   CHECK_HAS(scheduled_text(ctx, scheduled), "for i in 0..12 (flat):\n  for j in 0..10 (vector):\n");
+  /* for a device both loops are the grid, one work item a cell */
+  cn_ll_proc *grid = pointwise_proc(ctx, abo, i, j, false, false);
+  CHECK(grid != NULL);
+  if (grid) {
+    CHECK_HAS(device_text(ctx, grid),
+              "for i in 0..12 (parallel):\n  for j in 0..10 (parallel, vector):\n");
+    check_same_results(ctx, plain, grid);
+  }
   cn_sbuf c = {0};
   CHECK_INT(cn_cgen_source(ctx, scheduled, &c), CN_OK);
   CHECK_HAS(c.data ? c.data : "",
@@ -873,95 +921,18 @@ static void test_flat(void) {
 
 /* ---- Scheduling for a device: grids of every independent loop ---- */
 
-/* b[j] += d[i, j] over i in 0..100, j in 0..128 (a bias's gradient over a batch). */
-static cn_ll_proc *bias_grad_proc(cn_ctx *ctx, cn_node *const *db) {
-  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
-  cn_ll_stmt *body = cn_lb_loop(
-      ctx, i, 0, 100,
-      cn_lb_loop(
-          ctx, j, 0, 128,
-          cn_lb_accum(ctx, 1, CN_PREC_SINGLE, cn_lb_indices(ctx, 1, cn_index_iter(j)), CN_OP_ADD,
-                      cn_lb_get(ctx, 0, CN_PREC_SINGLE,
-                                cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j))))));
-  cn_ll_param params[2] = {param_of(db[0]), param_of(db[1])};
-  return cn_lb_proc(ctx, "bias_grad", body, 2, params, 0, NULL);
-}
-
-/* The text of proc scheduled as for a device backend (every loop pass, cn_sched_options.device:
- * no tiling, no jam, every loop of the parallel run marked) with a work threshold of 1. */
-static const char *device_text(cn_ctx *ctx, cn_ll_proc *proc) {
-  cn_sched_options opts = {.passes = LOOP_PASSES,
-                           .l1_bytes = 1024,
-                           .llc_bytes = 4096,
-                           .parallel_work = 1,
-                           .device = true};
-  CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
-  const char *text = cn_ll_to_string(ctx, proc);
-  CHECK(text != NULL);
-  return text ? text : "";
-}
-
-/* An element-wise nest is a grid of both its loops (the host gets the outer one, flattened with
- * the inner); reduction loops and a scan's dependent loop stay inside the work item, output loops
- * go outside reductions; the tiny caches that tile and jam these nests for a CPU change nothing
- * for a device. */
-static void test_device_grid(void) {
+/* For a device, output loops go outside reductions (test_flat: an element-wise nest is a grid of
+ * both its loops; test_reductions, test_dependences: reductions and a scan's dependent loop stay
+ * inside the work item, and the caches that tile and jam for a CPU change nothing). */
+static void test_device_order(void) {
   cn_ctx *ctx = cn_ctx_create();
-  cn_node *abo[3] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
-                     node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10),
-                     node(ctx, "o", CN_PREC_SINGLE, 2, (int64_t)12, (int64_t)10)};
-  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
-  cn_ll_proc *plain = pointwise_proc(ctx, abo, i, j, false, false);
-  cn_ll_proc *grid = pointwise_proc(ctx, abo, i, j, false, false);
-  CHECK(plain && grid);
-  if (!plain || !grid) return;
-  CHECK_HAS(device_text(ctx, grid),
-            "for i in 0..12 (parallel):\n  for j in 0..10 (parallel, vector):\n");
-  check_same_results(ctx, plain, grid);
-
-  cn_node *nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
-                       node(ctx, "s", CN_PREC_SINGLE, 0),
-                       node(ctx, "x", CN_PREC_SINGLE, 3, (int64_t)16, (int64_t)64, (int64_t)64),
-                       node(ctx, "t", CN_PREC_SINGLE, 1, (int64_t)16)};
-  cn_symbol ijk[3] = {cn_symbol_create(ctx, "i", 256), cn_symbol_create(ctx, "j", 256),
-                      cn_symbol_create(ctx, "k", 64)};
-  plain = reductions_proc(ctx, nodes, ijk);
-  grid = reductions_proc(ctx, nodes, ijk);
-  CHECK(plain && grid);
-  if (!plain || !grid) return;
-  check_text(device_text(ctx, grid),
-             "routine reductions\n"
-             "  params: a#4 single[256, 256], s#5 single[], x#6 single[16, 64, 64], "
-             "t#7 single[16]\n"
-             "for i in 0..256:\n"
-             "  for j in 0..256:\n"
-             "    s[] := s[] + a[i, j]\n"
-             "for i in 0..16 (parallel):\n"
-             "  for j in 0..64:\n"
-             "    for k in 0..64:\n"
-             "      t[i] := t[i] + x[i, k, j]\n");
-  check_same_results(ctx, plain, grid);
-
-  cn_node *scan_nodes[4] = {node(ctx, "a", CN_PREC_SINGLE, 1, (int64_t)40000),
-                            node(ctx, "u", CN_PREC_SINGLE, 1, (int64_t)40000),
-                            node(ctx, "b", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256),
-                            node(ctx, "y", CN_PREC_SINGLE, 2, (int64_t)256, (int64_t)256)};
-  cn_symbol vij[3] = {cn_symbol_create(ctx, "v", 40000), cn_symbol_create(ctx, "i", 256),
-                      cn_symbol_create(ctx, "j", 256)};
-  plain = scans_proc(ctx, scan_nodes, vij);
-  grid = scans_proc(ctx, scan_nodes, vij);
-  CHECK(plain && grid);
-  if (!plain || !grid) return;
-  CHECK_HAS(device_text(ctx, grid), "for i in 0..256 (parallel):\n  for j in 1..256:\n");
-  check_same_results(ctx, plain, grid);
-
   /* A bias gradient b[j] += d[i, j]: a CPU keeps i outside (jammed by 4; j, the vector loop,
    * inside); a device
    * takes the output loop j outside, the grid, each work item summing its column in i's order */
   cn_node *bd[2] = {node(ctx, "d", CN_PREC_SINGLE, 2, (int64_t)100, (int64_t)128),
                     node(ctx, "b", CN_PREC_SINGLE, 1, (int64_t)128)};
-  cn_ll_proc *host = bias_grad_proc(ctx, bd), *device = bias_grad_proc(ctx, bd);
-  plain = bias_grad_proc(ctx, bd);
+  cn_ll_proc *host = bias_grad_proc(ctx, bd), *device = bias_grad_proc(ctx, bd),
+             *plain = bias_grad_proc(ctx, bd);
   CHECK(host && device && plain);
   if (!host || !device || !plain) return;
   CHECK_HAS(scheduled_text(ctx, host), "for i_jam in 0..25:\n  for j in 0..128 (vector):\n");
@@ -1311,7 +1282,7 @@ int main(void) {
   test_written_first();
   test_fill();
   test_flat();
-  test_device_grid();
+  test_device_order();
   test_fuse();
   test_pool_interleave();
   test_deps();
