@@ -955,7 +955,10 @@ static cn_ll_proc *chain_proc(cn_ctx *ctx, cn_node *const *t, int count, bool sh
   for (int k = 0; k < count; k++) {
     cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
     bool last = k == count - 1;
-    cn_index *ij = cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
+    /* nodes of [12, 10, 1]: the size-1 axis written and read at 0, without a loop */
+    cn_index *ij = t[0]->rank == 3 ? cn_lb_indices(ctx, 3, cn_index_iter(i), cn_index_iter(j),
+                                                   cn_index_fixed(0))
+                                   : cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_iter(j));
     cn_index *read = last && shift ? cn_lb_indices(ctx, 2, cn_index_iter(i), affine1(j, 1, 1)) : ij;
     cn_ll_expr *value = cn_lb_op(ctx, CN_OP_ADD, single,
                                  cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, k, single, read),
@@ -1020,6 +1023,17 @@ static void test_fuse(void) {
                                          "    t#3[i, j] := t#2[i, j] * 0.5 + t#1[i, j]\n"
                                          "    t#4[i, j] := t#3[i, j] * 0.5 + t#1[i, j]\n");
   check_same_results(ctx, plain, fused);
+  /* The same over nodes of [12, 10, 1]: a size-1 axis at 0 is one cell per iteration too. */
+  cn_node *u[4];
+  for (int k = 0; k < 4; k++)
+    u[k] = node(ctx, "u", CN_PREC_SINGLE, 3, (int64_t)12, (int64_t)10, (int64_t)1);
+  cn_ll_proc *plain3 = chain_proc(ctx, u, 3, false, false);
+  cn_ll_proc *fused3 = chain_proc(ctx, u, 3, false, false);
+  CHECK(plain3 && fused3);
+  if (!plain3 || !fused3) return;
+  CHECK_INT(cn_sched_proc(ctx, fused3, &fuse_only), CN_OK);
+  CHECK_INT(top_level_loops(fused3), 1);
+  check_same_results(ctx, plain3, fused3);
   /* Eleven nests: at most FUSE_MAX_STORES (8) stores per nest, so two nests. */
   cn_ll_proc *long11 = chain_proc(ctx, t, 11, false, false);
   CHECK(long11 != NULL);

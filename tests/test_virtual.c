@@ -10,8 +10,9 @@
  *   - kept, with the reason printed: a reduction, an accumulation, a shifted write, a read that
  *     runs more often than the producer, an input written between producer and read, a read
  *     before the producer, a producer with affine bounds; a materialized node stays;
- *   - a read in the statement that updates the producer's input in place is inlined, one reading
- *     another point's cell is not;
+ *   - a read in the statement that updates the producer's input in place is inlined (also where
+ *     the nodes have a size-1 axis written at 0, without a loop), one reading another point's cell
+ *     is not;
  *   - every allocation of the pass failing in turn leaves the procedure unchanged;
  *   - routines: a virtual node that could not be inlined runs as scratch, a node the host reads
  *     or a later routine reads is materialized and stays, cn_node_get_values on a virtual node
@@ -408,7 +409,9 @@ static void test_kept(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* The case in_place_proc builds: 0 reads v[j] where a[j] is updated, 1 reads v[j - 1]. */
+/* The case in_place_proc builds: 0 reads v[j] where a[j] is updated, 1 reads v[j - 1]; 2 as 0
+ * with nodes of [8, 1] written and read at [i, 0]: a size-1 axis without a loop, as the lowering
+ * writes one. */
 static int in_place_case;
 
 /* v[i] (virtual) := a[i] * 2 over [8]; then a[j] := a[j] - v[j] (in place: each point reads the
@@ -417,16 +420,19 @@ static int in_place_case;
 static cn_ll_proc *in_place_proc(cn_ctx *ctx, cn_node *const *n, const cn_symbol *s) {
   const cn_prec single = CN_PREC_SINGLE;
   cn_symbol i = s[0], j = s[1];
-  cn_index *at_i = cn_lb_indices(ctx, 1, cn_index_iter(i)),
-           *at_j = cn_lb_indices(ctx, 1, cn_index_iter(j));
+  bool column = in_place_case == 2, behind = in_place_case == 1;
+  cn_index *at_i = column ? cn_lb_indices(ctx, 2, cn_index_iter(i), cn_index_fixed(0))
+                          : cn_lb_indices(ctx, 1, cn_index_iter(i)),
+           *at_j = column ? cn_lb_indices(ctx, 2, cn_index_iter(j), cn_index_fixed(0))
+                          : cn_lb_indices(ctx, 1, cn_index_iter(j));
   cn_ll_stmt *produce =
       cn_lb_loop(ctx, i, 0, 8,
                  cn_lb_set(ctx, 1, at_i,
                            cn_lb_op(ctx, CN_OP_MUL, single, cn_lb_get(ctx, 0, single, at_i),
                                     cn_lb_num(ctx, single, 2), NULL)));
-  cn_index *read = in_place_case ? cn_lb_indices(ctx, 1, affine1(j, 1, 1)) : at_j;
+  cn_index *read = behind ? cn_lb_indices(ctx, 1, affine1(j, 1, 1)) : at_j;
   cn_ll_stmt *update =
-      cn_lb_loop(ctx, j, 0, in_place_case ? 7 : 8,
+      cn_lb_loop(ctx, j, 0, behind ? 7 : 8,
                  cn_lb_set(ctx, 0, at_j,
                            cn_lb_op(ctx, CN_OP_SUB, single, cn_lb_get(ctx, 0, single, at_j),
                                     cn_lb_get(ctx, 1, single, read), NULL)));
@@ -435,17 +441,20 @@ static cn_ll_proc *in_place_proc(cn_ctx *ctx, cn_node *const *n, const cn_symbol
 }
 
 static void test_in_place(void) {
-  for (int which = 0; which < 2; which++) {
+  for (int which = 0; which < 3; which++) {
     cn_ctx *ctx = cn_ctx_create();
-    cn_node *n[2] = {node(ctx, "a", CN_PREC_SINGLE, 1, (int64_t)8),
-                     node(ctx, "v", CN_PREC_SINGLE, 1, (int64_t)8)};
+    cn_node *n[2] = {which == 2 ? node(ctx, "a", CN_PREC_SINGLE, 2, (int64_t)8, (int64_t)1)
+                                : node(ctx, "a", CN_PREC_SINGLE, 1, (int64_t)8),
+                     which == 2 ? node(ctx, "v", CN_PREC_SINGLE, 2, (int64_t)8, (int64_t)1)
+                                : node(ctx, "v", CN_PREC_SINGLE, 1, (int64_t)8)};
     cn_symbol s[2] = {cn_symbol_create(ctx, "i", 0), cn_symbol_create(ctx, "j", 0)};
     CHECK_INT(cn_node_set_memory(n[1], CN_MEM_VIRTUAL), CN_OK);
     in_place_case = which;
     int n_params = 0;
     const char *text = check_builder(ctx, in_place_proc, n, s, &n_params);
-    CHECK_INT(n_params, which ? 2 : 1);
+    CHECK_INT(n_params, which == 1 ? 2 : 1);
     if (which == 0) CHECK_HAS(text, "  a[j] := a[j] - id(id(a[j] * 2))\n");
+    if (which == 2) CHECK_HAS(text, "  a[j, 0] := a[j, 0] - id(id(a[j, 0] * 2))\n");
     if (which == 1)
       CHECK_HAS(text, "# virtual 'v' (#2) kept as local scratch: its inputs change before a read");
     cn_ctx_destroy(ctx);

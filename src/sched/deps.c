@@ -209,6 +209,11 @@ cn_ll_stmt *cn_sched_loop_copy(cn_ctx *ctx, const cn_ll_stmt *old, cn_ll_stmt *b
 
 /* ---- Strides, reductions, independence ---- */
 
+bool cn_sched_single_cell_axis(const cn_node *node, int axis, const cn_index *ix) {
+  return node->dims[axis] == 1 && ix->kind == CN_IDX_FIXED && ix->offset == 0 &&
+         !node->pad[axis][0] && !node->pad[axis][1];
+}
+
 double cn_sched_stride(const cn_ll_proc *proc, const cn_sched_access *access, cn_symbol sym) {
   const cn_node *node = proc->params[access->param].node;
   int64_t strides[CN_MAX_RANK];

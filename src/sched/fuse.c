@@ -32,24 +32,17 @@ static bool same_indices(int rank, const cn_index *a, const cn_index *b) {
   return true;
 }
 
-/* Whether axis d of node has one cell, reached at index 0 (no padding): a write covers it without a
- * loop, as the lowering writes a size-1 axis ([128, 28, 28, 1]). */
-static bool singleton(const cn_node *node, int d, const cn_index *ix) {
-  return node->dims[d] == 1 && ix->kind == CN_IDX_FIXED && ix->offset == 0 && !node->pad[d][0] &&
-         !node->pad[d][1];
-}
-
 /* Whether a write of F reaches one cell per iteration: each axis is a distinct loop variable of
  * the nest (every loop one axis), or 0 on an axis of size 1. */
 static bool one_cell_per_iteration(const cn_ll_proc *proc, const cn_sched_nest *f,
                                    const cn_sched_access *w) {
   const cn_node *node = proc->params[w->param].node;
   int rank = node->rank, fixed = 0;
-  for (int d = 0; d < rank; d++) fixed += singleton(node, d, &w->idx[d]);
+  for (int d = 0; d < rank; d++) fixed += cn_sched_single_cell_axis(node, d, &w->idx[d]);
   if (rank - fixed != f->depth) return false;
   unsigned seen = 0;
   for (int d = 0; d < rank; d++) {
-    if (singleton(node, d, &w->idx[d])) continue;
+    if (cn_sched_single_cell_axis(node, d, &w->idx[d])) continue;
     if (w->idx[d].kind != CN_IDX_ITER || w->idx[d].offset != 0) return false;
     int k = 0;
     while (k < f->depth && f->loops[k]->u.loop.sym != w->idx[d].syms[0]) k++;

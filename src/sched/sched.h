@@ -169,6 +169,10 @@ bool cn_sched_separable(const cn_ll_proc *proc, const cn_sched_nest *nest);
  * every cell's points share one value of it and keep their relative order (a convolution's
  * input gradient in[oh + kh, ic] += ..., whose loop ic may run innermost). */
 bool cn_sched_separates(const cn_ll_proc *proc, const cn_sched_nest *nest, cn_symbol sym);
+/* Whether axis `axis` of node has one cell, reached at index ix = 0 (no padding): a store
+ * covers it without a loop, as the lowering writes a size-1 axis ([128, 28, 28, 1]); the virtual
+ * and fusion passes take such a write as one cell per point. */
+bool cn_sched_single_cell_axis(const cn_node *node, int axis, const cn_index *ix);
 /* Whether one of the affine bounds of a loop reads sym. */
 bool cn_sched_bounds_mention(const cn_ll_stmt *loop, cn_symbol sym);
 

@@ -100,13 +100,6 @@ typedef struct {
   cn_symbol vars[CN_MAX_RANK]; /* the loop variable writing each axis */
 } producer;
 
-/* Whether axis a of node has one cell, written at ix = 0 (no padding): a store covers the axis
- * without a loop, as the lowering writes a size-1 axis ([128, 28, 28, 1]). */
-static bool singleton(const cn_node *node, int a, const cn_index *ix) {
-  return node->dims[a] == 1 && ix->kind == CN_IDX_FIXED && ix->offset == 0 && !node->pad[a][0] &&
-         !node->pad[a][1];
-}
-
 /* Whether s is the plain store of contract (1) into param, filling *out. */
 static bool plain_store(const cn_ll_proc *proc, const cn_ll_stmt *s, int param, producer *out) {
   const cn_node *node = proc->params[param].node;
@@ -125,12 +118,13 @@ static bool plain_store(const cn_ll_proc *proc, const cn_ll_stmt *s, int param, 
   }
   if (s->kind != CN_LL_SET || s->u.set.param != param) return false;
   int fixed = 0;
-  for (int a = 0; a < node->rank; a++) fixed += singleton(node, a, &s->u.set.idx[a]);
+  for (int a = 0; a < node->rank; a++)
+    fixed += cn_sched_single_cell_axis(node, a, &s->u.set.idx[a]);
   if (depth != node->rank - fixed) return false;
   bool used[CN_MAX_RANK] = {false};
   for (int a = 0; a < node->rank; a++) {
     const cn_index *ix = &s->u.set.idx[a];
-    if (singleton(node, a, ix)) {
+    if (cn_sched_single_cell_axis(node, a, ix)) {
       out->vars[a] = -1; /* no loop: a read's index there can only be 0 */
       continue;
     }
@@ -385,12 +379,13 @@ static bool updates_in_place(const cn_ll_proc *proc, const cn_ll_stmt *q, int vi
   }
   if (q->kind != CN_LL_SET) return false;
   int w = q->u.set.param, rank = proc->params[w].node->rank, fixed = 0;
-  for (int a = 0; a < rank; a++) fixed += singleton(proc->params[w].node, a, &q->u.set.idx[a]);
+  for (int a = 0; a < rank; a++)
+    fixed += cn_sched_single_cell_axis(proc->params[w].node, a, &q->u.set.idx[a]);
   if (depth != rank - fixed) return false;
   bool used[CN_MAX_RANK] = {false};
   for (int a = 0; a < rank; a++) {
     const cn_index *ix = &q->u.set.idx[a];
-    if (singleton(proc->params[w].node, a, ix)) continue;
+    if (cn_sched_single_cell_axis(proc->params[w].node, a, ix)) continue;
     int k = 0;
     while (k < depth && (ix->kind != CN_IDX_ITER || vars[k] != ix->syms[0])) k++;
     if (k == depth || used[k]) return false;
