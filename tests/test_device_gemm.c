@@ -387,6 +387,70 @@ static void check_mode(bool exact, target on, const char *tile, const char *acc)
   cn_ctx_destroy(ctx);
 }
 
+/* din[b, oh + kh, 2 ow + 2 kw, ic] += dout[b, oh, ow, oc] * w[oc, kh, kw, ic] (stride and dilation
+ * 2 on the second axis), which the GEMM pass plans as kh and kw descending around a GEMM over
+ * (b, oh, ow) x ic x oc (a convolution's input gradient): on a device, nine GEMM kernels, one a
+ * point of (kh_rev, kw_rev) in order, not one work item running the whole product. On OpenCL and
+ * as CUDA on the host (`on`), bit for bit against C, in exact and fma mode. */
+static void check_hoisted(target on) {
+  for (int exact = 0; exact < 2; exact++) {
+    cn_ctx *ctx = cn_ctx_create();
+    cn_node *n[3] = {
+        node(ctx, "dout", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)9, (int64_t)5, (int64_t)7),
+        node(ctx, "w", CN_PREC_SINGLE, 4, (int64_t)7, (int64_t)3, (int64_t)3, (int64_t)20),
+        node(ctx, "din", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)11, (int64_t)13, (int64_t)20)};
+    const char *names[7] = {"b", "oh", "ow", "oc", "ic", "kh", "kw"};
+    cn_symbol v[7];
+    for (int a = 0; a < 7; a++) v[a] = cn_symbol_create(ctx, names[a], 0);
+    int64_t ext[7] = {2, 9, 5, 7, 20, 3, 3};
+    cn_ll_expr *p =
+        cn_lb_op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
+                 cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                           cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                         cn_index_iter(v[2]), cn_index_iter(v[3]))),
+                 cn_lb_get(ctx, 1, CN_PREC_SINGLE,
+                           cn_lb_indices(ctx, 4, cn_index_iter(v[3]), cn_index_iter(v[5]),
+                                         cn_index_iter(v[6]), cn_index_iter(v[4]))),
+                 NULL);
+    cn_ll_stmt *body =
+        cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                    cn_lb_indices(ctx, 4, cn_index_iter(v[0]), affine2(v[1], 1, v[5], 1, 0),
+                                  affine2(v[2], 2, v[6], 2, 0), cn_index_iter(v[4])),
+                    CN_OP_ADD, p);
+    for (int a = 6; a >= 0; a--) body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
+    cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
+    cn_ll_proc *proc = cn_lb_proc(ctx, "din", body, 3, params, 0, NULL);
+    for (int k = 0; k < 3; k++) fill_spread(n[k], (uint64_t)(k + 5) * 6007u);
+    cn_sched_options opts = {.passes = CN_SCHED_GEMM, .exact = exact, .gemm_work = 1};
+    CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
+    CHECK_HAS(cn_ll_to_string(ctx, proc), "for kh_rev in 0..3:\n  for kw_rev in 0..3:\n    gemm ");
+    cn_kernel_program program;
+    cn_kernel_limits limits = {256, 32 << 10, CN_KERNEL_TILE_DEFAULT, 0};
+    CHECK_INT(cn_kernel_program_make(ctx, proc, &cn_cgen_opencl, &limits, &program), CN_OK);
+    CHECK_INT(program.n_kernels, 9);
+    CHECK_HAS(program.source, "  const int64_t kh_rev = 2;\n  const int64_t kw_rev = 1;\n");
+    cn_kernel_program_free(&program);
+    snapshot start, want, got = {{0}, {0}};
+    snapshot_save(proc, &start);
+    snapshot_run(ctx, &cn_backend_c, proc, proc, &start, &want);
+    const char *source = "";
+    if (on == ON_CUDAHOST)
+      run_cudahost(ctx, proc, &start, &got, NULL);
+    else
+      run_device(ctx, (cn_backend_kind)cn_backend_find(on == ON_CUDA ? "cuda" : "opencl"), proc,
+                 &start, &got, &source);
+    if (got.data[2]) {
+      int64_t at = first_difference(want.data[2], got.data[2], want.bytes[2], sizeof(float));
+      CHECK_MSG(at < 0, "input gradient %s on %s: cell %lld of din differs",
+                exact ? "exact" : "fma", target_names[on], (long long)at);
+    }
+    snapshot_release(proc, &start);
+    snapshot_release(proc, &want);
+    snapshot_release(proc, &got);
+    cn_ctx_destroy(ctx);
+  }
+}
+
 /* The tile under device limits, through the kernel view: a 70 x 50 output of single on a device
  * of 4 work items a group and 1 KiB of local memory is a tile of 2 x 2 work items, 4 x 4 cells
  * each, slices of 8 steps ((8 + 1 + 8 + 1) x 8 x 4 bytes = 576 <= 1024; 16 steps would be 1152),
@@ -487,6 +551,7 @@ int main(void) {
     check_mode(false, ON_CUDAHOST, NULL, "float cn_acc[8][8];");
     check_mode(true, ON_CUDAHOST, "8x2x4", "float cn_acc[2][2];");
     check_mode(false, ON_CUDAHOST, "4x16x64", "float cn_acc[16][16];");
+    check_hoisted(ON_CUDAHOST);
     cudahost_done();
   }
   /* on a GPU: CUDA's tile, shrunk for the GPU's multiprocessors, each case still one tiled
@@ -494,6 +559,7 @@ int main(void) {
   if (cn_cuda_gpu_find()) {
     check_mode(true, ON_CUDA, NULL, NULL);
     check_mode(false, ON_CUDA, NULL, NULL);
+    check_hoisted(ON_CUDA);
   } else {
     printf("CUDA GPU checks skipped: no GPU\n");
   }
@@ -510,5 +576,6 @@ int main(void) {
   check_mode(true, ON_OPENCL, NULL, "float cn_acc[4][4];");
   check_mode(false, ON_OPENCL, NULL, "float cn_acc[4][4];");
   check_mode(false, ON_OPENCL, "8x2x8", "float cn_acc[2][2];");
+  check_hoisted(ON_OPENCL);
   CHECK_DONE();
 }

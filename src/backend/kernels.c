@@ -22,9 +22,35 @@
 
 /* The most grid loops a kernel takes (the schedule marks one loop per nest today). */
 #define KERNEL_MAX_GRID 8
+/* The most launches a GEMM under sequential loops becomes (hoisted_gemm). */
+#define KERNEL_MAX_HOISTED 64
 
 static int64_t extent(const cn_ll_stmt *loop) {
   return loop->u.loop.to > loop->u.loop.from ? loop->u.loop.to - loop->u.loop.from : 0;
+}
+
+/* A GEMM under sequential loops, as the GEMM pass makes of a convolution's input gradient: `for
+ * kh_rev: for kw_rev: gemm ...`, each loop without affine bounds and holding only the next. The
+ * loops (outermost first) in loops[0 .. *n) and the GEMM in *gemm; the number of points of the
+ * loops, or 0 when s is not of that form or has more than KERNEL_MAX_HOISTED points. Run on one
+ * work item, its nest would be the whole product in one thread; instead each point is launched
+ * as the GEMM's own kernel (tiled, or a grid over its cells) with the loops' variables bound to
+ * the point's values, the points in the loops' order: on the in-order queue every cell gets its
+ * updates in the same order as the loops would give them. */
+static int64_t hoisted_gemm(const cn_ll_stmt *s, const cn_ll_stmt **loops, int *n,
+                            const cn_ll_stmt **gemm) {
+  int64_t points = 1;
+  *n = 0;
+  while (s->kind == CN_LL_FOR && !(s->u.loop.marks & CN_LL_PARALLEL) && *n < KERNEL_MAX_GRID &&
+         !s->u.loop.n_lower && !s->u.loop.n_upper) {
+    points *= extent(s);
+    if (points == 0 || points > KERNEL_MAX_HOISTED) return 0;
+    loops[(*n)++] = s;
+    s = s->u.loop.body;
+    if (s->kind == CN_LL_SEQ && s->u.seq.count == 1) s = s->u.seq.items[0];
+  }
+  *gemm = s;
+  return *n > 0 && s->kind == CN_LL_GEMM ? points : 0;
 }
 
 /* Appends the top-level statements of s (sequences flattened, comments dropped) to list. */
@@ -69,6 +95,10 @@ typedef struct {
   cn_kernel *kernels;
   int n;
   const cn_kernel_limits *limits; /* NULL: no tiled kernel */
+  /* Loop variables bound to values in the kernels being made (a hoisted GEMM's point) */
+  const cn_ll_stmt *const *bound;
+  const int64_t *bound_values;
+  int n_bound;
 } builder;
 
 /* Adds kernel k's entry (name "<proc>_k<k>", the params of `accessed`) and writes its signature:
@@ -116,6 +146,9 @@ static cn_status begin_kernel(builder *b, int64_t work_items, int64_t group_size
   /* a kernel of work-groups has exactly work_items, and no return before its barriers (PoCL
    * 3.1 wrote cells past a tile's guard in unrolled loops after one, never taken) */
   if (group_size == 0) cn_sbuf_printf(sb, "  if (cn_id >= %lld) return;\n", (long long)work_items);
+  for (int v = 0; v < b->n_bound; v++)
+    cn_sbuf_printf(sb, "  const %s %s = %lld;\n", d->index_type,
+                   cn_cgen_sym_name(g, b->bound[v]->u.loop.sym), (long long)b->bound_values[v]);
   return CN_OK;
 }
 
@@ -543,7 +576,9 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
 /* Whether top-level statement s is a kernel of one work item: no GEMM at its top, and no grid
  * (statement_kernel's rule: a parallel loop at the top, without a GEMM clear below). */
 static bool one_work_item(const cn_ll_stmt *s) {
-  return s->kind != CN_LL_GEMM &&
+  const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
+  int n;
+  return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) &&
          (s->kind != CN_LL_FOR || !(s->u.loop.marks & CN_LL_PARALLEL) || nested_clear(s));
 }
 
@@ -629,6 +664,25 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
   return CN_OK;
 }
 
+/* The kernels of a GEMM under sequential loops (hoisted_gemm), one point after the other. */
+static cn_status hoisted_kernels(builder *b, const cn_ll_stmt *const *loops, int n, int64_t points,
+                                 const cn_ll_stmt *gemm) {
+  int64_t values[KERNEL_MAX_GRID];
+  b->bound = loops;
+  b->bound_values = values;
+  b->n_bound = n;
+  cn_status status = CN_OK;
+  for (int64_t p = 0; p < points && status == CN_OK; p++) {
+    for (int64_t k = n - 1, rest = p; k >= 0; k--) { /* row-major: the innermost fastest */
+      values[k] = loops[k]->u.loop.from + rest % extent(loops[k]);
+      rest /= extent(loops[k]);
+    }
+    status = statement_kernel(b, gemm);
+  }
+  b->n_bound = 0;
+  return status;
+}
+
 void cn_kernel_program_free(cn_kernel_program *program) {
   for (int k = 0; k < program->n_kernels; k++) {
     free((char *)program->kernels[k].name);
@@ -646,20 +700,30 @@ cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
   *out = (cn_kernel_program){0};
   builder b = {.limits = limits};
   cn_status status = cn_cgen_init(&b.g, ctx, proc, dialect, &b.text);
-  int n_top = count_top(proc->body);
+  int n_top = count_top(proc->body), n = 0;
   const cn_ll_stmt **top = cn_alloc(ctx, sizeof(*top) * (size_t)(n_top + 1));
-  /* at most two kernels a statement: a GEMM's clear and its nest */
-  b.kernels = calloc((size_t)(2 * n_top + 1), sizeof(cn_kernel));
+  if (top) top_statements(proc->body, top, &n);
+  /* at most two kernels a statement (a GEMM's clear and its nest), or a point of its loops */
+  int64_t most = 1;
+  for (int i = 0; i < n; i++) {
+    const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
+    int n_loops;
+    int64_t points = hoisted_gemm(top[i], loops, &n_loops, &gemm);
+    most += 2 * (points > 0 ? points : 1);
+  }
+  b.kernels = calloc((size_t)most, sizeof(cn_kernel));
   if (status == CN_OK && (!top || !b.kernels))
     status = top ? cn_fail(ctx, CN_ERR_NOMEM, "out of memory making the kernels of routine '%s'",
                            proc->name)
                  : ctx->status;
-  int n = 0;
-  if (status == CN_OK) top_statements(proc->body, top, &n);
   for (int i = 0; i < n && status == CN_OK; i++) {
-    int run = 0;
+    const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
+    int n_loops, run = 0;
+    int64_t points = hoisted_gemm(top[i], loops, &n_loops, &gemm);
     while (i + run < n && one_work_item(top[i + run])) run++;
-    if (run > 1) {
+    if (points > 0) {
+      status = hoisted_kernels(&b, loops, n_loops, points, gemm);
+    } else if (run > 1) {
       status = sequence_kernel(&b, top + i, run);
       i += run - 1;
     } else {
