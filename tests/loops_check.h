@@ -116,4 +116,33 @@ static inline cn_ll_proc *padded_conv_proc(cn_ctx *ctx, unsigned marks, cn_node 
   return cn_lb_proc(ctx, "conv", cn_lb_seq(ctx, 2, prefill, accumulate), 3, params, 1, &b);
 }
 
+/* din[b, oh + kh, 2 ow + 2 kw, ic] += dout[b, oh, ow, oc] * w[oc, kh, kw, ic] over n = {dout, w,
+ * din} (single), loops b, oh, ow, oc, ic, kh, kw as the lowering orders a convolution's input
+ * gradient (stride 2 and dilation 2 on the second axis): not GEMM-class (written axes mix two
+ * loops) until the GEMM pass runs kh and kw outside, descending, around a GEMM over (b, oh, ow) x
+ * ic x oc. */
+static inline cn_ll_proc *input_gradient_proc(cn_ctx *ctx, cn_node *const *n) {
+  const char *names[7] = {"b", "oh", "ow", "oc", "ic", "kh", "kw"};
+  cn_symbol v[7];
+  for (int a = 0; a < 7; a++) v[a] = cn_symbol_create(ctx, names[a], 0);
+  int64_t ext[7] = {n[0]->dims[0], n[0]->dims[1], n[0]->dims[2], n[0]->dims[3],
+                    n[1]->dims[3], n[1]->dims[1], n[1]->dims[2]};
+  cn_ll_expr *p = cn_lb_op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
+                           cn_lb_get(ctx, 0, CN_PREC_SINGLE,
+                                     cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
+                                                   cn_index_iter(v[2]), cn_index_iter(v[3]))),
+                           cn_lb_get(ctx, 1, CN_PREC_SINGLE,
+                                     cn_lb_indices(ctx, 4, cn_index_iter(v[3]), cn_index_iter(v[5]),
+                                                   cn_index_iter(v[6]), cn_index_iter(v[4]))),
+                           NULL);
+  cn_ll_stmt *body =
+      cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
+                  cn_lb_indices(ctx, 4, cn_index_iter(v[0]), affine2(v[1], 1, v[5], 1, 0),
+                                affine2(v[2], 2, v[6], 2, 0), cn_index_iter(v[4])),
+                  CN_OP_ADD, p);
+  for (int a = 6; a >= 0; a--) body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
+  cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
+  return cn_lb_proc(ctx, "din", body, 3, params, 0, NULL);
+}
+
 #endif

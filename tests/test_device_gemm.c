@@ -387,9 +387,9 @@ static void check_mode(bool exact, target on, const char *tile, const char *acc)
   cn_ctx_destroy(ctx);
 }
 
-/* din[b, oh + kh, 2 ow + 2 kw, ic] += dout[b, oh, ow, oc] * w[oc, kh, kw, ic] (stride and dilation
- * 2 on the second axis), which the GEMM pass plans as kh and kw descending around a GEMM over
- * (b, oh, ow) x ic x oc (a convolution's input gradient): on a device, nine GEMM kernels, one a
+/* The convolution's input gradient of loops_check.h (stride and dilation 2 on its second axis),
+ * which the GEMM pass plans as kh and kw descending around a GEMM over (b, oh, ow) x ic x oc: on
+ * a device, nine GEMM kernels, one a
  * point of (kh_rev, kw_rev) in order, not one work item running the whole product. On OpenCL and
  * as CUDA on the host (`on`), bit for bit against C, in exact and fma mode. */
 static void check_hoisted(target on) {
@@ -399,27 +399,7 @@ static void check_hoisted(target on) {
         node(ctx, "dout", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)9, (int64_t)5, (int64_t)7),
         node(ctx, "w", CN_PREC_SINGLE, 4, (int64_t)7, (int64_t)3, (int64_t)3, (int64_t)20),
         node(ctx, "din", CN_PREC_SINGLE, 4, (int64_t)2, (int64_t)11, (int64_t)13, (int64_t)20)};
-    const char *names[7] = {"b", "oh", "ow", "oc", "ic", "kh", "kw"};
-    cn_symbol v[7];
-    for (int a = 0; a < 7; a++) v[a] = cn_symbol_create(ctx, names[a], 0);
-    int64_t ext[7] = {2, 9, 5, 7, 20, 3, 3};
-    cn_ll_expr *p =
-        cn_lb_op(ctx, CN_OP_MUL, CN_PREC_SINGLE,
-                 cn_lb_get(ctx, 0, CN_PREC_SINGLE,
-                           cn_lb_indices(ctx, 4, cn_index_iter(v[0]), cn_index_iter(v[1]),
-                                         cn_index_iter(v[2]), cn_index_iter(v[3]))),
-                 cn_lb_get(ctx, 1, CN_PREC_SINGLE,
-                           cn_lb_indices(ctx, 4, cn_index_iter(v[3]), cn_index_iter(v[5]),
-                                         cn_index_iter(v[6]), cn_index_iter(v[4]))),
-                 NULL);
-    cn_ll_stmt *body =
-        cn_lb_accum(ctx, 2, CN_PREC_SINGLE,
-                    cn_lb_indices(ctx, 4, cn_index_iter(v[0]), affine2(v[1], 1, v[5], 1, 0),
-                                  affine2(v[2], 2, v[6], 2, 0), cn_index_iter(v[4])),
-                    CN_OP_ADD, p);
-    for (int a = 6; a >= 0; a--) body = cn_lb_loop(ctx, v[a], 0, ext[a], body);
-    cn_ll_param params[3] = {{n[0], false}, {n[1], false}, {n[2], false}};
-    cn_ll_proc *proc = cn_lb_proc(ctx, "din", body, 3, params, 0, NULL);
+    cn_ll_proc *proc = input_gradient_proc(ctx, n);
     for (int k = 0; k < 3; k++) fill_spread(n[k], (uint64_t)(k + 5) * 6007u);
     cn_sched_options opts = {.passes = CN_SCHED_GEMM, .exact = exact, .gemm_work = 1};
     CHECK_INT(cn_sched_proc(ctx, proc, &opts), CN_OK);
