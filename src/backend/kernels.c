@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The most grid loops a kernel takes (the schedule marks one loop per nest today). */
+/* The most grid loops a kernel takes (a device's schedule marks a nest's run of independent
+ * loops: sched.h cn_sched_options.device). */
 #define KERNEL_MAX_GRID 8
 /* The most launches a GEMM under sequential loops becomes (hoisted_gemm). */
 #define KERNEL_MAX_HOISTED 64
