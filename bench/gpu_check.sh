@@ -22,8 +22,26 @@ step() {
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
   echo "(no nvidia-smi)"
-# (the build needs what any build of cannl needs: cmake, a C compiler, the OpenCL headers)
-step 60 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+# The build needs what any build of cannl needs: cmake, a C compiler, zlib's and the OpenCL
+# headers. A GPU machine may lack the last two (nothing can be installed there): the CUDA toolkit
+# has the OpenCL headers, and zlib's (zlib.h, zconf.h) can be carried in build-gpu-deps/include
+# (ignored by git as /build*/) beside the machine's own libz.so.1.
+has_header() { echo "#include <$1>" | cc -E -x c - >/dev/null 2>&1; }
+cflags=""
+if ! has_header CL/cl.h && [ -f /usr/local/cuda/include/CL/cl.h ]; then
+  cflags="-I/usr/local/cuda/include"
+fi
+set -- -DCMAKE_BUILD_TYPE=Release ${cflags:+"-DCMAKE_C_FLAGS=$cflags"}
+if ! has_header zlib.h; then
+  libz=$(ls /usr/lib/x86_64-linux-gnu/libz.so.1 /lib/x86_64-linux-gnu/libz.so.1 /usr/lib64/libz.so.1 \
+    2>/dev/null | head -n 1)
+  if [ -f build-gpu-deps/include/zlib.h ] && [ -n "$libz" ]; then
+    set -- "$@" "-DZLIB_INCLUDE_DIR=$PWD/build-gpu-deps/include" "-DZLIB_LIBRARY=$libz"
+  else
+    echo "== no zlib.h here: carry /usr/include/zlib.h and zconf.h in build-gpu-deps/include"
+  fi
+fi
+step 60 cmake -S . -B "$build" "$@"
 step 180 cmake --build "$build" -j"$jobs" --target cannl test_cuda test_device_gemm bench_bench_device \
   example_fashion_mnist
 step 20 "$build/cannl" devices
