@@ -457,6 +457,14 @@ void *cn_calloc(cn_ctx *ctx, size_t count, size_t size) {
   return p ? p : nomem(ctx, bytes);
 }
 
+void *cn_calloc_cells(cn_ctx *ctx, size_t bytes) {
+  if (bytes > SIZE_MAX - 63) return nomem(ctx, SIZE_MAX);
+  size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+  void *p = alloc_hook_fails(ctx) ? NULL : aligned_alloc(64, rounded);
+  if (p) memset(p, 0, rounded);
+  return p ? p : nomem(ctx, bytes);
+}
+
 void *cn_realloc(cn_ctx *ctx, void *ptr, size_t bytes) {
   void *p = alloc_hook_fails(ctx) ? NULL : realloc(ptr, bytes ? bytes : 1);
   return p ? p : nomem(ctx, bytes);

@@ -27,7 +27,7 @@ typedef struct {
 
 static cn_status cpu_allocate(cn_ctx *ctx, const cn_device *dev, size_t bytes, void **buffer) {
   (void)dev;
-  *buffer = cn_malloc(ctx, bytes ? bytes : 1);
+  *buffer = cn_calloc_cells(ctx, bytes);
   return *buffer ? CN_OK : ctx->status;
 }
 

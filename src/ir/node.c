@@ -217,8 +217,10 @@ static void *buffer_failure(const cn_node *node, bool merge, size_t bytes) {
 void *cn_node_raw_buffer(cn_node *node, bool merge) {
   void **slot = merge ? &node->merge : &node->value;
   if (*slot) return *slot;
-  size_t cells = cn_node_buffer_cells(node), bytes = cells * cn_prec_bytes(node->prec);
-  void *buffer = cn_calloc(node->ctx, cells, cn_prec_bytes(node->prec));
+  size_t bytes;
+  if (!cn_mul_size(cn_node_buffer_cells(node), cn_prec_bytes(node->prec), &bytes))
+    return buffer_failure(node, merge, SIZE_MAX);
+  void *buffer = cn_calloc_cells(node->ctx, bytes);
   if (!buffer) return buffer_failure(node, merge, bytes);
   if (!cn_ctx_add_cleanup(node->ctx, free, buffer)) {
     free(buffer);

@@ -302,7 +302,7 @@ static cn_status host_scratch(cn_routine *r, int i) {
   size_t bytes;
   if (r->scratch[i]) return CN_OK;
   if (!node_bytes(r, r->proc->params[i].node, &bytes)) return r->ctx->status;
-  r->scratch[i] = cn_calloc(r->ctx, bytes ? bytes : 1, 1);
+  r->scratch[i] = cn_calloc_cells(r->ctx, bytes);
   return r->scratch[i] ? CN_OK : r->ctx->status;
 }
 
