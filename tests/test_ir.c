@@ -1,7 +1,8 @@
 /* Tests of the high-level IR: canonical index forms, index ranges, the surjectivity and
  * injectivity of LHS maps on the cases of contraction-is-emergent and convolution-is-a-contraction
  * (expected answers worked out by hand in the comments), projections records and their dump, node
- * buffers with padding (checked in the raw padded buffer), every validation error of the
+ * buffers with padding (checked in the raw padded buffer) and on 64-byte boundaries, every
+ * validation error of the
  * constructors, and the %cd printer. */
 #include "check.h"
 
@@ -378,6 +379,26 @@ static void test_proj_dump(void) {
 }
 
 /* ---- Nodes ---- */
+
+/* Node buffers start on a 64-byte boundary and are zero-filled, whatever their size (a cache
+ * line: a vector access of one never straddles two), small ones too and a padded half one. */
+static void test_buffer_alignment(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t sizes[] = {1, 3, 17, 1000, 4 << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    cn_node *n = cn_node_create(ctx, "a", k % 2 ? CN_PREC_HALF : CN_PREC_SINGLE, 1, &sizes[k]);
+    if (k == 2) CHECK_INT(cn_node_set_padding(n, 0, 1, 2), CN_OK);
+    const unsigned char *cells = n ? cn_node_buffer(n, false) : NULL;
+    CHECK(cells != NULL);
+    if (!cells) continue;
+    CHECK_MSG((uintptr_t)cells % 64 == 0, "buffer of %lld cells at %p", (long long)sizes[k],
+              (const void *)cells);
+    size_t bytes = cn_node_buffer_cells(n) * cn_prec_bytes(n->prec), nonzero = 0;
+    for (size_t b = 0; b < bytes; b++) nonzero += cells[b] != 0;
+    CHECK_INT(nonzero, 0);
+  }
+  cn_ctx_destroy(ctx);
+}
 
 static void test_nodes(void) {
   cn_ctx *ctx = cn_ctx_create();
@@ -821,6 +842,7 @@ static void test_printer(void) {
 }
 
 int main(void) {
+  test_buffer_alignment();
   test_canonical_forms();
   test_proj_create();
   test_bounds();
