@@ -499,6 +499,85 @@ static void test_merge_buffer(void) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- sums in lanes (option reduce = lanes, loops.h CN_LL_LANES): s[i] =:+ x[i, j] and t =:+
+ * x[i, j] over rows of 1500 (five full rows of lanes and a partial one), checked against the
+ * definition computed here, which differs from the sum in order for these values ---- */
+enum { LANES_ROWS = 3, LANES_COLS = 1500, LANES_COUNT = 256 };
+typedef struct {
+  cn_node *x, *s, *t;
+  double *values;
+} lanes_nodes;
+static void lanes_init(void *user) {
+  lanes_nodes *l = user;
+  set(l->x, l->values);
+  set(l->s, (double[]){7, 7, 7}); /* stale contents the =: must clear */
+  set(l->t, (double[]){7});
+}
+/* c + the lanes of v[0 .. n) folded, every add rounded to prec (single or double). */
+static double lanes_sum(cn_prec prec, double c, const double *v, int n) {
+  double lane[LANES_COUNT];
+  float lane32[LANES_COUNT];
+  for (int l = 0; l < LANES_COUNT; l++) lane[l] = -0.0, lane32[l] = -0.0f;
+  for (int i = 0; i < n; i++) {
+    lane[i % LANES_COUNT] += v[i];
+    lane32[i % LANES_COUNT] += (float)v[i];
+  }
+  for (int w = LANES_COUNT / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w], lane32[l] += lane32[l + w];
+  return prec == CN_PREC_SINGLE ? (double)((float)c + lane32[0]) : c + lane[0];
+}
+static double ordered_sum(cn_prec prec, double c, const double *v, int n) {
+  float c32 = (float)c;
+  for (int i = 0; i < n; i++) c += v[i], c32 += (float)v[i];
+  return prec == CN_PREC_SINGLE ? (double)c32 : c;
+}
+static void test_sum_lanes(cn_prec prec, bool lanes) {
+  cn_ctx *ctx = cn_ctx_create();
+  CHECK(cn_ctx_set_option(ctx, "reduce", lanes ? "lanes" : "ordered") == CN_OK);
+  const int64_t dims[2] = {LANES_ROWS, LANES_COLS};
+  lanes_nodes l = {node(ctx, "x", prec, 2, dims), node(ctx, "s", prec, 1, dims),
+                   node(ctx, "t", prec, 0, NULL), malloc(sizeof(double) * LANES_ROWS * LANES_COLS)};
+  CHECK(l.values != NULL);
+  if (!l.values) return;
+  /* magnitudes from 2^-4 to 2^20 (2^66 in double), both signs: their sums round, differently
+   * in each order */
+  uint32_t state = 2463534242u;
+  for (int k = 0; k < LANES_ROWS * LANES_COLS; k++) {
+    state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+    double v = ldexp((double)(state % 2001) - 1000,
+                     (int)(state >> 26) % (prec == CN_PREC_SINGLE ? 25 : 71) - 14);
+    l.values[k] = prec == CN_PREC_SINGLE ? (double)(float)v : v;
+  }
+  double rows[LANES_ROWS], total = 0, in_order = 0;
+  for (int r = 0; r < LANES_ROWS; r++) {
+    const double *row = l.values + r * LANES_COLS;
+    rows[r] = lanes ? lanes_sum(prec, 0, row, LANES_COLS) : ordered_sum(prec, 0, row, LANES_COLS);
+    total =
+        lanes ? lanes_sum(prec, total, row, LANES_COLS) : ordered_sum(prec, total, row, LANES_COLS);
+    in_order = ordered_sum(prec, in_order, row, LANES_COLS);
+  }
+  if (lanes) CHECK_MSG(total != in_order, "the values sum to the same in lanes and in order");
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  const cn_proj_tensor rhs = {2, (int64_t *)dims, (cn_index[]){I(i), I(j)}};
+  cn_proj *ps = cn_proj_create(ctx, 2, (cn_symbol[]){i, j}, dims,
+                               (cn_proj_tensor){1, (int64_t *)dims, (cn_index[]){I(i)}}, 1, &rhs);
+  cn_proj *pt =
+      cn_proj_create(ctx, 2, (cn_symbol[]){i, j}, dims, (cn_proj_tensor){0, NULL, NULL}, 1, &rhs);
+  cn_asgn *sum_rows =
+      cn_asgn_accum(ctx, true, CN_OP_ADD, l.s, CN_OP_ID, (cn_buffer[]){{l.x, false}}, ps);
+  cn_asgn *sum_all =
+      cn_asgn_accum(ctx, true, CN_OP_ADD, l.t, CN_OP_ID, (cn_buffer[]){{l.x, false}}, pt);
+  run_both(ctx, lanes ? "sum_rows_lanes" : "sum_rows_ordered", sum_rows, lanes_init, &l, l.s, rows,
+           0);
+  run_both(ctx, lanes ? "sum_all_lanes" : "sum_all_ordered", sum_all, lanes_init, &l, l.t, &total,
+           0);
+  cn_routine *r = sum_rows ? cn_routine_compile(ctx, sum_rows, CN_BACKEND_INTERP, "loops") : NULL;
+  CHECK(r && (strstr(cn_routine_loops(r), "(lanes)") != NULL) == lanes);
+  cn_routine_free(r);
+  free(l.values);
+  cn_ctx_destroy(ctx);
+}
+
 /* Every case, on every backend of `backends`. */
 static void e2e_run_all(void) {
   test_matmul(CN_PREC_SINGLE);
@@ -517,6 +596,9 @@ static void e2e_run_all(void) {
   test_fetches();
   test_uniform_stream();
   test_merge_buffer();
+  test_sum_lanes(CN_PREC_SINGLE, true);
+  test_sum_lanes(CN_PREC_DOUBLE, true);
+  test_sum_lanes(CN_PREC_SINGLE, false);
 }
 
 #endif

@@ -89,8 +89,8 @@ static void test_e2e_ptx(cn_backend_kind ptx) {
   n_backends = 2;
   e2e_threads = false;
   e2e_run_all();
-  /* 22 cases through run_both, the slice, the uniform stream and the merge buffer */
-  CHECK_INT(seen.programs, 25);
+  /* 28 cases through run_both, the slice, the uniform stream and the merge buffer */
+  CHECK_INT(seen.programs, 31);
   CHECK(seen.kernels >= seen.programs);
 }
 
@@ -388,7 +388,7 @@ static void test_on_host(void) {
   e2e_run_all();
   compare_ops(CN_BACKEND_C, host, true);
   test_tile_on(host);
-  CHECK_INT(cudahost.programs, 25 + CN_PREC_COUNT + 3);
+  CHECK_INT(cudahost.programs, 31 + CN_PREC_COUNT + 3);
   cudahost_done();
 }
 

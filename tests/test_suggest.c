@@ -127,9 +127,12 @@ static void test_options(void) {
             "unknown option 'shedule', did you mean 'schedule'? (known: cc, "
             "cflags, cache_dir, check, schedule, threads, parallel_work, exact, "
             "tune, interpret_below, random_seed, print_threshold, print_precision, backend, "
-            "device_tile)");
+            "device_tile, reduce)");
   CHECK_INT(cn_ctx_set_option(ctx, "device_tiles", "auto"), CN_ERR_INVALID);
   CHECK_HAS(cn_ctx_error(ctx), "unknown option 'device_tiles', did you mean 'device_tile'?");
+  CHECK_INT(cn_ctx_set_option(ctx, "reduce", "lane"), CN_ERR_INVALID);
+  CHECK_STR(cn_ctx_error(ctx),
+            "option reduce: unknown value 'lane', did you mean 'lanes'? (known: ordered, lanes)");
   CHECK_INT(cn_ctx_set_option(ctx, "tune", "quik"), CN_ERR_INVALID);
   CHECK_STR(cn_ctx_error(ctx),
             "option tune: unknown value 'quik', did you mean 'quick'? (known: off, cached, quick, "
@@ -163,6 +166,12 @@ static void test_environment(void) {
   CHECK_HAS(cn_ctx_error(ctx),
             "CANNL_EXACT: unknown value 'onn', did you mean 'on'? (known: on, off, 1, 0)");
   unsetenv("CANNL_EXACT");
+  setenv("CANNL_REDUCE", "orderd", 1);
+  CHECK_INT(cn_notation_run(g, "t.cnl", "print ([1.0; 2.0] *. [7.0; 8.0])\n", &opts),
+            CN_ERR_INVALID);
+  CHECK_HAS(cn_ctx_error(ctx), "CANNL_REDUCE: unknown value 'orderd', did you mean 'ordered'? "
+                               "(known: ordered, lanes)");
+  unsetenv("CANNL_REDUCE");
   fclose(devnull);
   cn_ctx_destroy(ctx);
 }

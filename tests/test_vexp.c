@@ -27,7 +27,9 @@
  *   bit on tanh over the same rows as exp (before cn_tanh_f32 they differed: libm's tanh in
  *   double rounded, against tanhf).
  * - Threads: softmax over 8 rows of 20 000 (parallel loops) gives the same bits on 1, 2 and 3
- *   threads. */
+ *   threads.
+ * - Sums in lanes (option reduce = lanes): the softmax's sums in lanes give the same bits on the
+ *   interpreter, on generated C on 2 threads and unscheduled, and other bits than in order. */
 #include "check.h"
 #include "graph_check.h"
 #include "numeric/numeric.h"
@@ -313,6 +315,9 @@ static void fill_rows(double *x) {
 
 typedef enum { EXP_OF_X, TANH_OF_X, SOFTMAX_OF_X, MAX_OF_X } what;
 
+/* The options "reduce" and "schedule" of run_rows (NULL: the defaults). */
+static const char *reduce_option, *schedule_option;
+
 /* Runs `w` of the rows on backend b with `threads` threads; the result's cells as doubles. */
 static bool run_rows(what w, cn_backend_kind b, int threads, const double *x, double *out,
                      int64_t n) {
@@ -320,6 +325,8 @@ static bool run_rows(what w, cn_backend_kind b, int threads, const double *x, do
   char count[16];
   snprintf(count, sizeof count, "%d", threads);
   CHECK_INT(cn_ctx_set_option(cn_graph_ctx(g), "threads", count), CN_OK);
+  CHECK_INT(cn_ctx_set_option(cn_graph_ctx(g), "reduce", reduce_option), CN_OK);
+  CHECK_INT(cn_ctx_set_option(cn_graph_ctx(g), "schedule", schedule_option), CN_OK);
   cn_tensor *tx = data(g, "x", (cn_dims){AXES(ROWS), NONE, AXES(COLS)}, x);
   cn_tensor *y = w == EXP_OF_X    ? cn_tensor_apply(g, CN_OP_EXP, 1, &tx)
                  : w == TANH_OF_X ? cn_tensor_apply(g, CN_OP_TANH, 1, &tx)
@@ -385,6 +392,23 @@ static void test_backends_agree(void) {
         compare_bits(threads == 2 ? "softmax, 1 and 2 threads" : "softmax, 1 and 3 threads", c, c3,
                      n);
   }
+  /* softmax with its sums in lanes: the same bits on both backends, 1 and 2 threads and with
+   * no scheduling pass (the passes leave a sum in lanes as it is), other bits than in order */
+  reduce_option = "lanes";
+  if (run_rows(SOFTMAX_OF_X, CN_BACKEND_INTERP, 1, x, interp, n) &&
+      run_rows(SOFTMAX_OF_X, CN_BACKEND_C, 2, x, c3, n)) {
+    compare_bits("softmax in lanes, interpreter and C", interp, c3, n);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < COLS; i++) differ += interp[i] != c[i];
+    CHECK_MSG(differ > 0, "softmax of row 0: the same bits in lanes as in order");
+    double sum = 0;
+    for (int64_t i = 0; i < COLS; i++) sum += c3[i];
+    CHECK_NEAR(sum, 1, 1e-3);
+    schedule_option = "none";
+    if (run_rows(SOFTMAX_OF_X, CN_BACKEND_C, 1, x, c3, n))
+      compare_bits("softmax in lanes, scheduled and not", interp, c3, n);
+  }
+  reduce_option = schedule_option = NULL;
 done:
   free(x), free(interp), free(c), free(c3);
 }

@@ -170,6 +170,9 @@ void cn_cgen_value(const cgen *g, cn_sbuf *sb, const cn_ll_expr *e, cn_prec to);
  * when a NaN occurred, else the key's store) and returns true; else false and emits nothing. */
 bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop);
 void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
+/* A sum in lanes (loops.h CN_LL_LANES, cgen_reduce.c): when the loop has the mark, emits it as
+ * loops.h defines it and returns true; else false and emits nothing. */
+bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop);
 /* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
  * needs, in order, appended to out (cgen_prelude.c), with <tgmath.h> or <math.h> only when a
  * name of cn_cgen_is_math_name (cgen_emit.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */

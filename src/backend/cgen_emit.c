@@ -709,7 +709,7 @@ static void emit_stmt(const cgen *g, int depth, const cn_ll_stmt *s) {
       emit_flat(g, depth, s);
       return;
     }
-    if (cn_cgen_max_reduction(g, depth, s)) return;
+    if (cn_cgen_max_reduction(g, depth, s) || cn_cgen_sum_lanes(g, depth, s)) return;
     const char *var = sym_name(g, s->u.loop.sym);
     /* A vector-marked loop's iterations are independent and its accesses unit-stride (loops.h):
      * the pragma lets the compiler vectorize it without proving that itself; the body is emitted

@@ -1,4 +1,7 @@
-/* Max reductions without order in generated C. An innermost loop whose whole body is the store
+/* Reductions in generated C that do not run as written: max reductions without order, and sums
+ * in lanes.
+ *
+ * Max reductions without order. An innermost loop whose whole body is the store
  * `c := max(c, v)` of a single or double cell c its variable does not index (softmax's max,
  * max pooling, `=@^` einsums) runs in two parts: a loop that keeps the maximum of the values'
  * order keys and an OR of their NaN bits (builtins.h cn_max_key_*, cn_nan_bit_*: integer
@@ -8,7 +11,13 @@
  * Invariant: the cell gets the bits the loop as written gives. Without NaN, cn_max is the maximum
  * of a total order (-0 < +0), which the keys' unsigned order is, so the order of the updates does
  * not matter; with a NaN the result is the first NaN in loop order, which only the loop as written
- * finds. The interpreter runs the loop as written; tests/test_vexp.c compares. */
+ * finds. The interpreter runs the loop as written; tests/test_vexp.c compares.
+ *
+ * Sums in lanes (loops.h CN_LL_LANES, the option "reduce" = "lanes"): a block of the lanes, the
+ * loop's iterations by rows of CN_LL_LANES_COUNT, one lane per column (a loop of independent
+ * lanes, which the compiler vectorizes), the fold of halves and the cell's add. Every add is the
+ * dialect's add in the cell's precision, as loops.h defines it: the interpreter, generated C and
+ * the kernel dialects (in one work item) give the same bits; tests/test_lanes.c compares. */
 #include "backend/cgen.h"
 
 /* The text of a builder ("" when it failed: the caller marks the output failed). */
@@ -117,5 +126,81 @@ bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop) {
   max_fallback(g, depth);
   cn_cgen_stmt(&as_written, depth + 2, loop);
   max_close(g, depth, set);
+  return true;
+}
+
+/* One row of lanes: `cn_lane[cn_l] = cn_lane[cn_l] + v` for cn_l from 0 while `more` holds, the
+ * loop's variable cn_base + cn_l. */
+static void lanes_row(const cgen *g, int depth, const cn_ll_stmt *loop, const char *more,
+                      const char *v) {
+  cn_sbuf *sb = g->out, add = {0};
+  const cn_ll_stmt *set = loop->u.loop.body;
+  const cn_prec prec = g->proc->params[set->u.set.param].node->prec;
+  g->dialect->op(&add, CN_OP_ADD, prec, (const char *const[3]){"cn_lane[cn_l]", v, NULL});
+  if (add.failed) sb->failed = true;
+  if (g->dialect->vector_pragma) {
+    cn_sbuf_indent(sb, depth);
+    cn_sbuf_puts(sb, g->dialect->vector_pragma);
+  }
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int cn_l = 0; %s; ++cn_l) {\n", more);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "const %s %s = cn_base + cn_l;\n", g->dialect->index_type,
+                 cn_cgen_sym_name(g, loop->u.loop.sym));
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "cn_lane[cn_l] = %s;\n", text(&add));
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_free(&add);
+}
+
+bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop) {
+  if (!(loop->u.loop.marks & CN_LL_LANES)) return false;
+  const cn_ll_stmt *set = loop->u.loop.body;
+  CN_ASSERT(cn_ll_lanes_store(g->proc, loop) == set);
+  cn_sbuf *sb = g->out, cell = {0}, v = {0}, zero = {0}, fold = {0}, total = {0}, more = {0};
+  const int param = set->u.set.param;
+  const cn_prec prec = g->proc->params[param].node->prec;
+  const char *it = g->dialect->index_type;
+  cn_cgen_cell(g, &cell, param, set->u.set.idx);
+  cn_cgen_value(g, &v, set->u.set.value->u.op.args[1], prec);
+  g->dialect->constant(&zero, prec, cn_value_of_double(prec, -0.0));
+  g->dialect->op(&fold, CN_OP_ADD, prec,
+                 (const char *const[3]){"cn_lane[cn_l]", "cn_lane[cn_l + cn_w]", NULL});
+  g->dialect->op(&total, CN_OP_ADD, prec, (const char *const[3]){text(&cell), "cn_lane[0]", NULL});
+  cn_sbuf_printf(&more, "cn_l < %lld - cn_base", (long long)loop->u.loop.to);
+  if (cell.failed || v.failed || zero.failed || fold.failed || total.failed || more.failed)
+    sb->failed = true;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "{ /* a sum in %d lanes (option reduce = lanes) */\n", CN_LL_LANES_COUNT);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s cn_lane[%d];\n", g->dialect->precs[prec].compute_c, CN_LL_LANES_COUNT);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "for (int cn_l = 0; cn_l < %d; ++cn_l) cn_lane[cn_l] = %s;\n",
+                 CN_LL_LANES_COUNT, text(&zero));
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s cn_base = %lld;\n", it, (long long)loop->u.loop.from);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "for (; cn_base + %d <= %lld; cn_base += %d) {\n", CN_LL_LANES_COUNT,
+                 (long long)loop->u.loop.to, CN_LL_LANES_COUNT);
+  if (g->par) g->par->scope[g->par->n_scope++] = loop->u.loop.sym;
+  char full[32];
+  snprintf(full, sizeof full, "cn_l < %d", CN_LL_LANES_COUNT);
+  lanes_row(g, depth + 2, loop, full, text(&v));
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "}\n");
+  lanes_row(g, depth + 1, loop, text(&more), text(&v)); /* the last, partial row */
+  if (g->par) g->par->n_scope--;
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2)\n", CN_LL_LANES_COUNT / 2);
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_printf(sb, "for (int cn_l = 0; cn_l < cn_w; ++cn_l) cn_lane[cn_l] = %s;\n", text(&fold));
+  cn_sbuf_indent(sb, depth + 1);
+  g->dialect->store(sb, prec, text(&cell), text(&total));
+  cn_sbuf_puts(sb, ";\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf *parts[] = {&cell, &v, &zero, &fold, &total, &more};
+  for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) cn_sbuf_free(parts[k]);
   return true;
 }

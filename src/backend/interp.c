@@ -4,7 +4,8 @@
  * keeps the walk free of allocation: compile precomputes each parameter's padded strides, the cell
  * of its logical origin and its per-axis bounds, and sizes the symbol environment once. Schedule
  * marks (CN_LL_PARALLEL, CN_LL_VECTOR) say how a loop may run, never what it computes: the
- * interpreter ignores them and runs every loop sequentially (it has no run_parallel).
+ * interpreter ignores them and runs every loop sequentially (it has no run_parallel). A sum in
+ * lanes (CN_LL_LANES) is another computation, which it runs as loops.h defines it.
  *
  * Invariants: the compiled state copies what it needs of the nodes (precision, padded geometry)
  * and points only at the procedure, which lives in the context arena and so outlives it; the
@@ -335,6 +336,34 @@ static int64_t loop_edge(const int64_t *env, int64_t edge, int n, const cn_ll_bo
   return edge;
 }
 
+static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s);
+
+/* A sum in lanes over [start, end) (loops.h CN_LL_LANES): every add in the precision of the
+ * store's add, as eval_expr computes one. */
+static void exec_lanes(const interp_machine *m, const cn_ll_stmt *loop, int64_t start,
+                       int64_t end) {
+  const cn_ll_stmt *set = loop->u.loop.body;
+  const cn_ll_expr *sum = set->u.set.value, *v = sum->u.op.args[1];
+  const int param = set->u.set.param;
+  const cn_prec prec = sum->prec, operand = cn_op_operand_prec(CN_OP_ADD, prec, 1, v->prec);
+  CN_ASSERT(m->params[param].prec == prec && cn_op_operand_prec(CN_OP_ADD, prec, 0, prec) == prec);
+  cn_value lane[CN_LL_LANES_COUNT];
+  for (int l = 0; l < CN_LL_LANES_COUNT; l++) lane[l] = cn_value_of_double(prec, -0.0);
+  for (int64_t i = start; i < end; i++) {
+    m->env[loop->u.loop.sym] = i;
+    cn_value x = eval_expr(m, v);
+    if (operand != v->prec) x = cn_value_convert(v->prec, operand, x);
+    const int l = (int)((i - start) % CN_LL_LANES_COUNT);
+    lane[l] = cn_eval_op(CN_OP_ADD, prec, (cn_value[3]){lane[l], x});
+  }
+  for (int w = CN_LL_LANES_COUNT / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++)
+      lane[l] = cn_eval_op(CN_OP_ADD, prec, (cn_value[3]){lane[l], lane[l + w]});
+  void *cell = cell_pointer(m, param, cell_of(m, param, set->u.set.idx));
+  cn_value c = cn_value_load(prec, cell);
+  cn_value_store(prec, cn_eval_op(CN_OP_ADD, prec, (cn_value[3]){c, lane[0]}), cell);
+}
+
 static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
   switch (s->kind) {
   case CN_LL_SEQ:
@@ -347,6 +376,10 @@ static void exec_stmt(const interp_machine *m, const cn_ll_stmt *s) {
     int64_t end = loop_edge(m->env, s->u.loop.to, s->u.loop.n_upper, s->u.loop.upper, false);
     /* loops.h: the box contains every value the loop runs. */
     CN_ASSERT(start >= end || (start >= s->u.loop.from && end <= s->u.loop.to));
+    if (s->u.loop.marks & CN_LL_LANES) {
+      exec_lanes(m, s, start, end);
+      return;
+    }
     for (int64_t i = start; i < end; i++) {
       *var = i;
       exec_stmt(m, s->u.loop.body);

@@ -98,6 +98,24 @@ typedef struct {
  *                   of the extents, every access at (inner stride) * (flat position). */
 enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1, CN_LL_FLAT = 1u << 2 };
 
+/* A sum in lanes (the routine option "reduce" = "lanes", set by cn_ll_sum_lanes before the
+ * scheduling stage). Unlike the marks above it changes what the loop computes, so every backend
+ * must honour it. CN_LL_LANES goes on a loop without affine bounds, of at least CN_LL_LANES_MIN
+ * iterations, whose whole body is the store `c := c + v` (cn_ll_lanes_store): c a single or double
+ * cell its variable does not index, the add in c's precision, v not reading c's buffer. The loop
+ * then means: CN_LL_LANES_COUNT lanes s[l] start at -0 (the neutral of +, signed zeros kept);
+ * iteration i (from the loop's start, in order) does s[i % CN_LL_LANES_COUNT] := s[..] + v(i);
+ * then the halves fold, for w = CN_LL_LANES_COUNT / 2 down to 1: s[l] := s[l] + s[l + w] for
+ * l < w; then c := c + s[0]. Every add is rounded to c's precision. The result is one function
+ * of the values, as the loop as written is, but another one: the same bits on every backend,
+ * thread count, tile and device (the lanes are not the threads), and within the usual error of a
+ * sum of n terms of the loop's (lanes and a pairwise fold have a smaller bound). The scheduling
+ * passes leave a nest with such a loop as it is (no plan, order, fusion, tile or jam) except for
+ * the marks of its other loops. */
+enum { CN_LL_LANES = 1u << 3 };
+#define CN_LL_LANES_COUNT 256
+#define CN_LL_LANES_MIN   1024
+
 /* The groups of the loops of a GEMM-class nest (src/sched/gemm.c): rows (the output and the first
  * operand), columns (the output and the second), the reduction (both operands), batch (all). */
 typedef enum { CN_GEMM_M, CN_GEMM_N, CN_GEMM_K, CN_GEMM_BATCH } cn_gemm_role;
@@ -293,6 +311,13 @@ typedef struct {
 cn_status cn_ll_symbols_of(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_symbols *out);
 /* The position of sym in the list (binary search); -1 when the procedure does not name it. */
 int cn_ll_symbol_slot(const cn_ll_symbols *symbols, cn_symbol sym);
+
+/* The store `c := c + v` that makes `loop` a sum CN_LL_LANES may go on (its whole body; see
+ * there), or NULL (src/loops/lanes.c). */
+const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop);
+/* Marks CN_LL_LANES on every loop of proc that cn_ll_lanes_store takes, in place (the option
+ * "reduce" = "lanes"). */
+void cn_ll_sum_lanes(cn_ll_proc *proc);
 
 /* Lowers an (already validated) assignments tree. name must pass cn_is_c_name. */
 cn_status cn_ll_lower(cn_ctx *ctx, const cn_asgn *asgn, const char *name, cn_ll_proc **out);

@@ -288,7 +288,10 @@ static void print_marks(cn_sbuf *sb, unsigned marks) {
   static const struct {
     unsigned bit;
     const char *name;
-  } names[] = {{CN_LL_PARALLEL, "parallel"}, {CN_LL_VECTOR, "vector"}, {CN_LL_FLAT, "flat"}};
+  } names[] = {{CN_LL_PARALLEL, "parallel"},
+               {CN_LL_VECTOR, "vector"},
+               {CN_LL_FLAT, "flat"},
+               {CN_LL_LANES, "lanes"}};
   const char *sep = " (";
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
     if (!(marks & names[k].bit)) continue;

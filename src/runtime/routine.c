@@ -397,6 +397,12 @@ static bool switch_on(const char *value) {
   return strcmp(value, "on") == 0 || strcmp(value, "1") == 0;
 }
 
+/* The values of the option "reduce" (loops.h CN_LL_LANES). */
+#define REDUCE_VALUES "ordered, lanes"
+static bool is_reduce(const char *value) {
+  return strcmp(value, "ordered") == 0 || strcmp(value, "lanes") == 0;
+}
+
 /* The options "parallel_work" and "interpret_below": a decimal count of cell updates in
  * [least, 2^62]; false with a message naming the value otherwise (a bad $CANNL_PARALLEL_WORK or
  * $CANNL_INTERPRET_BELOW reaches here unchecked). */
@@ -482,6 +488,9 @@ static cn_routine *routine_prepare(cn_ctx *ctx, const cn_asgn *asgn, cn_backend_
   uint64_t start = cn_now_us();
   if (cn_ll_lower(ctx, asgn, name_copy, &proc) != CN_OK) return NULL;
   if (cn_ll_simplify(ctx, proc) != CN_OK) return NULL;
+  const char *reduce = cn_ctx_option(ctx, "reduce");
+  if (!is_reduce(reduce)) return unknown_value(ctx, "CANNL_REDUCE", reduce, REDUCE_VALUES), NULL;
+  if (strcmp(reduce, "lanes") == 0) cn_ll_sum_lanes(proc); /* before the passes: loops.h */
   cn_sched_options sched;
   /* A backend with its own device runs every independent nest as a grid (kernels.h): its cost
    * is one launch per kernel whatever the work, so the threads' threshold is not its default. */
@@ -973,7 +982,7 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool check = key && strcmp(key, "check") == 0, schedule = key && strcmp(key, "schedule") == 0;
   bool threads = key && strcmp(key, "threads") == 0;
   bool work = key && strcmp(key, "parallel_work") == 0, exact = key && strcmp(key, "exact") == 0;
-  bool tune = key && strcmp(key, "tune") == 0;
+  bool tune = key && strcmp(key, "tune") == 0, reduce = key && strcmp(key, "reduce") == 0;
   bool below = key && strcmp(key, "interpret_below") == 0;
   bool seed = key && strcmp(key, "random_seed") == 0;
   bool backend = key && strcmp(key, "backend") == 0;
@@ -981,11 +990,11 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
   bool printing =
       key && (strcmp(key, "print_threshold") == 0 || strcmp(key, "print_precision") == 0);
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed && !printing &&
-      !backend && !tile && !(key && cn_cc_option(ctx, key))) {
+      !backend && !tile && !reduce && !(key && cn_cc_option(ctx, key))) {
     static const char known[] = CN_CC_OPTION_KEYS ", check, schedule, threads, parallel_work, "
                                                   "exact, tune, interpret_below, random_seed, "
                                                   "print_threshold, print_precision, backend, "
-                                                  "device_tile";
+                                                  "device_tile, reduce";
     cn_suggest s;
     cn_suggest_init(&s, key ? key : "");
     cn_suggest_consider_list(&s, known);
@@ -1012,6 +1021,8 @@ cn_status cn_ctx_set_option(cn_ctx *ctx, const char *key, const char *value) {
     return unknown_value(ctx, "option tune", value, CN_TUNE_MODES);
   if (exact && value && !is_switch(value))
     return unknown_value(ctx, "option exact", value, "on, off, 1, 0");
+  if (reduce && value && !is_reduce(value))
+    return unknown_value(ctx, "option reduce", value, REDUCE_VALUES);
   int64_t unused_work;
   if (work && value && !parse_work(ctx, value, &unused_work)) return cn_ctx_status(ctx);
   int count;
@@ -1033,11 +1044,12 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   bool check = strcmp(key, "check") == 0, schedule = strcmp(key, "schedule") == 0;
   bool threads = strcmp(key, "threads") == 0, work = strcmp(key, "parallel_work") == 0;
   bool exact = strcmp(key, "exact") == 0, tune = strcmp(key, "tune") == 0;
+  bool reduce = strcmp(key, "reduce") == 0;
   bool below = strcmp(key, "interpret_below") == 0, seed = strcmp(key, "random_seed") == 0;
   bool threshold = strcmp(key, "print_threshold") == 0;
   bool precision = strcmp(key, "print_precision") == 0, backend = strcmp(key, "backend") == 0;
   if (!check && !schedule && !threads && !work && !exact && !tune && !below && !seed &&
-      !threshold && !precision && !backend)
+      !threshold && !precision && !backend && !reduce)
     return cn_cc_option(ctx, key);
   const char *set = cn_ctx_stored_option(ctx, key);
   if (set) return set;
@@ -1059,6 +1071,10 @@ const char *cn_ctx_option(const cn_ctx *ctx, const char *key) {
   }
   if (threads) return threads_default();
   if (work) return work_default();
+  if (reduce) {
+    const char *env = getenv("CANNL_REDUCE"); /* a value outside the two fails the compile */
+    return env && *env ? env : "ordered";
+  }
   if (exact) {
     const char *env = getenv("CANNL_EXACT");
     return env && *env ? env : "off"; /* a value outside the switches fails the compile */

@@ -84,6 +84,7 @@ cn_status cn_sched_nest_read(cn_ctx *ctx, cn_ll_stmt **slot, cn_sched_nest *nest
     if (nest->depth == CN_SCHED_MAX_DEPTH) return CN_OK;
     nest->slots[nest->depth] = at;
     nest->loops[nest->depth++] = *at;
+    if ((*at)->u.loop.marks & CN_LL_LANES) nest->lanes = true;
   }
   const cn_ll_stmt *body = nest->loops[nest->depth - 1]->u.loop.body;
   if (!is_store_body(body)) return CN_OK;

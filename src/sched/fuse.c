@@ -193,7 +193,7 @@ static cn_status open_group(cn_ctx *ctx, const cn_ll_proc *proc, group *g, cn_ll
   bool found;
   g->first_stmt = stmt;
   cn_status st = cn_sched_nest_read(ctx, &g->first_stmt, &g->first, &found);
-  *opened = st == CN_OK && found && writes_cells(proc, &g->first);
+  *opened = st == CN_OK && found && !g->first.lanes && writes_cells(proc, &g->first);
   if (st != CN_OK || !*opened) return st;
   g->slot = slot;
   g->n_bodies = g->n_stores = 0;
@@ -235,7 +235,8 @@ cn_status cn_sched_fuse(cn_ctx *ctx, cn_ll_proc *proc) {
       bool found;
       cn_ll_stmt *slot = st;
       if (cn_sched_nest_read(ctx, &slot, &s, &found) != CN_OK) return CN_ERR_NOMEM;
-      bool aligned = found && same_boxes(&g.first, &s); /* renaming needs loop k <-> loop k */
+      /* renaming needs loop k <-> loop k; a sum in lanes keeps its body (loops.h) */
+      bool aligned = found && !s.lanes && same_boxes(&g.first, &s);
       renaming r;
       if (aligned) renaming_of(&g.first, &s, &r);
       cn_index *renamed = aligned ? renamed_indices(ctx, proc, &r, &s) : NULL;

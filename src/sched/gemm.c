@@ -222,7 +222,7 @@ static cn_status plan_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *n
   const gemm_pass *pass = user;
   cn_sched_gemm g;
   /* A nest under a gathered index's let is one point's row of a gather or scatter: no plan. */
-  if (nest->under_let) return CN_OK;
+  if (nest->under_let || nest->lanes) return CN_OK; /* a sum in lanes keeps its loop (loops.h) */
   if (!cn_sched_gemm_of(proc, nest, &g)) return plan_hoisted(ctx, proc, nest, pass);
   cn_prec prec = proc->params[g.c].node->prec;
   if (cn_prec_table[prec].kind != CN_PKIND_FLOAT) return CN_OK;

@@ -152,6 +152,7 @@ static cn_ll_stmt *jam_prefix(cn_ctx *ctx, const cn_ll_stmt *l, cn_symbol jam, i
 
 static cn_status jam_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   (void)user;
+  if (nest->lanes) return CN_OK; /* a sum in lanes keeps its body (loops.h) */
   int64_t u_count;
   int k = jam_choice(proc, nest, &u_count);
   if (k < 0) return CN_OK;

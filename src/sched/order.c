@@ -120,7 +120,8 @@ static cn_status order_for_device(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_
 
 static cn_status order_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   const bool *device = user;
-  if (nest->depth < 2 || !cn_sched_own_cell(proc, nest)) return CN_OK;
+  /* a sum in lanes stays the innermost loop (loops.h) */
+  if (nest->depth < 2 || nest->lanes || !cn_sched_own_cell(proc, nest)) return CN_OK;
   if (*device) return cn_sched_separable(proc, nest) ? order_for_device(ctx, proc, nest) : CN_OK;
   /* a nest whose write mixes loops in an axis moves only a loop that separates cells */
   bool separable = cn_sched_separable(proc, nest);

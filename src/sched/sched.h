@@ -98,6 +98,10 @@ typedef struct {
    * during the nest, as an outer loop's variable is, and passes that reorder the nest keep it
    * inside the let; the GEMM pass, whose plan runs apart from the nest's text, leaves it. */
   bool under_let;
+  /* Some loop of the nest is a sum in lanes (loops.h CN_LL_LANES, the option "reduce"): its
+   * meaning depends on the loop being as the lowering made it, so the passes that move, split,
+   * fuse, plan or jam loops leave the nest as it is; the marks pass marks its other loops. */
+  bool lanes;
 } cn_sched_nest;
 
 /* Reads the perfect nest whose outermost loop is *slot (a CN_LL_FOR): *found is false when the

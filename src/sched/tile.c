@@ -165,6 +165,7 @@ typedef struct {
 
 static cn_status tile_nest(cn_ctx *ctx, const cn_ll_proc *proc, cn_sched_nest *nest, void *user) {
   const cache_sizes *cache = user;
+  if (nest->lanes) return CN_OK; /* a sum in lanes keeps its loop whole (loops.h) */
   int64_t t = tile_size(proc, nest, cache->l1, cache->llc);
   if (t == 0) return CN_OK;
   const cn_ll_stmt *inner = nest->loops[nest->depth - 1];
