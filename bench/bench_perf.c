@@ -1,12 +1,13 @@
 /* Benchmark (issue 16): cannl's generated C against the same models in PyTorch (one and two
  * threads) and numpy, in one run. Workloads (single precision): matmul 256 / 1024 / 2048 (einsum
  * `ij;jk=>ik`), the MLP 784-128-10 SGD step (batch 128), conv 1->32->64 3x3 valid forward +
- * backward (batch 32, 28x28), softmax over 1M values, the stream c = a + 3*b over 4M values (also
- * against a plain C loop of this binary, -O3), the half-moons training step (demo/moons.h),
- * nanoGPT's per-layer causal attention forward + backward (q, k, v [12, 64, 4, 32]: batch, time,
- * heads, head size; loss sum(y^2) / 12; issue 28), the embedding gather of a [65; 128] table by
- * [12; 64] ids forward + backward (loss sum(x^2) / 12) and the cold and warm JIT of the moons model
- * (compile + init; cold: a fresh empty CANNL_CACHE_DIR, warm: the same cache again).
+ * backward (batch 32, 28x28), softmax over 1M values (in order, cannl's default, and with its
+ * sums in lanes: option reduce = lanes, the row softmax_lanes), the stream c = a + 3*b over 4M
+ * values (also against a plain C loop of this binary, -O3), the half-moons training step
+ * (demo/moons.h), nanoGPT's per-layer causal attention forward + backward (q, k, v [12, 64, 4, 32]:
+ * batch, time, heads, head size; loss sum(y^2) / 12; issue 28), the embedding gather of a [65; 128]
+ * table by [12; 64] ids forward + backward (loss sum(x^2) / 12) and the cold and warm JIT of the
+ * moons model (compile + init; cold: a fresh empty CANNL_CACHE_DIR, warm: the same cache again).
  *
  * Each workload runs in processes of its own: this program again (`--run NAME SIZE BUDGET`) with
  * CANNL_THREADS=1 and then 2 (the rest of the environment passed through), then bench_perf.py
@@ -31,6 +32,12 @@ static const cn_asgn *softmax_code(cn_graph *g, int64_t n) {
   cn_tensor *x = random_data(g, "x", &d, 1);
   cn_tensor *s = x ? cn_tensor_softmax(g, x) : NULL;
   return s ? cn_graph_forward(g, s) : NULL;
+}
+
+/* The softmax with the context option reduce = lanes (read when the routine is compiled). */
+static const cn_asgn *softmax_lanes_code(cn_graph *g, int64_t n) {
+  if (cn_ctx_set_option(cn_graph_ctx(g), "reduce", "lanes") != CN_OK) return NULL;
+  return softmax_code(g, n);
 }
 
 static const cn_asgn *stream_code(cn_graph *g, int64_t n) {
@@ -196,9 +203,13 @@ static int time_jit(int reps) {
 
 /* ---- A child: one workload of cannl, at the thread count of the environment ------------------ */
 
-static const model models[] = {{"matmul", matmul_code},      {"mlp", mlp_code},
-                               {"conv", conv_code},          {"softmax", softmax_code},
-                               {"stream", stream_code},      {"attention", attention_code},
+static const model models[] = {{"matmul", matmul_code},
+                               {"mlp", mlp_code},
+                               {"conv", conv_code},
+                               {"softmax", softmax_code},
+                               {"softmax_lanes", softmax_lanes_code},
+                               {"stream", stream_code},
+                               {"attention", attention_code},
                                {"embedding", embedding_code}};
 
 static int child(const char *kind, int64_t size, double budget) {
@@ -225,6 +236,7 @@ static row rows[] = {
     {.w = {.name = "mlp", .kind = "mlp", .full = 128, .quick = 8}},
     {.w = {.name = "conv", .kind = "conv", .full = 32, .quick = 1}},
     {.w = {.name = "softmax", .kind = "softmax", .full = 1 << 20, .quick = 1 << 12}},
+    {.w = {.name = "softmax_lanes", .kind = "softmax_lanes", .full = 1 << 20, .quick = 1 << 12}},
     {.w = {.name = "stream", .kind = "stream", .full = 4 << 20, .quick = 1 << 14}},
     {.w = {.name = "moons", .kind = "moons", .full = MOONS_BATCHES, .quick = MOONS_BATCHES}},
     {.w = {.name = "attention", .kind = "attention", .full = 12, .quick = 1}},
@@ -281,7 +293,7 @@ static void print_line(const char *name, const cell *c, const cell *t, const cel
   char b[7][24];
   snprintf(b[5], sizeof b[5], "%.3g", ratio(&t[0], &c[0]));
   snprintf(b[6], sizeof b[6], "%.3g", ratio(&t[1], &c[1]));
-  printf("%-11s %10s %10s %10s %10s %10s %8s %8s  %s\n", name, fmt_ms(b[0], 24, &c[0]),
+  printf("%-13s %10s %10s %10s %10s %10s %8s %8s  %s\n", name, fmt_ms(b[0], 24, &c[0]),
          fmt_ms(b[1], 24, &c[1]), fmt_ms(b[2], 24, &t[0]), fmt_ms(b[3], 24, &t[1]),
          fmt_ms(b[4], 24, np), isnan(ratio(&t[0], &c[0])) ? "-" : b[5],
          isnan(ratio(&t[1], &c[1])) ? "-" : b[6], extra);
@@ -293,7 +305,7 @@ static void report(const bench *b) {
          b->versions[0] ? b->versions : "did not run", rows[0].threads[0],
          rows[0].threads[1][0] ? rows[0].threads[1] : "-");
   const cell none[2] = {{false, {0, 0, 0}}, {false, {0, 0, 0}}};
-  printf("\n%-11s %10s %10s %10s %10s %10s %8s %8s  %s\n", "workload", "cannl 1t", "cannl 2t",
+  printf("\n%-13s %10s %10s %10s %10s %10s %8s %8s  %s\n", "workload", "cannl 1t", "cannl 2t",
          "torch 1t", "torch 2t", "numpy", "ratio 1t", "ratio 2t",
          "(ms, medians; ratio = PyTorch / cannl)");
   for (int i = 0; i < N_ROWS; i++) {

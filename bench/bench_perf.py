@@ -6,7 +6,7 @@ process per workload, or one for all of them with --quick), WORKLOAD one of
   mlp B        784-128-10 MLP with relu, loss sum((f - y)^2) / B, one SGD step (lr 0.01)
   conv B       x B x 1 x 28 x 28, conv 1->32 3x3 valid + bias, relu, conv 32->64 3x3 valid + bias,
                loss sum(y^2) / B, forward + backward (no update)
-  softmax N    softmax over N values
+  softmax N    softmax over N values (softmax_lanes: the same, for cannl's sums in lanes)
   stream N     c = a + 3 * b over N values, into preallocated c as cannl's buffers (a fresh
                result would time PyTorch's page faults, 2-17 ms here); PyTorch as one fused
                torch.add(a, b, alpha=3, out=c)
@@ -107,9 +107,11 @@ def numpy_stream(n):
 
 
 TORCH = {"matmul": torch_matmul, "mlp": torch_mlp, "conv": torch_conv,
-         "softmax": torch_softmax, "stream": torch_stream, "moons": torch_moons,
+         "softmax": torch_softmax, "softmax_lanes": torch_softmax, "stream": torch_stream,
+         "moons": torch_moons,
          "attention": torch_attention, "embedding": torch_embedding}
 NUMPY = {"matmul": numpy_matmul, "mlp": numpy_mlp, "softmax": numpy_softmax,
+         "softmax_lanes": numpy_softmax,
          "stream": numpy_stream}
 
 
