@@ -499,12 +499,13 @@ static void test_merge_buffer(void) {
   cn_ctx_destroy(ctx);
 }
 
-/* ---- sums in lanes (option reduce = lanes, loops.h CN_LL_LANES): s[i] =:+ x[i, j] and t =:+
- * x[i, j] over rows of 1500 (five full rows of lanes and a partial one), checked against the
- * definition computed here, which differs from the sum in order for these values ---- */
+/* ---- sums in lanes (option reduce = lanes, loops.h CN_LL_LANES): s[i] =:+ x[i, j], t =:+
+ * x[i, j] and u =:+ x[1, j] over rows of 1500 (five full rows of lanes and a partial one; u's
+ * loop alone at the top: a device's work-group of lanes), checked against the definition
+ * computed here, which differs from the sum in order for these values ---- */
 enum { LANES_ROWS = 3, LANES_COLS = 1500, LANES_COUNT = 256 };
 typedef struct {
-  cn_node *x, *s, *t;
+  cn_node *x, *s, *t, *u;
   double *values;
 } lanes_nodes;
 static void lanes_init(void *user) {
@@ -512,6 +513,7 @@ static void lanes_init(void *user) {
   set(l->x, l->values);
   set(l->s, (double[]){7, 7, 7}); /* stale contents the =: must clear */
   set(l->t, (double[]){7});
+  set(l->u, (double[]){7});
 }
 /* c + the lanes of v[0 .. n) folded, every add rounded to prec (single or double). */
 static double lanes_sum(cn_prec prec, double c, const double *v, int n) {
@@ -536,7 +538,8 @@ static void test_sum_lanes(cn_prec prec, bool lanes) {
   CHECK(cn_ctx_set_option(ctx, "reduce", lanes ? "lanes" : "ordered") == CN_OK);
   const int64_t dims[2] = {LANES_ROWS, LANES_COLS};
   lanes_nodes l = {node(ctx, "x", prec, 2, dims), node(ctx, "s", prec, 1, dims),
-                   node(ctx, "t", prec, 0, NULL), malloc(sizeof(double) * LANES_ROWS * LANES_COLS)};
+                   node(ctx, "t", prec, 0, NULL), node(ctx, "u", prec, 0, NULL),
+                   malloc(sizeof(double) * LANES_ROWS * LANES_COLS)};
   CHECK(l.values != NULL);
   if (!l.values) return;
   /* magnitudes from 2^-4 to 2^20 (2^66 in double), both signs: their sums round, differently
@@ -571,6 +574,21 @@ static void test_sum_lanes(cn_prec prec, bool lanes) {
            0);
   run_both(ctx, lanes ? "sum_all_lanes" : "sum_all_ordered", sum_all, lanes_init, &l, l.t, &total,
            0);
+  cn_proj *pu = cn_proj_create(ctx, 1, &j, dims + 1, (cn_proj_tensor){0, NULL, NULL}, 1,
+                               (cn_proj_tensor[]){{2, (int64_t *)dims, (cn_index[]){F(1), I(j)}}});
+  cn_asgn *sum_row =
+      cn_asgn_accum(ctx, true, CN_OP_ADD, l.u, CN_OP_ID, (cn_buffer[]){{l.x, false}}, pu);
+  run_both(ctx, lanes ? "sum_row_lanes" : "sum_row_ordered", sum_row, lanes_init, &l, l.u, &rows[1],
+           0);
+  /* a kernel dialect's program runs the row as a work-group of lanes */
+  for (int b = 0; b < n_backends && sum_row; b++) {
+    cn_routine *k = cn_routine_compile(ctx, sum_row, backends[b], "row");
+    const char *source = k ? cn_routine_source(k) : NULL;
+    if (source && (strstr(source, "__kernel ") || strstr(source, "__global__ ")))
+      CHECK_MSG((strstr(source, "cn_lanes[256]") != NULL) == lanes, "%s:\n%s",
+                cn_backend_name(backends[b]), source);
+    cn_routine_free(k);
+  }
   cn_routine *r = sum_rows ? cn_routine_compile(ctx, sum_rows, CN_BACKEND_INTERP, "loops") : NULL;
   CHECK(r && (strstr(cn_routine_loops(r), "(lanes)") != NULL) == lanes);
   cn_routine_free(r);

@@ -204,3 +204,52 @@ bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop) {
   for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) cn_sbuf_free(parts[k]);
   return true;
 }
+
+void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
+  const cn_ll_stmt *set = loop->u.loop.body;
+  CN_ASSERT(cn_ll_lanes_store(g->proc, loop) == set && g->dialect->local_qualifier &&
+            g->dialect->barrier);
+  const cn_cgen_dialect *d = g->dialect;
+  cn_sbuf *sb = g->out, cell = {0}, v = {0}, zero = {0}, add = {0}, fold = {0}, total = {0};
+  const int param = set->u.set.param;
+  const cn_prec prec = g->proc->params[param].node->prec;
+  const char *type = d->precs[prec].compute_c, *var = cn_cgen_sym_name(g, loop->u.loop.sym);
+  cn_cgen_cell(g, &cell, param, set->u.set.idx);
+  cn_cgen_value(g, &v, set->u.set.value->u.op.args[1], prec);
+  d->constant(&zero, prec, cn_value_of_double(prec, -0.0));
+  d->op(&add, CN_OP_ADD, prec, (const char *const[3]){"cn_lane", text(&v), NULL});
+  d->op(&fold, CN_OP_ADD, prec,
+        (const char *const[3]){"cn_lanes[cn_id]", "cn_lanes[cn_id + cn_w]", NULL});
+  d->op(&total, CN_OP_ADD, prec, (const char *const[3]){text(&cell), "cn_lanes[0]", NULL});
+  if (cell.failed || v.failed || zero.failed || add.failed || fold.failed || total.failed)
+    sb->failed = true;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s%s cn_lanes[%d]; /* a sum in lanes (option reduce = lanes) */\n",
+                 d->local_qualifier, type, CN_LL_LANES_COUNT);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s cn_lane = %s;\n", type, text(&zero));
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_id; %s < %lld; %s += %d)\n", d->index_type, var,
+                 (long long)loop->u.loop.from, var, (long long)loop->u.loop.to, var,
+                 CN_LL_LANES_COUNT);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "cn_lane = %s;\n", text(&add));
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "cn_lanes[cn_id] = cn_lane;\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s\n", d->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "if (cn_id < cn_w) cn_lanes[cn_id] = %s;\n", text(&fold));
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s\n", d->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "if (cn_id == 0) ");
+  d->store(sb, prec, text(&cell), text(&total));
+  cn_sbuf_puts(sb, ";\n");
+  cn_sbuf *parts[] = {&cell, &v, &zero, &add, &fold, &total};
+  for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) cn_sbuf_free(parts[k]);
+}

@@ -574,13 +574,38 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
   return CN_OK;
 }
 
-/* Whether top-level statement s is a kernel of one work item: no GEMM at its top, and no grid
- * (statement_kernel's rule: a parallel loop at the top, without a GEMM clear below). */
-static bool one_work_item(const cn_ll_stmt *s) {
+/* Whether top-level statement s is a sum in lanes (loops.h CN_LL_LANES) the device runs as one
+ * work-group of a work item per lane (cgen.h cn_cgen_lanes_group). */
+static bool lanes_group(const builder *b, const cn_ll_stmt *s) {
+  return b->limits && s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_LANES) &&
+         b->limits->max_group >= CN_LL_LANES_COUNT &&
+         b->limits->local_bytes >= CN_LL_LANES_COUNT * (int64_t)sizeof(double);
+}
+
+/* Whether top-level statement s is a kernel of one work item: no GEMM at its top, no grid
+ * (statement_kernel's rule: a parallel loop at the top, without a GEMM clear below) and not a
+ * work-group's sum in lanes. */
+static bool one_work_item(const builder *b, const cn_ll_stmt *s) {
   const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
   int n;
-  return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) &&
+  return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) && !lanes_group(b, s) &&
          (s->kind != CN_LL_FOR || !(s->u.loop.marks & CN_LL_PARALLEL) || nested_clear(s));
+}
+
+/* The kernel of a sum in lanes (lanes_group): one work-group of a work item per lane. */
+static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s) {
+  cgen h = b->g;
+  h.out = &b->text;
+  const cn_ll_proc *proc = h.proc;
+  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  if (!accessed || !written) return h.ctx->status;
+  cn_cgen_access(&h, s, accessed, written);
+  cn_status status = begin_kernel(b, CN_LL_LANES_COUNT, CN_LL_LANES_COUNT, accessed, written);
+  if (status != CN_OK) return status;
+  cn_cgen_lanes_group(&h, 1, s);
+  cn_sbuf_puts(&b->text, "}\n\n");
+  return CN_OK;
 }
 
 /* One kernel of one work item running statements s[0 .. count) in order: the kernels they would
@@ -721,9 +746,11 @@ cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
     const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
     int n_loops, run = 0;
     int64_t points = hoisted_gemm(top[i], loops, &n_loops, &gemm);
-    while (i + run < n && one_work_item(top[i + run])) run++;
+    while (i + run < n && one_work_item(&b, top[i + run])) run++;
     if (points > 0) {
       status = hoisted_kernels(&b, loops, n_loops, points, gemm);
+    } else if (lanes_group(&b, top[i])) {
+      status = lanes_kernel(&b, top[i]);
     } else if (run > 1) {
       status = sequence_kernel(&b, top + i, run);
       i += run - 1;
