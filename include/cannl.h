@@ -117,6 +117,13 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               BLAS); "on" (or "1"): a multiply and an add, each rounded, as the unscheduled
  *               nest does, bit for bit. Either way a cell's value depends on its operands only,
  *               never on tiles, blocks or the thread count.
+ *   "reduce"    "ordered" (default: $CANNL_REDUCE, else "ordered"): a sum runs its updates in the
+ *               order of its loop, one rounding after the other; "lanes": an add-accumulation
+ *               loop of at least 1024 steps into one single or double cell (softmax's
+ *               denominator, a long row's sum) runs as 256 lanes, step i into lane i mod 256 in
+ *               order, the lanes folded by halves, then added to the cell: other bits than in
+ *               order (within a sum's usual error, a smaller bound), the same on every backend,
+ *               thread count, schedule and device, and vectorized (a work-group on a device).
  *   "tune"      "cached" (default: $CANNL_TUNE, else "cached"): how the plan of a matrix-product
  *               nest of at least 2^24 points is chosen when a routine for the generated-C backend
  *               is compiled. "cached": from a record of an earlier "quick" or "full" tuning of
@@ -135,8 +142,9 @@ CN_API void cn_ctx_set_progress(cn_ctx *ctx, cn_progress_fn fn, void *user);
  *               powers of two up to 32, 16 and 64. The tile shrinks for a small product and to
  *               the device's limits. Never changes a result (a cell is one work item's, its
  *               steps in order).
- *   A value of $CANNL_EXACT, $CANNL_TUNE or $CANNL_DEVICE_TILE outside the option's values fails
- *   the compile (with the closest value suggested where there is one) rather than being ignored.
+ *   A value of $CANNL_EXACT, $CANNL_REDUCE, $CANNL_TUNE or $CANNL_DEVICE_TILE outside the
+ *   option's values fails the compile (with the closest value suggested where there is one)
+ *   rather than being ignored.
  *   "interpret_below"  the least work, in cell updates over all its loops, of a routine that a
  *               script's statement (cn_notation_run, `cannl run`) compiles with the C backend
  *               at once: a count in [0, 2^62] (default: $CANNL_INTERPRET_BELOW, else 4096; 0:

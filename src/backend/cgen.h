@@ -3,7 +3,7 @@
  * cn_cgen_dialect), cgen.c (host C: the dialect, routines, parallel outlining onto the pool,
  * kernels, pieces), cgen_prelude.c (the numeric prelude pruned to what a file uses),
  * cgen_gemm.c (GEMM-class nests run by their plans as packed, cache-blocked, register-tiled code)
- * and cgen_reduce.c (max reductions without order). Not a public interface. */
+ * and cgen_reduce.c (max reductions without order, sums in lanes). Not a public interface. */
 #ifndef CN_CGEN_H
 #define CN_CGEN_H
 
