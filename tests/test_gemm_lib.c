@@ -13,7 +13,8 @@
  * threads, without scratch memory (cell by cell), and under triangles (loops.h: cells past the
  * diagonal never written, or each row its own steps; offsets -3 to 10). Also: the process's
  * instruction set is the widest the CPU runs, and cn_gemm_lib_run computes a 2 x 3 by 3 x 2 product
- * by hand and counts its runs. */
+ * by hand and counts its runs, and a 64 x 3 one split across a pool, which it asks to choose
+ * between sharing and running alone for this GEMM's site (its arguments). */
 #include "check.h"
 
 #include "backend/gemm_lib.h"
@@ -37,15 +38,6 @@ static int64_t pick(int n, const int64_t *from) {
 /* A value in (-2, 2) with every bit of the mantissa used. */
 static double value(void) {
   return ((double)(next() >> 11) / 9007199254740992.0 - 0.5) * 4.0;
-}
-
-static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
-                     void *env) {
-  cn_pool_for(pool, n, fn, env);
-}
-
-static void *pool_scratch(void *pool, size_t bytes) {
-  return cn_pool_scratch(pool, bytes);
 }
 
 /* One GEMM: the description (its loops after the CN_GEMM_ARGS integers) and the extents of the
@@ -302,10 +294,18 @@ static void test_isa(cn_ctx *ctx, const cn_gemm_isa *isa) {
       continue;
     bool dbl = number % 3 == 2;
     int threads = number % 4 == 1 ? 2 : number % 4 == 2 ? 3 : 1;
-    cn_parallel pool = {pool_for, threads > 1 ? cn_pool_of(ctx, threads) : NULL, pool_scratch};
+    cn_parallel pool = threads > 1 ? cn_pool_parallel(cn_pool_of(ctx, threads)) : (cn_parallel){0};
     bool no_scratch = number % 10 == 7;
     failures += !check_case(isa, &g, dbl, threads > 1 ? &pool : NULL, no_scratch, number);
   }
+}
+
+/* The site of the last GEMM split across the pool (cn_parallel.pool_for_site). */
+static const void *site_seen;
+static void record_site(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                        void *env, const void *site) {
+  site_seen = site;
+  cn_pool_for_site(pool, n, fn, env, site);
 }
 
 int main(int argc, char **argv) {
@@ -343,6 +343,18 @@ int main(int argc, char **argv) {
   /* [1 2 3; 4 5 6] [1 0.5; -1 2; 0.25 4] = [-0.25 16.5; 0.5 36] */
   CHECK(c[0] == 0.75f && c[1] == 17.5f && c[2] == 1.5f && c[3] == 37.0f);
   CHECK_INT(cn_gemm_lib_runs(), before + 1);
+  /* split across a pool: 64 rows of ones by the same y, four tasks, chosen shared or alone per
+   * GEMM (the pool's site is the GEMM's arguments) */
+  float ones[64 * 3], rows[64 * 2] = {0};
+  for (int k = 0; k < 64 * 3; k++) ones[k] = 1;
+  const int64_t split[CN_GEMM_ARGS + 3 * CN_GEMM_LOOP] = {
+      1, 64, 2, 3, 0,     0, 16, 16, 16, CN_GEMM_PARALLEL, 0, 0, 3, ROWS, 64, 2, 3, 0, COLUMNS,
+      2, 1,  0, 1, STEPS, 3, 0,  1,  2};
+  cn_parallel par = cn_pool_parallel(cn_pool_of(ctx, 2));
+  par.pool_for_site = record_site;
+  cn_gemm_lib_run(split, rows, ones, y, &par);
+  CHECK(site_seen == split);
+  for (int r = 0; r < 64; r++) CHECK(rows[2 * r] == 0.25f && rows[2 * r + 1] == 6.5f);
   cn_ctx_destroy(ctx);
   CHECK_DONE();
 }

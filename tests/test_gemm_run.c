@@ -28,15 +28,6 @@
 
 /* ---- Running ---- */
 
-static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
-                     void *env) {
-  cn_pool_for(pool, n, fn, env);
-}
-
-static void *pool_scratch(void *pool, size_t bytes) {
-  return cn_pool_scratch(pool, bytes);
-}
-
 /* The number of CN_LL_GEMM statements in s. */
 static int plans_in(const cn_ll_stmt *s) {
   switch (s->kind) {
@@ -103,7 +94,7 @@ static void run_threads(cn_ctx *ctx, const cn_ll_proc *proc, const snapshot *sta
     for (int threads = 1; threads <= 3; threads++) {
       snapshot_restore(proc, start);
       cn_pool *pool = threads > 1 ? cn_pool_of(ctx, threads) : NULL;
-      cn_parallel par = {pool_for, pool, pool_scratch};
+      cn_parallel par = cn_pool_parallel(pool);
       int64_t library_runs = cn_gemm_lib_runs();
       st = pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, NULL, &par)
                 : cn_backend_c.run(ctx, compiled, bufs, NULL);

@@ -2,7 +2,8 @@
  * exactly once, for n below, at and above the thread count, n = 0, nested calls; each chunk's
  * scratch kept across jobs and held by no other thread; a job whose workers are kept from running
  * (held in a signal handler) still done, by the caller, each chunk whole and once, and the loop
- * then tried alone, one call over [0, n)), and the C
+ * then tried alone, one call over [0, n), while the same function at another site
+ * (cn_pool_for_site) keeps a record of its own), and the C
  * backend's treatment of the CN_LL_PARALLEL and CN_LL_VECTOR marks on procedures marked by hand:
  * a matmul with its output-row loops parallel, an elementwise nest over 1M cells and a reduction
  * to a vector under an outer unmarked loop, a routine of kernels (more than 32 statements), each
@@ -309,11 +310,17 @@ static void test_held_workers(void) {
      * one call over [0, n) on the caller with chunk 0's scratch, as on one thread */
     log = (call_log){.pool = pool};
     cn_pool_for(pool, n, log_held_call, &log);
-    alarm(0);
     int64_t whole[] = {0, n};
     void *alone_scratch;
     check_chunks(&log, 1, whole, &alone_scratch, true);
     CHECK(alone_scratch == free_scratch[0]);
+    /* the same function at another site (the GEMM library's task function runs every GEMM) has
+     * a record of its own: its first run is shared, not alone */
+    static const char other_site;
+    log = (call_log){.pool = pool};
+    cn_pool_for_site(pool, n, log_held_call, &log, &other_site);
+    check_chunks(&log, threads, bounds, held_scratch, true);
+    alarm(0);
     /* released, the workers find the jobs they slept through done and take the next ones */
     release_workers();
     for (int64_t size = 0; size <= 64; size++) check_cover(pool, size);
@@ -441,15 +448,6 @@ static cn_ll_proc *kernels(cn_ctx *ctx, cn_node **nodes, int64_t e, unsigned par
  * have no free symbol and read none). */
 static const int64_t sym_values[1] = {2};
 
-static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
-                     void *env) {
-  cn_pool_for(pool, n, fn, env);
-}
-
-static void *pool_scratch(void *pool, size_t bytes) {
-  return cn_pool_scratch(pool, bytes);
-}
-
 /* Compiles proc, runs it `runs` times (with the pool when not NULL) and copies the last param's
  * buffer to out (bytes). */
 static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, void *out,
@@ -461,7 +459,7 @@ static void run(cn_ctx *ctx, const cn_ll_proc *proc, cn_pool *pool, int runs, vo
   void *bufs[3];
   for (int k = 0; k < proc->n_params; k++)
     bufs[k] = cn_node_buffer(proc->params[k].node, proc->params[k].merge);
-  cn_parallel par = {pool_for, pool, pool_scratch};
+  cn_parallel par = cn_pool_parallel(pool);
   int failed = 0;
   for (int x = 0; x < runs; x++)
     failed += (pool ? cn_backend_c.run_parallel(ctx, compiled, bufs, sym_values, &par)

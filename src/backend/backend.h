@@ -23,13 +23,18 @@
  * runtime's cn_pool_for); scratch(pool, bytes) is a 64-byte aligned buffer of at least `bytes`
  * for the chunk being run (no two running chunks share one, whichever threads run them), owned
  * by the pool and kept across runs (cn_pool_scratch: GEMM packing
- * reuses it instead of allocating per call), NULL when memory runs out. Generated C declares the
- * same layout as cn_par_t, so the two must agree. A NULL cn_parallel runs every loop on the
- * caller's thread (and GEMM packing allocates per call). */
+ * reuses it instead of allocating per call), NULL when memory runs out; pool_for_site (NULL:
+ * pool_for) is pool_for with the choice between sharing a loop and running it alone made per
+ * `site` rather than per fn (the runtime's cn_pool_for_site), for the GEMM library, whose one
+ * task function runs every GEMM. Generated C declares the first three members as cn_par_t, so
+ * the two must agree on them (the fourth is the library's, past the end of cn_par_t). A NULL
+ * cn_parallel runs every loop on the caller's thread (and GEMM packing allocates per call). */
 typedef struct {
   void (*pool_for)(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi), void *env);
   void *pool;
   void *(*scratch)(void *pool, size_t bytes);
+  void (*pool_for_site)(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                        void *env, const void *site);
 } cn_parallel;
 
 /* A device (cn_device, with its buffers, allocate, upload, download, synchronize, free, clear):

@@ -79,7 +79,7 @@ static uint64_t now_ns(void) {
 /* One loop's times, and when the way it does not prefer is tried again. */
 typedef enum { SHARED, ALONE } run_way;
 typedef struct {
-  cn_pool_fn fn;
+  const void *site; /* the loop's function, or the site its caller names (cn_pool_for_site) */
   int64_t n;
   uint64_t ns[2]; /* per way: a run's wall time, smoothed (0: not timed yet) */
   int runs_left;  /* runs of the preferred way before the other may be tried */
@@ -344,24 +344,28 @@ static void record_run(loop_record *r, run_way way, uint64_t ns, bool friction) 
   }
 }
 
-/* The record of the loop (fn, n): found among RECORD_WAYS slots from its hash, else a fresh one
- * in the first free of them, else in place of the first. */
-static loop_record *find_record(cn_pool *pool, cn_pool_fn fn, int64_t n) {
-  /* Fibonacci hashing: the product's top bits depend on all of the function's and size's */
+/* The record of the loop (site, n): found among RECORD_WAYS slots from its hash, else a fresh
+ * one in the first free of them, else in place of the first. */
+static loop_record *find_record(cn_pool *pool, const void *site, int64_t n) {
+  /* Fibonacci hashing: the product's top bits depend on all of the site's and size's */
   uint64_t key =
-      ((uint64_t)(uintptr_t)fn ^ (uint64_t)n * 0xff51afd7ed558ccdu) * 0x9e3779b97f4a7c15u;
+      ((uint64_t)(uintptr_t)site ^ (uint64_t)n * 0xff51afd7ed558ccdu) * 0x9e3779b97f4a7c15u;
   size_t first = key >> (64 - RECORD_BITS), mask = ((size_t)1 << RECORD_BITS) - 1;
   loop_record *slot = &pool->records[first];
   for (size_t i = 0; i < RECORD_WAYS; i++) {
     loop_record *r = &pool->records[(first + i) & mask];
-    if (r->fn == fn && r->n == n) return r;
-    if (!r->fn && slot->fn) slot = r;
+    if (r->site == site && r->n == n) return r;
+    if (!r->site && slot->site) slot = r;
   }
-  *slot = (loop_record){.fn = fn, .n = n};
+  *slot = (loop_record){.site = site, .n = n};
   return slot;
 }
 
 void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
+  cn_pool_for_site(pool, n, fn, env, (const void *)(uintptr_t)fn);
+}
+
+void cn_pool_for_site(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env, const void *site) {
   if (n <= 0) return;
   int threads = pool->n_workers + 1;
   if (in_chunk || threads == 1 || n == 1) {
@@ -373,7 +377,7 @@ void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env) {
   pool->env = env;
   pool->n = n;
   pool->chunks = n < threads ? (int)n : threads;
-  loop_record *r = find_record(pool, fn, n);
+  loop_record *r = find_record(pool, site, n);
   run_way way = choose_way(r);
   uint64_t start = now_ns();
   bool friction = false;
@@ -417,4 +421,22 @@ cn_pool *cn_pool_of(cn_ctx *ctx, int threads) {
     return NULL;
   }
   return pool;
+}
+
+static void parallel_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                         void *env) {
+  cn_pool_for(pool, n, fn, env);
+}
+
+static void parallel_for_site(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
+                              void *env, const void *site) {
+  cn_pool_for_site(pool, n, fn, env, site);
+}
+
+static void *parallel_scratch(void *pool, size_t bytes) {
+  return cn_pool_scratch(pool, bytes);
+}
+
+cn_parallel cn_pool_parallel(cn_pool *pool) {
+  return (cn_parallel){parallel_for, pool, parallel_scratch, parallel_for_site};
 }

@@ -13,6 +13,7 @@
 #ifndef CN_POOL_H
 #define CN_POOL_H
 
+#include "backend/backend.h"
 #include "core/core.h"
 
 typedef struct cn_pool cn_pool;
@@ -27,11 +28,19 @@ void cn_pool_destroy(cn_pool *pool);
 /* The threads a call uses: the caller plus the workers. */
 int cn_pool_threads(const cn_pool *pool);
 void cn_pool_for(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env);
+/* cn_pool_for, its way (shared or alone) timed and chosen for `site` instead of fn: for a function
+ * that runs many loops of different work (the GEMM library's one task function runs every GEMM,
+ * site its arguments' address, a static array of the generated code per GEMM), whose timings
+ * would otherwise mix and settle every GEMM on one way. */
+void cn_pool_for_site(cn_pool *pool, int64_t n, cn_pool_fn fn, void *env, const void *site);
 /* A 64-byte aligned buffer of at least `bytes` for the calling chunk (inside chunk k of this pool,
  * chunk k's, whichever thread runs it; outside, chunk 0's, the caller's), kept until a chunk of
  * that index asks again for more or the pool ends: what a kernel's packing reuses across runs.
  * NULL when memory runs out. */
 void *cn_pool_scratch(cn_pool *pool, size_t bytes);
+/* The pool as a backend's run sees it (backend.h cn_parallel: cn_pool_for, cn_pool_scratch,
+ * cn_pool_for_site). */
+cn_parallel cn_pool_parallel(cn_pool *pool);
 
 /* The context's pool with `threads` threads: created on first use and registered as a cleanup;
  * one with another count is destroyed and replaced. NULL with a message on failure. Not to be

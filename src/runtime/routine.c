@@ -732,15 +732,6 @@ static const char *threads_default(void) {
   return text;
 }
 
-static void pool_for(void *pool, int64_t n, void (*fn)(void *env, int64_t lo, int64_t hi),
-                     void *env) {
-  cn_pool_for(pool, n, fn, env);
-}
-
-static void *pool_scratch(void *pool, size_t bytes) {
-  return cn_pool_scratch(pool, bytes);
-}
-
 /* Runs the backend on buffers with the context's pool. */
 static cn_status run_parallel(cn_routine *routine, void *const *buffers) {
   cn_ctx *ctx = routine->ctx;
@@ -753,7 +744,7 @@ static cn_status run_parallel(cn_routine *routine, void *const *buffers) {
                    MAX_THREADS);
   cn_pool *pool = cn_pool_of(ctx, threads);
   if (!pool) return ctx->status;
-  cn_parallel par = {pool_for, pool, pool_scratch};
+  cn_parallel par = cn_pool_parallel(pool);
   return routine->backend->run_parallel(ctx, routine->compiled, buffers, routine->sym_values, &par);
 }
 

@@ -433,7 +433,11 @@ static void SUF(run)(const int64_t *a, T *c, const T *x, const T *y, const cn_pa
   /* x in place when its steps are adjacent and a packed value would serve few columns */
   j.in_place = j.x_k.linear && j.x_k.stride == 1 && n <= 128;
   const int64_t tasks = batch * j.njc * j.nic;
-  if ((flags & CN_GEMM_PARALLEL) && par && tasks > 1)
+  /* the pool chooses between sharing and running alone per GEMM (its arguments, a static array
+   * of the generated code), not once for every GEMM the one task function runs */
+  if ((flags & CN_GEMM_PARALLEL) && par && tasks > 1 && par->pool_for_site)
+    par->pool_for_site(par->pool, tasks, SUF(range), &j, a);
+  else if ((flags & CN_GEMM_PARALLEL) && par && tasks > 1)
     par->pool_for(par->pool, tasks, SUF(range), &j);
   else
     SUF(range)(&j, 0, tasks);
