@@ -154,24 +154,22 @@ static void test_environment(void) {
   FILE *devnull = fopen("/dev/null", "w");
   cn_notation_options opts = {.backend = CN_BACKEND_C, .out = devnull};
   CHECK_INT(cn_ctx_set_option(ctx, "interpret_below", "0"), CN_OK); /* compiled as C */
-  setenv("CANNL_TUNE", "ful", 1);
-  CHECK_INT(cn_notation_run(g, "t.cnl", "print ([1.0; 2.0] *. [3.0; 4.0])\n", &opts),
-            CN_ERR_INVALID);
-  CHECK_HAS(cn_ctx_error(ctx), "CANNL_TUNE: unknown value 'ful', did you mean 'full'? (known: "
-                               "off, cached, quick, full)");
-  unsetenv("CANNL_TUNE");
-  setenv("CANNL_EXACT", "onn", 1);
-  CHECK_INT(cn_notation_run(g, "t.cnl", "print ([1.0; 2.0] *. [5.0; 6.0])\n", &opts),
-            CN_ERR_INVALID);
-  CHECK_HAS(cn_ctx_error(ctx),
-            "CANNL_EXACT: unknown value 'onn', did you mean 'on'? (known: on, off, 1, 0)");
-  unsetenv("CANNL_EXACT");
-  setenv("CANNL_REDUCE", "orderd", 1);
-  CHECK_INT(cn_notation_run(g, "t.cnl", "print ([1.0; 2.0] *. [7.0; 8.0])\n", &opts),
-            CN_ERR_INVALID);
-  CHECK_HAS(cn_ctx_error(ctx), "CANNL_REDUCE: unknown value 'orderd', did you mean 'ordered'? "
-                               "(known: ordered, lanes)");
-  unsetenv("CANNL_REDUCE");
+  static const struct {
+    const char *variable, *value, *script, *message;
+  } cases[] = {
+      {"CANNL_TUNE", "ful", "print ([1.0; 2.0] *. [3.0; 4.0])\n",
+       "CANNL_TUNE: unknown value 'ful', did you mean 'full'? (known: off, cached, quick, full)"},
+      {"CANNL_EXACT", "onn", "print ([1.0; 2.0] *. [5.0; 6.0])\n",
+       "CANNL_EXACT: unknown value 'onn', did you mean 'on'? (known: on, off, 1, 0)"},
+      {"CANNL_REDUCE", "orderd", "print ([1.0; 2.0] *. [7.0; 8.0])\n",
+       "CANNL_REDUCE: unknown value 'orderd', did you mean 'ordered'? (known: ordered, lanes)"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    setenv(cases[k].variable, cases[k].value, 1);
+    CHECK_INT(cn_notation_run(g, "t.cnl", cases[k].script, &opts), CN_ERR_INVALID);
+    CHECK_HAS(cn_ctx_error(ctx), cases[k].message);
+    unsetenv(cases[k].variable);
+  }
   fclose(devnull);
   cn_ctx_destroy(ctx);
 }

@@ -17,47 +17,12 @@
  * loop's iterations by rows of CN_LL_LANES_COUNT, one lane per column (a loop of independent
  * lanes, which the compiler vectorizes), the fold of halves and the cell's add. Every add is the
  * dialect's add in the cell's precision, as loops.h defines it: the interpreter, generated C and
- * the kernel dialects (in one work item) give the same bits; tests/test_lanes.c compares. */
+ * the kernel dialects (in one work item) give the same bits; tests/e2e_cases.h compares. */
 #include "backend/cgen.h"
 
 /* The text of a builder ("" when it failed: the caller marks the output failed). */
 static const char *text(const cn_sbuf *sb) {
   return !sb->failed && sb->data ? sb->data : "";
-}
-
-/* Whether `e` reads param. */
-static bool reads_param(const cn_ll_expr *e, int param) {
-  switch (e->kind) {
-  case CN_LE_GET: return e->u.get.param == param;
-  case CN_LE_OP:
-    for (int a = 0; a < cn_op_arity(e->u.op.op); a++)
-      if (reads_param(e->u.op.args[a], param)) return true;
-    return false;
-  case CN_LE_CONST:
-  case CN_LE_INDEX: return false;
-  }
-  return true;
-}
-
-/* The store `c := max(c, v)` when it is the whole body of `loop` and a reduction it may run
- * without order, else NULL. */
-static const cn_ll_stmt *max_store(const cgen *g, const cn_ll_stmt *loop) {
-  const cn_ll_stmt *set = loop->u.loop.body;
-  if (set->kind != CN_LL_SET) return NULL;
-  int param = set->u.set.param;
-  const cn_node *node = g->proc->params[param].node;
-  const cn_ll_expr *v = set->u.set.value;
-  if ((node->prec != CN_PREC_SINGLE && node->prec != CN_PREC_DOUBLE) || v->kind != CN_LE_OP ||
-      v->u.op.op != CN_OP_MAX || v->prec != node->prec)
-    return NULL;
-  const cn_ll_expr *acc = v->u.op.args[0];
-  if (acc->kind != CN_LE_GET || acc->u.get.param != param || reads_param(v->u.op.args[1], param))
-    return NULL;
-  for (int d = 0; d < node->rank; d++)
-    if (!cn_index_equal(&acc->u.get.idx[d], &set->u.set.idx[d]) ||
-        cn_index_mentions(&set->u.set.idx[d], loop->u.loop.sym))
-      return NULL;
-  return set;
 }
 
 /* "f32" or "f64", the suffix of the builtins for the store's precision. */
@@ -116,7 +81,8 @@ static void max_close(const cgen *g, int depth, const cn_ll_stmt *set) {
 }
 
 bool cn_cgen_max_reduction(const cgen *g, int depth, const cn_ll_stmt *loop) {
-  const cn_ll_stmt *set = g->max_as_written ? NULL : max_store(g, loop);
+  const cn_ll_stmt *set =
+      g->max_as_written ? NULL : cn_ll_reduction_store(g->proc, loop, CN_OP_MAX);
   if (!set) return false;
   cgen keyed = *g, as_written = *g;
   keyed.max_keyed = set;

@@ -153,6 +153,17 @@ static cn_status begin_kernel(builder *b, int64_t work_items, int64_t group_size
   return CN_OK;
 }
 
+/* begin_kernel for a kernel running statements s[0 .. count): the params they read or write. */
+static cn_status begin_statements(builder *b, const cn_ll_stmt *const *s, int count,
+                                  int64_t work_items, int64_t group_size) {
+  const cn_ll_proc *proc = b->g.proc;
+  bool *accessed = cn_alloc(b->g.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  bool *written = cn_alloc(b->g.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
+  if (!accessed || !written) return b->g.ctx->status;
+  for (int k = 0; k < count; k++) cn_cgen_access(&b->g, s[k], accessed, written);
+  return begin_kernel(b, work_items, group_size, accessed, written);
+}
+
 /* The kernel clearing a GEMM's c (every cell of its padded buffer +0) before a plan that starts
  * from zero. */
 static cn_status clear_kernel(builder *b, int c) {
@@ -453,11 +464,7 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
   cgen h = b->g;
   h.out = &b->text;
   cn_sbuf *sb = h.out;
-  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  if (!accessed || !written) return h.ctx->status;
-  cn_cgen_access(&h, s, accessed, written);
-  cn_status status = begin_kernel(b, (int64_t)groups_count * items, items, accessed, written);
+  cn_status status = begin_statements(b, &s, 1, (int64_t)groups_count * items, items);
   if (status != CN_OK) return status;
   const cn_cgen_dialect *d = h.dialect;
   const char *it = d->index_type, *storage = d->precs[prec].store_c;
@@ -596,12 +603,7 @@ static bool one_work_item(const builder *b, const cn_ll_stmt *s) {
 static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s) {
   cgen h = b->g;
   h.out = &b->text;
-  const cn_ll_proc *proc = h.proc;
-  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  if (!accessed || !written) return h.ctx->status;
-  cn_cgen_access(&h, s, accessed, written);
-  cn_status status = begin_kernel(b, CN_LL_LANES_COUNT, CN_LL_LANES_COUNT, accessed, written);
+  cn_status status = begin_statements(b, &s, 1, CN_LL_LANES_COUNT, CN_LL_LANES_COUNT);
   if (status != CN_OK) return status;
   cn_cgen_lanes_group(&h, 1, s);
   cn_sbuf_puts(&b->text, "}\n\n");
@@ -615,12 +617,7 @@ static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s) {
 static cn_status sequence_kernel(builder *b, const cn_ll_stmt *const *s, int count) {
   cgen h = b->g;
   h.out = &b->text;
-  const cn_ll_proc *proc = h.proc;
-  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  if (!accessed || !written) return h.ctx->status;
-  for (int k = 0; k < count; k++) cn_cgen_access(&h, s[k], accessed, written);
-  cn_status status = begin_kernel(b, 1, 0, accessed, written);
+  cn_status status = begin_statements(b, s, count, 1, 0);
   if (status != CN_OK) return status;
   for (int k = 0; k < count; k++) cn_cgen_stmt(&h, 1, s[k]);
   cn_sbuf_puts(&b->text, "}\n\n");
@@ -631,7 +628,6 @@ static cn_status sequence_kernel(builder *b, const cn_ll_stmt *const *s, int cou
 static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
   cgen h = b->g;
   h.out = &b->text;
-  const cn_ll_proc *proc = h.proc;
   const cn_ll_stmt *t = s;
   const cn_ll_gemm *plan = NULL;
   if (s->kind == CN_LL_GEMM) {
@@ -646,7 +642,7 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
     h.fused = plan->fma;
     t = s->u.gemm.nest;
   }
-  const cn_ll_stmt *grid[KERNEL_MAX_GRID];
+  const cn_ll_stmt *grid[KERNEL_MAX_GRID] = {NULL};
   int n_grid = 0;
   int64_t work_items = 1;
   bool gridded = !nested_clear(t);
@@ -660,11 +656,7 @@ static cn_status statement_kernel(builder *b, const cn_ll_stmt *s) {
     t = t->u.loop.body;
     if (t->kind == CN_LL_SEQ && t->u.seq.count == 1) t = t->u.seq.items[0];
   }
-  bool *accessed = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  bool *written = cn_alloc(h.ctx, sizeof(bool) * (size_t)(proc->n_params + 1));
-  if (!accessed || !written) return h.ctx->status;
-  cn_cgen_access(&h, s, accessed, written);
-  cn_status status = begin_kernel(b, work_items, 0, accessed, written);
+  cn_status status = begin_statements(b, &s, 1, work_items, 0);
   if (status != CN_OK) return status;
   cn_sbuf *sb = &b->text;
   declare_loops(&h, 1, grid, n_grid, "cn_id");

@@ -1,5 +1,5 @@
-/* Sums in lanes (loops.h CN_LL_LANES): which loops the option "reduce" = "lanes" changes, and
- * their marking.
+/* Reductions of one cell (loops.h cn_ll_reduction_store) and sums in lanes (CN_LL_LANES): which
+ * loops the option "reduce" = "lanes" changes, and their marking.
  *
  * A sum over a long loop, as written, is one chain of dependent adds: a CPU runs it at one add
  * per add latency (4 cycles) and a GPU in one thread, whatever the vector width or the threads.
@@ -26,17 +26,14 @@ static bool reads_param(const cn_ll_expr *e, int param) {
   return true;
 }
 
-const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop) {
-  if (loop->kind != CN_LL_FOR || loop->u.loop.n_lower || loop->u.loop.n_upper ||
-      loop->u.loop.to - loop->u.loop.from < CN_LL_LANES_MIN)
-    return NULL;
+const cn_ll_stmt *cn_ll_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt *loop, cn_op op) {
   const cn_ll_stmt *set = loop->u.loop.body;
   if (set->kind != CN_LL_SET) return NULL;
   const int param = set->u.set.param;
   const cn_node *node = proc->params[param].node;
   const cn_ll_expr *v = set->u.set.value;
   if ((node->prec != CN_PREC_SINGLE && node->prec != CN_PREC_DOUBLE) || v->kind != CN_LE_OP ||
-      v->u.op.op != CN_OP_ADD || v->prec != node->prec)
+      v->u.op.op != op || v->prec != node->prec)
     return NULL;
   const cn_ll_expr *acc = v->u.op.args[0];
   if (acc->kind != CN_LE_GET || acc->u.get.param != param || reads_param(v->u.op.args[1], param))
@@ -46,6 +43,13 @@ const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *lo
         cn_index_mentions(&set->u.set.idx[d], loop->u.loop.sym))
       return NULL;
   return set;
+}
+
+const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop) {
+  if (loop->kind != CN_LL_FOR || loop->u.loop.n_lower || loop->u.loop.n_upper ||
+      loop->u.loop.to - loop->u.loop.from < CN_LL_LANES_MIN)
+    return NULL;
+  return cn_ll_reduction_store(proc, loop, CN_OP_ADD);
 }
 
 static void mark(const cn_ll_proc *proc, cn_ll_stmt *s) {

@@ -312,6 +312,10 @@ cn_status cn_ll_symbols_of(cn_ctx *ctx, const cn_ll_proc *proc, cn_ll_symbols *o
 /* The position of sym in the list (binary search); -1 when the procedure does not name it. */
 int cn_ll_symbol_slot(const cn_ll_symbols *symbols, cn_symbol sym);
 
+/* The store `c := op(c, v)` when it is the whole body of `loop` and a reduction of one cell: c a
+ * single or double cell its variable does not index, op computed in c's precision, v not reading
+ * c's buffer; else NULL (src/loops/lanes.c; op CN_OP_MAX: generated C's max without order). */
+const cn_ll_stmt *cn_ll_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt *loop, cn_op op);
 /* The store `c := c + v` that makes `loop` a sum CN_LL_LANES may go on (its whole body; see
  * there), or NULL (src/loops/lanes.c). */
 const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop);
