@@ -580,13 +580,14 @@ static void test_sum_lanes(cn_prec prec, bool lanes) {
       cn_asgn_accum(ctx, true, CN_OP_ADD, l.u, CN_OP_ID, (cn_buffer[]){{l.x, false}}, pu);
   run_both(ctx, lanes ? "sum_row_lanes" : "sum_row_ordered", sum_row, lanes_init, &l, l.u, &rows[1],
            0);
-  /* a kernel dialect's program runs the row as a work-group of lanes */
-  for (int b = 0; b < n_backends && sum_row; b++) {
-    cn_routine *k = cn_routine_compile(ctx, sum_row, backends[b], "row");
+  /* a kernel dialect's program runs the row as a work-group of lanes, and the rows (a grid of
+   * them on a device) as a work-group each */
+  for (int b = 0; b < 2 * n_backends && sum_row && sum_rows; b++) {
+    cn_routine *k = cn_routine_compile(ctx, b % 2 ? sum_rows : sum_row, backends[b / 2], "row");
     const char *source = k ? cn_routine_source(k) : NULL;
     if (source && (strstr(source, "__kernel ") || strstr(source, "__global__ ")))
       CHECK_MSG((strstr(source, "cn_lanes[256]") != NULL) == lanes, "%s:\n%s",
-                cn_backend_name(backends[b]), source);
+                cn_backend_name(backends[b / 2]), source);
     cn_routine_free(k);
   }
   cn_routine *r = sum_rows ? cn_routine_compile(ctx, sum_rows, CN_BACKEND_INTERP, "loops") : NULL;

@@ -173,10 +173,11 @@ void cn_cgen_max_update(const cgen *g, int depth, const cn_ll_stmt *set);
 /* A sum in lanes (loops.h CN_LL_LANES, cgen_reduce.c): when the loop has the mark, emits it as
  * loops.h defines it and returns true; else false and emits nothing. */
 bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop);
-/* The body of a kernel of one work-group of CN_LL_LANES_COUNT work items (a kernel dialect)
- * computing the sum in lanes `loop` (a CN_LL_FOR with CN_LL_LANES): work item cn_id holds lane
- * cn_id, its values in order, the fold runs in local memory between barriers, work item 0 stores
- * the cell: the bits of loops.h's definition. */
+/* The part of a kernel (a kernel dialect) in which a work-group of CN_LL_LANES_COUNT work items
+ * computes the sum in lanes `loop` (a CN_LL_FOR with CN_LL_LANES), the enclosing loops' variables
+ * and `cn_lane_id` (the work item's index in its group) declared: work item cn_lane_id holds lane
+ * cn_lane_id, its values in order, the fold runs in local memory between barriers, work item 0
+ * stores the cell: the bits of loops.h's definition. */
 void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop);
 /* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
  * needs, in order, appended to out (cgen_prelude.c), with <tgmath.h> or <math.h> only when a

@@ -185,7 +185,7 @@ void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   d->constant(&zero, prec, cn_value_of_double(prec, -0.0));
   d->op(&add, CN_OP_ADD, prec, (const char *const[3]){"cn_lane", text(&v), NULL});
   d->op(&fold, CN_OP_ADD, prec,
-        (const char *const[3]){"cn_lanes[cn_id]", "cn_lanes[cn_id + cn_w]", NULL});
+        (const char *const[3]){"cn_lanes[cn_lane_id]", "cn_lanes[cn_lane_id + cn_w]", NULL});
   d->op(&total, CN_OP_ADD, prec, (const char *const[3]){text(&cell), "cn_lanes[0]", NULL});
   if (cell.failed || v.failed || zero.failed || add.failed || fold.failed || total.failed)
     sb->failed = true;
@@ -195,25 +195,25 @@ void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   cn_sbuf_indent(sb, depth);
   cn_sbuf_printf(sb, "%s cn_lane = %s;\n", type, text(&zero));
   cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_id; %s < %lld; %s += %d)\n", d->index_type, var,
+  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_lane_id; %s < %lld; %s += %d)\n", d->index_type, var,
                  (long long)loop->u.loop.from, var, (long long)loop->u.loop.to, var,
                  CN_LL_LANES_COUNT);
   cn_sbuf_indent(sb, depth + 1);
   cn_sbuf_printf(sb, "cn_lane = %s;\n", text(&add));
   cn_sbuf_indent(sb, depth);
-  cn_sbuf_puts(sb, "cn_lanes[cn_id] = cn_lane;\n");
+  cn_sbuf_puts(sb, "cn_lanes[cn_lane_id] = cn_lane;\n");
   cn_sbuf_indent(sb, depth);
   cn_sbuf_printf(sb, "%s\n", d->barrier);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
   cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_printf(sb, "if (cn_id < cn_w) cn_lanes[cn_id] = %s;\n", text(&fold));
+  cn_sbuf_printf(sb, "if (cn_lane_id < cn_w) cn_lanes[cn_lane_id] = %s;\n", text(&fold));
   cn_sbuf_indent(sb, depth + 1);
   cn_sbuf_printf(sb, "%s\n", d->barrier);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "}\n");
   cn_sbuf_indent(sb, depth);
-  cn_sbuf_puts(sb, "if (cn_id == 0) ");
+  cn_sbuf_puts(sb, "if (cn_lane_id == 0) ");
   d->store(sb, prec, text(&cell), text(&total));
   cn_sbuf_puts(sb, ";\n");
   cn_sbuf *parts[] = {&cell, &v, &zero, &add, &fold, &total};

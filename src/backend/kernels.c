@@ -581,12 +581,23 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
   return CN_OK;
 }
 
-/* Whether top-level statement s is a sum in lanes (loops.h CN_LL_LANES) the device runs as one
- * work-group of a work item per lane (cgen.h cn_cgen_lanes_group). */
-static bool lanes_group(const builder *b, const cn_ll_stmt *s) {
-  return b->limits && s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_LANES) &&
-         b->limits->max_group >= CN_LL_LANES_COUNT &&
-         b->limits->local_bytes >= CN_LL_LANES_COUNT * (int64_t)sizeof(double);
+/* The sum in lanes (loops.h CN_LL_LANES) that top-level statement s is, alone or under its grid
+ * (parallel loops without affine bounds, into grid[0 .. *n)): the device runs it as a work-group
+ * per point of the grid, of a work item per lane (cgen.h cn_cgen_lanes_group). NULL when s is not
+ * that, or the device's work-groups cannot hold the lanes. */
+static const cn_ll_stmt *lanes_group(const builder *b, const cn_ll_stmt *s, const cn_ll_stmt **grid,
+                                     int *n) {
+  *n = 0;
+  if (!b->limits || b->limits->max_group < CN_LL_LANES_COUNT ||
+      b->limits->local_bytes < CN_LL_LANES_COUNT * (int64_t)sizeof(double))
+    return NULL;
+  while (s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_PARALLEL) && !s->u.loop.n_lower &&
+         !s->u.loop.n_upper && *n < KERNEL_MAX_GRID) {
+    grid[(*n)++] = s;
+    s = s->u.loop.body;
+    if (s->kind == CN_LL_SEQ && s->u.seq.count == 1) s = s->u.seq.items[0];
+  }
+  return s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_LANES) ? s : NULL;
 }
 
 /* Whether top-level statement s is a kernel of one work item: no GEMM at its top, no grid
@@ -595,17 +606,35 @@ static bool lanes_group(const builder *b, const cn_ll_stmt *s) {
 static bool one_work_item(const builder *b, const cn_ll_stmt *s) {
   const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
   int n;
-  return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) && !lanes_group(b, s) &&
+  return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) &&
+         !lanes_group(b, s, loops, &n) &&
          (s->kind != CN_LL_FOR || !(s->u.loop.marks & CN_LL_PARALLEL) || nested_clear(s));
 }
 
-/* The kernel of a sum in lanes (lanes_group): one work-group of a work item per lane. */
-static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s) {
+static cn_status statement_kernel(builder *b, const cn_ll_stmt *s);
+
+/* The kernel of top-level statement s, the sum in lanes `lanes` under grid[0 .. n_grid)
+ * (lanes_group): a work-group of a work item per lane for each point of the grid, the point's
+ * variables from the group's index. */
+static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s, const cn_ll_stmt *lanes,
+                              const cn_ll_stmt *const *grid, int n_grid) {
   cgen h = b->g;
   h.out = &b->text;
-  cn_status status = begin_statements(b, &s, 1, CN_LL_LANES_COUNT, CN_LL_LANES_COUNT);
+  int64_t points = 1;
+  for (int k = 0; k < n_grid; k++) {
+    if (extent(grid[k]) == 0) return CN_OK; /* runs nothing */
+    if (points > INT64_MAX / 2 / CN_LL_LANES_COUNT / extent(grid[k]))
+      return statement_kernel(b, s); /* more groups than a launch takes */
+    points *= extent(grid[k]);
+  }
+  cn_status status = begin_statements(b, &s, 1, points * CN_LL_LANES_COUNT, CN_LL_LANES_COUNT);
   if (status != CN_OK) return status;
-  cn_cgen_lanes_group(&h, 1, s);
+  char group[64];
+  snprintf(group, sizeof group, "(cn_id / %d)", CN_LL_LANES_COUNT);
+  declare_loops(&h, 1, grid, n_grid, group);
+  cn_sbuf_printf(&b->text, "  const %s cn_lane_id = cn_id %% %d;\n", h.dialect->index_type,
+                 CN_LL_LANES_COUNT);
+  cn_cgen_lanes_group(&h, 1, lanes);
   cn_sbuf_puts(&b->text, "}\n\n");
   return CN_OK;
 }
@@ -735,14 +764,14 @@ cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
                            proc->name)
                  : ctx->status;
   for (int i = 0; i < n && status == CN_OK; i++) {
-    const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
-    int n_loops, run = 0;
+    const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm, *grid[KERNEL_MAX_GRID], *lanes;
+    int n_loops, n_grid, run = 0;
     int64_t points = hoisted_gemm(top[i], loops, &n_loops, &gemm);
     while (i + run < n && one_work_item(&b, top[i + run])) run++;
     if (points > 0) {
       status = hoisted_kernels(&b, loops, n_loops, points, gemm);
-    } else if (lanes_group(&b, top[i])) {
-      status = lanes_kernel(&b, top[i]);
+    } else if ((lanes = lanes_group(&b, top[i], grid, &n_grid))) {
+      status = lanes_kernel(&b, top[i], lanes, grid, n_grid);
     } else if (run > 1) {
       status = sequence_kernel(&b, top + i, run);
       i += run - 1;
