@@ -597,6 +597,65 @@ static void test_sum_lanes(cn_prec prec, bool lanes) {
   cn_ctx_destroy(ctx);
 }
 
+/* ---- a long max without order, m[i] =:@^ x[i, j] and u =:@^ x[1, j] over rows of 1500 (a
+ * device's work-groups of lanes, in any mode): signed zeros, a row with two NaNs (the first in
+ * row order wins), against the max of cn_max's semantics computed here ---- */
+static double max_of(double c, double v) {
+  if (isnan(c)) return c;
+  if (isnan(v)) return v;
+  if (c == v) return signbit(c) ? v : c;
+  return c > v ? c : v;
+}
+static void test_max_long(void) {
+  cn_ctx *ctx = cn_ctx_create();
+  const int64_t dims[2] = {LANES_ROWS, LANES_COLS};
+  lanes_nodes l = {node(ctx, "x", CN_PREC_SINGLE, 2, dims), node(ctx, "s", CN_PREC_SINGLE, 1, dims),
+                   NULL, node(ctx, "u", CN_PREC_SINGLE, 0, NULL),
+                   malloc(sizeof(double) * LANES_ROWS * LANES_COLS)};
+  l.t = l.u;
+  CHECK(l.values != NULL);
+  if (!l.values) return;
+  uint32_t state = 88172645u;
+  for (int k = 0; k < LANES_ROWS * LANES_COLS; k++) {
+    state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+    int r = k / LANES_COLS, c = k % LANES_COLS;
+    l.values[k] = r == 0      ? (double)(float)(((double)(state % 20001) - 10000) / 7)
+                  : r == 2    ? (c % 2 ? -0.0 : -(double)(state % 1000 + 1))
+                  : c == 700  ? NAN
+                  : c == 1200 ? -NAN
+                              : (double)(state % 100);
+  }
+  double rows[LANES_ROWS];
+  for (int r = 0; r < LANES_ROWS; r++) {
+    rows[r] = -INFINITY;
+    for (int c = 0; c < LANES_COLS; c++) rows[r] = max_of(rows[r], l.values[r * LANES_COLS + c]);
+  }
+  CHECK(isnan(rows[1]) && rows[2] == 0 && signbit(rows[2]));
+  cn_symbol i = cn_symbol_create(ctx, "i", 0), j = cn_symbol_create(ctx, "j", 0);
+  cn_proj *pm = cn_proj_create(ctx, 2, (cn_symbol[]){i, j}, dims,
+                               (cn_proj_tensor){1, (int64_t *)dims, (cn_index[]){I(i)}}, 1,
+                               (cn_proj_tensor[]){{2, (int64_t *)dims, (cn_index[]){I(i), I(j)}}});
+  cn_proj *pu = cn_proj_create(ctx, 1, &j, dims + 1, (cn_proj_tensor){0, NULL, NULL}, 1,
+                               (cn_proj_tensor[]){{2, (int64_t *)dims, (cn_index[]){F(1), I(j)}}});
+  cn_asgn *max_rows =
+      cn_asgn_accum(ctx, true, CN_OP_MAX, l.s, CN_OP_ID, (cn_buffer[]){{l.x, false}}, pm);
+  cn_asgn *max_row =
+      cn_asgn_accum(ctx, true, CN_OP_MAX, l.u, CN_OP_ID, (cn_buffer[]){{l.x, false}}, pu);
+  run_both(ctx, "max_rows_long", max_rows, lanes_init, &l, l.s, rows, 0);
+  run_both(ctx, "max_row_long", max_row, lanes_init, &l, l.u, &rows[1], 0);
+  /* a kernel dialect's program runs the row, and each row of the grid, as a work-group */
+  for (int b = 0; b < 2 * n_backends && max_row && max_rows; b++) {
+    cn_routine *k = cn_routine_compile(ctx, b % 2 ? max_rows : max_row, backends[b / 2], "max");
+    const char *source = k ? cn_routine_source(k) : NULL;
+    if (source && (strstr(source, "__kernel ") || strstr(source, "__global__ ")))
+      CHECK_MSG(strstr(source, "cn_keys[256]") != NULL, "%s:\n%s", cn_backend_name(backends[b / 2]),
+                source);
+    cn_routine_free(k);
+  }
+  free(l.values);
+  cn_ctx_destroy(ctx);
+}
+
 /* Every case, on every backend of `backends`. */
 static void e2e_run_all(void) {
   test_matmul(CN_PREC_SINGLE);
@@ -618,6 +677,7 @@ static void e2e_run_all(void) {
   test_sum_lanes(CN_PREC_SINGLE, true);
   test_sum_lanes(CN_PREC_DOUBLE, true);
   test_sum_lanes(CN_PREC_SINGLE, false);
+  test_max_long();
 }
 
 #endif

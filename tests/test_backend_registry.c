@@ -88,16 +88,16 @@ static void test_e2e_cases(cn_backend_kind kind) {
   n_backends = 2;
   e2e_threads = false;
   e2e_run_all();
-  /* 31 cases through run_both, then a slice (its run before the bind fails ahead of the backend),
+  /* 33 cases through run_both, then a slice (its run before the bind fails ahead of the backend),
    * the uniform stream and the merge buffer: one routine and one run each on counting */
-  CHECK_INT(count.compiles, 40);
-  CHECK_INT(count.runs, 34);
+  CHECK_INT(count.compiles, 44);
+  CHECK_INT(count.runs, 36);
   /* runs are queued: a synchronize per download (a host read waits for it), and one per host
    * write of a buffer an upload may still read, none per run (there are fewer host writes than
    * runs here) */
   CHECK(count.synchronizations >= count.downloads);
   CHECK(count.synchronizations < count.downloads + count.runs);
-  CHECK_INT(count.releases, 40);
+  CHECK_INT(count.releases, 44);
   CHECK(count.uploads >= count.runs && count.downloads >= count.runs);
   CHECK(count.allocations > 0);
   CHECK_INT(count.frees, count.allocations);

@@ -89,8 +89,8 @@ static void test_e2e_ptx(cn_backend_kind ptx) {
   n_backends = 2;
   e2e_threads = false;
   e2e_run_all();
-  /* 31 cases through run_both, the slice, the uniform stream and the merge buffer */
-  CHECK_INT(seen.programs, 40);
+  /* 33 cases through run_both, the slice, the uniform stream and the merge buffer */
+  CHECK_INT(seen.programs, 44);
   CHECK(seen.kernels >= seen.programs);
 }
 
@@ -398,7 +398,7 @@ static void test_on_host(void) {
   before = cudahost.tiled_kernels;
   test_sum_lanes(CN_PREC_SINGLE, true);
   CHECK_INT(cudahost.tiled_kernels - before, ordered + 2);
-  CHECK_INT(cudahost.programs, 50 + CN_PREC_COUNT + 3);
+  CHECK_INT(cudahost.programs, 54 + CN_PREC_COUNT + 3);
   cudahost_done();
 }
 

@@ -179,6 +179,12 @@ bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop);
  * cn_lane_id, its values in order, the fold runs in local memory between barriers, work item 0
  * stores the cell: the bits of loops.h's definition. */
 void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop);
+/* The same for a max reduction the emitter runs without order (cn_ll_reduction_store with
+ * CN_OP_MAX): each work item keeps the keys' maximum and the NaN bits of its lane's values (its
+ * steps cn_lane_id, + CN_LL_LANES_COUNT, ...), the group folds them, and work item 0 stores the
+ * cell from the key or, when a value or the cell was a NaN, runs the loop as written: the bits of
+ * the loop as written, whatever the option "reduce". */
+void cn_cgen_max_group(const cgen *g, int depth, const cn_ll_stmt *loop);
 /* The prelude's kept lines and the items of builtins.h that `body` (the rest of a generated file)
  * needs, in order, appended to out (cgen_prelude.c), with <tgmath.h> or <math.h> only when a
  * name of cn_cgen_is_math_name (cgen_emit.c: <math.h>, <complex.h>, <tgmath.h>) occurs. */

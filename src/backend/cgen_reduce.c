@@ -219,3 +219,62 @@ void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   cn_sbuf *parts[] = {&cell, &v, &zero, &add, &fold, &total};
   for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) cn_sbuf_free(parts[k]);
 }
+
+void cn_cgen_max_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
+  const cn_ll_stmt *set = cn_ll_reduction_store(g->proc, loop, CN_OP_MAX);
+  CN_ASSERT(set && g->dialect->local_qualifier && g->dialect->barrier);
+  const cn_cgen_dialect *d = g->dialect;
+  cn_sbuf *sb = g->out, cell = {0};
+  const bool single = g->proc->params[set->u.set.param].node->prec == CN_PREC_SINGLE;
+  const char *sx = suffix(g, set), *key = single ? "uint32_t" : "uint64_t";
+  const char *var = cn_cgen_sym_name(g, loop->u.loop.sym);
+  cn_cgen_cell(g, &cell, set->u.set.param, set->u.set.idx);
+  if (cell.failed) sb->failed = true;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s%s cn_keys[%d], cn_nans[%d]; /* max without order, in lanes */\n",
+                 d->local_qualifier, key, CN_LL_LANES_COUNT, CN_LL_LANES_COUNT);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s cn_key = cn_max_key_%s(%s), cn_nan = cn_nan_bit_%s(%s);\n", key, sx,
+                 text(&cell), sx, text(&cell));
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_lane_id; %s < %lld; %s += %d) {\n", d->index_type, var,
+                 (long long)loop->u.loop.from, var, (long long)loop->u.loop.to, var,
+                 CN_LL_LANES_COUNT);
+  cn_cgen_max_update(g, depth + 1, set);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "cn_keys[cn_lane_id] = cn_key;\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "cn_nans[cn_lane_id] = cn_nan;\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s\n", d->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "if (cn_lane_id < cn_w) {\n");
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_printf(sb, "const %s cn_other = cn_keys[cn_lane_id + cn_w];\n", key);
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_puts(sb, "if (cn_other > cn_keys[cn_lane_id]) cn_keys[cn_lane_id] = cn_other;\n");
+  cn_sbuf_indent(sb, depth + 2);
+  cn_sbuf_puts(sb, "cn_nans[cn_lane_id] |= cn_nans[cn_lane_id + cn_w];\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s\n", d->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "if (cn_lane_id == 0 && cn_nans[0]) { /* a NaN: the first, in loop order */\n");
+  cgen as_written = *g;
+  as_written.max_as_written = true;
+  cn_cgen_stmt(&as_written, depth + 1, loop);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "} else if (cn_lane_id == 0) {\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s = cn_of_max_key_%s(cn_keys[0]);\n", text(&cell), sx);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_free(&cell);
+}

@@ -581,15 +581,17 @@ static cn_status tiled_gemm(builder *b, const cn_ll_stmt *s, bool *done) {
   return CN_OK;
 }
 
-/* The sum in lanes (loops.h CN_LL_LANES) that top-level statement s is, alone or under its grid
- * (parallel loops without affine bounds, into grid[0 .. *n)): the device runs it as a work-group
- * per point of the grid, of a work item per lane (cgen.h cn_cgen_lanes_group). NULL when s is not
- * that, or the device's work-groups cannot hold the lanes. */
-static const cn_ll_stmt *lanes_group(const builder *b, const cn_ll_stmt *s, const cn_ll_stmt **grid,
-                                     int *n) {
+/* The reduction of one cell that top-level statement s is, alone or under its grid (parallel
+ * loops without affine bounds, into grid[0 .. *n)), run as a work-group per point of the grid, a
+ * work item per lane: a sum in lanes (loops.h CN_LL_LANES, cgen.h cn_cgen_lanes_group) or a max
+ * of at least CN_LL_LANES_MIN steps without affine bounds, which runs without order in any mode
+ * (cn_cgen_max_group). NULL when s is not that, or the device's work-groups cannot hold the
+ * lanes. */
+static const cn_ll_stmt *group_reduction(const builder *b, const cn_ll_stmt *s,
+                                         const cn_ll_stmt **grid, int *n) {
   *n = 0;
   if (!b->limits || b->limits->max_group < CN_LL_LANES_COUNT ||
-      b->limits->local_bytes < CN_LL_LANES_COUNT * (int64_t)sizeof(double))
+      b->limits->local_bytes < 2 * CN_LL_LANES_COUNT * (int64_t)sizeof(double))
     return NULL;
   while (s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_PARALLEL) && !s->u.loop.n_lower &&
          !s->u.loop.n_upper && *n < KERNEL_MAX_GRID) {
@@ -597,7 +599,12 @@ static const cn_ll_stmt *lanes_group(const builder *b, const cn_ll_stmt *s, cons
     s = s->u.loop.body;
     if (s->kind == CN_LL_SEQ && s->u.seq.count == 1) s = s->u.seq.items[0];
   }
-  return s->kind == CN_LL_FOR && (s->u.loop.marks & CN_LL_LANES) ? s : NULL;
+  if (s->kind != CN_LL_FOR) return NULL;
+  if (s->u.loop.marks & CN_LL_LANES) return s;
+  bool long_max = !s->u.loop.n_lower && !s->u.loop.n_upper &&
+                  s->u.loop.to - s->u.loop.from >= CN_LL_LANES_MIN &&
+                  cn_ll_reduction_store(b->g.proc, s, CN_OP_MAX);
+  return long_max ? s : NULL;
 }
 
 /* Whether top-level statement s is a kernel of one work item: no GEMM at its top, no grid
@@ -607,16 +614,16 @@ static bool one_work_item(const builder *b, const cn_ll_stmt *s) {
   const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
   int n;
   return s->kind != CN_LL_GEMM && !hoisted_gemm(s, loops, &n, &gemm) &&
-         !lanes_group(b, s, loops, &n) &&
+         !group_reduction(b, s, loops, &n) &&
          (s->kind != CN_LL_FOR || !(s->u.loop.marks & CN_LL_PARALLEL) || nested_clear(s));
 }
 
 static cn_status statement_kernel(builder *b, const cn_ll_stmt *s);
 
-/* The kernel of top-level statement s, the sum in lanes `lanes` under grid[0 .. n_grid)
- * (lanes_group): a work-group of a work item per lane for each point of the grid, the point's
+/* The kernel of top-level statement s, the reduction `lanes` under grid[0 .. n_grid)
+ * (group_reduction): a work-group of a work item per lane for each point of the grid, the point's
  * variables from the group's index. */
-static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s, const cn_ll_stmt *lanes,
+static cn_status group_kernel(builder *b, const cn_ll_stmt *s, const cn_ll_stmt *lanes,
                               const cn_ll_stmt *const *grid, int n_grid) {
   cgen h = b->g;
   h.out = &b->text;
@@ -634,7 +641,10 @@ static cn_status lanes_kernel(builder *b, const cn_ll_stmt *s, const cn_ll_stmt 
   declare_loops(&h, 1, grid, n_grid, group);
   cn_sbuf_printf(&b->text, "  const %s cn_lane_id = cn_id %% %d;\n", h.dialect->index_type,
                  CN_LL_LANES_COUNT);
-  cn_cgen_lanes_group(&h, 1, lanes);
+  if (lanes->u.loop.marks & CN_LL_LANES)
+    cn_cgen_lanes_group(&h, 1, lanes);
+  else
+    cn_cgen_max_group(&h, 1, lanes);
   cn_sbuf_puts(&b->text, "}\n\n");
   return CN_OK;
 }
@@ -770,8 +780,8 @@ cn_status cn_kernel_program_make(cn_ctx *ctx, const cn_ll_proc *proc,
     while (i + run < n && one_work_item(&b, top[i + run])) run++;
     if (points > 0) {
       status = hoisted_kernels(&b, loops, n_loops, points, gemm);
-    } else if ((lanes = lanes_group(&b, top[i], grid, &n_grid))) {
-      status = lanes_kernel(&b, top[i], lanes, grid, n_grid);
+    } else if ((lanes = group_reduction(&b, top[i], grid, &n_grid))) {
+      status = group_kernel(&b, top[i], lanes, grid, n_grid);
     } else if (run > 1) {
       status = sequence_kernel(&b, top + i, run);
       i += run - 1;
