@@ -171,15 +171,49 @@ bool cn_cgen_sum_lanes(const cgen *g, int depth, const cn_ll_stmt *loop) {
   return true;
 }
 
+/* The loop of a work item's lane in a work-group's reduction: `loop`'s variable from its first
+ * value plus cn_lane_id, by CN_LL_LANES_COUNT (the braces opened; the caller closes them). */
+static void group_lane_loop(const cgen *g, int depth, const cn_ll_stmt *loop) {
+  const char *var = cn_cgen_sym_name(g, loop->u.loop.sym);
+  cn_sbuf_indent(g->out, depth);
+  cn_sbuf_printf(g->out, "for (%s %s = %lld + cn_lane_id; %s < %lld; %s += %d) {\n",
+                 g->dialect->index_type, var, (long long)loop->u.loop.from, var,
+                 (long long)loop->u.loop.to, var, CN_LL_LANES_COUNT);
+}
+
+/* The fold of a work-group's lanes by halves: after a barrier, for cn_w = CN_LL_LANES_COUNT / 2
+ * down to 1, the work items below cn_w run `lines` (each one statement) and all meet at a
+ * barrier. */
+static void group_fold(const cgen *g, int depth, const char *const *lines, int n_lines) {
+  cn_sbuf *sb = g->out;
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "%s\n", g->dialect->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "if (cn_lane_id < cn_w) {\n");
+  for (int k = 0; k < n_lines; k++) {
+    cn_sbuf_indent(sb, depth + 2);
+    cn_sbuf_printf(sb, "%s\n", lines[k]);
+  }
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth + 1);
+  cn_sbuf_printf(sb, "%s\n", g->dialect->barrier);
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "}\n");
+}
+
 void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   const cn_ll_stmt *set = loop->u.loop.body;
   CN_ASSERT(cn_ll_lanes_store(g->proc, loop) == set && g->dialect->local_qualifier &&
             g->dialect->barrier);
   const cn_cgen_dialect *d = g->dialect;
   cn_sbuf *sb = g->out, cell = {0}, v = {0}, zero = {0}, add = {0}, fold = {0}, total = {0};
+  cn_sbuf step = {0};
   const int param = set->u.set.param;
   const cn_prec prec = g->proc->params[param].node->prec;
-  const char *type = d->precs[prec].compute_c, *var = cn_cgen_sym_name(g, loop->u.loop.sym);
+  const char *type = d->precs[prec].compute_c;
   cn_cgen_cell(g, &cell, param, set->u.set.idx);
   cn_cgen_value(g, &v, set->u.set.value->u.op.args[1], prec);
   d->constant(&zero, prec, cn_value_of_double(prec, -0.0));
@@ -194,29 +228,21 @@ void cn_cgen_lanes_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
                  d->local_qualifier, type, CN_LL_LANES_COUNT);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_printf(sb, "%s cn_lane = %s;\n", type, text(&zero));
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_lane_id; %s < %lld; %s += %d)\n", d->index_type, var,
-                 (long long)loop->u.loop.from, var, (long long)loop->u.loop.to, var,
-                 CN_LL_LANES_COUNT);
+  group_lane_loop(g, depth, loop);
   cn_sbuf_indent(sb, depth + 1);
   cn_sbuf_printf(sb, "cn_lane = %s;\n", text(&add));
   cn_sbuf_indent(sb, depth);
-  cn_sbuf_puts(sb, "cn_lanes[cn_lane_id] = cn_lane;\n");
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "%s\n", d->barrier);
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
-  cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_printf(sb, "if (cn_lane_id < cn_w) cn_lanes[cn_lane_id] = %s;\n", text(&fold));
-  cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_printf(sb, "%s\n", d->barrier);
-  cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "}\n");
+  cn_sbuf_indent(sb, depth);
+  cn_sbuf_puts(sb, "cn_lanes[cn_lane_id] = cn_lane;\n");
+  cn_sbuf_printf(&step, "cn_lanes[cn_lane_id] = %s;", text(&fold));
+  if (step.failed) sb->failed = true;
+  group_fold(g, depth, (const char *const[]){text(&step)}, 1);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "if (cn_lane_id == 0) ");
   d->store(sb, prec, text(&cell), text(&total));
   cn_sbuf_puts(sb, ";\n");
-  cn_sbuf *parts[] = {&cell, &v, &zero, &add, &fold, &total};
+  cn_sbuf *parts[] = {&cell, &v, &zero, &add, &fold, &total, &step};
   for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) cn_sbuf_free(parts[k]);
 }
 
@@ -227,7 +253,6 @@ void cn_cgen_max_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   cn_sbuf *sb = g->out, cell = {0};
   const bool single = g->proc->params[set->u.set.param].node->prec == CN_PREC_SINGLE;
   const char *sx = suffix(g, set), *key = single ? "uint32_t" : "uint64_t";
-  const char *var = cn_cgen_sym_name(g, loop->u.loop.sym);
   cn_cgen_cell(g, &cell, set->u.set.param, set->u.set.idx);
   if (cell.failed) sb->failed = true;
   cn_sbuf_indent(sb, depth);
@@ -236,10 +261,7 @@ void cn_cgen_max_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   cn_sbuf_indent(sb, depth);
   cn_sbuf_printf(sb, "%s cn_key = cn_max_key_%s(%s), cn_nan = cn_nan_bit_%s(%s);\n", key, sx,
                  text(&cell), sx, text(&cell));
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "for (%s %s = %lld + cn_lane_id; %s < %lld; %s += %d) {\n", d->index_type, var,
-                 (long long)loop->u.loop.from, var, (long long)loop->u.loop.to, var,
-                 CN_LL_LANES_COUNT);
+  group_lane_loop(g, depth, loop);
   cn_cgen_max_update(g, depth + 1, set);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "}\n");
@@ -247,24 +269,14 @@ void cn_cgen_max_group(const cgen *g, int depth, const cn_ll_stmt *loop) {
   cn_sbuf_puts(sb, "cn_keys[cn_lane_id] = cn_key;\n");
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "cn_nans[cn_lane_id] = cn_nan;\n");
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "%s\n", d->barrier);
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_printf(sb, "for (int cn_w = %d; cn_w > 0; cn_w /= 2) {\n", CN_LL_LANES_COUNT / 2);
-  cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_puts(sb, "if (cn_lane_id < cn_w) {\n");
-  cn_sbuf_indent(sb, depth + 2);
-  cn_sbuf_printf(sb, "const %s cn_other = cn_keys[cn_lane_id + cn_w];\n", key);
-  cn_sbuf_indent(sb, depth + 2);
-  cn_sbuf_puts(sb, "if (cn_other > cn_keys[cn_lane_id]) cn_keys[cn_lane_id] = cn_other;\n");
-  cn_sbuf_indent(sb, depth + 2);
-  cn_sbuf_puts(sb, "cn_nans[cn_lane_id] |= cn_nans[cn_lane_id + cn_w];\n");
-  cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_puts(sb, "}\n");
-  cn_sbuf_indent(sb, depth + 1);
-  cn_sbuf_printf(sb, "%s\n", d->barrier);
-  cn_sbuf_indent(sb, depth);
-  cn_sbuf_puts(sb, "}\n");
+  char other[64];
+  snprintf(other, sizeof other, "const %s cn_other = cn_keys[cn_lane_id + cn_w];", key);
+  group_fold(g, depth,
+             (const char *const[]){other,
+                                   "if (cn_other > cn_keys[cn_lane_id]) cn_keys[cn_lane_id] = "
+                                   "cn_other;",
+                                   "cn_nans[cn_lane_id] |= cn_nans[cn_lane_id + cn_w];"},
+             3);
   cn_sbuf_indent(sb, depth);
   cn_sbuf_puts(sb, "if (cn_lane_id == 0 && cn_nans[0]) { /* a NaN: the first, in loop order */\n");
   cgen as_written = *g;
