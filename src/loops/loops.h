@@ -104,14 +104,14 @@ enum { CN_LL_PARALLEL = 1u << 0, CN_LL_VECTOR = 1u << 1, CN_LL_FLAT = 1u << 2 };
  * iterations, whose whole body is the store `c := c + v` (cn_ll_lanes_store): c a single or double
  * cell its variable does not index, the add in c's precision, v not reading c's buffer. The loop
  * then means: CN_LL_LANES_COUNT lanes s[l] start at -0 (the neutral of +, signed zeros kept);
- * iteration i (from the loop's start, in order) does s[i % CN_LL_LANES_COUNT] := s[..] + v(i);
- * then the halves fold, for w = CN_LL_LANES_COUNT / 2 down to 1: s[l] := s[l] + s[l + w] for
- * l < w; then c := c + s[0]. Every add is rounded to c's precision. The result is one function
- * of the values, as the loop as written is, but another one: the same bits on every backend,
- * thread count, tile and device (the lanes are not the threads), and within the usual error of a
- * sum of n terms of the loop's (lanes and a pairwise fold have a smaller bound). The scheduling
- * passes leave a nest with such a loop as it is (no plan, order, fusion, tile or jam) except for
- * the marks of its other loops. */
+ * the iterations run in order, the k-th (k = 0 at the loop's start) doing s[l] := s[l] + v with
+ * l = k % CN_LL_LANES_COUNT; then the halves fold, for w = CN_LL_LANES_COUNT / 2 down to 1: s[l] :=
+ * s[l] + s[l + w] for l < w; then c := c + s[0]. Every add is rounded to c's precision. The result
+ * is one function of the values, as the loop as written is, but another one: the same bits on every
+ * backend, thread count, tile and device (the lanes are not the threads), and within the usual
+ * error of a sum of n terms of the loop's (lanes and a pairwise fold have a smaller bound). The
+ * scheduling passes leave a nest with such a loop as it is (no plan, order, fusion, tile or jam)
+ * except for the marks of its other loops. */
 enum { CN_LL_LANES = 1u << 3 };
 #define CN_LL_LANES_COUNT 256
 #define CN_LL_LANES_MIN   1024
