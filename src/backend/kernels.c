@@ -601,15 +601,12 @@ static const cn_ll_stmt *group_reduction(const builder *b, const cn_ll_stmt *s,
   }
   if (s->kind != CN_LL_FOR) return NULL;
   if (s->u.loop.marks & CN_LL_LANES) return s;
-  bool long_max = !s->u.loop.n_lower && !s->u.loop.n_upper &&
-                  s->u.loop.to - s->u.loop.from >= CN_LL_LANES_MIN &&
-                  cn_ll_reduction_store(b->g.proc, s, CN_OP_MAX);
-  return long_max ? s : NULL;
+  return cn_ll_long_reduction_store(b->g.proc, s, CN_OP_MAX) ? s : NULL;
 }
 
 /* Whether top-level statement s is a kernel of one work item: no GEMM at its top, no grid
  * (statement_kernel's rule: a parallel loop at the top, without a GEMM clear below) and not a
- * work-group's sum in lanes. */
+ * work-groups' reduction (group_reduction). */
 static bool one_work_item(const builder *b, const cn_ll_stmt *s) {
   const cn_ll_stmt *loops[KERNEL_MAX_GRID], *gemm;
   int n;

@@ -45,11 +45,16 @@ const cn_ll_stmt *cn_ll_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt
   return set;
 }
 
-const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop) {
+const cn_ll_stmt *cn_ll_long_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt *loop,
+                                             cn_op op) {
   if (loop->kind != CN_LL_FOR || loop->u.loop.n_lower || loop->u.loop.n_upper ||
       loop->u.loop.to - loop->u.loop.from < CN_LL_LANES_MIN)
     return NULL;
-  return cn_ll_reduction_store(proc, loop, CN_OP_ADD);
+  return cn_ll_reduction_store(proc, loop, op);
+}
+
+const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop) {
+  return cn_ll_long_reduction_store(proc, loop, CN_OP_ADD);
 }
 
 static void mark(const cn_ll_proc *proc, cn_ll_stmt *s) {

@@ -316,6 +316,10 @@ int cn_ll_symbol_slot(const cn_ll_symbols *symbols, cn_symbol sym);
  * single or double cell its variable does not index, op computed in c's precision, v not reading
  * c's buffer; else NULL (src/loops/lanes.c; op CN_OP_MAX: generated C's max without order). */
 const cn_ll_stmt *cn_ll_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt *loop, cn_op op);
+/* cn_ll_reduction_store for a loop without affine bounds of at least CN_LL_LANES_MIN iterations
+ * (a reduction long enough for lanes), else NULL. */
+const cn_ll_stmt *cn_ll_long_reduction_store(const cn_ll_proc *proc, const cn_ll_stmt *loop,
+                                             cn_op op);
 /* The store `c := c + v` that makes `loop` a sum CN_LL_LANES may go on (its whole body; see
  * there), or NULL (src/loops/lanes.c). */
 const cn_ll_stmt *cn_ll_lanes_store(const cn_ll_proc *proc, const cn_ll_stmt *loop);
